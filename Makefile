@@ -1,0 +1,93 @@
+# llm.c-style GPT-2 trainers with the zero1/ ZeRO-1 plugin.
+#   make train_gpt2 [USE_ZERO1=1]     CPU trainer (C11, OpenMP, OpenBLAS, MPI)
+#   make train_gpt2cu [USE_ZERO1=1]   GPU trainer (CUDA, cuBLASLt, NCCL); PRECISION=BF16|FP32, GPU_ARCH=90
+#   make zero1_plan                   the ZeRO-1 layout planner
+#   make test / test_gpu / bench / demo
+
+CC ?= mpicc
+ifeq ($(origin CC),default)
+CC := mpicc
+endif
+NVCC ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+USE_ZERO1 ?= 0
+PRECISION ?= BF16
+GPU_ARCH ?= 90
+
+# -fno-fast-math on purpose: the trainer is checked element by element against PyTorch.
+CFLAGS ?= -O3 -march=native
+CFLAGS += -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -fopenmp -I.
+BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/aarch64-linux-gnu/openblas-pthread /usr/include/openblas))
+ifneq ($(BLAS_INC),)
+CFLAGS += -I$(BLAS_INC)
+endif
+LDLIBS = -lopenblas -lm
+
+ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
+ZERO1_RUNTIME_SRC = $(wildcard zero1/runtime.c zero1/comm_mpi.c zero1/comm_single.c zero1/checkpoint.c)
+ifeq ($(USE_ZERO1),1)
+ZERO1_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
+ZERO1_DEF = -DUSE_ZERO1
+endif
+
+HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard zero1/*.h)
+CUDA_HEADERS = $(wildcard llmc/*.cuh)
+
+.PHONY: all test test_gpu bench demo clean data cuda
+
+all: train_gpt2 zero1_plan prepro_text
+
+train_gpt2: train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC)
+	$(CC) $(CFLAGS) $(ZERO1_DEF) train_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
+
+# The oracle test harness includes train_gpt2.c and is built the same way.
+test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC)
+	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
+
+# Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE.
+prepro_text: dev/data/prepro_text.c $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/data/prepro_text.c -o $@ -lm
+
+zero1_plan: zero1/zero1_plan.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
+	gcc $(CFLAGS) zero1/zero1_plan.c $(ZERO1_CORE_SRC) -o $@ -lm
+
+# Unit tests of the zero1 core (no MPI).
+test_zero1_layout: dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) -o $@ -lm
+
+# ---- GPU ----
+NVCC_FLAGS = -O3 -std=c++17 -I. -Xcompiler -fopenmp --use_fast_math -lineinfo \
+  -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -gencode arch=compute_$(GPU_ARCH),code=compute_$(GPU_ARCH)
+ifeq ($(PRECISION),FP32)
+NVCC_FLAGS += -DENABLE_FP32
+else
+NVCC_FLAGS += -DENABLE_BF16
+endif
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LDFLAGS := $(shell mpicc --showme:link 2>/dev/null)
+NVCC_LIBS = -lcublasLt -lcublas -lnccl $(MPI_LDFLAGS) -lgomp
+
+train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(ZERO1_SRC)
+	$(NVCC) $(NVCC_FLAGS) $(ZERO1_DEF) $(MPI_CFLAGS) -x cu train_gpt2.cu $(patsubst %.c,-x c++ %.c,$(ZERO1_SRC)) -o $@ $(NVCC_LIBS)
+
+test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) -x cu dev/test/test_gpt2.cu -o $@ $(NVCC_LIBS)
+
+# ---- tasks ----
+data: prepro_text
+	./scripts/prepare_data.sh
+
+test:
+	./dev/test/run_tests.sh
+
+test_gpu:
+	./dev/test/run_gpu_tests.sh
+
+bench:
+	./scripts/bench.sh
+
+demo:
+	./scripts/demo.sh
+
+clean:
+	rm -f train_gpt2 test_gpt2 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu

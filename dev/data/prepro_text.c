@@ -1,0 +1,296 @@
+/*
+ * Text -> llm.c token shards with GPT-2's BPE, in C (Python never prepares data).
+ *
+ *   ./prepro_text [--encoder PATH] [--merges PATH] [--input PATH] [--out-dir DIR]
+ *                 [--name NAME] [--val-tokens N]
+ *
+ * Like llm.c's tinyshakespeare preparation, the documents are the blank-line separated
+ * sections (each ends after its "\n\n") and each is prefixed with <|endoftext|>. The first
+ * N tokens are the val split, the rest train. Writes, each to a temporary name renamed
+ * when complete:
+ *   DIR/NAME_val.bin, DIR/NAME_train.bin   int32 header[256] {20240520, 1, count}, uint16 ids
+ *   DIR/gpt2_tokenizer.bin                 llm.c tokenizer file (llmc/tokenizer.h)
+ *
+ * Test modes:
+ *   --encode-stdin     print the ids of stdin (ordinary text, no <|endoftext|>), one line
+ *   --roundtrip FILE   encode FILE, decode, exit 0 only if the bytes are identical
+ *   --pretokens-stdin  print each pre-token's byte length, one line (debugging the pattern)
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "llmc/bpe.h"
+#include "llmc/utils.h"
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define TOKENIZER_FILE_MAGIC 20240328
+#define TOKENIZER_FILE_VERSION 2
+
+static const char* DOWNLOAD_HINT =
+    "The inputs are public files:\n"
+    "  encoder.json, vocab.bpe: OpenAI's GPT-2 release, e.g.\n"
+    "    https://openaipublic.blob.core.windows.net/gpt-2/models/124M/encoder.json\n"
+    "    https://openaipublic.blob.core.windows.net/gpt-2/models/124M/vocab.bpe\n"
+    "  input.txt (tinyshakespeare): karpathy/char-rnn,\n"
+    "    https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt\n"
+    "Put them in ../shared/data/{gpt2,tinyshakespeare}/ (or set LLMC_DATA_DIR for\n"
+    "scripts/prepare_data.sh), or pass --encoder/--merges/--input. See README.md.";
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void require_file(const char* path, const char* what) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "error: cannot read %s '%s': %s\n%s\n", what, path, strerror(errno), DOWNLOAD_HINT);
+        exit(1);
+    }
+    fclose(f);
+}
+
+static unsigned char* read_stream(FILE* f, size_t* size) {
+    BpeBytes b = {0};
+    unsigned char chunk[1 << 16];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0) bpe_bytes_append(&b, chunk, got);
+    if (ferror(f)) fatal("read error on input");
+    bpe_bytes_append(&b, "", 1);  // NUL, so an empty input still has a buffer
+    *size = b.len - 1;
+    return b.data;
+}
+
+static unsigned char* read_whole_file(const char* path, size_t* size) {
+    FILE* f = fopenCheck(path, "rb");
+    unsigned char* data = read_stream(f, size);
+    fcloseCheck(f, path);
+    return data;
+}
+
+static char* join_path(const char* dir, const char* name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char* p = (char*)mallocCheck(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static void rename_into_place(const char* tmp, const char* path) {
+    if (rename(tmp, path) != 0) fatal("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+}
+
+static char* tmp_name_for(const char* path) {
+    size_t n = strlen(path) + 8;
+    char* p = (char*)mallocCheck(n);
+    snprintf(p, n, "%s.tmp", path);
+    return p;
+}
+
+static void write_shard(const char* path, const int* ids, size_t count, int vocab_size) {
+    if (count > INT32_MAX) fatal("%s: %zu tokens do not fit the shard header", path, count);
+    if (vocab_size > 65536) fatal("%s: vocab size %d does not fit uint16 tokens", path, vocab_size);
+    int32_t header[256] = {0};
+    header[0] = SHARD_MAGIC;
+    header[1] = SHARD_VERSION;
+    header[2] = (int32_t)count;
+    char* tmp = tmp_name_for(path);
+    FILE* f = fopenCheck(tmp, "wb");
+    fwriteCheck(header, sizeof(int32_t), 256, f, tmp);
+    uint16_t buf[4096];
+    for (size_t k = 0; k < count;) {
+        size_t m = 0;
+        while (m < 4096 && k < count) buf[m++] = (uint16_t)ids[k++];
+        fwriteCheck(buf, sizeof(uint16_t), m, f, tmp);
+    }
+    fcloseCheck(f, tmp);
+    rename_into_place(tmp, path);
+    free(tmp);
+}
+
+static void write_tokenizer_file(const BpeEncoder* e, const char* path) {
+    uint32_t header[256] = {0};
+    header[0] = TOKENIZER_FILE_MAGIC;
+    header[1] = TOKENIZER_FILE_VERSION;
+    header[2] = (uint32_t)e->vocab_size;
+    header[3] = (uint32_t)e->eot_token;
+    char* tmp = tmp_name_for(path);
+    FILE* f = fopenCheck(tmp, "wb");
+    fwriteCheck(header, sizeof(uint32_t), 256, f, tmp);
+    for (int id = 0; id < e->vocab_size; id++) {
+        size_t len;
+        const unsigned char* b = bpe_token_bytes(e, id, &len);
+        if (len == 0 || len > 255) fatal("token %d is %zu bytes; the tokenizer file holds 1..255", id, len);
+        unsigned char l = (unsigned char)len;
+        fwriteCheck(&l, 1, 1, f, tmp);
+        fwriteCheck(b, 1, len, f, tmp);
+    }
+    fcloseCheck(f, tmp);
+    rename_into_place(tmp, path);
+    free(tmp);
+}
+
+static void make_dir(const char* dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) fatal("--out-dir '%s' exists and is not a directory", dir);
+        return;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create directory '%s': %s", dir, strerror(errno));
+}
+
+static void print_ids(const BpeIds* ids) {
+    for (size_t k = 0; k < ids->len; k++) printf(k ? " %d" : "%d", ids->ids[k]);
+    printf("\n");
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: ./prepro_text [--encoder PATH] [--merges PATH] [--input PATH] [--out-dir DIR]\n"
+            "                     [--name NAME] [--val-tokens N]\n"
+            "       ./prepro_text --encode-stdin | --pretokens-stdin | --roundtrip FILE\n"
+            "defaults: --encoder ../shared/data/gpt2/encoder.json --merges ../shared/data/gpt2/vocab.bpe\n"
+            "          --input ../shared/data/tinyshakespeare/input.txt --out-dir data\n"
+            "          --name tinyshakespeare --val-tokens 32768\n");
+}
+
+int main(int argc, char** argv) {
+    const char* encoder_path = "../shared/data/gpt2/encoder.json";
+    const char* merges_path = "../shared/data/gpt2/vocab.bpe";
+    const char* input_path = "../shared/data/tinyshakespeare/input.txt";
+    const char* out_dir = "data";
+    const char* name = "tinyshakespeare";
+    const char* roundtrip_path = NULL;
+    long long val_tokens = 32768;
+    int encode_stdin = 0, pretokens_stdin = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        int has_value = i + 1 < argc;
+        if (strcmp(a, "--encode-stdin") == 0) { encode_stdin = 1; continue; }
+        if (strcmp(a, "--pretokens-stdin") == 0) { pretokens_stdin = 1; continue; }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(); return 0; }
+        if (!has_value) { usage(); fatal("option '%s' is unknown or needs a value", a); }
+        const char* v = argv[++i];
+        if (strcmp(a, "--encoder") == 0) encoder_path = v;
+        else if (strcmp(a, "--merges") == 0) merges_path = v;
+        else if (strcmp(a, "--input") == 0) input_path = v;
+        else if (strcmp(a, "--out-dir") == 0) out_dir = v;
+        else if (strcmp(a, "--name") == 0) name = v;
+        else if (strcmp(a, "--roundtrip") == 0) roundtrip_path = v;
+        else if (strcmp(a, "--val-tokens") == 0) {
+            char* end;
+            errno = 0;
+            val_tokens = strtoll(v, &end, 10);
+            if (errno != 0 || *end != '\0' || end == v || val_tokens < 0) fatal("--val-tokens wants a count >= 0, got '%s'", v);
+        } else {
+            usage();
+            fatal("unknown option '%s'", a);
+        }
+    }
+
+    if (pretokens_stdin) {  // needs no vocabulary
+        size_t n;
+        unsigned char* text = read_stream(stdin, &n);
+        for (size_t i = 0, first = 1; i < n; first = 0) {
+            size_t j = bpe_pretoken_end(text, n, i);
+            printf(first ? "%zu" : " %zu", j - i);
+            i = j;
+        }
+        printf("\n");
+        free(text);
+        return 0;
+    }
+
+    require_file(encoder_path, "GPT-2 encoder (encoder.json)");
+    require_file(merges_path, "GPT-2 merges (vocab.bpe)");
+    BpeEncoder enc;
+    double t0 = now_seconds();
+    bpe_init(&enc, encoder_path, merges_path);
+    double t_load = now_seconds() - t0;
+
+    if (encode_stdin) {
+        size_t n;
+        unsigned char* text = read_stream(stdin, &n);
+        BpeIds ids = {0};
+        bpe_encode(&enc, text, n, &ids);
+        print_ids(&ids);
+        bpe_ids_free(&ids);
+        free(text);
+        bpe_free(&enc);
+        return 0;
+    }
+
+    if (roundtrip_path != NULL) {
+        size_t n;
+        unsigned char* text = read_whole_file(roundtrip_path, &n);
+        BpeIds ids = {0};
+        double t1 = now_seconds();
+        bpe_encode(&enc, text, n, &ids);
+        double t_enc = now_seconds() - t1;
+        BpeBytes back = {0};
+        bpe_decode(&enc, ids.ids, ids.len, &back);
+        int same = back.len == n && (n == 0 || memcmp(back.data, text, n) == 0);
+        printf("roundtrip %s: %zu bytes -> %zu tokens in %.3f s (%.2f MB/s): %s\n", roundtrip_path, n, ids.len,
+               t_enc, t_enc > 0 ? (double)n / t_enc / 1e6 : 0.0, same ? "identical" : "DIFFERENT");
+        free(back.data);
+        bpe_ids_free(&ids);
+        free(text);
+        bpe_free(&enc);
+        return same ? 0 : 1;
+    }
+
+    require_file(input_path, "input text");
+    size_t n;
+    unsigned char* text = read_whole_file(input_path, &n);
+    BpeIds ids = {0};
+    double t1 = now_seconds();
+    // Documents end right after each "\n\n" (found left to right, without overlap, like
+    // Python's str.replace), so the blank line stays with the section it closes.
+    size_t doc_start = 0, docs = 0;
+    while (1) {
+        const unsigned char* hit = NULL;
+        for (size_t k = doc_start; k + 1 < n; k++) {
+            if (text[k] == '\n' && text[k + 1] == '\n') { hit = text + k; break; }
+        }
+        size_t doc_end = hit ? (size_t)(hit - text) + 2 : n;
+        bpe_ids_push(&ids, enc.eot_token);
+        bpe_encode(&enc, text + doc_start, doc_end - doc_start, &ids);
+        docs++;
+        if (!hit) break;
+        doc_start = doc_end;
+    }
+    double t_enc = now_seconds() - t1;
+
+    size_t n_val = (size_t)val_tokens < ids.len ? (size_t)val_tokens : ids.len;
+    if (n_val == ids.len && ids.len > 0) {
+        fprintf(stderr, "warning: --val-tokens %lld takes every token; the train split is empty\n", val_tokens);
+    }
+    make_dir(out_dir);
+    size_t plen = strlen(name) + 16;
+    char* val_name = (char*)mallocCheck(plen);
+    char* train_name = (char*)mallocCheck(plen);
+    snprintf(val_name, plen, "%s_val.bin", name);
+    snprintf(train_name, plen, "%s_train.bin", name);
+    char* val_path = join_path(out_dir, val_name);
+    char* train_path = join_path(out_dir, train_name);
+    char* tok_path = join_path(out_dir, "gpt2_tokenizer.bin");
+    write_shard(val_path, ids.ids, n_val, enc.vocab_size);
+    write_shard(train_path, ids.ids + n_val, ids.len - n_val, enc.vocab_size);
+    write_tokenizer_file(&enc, tok_path);
+    printf("prepro_text: %s: %zu bytes, %zu documents -> %zu tokens (vocab %d, %d merges; load %.2f s, encode %.2f s)\n",
+           input_path, n, docs, ids.len, enc.vocab_size, enc.num_merges, t_load, t_enc);
+    printf("  %s: %zu tokens\n  %s: %zu tokens\n  %s: %d tokens\n", val_path, n_val, train_path, ids.len - n_val,
+           tok_path, enc.vocab_size);
+    free(val_name); free(train_name); free(val_path); free(train_path); free(tok_path);
+    bpe_ids_free(&ids);
+    free(text);
+    bpe_free(&enc);
+    return 0;
+}

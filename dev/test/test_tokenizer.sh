@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Tests of the C data pipeline: GPT-2 BPE (llmc/bpe.h), prepro_text, the tokenizer file
+# and its decoder (llmc/tokenizer.h). The oracle is dev/test/bpe_reference.py, an
+# independent Python BPE; expected ids below are GPT-2's published ones.
+# Inputs: $LLMC_DATA_DIR (default <repo>/../shared/data)/{gpt2/encoder.json,gpt2/vocab.bpe,
+# tinyshakespeare/input.txt}. Exits 0 only if every check passes.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$(pwd)
+DATA_DIR=${LLMC_DATA_DIR:-$ROOT/../shared/data}
+ENCODER=$DATA_DIR/gpt2/encoder.json
+MERGES=$DATA_DIR/gpt2/vocab.bpe
+SHAKESPEARE=$DATA_DIR/tinyshakespeare/input.txt
+SAMPLE=$ROOT/dev/test/data/utf8_sample.txt
+PY=/usr/bin/python3
+CC_FLAGS="-std=c11 -D_DEFAULT_SOURCE -O3 -march=native -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -fopenmp -I."
+
+for f in "$ENCODER" "$MERGES" "$SHAKESPEARE"; do
+    if [ ! -f "$f" ]; then
+        echo "FAIL test_tokenizer: missing input $f (see README.md for where to download it)"
+        exit 1
+    fi
+done
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failed=0
+pass() { echo "  ok   $*"; }
+fail() { echo "  FAIL $*"; failed=$((failed + 1)); }
+
+if ! make -s prepro_text >"$TMP/make.log" 2>&1; then
+    cat "$TMP/make.log"
+    echo "FAIL test_tokenizer: make prepro_text failed"
+    exit 1
+fi
+TOOL=(./prepro_text --encoder "$ENCODER" --merges "$MERGES")
+
+# 1. Known GPT-2 ids (from GPT-2's vocabulary, not from this code).
+expect_ids() {  # text expected-ids
+    local got
+    got=$(printf '%s' "$1" | "${TOOL[@]}" --encode-stdin)
+    if [ "$got" = "$2" ]; then pass "encode $(printf '%q' "$1") -> $2"; else fail "encode $(printf '%q' "$1") -> '$got', want '$2'"; fi
+}
+expect_ids "Hello world" "15496 995"
+expect_ids " the" "262"
+expect_ids $'\n' "198"
+expect_ids $'\n\n' "628"
+expect_ids " " "220"
+
+# 2. Lossless: decode(encode(text)) == text.
+for f in "$SHAKESPEARE" "$SAMPLE"; do
+    if out=$("${TOOL[@]}" --roundtrip "$f"); then pass "$out"; else fail "$out"; fi
+done
+
+# 3. Identical ids (and pre-token boundaries) to the independent Python BPE.
+compare_with_oracle() {  # file label
+    local t0 t1
+    t0=$(date +%s.%N)
+    "${TOOL[@]}" --encode-stdin <"$1" >"$TMP/c.txt" || { fail "$2: C encoder failed"; return; }
+    t1=$(date +%s.%N)
+    "$PY" dev/test/bpe_reference.py --encoder "$ENCODER" --merges "$MERGES" "$1" >"$TMP/py.txt" ||
+        { fail "$2: oracle failed"; return; }
+    local n
+    n=$(wc -w <"$TMP/py.txt")
+    if [ "$n" -gt 0 ] && cmp -s "$TMP/c.txt" "$TMP/py.txt"; then
+        pass "$2: $n ids identical to bpe_reference.py (C encoder: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s incl. loading)"
+    else
+        fail "$2: ids differ from bpe_reference.py (C $(wc -w <"$TMP/c.txt"), Python $n)"
+    fi
+}
+./prepro_text --pretokens-stdin <"$SAMPLE" >"$TMP/c_pre.txt"
+"$PY" dev/test/bpe_reference.py --pretokens --encoder "$ENCODER" --merges "$MERGES" "$SAMPLE" >"$TMP/py_pre.txt"
+if [ -s "$TMP/py_pre.txt" ] && cmp -s "$TMP/c_pre.txt" "$TMP/py_pre.txt"; then
+    pass "utf8_sample: $(wc -w <"$TMP/py_pre.txt") pre-tokens identical to Python's re engine"
+else
+    fail "utf8_sample: pre-token boundaries differ from Python's re engine"
+fi
+compare_with_oracle "$SAMPLE" "utf8_sample"
+compare_with_oracle "$SHAKESPEARE" "tinyshakespeare"
+
+# 4. prepro_text's shards and tokenizer file.
+if "${TOOL[@]}" --input "$SHAKESPEARE" --out-dir "$TMP/out" --name ts --val-tokens 32768 >"$TMP/prepro.log" 2>&1; then
+    pass "prepro_text: $(head -1 "$TMP/prepro.log")"
+    if "$PY" dev/test/check_shards.py --encoder "$ENCODER" --merges "$MERGES" --input "$SHAKESPEARE" \
+        --val "$TMP/out/ts_val.bin" --train "$TMP/out/ts_train.bin" --val-tokens 32768 >"$TMP/check.log" 2>&1; then
+        pass "$(tail -1 "$TMP/check.log")"
+    else
+        cat "$TMP/check.log"; fail "check_shards.py"
+    fi
+    if gcc $CC_FLAGS dev/test/test_tokenizer_file.c -o "$TMP/test_tokenizer_file" &&
+        "$TMP/test_tokenizer_file" "$TMP/out/gpt2_tokenizer.bin" "$TMP/out/ts_val.bin" "$TMP/out/ts_train.bin" \
+            "$SHAKESPEARE" >"$TMP/tf.log" 2>"$TMP/tf.err"; then
+        pass "$(tail -1 "$TMP/tf.log")"
+    else
+        cat "$TMP/tf.log" "$TMP/tf.err"; fail "test_tokenizer_file"
+    fi
+    if ls "$TMP/out" | grep -q '\.tmp$'; then fail "temporary files left in the output dir"; fi
+else
+    cat "$TMP/prepro.log"; fail "prepro_text did not run"
+fi
+
+# 5. Bad input: one message, exit status 1, never a crash.
+expect_error() {  # label pattern command...
+    local label=$1 pattern=$2 rc
+    shift 2
+    "$@" >"$TMP/err.out" 2>"$TMP/err.txt"
+    rc=$?
+    if [ "$rc" -eq 1 ] && grep -q -- "$pattern" "$TMP/err.txt"; then
+        pass "$label: exit 1, '$(head -1 "$TMP/err.txt" | cut -c1-90)'"
+    else
+        fail "$label: exit $rc, stderr: $(head -2 "$TMP/err.txt")"
+    fi
+}
+expect_error "missing input" "char-rnn" "${TOOL[@]}" --input "$TMP/nope.txt" --out-dir "$TMP/out2"
+expect_error "missing encoder" "encoder.json" ./prepro_text --encoder "$TMP/nope.json" --merges "$MERGES" --encode-stdin
+head -c 5000 "$ENCODER" >"$TMP/truncated.json"
+expect_error "truncated encoder.json" "truncated.json" ./prepro_text --encoder "$TMP/truncated.json" --merges "$MERGES" --encode-stdin
+printf 'version 0\nnot-a-token zz\n' >"$TMP/bad.bpe"
+expect_error "bad vocab.bpe" "bad.bpe" ./prepro_text --encoder "$ENCODER" --merges "$TMP/bad.bpe" --encode-stdin
+expect_error "bad --val-tokens" "val-tokens" ./prepro_text --val-tokens -5
+printf 'garbage!' >"$TMP/bad_tok.bin"; head -c 2000 /dev/zero >>"$TMP/bad_tok.bin"
+cat >"$TMP/bad_magic.c" <<'EOF'
+#include "llmc/tokenizer.h"
+int main(int argc, char** argv) { Tokenizer t; tokenizer_init(&t, argv[1]); return 0; }
+EOF
+if gcc $CC_FLAGS "$TMP/bad_magic.c" -o "$TMP/bad_magic" 2>"$TMP/cc.err"; then
+    expect_error "tokenizer file with bad magic" "magic" "$TMP/bad_magic" "$TMP/bad_tok.bin"
+else
+    cat "$TMP/cc.err"; fail "bad-magic probe did not compile"
+fi
+
+if [ "$failed" -eq 0 ]; then
+    echo "PASS test_tokenizer"
+    exit 0
+fi
+echo "FAIL test_tokenizer: $failed checks failed"
+exit 1

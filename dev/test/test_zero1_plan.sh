@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# zero1_plan end to end:
+#   1. 2000 random configurations vs the independent Python oracle (dev/test/layout_oracle.py);
+#   2. the GPT-2 124M layout and ledger at DP=8 vs arithmetic done by hand below;
+#   3. bad arguments -> usage and exit code 2;
+#   4. the zero1 headers compile as C++ (nvcc includes them).
+# Run from anywhere; builds zero1_plan with make. Prints one PASS/FAIL line.
+set -u
+cd "$(dirname "$0")/../.."
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+PY=/usr/bin/python3
+fail() { echo "FAIL test_zero1_plan: $*"; exit 1; }
+
+make -s zero1_plan >/dev/null || fail "make zero1_plan failed"
+[ -x ./zero1_plan ] || fail "no ./zero1_plan"
+
+# 1. oracle comparison
+oracle_out=$($PY dev/test/layout_oracle.py --binary ./zero1_plan --configs 2000 --seed 20240520) \
+    || fail "oracle: $oracle_out"
+echo "  $oracle_out"
+
+# 2. GPT-2 124M (d12: C=768, L=12, Vp=50304, maxT=1024) at DP=8, default bucket_size 40e6.
+C=768; L=12; VP=50304; T=1024; DP=8
+LAYER=$((12 * C * C + 13 * C))              # qkvw 3C^2 + attprojw C^2 + fcw 4C^2 + fcprojw 4C^2, 13C of biases/ln
+NUMEL=$((VP * C + T * C + L * LAYER + 2 * C)) # every tensor size is a multiple of 256 (C = 3*256), so
+                                              # neither 64-alignment nor 128-padding adds anything
+[ "$NUMEL" -eq 124475904 ] || fail "hand arithmetic: numel $NUMEL"
+# Buckets (reverse order, close once >= 40e6): lnf (2C) + layers 11..7 + layer 6's fcprojb, fcprojw, fcb, fcw;
+B0=$((2 * C + 5 * LAYER + C + 4 * C * C + 4 * C + 4 * C * C))
+# then the rest of layer 6 (ln2b ln2w attprojb attprojw qkvb qkvw ln1b ln1w), layers 5..1, layer 0's fcprojb, fcprojw;
+B1=$((2 * C + C + C * C + 3 * C + 3 * C * C + 2 * C + 5 * LAYER + C + 4 * C * C))
+B2=$((NUMEL - B0 - B1))                      # the tail: rest of layer 0, wpe, wte
+json=$(./zero1_plan --model d12 --dp $DP --json) || fail "zero1_plan --model d12 --json exited $?"
+got=$(echo "$json" | $PY -c '
+import json, sys
+j = json.load(sys.stdin)
+b, z = j["ledger"]["bf16_params"], j["ledger"]["fp32_params"]
+print(j["numel"], j["numel_unpadded"], j["bucket_size"], j["shared_embedding"],
+      " ".join(str(x["end"] - x["start"]) for x in j["buckets"]),
+      b["param_buffer"], b["grad_buffer"], b["state_replicated"], b["state_zero1"], b["total_replicated"], b["total_zero1"],
+      b["sent_all_reduce"], b["sent_reduce_scatter"], b["sent_all_gather"],
+      z["total_replicated"], z["total_zero1"], z["sent_all_gather"])') || fail "cannot parse the d12 JSON"
+OWNED=$((NUMEL / DP))
+want="$NUMEL $NUMEL 40000000 None $B0 $B1 $B2 \
+$((2 * NUMEL)) $((4 * NUMEL)) $((12 * NUMEL)) $((12 * OWNED)) $((18 * NUMEL)) $((6 * NUMEL + 12 * OWNED)) \
+$((2 * (DP - 1) * OWNED * 4)) $(((DP - 1) * OWNED * 4)) $(((DP - 1) * OWNED * 2)) \
+$((16 * NUMEL)) $((8 * NUMEL + 8 * OWNED)) $(((DP - 1) * OWNED * 4))"
+want=$(echo $want)
+[ "$got" == "$want" ] || fail "d12 DP=8 ledger: got '$got', want '$want'"
+text=$(./zero1_plan --model d12 --dp $DP) || fail "zero1_plan --model d12 exited $?"
+for n in $((6 * NUMEL + 12 * OWNED)) $((18 * NUMEL)) $(((DP - 1) * OWNED * 4)); do
+    echo "$text" | grep -q " $n " || fail "text output lacks $n"
+done
+echo "  d12 DP=8: numel $NUMEL, buckets $B0/$B1/$B2, ZeRO-1 $((6 * NUMEL + 12 * OWNED)) B vs replicated $((18 * NUMEL)) B per rank"
+
+# 3. bad arguments -> exit 2 with a usage message
+bad_cases=(
+    ""
+    "--dp 4"
+    "--numels 1,2 --model d12"
+    "--numels 1,0,2"
+    "--numels 1,-2"
+    "--numels 1,,2"
+    "--numels abc"
+    "--numels 1,2 --dp 0"
+    "--numels 1,2 --dp -1"
+    "--numels 1,2 --dp"
+    "--numels 1,2 --bucket-size -5"
+    "--numels 1,2 --bucket-size 1e6"
+    "--numels 1,2 --shared-embedding 2"
+    "--numels 1,2 --shared-embedding x"
+    "--numels 18446744073709551615,2"
+    "--numels 18446744073709551616"
+    "--numels 1,2 --frobnicate"
+    "--model x12"
+    "--model d0"
+    "--model d12 --heads 7"
+    "--model d12 --vocab 0"
+)
+for args in "${bad_cases[@]}"; do
+    # shellcheck disable=SC2086
+    err=$(./zero1_plan $args 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] || fail "'zero1_plan $args' exited $rc, want 2"
+    echo "$err" | grep -q "usage:" || fail "'zero1_plan $args' printed no usage"
+done
+./zero1_plan --batch /nonexistent/file >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "--batch on a missing file exited $rc, want 2"
+printf -- '--numels 1,2 --dp 2\n--numels 0\n' | ./zero1_plan --batch - >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "a bad batch line exited $rc, want 2"
+./zero1_plan --help | grep -q "usage:" || fail "--help"
+
+# 4. headers as C++
+if command -v g++ >/dev/null; then
+    printf '#include "zero1/layout.h"\n#include "zero1/shards.h"\n#include "zero1/ledger.h"\nint main(){Zero1Layout l; (void)l; return 0;}\n' |
+        g++ -x c++ -std=c++17 -Wall -Wextra -Werror -I. -fsyntax-only - || fail "zero1 headers do not compile as C++"
+fi
+
+echo "PASS test_zero1_plan: oracle, d12 ledger, ${#bad_cases[@]} bad-argument cases"

@@ -1,0 +1,219 @@
+/*
+ * The trainers' command line, shared by train_gpt2 (CPU) and train_gpt2cu (GPU).
+ *
+ * One table drives parsing, range checks and the help text, so the help can never
+ * disagree with the parser. Short flags are llm.c's (each takes a value: "-b 4");
+ * long options cover the rest. An unknown flag, a missing or malformed value, or a
+ * value out of range is a fatal error naming the flag.
+ */
+#ifndef LLMC_CLI_H
+#define LLMC_CLI_H
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { DTYPE_FP32 = 0, DTYPE_BF16 = 1 };
+
+typedef struct {
+    const char* train_pattern;  // -i
+    const char* val_pattern;    // -j
+    const char* model;          // -e: model file or descriptor dN
+    const char* output_dir;     // -o
+    const char* tokenizer_path;
+    int B, T;                   // -b -t
+    int total_batch_tokens;     // -d (-1: B*T*ranks, no accumulation)
+    int max_steps;              // -x (-1: one pass over the first train shard)
+    float lr;                   // -l
+    int warmup_steps;           // -u
+    float final_lr_fraction;    // -q
+    float weight_decay;         // -c
+    int val_every, val_steps;   // -v -m
+    int sample_every, gen_tokens;  // -s -g
+    int checkpoint_every;       // -n
+    int resume;                 // -y
+    int zero_stage;             // -z
+    int master_weights;         // -w
+    int overfit_single_batch;   // -a
+    float beta1, beta2, eps, grad_clip;
+    int seed;
+    long long bucket_size;      // -1: default max(40M, 1M*DP); 0: one bucket
+    int pad_busbw;
+    int overlap_grad_reduce, overlap_param_gather;
+    int check_nan;
+    const char* trace_file;
+    int param_dtype, grad_dtype;
+    int plant_nan_step;         // test-only: poison one gradient at this step (-1 = never)
+} TrainConfig;
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_DTYPE, OPT_BUCKET } OptionKind;
+
+typedef struct {
+    const char* short_name;  // "-b" or NULL
+    const char* long_name;   // "--batch-size"
+    OptionKind kind;
+    size_t offset;           // into TrainConfig
+    double min, max;         // inclusive range for numbers
+    const char* help;
+} OptionSpec;
+
+#define CLI_FIELD(f) offsetof(TrainConfig, f)
+
+static const OptionSpec TRAIN_OPTIONS[] = {
+    {"-i", "--train-data", OPT_STR, CLI_FIELD(train_pattern), 0, 0, "train token shards (glob pattern)"},
+    {"-j", "--val-data", OPT_STR, CLI_FIELD(val_pattern), 0, 0, "validation token shards (glob pattern)"},
+    {"-e", "--model", OPT_STR, CLI_FIELD(model), 0, 0, "llm.c model file, or dN for a random GPT-2 of depth N"},
+    {"-o", "--output-dir", OPT_STR, CLI_FIELD(output_dir), 0, 0, "directory for main.log and checkpoints"},
+    {NULL, "--tokenizer", OPT_STR, CLI_FIELD(tokenizer_path), 0, 0, "llm.c tokenizer file, for printing samples"},
+    {"-b", "--batch-size", OPT_INT, CLI_FIELD(B), 1, 1 << 20, "micro-batch size per rank (sequences)"},
+    {"-t", "--seq-len", OPT_INT, CLI_FIELD(T), 1, 1 << 20, "sequence length (<= the model's maxT)"},
+    {"-d", "--total-batch", OPT_INT, CLI_FIELD(total_batch_tokens), -1, INT_MAX,
+     "tokens per optimizer step, a multiple of B*T*ranks (-1: B*T*ranks)"},
+    {"-x", "--max-steps", OPT_INT, CLI_FIELD(max_steps), -1, INT_MAX, "optimizer steps (-1: one pass over the data)"},
+    {"-l", "--lr", OPT_FLOAT, CLI_FIELD(lr), 0, 10, "peak learning rate"},
+    {"-u", "--warmup", OPT_INT, CLI_FIELD(warmup_steps), 0, INT_MAX, "linear warmup steps"},
+    {"-q", "--final-lr-frac", OPT_FLOAT, CLI_FIELD(final_lr_fraction), 0, 1,
+     "cosine decay ends at lr * this (1: constant)"},
+    {"-c", "--weight-decay", OPT_FLOAT, CLI_FIELD(weight_decay), 0, 10, "AdamW weight decay (2-D tensors only)"},
+    {"-v", "--val-every", OPT_INT, CLI_FIELD(val_every), 0, INT_MAX, "validation loss every N steps (0: never)"},
+    {"-m", "--val-steps", OPT_INT, CLI_FIELD(val_steps), 1, INT_MAX, "validation batches per evaluation"},
+    {"-s", "--sample-every", OPT_INT, CLI_FIELD(sample_every), 0, INT_MAX, "print a sample every N steps (0: never)"},
+    {"-g", "--gen-tokens", OPT_INT, CLI_FIELD(gen_tokens), 1, 1 << 16, "tokens per sample"},
+    {"-n", "--checkpoint-every", OPT_INT, CLI_FIELD(checkpoint_every), 0, INT_MAX,
+     "checkpoint every N steps into -o (0: never)"},
+    {"-y", "--resume", OPT_INT, CLI_FIELD(resume), 0, 1, "1: resume from the newest checkpoint in -o"},
+    {"-z", "--zero-stage", OPT_INT, CLI_FIELD(zero_stage), 0, 1, "0: replicated AdamW, 1: ZeRO-1 (zero1/ plugin)"},
+    {"-w", "--master-weights", OPT_INT, CLI_FIELD(master_weights), 0, 1,
+     "1: keep fp32 master weights for bf16 params (0 is not supported)"},
+    {"-a", "--overfit-single-batch", OPT_INT, CLI_FIELD(overfit_single_batch), 0, 1, "1: train on one batch only"},
+    {NULL, "--beta1", OPT_FLOAT, CLI_FIELD(beta1), 0, 0.999999, "AdamW beta1"},
+    {NULL, "--beta2", OPT_FLOAT, CLI_FIELD(beta2), 0, 0.999999, "AdamW beta2"},
+    {NULL, "--eps", OPT_FLOAT, CLI_FIELD(eps), 1e-30, 1, "AdamW epsilon"},
+    {NULL, "--grad-clip", OPT_FLOAT, CLI_FIELD(grad_clip), 0, 1e30, "clip the global grad norm to this (0: off)"},
+    {NULL, "--seed", OPT_INT, CLI_FIELD(seed), 0, INT_MAX, "seed for init and sampling"},
+    {NULL, "--bucket-size", OPT_BUCKET, CLI_FIELD(bucket_size), 0, 0,
+     "ZeRO-1 bucket size in elements, or none (default max(40M, 1M*DP))"},
+    {NULL, "--pad-busbw", OPT_FLAG, CLI_FIELD(pad_busbw), 0, 0, "pad buckets to lcm(DP,128,65536) for NCCL bus bandwidth"},
+    {NULL, "--no-overlap-grad-reduce", OPT_NOFLAG, CLI_FIELD(overlap_grad_reduce), 0, 0,
+     "reduce-scatter after backward instead of during it"},
+    {NULL, "--no-overlap-param-gather", OPT_NOFLAG, CLI_FIELD(overlap_param_gather), 0, 0,
+     "all-gather synchronously after the update instead of during the next forward"},
+    {NULL, "--check-nan", OPT_FLAG, CLI_FIELD(check_nan), 0, 0, "stop on the first non-finite gradient"},
+    {NULL, "--trace", OPT_STR, CLI_FIELD(trace_file), 0, 0, "write a Chrome trace per rank to FILE.rankN.json"},
+    {NULL, "--param-dtype", OPT_DTYPE, CLI_FIELD(param_dtype), 0, 0, "fp32|bf16 storage of the param buffer"},
+    {NULL, "--grad-dtype", OPT_DTYPE, CLI_FIELD(grad_dtype), 0, 0, "fp32|bf16 grad buffer / reduction dtype"},
+    {NULL, "--test-plant-nan", OPT_INT, CLI_FIELD(plant_nan_step), -1, INT_MAX,
+     "test only: poison one gradient at this step"},
+};
+#define NUM_TRAIN_OPTIONS ((int)(sizeof(TRAIN_OPTIONS) / sizeof(TRAIN_OPTIONS[0])))
+
+static inline void train_config_defaults(TrainConfig* c, int default_zero_stage) {
+    memset(c, 0, sizeof(*c));
+    c->train_pattern = "data/tinyshakespeare_train.bin";
+    c->val_pattern = "data/tinyshakespeare_val.bin";
+    c->model = "d12";
+    c->output_dir = NULL;
+    c->tokenizer_path = "data/gpt2_tokenizer.bin";
+    c->B = 4;
+    c->T = 1024;
+    c->total_batch_tokens = -1;
+    c->max_steps = -1;
+    c->lr = 3e-4f;
+    c->warmup_steps = 0;
+    c->final_lr_fraction = 1.0f;
+    c->weight_decay = 0.0f;
+    c->val_every = 20;
+    c->val_steps = 20;
+    c->sample_every = 20;
+    c->gen_tokens = 64;
+    c->zero_stage = default_zero_stage;
+    c->master_weights = 1;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->grad_clip = 1.0f;
+    c->seed = 42;
+    c->bucket_size = -1;
+    c->overlap_grad_reduce = 1;
+    c->overlap_param_gather = 1;
+    c->param_dtype = DTYPE_FP32;
+    c->grad_dtype = DTYPE_FP32;
+    c->plant_nan_step = -1;
+}
+
+static inline void train_print_usage(FILE* out, const char* prog) {
+    fprintf(out, "usage: %s [options]\n", prog);
+    for (int i = 0; i < NUM_TRAIN_OPTIONS; i++) {
+        const OptionSpec* o = &TRAIN_OPTIONS[i];
+        char names[64];
+        const char* arg = o->kind == OPT_FLAG || o->kind == OPT_NOFLAG ? "" : " V";
+        if (o->short_name) snprintf(names, sizeof(names), "%s, %s%s", o->short_name, o->long_name, arg);
+        else snprintf(names, sizeof(names), "    %s%s", o->long_name, arg);
+        fprintf(out, "  %-32s %s\n", names, o->help);
+    }
+    fprintf(out, "  %-32s %s\n", "-h, --help", "this help");
+}
+
+static inline double cli_number(const char* flag, const char* value, int integer, double min, double max) {
+    char* end = NULL;
+    errno = 0;
+    double x = integer ? (double)strtoll(value, &end, 10) : strtod(value, &end);
+    if (end == value || *end != '\0' || errno != 0) {
+        fatal("%s expects %s, got '%s'", flag, integer ? "an integer" : "a number", value);
+    }
+    if (x < min || x > max) fatal("%s %s is out of range [%g, %g]", flag, value, min, max);
+    return x;
+}
+
+// Parses argv into c (which holds the defaults). Exits 0 on -h, fatal on any error.
+static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
+    for (int a = 1; a < argc; a++) {
+        const char* arg = argv[a];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            if (utils_rank_ == 0) train_print_usage(stdout, argv[0]);
+            exit(0);
+        }
+        const OptionSpec* o = NULL;
+        for (int i = 0; i < NUM_TRAIN_OPTIONS && !o; i++) {
+            const OptionSpec* s = &TRAIN_OPTIONS[i];
+            if ((s->short_name && strcmp(arg, s->short_name) == 0) || strcmp(arg, s->long_name) == 0) o = s;
+        }
+        if (!o) fatal("unknown option '%s' (see %s -h)", arg, argv[0]);
+        char* field = (char*)c + o->offset;
+        if (o->kind == OPT_FLAG || o->kind == OPT_NOFLAG) {
+            *(int*)field = o->kind == OPT_FLAG;
+            continue;
+        }
+        if (a + 1 >= argc) fatal("%s needs a value (see %s -h)", arg, argv[0]);
+        const char* value = argv[++a];
+        switch (o->kind) {
+            case OPT_INT: *(int*)field = (int)cli_number(arg, value, 1, o->min, o->max); break;
+            case OPT_FLOAT: *(float*)field = (float)cli_number(arg, value, 0, o->min, o->max); break;
+            case OPT_STR: *(const char**)field = value; break;
+            case OPT_DTYPE:
+                if (strcmp(value, "fp32") == 0) *(int*)field = DTYPE_FP32;
+                else if (strcmp(value, "bf16") == 0) *(int*)field = DTYPE_BF16;
+                else fatal("%s expects fp32 or bf16, got '%s'", arg, value);
+                break;
+            case OPT_BUCKET:
+                if (strcmp(value, "none") == 0) *(long long*)field = 0;
+                else *(long long*)field = (long long)cli_number(arg, value, 1, 0, 9e15);
+                break;
+            default: break;
+        }
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

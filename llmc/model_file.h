@@ -1,0 +1,170 @@
+/*
+ * llm.c model files: int32 header[256] (magic 20240326; version 3 = fp32 or 5 = bf16;
+ * maxT, V, L, NH, C, Vp), then every parameter in llm.c's tensor-major order.
+ *
+ * In memory, this module speaks "dense canonical" arrays: the tensors in canonical
+ * (layer-major) order, back to back, fp32. Trainers scatter that into their own buffer
+ * layout (zero1/ adds alignment and padding) with gpt2_tensor_offsets_dense().
+ */
+#ifndef LLMC_MODEL_FILE_H
+#define LLMC_MODEL_FILE_H
+
+#include <stdint.h>
+
+#include "llmc/bf16.h"
+#include "llmc/gpt2_spec.h"
+#include "llmc/rng.h"
+#include "llmc/utils.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+#define MODEL_HEADER_INTS 256
+
+// offsets[i] = start of canonical tensor i in a dense canonical array; returns the total.
+static inline size_t gpt2_tensor_offsets_dense(const GPT2Config* c, size_t* offsets) {
+    size_t off = 0;
+    for (int i = 0; i < gpt2_num_tensors(c); i++) {
+        offsets[i] = off;
+        off += gpt2_tensor_numel(c, i);
+    }
+    return off;
+}
+
+static inline void gpt2_config_check(const GPT2Config* c, const char* what) {
+    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0) {
+        fatal("%s: invalid model shape (maxT=%d V=%d L=%d NH=%d C=%d)", what, c->max_seq_len, c->vocab_size,
+              c->num_layers, c->num_heads, c->channels);
+    }
+    if (c->channels % c->num_heads != 0) fatal("%s: C=%d is not divisible by NH=%d", what, c->channels, c->num_heads);
+    if (c->padded_vocab_size < c->vocab_size) {
+        fatal("%s: padded vocab %d smaller than vocab %d", what, c->padded_vocab_size, c->vocab_size);
+    }
+    if (c->vocab_size > 65536) fatal("%s: vocab %d does not fit uint16 token shards", what, c->vocab_size);
+}
+
+// Reads a model file into a new dense canonical fp32 array; fills cfg and *version.
+static inline float* gpt2_model_file_read(const char* path, GPT2Config* cfg, int* version) {
+    FILE* f = fopenCheck(path, "rb");
+    long size = file_size_of(f, path);
+    int header[MODEL_HEADER_INTS];
+    if (size < (long)sizeof(header)) fatal("%s: too small to be a model file (%ld bytes)", path, size);
+    freadCheck(header, sizeof(int), MODEL_HEADER_INTS, f, path);
+    if (header[0] != MODEL_MAGIC) fatal("%s: not a GPT-2 model file (magic %d, expected %d)", path, header[0], MODEL_MAGIC);
+    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
+        fatal("%s: unsupported model version %d (3 = fp32, 5 = bf16)", path, header[1]);
+    }
+    cfg->max_seq_len = header[2];
+    cfg->vocab_size = header[3];
+    cfg->num_layers = header[4];
+    cfg->num_heads = header[5];
+    cfg->channels = header[6];
+    cfg->padded_vocab_size = header[7];
+    gpt2_config_check(cfg, path);
+    *version = header[1];
+    size_t elem = header[1] == MODEL_VERSION_FP32 ? 4 : 2;
+    size_t n = gpt2_num_parameters(cfg);
+    if ((size_t)size != sizeof(header) + n * elem) {
+        fatal("%s: expected %zu bytes for this config, found %ld (truncated or corrupt)", path,
+              sizeof(header) + n * elem, size);
+    }
+    int NT = gpt2_num_tensors(cfg);
+    size_t* offsets = (size_t*)mallocCheck(NT * sizeof(size_t));
+    gpt2_tensor_offsets_dense(cfg, offsets);
+    float* dense = (float*)mallocCheck(n * sizeof(float));
+    uint16_t* tmp = elem == 2 ? (uint16_t*)mallocCheck(n * sizeof(uint16_t)) : NULL;
+    // The file is tensor-major: visit canonical tensors in file order.
+    int* by_file = (int*)mallocCheck(NT * sizeof(int));
+    for (int i = 0; i < NT; i++) by_file[gpt2_file_index(cfg, i)] = i;
+    for (int k = 0; k < NT; k++) {
+        int i = by_file[k];
+        size_t numel = gpt2_tensor_numel(cfg, i);
+        if (elem == 4) {
+            freadCheck(dense + offsets[i], sizeof(float), numel, f, path);
+        } else {
+            freadCheck(tmp, sizeof(uint16_t), numel, f, path);
+            for (size_t j = 0; j < numel; j++) dense[offsets[i] + j] = bf16_to_float(tmp[j]);
+        }
+    }
+    free(by_file);
+    free(tmp);
+    free(offsets);
+    fcloseCheck(f, path);
+    return dense;
+}
+
+// Writes a dense canonical array as a model file (version 3 or 5), atomically:
+// to path.tmp first, renamed over path only when complete.
+static inline void gpt2_model_file_write(const char* path, const GPT2Config* cfg, const float* dense, int version) {
+    char tmp_path[4096];
+    snprintf(tmp_path, sizeof(tmp_path), "%s.tmp", path);
+    FILE* f = fopenCheck(tmp_path, "wb");
+    int header[MODEL_HEADER_INTS] = {0};
+    header[0] = MODEL_MAGIC;
+    header[1] = version;
+    header[2] = cfg->max_seq_len;
+    header[3] = cfg->vocab_size;
+    header[4] = cfg->num_layers;
+    header[5] = cfg->num_heads;
+    header[6] = cfg->channels;
+    header[7] = cfg->padded_vocab_size;
+    fwriteCheck(header, sizeof(int), MODEL_HEADER_INTS, f, tmp_path);
+    int NT = gpt2_num_tensors(cfg);
+    size_t* offsets = (size_t*)mallocCheck(NT * sizeof(size_t));
+    gpt2_tensor_offsets_dense(cfg, offsets);
+    int* by_file = (int*)mallocCheck(NT * sizeof(int));
+    for (int i = 0; i < NT; i++) by_file[gpt2_file_index(cfg, i)] = i;
+    for (int k = 0; k < NT; k++) {
+        int i = by_file[k];
+        size_t numel = gpt2_tensor_numel(cfg, i);
+        if (version == MODEL_VERSION_FP32) {
+            fwriteCheck(dense + offsets[i], sizeof(float), numel, f, tmp_path);
+        } else {
+            uint16_t* tmp = (uint16_t*)mallocCheck(numel * sizeof(uint16_t));
+            for (size_t j = 0; j < numel; j++) tmp[j] = float_to_bf16(dense[offsets[i] + j]);
+            fwriteCheck(tmp, sizeof(uint16_t), numel, f, tmp_path);
+            free(tmp);
+        }
+    }
+    free(by_file);
+    free(offsets);
+    fcloseCheck(f, tmp_path);
+    if (rename(tmp_path, path) != 0) fatal("cannot rename %s to %s: %s", tmp_path, path, strerror(errno));
+}
+
+// GPT-2 initialisation into a dense canonical array: weights N(0, 0.02), residual
+// projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1, padded vocab rows 0.
+// Every rank draws the same numbers from the same seed.
+static inline void gpt2_init_random(const GPT2Config* cfg, float* dense, uint64_t seed) {
+    int NT = gpt2_num_tensors(cfg);
+    uint64_t state = rng_seed(seed);
+    float residual_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+    size_t off = 0;
+    for (int i = 0; i < NT; i++) {
+        size_t numel = gpt2_tensor_numel(cfg, i);
+        float* t = dense + off;
+        int kind = (i >= 2 && i < gpt2_idx_lnfw(cfg)) ? (i - 2) % LAYER_NUM_TENSORS : -1;
+        int is_ln_weight = kind == LAYER_LN1W || kind == LAYER_LN2W || i == gpt2_idx_lnfw(cfg);
+        if (is_ln_weight) {
+            for (size_t j = 0; j < numel; j++) t[j] = 1.0f;
+        } else if (gpt2_tensor_decays(cfg, i)) {
+            float std = (kind == LAYER_ATTPROJW || kind == LAYER_FCPROJW) ? residual_std : 0.02f;
+            for (size_t j = 0; j < numel; j++) t[j] = std * rng_normal(&state);
+        } else {
+            for (size_t j = 0; j < numel; j++) t[j] = 0.0f;
+        }
+        off += numel;
+    }
+    // wte rows beyond the real vocabulary never receive gradient; keep them at zero.
+    size_t C = (size_t)cfg->channels;
+    for (size_t j = (size_t)cfg->vocab_size * C; j < (size_t)cfg->padded_vocab_size * C; j++) dense[j] = 0.0f;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

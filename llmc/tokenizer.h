@@ -1,0 +1,108 @@
+/*
+ * The GPT-2 token DECODER the trainers use to print samples.
+ *
+ * Reads llm.c's tokenizer file (written by dev/data/prepro_text):
+ *   uint32 header[256]: [0] = 20240328 magic, [1] = version (1 or 2), [2] = vocab size,
+ *                       [3] = <|endoftext|> id (version 2; version 1 implies 50256)
+ *   then per token: uint8 length, that many raw bytes.
+ * Sampling is optional, so a missing file only warns and leaves the tokenizer disabled
+ * (init_ok == 0, decode returns NULL); a file that exists but is not a tokenizer file is
+ * an error.
+ */
+#ifndef LLMC_TOKENIZER_H
+#define LLMC_TOKENIZER_H
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOKENIZER_MAGIC 20240328
+
+typedef struct {
+    uint32_t vocab_size;
+    uint32_t eot_token;
+    char** token_table;  // NUL-terminated bytes of each token
+    int init_ok;
+} Tokenizer;
+
+static inline int tokenizer_ok(const Tokenizer* t) { return t->init_ok; }
+
+static void tokenizer_init(Tokenizer* t, const char* path) {
+    memset(t, 0, sizeof(*t));
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "warning: no tokenizer file at '%s'; samples will print as token ids "
+                        "(run scripts/prepare_data.sh to create it)\n", path);
+        return;
+    }
+    uint32_t header[256];
+    freadCheck(header, sizeof(uint32_t), 256, f, path);
+    if (header[0] != TOKENIZER_MAGIC) fatal("%s: bad magic %u (want %d): not an llm.c tokenizer file", path, header[0], TOKENIZER_MAGIC);
+    if (header[1] == 1) {
+        t->eot_token = 50256;  // version 1 predates the field; GPT-2's value
+    } else if (header[1] == 2) {
+        t->eot_token = header[3];
+    } else {
+        fatal("%s: unsupported tokenizer version %u (want 1 or 2)", path, header[1]);
+    }
+    t->vocab_size = header[2];
+    if (t->vocab_size == 0 || t->vocab_size > (1u << 24)) fatal("%s: implausible vocab size %u", path, t->vocab_size);
+    if (t->eot_token >= t->vocab_size) fatal("%s: <|endoftext|> id %u >= vocab size %u", path, t->eot_token, t->vocab_size);
+    t->token_table = (char**)callocCheck(t->vocab_size, sizeof(char*));
+    for (uint32_t i = 0; i < t->vocab_size; i++) {
+        unsigned char len;
+        freadCheck(&len, 1, 1, f, path);
+        if (len == 0) fatal("%s: token %u has length 0", path, i);
+        char* s = (char*)mallocCheck((size_t)len + 1);
+        freadCheck(s, 1, len, f, path);
+        s[len] = '\0';
+        t->token_table[i] = s;
+    }
+    fcloseCheck(f, path);
+    t->init_ok = 1;
+}
+
+// Bytes of a token as a C string; NULL when disabled or for an out-of-range id.
+// (A token holding a NUL byte prints as empty; GPT-2's only such token is byte 0.)
+static inline const char* tokenizer_decode(const Tokenizer* t, uint32_t token) {
+    if (!t->init_ok || token >= t->vocab_size) return NULL;
+    return t->token_table[token];
+}
+
+// Prints a token without dumping control bytes on the terminal: a lone byte that is
+// neither printable nor whitespace is skipped (multi-byte tokens are UTF-8 pieces and
+// print as they are). Disabled tokenizer or bad id: prints the id in brackets.
+static inline void tokenizer_print(const Tokenizer* t, uint32_t token) {
+    const char* s = tokenizer_decode(t, token);
+    if (s == NULL) {
+        printf("[%u]", token);
+        return;
+    }
+    if (s[0] == '\0') return;
+    if (s[1] == '\0') {
+        unsigned char c = (unsigned char)s[0];
+        if (c < 0x80 && !(isprint(c) || isspace(c))) return;
+    }
+    fputs(s, stdout);
+}
+
+static void tokenizer_free(Tokenizer* t) {
+    if (t->token_table != NULL) {
+        for (uint32_t i = 0; i < t->vocab_size; i++) free(t->token_table[i]);
+        free(t->token_table);
+    }
+    memset(t, 0, sizeof(*t));
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

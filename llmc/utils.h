@@ -1,0 +1,122 @@
+/*
+ * Checked wrappers and the error policy shared by every host program.
+ *
+ * fatal(...) ends the program with one message and exit status 1. Most input errors
+ * (a bad flag, model file or token shard) are seen by every rank alike, since all ranks
+ * read the same inputs; so that the user sees the message once, rank 0 prints at once
+ * and exits, which makes mpirun end the whole job. Another rank first waits a moment:
+ * if the error was shared, mpirun ends it during the wait and it stays quiet; if only
+ * that rank saw it, it prints (with its rank) and exits. Nothing hangs either way.
+ * Programs under MPI call utils_set_rank() once they know their rank.
+ */
+#ifndef LLMC_UTILS_H
+#define LLMC_UTILS_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+static int utils_rank_ = 0;
+static int utils_world_ = 1;
+
+static inline void utils_set_rank(int rank, int world) {
+    utils_rank_ = rank;
+    utils_world_ = world;
+}
+
+#if defined(__GNUC__)
+#define LLMC_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define LLMC_NORETURN __attribute__((noreturn))
+#else
+#define LLMC_PRINTF(a, b)
+#define LLMC_NORETURN
+#endif
+
+static inline void fatal(const char* fmt, ...) LLMC_PRINTF(1, 2) LLMC_NORETURN;
+static inline void fatal(const char* fmt, ...) {
+    fflush(stdout);
+    if (utils_rank_ != 0) usleep(1500 * 1000);  // let rank 0 speak for a shared error
+    va_list ap;
+    va_start(ap, fmt);
+    if (utils_world_ > 1 && utils_rank_ != 0) fprintf(stderr, "[rank %d] ", utils_rank_);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static inline void* malloc_check(size_t size, const char* file, int line) {
+    void* p = malloc(size == 0 ? 1 : size);
+    if (p == NULL) fatal("out of memory allocating %zu bytes (%s:%d)", size, file, line);
+    return p;
+}
+#define mallocCheck(size) malloc_check((size), __FILE__, __LINE__)
+
+static inline void* calloc_check(size_t n, size_t size, const char* file, int line) {
+    void* p = calloc(n == 0 ? 1 : n, size == 0 ? 1 : size);
+    if (p == NULL) fatal("out of memory allocating %zu x %zu bytes (%s:%d)", n, size, file, line);
+    return p;
+}
+#define callocCheck(n, size) calloc_check((n), (size), __FILE__, __LINE__)
+
+static inline FILE* fopen_check(const char* path, const char* mode, const char* file, int line) {
+    FILE* f = fopen(path, mode);
+    if (f == NULL) {
+        fatal("cannot open '%s' for %s: %s (%s:%d)", path, mode[0] == 'r' ? "reading" : "writing",
+              strerror(errno), file, line);
+    }
+    return f;
+}
+#define fopenCheck(path, mode) fopen_check((path), (mode), __FILE__, __LINE__)
+
+// A short read means the file is truncated (or unreadable): name the file.
+static inline void fread_check(void* dst, size_t size, size_t count, FILE* f, const char* what,
+                               const char* file, int line) {
+    size_t got = fread(dst, size, count, f);
+    if (got != count) {
+        fatal("%s: truncated or unreadable (wanted %zu items of %zu bytes, got %zu) (%s:%d)", what,
+              count, size, got, file, line);
+    }
+}
+#define freadCheck(dst, size, count, f, what) fread_check((dst), (size), (count), (f), (what), __FILE__, __LINE__)
+
+static inline void fwrite_check(const void* src, size_t size, size_t count, FILE* f, const char* what,
+                                const char* file, int line) {
+    if (fwrite(src, size, count, f) != count) {
+        fatal("%s: write failed: %s (%s:%d)", what, strerror(errno), file, line);
+    }
+}
+#define fwriteCheck(src, size, count, f, what) fwrite_check((src), (size), (count), (f), (what), __FILE__, __LINE__)
+
+static inline void fclose_check(FILE* f, const char* what, const char* file, int line) {
+    if (fclose(f) != 0) fatal("%s: close failed: %s (%s:%d)", what, strerror(errno), file, line);
+}
+#define fcloseCheck(f, what) fclose_check((f), (what), __FILE__, __LINE__)
+
+static inline void fseek_check(FILE* f, long offset, int whence, const char* what, const char* file, int line) {
+    if (fseek(f, offset, whence) != 0) fatal("%s: seek failed: %s (%s:%d)", what, strerror(errno), file, line);
+}
+#define fseekCheck(f, off, whence, what) fseek_check((f), (off), (whence), (what), __FILE__, __LINE__)
+
+// Size of an open file in bytes (restores the position to the start).
+static inline long file_size_of(FILE* f, const char* what) {
+    fseekCheck(f, 0, SEEK_END, what);
+    long n = ftell(f);
+    if (n < 0) fatal("%s: cannot tell size", what);
+    fseekCheck(f, 0, SEEK_SET, what);
+    return n;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

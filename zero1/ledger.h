@@ -1,0 +1,137 @@
+/*
+ * zero1/ledger.h: per-rank memory and per-step communication of one layout, for the
+ * planner and for the trainers' start-up printout (header only, static inline).
+ *
+ * Definitions (numel = padded buffer size, owned = numel / DP, exact because every
+ * bucket is divisible by DP):
+ *   replicated per rank = param buffer (param_bytes * numel) + grad buffer (grad_bytes * numel)
+ *                         + optimizer state (state_bytes * numel)
+ *   ZeRO-1 per rank     = same param and grad buffers + state_bytes * owned
+ *   state_bytes = 12 (fp32 master + m + v) for bf16 params; 8 (m + v) for fp32 params,
+ *   where the param buffer itself is the master copy.
+ * Bytes each rank sends per optimizer step, ring algorithms:
+ *   all-reduce of grads (replicated)        2 * (DP-1)/DP * numel * grad_bytes
+ *   ZeRO-1 reduce-scatter of grads            (DP-1)/DP * numel * grad_bytes
+ *        + all-gather of params               (DP-1)/DP * numel * param_bytes
+ * (ZeRO-1's buffers are not smaller than the replicated ones: it saves optimizer state only.)
+ */
+#ifndef ZERO1_LEDGER_H
+#define ZERO1_LEDGER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int dp;
+    uint64_t numel, owned_numel;
+    int param_bytes, grad_bytes, state_bytes;  // per element
+    uint64_t param_buffer, grad_buffer;        // bytes, same for both modes
+    uint64_t state_replicated, state_zero1;
+    uint64_t total_replicated, total_zero1;
+    uint64_t sent_all_reduce;                  // replicated: bytes sent per rank per step
+    uint64_t sent_reduce_scatter, sent_all_gather, sent_zero1;
+    int overflow;                              // 1 if a byte count exceeded 64 bits (values invalid)
+} Zero1Ledger;
+
+static inline uint64_t zero1_ledger_mul_(uint64_t a, uint64_t b, int* overflow) {
+    if (a != 0 && b > UINT64_MAX / a) {
+        *overflow = 1;
+        return 0;
+    }
+    return a * b;
+}
+
+static inline uint64_t zero1_ledger_add_(uint64_t a, uint64_t b, int* overflow) {
+    if (b > UINT64_MAX - a) {
+        *overflow = 1;
+        return 0;
+    }
+    return a + b;
+}
+
+// param_bytes: 2 (bf16) or 4 (fp32, then master == params); grad_bytes: 4 (fp32) or 2.
+// numel must be divisible by dp (true for any Zero1Layout).
+static inline Zero1Ledger zero1_ledger_compute(uint64_t numel, int dp, int param_bytes, int grad_bytes) {
+    Zero1Ledger g;
+    int of = 0;
+    if (dp < 1) dp = 1;
+    g.dp = dp;
+    g.numel = numel;
+    g.owned_numel = numel / (uint64_t)dp;
+    g.param_bytes = param_bytes;
+    g.grad_bytes = grad_bytes;
+    g.state_bytes = param_bytes >= 4 ? 8 : 12;
+    g.param_buffer = zero1_ledger_mul_(numel, (uint64_t)param_bytes, &of);
+    g.grad_buffer = zero1_ledger_mul_(numel, (uint64_t)grad_bytes, &of);
+    g.state_replicated = zero1_ledger_mul_(numel, (uint64_t)g.state_bytes, &of);
+    g.state_zero1 = zero1_ledger_mul_(g.owned_numel, (uint64_t)g.state_bytes, &of);
+    uint64_t buffers = zero1_ledger_add_(g.param_buffer, g.grad_buffer, &of);
+    g.total_replicated = zero1_ledger_add_(buffers, g.state_replicated, &of);
+    g.total_zero1 = zero1_ledger_add_(buffers, g.state_zero1, &of);
+    // (DP-1)/DP * numel = (DP-1) * owned exactly; a ring step sends one chunk per hop.
+    uint64_t others = zero1_ledger_mul_((uint64_t)(dp - 1), g.owned_numel, &of);
+    g.sent_reduce_scatter = zero1_ledger_mul_(others, (uint64_t)grad_bytes, &of);
+    g.sent_all_reduce = zero1_ledger_mul_(g.sent_reduce_scatter, 2, &of);
+    g.sent_all_gather = zero1_ledger_mul_(others, (uint64_t)param_bytes, &of);
+    g.sent_zero1 = zero1_ledger_add_(g.sent_reduce_scatter, g.sent_all_gather, &of);
+    g.overflow = of;
+    return g;
+}
+
+// Human-readable size: "237.42 MiB".
+static inline const char* zero1_ledger_human_(uint64_t bytes, char* buf, size_t n) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 6) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, n, "%llu B", (unsigned long long)bytes);
+    else snprintf(buf, n, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+static inline void zero1_ledger_row_(FILE* f, const char* what, uint64_t a, uint64_t b) {
+    char ha[32], hb[32];
+    fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", what, (unsigned long long)a, zero1_ledger_human_(a, ha, sizeof(ha)),
+            (unsigned long long)b, zero1_ledger_human_(b, hb, sizeof(hb)));
+}
+
+// Prints the ledger as a two-column table (replicated vs ZeRO-1), bytes per rank.
+static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
+    const char* pdt = g->param_bytes == 2 ? "bf16" : g->param_bytes == 4 ? "fp32" : "?";
+    const char* gdt = g->grad_bytes == 4 ? "fp32" : g->grad_bytes == 2 ? "bf16" : "?";
+    if (g->overflow) {
+        fprintf(f, "  (byte counts exceed 64 bits for numel %llu; ledger not shown)\n", (unsigned long long)g->numel);
+        return;
+    }
+    fprintf(f, "  per rank, DP=%d, numel=%llu (padded), owned by each rank under ZeRO-1: %llu = numel/DP\n", g->dp,
+            (unsigned long long)g->numel, (unsigned long long)g->owned_numel);
+    fprintf(f, "  %-34s %29s %29s\n", "", "replicated (bytes)", "ZeRO-1 (bytes)");
+    char label[64];
+    snprintf(label, sizeof(label), "param buffer (%s, %d B/elem)", pdt, g->param_bytes);
+    zero1_ledger_row_(f, label, g->param_buffer, g->param_buffer);
+    snprintf(label, sizeof(label), "grad buffer (%s, %d B/elem)", gdt, g->grad_bytes);
+    zero1_ledger_row_(f, label, g->grad_buffer, g->grad_buffer);
+    snprintf(label, sizeof(label), "%s (%d B/elem)", g->state_bytes == 12 ? "fp32 master+m+v" : "fp32 m+v", g->state_bytes);
+    zero1_ledger_row_(f, label, g->state_replicated, g->state_zero1);
+    zero1_ledger_row_(f, "total", g->total_replicated, g->total_zero1);
+    fprintf(f, "  sent per rank per step (ring):\n");
+    snprintf(label, sizeof(label), "grads (%s)", gdt);
+    fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", label, (unsigned long long)g->sent_all_reduce, "all-reduce",
+            (unsigned long long)g->sent_reduce_scatter, "reduce-scat.");
+    snprintf(label, sizeof(label), "params (%s)", pdt);
+    fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", label, 0ULL, "-", (unsigned long long)g->sent_all_gather,
+            "all-gather");
+    zero1_ledger_row_(f, "total sent", g->sent_all_reduce, g->sent_zero1);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

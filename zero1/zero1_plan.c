@@ -1,0 +1,408 @@
+/*
+ * zero1_plan: prints the ZeRO-1 buffer layout of a model (bucket table, padding,
+ * per-rank memory ledger, bytes sent per step) and, with --json, the whole layout and
+ * every rank's four views as one JSON object. See zero1/README.md.
+ *
+ * Exit codes: 0 ok, 2 bad arguments (usage on stderr), 1 out of memory.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/gpt2_spec.h"
+#include "zero1/layout.h"
+#include "zero1/ledger.h"
+#include "zero1/shards.h"
+
+static const char* USAGE =
+    "usage: zero1_plan (--numels a,b,c | --model dN [--vocab V] [--max-seq T] [--heads H])\n"
+    "                  [--dp N] [--bucket-size N|none] [--pad-busbw] [--shared-embedding I|none]\n"
+    "                  [--json] [--shards]\n"
+    "       zero1_plan --batch FILE   (one argument list per line; prints one JSON per line)\n"
+    "  --numels a,b,c       parameter sizes in definition order (each >= 1)\n"
+    "  --model dN           GPT-2 of depth N in canonical order (wte, wpe, layers, lnf);\n"
+    "                       --vocab V (default 50257, padded to a multiple of 128),\n"
+    "                       --max-seq T (default 1024), --heads H (default C/64)\n"
+    "  --dp N               data-parallel size (default 1)\n"
+    "  --bucket-size N|none bucket size in elements (default max(40000000, 1000000*DP));\n"
+    "                       none or 0 = one bucket\n"
+    "  --pad-busbw          pad buckets to lcm(DP,128,65536) instead of lcm(DP,128)\n"
+    "  --shared-embedding I give parameter I a bucket of its own (default none; Megatron\n"
+    "                       does this only for a tied embedding split across pipeline stages)\n"
+    "  --json               print one JSON object instead of tables\n"
+    "  --shards             include every (rank, bucket) shard and its four views\n";
+
+typedef struct {
+    size_t* numels;  // owned
+    int num_params;
+    const char* model;
+    int vocab, max_seq, heads;
+    GPT2Config cfg;
+    int dp;
+    long long bucket_size;  // -1 default, 0 none
+    int pad_busbw;
+    int shared_embedding;
+    int json, shards, help;
+    const char* batch_file;
+} PlanOptions;
+
+static int plan_error(char* err, size_t n, const char* fmt, const char* a, const char* b) {
+    snprintf(err, n, fmt, a, b);
+    return -1;
+}
+
+// Strict unsigned decimal: digits only, no sign, no overflow.
+static int parse_u64(const char* s, unsigned long long* out) {
+    if (s == NULL || *s < '0' || *s > '9') return 0;
+    errno = 0;
+    char* end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0') return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_int_range(const char* s, int lo, int hi, int* out) {
+    unsigned long long v;
+    if (!parse_u64(s, &v) || v < (unsigned long long)lo || v > (unsigned long long)hi) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_numels(const char* s, PlanOptions* o, char* err, size_t n) {
+    int count = 1;
+    for (const char* p = s; *p; p++) count += (*p == ',');
+    free(o->numels);
+    o->numels = (size_t*)calloc((size_t)count, sizeof(size_t));
+    if (o->numels == NULL) return plan_error(err, n, "out of memory%s%s", "", "");
+    char* copy = strdup(s);
+    if (copy == NULL) return plan_error(err, n, "out of memory%s%s", "", "");
+    int k = 0, ok = 1;
+    char* cursor = copy;
+    for (;;) {
+        char* comma = strchr(cursor, ',');
+        if (comma) *comma = '\0';
+        unsigned long long v;
+        if (!parse_u64(cursor, &v) || v == 0 || v > (unsigned long long)SIZE_MAX) { ok = 0; break; }
+        o->numels[k++] = (size_t)v;
+        if (!comma) break;
+        cursor = comma + 1;
+    }
+    if (!ok) {
+        int r = plan_error(err, n, "--numels wants positive integers separated by commas, got '%s'%s", s, "");
+        free(copy);
+        return r;
+    }
+    free(copy);
+    o->num_params = k;
+    return 0;
+}
+
+// Parses argv[0..argc) (no program name). Returns 0 or -1 with a message.
+static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, size_t n) {
+    memset(o, 0, sizeof(*o));
+    o->vocab = 50257;
+    o->max_seq = 1024;
+    o->dp = 1;
+    o->bucket_size = -1;
+    o->shared_embedding = -1;
+    const char* numels_arg = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char* a = argv[i];
+        int has_value = i + 1 < argc;
+        const char* v = has_value ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { o->help = 1; continue; }
+        if (strcmp(a, "--pad-busbw") == 0) { o->pad_busbw = 1; continue; }
+        if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
+        if (strcmp(a, "--shards") == 0) { o->shards = 1; continue; }
+        int takes_value = strcmp(a, "--numels") == 0 || strcmp(a, "--model") == 0 || strcmp(a, "--vocab") == 0 ||
+                          strcmp(a, "--max-seq") == 0 || strcmp(a, "--heads") == 0 || strcmp(a, "--dp") == 0 ||
+                          strcmp(a, "--bucket-size") == 0 || strcmp(a, "--shared-embedding") == 0 ||
+                          strcmp(a, "--batch") == 0;
+        if (!takes_value) return plan_error(err, n, "unknown argument '%s'%s", a, "");
+        if (!has_value) return plan_error(err, n, "%s needs a value%s", a, "");
+        i++;
+        if (strcmp(a, "--numels") == 0) numels_arg = v;
+        else if (strcmp(a, "--model") == 0) o->model = v;
+        else if (strcmp(a, "--batch") == 0) o->batch_file = v;
+        else if (strcmp(a, "--vocab") == 0) {
+            if (!parse_int_range(v, 1, 1 << 30, &o->vocab)) return plan_error(err, n, "bad --vocab '%s'%s", v, "");
+        } else if (strcmp(a, "--max-seq") == 0) {
+            if (!parse_int_range(v, 1, 1 << 30, &o->max_seq)) return plan_error(err, n, "bad --max-seq '%s'%s", v, "");
+        } else if (strcmp(a, "--heads") == 0) {
+            if (!parse_int_range(v, 1, 1 << 20, &o->heads)) return plan_error(err, n, "bad --heads '%s'%s", v, "");
+        } else if (strcmp(a, "--dp") == 0) {
+            if (!parse_int_range(v, 1, 1 << 24, &o->dp)) return plan_error(err, n, "bad --dp '%s' (1..16777216)%s", v, "");
+        } else if (strcmp(a, "--bucket-size") == 0) {
+            unsigned long long b;
+            if (strcmp(v, "none") == 0) o->bucket_size = 0;
+            else if (parse_u64(v, &b) && b <= (unsigned long long)(1ULL << 62)) o->bucket_size = (long long)b;
+            else return plan_error(err, n, "bad --bucket-size '%s' (elements, or none)%s", v, "");
+        } else if (strcmp(a, "--shared-embedding") == 0) {
+            if (strcmp(v, "none") == 0) o->shared_embedding = -1;
+            else if (!parse_int_range(v, 0, 1 << 30, &o->shared_embedding))
+                return plan_error(err, n, "bad --shared-embedding '%s' (index or none)%s", v, "");
+        }
+    }
+    if (o->help || o->batch_file) return 0;
+    if ((numels_arg == NULL) == (o->model == NULL))
+        return plan_error(err, n, "give exactly one of --numels and --model%s%s", "", "");
+    if (numels_arg) return parse_numels(numels_arg, o, err, n);
+    if (gpt2_config_from_descriptor(o->model, o->vocab, o->max_seq, &o->cfg) != 0)
+        return plan_error(err, n, "bad --model '%s' (want dN, e.g. d12)%s", o->model, "");
+    if (o->heads > 0) {
+        if (o->cfg.channels % o->heads != 0) return plan_error(err, n, "--heads must divide the channels%s%s", "", "");
+        o->cfg.num_heads = o->heads;
+    }
+    o->num_params = gpt2_num_tensors(&o->cfg);
+    o->numels = (size_t*)calloc((size_t)o->num_params, sizeof(size_t));
+    if (o->numels == NULL) return plan_error(err, n, "out of memory%s%s", "", "");
+    for (int i = 0; i < o->num_params; i++) o->numels[i] = gpt2_tensor_numel(&o->cfg, i);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------- JSON
+
+static void json_range(FILE* f, const char* key, Zero1Range r) {
+    fprintf(f, "\"%s\":[%zu,%zu]", key, r.start, r.end);
+}
+
+static void json_ledger(FILE* f, const Zero1Ledger* g) {
+    fprintf(f,
+            "{\"param_bytes\":%d,\"grad_bytes\":%d,\"state_bytes\":%d,\"owned_numel\":%llu,"
+            "\"param_buffer\":%llu,\"grad_buffer\":%llu,\"state_replicated\":%llu,\"state_zero1\":%llu,"
+            "\"total_replicated\":%llu,\"total_zero1\":%llu,\"sent_all_reduce\":%llu,"
+            "\"sent_reduce_scatter\":%llu,\"sent_all_gather\":%llu,\"sent_zero1\":%llu,\"overflow\":%s}",
+            g->param_bytes, g->grad_bytes, g->state_bytes, (unsigned long long)g->owned_numel,
+            (unsigned long long)g->param_buffer, (unsigned long long)g->grad_buffer,
+            (unsigned long long)g->state_replicated, (unsigned long long)g->state_zero1,
+            (unsigned long long)g->total_replicated, (unsigned long long)g->total_zero1,
+            (unsigned long long)g->sent_all_reduce, (unsigned long long)g->sent_reduce_scatter,
+            (unsigned long long)g->sent_all_gather, (unsigned long long)g->sent_zero1, g->overflow ? "true" : "false");
+}
+
+// Returns 0, or -1 (message in err) if a shard could not be built.
+static int print_json(FILE* f, const Zero1Layout* L, int with_shards, char* err, size_t n) {
+    fprintf(f, "{\"dp\":%d,\"bucket_size\":", L->dp);
+    if (L->bucket_size == 0) fprintf(f, "null");
+    else fprintf(f, "%zu", L->bucket_size);
+    fprintf(f, ",\"pad_busbw\":%s,\"shared_embedding\":", L->pad_busbw ? "true" : "false");
+    if (L->shared_embedding < 0) fprintf(f, "null");
+    else fprintf(f, "%d", L->shared_embedding);
+    fprintf(f, ",\"bucket_divisor\":%zu,\"numel\":%zu,\"numel_unpadded\":%zu,\"buckets\":[",
+            zero1_bucket_divisor(L->dp, L->pad_busbw), L->numel, L->numel_unpadded);
+    for (int b = 0; b < L->num_buckets; b++) {
+        const Zero1Bucket* k = &L->buckets[b];
+        fprintf(f, "%s{\"start\":%zu,\"end\":%zu,\"numel_unpadded\":%zu,\"first_param\":%d,\"last_param\":%d}",
+                b ? "," : "", k->start, k->end, k->numel_unpadded, k->first_param, k->last_param);
+    }
+    fprintf(f, "],\"params\":[");
+    for (int i = 0; i < L->num_params; i++) {
+        const Zero1ParamPlace* p = &L->params[i];
+        fprintf(f, "%s{\"index\":%d,\"start\":%zu,\"end\":%zu,\"bucket\":%d}", i ? "," : "", i, p->start, p->end,
+                p->bucket);
+    }
+    fprintf(f, "],\"ledger\":{\"bf16_params\":");
+    Zero1Ledger g = zero1_ledger_compute(L->numel, L->dp, 2, 4);
+    json_ledger(f, &g);
+    fprintf(f, ",\"fp32_params\":");
+    g = zero1_ledger_compute(L->numel, L->dp, 4, 4);
+    json_ledger(f, &g);
+    fprintf(f, "}");
+    if (with_shards) {
+        fprintf(f, ",\"shards\":[");
+        for (int r = 0; r < L->dp; r++) {
+            Zero1RankShards S;
+            if (zero1_shards_build(&S, L, r, err, n) != 0) return -1;
+            for (int b = 0; b < S.num_buckets; b++) {
+                const Zero1BucketShard* bs = &S.buckets[b];
+                fprintf(f, "%s{\"rank\":%d,\"bucket\":%d,\"start\":%zu,\"end\":%zu,\"params\":[",
+                        (r || b) ? "," : "", r, b, bs->shard.start, bs->shard.end);
+                for (int v = 0; v < bs->num_views; v++) {
+                    const Zero1ParamView* pv = &bs->views[v];
+                    fprintf(f, "%s{\"index\":%d,", v ? "," : "", pv->param);
+                    json_range(f, "gbuf_world", pv->gbuf_world);
+                    fputc(',', f);
+                    json_range(f, "gbuf_world_in_bucket", pv->gbuf_world_in_bucket);
+                    fputc(',', f);
+                    json_range(f, "gbuf_local", pv->gbuf_local);
+                    fputc(',', f);
+                    json_range(f, "param", pv->param_range);
+                    fputc('}', f);
+                }
+                fprintf(f, "]}");
+            }
+            zero1_shards_free(&S);
+        }
+        fprintf(f, "]");
+    }
+    fprintf(f, "}\n");
+    return 0;
+}
+
+// ---------------------------------------------------------------------------- text
+
+static const char* param_name(const PlanOptions* o, int i, char* buf, size_t n) {
+    if (o->model) return gpt2_tensor_name(&o->cfg, i, buf, n);
+    snprintf(buf, n, "p%d", i);
+    return buf;
+}
+
+static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char* err, size_t n) {
+    if (o->model) {
+        const GPT2Config* c = &o->cfg;
+        fprintf(f, "model GPT-2 %s: V=%d Vp=%d maxT=%d L=%d NH=%d C=%d, %d tensors, %zu parameters\n", o->model,
+                c->vocab_size, c->padded_vocab_size, c->max_seq_len, c->num_layers, c->num_heads, c->channels,
+                L->num_params, gpt2_num_parameters(c));
+    } else {
+        size_t total = 0;
+        for (int i = 0; i < L->num_params; i++) total += o->numels[i];
+        fprintf(f, "%d parameters from --numels, %zu elements\n", L->num_params, total);
+    }
+    char name[64];
+    fprintf(f, "DP=%d  bucket_size=", L->dp);
+    if (L->bucket_size == 0) fprintf(f, "none (one bucket)");
+    else fprintf(f, "%zu elements%s", L->bucket_size, o->bucket_size < 0 ? " (default max(40e6, 1e6*DP))" : "");
+    fprintf(f, "  pad_busbw=%s  shared_embedding=", L->pad_busbw ? "on" : "off");
+    if (L->shared_embedding < 0) fprintf(f, "none\n");
+    else fprintf(f, "%d (%s)\n", L->shared_embedding, param_name(o, L->shared_embedding, name, sizeof(name)));
+    fprintf(f, "layout: reverse definition order, param starts aligned to %d elements, bucket ends padded to %s=%zu\n\n",
+            ZERO1_PARAM_START_ALIGN, L->pad_busbw ? "lcm(DP,128,65536)" : "lcm(DP,128)",
+            zero1_bucket_divisor(L->dp, L->pad_busbw));
+
+    fprintf(f, "%-6s %14s %14s %14s %14s %10s %12s  %s\n", "bucket", "start", "end", "unpadded", "padded",
+            "padding", "shard/rank", "parameters (buffer order)");
+    for (int b = 0; b < L->num_buckets; b++) {
+        const Zero1Bucket* k = &L->buckets[b];
+        size_t padded = k->end - k->start;
+        char first[64], last[64];
+        param_name(o, k->last_param, last, sizeof(last));
+        param_name(o, k->first_param, first, sizeof(first));
+        fprintf(f, "%-6d %14zu %14zu %14zu %14zu %10zu %12zu  ", b, k->start, k->end, k->numel_unpadded, padded,
+                padded - k->numel_unpadded, padded / (size_t)L->dp);
+        if (k->first_param == k->last_param) fprintf(f, "%s\n", first);
+        else fprintf(f, "%s .. %s (%d)\n", last, first, k->last_param - k->first_param + 1);
+    }
+    size_t sum_numels = 0;
+    for (int i = 0; i < L->num_params; i++) sum_numels += L->params[i].end - L->params[i].start;
+    size_t pad = L->numel - sum_numels;
+    fprintf(f, "total: numel %zu (padded), %zu in parameters, padding %zu elements = %.4f%% "
+               "(start alignment %zu, bucket ends %zu)\n\n",
+            L->numel, sum_numels, pad, 100.0 * (double)pad / (double)L->numel, L->numel_unpadded - sum_numels,
+            L->numel - L->numel_unpadded);
+
+    fprintf(f, "memory and communication, bf16 params + fp32 grads (GPU default):\n");
+    Zero1Ledger g = zero1_ledger_compute(L->numel, L->dp, 2, 4);
+    zero1_ledger_print(f, &g);
+    fprintf(f, "\nmemory and communication, fp32 params + fp32 grads (CPU fp32; master == params):\n");
+    g = zero1_ledger_compute(L->numel, L->dp, 4, 4);
+    zero1_ledger_print(f, &g);
+    fprintf(f, "\nledger: replicated = param buffer + grad buffer + optimizer state on all numel elements;\n"
+               "ZeRO-1 = same buffers + optimizer state on numel/DP owned elements. Sent per rank (ring):\n"
+               "all-reduce 2(DP-1)/DP*numel*grad_bytes; reduce-scatter (DP-1)/DP*numel*grad_bytes\n"
+               "+ all-gather (DP-1)/DP*numel*param_bytes.\n");
+
+    if (o->shards) {
+        fprintf(f, "\nshards (world = buffer offsets, local = offsets in the rank's shard, param = in the tensor):\n");
+        for (int r = 0; r < L->dp; r++) {
+            Zero1RankShards S;
+            if (zero1_shards_build(&S, L, r, err, n) != 0) return -1;
+            for (int b = 0; b < S.num_buckets; b++) {
+                const Zero1BucketShard* bs = &S.buckets[b];
+                fprintf(f, "rank %d bucket %d shard [%zu, %zu)%s\n", r, b, bs->shard.start, bs->shard.end,
+                        bs->num_views == 0 ? " padding only" : "");
+                for (int v = 0; v < bs->num_views; v++) {
+                    const Zero1ParamView* pv = &bs->views[v];
+                    fprintf(f, "    %-16s world [%zu, %zu) in-bucket [%zu, %zu) local [%zu, %zu) param [%zu, %zu)\n",
+                            param_name(o, pv->param, name, sizeof(name)), pv->gbuf_world.start, pv->gbuf_world.end,
+                            pv->gbuf_world_in_bucket.start, pv->gbuf_world_in_bucket.end, pv->gbuf_local.start,
+                            pv->gbuf_local.end, pv->param_range.start, pv->param_range.end);
+                }
+            }
+            zero1_shards_free(&S);
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------- main
+
+// Builds and prints one plan. Returns the exit code.
+static int run_plan(PlanOptions* o, int force_json) {
+    char err[512] = {0};
+    Zero1Layout L;
+    if (zero1_layout_build(&L, o->numels, o->num_params, o->dp, o->bucket_size, o->pad_busbw, o->shared_embedding,
+                           err, sizeof(err)) != 0) {
+        fprintf(stderr, "zero1_plan: %s\n", err);
+        return 2;
+    }
+    int rc = (o->json || force_json) ? print_json(stdout, &L, o->shards, err, sizeof(err))
+                                     : print_text(stdout, o, &L, err, sizeof(err));
+    zero1_layout_free(&L);
+    if (rc != 0) {
+        fprintf(stderr, "zero1_plan: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
+#define MAX_BATCH_ARGS 64
+
+static int run_batch(const char* path) {
+    FILE* f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "zero1_plan: cannot open batch file '%s': %s\n", path, strerror(errno));
+        return 2;
+    }
+    char* line = NULL;
+    size_t cap = 0;
+    long line_no = 0;
+    int rc = 0;
+    while (rc == 0 && getline(&line, &cap, f) >= 0) {
+        line_no++;
+        char* args[MAX_BATCH_ARGS];
+        int argc = 0;
+        for (char* tok = strtok(line, " \t\r\n"); tok != NULL; tok = strtok(NULL, " \t\r\n")) {
+            if (argc == MAX_BATCH_ARGS) {
+                fprintf(stderr, "zero1_plan: %s:%ld: more than %d arguments\n", path, line_no, MAX_BATCH_ARGS);
+                rc = 2;
+                break;
+            }
+            args[argc++] = tok;
+        }
+        if (rc != 0 || argc == 0 || args[0][0] == '#') continue;
+        PlanOptions o;
+        char err[512];
+        if (parse_plan_args(argc, args, &o, err, sizeof(err)) != 0 || o.help || o.batch_file) {
+            fprintf(stderr, "zero1_plan: %s:%ld: %s\n", path, line_no,
+                    (o.help || o.batch_file) ? "--help/--batch are not allowed in a batch line" : err);
+            rc = 2;
+        } else {
+            rc = run_plan(&o, 1);
+        }
+        free(o.numels);
+    }
+    free(line);
+    if (f != stdin) fclose(f);
+    return rc;
+}
+
+int main(int argc, char** argv) {
+    PlanOptions o;
+    char err[512];
+    if (parse_plan_args(argc - 1, argv + 1, &o, err, sizeof(err)) != 0) {
+        fprintf(stderr, "zero1_plan: %s\n%s", err, USAGE);
+        free(o.numels);
+        return 2;
+    }
+    if (o.help) {
+        fputs(USAGE, stdout);
+        free(o.numels);
+        return 0;
+    }
+    int rc = o.batch_file ? run_batch(o.batch_file) : run_plan(&o, 0);
+    if (rc == 2 && !o.batch_file) fputs(USAGE, stderr);  // the arguments parsed but make no layout
+    free(o.numels);
+    return rc;
+}
