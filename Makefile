@@ -24,7 +24,7 @@ endif
 LDLIBS = -lopenblas -lm
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
-ZERO1_RUNTIME_SRC = $(wildcard zero1/runtime.c zero1/comm_mpi.c zero1/comm_single.c zero1/checkpoint.c)
+ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/comm_mpi.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c
 ifeq ($(USE_ZERO1),1)
 ZERO1_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
 ZERO1_DEF = -DUSE_ZERO1

@@ -210,13 +210,7 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
 #ifdef USE_ZERO1
     if (tr->zero1) zero1_glue_begin_step(tr->zero1, step);
 #endif
-    if (
-#ifdef USE_ZERO1
-        !tr->zero1 &&
-#endif
-        1) {
-        memset(tr->grads, 0, tr->numel * sizeof(float));
-    }
+    if (tr->grads) memset(tr->grads, 0, tr->numel * sizeof(float));
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
@@ -379,7 +373,7 @@ int main(int argc, char** argv) {
                omp_get_max_threads());
     }
 #ifdef USE_ZERO1
-    if (tr.zero1) zero1_glue_print_start(tr.zero1);
+    if (tr.zero1) zero1_glue_print_start(tr.zero1, &cfg);
 #endif
 
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);

@@ -426,9 +426,9 @@ static inline void bpe_json_ws(const char* s, size_t n, size_t* i) {
 static void bpe_load_encoder_json(BpeEncoder* e, const char* path, const int cp_to_byte[324]) {
     size_t n, i = 0;
     char* s = bpe_read_file(path, &n);
-    BpeBytes key = {0}, raw = {0};
-    BpeIds key_off = {0}, key_len = {0}, key_id = {0};
-    BpeBytes all = {0};  // raw bytes of every key, in file order
+    BpeBytes key = {NULL, 0, 0}, raw = {NULL, 0, 0};
+    BpeIds key_off = {NULL, 0, 0}, key_len = {NULL, 0, 0}, key_id = {NULL, 0, 0};
+    BpeBytes all = {NULL, 0, 0};  // raw bytes of every key, in file order
     int max_id = -1;
     bpe_json_ws(s, n, &i);
     if (i >= n || s[i] != '{') fatal("%s: not a JSON object (expected GPT-2's encoder.json)", path);
@@ -525,7 +525,7 @@ static void bpe_load_merges(BpeEncoder* e, const char* path, const int cp_to_byt
     // needs every merge's operands to exist before it, which trained merge lists obey.
     int* born = (int*)mallocCheck((size_t)e->vocab_size * sizeof(int));
     for (int t = 0; t < e->vocab_size; t++) born[t] = (e->token_offset[t + 1] - e->token_offset[t] == 1) ? -1 : INT32_MAX;
-    BpeBytes left = {0}, right = {0}, both = {0};
+    BpeBytes left = {NULL, 0, 0}, right = {NULL, 0, 0}, both = {NULL, 0, 0};
     size_t i = 0;
     int rank = 0;
     while (i < n) {

@@ -25,6 +25,14 @@ extern "C" {
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2/pi)
 #define GELU_CUBE_COEF 0.044715f
 
+// GCC keeps the clamps below as branches (and the loops scalar) while it must assume that
+// float compares may trap. -fno-trapping-math only drops that assumption about FP
+// exceptions; it changes no result (unlike -ffast-math), so it is enabled here only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 // exp(x) in fp32, within ~1 ulp of expf, branch-free so loops using it vectorise.
 // x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so n*ln2_hi is exact), then exp(r) by
 // a degree-6 minimax polynomial (Cephes' coefficients), times 2^n built in the exponent
@@ -78,6 +86,10 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
         dinp[i] += g * dout[i];
     }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,9 @@
  *   --encode-stdin     print the ids of stdin (ordinary text, no <|endoftext|>), one line
  *   --roundtrip FILE   encode FILE, decode, exit 0 only if the bytes are identical
  *   --pretokens-stdin  print each pre-token's byte length, one line (debugging the pattern)
+ *   --records          with the two modes above: stdin holds NUL-separated records, each
+ *                      handled on its own and printed on its own line (many edge cases,
+ *                      each with its own end of text, in one run)
  */
 #include <errno.h>
 #include <stdint.h>
@@ -150,11 +153,43 @@ static void print_ids(const BpeIds* ids) {
     printf("\n");
 }
 
+static void print_pretokens(const unsigned char* text, size_t n, void* unused) {
+    for (size_t i = 0, first = 1; i < n; first = 0) {
+        size_t j = bpe_pretoken_end(text, n, i);
+        printf(first ? "%zu" : " %zu", j - i);
+        i = j;
+    }
+    printf("\n");
+}
+
+static void print_encoding(const unsigned char* text, size_t n, void* encoder) {
+    BpeIds ids = {0};
+    bpe_encode((BpeEncoder*)encoder, text, n, &ids);
+    print_ids(&ids);
+    bpe_ids_free(&ids);
+}
+
+// Runs fn on the whole text, or with split on each NUL-separated record.
+static void for_each_record(const unsigned char* text, size_t n, int split,
+                            void (*fn)(const unsigned char*, size_t, void*), void* ctx) {
+    if (!split) {
+        fn(text, n, ctx);
+        return;
+    }
+    size_t start = 0;
+    for (size_t k = 0; k <= n; k++) {
+        if (k == n || text[k] == 0) {
+            if (k > start || k < n) fn(text + start, k - start, ctx);
+            start = k + 1;
+        }
+    }
+}
+
 static void usage(void) {
     fprintf(stderr,
             "usage: ./prepro_text [--encoder PATH] [--merges PATH] [--input PATH] [--out-dir DIR]\n"
             "                     [--name NAME] [--val-tokens N]\n"
-            "       ./prepro_text --encode-stdin | --pretokens-stdin | --roundtrip FILE\n"
+            "       ./prepro_text --encode-stdin | --pretokens-stdin [--records] | --roundtrip FILE\n"
             "defaults: --encoder ../shared/data/gpt2/encoder.json --merges ../shared/data/gpt2/vocab.bpe\n"
             "          --input ../shared/data/tinyshakespeare/input.txt --out-dir data\n"
             "          --name tinyshakespeare --val-tokens 32768\n");
@@ -168,13 +203,14 @@ int main(int argc, char** argv) {
     const char* name = "tinyshakespeare";
     const char* roundtrip_path = NULL;
     long long val_tokens = 32768;
-    int encode_stdin = 0, pretokens_stdin = 0;
+    int encode_stdin = 0, pretokens_stdin = 0, records = 0;
 
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         int has_value = i + 1 < argc;
         if (strcmp(a, "--encode-stdin") == 0) { encode_stdin = 1; continue; }
         if (strcmp(a, "--pretokens-stdin") == 0) { pretokens_stdin = 1; continue; }
+        if (strcmp(a, "--records") == 0) { records = 1; continue; }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(); return 0; }
         if (!has_value) { usage(); fatal("option '%s' is unknown or needs a value", a); }
         const char* v = argv[++i];
@@ -198,12 +234,7 @@ int main(int argc, char** argv) {
     if (pretokens_stdin) {  // needs no vocabulary
         size_t n;
         unsigned char* text = read_stream(stdin, &n);
-        for (size_t i = 0, first = 1; i < n; first = 0) {
-            size_t j = bpe_pretoken_end(text, n, i);
-            printf(first ? "%zu" : " %zu", j - i);
-            i = j;
-        }
-        printf("\n");
+        for_each_record(text, n, records, print_pretokens, NULL);
         free(text);
         return 0;
     }
@@ -218,10 +249,7 @@ int main(int argc, char** argv) {
     if (encode_stdin) {
         size_t n;
         unsigned char* text = read_stream(stdin, &n);
-        BpeIds ids = {0};
-        bpe_encode(&enc, text, n, &ids);
-        print_ids(&ids);
-        bpe_ids_free(&ids);
+        for_each_record(text, n, records, print_encoding, &enc);
         free(text);
         bpe_free(&enc);
         return 0;

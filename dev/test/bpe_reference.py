@@ -10,7 +10,8 @@ Unicode's White_Space), so all three classes are spelled out as explicit ranges.
 
 usage: bpe_reference.py --encoder encoder.json --merges vocab.bpe [--pretokens] [FILE]
 prints the ids of FILE (default stdin) as UTF-8 text, space separated, on one line;
-with --pretokens, the UTF-8 byte length of each pre-token instead.
+with --pretokens, the UTF-8 byte length of each pre-token instead; with --records, the
+input is NUL-separated records, each handled alone and printed on its own line.
 """
 import argparse
 import json
@@ -118,16 +119,21 @@ def main():
     ap.add_argument("--encoder", required=True)
     ap.add_argument("--merges", required=True)
     ap.add_argument("--pretokens", action="store_true")
+    ap.add_argument("--records", action="store_true")
     ap.add_argument("file", nargs="?")
     args = ap.parse_args()
     raw = open(args.file, "rb").read() if args.file else sys.stdin.buffer.read()
     text = raw.decode("utf-8")  # the oracle only handles valid UTF-8
     enc = GPT2Encoder(args.encoder, args.merges)
-    if args.pretokens:
-        out = [len(p.encode("utf-8")) for p in enc.pretokens(text)]
-    else:
-        out = enc.encode(text)
-    print(" ".join(str(x) for x in out))
+    records = text.split("\0") if args.records else [text]
+    if args.records and records[-1] == "":
+        records.pop()  # a trailing NUL ends the last record; it does not start one
+    for record in records:
+        if args.pretokens:
+            out = [len(p.encode("utf-8")) for p in enc.pretokens(record)]
+        else:
+            out = enc.encode(record)
+        print(" ".join(str(x) for x in out))
 
 
 if __name__ == "__main__":

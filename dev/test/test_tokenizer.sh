@@ -76,6 +76,39 @@ else
     fail "utf8_sample: pre-token boundaries differ from Python's re engine"
 fi
 compare_with_oracle "$SAMPLE" "utf8_sample"
+
+# Short edge cases, each its own text (so each has its own end, where \s+(?!\S) differs),
+# NUL-separated; both tools handle every record alone and print one line per record.
+"$PY" - "$TMP/edge.bin" <<'EOF'
+import random
+import sys
+cases = [
+    "", " ", "  ", "   ", "\t", "\n", "\n\n", "\n\n\n", "a  ", "a\n\n", "a \n", "a\t ", " a", "  a", "   a",
+    "a  b", "a \t b", "x\t\ty", "x \u3000y", "x\u3000\u3000y", "end\u3000", "\u00a0\u00a0x", "x\u2028", "x\u0085 y",
+    "a\r\n\r\nb", "a\r\n", "\x0b\x0c x", "\x1c\x1d a", "a\x1fb", "a \x1c!", "x\x1f\x1f!", "'s", "'", "''", "'re'", "'RE", "x'll", " 's",
+    "  's", "?'s", "don't", "I'M", "it's's", "'ve'd", "\u2019s", "123abc456", " 123", "  123", "1 2  3",
+    "\u0663.\u0661\u0664", " \u0661\u0662", "\u00b2!", "\u2167.", "x\u00bd", "\u0e51\u0e52\u0e3f", "\U0001d7d8!",
+    "a\u0301\u0301b", "e\u0301.", "\u0915\u094d\u0937", "\u00df123", "\u0130stanbul", "\U00010400\U00010401",
+    "\U0001F642\U0001F642 \U0001F642", " \U0001F468\u200d\U0001F469\u200d\U0001F467", "x\U0001F1EF\U0001F1F5",
+    "<|endoftext|>", "a<|endoftext|>b", "!!! ???", " !", "  !", "\t!", "$100", "100%", "...", "\ufeffbom",
+    "\u200b", "a\u200bb", "\U000E0041", "\U0010FFFD", "\ud7ff\ue000", "Z\u0308\u0308",
+]
+# Long pre-tokens exercise the heap merge far from the cache's comfort zone.
+rng = random.Random(2)
+cases += ["a" * 3001, "ab" * 1500, "!" * 999, "1" * 2000, " " * 500 + "x", "\u00e9" * 777,
+          "".join(rng.choice("etaoinshrdlu") for _ in range(4000))]
+open(sys.argv[1], "wb").write(b"".join(c.encode("utf-8") + b"\0" for c in cases))
+EOF
+for mode in pretokens encode; do
+    if [ $mode = pretokens ]; then c_flag=--pretokens-stdin; py_flag=--pretokens; else c_flag=--encode-stdin; py_flag=; fi
+    "${TOOL[@]}" $c_flag --records <"$TMP/edge.bin" >"$TMP/c_edge.txt"
+    "$PY" dev/test/bpe_reference.py $py_flag --records --encoder "$ENCODER" --merges "$MERGES" "$TMP/edge.bin" >"$TMP/py_edge.txt"
+    if [ "$(wc -l <"$TMP/py_edge.txt")" -gt 50 ] && cmp -s "$TMP/c_edge.txt" "$TMP/py_edge.txt"; then
+        pass "edge cases: $(wc -l <"$TMP/py_edge.txt") texts, $mode identical to the oracle"
+    else
+        fail "edge cases: $mode differ from the oracle (first differing record: line $(cmp "$TMP/c_edge.txt" "$TMP/py_edge.txt" | awk '{print $NF}'))"
+    fi
+done
 compare_with_oracle "$SHAKESPEARE" "tinyshakespeare"
 
 # 4. prepro_text's shards and tokenizer file.

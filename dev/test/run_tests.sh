@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `make test`: builds what the CPU tests need, prepares the data, runs every test.
+#
+#   dev/test/run_tests.sh              # everything
+#   dev/test/run_tests.sh oracle errors  # only the tests with these names
+#
+# Every test runs under `timeout`, with its output in a log file under $LOG_DIR (a fresh
+# temp dir unless set). Prints `PASS name (12.3 s)` or `FAIL name` and the log's tail, then
+# exactly one summary line `N passed, M failed`; exits 1 if anything failed. A test whose
+# script or binary is missing is a FAIL, never a skip. Build and data steps count as tests.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+
+# ---- the list: one line per step: NAME TIMEOUT_SECONDS COMMAND... ---------------------
+# Build steps first (a failed build is reported and the tests still run, to show the damage).
+STEPS=(
+  "build           600 make -j2 train_gpt2 test_gpt2 prepro_text zero1_plan test_zero1_layout"
+  "data            300 make data"
+  "tokenizer       300 dev/test/test_tokenizer.sh"
+  "zero1_plan      300 dev/test/test_zero1_plan.sh"
+  "zero1_layout    120 ./test_zero1_layout"
+  "kernels         300 dev/test/test_kernels.sh"
+  "oracle          300 dev/test/test_oracle.sh"
+  "multirank       300 dev/test/test_multirank.sh"
+  "errors          300 dev/test/test_errors.sh"
+)
+# -------------------------------------------------------------------------------------
+
+LOG_DIR=${LOG_DIR:-$(mktemp -d /tmp/llmc_tests.XXXXXX)}
+mkdir -p "$LOG_DIR"
+TAIL_LINES=${TAIL_LINES:-25}
+echo "test logs: $LOG_DIR"
+
+now() { date +%s.%N; }
+passed=0
+failed=0
+failed_names=()
+
+selected() {  # no arguments: everything; else only the named steps
+    [ $# -le 1 ] && return 0
+    local name=$1; shift
+    for want in "$@"; do [ "$want" = "$name" ] && return 0; done
+    return 1
+}
+
+for line in "${STEPS[@]}"; do
+    read -r name limit cmd <<<"$line"
+    selected "$name" "$@" || continue
+    log="$LOG_DIR/$name.log"
+    exe=${cmd%% *}
+    # A missing test (script or binary) is a failure: the list says it must exist.
+    if [ "$exe" != make ] && [ ! -e "$exe" ]; then
+        echo "missing: $exe does not exist" >"$log"
+        echo "FAIL $name (missing: $exe)"
+        failed=$((failed + 1)); failed_names+=("$name")
+        continue
+    fi
+    t0=$(now)
+    # bash for scripts, so a lost executable bit does not turn into a spurious failure
+    case "$exe" in
+        *.sh) timeout --kill-after=10 "$limit" bash $cmd >"$log" 2>&1 ;;
+        *)    timeout --kill-after=10 "$limit" $cmd >"$log" 2>&1 ;;
+    esac
+    rc=$?
+    secs=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+    if [ $rc -eq 0 ]; then
+        echo "PASS $name ($secs s)"
+        passed=$((passed + 1))
+    else
+        why="exit $rc"
+        [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after $limit s"
+        echo "FAIL $name ($why, $secs s; log $log)"
+        tail -n "$TAIL_LINES" "$log" | sed 's/^/    | /'
+        failed=$((failed + 1)); failed_names+=("$name")
+    fi
+done
+
+[ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

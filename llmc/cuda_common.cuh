@@ -1,0 +1,165 @@
+/*
+ * Shared CUDA pieces for the GPU trainer: the compute dtype, checked wrappers that
+ * report file:line, reductions, and the library handles (cuBLAS, cuBLASLt).
+ *
+ * PRECISION (Makefile) picks floatX, the dtype of parameters and activations:
+ *   -DENABLE_BF16 (default): __nv_bfloat16 storage, fp32 accumulation everywhere.
+ *   -DENABLE_FP32: plain float, no TF32, for the tight oracle test.
+ * Gradients of parameters are always fp32 (views into the fp32 grad buffer), and so
+ * are the LayerNorm statistics, the losses and every reduction.
+ */
+#ifndef LLMC_CUDA_COMMON_CUH
+#define LLMC_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "llmc/utils.h"
+
+#if defined(ENABLE_FP32)
+typedef float floatX;
+#define PRECISION_NAME "fp32"
+#define CUBLAS_FLOATX CUDA_R_32F
+#else
+#ifndef ENABLE_BF16
+#define ENABLE_BF16
+#endif
+typedef __nv_bfloat16 floatX;
+#define PRECISION_NAME "bf16"
+#define CUBLAS_FLOATX CUDA_R_16BF
+#endif
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define WARP_SIZE 32
+
+// ----------------------------------------------------------------------------
+// Checked wrappers: every failure names the call site, then ends the program.
+
+static inline void cuda_check(cudaError_t err, const char* file, int line) {
+    if (err != cudaSuccess) fatal("CUDA error at %s:%d: %s", file, line, cudaGetErrorString(err));
+}
+#define cudaCheck(call) cuda_check((call), __FILE__, __LINE__)
+
+static inline void cublas_check(cublasStatus_t st, const char* file, int line) {
+    if (st != CUBLAS_STATUS_SUCCESS) fatal("cuBLAS error %d (%s) at %s:%d", (int)st, cublasGetStatusString(st), file, line);
+}
+#define cublasCheck(call) cublas_check((call), __FILE__, __LINE__)
+
+// Kernel launches report errors lazily; check the launch itself right away (no sync).
+#define cudaCheckLaunch() cuda_check(cudaGetLastError(), __FILE__, __LINE__)
+
+static inline void* cuda_malloc_check(size_t bytes, const char* file, int line) {
+    void* p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+    if (err != cudaSuccess) {
+        fatal("out of GPU memory allocating %.1f MiB (%s) at %s:%d", bytes / 1048576.0, cudaGetErrorString(err), file, line);
+    }
+    return p;
+}
+#define cudaMallocCheck(bytes) cuda_malloc_check((bytes), __FILE__, __LINE__)
+
+// ----------------------------------------------------------------------------
+// Conversions and reductions
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ float warp_reduce_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ double warp_reduce_sum_double(double v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ float warp_reduce_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// Sum over a whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the
+// result. The tree has a fixed shape, so the result is the same on every run.
+__device__ inline float block_reduce_sum(float v) {
+    __shared__ float shared[32];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    v = warp_reduce_sum(v);
+    __syncthreads();  // shared may still be read by a previous call
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : 0.0f;
+    return warp_reduce_sum(v);
+}
+__device__ inline float block_reduce_max(float v) {
+    __shared__ float shared[32];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    v = warp_reduce_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : -INFINITY;
+    return warp_reduce_max(v);
+}
+__device__ inline double block_reduce_sum_double(double v) {
+    __shared__ double shared[32];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    v = warp_reduce_sum_double(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : 0.0;
+    return warp_reduce_sum_double(v);
+}
+
+// ----------------------------------------------------------------------------
+// Library handles: one set per process, bound to the one compute stream per call.
+
+typedef struct {
+    cublasHandle_t cublas;        // strided-batched gemms of attention
+    cublasLtHandle_t cublaslt;    // every Linear layer
+    void* lt_workspace;
+    size_t lt_workspace_size;
+    int num_sms;
+    char device_name[256];
+} CudaLibs;
+
+static CudaLibs cuda_libs;
+
+// Picks the GPU for this local rank. Without one, ends with one clear message.
+static inline void cuda_select_device(int local_rank) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        fatal("no usable CUDA GPU (%s): train_gpt2cu needs an NVIDIA GPU; use ./train_gpt2 on the CPU",
+              err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    }
+    cudaCheck(cudaSetDevice(local_rank % count));
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, local_rank % count));
+    cuda_libs.num_sms = prop.multiProcessorCount;
+    snprintf(cuda_libs.device_name, sizeof(cuda_libs.device_name), "%s", prop.name);
+}
+
+static inline void cuda_libs_init(void) {
+    cublasCheck(cublasCreate(&cuda_libs.cublas));
+    // No TF32: the FP32 build must match PyTorch's fp32 closely; BF16 inputs are
+    // unaffected by this flag.
+    cublasCheck(cublasSetMathMode(cuda_libs.cublas, CUBLAS_DEFAULT_MATH));
+    cublasCheck(cublasLtCreate(&cuda_libs.cublaslt));
+    cuda_libs.lt_workspace_size = 32u << 20;  // what Hopper's fastest kernels ask for
+    cuda_libs.lt_workspace = cudaMallocCheck(cuda_libs.lt_workspace_size);
+}
+
+static inline void cuda_libs_free(void) {
+    cudaCheck(cudaFree(cuda_libs.lt_workspace));
+    cublasCheck(cublasLtDestroy(cuda_libs.cublaslt));
+    cublasCheck(cublasDestroy(cuda_libs.cublas));
+}
+
+#endif

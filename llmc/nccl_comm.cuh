@@ -1,0 +1,71 @@
+/*
+ * NCCL communicator for the GPU trainer: one GPU per local rank, the ncclUniqueId
+ * made by rank 0 and broadcast over MPI (the launcher already connects the ranks).
+ * With one rank no NCCL communicator is created at all.
+ * Collectives are queued on the caller's stream, so they are ordered after the
+ * backward kernels without any host synchronisation.
+ */
+#ifndef LLMC_NCCL_COMM_CUH
+#define LLMC_NCCL_COMM_CUH
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include "llmc/cuda_common.cuh"
+
+static inline void nccl_check(ncclResult_t r, const char* file, int line) {
+    if (r != ncclSuccess) fatal("NCCL error at %s:%d: %s", file, line, ncclGetErrorString(r));
+}
+#define ncclCheck(call) nccl_check((call), __FILE__, __LINE__)
+
+#ifndef mpiCheck
+#define mpiCheck(call)                                                                                   \
+    do {                                                                                                 \
+        int mpi_status_ = (call);                                                                        \
+        if (mpi_status_ != MPI_SUCCESS) fatal("MPI error %d at %s:%d", mpi_status_, __FILE__, __LINE__); \
+    } while (0)
+#endif
+
+typedef struct {
+    int rank, world;
+    int local_rank, local_world;  // among the ranks on this node
+    ncclComm_t comm;              // NULL with one rank
+} NcclComm;
+
+// The rank among the processes that share this node (and so its GPUs).
+static int mpi_local_rank(int* local_world) {
+    MPI_Comm node;
+    int local_rank;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_rank(node, &local_rank));
+    mpiCheck(MPI_Comm_size(node, local_world));
+    mpiCheck(MPI_Comm_free(&node));
+    return local_rank;
+}
+
+// Call after cuda_select_device(local_rank).
+static void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_world) {
+    c->rank = rank;
+    c->world = world;
+    c->local_rank = local_rank;
+    c->local_world = local_world;
+    c->comm = NULL;
+    if (world == 1) return;
+    ncclUniqueId id;
+    if (rank == 0) ncclCheck(ncclGetUniqueId(&id));
+    mpiCheck(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+    ncclCheck(ncclCommInitRank(&c->comm, world, id, rank));
+}
+
+static void nccl_comm_free(NcclComm* c) {
+    if (c->comm) ncclCheck(ncclCommDestroy(c->comm));
+    c->comm = NULL;
+}
+
+// In-place SUM over all ranks of n floats, queued on stream.
+static void nccl_all_reduce_sum(float* buf, size_t n, const NcclComm* c, cudaStream_t stream) {
+    if (c->world == 1 || n == 0) return;
+    ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, stream));
+}
+
+#endif
