@@ -44,6 +44,10 @@ train_gpt2: train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC)
 test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
 
+# ZeRO-1 vs replicated, step by step (always with the plugin).
+test_zero1: dev/test/test_zero1.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
+	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) -o $@ $(LDLIBS)
+
 # Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE.
 prepro_text: dev/data/prepro_text.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/data/prepro_text.c -o $@ -lm
@@ -90,4 +94,4 @@ demo:
 	./scripts/demo.sh
 
 clean:
-	rm -f train_gpt2 test_gpt2 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu
+	rm -f train_gpt2 test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu

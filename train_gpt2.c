@@ -76,6 +76,15 @@ typedef struct {
 #endif
 } Trainer;
 
+// --test-plant-nan: writes a NaN into h0.qkvb's gradient as soon as backward finishes it,
+// before the runtime's hook sees it (so that bucket's reduction cannot have started yet).
+static GPT2* planting_model;
+static void (*planted_hook)(void* ctx, int tensor);
+static void plant_nan_hook(void* ctx, int tensor) {
+    if (tensor == gpt2_idx_layer(0, LAYER_QKVB)) planting_model->grad[tensor][0] = NAN;
+    if (planted_hook) planted_hook(ctx, tensor);
+}
+
 static void trainer_load_weights(Trainer* tr, const float* dense) {
     const GPT2Config* c = &tr->model.config;
     size_t* dense_offsets = (size_t*)mallocCheck(tr->model.num_tensors * sizeof(size_t));
@@ -172,7 +181,7 @@ static void check_grads_finite(const GPT2* m, int step) {
             if (!isfinite(m->grad[i][j])) {
                 char name[64];
                 fatal("non-finite gradient in %s (element %zu) at step %d", gpt2_tensor_name(&m->config, i, name, 64),
-                      j, step);
+                      j, step + 1);
             }
         }
     }
@@ -219,10 +228,15 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
 #endif
         gpt2_forward(m, inputs, targets, B, T);
         loss_sum += m->mean_loss;
-        gpt2_backward(m, loss_scale);
-        if (tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1) {
-            m->grad[gpt2_idx_layer(0, LAYER_QKVB)][0] = NAN;  // test-only: poison a gradient on one rank
+        int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
+        ModelHooks saved = m->hooks;
+        if (plant) {  // test only: poison one gradient on the last rank, the moment it is final
+            planting_model = m;
+            planted_hook = saved.grad_contribution_done;
+            m->hooks.grad_contribution_done = plant_nan_hook;
         }
+        gpt2_backward(m, loss_scale);
+        m->hooks = saved;
     }
     float local_loss = (float)(loss_sum / k), loss = local_loss;
     if (tr->world > 1) mpiCheck(MPI_Allreduce(&local_loss, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));

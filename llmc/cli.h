@@ -179,7 +179,7 @@ static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
     for (int a = 1; a < argc; a++) {
         const char* arg = argv[a];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            if (utils_rank_ == 0) train_print_usage(stdout, argv[0]);
+            if (utils_rank() == 0) train_print_usage(stdout, argv[0]);
             exit(0);
         }
         const OptionSpec* o = NULL;

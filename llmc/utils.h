@@ -23,8 +23,30 @@
 extern "C" {
 #endif
 
-static int utils_rank_ = 0;
-static int utils_world_ = 1;
+// Per translation unit (this is a header), so a unit that never called utils_set_rank()
+// falls back to the rank the MPI launcher exported; outside mpirun that is rank 0 of 1.
+static int utils_rank_ = -1;
+static int utils_world_ = -1;
+
+static inline int utils_env_int(const char* const* names, int fallback) {
+    for (int i = 0; names[i]; i++) {
+        const char* v = getenv(names[i]);
+        if (v && *v) return atoi(v);
+    }
+    return fallback;
+}
+
+static inline int utils_rank(void) {
+    static const char* const names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+    if (utils_rank_ < 0) utils_rank_ = utils_env_int(names, 0);
+    return utils_rank_;
+}
+
+static inline int utils_world(void) {
+    static const char* const names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
+    if (utils_world_ < 0) utils_world_ = utils_env_int(names, 1);
+    return utils_world_;
+}
 
 static inline void utils_set_rank(int rank, int world) {
     utils_rank_ = rank;
@@ -42,10 +64,10 @@ static inline void utils_set_rank(int rank, int world) {
 static inline void fatal(const char* fmt, ...) LLMC_PRINTF(1, 2) LLMC_NORETURN;
 static inline void fatal(const char* fmt, ...) {
     fflush(stdout);
-    if (utils_rank_ != 0) usleep(1500 * 1000);  // let rank 0 speak for a shared error
+    if (utils_rank() != 0) usleep(1500 * 1000);  // let rank 0 speak for a shared error
     va_list ap;
     va_start(ap, fmt);
-    if (utils_world_ > 1 && utils_rank_ != 0) fprintf(stderr, "[rank %d] ", utils_rank_);
+    if (utils_world() > 1 && utils_rank() != 0) fprintf(stderr, "[rank %d] ", utils_rank());
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");

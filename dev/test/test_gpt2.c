@@ -71,7 +71,7 @@ static int failures = 0;
 
 static void report(int ok, const char* what, double err, double tol) {
     if (!ok) failures++;
-    if (utils_rank_ == 0) printf("%s %-40s err %.3e (tol %.1e)\n", ok ? "PASS" : "FAIL", what, err, tol);
+    if (utils_rank() == 0) printf("%s %-40s err %.3e (tol %.1e)\n", ok ? "PASS" : "FAIL", what, err, tol);
 }
 
 // The rows of the global batch that rank r uses in micro-step m.

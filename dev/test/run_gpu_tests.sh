@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `make test_gpu`: the GPU trainer against the PyTorch oracle, in both precisions, and
+# the determinism of train_gpt2cu. Without an NVIDIA GPU it says so and exits 0.
+#   1. oracle files (fp32 and bf16 models, L=2 C=64, B=4 T=64, 10 AdamW steps)
+#   2. test_gpt2cu built with PRECISION=FP32: tight tolerances (as the CPU test)
+#   3. test_gpt2cu built with PRECISION=BF16: the stated bf16 tolerances
+#      (both also check that a rerun is bitwise identical, in process)
+#   4. with >= 2 GPUs and mpirun: the BF16 test on 2 ranks (replicas identical)
+#   5. train_gpt2cu (BF16) twice with identical flags on a random token shard:
+#      the step lines and main.log (minus timings) must be identical
+# Prints "N passed, M failed"; exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    echo "SKIPPED: no GPU found (make test_gpu needs an NVIDIA GPU)"
+    exit 0
+fi
+NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
+PY=/usr/bin/python3
+OUT=${TEST_GPU_OUT:-$(mktemp -d /tmp/llmc_test_gpu.XXXXXX)}
+mkdir -p "$OUT"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+passed=0
+failed=0
+check() {  # check NAME COMMAND...: runs it, logs to $OUT/NAME.log, counts the result
+    local name=$1
+    shift
+    echo "== $name: $*"
+    if "$@" >"$OUT/$name.log" 2>&1; then
+        passed=$((passed + 1))
+        grep -E '^(PASS|FAIL|SKIPPED)' "$OUT/$name.log" || tail -n 3 "$OUT/$name.log"
+        echo "   ok"
+    else
+        failed=$((failed + 1))
+        tail -n 40 "$OUT/$name.log"
+        echo "   FAILED (log: $OUT/$name.log)"
+    fi
+}
+
+echo "GPU tests on $NUM_GPUS GPU(s): $(nvidia-smi -L | head -n 1); work dir $OUT"
+check oracle_fp32 $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_fp32.bin" --out-state "$OUT/state_fp32.bin" --dtype fp32
+check oracle_bf16 $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_bf16.bin" --out-state "$OUT/state_bf16.bin" --dtype bf16
+
+# One output name per Makefile rule: build, then move the binary aside per precision.
+build() {  # build TARGET PRECISION
+    make -B "$1" PRECISION="$2" && mv "$1" "$OUT/$1_$2"
+}
+check build_test_fp32 build test_gpt2cu FP32
+check test_gpt2cu_fp32 "$OUT/test_gpt2cu_FP32" "$OUT/model_fp32.bin" "$OUT/state_fp32.bin"
+check build_test_bf16 build test_gpt2cu BF16
+check test_gpt2cu_bf16 "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
+if [ "$NUM_GPUS" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
+    check test_gpt2cu_bf16_np2 mpirun --allow-run-as-root --oversubscribe -np 2 \
+        "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
+fi
+
+# Determinism of the trainer binary on a random token shard (no data preparation needed).
+check random_shard $PY -c "
+import numpy as np, sys
+n = 200000
+h = np.zeros(256, dtype='<i4'); h[0] = 20240520; h[1] = 1; h[2] = n
+t = np.random.default_rng(1234).integers(0, 50257, n, dtype=np.uint16)
+with open('$OUT/random_tokens.bin', 'wb') as f:
+    f.write(h.tobytes()); f.write(t.astype('<u2').tobytes())
+"
+check build_train_bf16 build train_gpt2cu BF16
+FLAGS=(-e d4 -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" -b 4 -t 256 -x 10 -v 5 -m 2 -s 0 -l 6e-4 -d 2048)
+check train_run1 "$OUT/train_gpt2cu_BF16" "${FLAGS[@]}" -o "$OUT/run1"
+check train_run2 "$OUT/train_gpt2cu_BF16" "${FLAGS[@]}" -o "$OUT/run2"
+same_losses() {
+    diff <(grep '^step' "$OUT/train_run1.log" | sed -E 's/ \| [0-9.]+ ms.*//') \
+         <(grep '^step' "$OUT/train_run2.log" | sed -E 's/ \| [0-9.]+ ms.*//') &&
+    diff <(sed -E 's/ ms:.*//' "$OUT/run1/main.log") <(sed -E 's/ ms:.*//' "$OUT/run2/main.log") &&
+    [ "$(grep -c '^step' "$OUT/train_run1.log")" -eq 10 ]
+}
+check determinism same_losses
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

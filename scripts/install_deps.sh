@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what the project needs on a fresh Debian/Ubuntu machine (run as root, or with
+# sudo available). Idempotent and quick: packages already installed are skipped, and
+# apt-get update runs only when something is missing.
+#
+#   build: gcc/make (build-essential, make), Open MPI (openmpi-bin, libopenmpi-dev),
+#          OpenBLAS (libopenblas-dev)
+#   tests: the PyTorch oracle (python3-torch, python3-numpy; Debian's /usr/bin/python3)
+set -euo pipefail
+
+PACKAGES=(build-essential make openmpi-bin libopenmpi-dev libopenblas-dev python3-torch python3-numpy)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    if dpkg -s "$p" >/dev/null 2>&1 && dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then
+        echo "install_deps: $p is installed"
+    else
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install_deps: all ${#PACKAGES[@]} packages present, nothing to do"
+    exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        echo "install_deps: error: missing ${missing[*]}, and not root (no sudo) to install them" >&2
+        exit 1
+    fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "install_deps: missing: ${missing[*]}"
+echo "install_deps: apt-get update"
+"${SUDO[@]}" apt-get update
+echo "install_deps: apt-get install -y --no-install-recommends ${missing[*]}"
+"${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+echo "install_deps: done"
