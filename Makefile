@@ -31,18 +31,31 @@ ZERO1_DEF = -DUSE_ZERO1
 endif
 
 HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard zero1/*.h)
+
+# The binaries' names do not say how they were built, so the build variables are kept in
+# stamp files that change only when the variables do: switching USE_ZERO1 or PRECISION
+# rebuilds, repeating a build does not.
+CPU_STAMP := .build-cpu.stamp
+GPU_STAMP := .build-gpu.stamp
+$(shell echo "USE_ZERO1=$(USE_ZERO1)" | cmp -s - $(CPU_STAMP) || echo "USE_ZERO1=$(USE_ZERO1)" > $(CPU_STAMP))
+$(shell echo "USE_ZERO1=$(USE_ZERO1) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH)" | cmp -s - $(GPU_STAMP) || \
+        echo "USE_ZERO1=$(USE_ZERO1) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH)" > $(GPU_STAMP))
 CUDA_HEADERS = $(wildcard llmc/*.cuh)
 
 .PHONY: all test test_gpu bench demo clean data cuda
 
 all: train_gpt2 zero1_plan prepro_text
 
-train_gpt2: train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC)
+train_gpt2: train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_STAMP)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) train_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
 
 # The oracle test harness includes train_gpt2.c and is built the same way.
-test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC)
+test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_STAMP)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
+
+# The CPU kernels against naive double-precision references and finite differences.
+test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/test/test_kernels.c -o $@ $(LDLIBS)
 
 # ZeRO-1 vs replicated, step by step (always with the plugin).
 test_zero1: dev/test/test_zero1.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
@@ -71,11 +84,11 @@ MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LDFLAGS := $(shell mpicc --showme:link 2>/dev/null)
 NVCC_LIBS = -lcublasLt -lcublas -lnccl $(MPI_LDFLAGS) -lgomp
 
-train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(ZERO1_SRC)
-	$(NVCC) $(NVCC_FLAGS) $(ZERO1_DEF) $(MPI_CFLAGS) -x cu train_gpt2.cu $(patsubst %.c,-x c++ %.c,$(ZERO1_SRC)) -o $@ $(NVCC_LIBS)
+train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(ZERO1_SRC) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(ZERO1_DEF) $(MPI_CFLAGS) train_gpt2.cu $(ZERO1_SRC) -o $@ $(NVCC_LIBS)
 
-test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS)
-	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) -x cu dev/test/test_gpt2.cu -o $@ $(NVCC_LIBS)
+test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) dev/test/test_gpt2.cu -o $@ $(NVCC_LIBS)
 
 # ---- tasks ----
 data: prepro_text
@@ -94,4 +107,4 @@ demo:
 	./scripts/demo.sh
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu
+	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu

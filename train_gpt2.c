@@ -129,7 +129,11 @@ static void check_config(const TrainConfig* cfg, const GPT2Config* mc, int world
     }
 }
 
-static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int world) {
+// use_plugin: run the optimizer through zero1/ (with the plugin built in, always: -z 0 is
+// then its replicated mode, bucketed all-reduce on the same buffers). Without it, the plain
+// replicated path: one dense buffer, one MPI_Allreduce, no zero1/ code at all. Tests use
+// the plain path as an independent reference.
+static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int world, int use_plugin) {
     memset(tr, 0, sizeof(*tr));
     tr->cfg = *cfg;
     tr->rank = rank;
@@ -143,7 +147,7 @@ static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int worl
     int NT = tr->model.num_tensors;
     tr->offsets = (size_t*)mallocCheck(NT * sizeof(size_t));
 #ifdef USE_ZERO1
-    if (cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 || cfg->grad_dtype == DTYPE_BF16) {
+    if (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 || cfg->grad_dtype == DTYPE_BF16) {
         tr->zero1 = zero1_glue_create(cfg, &tr->model, rank, world);
         trainer_load_weights(tr, dense);
         zero1_glue_after_load(tr->zero1);
@@ -159,6 +163,14 @@ static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int worl
     gpt2_bind_buffers(&tr->model, tr->params, tr->grads, tr->offsets);
     trainer_load_weights(tr, dense);
     free(dense);
+}
+
+static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int world) {
+#ifdef USE_ZERO1
+    trainer_init_with(tr, cfg, rank, world, 1);
+#else
+    trainer_init_with(tr, cfg, rank, world, 0);
+#endif
 }
 
 static void trainer_free(Trainer* tr) {
@@ -421,6 +433,11 @@ int main(int argc, char** argv) {
     if (rank == 0 && timed_steps > 0) {
         printf("average step %.1f ms, %.0f tok/s\n", total_ms / timed_steps, tokens_per_step / (total_ms / timed_steps / 1e3));
     }
+    size_t state_bytes = 2 * tr.numel * sizeof(float);  // replicated AdamW: m and v for every element
+#ifdef USE_ZERO1
+    if (tr.zero1) state_bytes = zero1_state_bytes(tr.zero1->rt);
+#endif
+    if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", state_bytes);
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
 #ifdef USE_ZERO1

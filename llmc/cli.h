@@ -89,8 +89,8 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {"-s", "--sample-every", OPT_INT, CLI_FIELD(sample_every), 0, INT_MAX, "print a sample every N steps (0: never)"},
     {"-g", "--gen-tokens", OPT_INT, CLI_FIELD(gen_tokens), 1, 1 << 16, "tokens per sample"},
     {"-n", "--checkpoint-every", OPT_INT, CLI_FIELD(checkpoint_every), 0, INT_MAX,
-     "checkpoint every N steps into -o (0: never)"},
-    {"-y", "--resume", OPT_INT, CLI_FIELD(resume), 0, 1, "1: resume from the newest checkpoint in -o"},
+     "checkpoint every N steps (not implemented yet: only 0)"},
+    {"-y", "--resume", OPT_INT, CLI_FIELD(resume), 0, 1, "resume from a checkpoint (not implemented yet: only 0)"},
     {"-z", "--zero-stage", OPT_INT, CLI_FIELD(zero_stage), 0, 1, "0: replicated AdamW, 1: ZeRO-1 (zero1/ plugin)"},
     {"-w", "--master-weights", OPT_INT, CLI_FIELD(master_weights), 0, 1,
      "1: keep fp32 master weights for bf16 params (0 is not supported)"},
@@ -150,15 +150,36 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->plant_nan_step = -1;
 }
 
-static inline void train_print_usage(FILE* out, const char* prog) {
+// The current value of an option, as text (the defaults, when printing the help).
+static inline const char* cli_value_text(const TrainConfig* c, const OptionSpec* o, char* buf, size_t n) {
+    const char* field = (const char*)c + o->offset;
+    switch (o->kind) {
+        case OPT_INT: snprintf(buf, n, "%d", *(const int*)field); break;
+        case OPT_FLOAT: snprintf(buf, n, "%g", *(const float*)field); break;
+        case OPT_STR: snprintf(buf, n, "%s", *(const char* const*)field ? *(const char* const*)field : "none"); break;
+        case OPT_DTYPE: snprintf(buf, n, "%s", *(const int*)field == DTYPE_BF16 ? "bf16" : "fp32"); break;
+        case OPT_BUCKET: {
+            long long v = *(const long long*)field;
+            if (v < 0) snprintf(buf, n, "auto");
+            else if (v == 0) snprintf(buf, n, "none");
+            else snprintf(buf, n, "%lld", v);
+            break;
+        }
+        default: buf[0] = '\0';
+    }
+    return buf;
+}
+
+static inline void train_print_usage(FILE* out, const char* prog, const TrainConfig* defaults) {
     fprintf(out, "usage: %s [options]\n", prog);
     for (int i = 0; i < NUM_TRAIN_OPTIONS; i++) {
         const OptionSpec* o = &TRAIN_OPTIONS[i];
-        char names[64];
-        const char* arg = o->kind == OPT_FLAG || o->kind == OPT_NOFLAG ? "" : " V";
-        if (o->short_name) snprintf(names, sizeof(names), "%s, %s%s", o->short_name, o->long_name, arg);
-        else snprintf(names, sizeof(names), "    %s%s", o->long_name, arg);
-        fprintf(out, "  %-32s %s\n", names, o->help);
+        char names[64], value[256];
+        int flag = o->kind == OPT_FLAG || o->kind == OPT_NOFLAG;
+        if (o->short_name) snprintf(names, sizeof(names), "%s, %s%s", o->short_name, o->long_name, flag ? "" : " V");
+        else snprintf(names, sizeof(names), "    %s%s", o->long_name, flag ? "" : " V");
+        if (flag) fprintf(out, "  %-32s %s\n", names, o->help);
+        else fprintf(out, "  %-32s %s [%s]\n", names, o->help, cli_value_text(defaults, o, value, sizeof(value)));
     }
     fprintf(out, "  %-32s %s\n", "-h, --help", "this help");
 }
@@ -174,12 +195,13 @@ static inline double cli_number(const char* flag, const char* value, int integer
     return x;
 }
 
-// Parses argv into c (which holds the defaults). Exits 0 on -h, fatal on any error.
+// Parses argv into c (which holds the defaults). Exits 0 on -h (printing the defaults
+// when -h comes first), fatal on any error.
 static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
     for (int a = 1; a < argc; a++) {
         const char* arg = argv[a];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            if (utils_rank() == 0) train_print_usage(stdout, argv[0]);
+            if (utils_rank() == 0) train_print_usage(stdout, argv[0], c);
             exit(0);
         }
         const OptionSpec* o = NULL;

@@ -59,6 +59,8 @@ cp "$MODEL" "$TMP/badversion_model.bin"
 printf '\x07\x00\x00\x00' | dd of="$TMP/badversion_model.bin" bs=1 seek=4 conv=notrunc status=none
 head -c $((MODEL_BYTES - 4096)) "$MODEL" >"$TMP/trunc_model.bin"
 head -c 100 "$MODEL" >"$TMP/tiny_model.bin"
+cp "$MODEL" "$TMP/badheads_model.bin"        # header[5] = NH = 3: C=64 is not divisible by it
+printf '\x03\x00\x00\x00' | dd of="$TMP/badheads_model.bin" bs=1 seek=20 conv=notrunc status=none
 : >"$TMP/not_a_dir"
 
 # Arguments of a good run; each case overrides one thing (later flags win).
@@ -88,7 +90,7 @@ check() {
     if [ ${#problems[@]} -eq 0 ]; then
         ok "$name (np=$np, exit $rc): $(grep 'error:' "$log" | head -1 | cut -c1-110)"
     else
-        bad "$name (np=$np): ${problems[*]}"
+        bad "$name (np=$np): $(printf "%s; " "${problems[@]}")"
         sed 's/^/       | /' "$log" | tail -n 15
     fi
 }
@@ -114,6 +116,9 @@ check model_wrong_magic    1 "magic"                    -- -e "$TMP/badmagic_mod
 check model_bad_version    1 "version 7"                -- -e "$TMP/badversion_model.bin"
 check model_truncated      1 "truncated"                -- -e "$TMP/trunc_model.bin"
 check model_tiny           1 "tiny_model.bin"           -- -e "$TMP/tiny_model.bin"
+check model_C_not_div_NH   1 "not divisible by NH=3"    -- -e "$TMP/badheads_model.bin"
+# a tokenizer file that exists but is not one (a missing one is only a warning, as in llm.c)
+check bad_tokenizer        1 "not an llm.c tokenizer"   -- -s 1 --tokenizer "$TMP/good.bin"
 # token shards
 check missing_shard        1 "no token shard matches"   -- -i "$TMP/none_*.bin"
 check missing_val_shard    1 "no token shard matches"   -- -j "$TMP/none_val.bin" -v 1
@@ -130,6 +135,8 @@ check unknown_flag         1 "--bogus"                  -- --bogus 3
 check flag_missing_value   1 "-b needs a value"         -- -b
 check flag_out_of_range    1 "-z 7 is out of range"     -- -z 7
 check flag_not_a_number    1 "-b expects an integer"    -- -b four
+check lr_nan               1 "-l nan"                   -- -l nan
+check eps_nan              1 "--eps nan"                -- --eps nan
 check output_not_a_dir     1 "not_a_dir"                -- -o "$TMP/not_a_dir"
 # -z 1 on a build without the plugin. If ./train_gpt2 is a USE_ZERO1=1 build, compile a
 # plain one into $TMP with the Makefile's own command (make -n prints it; -O0 for speed).

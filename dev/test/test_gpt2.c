@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
         plain.zero_stage = 0;
         plain.param_dtype = DTYPE_FP32;
         plain.grad_dtype = DTYPE_FP32;
-        trainer_init(&tr, &plain, rank, world);
+        trainer_init_with(&tr, &plain, rank, world, 0);
         check_forward_backward(&tr, &s);
         trainer_free(&tr);
     }

@@ -64,7 +64,7 @@ train() {
     if [ ${#problems[@]} -eq 0 ]; then
         ok "$name: ran, replicas identical"
     else
-        bad "$name: ${problems[*]}"
+        bad "$name: $(printf "%s; " "${problems[@]}")"
         tail -n 20 "$TMP/$name.stdout" | sed 's/^/       | /'
     fi
 }

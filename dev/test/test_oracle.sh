@@ -11,6 +11,8 @@
 #               are checked (from a --steps 0 state, so test_gpt2 checks no step losses);
 #               the step losses are checked only against a trainer that stores bf16 params
 #               (--param-dtype bf16, needs a USE_ZERO1=1 build; skipped, loudly, otherwise).
+#   USE_ZERO1=1 build of test_gpt2: also -z 1 (np=2 with small buckets, np=4, np=2 x 2
+#               micro-steps) and bf16 param storage (np=1, np=2 -z 1) against the oracle.
 #   negative control: a state from another seed must make test_gpt2 fail.
 #
 # Env: ORACLE_EXTRA_FLAGS (e.g. "-z 1 --bucket-size 4096") is appended to every test_gpt2 run.
@@ -66,7 +68,7 @@ run_case() {
     if [ ${#problems[@]} -eq 0 ]; then
         ok "$name"
     else
-        bad "$name: ${problems[*]}"
+        bad "$name: $(printf "%s; " "${problems[@]}")"
         sed 's/^/       | /' "$log" | tail -n 30
     fi
 }
@@ -92,12 +94,18 @@ run_case bf16_fp32params_np1 1 0 "PASS logits|PASS loss|PASS gradients|PASS test
     -- "$TMP/bf16.model.bin" "$TMP/bf16_nosteps.state.bin"
 echo "  NOTE bf16 model with fp32 params: step losses NOT checked (the oracle has no mode that trains"
 echo "       in fp32 from the bf16-rounded init; its bf16 step losses assume bf16 param storage)"
-# bf16 param storage, where the build has it: the oracle's bf16 step losses apply.
+# With the zero1/ plugin built in (test_gpt2 from USE_ZERO1=1): bf16 param storage, where
+# the oracle's bf16 step losses apply, and ZeRO-1 (-z 1) against the same oracle numbers.
 if grep -qF -- "--param-dtype/--grad-dtype bf16 need the zero1/ plugin" ./test_gpt2; then
-    echo "  SKIP bf16 param storage step losses: ./test_gpt2 is built without USE_ZERO1=1"
+    echo "  SKIP bf16 param storage and -z 1 cases: ./test_gpt2 is built without USE_ZERO1=1"
 else
-    run_case bf16_bf16params_np1 1 0 "$ALL_SINGLE" -- "$TMP/bf16.model.bin" "$TMP/bf16.state.bin" --param-dtype bf16
-    run_case bf16_bf16params_np2 2 0 "$ALL_MULTI" -- "$TMP/bf16.model.bin" "$TMP/bf16.state.bin" --param-dtype bf16
+    B16M=$TMP/bf16.model.bin B16S=$TMP/bf16.state.bin
+    run_case bf16_bf16params_np1 1 0 "$ALL_SINGLE" -- "$B16M" "$B16S" --param-dtype bf16
+    run_case bf16_bf16params_np2_z1 2 0 "-z 1|$ALL_MULTI" -- "$B16M" "$B16S" --param-dtype bf16 -z 1
+    run_case fp32_np2_z1_bucket4096 2 0 "-z 1|$ALL_MULTI" -- "$M" "$S" -z 1 --bucket-size 4096
+    run_case fp32_np4_z1 4 0 "4 ranks x 1 micro-steps x B=1, T=64, -z 1|$ALL_MULTI" -- "$M" "$S" --accum 1 -z 1
+    run_case fp32_np2_accum2_z1 2 0 "2 ranks x 2 micro-steps x B=1, T=64, -z 1|$ALL_MULTI" \
+        -- "$M" "$S" --accum 2 -z 1 --bucket-size 100000
 fi
 
 # Negative control: the checks can fail. The model of seed 0 against the state of seed 1.

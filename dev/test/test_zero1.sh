@@ -37,7 +37,7 @@ for np in 1 2 3 4; do
     check "overlap off" $np -z 1 --bucket-size 5000 --no-overlap-grad-reduce --no-overlap-param-gather
     check "bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16
     check "bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16
-    check "replicated through the runtime, bf16 params" $np -z 0 --bucket-size 5000 --param-dtype bf16
+    check "replicated through the runtime (bucketed all-reduce)" $np -z 0 --bucket-size 5000
 done
 
 # ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4.
@@ -61,5 +61,29 @@ for np in 2 3; do
         failed=$((failed + 1)); echo "FAIL np=$np planted NaN (rc=$rc, messages=$n)"; tail -15 "$work/log"
     fi
 done
+# --trace: one Chrome trace per rank with per-layer compute, every bucket's reduce-scatter
+# and all-gather, and the step lines report the time blocked on communication.
+timeout 120 "${MPI[@]}" -np 2 ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 -x 3 \
+    -v 0 -s 0 -z 1 --bucket-size 20000 --trace "$work/trace.json" >"$work/log" 2>&1
+buckets=$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$work/log")
+if grep -q "comm wait" "$work/log" && $PY - "$work" "$buckets" <<'PYEOF'
+import json, sys
+work, buckets = sys.argv[1], int(sys.argv[2])
+assert buckets > 1, "expected several buckets"
+for rank in (0, 1):
+    events = json.load(open(f"{work}/trace.rank{rank}.json"))["traceEvents"]
+    names = [e["name"] for e in events if e.get("ph") == "X"]
+    for layer in (-1, 0, 1, 2):  # embeddings, both blocks, final norm + classifier (L=2)
+        assert names.count(f"forward {layer}") >= 3 and names.count(f"backward {layer}") >= 3, layer
+    for b in range(buckets):
+        assert names.count(f"reduce-scatter b{b}") == 3, ("reduce-scatter", b, names.count(f"reduce-scatter b{b}"))
+        assert names.count(f"all-gather b{b}") >= 2, ("all-gather", b)
+    assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")
+PYEOF
+then
+    passed=$((passed + 1)); echo "PASS np=2 --trace: per-layer compute, per-bucket reduce-scatter and all-gather"
+else
+    failed=$((failed + 1)); echo "FAIL np=2 --trace"; tail -15 "$work/log"
+fi
 echo "test_zero1: $passed passed, $failed failed"
 [ $failed = 0 ]
