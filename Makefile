@@ -49,6 +49,10 @@ all: train_gpt2 zero1_plan prepro_text
 train_gpt2: train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_STAMP)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) train_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
 
+# The trainer without the plugin under its own name, so tests can run both builds.
+train_gpt2_plain: train_gpt2.c $(HOST_HEADERS)
+	$(CC) $(CFLAGS) train_gpt2.c -o $@ $(LDLIBS)
+
 # The oracle test harness includes train_gpt2.c and is built the same way.
 test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_STAMP)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
@@ -107,4 +111,4 @@ demo:
 	./scripts/demo.sh
 
 clean:
-	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu
+	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu

@@ -191,7 +191,7 @@ static inline double cli_number(const char* flag, const char* value, int integer
     if (end == value || *end != '\0' || errno != 0) {
         fatal("%s expects %s, got '%s'", flag, integer ? "an integer" : "a number", value);
     }
-    if (x < min || x > max) fatal("%s %s is out of range [%g, %g]", flag, value, min, max);
+    if (!(x >= min && x <= max)) fatal("%s %s is out of range [%g, %g]", flag, value, min, max);  // NaN too
     return x;
 }
 

@@ -69,8 +69,9 @@ static inline void shard_check_tokens(FILE* f, const char* path, size_t ntok, in
         freadCheck(buf, sizeof(uint16_t), n, f, path);
         for (size_t i = 0; i < n; i++) {
             if (buf[i] >= vocab_size) {
+                int id = buf[i];
                 free(buf);
-                fatal("%s: token %zu has id %d, not below the vocabulary size %d", path, done + i, buf[i], vocab_size);
+                fatal("%s: token %zu has id %d, not below the vocabulary size %d", path, done + i, id, vocab_size);
             }
         }
         done += n;

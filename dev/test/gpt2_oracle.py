@@ -431,8 +431,10 @@ def make_batch(cfg, B, T, seed, tokens_path):
     return toks[:-1].reshape(B, T).clone(), toks[1:].reshape(B, T).clone()
 
 
-def run_make(cfg, B, T, dtype, seed, steps, hp, tokens_path):
-    """Shared by `make` and selftest: -> (params as stored, x, y, logits, loss, grads, losses, norms)."""
+def run_make(cfg, B, T, dtype, seed, steps, hp, tokens_path, train_dtype=None):
+    """Shared by `make` and selftest: -> (params as stored, x, y, logits, loss, grads, losses, norms).
+    train_dtype: the parameter storage the AdamW steps model (default: the file's dtype).
+    "fp32" after a bf16 file is what a trainer with fp32 params does after loading it."""
     if steps < 0:
         raise OracleError(f"--steps must be >= 0, got {steps}")
     params = init_params(cfg, seed)
@@ -440,7 +442,8 @@ def run_make(cfg, B, T, dtype, seed, steps, hp, tokens_path):
         # The reference starts from exactly what the trainer reads from a version-5 file.
         params = {k: torch.from_numpy(round_bf16(t.numpy())) for k, t in params.items()}
     x, y = make_batch(cfg, B, T, seed, tokens_path)
-    logits, loss, grads, losses, norms = train_steps(cfg, params, x, y, steps, hp, dtype == "bf16")
+    train_dtype = train_dtype or dtype
+    logits, loss, grads, losses, norms = train_steps(cfg, params, x, y, steps, hp, train_dtype == "bf16")
     return params, x, y, logits, loss, grads, losses, norms
 
 
@@ -450,7 +453,7 @@ def cmd_make(a):
     hp = hparams_from_args(a)
     t0 = time.time()
     params, x, y, logits, loss, grads, losses, norms = run_make(cfg, a.batch, a.seq, a.dtype, a.seed, a.steps,
-                                                                hp, a.tokens)
+                                                                hp, a.tokens, a.train_dtype)
     write_model(a.out_model, cfg, params, a.dtype)
     write_state(a.out_state, cfg, a.batch, a.seq, hp, x.numpy(), y.numpy(), logits, float(loss), grads,
                 losses, norms)
@@ -706,6 +709,8 @@ def build_parser():
     m.add_argument("--batch", type=int, default=4)
     m.add_argument("--seq", type=int, default=64)
     m.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    m.add_argument("--train-dtype", choices=["fp32", "bf16"], default=None,
+                   help="parameter storage modelled by the AdamW steps (default: --dtype)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--steps", type=int, default=10)
     m.add_argument("--lr", type=float, default=1e-3)

@@ -16,17 +16,19 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM
 # Build steps first (a failed build is reported and the tests still run, to show the damage).
 # Words are split on blanks (no quoting); a missing script, binary or command is a FAIL.
 STEPS=(
-  "build           600 make -j2 train_gpt2 test_gpt2 prepro_text zero1_plan test_zero1_layout"
+  "build           600 make -j2 train_gpt2 test_gpt2 test_zero1 USE_ZERO1=1"
+  "build_more      600 make -j2 train_gpt2_plain prepro_text zero1_plan test_zero1_layout test_kernels"
   "data            300 make data"
   "tokenizer       300 dev/test/test_tokenizer.sh"
-  "zero1_plan      300 dev/test/test_zero1_plan.sh"
+  "kernels         120 ./test_kernels"
   "zero1_layout    120 ./test_zero1_layout"
-  "kernels         300 dev/test/test_kernels.sh"
+  "zero1_plan      300 dev/test/test_zero1_plan.sh"
   "oracle          300 dev/test/test_oracle.sh"
-  "multirank       300 dev/test/test_multirank.sh"
+  "multirank       300 TRAIN_BIN=./train_gpt2_plain dev/test/test_multirank.sh"
+  "multirank_z0    300 dev/test/test_multirank.sh"
+  "multirank_z1    300 Z=1 dev/test/test_multirank.sh"
   "errors          300 dev/test/test_errors.sh"
-  # needs a train_gpt2 built with USE_ZERO1=1 (make does not rebuild on a USE_ZERO1 change):
-  # "multirank_z1    300 Z=1 dev/test/test_multirank.sh"
+  "zero1           600 dev/test/test_zero1.sh"
 )
 # -------------------------------------------------------------------------------------
 

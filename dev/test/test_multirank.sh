@@ -11,12 +11,14 @@
 # [512 s, 512 (s+1)) of the shard: np=1 B=4 k=2, np=2 B=2 k=2 and np=4 B=1 k=2 alike.
 # Without -d (k=1): np=1 B=4 and np=2 B=2 both cover [256 s, 256 (s+1)).
 #
-# Env: Z (default 0) is passed as -z; MULTIRANK_EXTRA_FLAGS are appended to every run.
+# Env: Z (default 0) is passed as -z; TRAIN_BIN (default ./train_gpt2) is the binary;
+# MULTIRANK_EXTRA_FLAGS are appended to every run.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 PY=/usr/bin/python3
 Z=${Z:-0}
+BIN=${TRAIN_BIN:-./train_gpt2}
 EXTRA=${MULTIRANK_EXTRA_FLAGS:-}
 STEPS=5
 TOL=1e-5
@@ -30,7 +32,7 @@ failed=0
 ok() { echo "  ok   $*"; }
 bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 
-[ -x ./train_gpt2 ] || { echo "FAIL test_multirank: ./train_gpt2 is not built"; exit 1; }
+[ -x "$BIN" ] || { echo "FAIL test_multirank: $BIN is not built"; exit 1; }
 [ -f "$DATA" ] || { echo "FAIL test_multirank: $DATA is missing (make data)"; exit 1; }
 
 # A small random GPT-2 (L=2, C=64, NH=4, maxT=64; 3.3M params, mostly wte) from the oracle.
@@ -46,9 +48,9 @@ train() {
     local args=(-e "$MODEL" -i "$DATA" -b "$B" -t 64 -x $STEPS -l 1e-3 -u 0 -v 0 -s 0 -z "$Z" -o "$out" "$@")
     local rc
     if [ "$np" = 1 ]; then
-        timeout 120 ./train_gpt2 "${args[@]}" $EXTRA >"$TMP/$name.stdout" 2>&1
+        timeout 120 "$BIN" "${args[@]}" $EXTRA >"$TMP/$name.stdout" 2>&1
     else
-        timeout 120 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${args[@]}" $EXTRA >"$TMP/$name.stdout" 2>&1
+        timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" "${args[@]}" $EXTRA >"$TMP/$name.stdout" 2>&1
     fi
     rc=$?
     local problems=()
@@ -120,7 +122,7 @@ else
 fi
 
 if [ $failed -eq 0 ]; then
-    echo "PASS test_multirank (-z $Z, $((SECONDS - t0)) s)"
+    echo "PASS test_multirank ($BIN -z $Z, $((SECONDS - t0)) s)"
     exit 0
 fi
 echo "FAIL test_multirank (-z $Z): $failed check(s) failed"

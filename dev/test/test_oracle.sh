@@ -4,13 +4,10 @@
 #   fp32 model: np=1 (logits, loss, every gradient, 10 AdamW step losses); np=2 x B=2;
 #               np=4 x B=1; np=2 x 2 micro-steps x B=1 (step losses + bitwise identical
 #               parameters on every rank).
-#   bf16 model (v5 file): the default trainer widens it to fp32 params and trains in fp32.
-#               The oracle's bf16 step losses assume bf16 parameter storage during the steps
-#               (forward on bf16(master)), and the oracle has no "fp32 training from the
-#               bf16-rounded init" mode. So: with fp32 params only logits, loss and gradients
-#               are checked (from a --steps 0 state, so test_gpt2 checks no step losses);
-#               the step losses are checked only against a trainer that stores bf16 params
-#               (--param-dtype bf16, needs a USE_ZERO1=1 build; skipped, loudly, otherwise).
+#   bf16 model (v5 file): the default trainer widens it to fp32 params and trains in fp32,
+#               checked against the oracle's --train-dtype fp32 state (everything, as fp32);
+#               with --param-dtype bf16 (needs a USE_ZERO1=1 build; skipped, loudly,
+#               otherwise) against the oracle's bf16-storage steps.
 #   USE_ZERO1=1 build of test_gpt2: also -z 1 (np=2 with small buckets, np=4, np=2 x 2
 #               micro-steps) and bf16 param storage (np=1, np=2 -z 1) against the oracle.
 #   negative control: a state from another seed must make test_gpt2 fail.
@@ -76,7 +73,7 @@ run_case() {
 t0=$SECONDS
 make_oracle fp32                                   # L=2 C=64 NH=4 maxT=64, B=4 T=64, 10 steps
 make_oracle bf16 --dtype bf16                       # same init, rounded to bf16, v5 file
-make_oracle bf16_nosteps --dtype bf16 --steps 0     # logits/loss/grads only
+make_oracle bf16_fp32train --dtype bf16 --train-dtype fp32  # v5 file, steps with fp32 params
 make_oracle other_seed --seed 1 --steps 2           # for the negative control
 echo "  oracle files made in $((SECONDS - t0)) s"
 M=$TMP/fp32.model.bin S=$TMP/fp32.state.bin
@@ -89,11 +86,9 @@ run_case fp32_np2_B2 2 0 "2 ranks x 1 micro-steps x B=2|$ALL_MULTI" -- "$M" "$S"
 run_case fp32_np4_B1 4 0 "4 ranks x 1 micro-steps x B=1|$ALL_MULTI" -- "$M" "$S" --accum 1
 run_case fp32_np2_accum2 2 0 "2 ranks x 2 micro-steps x B=1|$ALL_MULTI" -- "$M" "$S" --accum 2
 
-# bf16 model file, fp32 training: logits, loss, gradients (no step losses, see the top).
-run_case bf16_fp32params_np1 1 0 "PASS logits|PASS loss|PASS gradients|PASS test_gpt2" \
-    -- "$TMP/bf16.model.bin" "$TMP/bf16_nosteps.state.bin"
-echo "  NOTE bf16 model with fp32 params: step losses NOT checked (the oracle has no mode that trains"
-echo "       in fp32 from the bf16-rounded init; its bf16 step losses assume bf16 param storage)"
+# bf16 model file, fp32 training.
+run_case bf16_fp32params_np1 1 0 "$ALL_SINGLE" -- "$TMP/bf16.model.bin" "$TMP/bf16_fp32train.state.bin"
+run_case bf16_fp32params_np2 2 0 "$ALL_MULTI" -- "$TMP/bf16.model.bin" "$TMP/bf16_fp32train.state.bin"
 # With the zero1/ plugin built in (test_gpt2 from USE_ZERO1=1): bf16 param storage, where
 # the oracle's bf16 step losses apply, and ZeRO-1 (-z 1) against the same oracle numbers.
 if grep -qF -- "--param-dtype/--grad-dtype bf16 need the zero1/ plugin" ./test_gpt2; then

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# All tests on a fresh machine (the README's second command; CI runs it through .ci/run):
+#   1. scripts/install_deps.sh   what the build and the PyTorch oracle need
+#   2. make test                 every CPU test (dev/test/run_tests.sh), ends "N passed, M failed"
+#   3. scripts/check_cuda_build.sh  every CUDA target compiles in FP32 and BF16 (no GPU needed)
+#   4. make test_gpu             the GPU tests; they say SKIPPED where there is no GPU
+# Exit status: non-zero if any step failed.
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+START=$SECONDS
+phase() { echo; echo "== [test +$((SECONDS - START)) s] $*"; }
+
+phase "dependencies"
+bash scripts/install_deps.sh || { echo "test: error: scripts/install_deps.sh failed"; exit 1; }
+
+phase "make test"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+make test 2>&1 | tee "$log"
+tests=${PIPESTATUS[0]}
+read -r passed failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ { p = $1; f = $3 } END { print p + 0, f + 0 }' "$log")
+skipped=0
+
+phase "CUDA compile check"
+export PATH=$PATH:/usr/local/cuda/bin
+if command -v nvcc >/dev/null 2>&1; then
+    bash scripts/check_cuda_build.sh
+    cuda=$?
+    if [ $cuda -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+else
+    echo "test: CUDA compile check SKIPPED: no nvcc (install the CUDA toolkit to compile train_gpt2cu)"
+    cuda=0
+    skipped=$((skipped + 1))
+fi
+
+phase "make test_gpu"
+make test_gpu 2>&1 | tee "$log"
+gpu=${PIPESTATUS[0]}
+if grep -q "^SKIPPED" "$log"; then
+    skipped=$((skipped + 1))
+else
+    read -r p f < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ { p = $1; f = $3 } END { print p + 0, f + 0 }' "$log")
+    passed=$((passed + p)); failed=$((failed + f))
+    [ $gpu -ne 0 ] && [ "$f" = 0 ] && failed=$((failed + 1))
+fi
+
+phase "done: make test $tests, CUDA build $cuda, make test_gpu $gpu"
+[ $tests -ne 0 ] && [ $failed -eq 0 ] && failed=1  # a broken runner still fails
+echo "total: $passed passed, $failed failed, $skipped skipped"
+[ $tests -eq 0 ] && [ $cuda -eq 0 ] && [ $gpu -eq 0 ]
