@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
+#include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_cpu.h"
@@ -124,8 +125,8 @@ static void check_config(const TrainConfig* cfg, const GPT2Config* mc, int world
     }
     if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: rebuild with `make train_gpt2 USE_ZERO1=1`");
 #endif
-    if (cfg->checkpoint_every > 0 || cfg->resume) {
-        fatal("checkpointing (-n, -y) is not available yet in this trainer");
+    if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
+        fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
     }
 }
 
@@ -294,6 +295,60 @@ static int trainer_replicas_identical(Trainer* tr) {
     return same;
 }
 
+// Checkpoint state in model space (dense canonical arrays): fp32 master, m, v.
+// Collective under ZeRO-1 (the shards are gathered).
+static void trainer_export_state(Trainer* tr, float* master, float* m, float* v) {
+    const GPT2Config* c = &tr->model.config;
+    size_t* dense = (size_t*)mallocCheck(tr->model.num_tensors * sizeof(size_t));
+    size_t n = gpt2_tensor_offsets_dense(c, dense);
+#ifdef USE_ZERO1
+    if (tr->zero1) {
+        zero1_export_state(tr->zero1->rt, dense, m, v, master);
+        free(dense);
+        return;
+    }
+#endif
+    // The plain path's buffers are dense canonical already.
+    memcpy(master, tr->params, n * sizeof(float));
+    memcpy(m, tr->adam_m, n * sizeof(float));
+    memcpy(v, tr->adam_v, n * sizeof(float));
+    free(dense);
+}
+
+static void trainer_import_state(Trainer* tr, const float* m, const float* v) {
+    const GPT2Config* c = &tr->model.config;
+    size_t* dense = (size_t*)mallocCheck(tr->model.num_tensors * sizeof(size_t));
+    size_t n = gpt2_tensor_offsets_dense(c, dense);
+#ifdef USE_ZERO1
+    if (tr->zero1) {
+        zero1_import_state(tr->zero1->rt, dense, m, v);
+        free(dense);
+        return;
+    }
+#endif
+    memcpy(tr->adam_m, m, n * sizeof(float));
+    memcpy(tr->adam_v, v, n * sizeof(float));
+    free(dense);
+}
+
+static void save_checkpoint(Trainer* tr, int steps_done, const DataLoader* train, uint64_t sample_rng) {
+    size_t n = gpt2_num_parameters(&tr->model.config);
+    float* master = (float*)mallocCheck(n * sizeof(float));
+    float* m = (float*)mallocCheck(n * sizeof(float));
+    float* v = (float*)mallocCheck(n * sizeof(float));
+    trainer_export_state(tr, master, m, v);
+    CheckpointState s = {steps_done, 0, 0, sample_rng, tr->world, tr->cfg.B, tr->cfg.T, tr->grad_accum_steps};
+    dataloader_position(train, &s.shard, &s.shard_tokens_done);
+    if (tr->rank == 0) {
+        checkpoint_save(tr->cfg.output_dir, &tr->model.config, master, m, v, &s);
+        printf("checkpoint: step %d saved in %s/checkpoint_%08d\n", steps_done, tr->cfg.output_dir, steps_done);
+    }
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // nobody runs ahead of a checkpoint being written
+    free(master);
+    free(m);
+    free(v);
+}
+
 // ----------------------------------------------------------------------------
 // Batches from the data loader
 
@@ -372,6 +427,22 @@ int main(int argc, char** argv) {
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
     train_parse_args(&cfg, argc, argv);
 
+    // -y 1: the newest checkpoint's master weights replace -e; the rest is restored below.
+    CheckpointState resume_state;
+    char resume_dir[PATH_MAX_LEN];
+    char resume_model[PATH_MAX_LEN];
+    if (cfg.resume) {
+        if (cfg.output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
+        if (checkpoint_find_latest(cfg.output_dir, resume_dir, sizeof(resume_dir)) < 0) {
+            fatal("-y 1: no checkpoint in %s", cfg.output_dir);
+        }
+        char state_path[PATH_MAX_LEN];
+        path_format(state_path, sizeof(state_path), "%s/state.txt", resume_dir);
+        checkpoint_read_state(state_path, &resume_state);
+        path_format(resume_model, sizeof(resume_model), "%s/model.bin", resume_dir);
+        cfg.model = resume_model;
+    }
+
     Trainer tr;
     trainer_init(&tr, &cfg, rank, world);
     const GPT2Config* mc = &tr.model.config;
@@ -383,7 +454,7 @@ int main(int argc, char** argv) {
     memset(&tok, 0, sizeof(tok));
     if (cfg.sample_every > 0) tokenizer_init(&tok, cfg.tokenizer_path);
     Logger logger;
-    logger_init(&logger, cfg.output_dir, rank, 0);
+    logger_init(&logger, cfg.output_dir, rank, cfg.resume);
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
     int max_steps = cfg.max_steps;
@@ -403,10 +474,30 @@ int main(int argc, char** argv) {
 #endif
 
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
+    int start_step = 0;
+    if (cfg.resume) {
+        size_t n = gpt2_num_parameters(mc);
+        float* m = (float*)mallocCheck(n * sizeof(float));
+        float* v = (float*)mallocCheck(n * sizeof(float));
+        char path[PATH_MAX_LEN];
+        path_format(path, sizeof(path), "%s/optimizer.bin", resume_dir);
+        checkpoint_read_optimizer(path, mc, m, v, resume_state.step);
+        trainer_import_state(&tr, m, v);
+        free(m);
+        free(v);
+        dataloader_seek(&train, resume_state.shard, resume_state.shard_tokens_done);
+        sample_rng = resume_state.sample_rng;
+        start_step = resume_state.step;
+        if (rank == 0) {
+            printf("resumed from %s: step %d (saved by %d ranks x B=%d x T=%d x %d micro-steps)\n", resume_dir,
+                   start_step, resume_state.world, resume_state.B, resume_state.T, resume_state.grad_accum_steps);
+        }
+        if (start_step >= max_steps) fatal("-y 1: the checkpoint is at step %d, and -x is %d", start_step, max_steps);
+    }
     if (cfg.overfit_single_batch) dataloader_next_batch(&train);
     double total_ms = 0.0;
     int timed_steps = 0;
-    for (int step = 0; step <= max_steps; step++) {
+    for (int step = start_step; step <= max_steps; step++) {
         int last = step == max_steps;
         if (do_val && (step % cfg.val_every == 0 || last)) {
             float vl = evaluate(&tr, &val);
@@ -419,7 +510,7 @@ int main(int argc, char** argv) {
         double t0 = wall_ms();
         StepResult r = trainer_step(&tr, step, lr, cfg.overfit_single_batch ? fixed_batch : loader_batch, &train);
         double ms = wall_ms() - t0;
-        if (step > 0) {  // the first step warms caches and allocations
+        if (step > start_step) {  // the first step warms caches and allocations
             total_ms += ms;
             timed_steps++;
         }
@@ -429,6 +520,9 @@ int main(int argc, char** argv) {
             fflush(stdout);
         }
         logger_log_train(&logger, step + 1, r.loss, r.grad_norm, lr, ms);
+        if (cfg.checkpoint_every > 0 && ((step + 1) % cfg.checkpoint_every == 0 || step + 1 == max_steps)) {
+            save_checkpoint(&tr, step + 1, &train, sample_rng);
+        }
     }
     if (rank == 0 && timed_steps > 0) {
         printf("average step %.1f ms, %.0f tok/s\n", total_ms / timed_steps, tokens_per_step / (total_ms / timed_steps / 1e3));

@@ -138,16 +138,23 @@ static inline void dataloader_reset(DataLoader* d) {
     d->window_index = 0;
 }
 
-// The position to save in a checkpoint, and to restore on resume.
-static inline void dataloader_position(const DataLoader* d, size_t* shard, size_t* window) {
+// The position to save in a checkpoint: the shard, and how many of its tokens the steps so
+// far consumed (all ranks together). In tokens rather than windows, so that a run resumed
+// with another number of ranks or batch size continues at the same place.
+static inline void dataloader_position(const DataLoader* d, size_t* shard, size_t* tokens_done) {
     *shard = d->shard_index;
-    *window = d->window_index;
+    *tokens_done = d->window_index * (size_t)d->world * d->B * d->T;
 }
 
-static inline void dataloader_seek(DataLoader* d, size_t shard, size_t window) {
+static inline void dataloader_seek(DataLoader* d, size_t shard, size_t tokens_done) {
+    size_t per_window = (size_t)d->world * d->B * d->T;
     if (shard >= d->num_shards) fatal("data position names shard %zu but only %zu match", shard, d->num_shards);
+    if (tokens_done % per_window != 0) {
+        fatal("cannot resume at token %zu of shard %zu with ranks*B*T = %zu tokens per micro-step: "
+              "choose -b/-t/ranks so that it divides", tokens_done, shard, per_window);
+    }
     if (shard != d->shard_index) dataloader_open_shard(d, shard);
-    d->window_index = window;
+    d->window_index = tokens_done / per_window;
 }
 
 static inline void dataloader_free(DataLoader* d) {

@@ -33,8 +33,8 @@ static inline void logger_init(Logger* lg, const char* dir, int rank, int append
     lg->file = NULL;
     if (dir == NULL || rank != 0) return;
     make_dir_or_die(dir);
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/main.log", dir);
+    char path[PATH_MAX_LEN];
+    path_format(path, sizeof(path), "%s/main.log", dir);
     lg->file = fopenCheck(path, append ? "a" : "w");
 }
 

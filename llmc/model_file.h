@@ -47,6 +47,30 @@ static inline void gpt2_config_check(const GPT2Config* c, const char* what) {
     if (c->vocab_size > 65536) fatal("%s: vocab %d does not fit uint16 token shards", what, c->vocab_size);
 }
 
+// Reorders a dense canonical array into llm.c's tensor-major file order (to_file = 1) or
+// back (to_file = 0). dst and src must not overlap.
+static inline void gpt2_dense_reorder(const GPT2Config* cfg, float* dst, const float* src, int to_file) {
+    int NT = gpt2_num_tensors(cfg);
+    size_t* canonical = (size_t*)mallocCheck(NT * sizeof(size_t));
+    size_t* file = (size_t*)mallocCheck(NT * sizeof(size_t));
+    gpt2_tensor_offsets_dense(cfg, canonical);
+    int* by_file = (int*)mallocCheck(NT * sizeof(int));
+    for (int i = 0; i < NT; i++) by_file[gpt2_file_index(cfg, i)] = i;
+    size_t off = 0;
+    for (int k = 0; k < NT; k++) {
+        file[by_file[k]] = off;
+        off += gpt2_tensor_numel(cfg, by_file[k]);
+    }
+    for (int i = 0; i < NT; i++) {
+        size_t n = gpt2_tensor_numel(cfg, i);
+        if (to_file) memcpy(dst + file[i], src + canonical[i], n * sizeof(float));
+        else memcpy(dst + canonical[i], src + file[i], n * sizeof(float));
+    }
+    free(by_file);
+    free(file);
+    free(canonical);
+}
+
 // Reads a model file into a new dense canonical fp32 array; fills cfg and *version.
 static inline float* gpt2_model_file_read(const char* path, GPT2Config* cfg, int* version) {
     FILE* f = fopenCheck(path, "rb");
@@ -72,27 +96,19 @@ static inline float* gpt2_model_file_read(const char* path, GPT2Config* cfg, int
         fatal("%s: expected %zu bytes for this config, found %ld (truncated or corrupt)", path,
               sizeof(header) + n * elem, size);
     }
-    int NT = gpt2_num_tensors(cfg);
-    size_t* offsets = (size_t*)mallocCheck(NT * sizeof(size_t));
-    gpt2_tensor_offsets_dense(cfg, offsets);
-    float* dense = (float*)mallocCheck(n * sizeof(float));
-    uint16_t* tmp = elem == 2 ? (uint16_t*)mallocCheck(n * sizeof(uint16_t)) : NULL;
-    // The file is tensor-major: visit canonical tensors in file order.
-    int* by_file = (int*)mallocCheck(NT * sizeof(int));
-    for (int i = 0; i < NT; i++) by_file[gpt2_file_index(cfg, i)] = i;
-    for (int k = 0; k < NT; k++) {
-        int i = by_file[k];
-        size_t numel = gpt2_tensor_numel(cfg, i);
-        if (elem == 4) {
-            freadCheck(dense + offsets[i], sizeof(float), numel, f, path);
-        } else {
-            freadCheck(tmp, sizeof(uint16_t), numel, f, path);
-            for (size_t j = 0; j < numel; j++) dense[offsets[i] + j] = bf16_to_float(tmp[j]);
-        }
+    // The file is tensor-major: read it whole, then reorder into canonical order.
+    float* file_order = (float*)mallocCheck(n * sizeof(float));
+    if (elem == 4) {
+        freadCheck(file_order, sizeof(float), n, f, path);
+    } else {
+        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        freadCheck(tmp, sizeof(uint16_t), n, f, path);
+        for (size_t j = 0; j < n; j++) file_order[j] = bf16_to_float(tmp[j]);
+        free(tmp);
     }
-    free(by_file);
-    free(tmp);
-    free(offsets);
+    float* dense = (float*)mallocCheck(n * sizeof(float));
+    gpt2_dense_reorder(cfg, dense, file_order, 0);
+    free(file_order);
     fcloseCheck(f, path);
     return dense;
 }
@@ -100,8 +116,8 @@ static inline float* gpt2_model_file_read(const char* path, GPT2Config* cfg, int
 // Writes a dense canonical array as a model file (version 3 or 5), atomically:
 // to path.tmp first, renamed over path only when complete.
 static inline void gpt2_model_file_write(const char* path, const GPT2Config* cfg, const float* dense, int version) {
-    char tmp_path[4096];
-    snprintf(tmp_path, sizeof(tmp_path), "%s.tmp", path);
+    char tmp_path[PATH_MAX_LEN];
+    path_format(tmp_path, sizeof(tmp_path), "%s.tmp", path);
     FILE* f = fopenCheck(tmp_path, "wb");
     int header[MODEL_HEADER_INTS] = {0};
     header[0] = MODEL_MAGIC;
@@ -113,25 +129,18 @@ static inline void gpt2_model_file_write(const char* path, const GPT2Config* cfg
     header[6] = cfg->channels;
     header[7] = cfg->padded_vocab_size;
     fwriteCheck(header, sizeof(int), MODEL_HEADER_INTS, f, tmp_path);
-    int NT = gpt2_num_tensors(cfg);
-    size_t* offsets = (size_t*)mallocCheck(NT * sizeof(size_t));
-    gpt2_tensor_offsets_dense(cfg, offsets);
-    int* by_file = (int*)mallocCheck(NT * sizeof(int));
-    for (int i = 0; i < NT; i++) by_file[gpt2_file_index(cfg, i)] = i;
-    for (int k = 0; k < NT; k++) {
-        int i = by_file[k];
-        size_t numel = gpt2_tensor_numel(cfg, i);
-        if (version == MODEL_VERSION_FP32) {
-            fwriteCheck(dense + offsets[i], sizeof(float), numel, f, tmp_path);
-        } else {
-            uint16_t* tmp = (uint16_t*)mallocCheck(numel * sizeof(uint16_t));
-            for (size_t j = 0; j < numel; j++) tmp[j] = float_to_bf16(dense[offsets[i] + j]);
-            fwriteCheck(tmp, sizeof(uint16_t), numel, f, tmp_path);
-            free(tmp);
-        }
+    size_t n = gpt2_num_parameters(cfg);
+    float* file_order = (float*)mallocCheck(n * sizeof(float));
+    gpt2_dense_reorder(cfg, file_order, dense, 1);
+    if (version == MODEL_VERSION_FP32) {
+        fwriteCheck(file_order, sizeof(float), n, f, tmp_path);
+    } else {
+        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        for (size_t j = 0; j < n; j++) tmp[j] = float_to_bf16(file_order[j]);
+        fwriteCheck(tmp, sizeof(uint16_t), n, f, tmp_path);
+        free(tmp);
     }
-    free(by_file);
-    free(offsets);
+    free(file_order);
     fcloseCheck(f, tmp_path);
     if (rename(tmp_path, path) != 0) fatal("cannot rename %s to %s: %s", tmp_path, path, strerror(errno));
 }

@@ -76,6 +76,17 @@ static inline void fatal(const char* fmt, ...) {
     exit(1);
 }
 
+// snprintf for file paths: a path that does not fit is an error, never a silent truncation.
+#define PATH_MAX_LEN 4096
+static inline void path_format(char* buf, size_t n, const char* fmt, ...) LLMC_PRINTF(3, 4);
+static inline void path_format(char* buf, size_t n, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= n) fatal("path too long (over %zu bytes): %.60s...", n - 1, buf);
+}
+
 static inline void* malloc_check(size_t size, const char* file, int line) {
     void* p = malloc(size == 0 ? 1 : size);
     if (p == NULL) fatal("out of memory allocating %zu bytes (%s:%d)", size, file, line);

@@ -9,6 +9,7 @@
 static void* cpu_alloc(size_t bytes) { return callocCheck(bytes, 1); }
 static void cpu_free(void* p) { free(p); }
 static void cpu_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 
 static void cpu_convert(void* dst, Zero1Dtype dst_type, const void* src, Zero1Dtype src_type, size_t n) {
     if (dst_type == src_type) {
@@ -53,5 +54,5 @@ static void cpu_adamw(void* params, Zero1Dtype param_type, float* master, const 
     cpu_convert(params, param_type, master, ZERO1_FP32, n);
 }
 
-const Zero1DeviceOps zero1_device_cpu = {cpu_alloc, cpu_free, cpu_zero, cpu_convert,
+const Zero1DeviceOps zero1_device_cpu = {cpu_alloc, cpu_free, cpu_zero, cpu_copy, cpu_convert,
                                          cpu_first_nonfinite, cpu_sum_squares, cpu_adamw};

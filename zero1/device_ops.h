@@ -23,6 +23,8 @@ typedef struct {
     void* (*alloc)(size_t bytes);  // zero-filled
     void (*free)(void* p);
     void (*zero)(void* p, size_t bytes);
+    // Copies bytes; either side may be device or host memory (checkpoints move state to the host).
+    void (*copy)(void* dst, const void* src, size_t bytes);
     // dst[i] = (dst dtype) src[i] for n elements, between fp32 and bf16 in either direction.
     void (*convert)(void* dst, Zero1Dtype dst_type, const void* src, Zero1Dtype src_type, size_t n);
     // Index of the first non-finite value of an fp32 range, or -1.

@@ -87,6 +87,14 @@ float zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms
 // Waits for every all-gather in flight: afterwards the compute params are complete.
 void zero1_sync_params(Zero1Runtime* rt);
 
+// Checkpoints, in model space: dense_offsets[p] is where parameter p starts in the dense
+// (unpadded, definition-order) arrays. Export is collective (the shards are gathered)
+// and fills m, v and the fp32 master on every rank; import takes this rank's shards from
+// full arrays, so the DP and the layout may differ from the run that saved them.
+// The master weights are imported through the compute params and zero1_after_load.
+void zero1_export_state(Zero1Runtime* rt, const size_t* dense_offsets, float* m, float* v, float* master);
+void zero1_import_state(Zero1Runtime* rt, const size_t* dense_offsets, const float* m, const float* v);
+
 // Bytes of optimizer state this rank allocated (master + m + v), and its owned elements.
 size_t zero1_state_bytes(const Zero1Runtime* rt);
 size_t zero1_owned_numel(const Zero1Runtime* rt);

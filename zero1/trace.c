@@ -39,7 +39,7 @@ void zero1_trace(Zero1Tracer* t, int lane, double start_us, double end_us, const
 
 int zero1_tracer_write(const Zero1Tracer* t, const char* path) {
     static const char* lanes[] = {"compute", "grad reduce", "param gather", "blocked in wait"};
-    char tmp[4096];
+    char tmp[PATH_MAX_LEN];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopen(tmp, "w");
     if (!f) return -1;

@@ -171,11 +171,11 @@ static void zero1_glue_print_end(Zero1Glue* g) {
     }
     free(all);
     if (g->tracer) {
-        char path[4096];
+        char path[PATH_MAX_LEN];
         const char* f = g->trace_file;
         size_t len = strlen(f);
         if (len > 5 && strcmp(f + len - 5, ".json") == 0) len -= 5;
-        snprintf(path, sizeof(path), "%.*s.rank%d.json", (int)len, f, g->rank);
+        path_format(path, sizeof(path), "%.*s.rank%d.json", (int)len, f, g->rank);
         if (zero1_tracer_write(g->tracer, path) != 0) fatal("cannot write trace %s", path);
         if (g->rank == 0) printf("zero1: trace written to %.*s.rank*.json\n", (int)len, f);
     }

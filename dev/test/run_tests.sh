@@ -29,6 +29,7 @@ STEPS=(
   "multirank_z1    300 Z=1 dev/test/test_multirank.sh"
   "errors          300 dev/test/test_errors.sh"
   "zero1           600 dev/test/test_zero1.sh"
+  "checkpoint      300 dev/test/test_checkpoint.sh"
 )
 # -------------------------------------------------------------------------------------
 
