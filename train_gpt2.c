@@ -24,6 +24,7 @@
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
+#include "llmc/train_loop.h"
 #include "llmc/utils.h"
 #ifdef USE_ZERO1
 #include "zero1/trainer_glue.h"
@@ -35,31 +36,8 @@
 #define DEFAULT_ZERO_STAGE 0
 #endif
 
-#define mpiCheck(call)                                                                       \
-    do {                                                                                     \
-        int mpi_status_ = (call);                                                            \
-        if (mpi_status_ != MPI_SUCCESS) fatal("MPI error %d at %s:%d", mpi_status_, __FILE__, __LINE__); \
-    } while (0)
-
-static double wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 // ----------------------------------------------------------------------------
 // The trainer: a model bound to a param and a grad buffer, and an optimizer.
-
-typedef struct {
-    int step;                  // 0-based index of this optimizer step
-    float loss;                // mean over micro-steps and ranks
-    float grad_norm;           // global L2 norm before clipping
-    float lr;
-    double comm_blocked_ms;    // time spent waiting on communication
-} StepResult;
-
-// Supplies the inputs and targets (B*T each) of micro-step `micro` of the current step.
-typedef void (*BatchFn)(void* ctx, int micro, const int** inputs, const int** targets);
 
 typedef struct {
     TrainConfig cfg;
@@ -96,26 +74,9 @@ static void trainer_load_weights(Trainer* tr, const float* dense) {
     free(dense_offsets);
 }
 
-// Builds the model from a file or a descriptor; every rank does the same.
-static float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc) {
-    if (gpt2_config_from_descriptor(cfg->model, 50257, 1024, mc) == 0) {
-        gpt2_config_check(mc, cfg->model);
-        float* dense = (float*)mallocCheck(gpt2_num_parameters(mc) * sizeof(float));
-        gpt2_init_random(mc, dense, (uint64_t)cfg->seed);
-        return dense;
-    }
-    int version;
-    return gpt2_model_file_read(cfg->model, mc, &version);
-}
-
-static void check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
-    if (cfg->T > mc->max_seq_len) fatal("-t %d exceeds the model's maximum sequence length %d", cfg->T, mc->max_seq_len);
-    long long per_micro = (long long)cfg->B * cfg->T * world;
-    if (cfg->total_batch_tokens != -1 && (cfg->total_batch_tokens <= 0 || cfg->total_batch_tokens % per_micro != 0)) {
-        fatal("-d %d is not a positive multiple of B*T*ranks = %d*%d*%d = %lld", cfg->total_batch_tokens, cfg->B,
-              cfg->T, world, per_micro);
-    }
-    if (cfg->master_weights != 1) fatal("-w 0 is not supported: the trainers always keep fp32 master weights");
+// Checks the configuration against the model; returns the micro-steps per optimizer step.
+static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
+    int grad_accum_steps = check_batch_config(cfg, mc, world);
 #ifndef USE_ZERO1
     if (cfg->zero_stage == 1) {
         fatal("-z 1 needs the zero1/ plugin: rebuild with `make train_gpt2 USE_ZERO1=1`");
@@ -128,6 +89,7 @@ static void check_config(const TrainConfig* cfg, const GPT2Config* mc, int world
     if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
         fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
     }
+    return grad_accum_steps;
 }
 
 // use_plugin: run the optimizer through zero1/ (with the plugin built in, always: -z 0 is
@@ -141,9 +103,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     tr->world = world;
     GPT2Config mc;
     float* dense = load_initial_weights(cfg, &mc);
-    check_config(cfg, &mc, world);
-    long long per_micro = (long long)cfg->B * cfg->T * world;
-    tr->grad_accum_steps = cfg->total_batch_tokens == -1 ? 1 : (int)(cfg->total_batch_tokens / per_micro);
+    tr->grad_accum_steps = check_config(cfg, &mc, world);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T);
     int NT = tr->model.num_tensors;
     tr->offsets = (size_t*)mallocCheck(NT * sizeof(size_t));
@@ -272,27 +232,17 @@ static void trainer_sync_params(Trainer* tr) {
 #endif
 }
 
-// FNV-1a over every parameter's bytes: a cheap fingerprint to compare replicas.
+// A fingerprint of every parameter's bytes, to compare replicas.
 static uint64_t params_fingerprint(const GPT2* m) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < m->num_tensors; i++) {
-        const unsigned char* p = (const unsigned char*)m->param[i];
-        size_t n = gpt2_tensor_numel(&m->config, i) * sizeof(float);
-        for (size_t j = 0; j < n; j++) h = (h ^ p[j]) * 1099511628211ull;
-    }
+    uint64_t h = FNV1A_START;
+    for (int i = 0; i < m->num_tensors; i++) h = fnv1a(h, m->param[i], gpt2_tensor_numel(&m->config, i) * sizeof(float));
     return h;
 }
 
 // After training, every rank must hold the same parameters; a mismatch is a bug.
 static int trainer_replicas_identical(Trainer* tr) {
     trainer_sync_params(tr);
-    uint64_t mine = params_fingerprint(&tr->model);
-    uint64_t* all = (uint64_t*)mallocCheck((size_t)tr->world * sizeof(uint64_t));
-    mpiCheck(MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD));
-    int same = 1;
-    for (int r = 0; r < tr->world; r++) same &= all[r] == all[0];
-    free(all);
-    return same;
+    return all_ranks_equal(params_fingerprint(&tr->model), tr->world);
 }
 
 // Checkpoint state in model space (dense canonical arrays): fp32 master, m, v.
@@ -349,22 +299,41 @@ static void save_checkpoint(Trainer* tr, int steps_done, const DataLoader* train
     free(v);
 }
 
+// -y 1: finds the newest checkpoint in -o; its model.bin becomes the model to load.
+static void find_resume_checkpoint(TrainConfig* cfg, char* dir, size_t n, CheckpointState* state) {
+    static char model_path[PATH_MAX_LEN];
+    if (cfg->output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
+    if (checkpoint_find_latest(cfg->output_dir, dir, n) < 0) fatal("-y 1: no checkpoint in %s", cfg->output_dir);
+    char path[PATH_MAX_LEN];
+    path_format(path, sizeof(path), "%s/state.txt", dir);
+    checkpoint_read_state(path, state);
+    path_format(model_path, sizeof(model_path), "%s/model.bin", dir);
+    cfg->model = model_path;
+}
+
+// After the trainer loaded the checkpoint's weights: AdamW state, data position, RNG.
+static void restore_checkpoint(Trainer* tr, const char* dir, const CheckpointState* state, DataLoader* train,
+                               uint64_t* sample_rng) {
+    const GPT2Config* mc = &tr->model.config;
+    size_t n = gpt2_num_parameters(mc);
+    float* m = (float*)mallocCheck(n * sizeof(float));
+    float* v = (float*)mallocCheck(n * sizeof(float));
+    char path[PATH_MAX_LEN];
+    path_format(path, sizeof(path), "%s/optimizer.bin", dir);
+    checkpoint_read_optimizer(path, mc, m, v, state->step);
+    trainer_import_state(tr, m, v);
+    free(m);
+    free(v);
+    dataloader_seek(train, state->shard, state->shard_tokens_done);
+    *sample_rng = state->sample_rng;
+    if (tr->rank == 0) {
+        printf("resumed from %s: step %d (saved by %d ranks x B=%d x T=%d x %d micro-steps)\n", dir, state->step,
+               state->world, state->B, state->T, state->grad_accum_steps);
+    }
+}
+
 // ----------------------------------------------------------------------------
-// Batches from the data loader
-
-static void loader_batch(void* ctx, int micro, const int** inputs, const int** targets) {
-    DataLoader* d = (DataLoader*)ctx;
-    dataloader_next_batch(d);
-    *inputs = d->inputs;
-    *targets = d->targets;
-}
-
-// The same batch every time (-a 1).
-static void fixed_batch(void* ctx, int micro, const int** inputs, const int** targets) {
-    DataLoader* d = (DataLoader*)ctx;
-    *inputs = d->inputs;
-    *targets = d->targets;
-}
+// The trainer as the training loop sees it
 
 static float evaluate(Trainer* tr, DataLoader* val) {
     dataloader_reset(val);
@@ -379,40 +348,24 @@ static float evaluate(Trainer* tr, DataLoader* val) {
     return total / tr->world;
 }
 
-// Every rank generates the same text (same seed, same weights); rank 0 prints it.
-static void print_sample(Trainer* tr, Tokenizer* tok, uint64_t* rng_state) {
-    const GPT2Config* c = &tr->model.config;
-    int T = tr->cfg.T, n = tr->cfg.gen_tokens;
-    int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
-    int eot = tok->init_ok ? (int)tok->eot_token : 50256;
-    if (eot >= c->vocab_size) eot = 0;
-    tokens[0] = eot;
-    if (tr->rank == 0) printf("generating:\n---\n");
-    int len = 1;
-    for (int i = 0; i < n; i++) {
-        int window = len < T ? len : T;
-        const int* ctx = tokens + (len - window);
-        gpt2_forward(&tr->model, ctx, NULL, 1, window);
-        const float* logits = tr->model.acts.logits + (size_t)(window - 1) * c->padded_vocab_size;
-        float* probs = tr->model.acts.probs;  // scratch
-        float maxv = -INFINITY, sum = 0.0f;
-        for (int v = 0; v < c->vocab_size; v++) maxv = fmaxf(maxv, logits[v]);
-        for (int v = 0; v < c->vocab_size; v++) sum += (probs[v] = expf(logits[v] - maxv));
-        for (int v = 0; v < c->vocab_size; v++) probs[v] /= sum;
-        int next = sample_from_probs(probs, c->vocab_size, rng_f32(rng_state));
-        if (len == T) {  // slide the context window
-            memmove(tokens, tokens + 1, (size_t)(T - 1) * sizeof(int));
-            len--;
-        }
-        tokens[len++] = next;
-        if (tr->rank == 0) {
-            if (tok->init_ok) tokenizer_print(tok, (uint32_t)next);
-            else printf("%d ", next);
-            fflush(stdout);
-        }
-    }
-    if (tr->rank == 0) printf("\n---\n");
-    free(tokens);
+static void next_token_logits(void* ctx, const int* tokens, int n, float* logits) {
+    Trainer* tr = (Trainer*)ctx;
+    int window = n < tr->cfg.T ? n : tr->cfg.T;
+    gpt2_forward(&tr->model, tokens + (n - window), NULL, 1, window);
+    int Vp = tr->model.config.padded_vocab_size;
+    memcpy(logits, tr->model.acts.logits + (size_t)(window - 1) * Vp, (size_t)Vp * sizeof(float));
+}
+
+static StepResult loop_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx) {
+    return trainer_step((Trainer*)t, step, lr, next_batch, batch_ctx);
+}
+static float loop_evaluate(void* t, DataLoader* val) { return evaluate((Trainer*)t, val); }
+static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
+    Trainer* tr = (Trainer*)t;
+    print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
+}
+static void loop_checkpoint(void* t, int steps_done, const DataLoader* train, uint64_t rng) {
+    save_checkpoint((Trainer*)t, steps_done, train, rng);
 }
 
 #ifndef TESTING
@@ -428,20 +381,9 @@ int main(int argc, char** argv) {
     train_parse_args(&cfg, argc, argv);
 
     // -y 1: the newest checkpoint's master weights replace -e; the rest is restored below.
-    CheckpointState resume_state;
     char resume_dir[PATH_MAX_LEN];
-    char resume_model[PATH_MAX_LEN];
-    if (cfg.resume) {
-        if (cfg.output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
-        if (checkpoint_find_latest(cfg.output_dir, resume_dir, sizeof(resume_dir)) < 0) {
-            fatal("-y 1: no checkpoint in %s", cfg.output_dir);
-        }
-        char state_path[PATH_MAX_LEN];
-        path_format(state_path, sizeof(state_path), "%s/state.txt", resume_dir);
-        checkpoint_read_state(state_path, &resume_state);
-        path_format(resume_model, sizeof(resume_model), "%s/model.bin", resume_dir);
-        cfg.model = resume_model;
-    }
+    CheckpointState resume_state;
+    if (cfg.resume) find_resume_checkpoint(&cfg, resume_dir, sizeof(resume_dir), &resume_state);
 
     Trainer tr;
     trainer_init(&tr, &cfg, rank, world);
@@ -457,14 +399,9 @@ int main(int argc, char** argv) {
     logger_init(&logger, cfg.output_dir, rank, cfg.resume);
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
-    int max_steps = cfg.max_steps;
-    if (max_steps == -1) {
-        max_steps = (int)((train.shard_tokens - 1) / tokens_per_step);
-        if (max_steps < 1) max_steps = 1;
-    }
+    int max_steps = resolve_max_steps(&cfg, &train, tokens_per_step);
     if (rank == 0) {
-        printf("GPT-2: L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", mc->num_layers, mc->num_heads,
-               mc->channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size, gpt2_num_parameters(mc));
+        print_model_line(mc);
         printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | %d threads\n",
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                omp_get_max_threads());
@@ -476,57 +413,14 @@ int main(int argc, char** argv) {
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
     int start_step = 0;
     if (cfg.resume) {
-        size_t n = gpt2_num_parameters(mc);
-        float* m = (float*)mallocCheck(n * sizeof(float));
-        float* v = (float*)mallocCheck(n * sizeof(float));
-        char path[PATH_MAX_LEN];
-        path_format(path, sizeof(path), "%s/optimizer.bin", resume_dir);
-        checkpoint_read_optimizer(path, mc, m, v, resume_state.step);
-        trainer_import_state(&tr, m, v);
-        free(m);
-        free(v);
-        dataloader_seek(&train, resume_state.shard, resume_state.shard_tokens_done);
-        sample_rng = resume_state.sample_rng;
+        restore_checkpoint(&tr, resume_dir, &resume_state, &train, &sample_rng);
         start_step = resume_state.step;
-        if (rank == 0) {
-            printf("resumed from %s: step %d (saved by %d ranks x B=%d x T=%d x %d micro-steps)\n", resume_dir,
-                   start_step, resume_state.world, resume_state.B, resume_state.T, resume_state.grad_accum_steps);
-        }
         if (start_step >= max_steps) fatal("-y 1: the checkpoint is at step %d, and -x is %d", start_step, max_steps);
     }
     if (cfg.overfit_single_batch) dataloader_next_batch(&train);
-    double total_ms = 0.0;
-    int timed_steps = 0;
-    for (int step = start_step; step <= max_steps; step++) {
-        int last = step == max_steps;
-        if (do_val && (step % cfg.val_every == 0 || last)) {
-            float vl = evaluate(&tr, &val);
-            if (rank == 0) printf("val loss %.6f\n", vl);
-            logger_log_val(&logger, step, vl);
-        }
-        if (cfg.sample_every > 0 && step > 0 && (step % cfg.sample_every == 0 || last)) print_sample(&tr, &tok, &sample_rng);
-        if (last) break;
-        float lr = lr_at_step(cfg.lr, cfg.warmup_steps, cfg.final_lr_fraction, step, max_steps);
-        double t0 = wall_ms();
-        StepResult r = trainer_step(&tr, step, lr, cfg.overfit_single_batch ? fixed_batch : loader_batch, &train);
-        double ms = wall_ms() - t0;
-        if (step > start_step) {  // the first step warms caches and allocations
-            total_ms += ms;
-            timed_steps++;
-        }
-        if (rank == 0) {
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms\n",
-                   step + 1, max_steps, r.loss, r.grad_norm, lr, ms, tokens_per_step / (ms / 1e3), r.comm_blocked_ms);
-            fflush(stdout);
-        }
-        logger_log_train(&logger, step + 1, r.loss, r.grad_norm, lr, ms);
-        if (cfg.checkpoint_every > 0 && ((step + 1) % cfg.checkpoint_every == 0 || step + 1 == max_steps)) {
-            save_checkpoint(&tr, step + 1, &train, sample_rng);
-        }
-    }
-    if (rank == 0 && timed_steps > 0) {
-        printf("average step %.1f ms, %.0f tok/s\n", total_ms / timed_steps, tokens_per_step / (total_ms / timed_steps / 1e3));
-    }
+    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
+    run_training(&loop, &cfg, rank, &train, do_val ? &val : NULL, &tok, &logger, start_step, max_steps,
+                 tokens_per_step, &sample_rng);
     size_t state_bytes = 2 * tr.numel * sizeof(float);  // replicated AdamW: m and v for every element
 #ifdef USE_ZERO1
     if (tr.zero1) state_bytes = zero1_state_bytes(tr.zero1->rt);

@@ -31,6 +31,7 @@
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
+#include "llmc/train_loop.h"
 #include "llmc/utils.h"
 
 #include "llmc/cuda_common.cuh"
@@ -44,12 +45,6 @@
 #include "llmc/matmul.cuh"
 #include "llmc/nccl_comm.cuh"
 #include "llmc/residual.cuh"
-
-static double wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 // ----------------------------------------------------------------------------
 // The model on the GPU
@@ -342,17 +337,6 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
 // The trainer: a model bound to a param and a grad buffer, and an optimizer.
 
 typedef struct {
-    int step;                  // 0-based index of this optimizer step
-    float loss;                // mean over micro-steps and ranks
-    float grad_norm;           // global L2 norm before clipping
-    float lr;
-    double comm_blocked_ms;    // host time spent waiting on communication (0: all queued)
-} StepResult;
-
-// Supplies the inputs and targets (B*T each, host memory) of micro-step `micro`.
-typedef void (*BatchFn)(void* ctx, int micro, const int** inputs, const int** targets);
-
-typedef struct {
     TrainConfig cfg;
     int rank, world;
     NcclComm nccl;
@@ -371,32 +355,16 @@ typedef struct {
     float* h_readback;         // pinned: loss sum, norm
 } Trainer;
 
-// Builds the model from a file or a descriptor; every rank does the same (host, fp32).
-static float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc) {
-    if (gpt2_config_from_descriptor(cfg->model, 50257, 1024, mc) == 0) {
-        gpt2_config_check(mc, cfg->model);
-        float* dense = (float*)mallocCheck(gpt2_num_parameters(mc) * sizeof(float));
-        gpt2_init_random(mc, dense, (uint64_t)cfg->seed);
-        return dense;
-    }
-    int version;
-    return gpt2_model_file_read(cfg->model, mc, &version);
-}
-
-static void check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
-    if (cfg->T > mc->max_seq_len) fatal("-t %d exceeds the model's maximum sequence length %d", cfg->T, mc->max_seq_len);
-    long long per_micro = (long long)cfg->B * cfg->T * world;
-    if (cfg->total_batch_tokens != -1 && (cfg->total_batch_tokens <= 0 || cfg->total_batch_tokens % per_micro != 0)) {
-        fatal("-d %d is not a positive multiple of B*T*ranks = %d*%d*%d = %lld", cfg->total_batch_tokens, cfg->B,
-              cfg->T, world, per_micro);
-    }
-    if (cfg->master_weights != 1) fatal("-w 0 is not supported: the trainers always keep fp32 master weights");
+// Checks the configuration against the model; returns the micro-steps per optimizer step.
+static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
+    int grad_accum_steps = check_batch_config(cfg, mc, world);
     if (cfg->zero_stage == 1) {
         fatal("-z 1 (ZeRO-1) is not wired into train_gpt2cu yet; use -z 0 (replicated) on the GPU");
     }
     if (cfg->grad_dtype != DTYPE_FP32) fatal("--grad-dtype bf16 is not supported by train_gpt2cu (fp32 grad buffer)");
     if (cfg->trace_file) fatal("--trace is not supported by train_gpt2cu yet");
-    if (cfg->checkpoint_every > 0 || cfg->resume) fatal("checkpointing (-n, -y) is not available yet in this trainer");
+    if (cfg->checkpoint_every > 0 || cfg->resume) fatal("checkpoints (-n, -y) are not available in train_gpt2cu yet");
+    return grad_accum_steps;
 }
 
 // Copies a dense canonical fp32 array into the master weights and the param buffer.
@@ -423,9 +391,7 @@ static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int worl
     tr->stream = stream;
     GPT2Config mc;
     float* dense = load_initial_weights(cfg, &mc);
-    check_config(cfg, &mc, world);
-    long long per_micro = (long long)cfg->B * cfg->T * world;
-    tr->grad_accum_steps = cfg->total_batch_tokens == -1 ? 1 : (int)(cfg->total_batch_tokens / per_micro);
+    tr->grad_accum_steps = check_config(cfg, &mc, world);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T, stream);
     int NT = tr->model.num_tensors;
     tr->offsets = (size_t*)mallocCheck(NT * sizeof(size_t));
@@ -521,44 +487,18 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     return r;
 }
 
-// FNV-1a over the param buffer's bytes: a cheap fingerprint to compare replicas.
+// A fingerprint of the param buffer's bytes, to compare replicas.
 static uint64_t params_fingerprint(const Trainer* tr) {
     size_t bytes = tr->numel * sizeof(floatX);
     unsigned char* h = (unsigned char*)mallocCheck(bytes);
     cudaCheck(cudaMemcpy(h, tr->params, bytes, cudaMemcpyDeviceToHost));
-    uint64_t x = 1469598103934665603ull;
-    for (size_t j = 0; j < bytes; j++) x = (x ^ h[j]) * 1099511628211ull;
+    uint64_t x = fnv1a(FNV1A_START, h, bytes);
     free(h);
     return x;
 }
 
 // After training, every rank must hold the same parameters; a mismatch is a bug.
-static int trainer_replicas_identical(Trainer* tr) {
-    uint64_t mine = params_fingerprint(tr);
-    uint64_t* all = (uint64_t*)mallocCheck((size_t)tr->world * sizeof(uint64_t));
-    mpiCheck(MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD));
-    int same = 1;
-    for (int r = 0; r < tr->world; r++) same &= all[r] == all[0];
-    free(all);
-    return same;
-}
-
-// ----------------------------------------------------------------------------
-// Batches from the data loader
-
-static void loader_batch(void* ctx, int micro, const int** inputs, const int** targets) {
-    DataLoader* d = (DataLoader*)ctx;
-    dataloader_next_batch(d);
-    *inputs = d->inputs;
-    *targets = d->targets;
-}
-
-// The same batch every time (-a 1).
-static void fixed_batch(void* ctx, int micro, const int** inputs, const int** targets) {
-    DataLoader* d = (DataLoader*)ctx;
-    *inputs = d->inputs;
-    *targets = d->targets;
-}
+static int trainer_replicas_identical(Trainer* tr) { return all_ranks_equal(params_fingerprint(tr), tr->world); }
 
 static float evaluate(Trainer* tr, DataLoader* val) {
     dataloader_reset(val);
@@ -574,45 +514,26 @@ static float evaluate(Trainer* tr, DataLoader* val) {
     return tr->h_readback[0] / ((float)tr->cfg.val_steps * tr->world);
 }
 
-// Every rank generates the same text (same seed, same weights); rank 0 prints it.
-static void print_sample(Trainer* tr, Tokenizer* tok, uint64_t* rng_state) {
-    const GPT2Config* c = &tr->model.config;
-    int T = tr->cfg.T, n = tr->cfg.gen_tokens, Vp = c->padded_vocab_size;
-    int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
+// The logits of the last position of tokens[0..n) (the sampler's forward), as fp32 on the host.
+static void next_token_logits(void* ctx, const int* tokens, int n, float* logits) {
+    Trainer* tr = (Trainer*)ctx;
+    int window = n < tr->cfg.T ? n : tr->cfg.T, Vp = tr->model.config.padded_vocab_size;
+    gpt2_forward(&tr->model, tokens + (n - window), NULL, 1, window);
     floatX* row = (floatX*)mallocCheck((size_t)Vp * sizeof(floatX));
-    float* probs = (float*)mallocCheck((size_t)Vp * sizeof(float));
-    int eot = tok->init_ok ? (int)tok->eot_token : 50256;
-    if (eot >= c->vocab_size) eot = 0;
-    tokens[0] = eot;
-    if (tr->rank == 0) printf("generating:\n---\n");
-    int len = 1;
-    for (int i = 0; i < n; i++) {
-        int window = len < T ? len : T;
-        const int* ctx = tokens + (len - window);
-        gpt2_forward(&tr->model, ctx, NULL, 1, window);
-        cudaCheck(cudaMemcpyAsync(row, tr->model.acts.logits + (size_t)(window - 1) * Vp, (size_t)Vp * sizeof(floatX),
-                                  cudaMemcpyDeviceToHost, tr->stream));
-        cudaCheck(cudaStreamSynchronize(tr->stream));
-        float maxv = -INFINITY, sum = 0.0f;
-        for (int v = 0; v < c->vocab_size; v++) maxv = fmaxf(maxv, (float)row[v]);
-        for (int v = 0; v < c->vocab_size; v++) sum += (probs[v] = expf((float)row[v] - maxv));
-        for (int v = 0; v < c->vocab_size; v++) probs[v] /= sum;
-        int next = sample_from_probs(probs, c->vocab_size, rng_f32(rng_state));
-        if (len == T) {  // slide the context window
-            memmove(tokens, tokens + 1, (size_t)(T - 1) * sizeof(int));
-            len--;
-        }
-        tokens[len++] = next;
-        if (tr->rank == 0) {
-            if (tok->init_ok) tokenizer_print(tok, (uint32_t)next);
-            else printf("%d ", next);
-            fflush(stdout);
-        }
-    }
-    if (tr->rank == 0) printf("\n---\n");
-    free(tokens);
+    cudaCheck(cudaMemcpyAsync(row, tr->model.acts.logits + (size_t)(window - 1) * Vp, (size_t)Vp * sizeof(floatX),
+                              cudaMemcpyDeviceToHost, tr->stream));
+    cudaCheck(cudaStreamSynchronize(tr->stream));
+    for (int v = 0; v < Vp; v++) logits[v] = (float)row[v];
     free(row);
-    free(probs);
+}
+
+static StepResult loop_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx) {
+    return trainer_step((Trainer*)t, step, lr, next_batch, batch_ctx);
+}
+static float loop_evaluate(void* t, DataLoader* val) { return evaluate((Trainer*)t, val); }
+static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
+    Trainer* tr = (Trainer*)t;
+    print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
 
 // MPI, the GPU of this local rank, the libraries and NCCL; returns the compute stream.
@@ -658,14 +579,9 @@ int main(int argc, char** argv) {
     logger_init(&logger, cfg.output_dir, rank, 0);
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
-    int max_steps = cfg.max_steps;
-    if (max_steps == -1) {
-        max_steps = (int)((train.shard_tokens - 1) / tokens_per_step);
-        if (max_steps < 1) max_steps = 1;
-    }
+    int max_steps = resolve_max_steps(&cfg, &train, tokens_per_step);
     if (rank == 0) {
-        printf("GPT-2: L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", mc->num_layers, mc->num_heads,
-               mc->channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size, gpt2_num_parameters(mc));
+        print_model_line(mc);
         printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | GPU %s | %s\n",
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                cuda_libs.device_name, PRECISION_NAME);
@@ -673,35 +589,9 @@ int main(int argc, char** argv) {
 
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
     if (cfg.overfit_single_batch) dataloader_next_batch(&train);
-    double total_ms = 0.0;
-    int timed_steps = 0;
-    for (int step = 0; step <= max_steps; step++) {
-        int last = step == max_steps;
-        if (do_val && (step % cfg.val_every == 0 || last)) {
-            float vl = evaluate(&tr, &val);
-            if (rank == 0) printf("val loss %.6f\n", vl);
-            logger_log_val(&logger, step, vl);
-        }
-        if (cfg.sample_every > 0 && step > 0 && (step % cfg.sample_every == 0 || last)) print_sample(&tr, &tok, &sample_rng);
-        if (last) break;
-        float lr = lr_at_step(cfg.lr, cfg.warmup_steps, cfg.final_lr_fraction, step, max_steps);
-        double t0 = wall_ms();
-        StepResult r = trainer_step(&tr, step, lr, cfg.overfit_single_batch ? fixed_batch : loader_batch, &train);
-        double ms = wall_ms() - t0;
-        if (step > 0) {  // the first step warms caches, cuBLAS heuristics and NCCL
-            total_ms += ms;
-            timed_steps++;
-        }
-        if (rank == 0) {
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms\n",
-                   step + 1, max_steps, r.loss, r.grad_norm, lr, ms, tokens_per_step / (ms / 1e3), r.comm_blocked_ms);
-            fflush(stdout);
-        }
-        logger_log_train(&logger, step + 1, r.loss, r.grad_norm, lr, ms);
-    }
-    if (rank == 0 && timed_steps > 0) {
-        printf("average step %.1f ms, %.0f tok/s\n", total_ms / timed_steps, tokens_per_step / (total_ms / timed_steps / 1e3));
-    }
+    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, NULL};
+    run_training(&loop, &cfg, rank, &train, do_val ? &val : NULL, &tok, &logger, 0, max_steps, tokens_per_step,
+                 &sample_rng);
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
     logger_close(&logger);

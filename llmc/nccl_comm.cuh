@@ -18,13 +18,6 @@ static inline void nccl_check(ncclResult_t r, const char* file, int line) {
 }
 #define ncclCheck(call) nccl_check((call), __FILE__, __LINE__)
 
-#ifndef mpiCheck
-#define mpiCheck(call)                                                                                   \
-    do {                                                                                                 \
-        int mpi_status_ = (call);                                                                        \
-        if (mpi_status_ != MPI_SUCCESS) fatal("MPI error %d at %s:%d", mpi_status_, __FILE__, __LINE__); \
-    } while (0)
-#endif
 
 typedef struct {
     int rank, world;

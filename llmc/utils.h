@@ -87,6 +87,13 @@ static inline void path_format(char* buf, size_t n, const char* fmt, ...) {
     if (k < 0 || (size_t)k >= n) fatal("path too long (over %zu bytes): %.60s...", n - 1, buf);
 }
 
+// For MPI calls (the macro needs <mpi.h> only where it is used).
+#define mpiCheck(call)                                                                                   \
+    do {                                                                                                 \
+        int mpi_status_ = (call);                                                                        \
+        if (mpi_status_ != MPI_SUCCESS) fatal("MPI error %d at %s:%d", mpi_status_, __FILE__, __LINE__); \
+    } while (0)
+
 static inline void* malloc_check(size_t size, const char* file, int line) {
     void* p = malloc(size == 0 ? 1 : size);
     if (p == NULL) fatal("out of memory allocating %zu bytes (%s:%d)", size, file, line);

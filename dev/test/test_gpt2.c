@@ -15,126 +15,21 @@
 #define TESTING
 #include "train_gpt2.c"
 
-#define STATE_MAGIC 20240327
-#define STATE_VERSION 3
-
-typedef struct {
-    int B, T, V, Vp, steps;
-    float lr, beta1, beta2, eps, weight_decay, grad_clip;
-    int *x, *y;
-    float* logits;          // B*T*Vp
-    float loss;
-    float* grads;           // file (tensor-major) order
-    float* step_losses;
-    float* step_norms;
-} OracleState;
-
-static void read_state(const char* path, const GPT2Config* mc, OracleState* s) {
-    FILE* f = fopenCheck(path, "rb");
-    int h[256];
-    float hp[8];
-    freadCheck(h, sizeof(int), 256, f, path);
-    if (h[0] != STATE_MAGIC || h[1] != STATE_VERSION) fatal("%s: not an oracle debug state (v%d)", path, STATE_VERSION);
-    s->B = h[2];
-    s->T = h[3];
-    s->V = h[4];
-    s->Vp = h[5];
-    s->steps = h[6];
-    if (s->V != mc->vocab_size || s->Vp != mc->padded_vocab_size || h[7] != mc->num_layers || h[9] != mc->channels) {
-        fatal("%s: debug state does not match the model", path);
-    }
-    freadCheck(hp, sizeof(float), 8, f, path);
-    s->lr = hp[0];
-    s->beta1 = hp[1];
-    s->beta2 = hp[2];
-    s->eps = hp[3];
-    s->weight_decay = hp[4];
-    s->grad_clip = hp[5];
-    size_t BT = (size_t)s->B * s->T, n = gpt2_num_parameters(mc);
-    s->x = (int*)mallocCheck(BT * sizeof(int));
-    s->y = (int*)mallocCheck(BT * sizeof(int));
-    s->logits = (float*)mallocCheck(BT * s->Vp * sizeof(float));
-    s->grads = (float*)mallocCheck(n * sizeof(float));
-    s->step_losses = (float*)mallocCheck(s->steps * sizeof(float));
-    s->step_norms = (float*)mallocCheck(s->steps * sizeof(float));
-    freadCheck(s->x, sizeof(int), BT, f, path);
-    freadCheck(s->y, sizeof(int), BT, f, path);
-    freadCheck(s->logits, sizeof(float), BT * s->Vp, f, path);
-    freadCheck(&s->loss, sizeof(float), 1, f, path);
-    freadCheck(s->grads, sizeof(float), n, f, path);
-    freadCheck(s->step_losses, sizeof(float), s->steps, f, path);
-    freadCheck(s->step_norms, sizeof(float), s->steps, f, path);
-    fcloseCheck(f, path);
-}
-
-static int failures = 0;
-
-static void report(int ok, const char* what, double err, double tol) {
-    if (!ok) failures++;
-    if (utils_rank() == 0) printf("%s %-40s err %.3e (tol %.1e)\n", ok ? "PASS" : "FAIL", what, err, tol);
-}
-
-// The rows of the global batch that rank r uses in micro-step m.
-typedef struct {
-    const OracleState* s;
-    int rank, world, B_local;
-} SliceCtx;
-
-static void slice_batch(void* ctx, int micro, const int** inputs, const int** targets) {
-    SliceCtx* c = (SliceCtx*)ctx;
-    size_t row = (size_t)(micro * c->world + c->rank) * c->B_local;
-    *inputs = c->s->x + row * c->s->T;
-    *targets = c->s->y + row * c->s->T;
-}
+#include "dev/test/oracle_state.h"
 
 // Forward logits and loss, and the gradient of every tensor, on the whole batch (one rank).
 static void check_forward_backward(Trainer* tr, const OracleState* s) {
     GPT2* m = &tr->model;
-    const GPT2Config* c = &m->config;
     size_t BT = (size_t)s->B * s->T;
-    for (int i = 0; i < m->num_tensors; i++) memset(m->grad[i], 0, gpt2_tensor_numel(c, i) * sizeof(float));
+    memset(tr->grads, 0, tr->numel * sizeof(float));
     gpt2_forward(m, s->x, s->y, s->B, s->T);
-    double max_err = 0.0;
-    for (size_t i = 0; i < BT; i++) {
-        for (int v = 0; v < s->V; v++) {
-            double e = fabs(m->acts.logits[i * s->Vp + v] - s->logits[i * s->Vp + v]);
-            if (e > max_err) max_err = e;
-        }
-    }
-    report(max_err <= 1e-4, "logits", max_err, 1e-4);
+    double excess;
+    double max_err = logits_max_error(s, m->acts.logits, 1e-4, 0.0, &excess);
+    report(excess <= 0.0, "logits", max_err, 1e-4);
     double loss_err = fabs(m->mean_loss - s->loss);
     report(loss_err <= 1e-5, "loss", loss_err, 1e-5);
     gpt2_backward(m, 1.0f / (float)BT);
-    size_t* file_offsets = (size_t*)mallocCheck(m->num_tensors * sizeof(size_t));
-    int* by_file = (int*)mallocCheck(m->num_tensors * sizeof(int));
-    for (int i = 0; i < m->num_tensors; i++) by_file[gpt2_file_index(c, i)] = i;
-    size_t off = 0;
-    for (int k = 0; k < m->num_tensors; k++) {
-        file_offsets[by_file[k]] = off;
-        off += gpt2_tensor_numel(c, by_file[k]);
-    }
-    int grads_ok = 1;
-    double worst = 0.0;
-    for (int i = 0; i < m->num_tensors; i++) {
-        size_t n = gpt2_tensor_numel(c, i);
-        const float* expect = s->grads + file_offsets[i];
-        double maxmag = 0.0, err = 0.0;
-        for (size_t j = 0; j < n; j++) {
-            maxmag = fmax(maxmag, fabs(expect[j]));
-            err = fmax(err, fabs(m->grad[i][j] - expect[j]));
-        }
-        double rel = maxmag > 0 ? err / maxmag : err;
-        worst = fmax(worst, rel);
-        if (rel > 1e-3) {
-            char name[64];
-            printf("  gradient %s: max abs err %.3e, largest magnitude %.3e\n", gpt2_tensor_name(c, i, name, 64), err,
-                   maxmag);
-            grads_ok = 0;
-        }
-    }
-    report(grads_ok, "gradients (worst tensor, relative)", worst, 1e-3);
-    free(file_offsets);
-    free(by_file);
+    check_gradients(&m->config, s, tr->grads, tr->offsets, 1e-3, 1e-3);
 }
 
 // Bitwise comparison of every rank's parameters with rank 0's.
@@ -161,35 +56,11 @@ int main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     utils_set_rank(rank, world);
-    if (argc < 3) fatal("usage: %s MODEL.bin STATE.bin [trainer flags]", argv[0]);
-
     GPT2Config mc;
     int version;
-    float* dense = gpt2_model_file_read(argv[1], &mc, &version);
-    free(dense);
     OracleState s;
-    read_state(argv[2], &mc, &s);
-
-    int k = 1, first_flag = 2;
-    if (argc > 4 && strcmp(argv[3], "--accum") == 0) {
-        k = atoi(argv[4]);
-        if (k < 1) fatal("--accum expects a positive count");
-        first_flag = 4;
-    }
     TrainConfig cfg;
-    train_config_defaults(&cfg, 0);
-    train_parse_args(&cfg, argc - first_flag, argv + first_flag);
-    if (s.B % (world * k) != 0) fatal("the oracle batch B=%d does not split over %d ranks x %d micro-steps", s.B, world, k);
-    cfg.model = argv[1];
-    cfg.B = s.B / (world * k);
-    cfg.T = s.T;
-    cfg.total_batch_tokens = cfg.B * cfg.T * world * k;
-    cfg.lr = s.lr;
-    cfg.beta1 = s.beta1;
-    cfg.beta2 = s.beta2;
-    cfg.eps = s.eps;
-    cfg.weight_decay = s.weight_decay;
-    cfg.grad_clip = s.grad_clip;
+    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg);
     if (rank == 0) {
         printf("oracle test: %s, %d ranks x %d micro-steps x B=%d, T=%d, -z %d\n", argv[1], world, k, cfg.B, cfg.T,
                cfg.zero_stage);

@@ -31,9 +31,6 @@
 #define TESTING
 #include "train_gpt2.cu"
 
-#define STATE_MAGIC 20240327
-#define STATE_VERSION 3
-
 #ifdef ENABLE_FP32
 #define TOL_LOGITS_ABS 1e-4
 #define TOL_LOGITS_REL 0.0
@@ -50,73 +47,7 @@
 #define TOL_STEP_LOSS 3e-2
 #endif
 
-typedef struct {
-    int B, T, V, Vp, steps;
-    float lr, beta1, beta2, eps, weight_decay, grad_clip;
-    int *x, *y;
-    float* logits;          // B*T*Vp
-    float loss;
-    float* grads;           // file (tensor-major) order
-    float* step_losses;
-    float* step_norms;
-} OracleState;
-
-static void read_state(const char* path, const GPT2Config* mc, OracleState* s) {
-    FILE* f = fopenCheck(path, "rb");
-    int h[256];
-    float hp[8];
-    freadCheck(h, sizeof(int), 256, f, path);
-    if (h[0] != STATE_MAGIC || h[1] != STATE_VERSION) fatal("%s: not an oracle debug state (v%d)", path, STATE_VERSION);
-    s->B = h[2];
-    s->T = h[3];
-    s->V = h[4];
-    s->Vp = h[5];
-    s->steps = h[6];
-    if (s->V != mc->vocab_size || s->Vp != mc->padded_vocab_size || h[7] != mc->num_layers || h[9] != mc->channels) {
-        fatal("%s: debug state does not match the model", path);
-    }
-    freadCheck(hp, sizeof(float), 8, f, path);
-    s->lr = hp[0];
-    s->beta1 = hp[1];
-    s->beta2 = hp[2];
-    s->eps = hp[3];
-    s->weight_decay = hp[4];
-    s->grad_clip = hp[5];
-    size_t BT = (size_t)s->B * s->T, n = gpt2_num_parameters(mc);
-    s->x = (int*)mallocCheck(BT * sizeof(int));
-    s->y = (int*)mallocCheck(BT * sizeof(int));
-    s->logits = (float*)mallocCheck(BT * s->Vp * sizeof(float));
-    s->grads = (float*)mallocCheck(n * sizeof(float));
-    s->step_losses = (float*)mallocCheck(s->steps * sizeof(float));
-    s->step_norms = (float*)mallocCheck(s->steps * sizeof(float));
-    freadCheck(s->x, sizeof(int), BT, f, path);
-    freadCheck(s->y, sizeof(int), BT, f, path);
-    freadCheck(s->logits, sizeof(float), BT * s->Vp, f, path);
-    freadCheck(&s->loss, sizeof(float), 1, f, path);
-    freadCheck(s->grads, sizeof(float), n, f, path);
-    freadCheck(s->step_losses, sizeof(float), s->steps, f, path);
-    freadCheck(s->step_norms, sizeof(float), s->steps, f, path);
-    fcloseCheck(f, path);
-}
-
-static int failures = 0;
-
-static void report(int ok, const char* what, double err, double tol) {
-    if (!ok) failures++;
-    if (utils_rank_ == 0) printf("%s %-44s err %.3e (tol %.1e)\n", ok ? "PASS" : "FAIL", what, err, tol);
-}
-
-typedef struct {
-    const OracleState* s;
-    int rank, world, B_local;
-} SliceCtx;
-
-static void slice_batch(void* ctx, int micro, const int** inputs, const int** targets) {
-    SliceCtx* c = (SliceCtx*)ctx;
-    size_t row = (size_t)(micro * c->world + c->rank) * c->B_local;
-    *inputs = c->s->x + row * c->s->T;
-    *targets = c->s->y + row * c->s->T;
-}
+#include "dev/test/oracle_state.h"
 
 static float* download_floatX(const floatX* d, size_t n) {
     floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
@@ -129,22 +60,14 @@ static float* download_floatX(const floatX* d, size_t n) {
 
 static void check_forward_backward(Trainer* tr, const OracleState* s) {
     GPT2* m = &tr->model;
-    const GPT2Config* c = &m->config;
     size_t BT = (size_t)s->B * s->T;
     cudaCheck(cudaMemset(tr->grads, 0, tr->numel * sizeof(float)));
     cudaCheck(cudaMemset(m->d_loss, 0, sizeof(float)));
     gpt2_forward(m, s->x, s->y, s->B, s->T);
     cudaCheck(cudaStreamSynchronize(tr->stream));
     float* logits = download_floatX(m->acts.logits, BT * s->Vp);
-    double max_err = 0.0, worst_excess = -1.0;
-    for (size_t i = 0; i < BT; i++) {
-        for (int v = 0; v < s->V; v++) {
-            double ref = s->logits[i * s->Vp + v];
-            double e = fabs(logits[i * s->Vp + v] - ref);
-            max_err = fmax(max_err, e);
-            worst_excess = fmax(worst_excess, e - (TOL_LOGITS_ABS + TOL_LOGITS_REL * fabs(ref)));
-        }
-    }
+    double worst_excess;
+    double max_err = logits_max_error(s, logits, TOL_LOGITS_ABS, TOL_LOGITS_REL, &worst_excess);
     free(logits);
     report(worst_excess <= 0.0, "logits (max abs err; tol abs + rel*|ref|)", max_err, TOL_LOGITS_ABS);
     float loss;
@@ -156,44 +79,8 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     cudaCheck(cudaStreamSynchronize(tr->stream));
     float* grads = (float*)mallocCheck(tr->numel * sizeof(float));
     cudaCheck(cudaMemcpy(grads, tr->grads, tr->numel * sizeof(float), cudaMemcpyDeviceToHost));
-    size_t* file_offsets = (size_t*)mallocCheck(m->num_tensors * sizeof(size_t));
-    int* by_file = (int*)mallocCheck(m->num_tensors * sizeof(int));
-    for (int i = 0; i < m->num_tensors; i++) by_file[gpt2_file_index(c, i)] = i;
-    size_t off = 0;
-    for (int k = 0; k < m->num_tensors; k++) {
-        file_offsets[by_file[k]] = off;
-        off += gpt2_tensor_numel(c, by_file[k]);
-    }
-    int grads_ok = 1;
-    double worst_max = 0.0, worst_l2 = 0.0;
-    for (int i = 0; i < m->num_tensors; i++) {
-        size_t n = gpt2_tensor_numel(c, i);
-        const float* expect = s->grads + file_offsets[i];
-        const float* got = grads + tr->offsets[i];  // the grad buffer view of tensor i
-        double maxmag = 0.0, err = 0.0, diff2 = 0.0, ref2 = 0.0;
-        for (size_t j = 0; j < n; j++) {
-            double d = (double)got[j] - expect[j];
-            maxmag = fmax(maxmag, fabs(expect[j]));
-            err = fmax(err, fabs(d));
-            diff2 += d * d;
-            ref2 += (double)expect[j] * expect[j];
-        }
-        double rel_max = maxmag > 0 ? err / maxmag : err;
-        double rel_l2 = ref2 > 0 ? sqrt(diff2 / ref2) : sqrt(diff2);
-        worst_max = fmax(worst_max, rel_max);
-        worst_l2 = fmax(worst_l2, rel_l2);
-        if (rel_max > TOL_GRAD_MAX || rel_l2 > TOL_GRAD_L2) {
-            char name[64];
-            printf("  gradient %s: max abs err %.3e (largest magnitude %.3e), relative L2 err %.3e\n",
-                   gpt2_tensor_name(c, i, name, 64), err, maxmag, rel_l2);
-            grads_ok = 0;
-        }
-    }
-    report(grads_ok && worst_max <= TOL_GRAD_MAX, "gradients (worst tensor, max abs / largest)", worst_max, TOL_GRAD_MAX);
-    report(grads_ok && worst_l2 <= TOL_GRAD_L2, "gradients (worst tensor, relative L2)", worst_l2, TOL_GRAD_L2);
+    check_gradients(&m->config, s, grads, tr->offsets, TOL_GRAD_MAX, TOL_GRAD_L2);
     free(grads);
-    free(file_offsets);
-    free(by_file);
 }
 
 // Bitwise comparison of every rank's param buffer with rank 0's.
@@ -213,35 +100,11 @@ int main(int argc, char** argv) {
     int rank, world;
     NcclComm nccl;
     cudaStream_t stream = gpu_setup(&rank, &world, &nccl);
-    if (argc < 3) fatal("usage: %s MODEL.bin STATE.bin [--accum K] [trainer flags]", argv[0]);
-
     GPT2Config mc;
     int version;
-    float* dense = gpt2_model_file_read(argv[1], &mc, &version);
-    free(dense);
     OracleState s;
-    read_state(argv[2], &mc, &s);
-
-    int k = 1, first_flag = 2;
-    if (argc > 4 && strcmp(argv[3], "--accum") == 0) {
-        k = atoi(argv[4]);
-        if (k < 1) fatal("--accum expects a positive count");
-        first_flag = 4;
-    }
     TrainConfig cfg;
-    train_config_defaults(&cfg, 0);
-    train_parse_args(&cfg, argc - first_flag, argv + first_flag);
-    if (s.B % (world * k) != 0) fatal("the oracle batch B=%d does not split over %d ranks x %d micro-steps", s.B, world, k);
-    cfg.model = argv[1];
-    cfg.B = s.B / (world * k);
-    cfg.T = s.T;
-    cfg.total_batch_tokens = cfg.B * cfg.T * world * k;
-    cfg.lr = s.lr;
-    cfg.beta1 = s.beta1;
-    cfg.beta2 = s.beta2;
-    cfg.eps = s.eps;
-    cfg.weight_decay = s.weight_decay;
-    cfg.grad_clip = s.grad_clip;
+    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg);
     if (rank == 0) {
         printf("oracle test (GPU %s, %s build, model file v%d): %s, %d ranks x %d micro-steps x B=%d, T=%d\n",
                cuda_libs.device_name, PRECISION_NAME, version, argv[1], world, k, cfg.B, cfg.T);

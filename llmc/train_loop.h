@@ -1,0 +1,211 @@
+/*
+ * What the CPU and GPU trainers share around the step itself: the model's initial
+ * weights, the batch checks, batches from the data loader, sampling, the replica check,
+ * and the training loop (validation, samples, the step line, main.log, checkpoints).
+ * A trainer supplies its step, evaluation and sampling forward through TrainLoop.
+ */
+#ifndef LLMC_TRAIN_LOOP_H
+#define LLMC_TRAIN_LOOP_H
+
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "llmc/cli.h"
+#include "llmc/dataloader.h"
+#include "llmc/gpt2_spec.h"
+#include "llmc/logger.h"
+#include "llmc/model_file.h"
+#include "llmc/rng.h"
+#include "llmc/schedule.h"
+#include "llmc/tokenizer.h"
+#include "llmc/utils.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+static inline double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+typedef struct {
+    int step;                  // 0-based index of this optimizer step
+    float loss;                // mean over micro-steps and ranks
+    float grad_norm;           // global L2 norm before clipping
+    float lr;
+    double comm_blocked_ms;    // host time spent waiting on communication
+} StepResult;
+
+// Supplies the inputs and targets (B*T each, host memory) of micro-step `micro`.
+typedef void (*BatchFn)(void* ctx, int micro, const int** inputs, const int** targets);
+
+// The model of -e: an llm.c model file, or a descriptor dN initialised from --seed.
+// Every rank does the same. Returns a dense canonical fp32 array.
+static inline float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc) {
+    if (gpt2_config_from_descriptor(cfg->model, 50257, 1024, mc) == 0) {
+        gpt2_config_check(mc, cfg->model);
+        float* dense = (float*)mallocCheck(gpt2_num_parameters(mc) * sizeof(float));
+        gpt2_init_random(mc, dense, (uint64_t)cfg->seed);
+        return dense;
+    }
+    int version;
+    return gpt2_model_file_read(cfg->model, mc, &version);
+}
+
+// Checks what every trainer needs of -t, -d, -w; returns the micro-steps per step.
+static inline int check_batch_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
+    if (cfg->T > mc->max_seq_len) fatal("-t %d exceeds the model's maximum sequence length %d", cfg->T, mc->max_seq_len);
+    long long per_micro = (long long)cfg->B * cfg->T * world;
+    if (cfg->total_batch_tokens != -1 && (cfg->total_batch_tokens <= 0 || cfg->total_batch_tokens % per_micro != 0)) {
+        fatal("-d %d is not a positive multiple of B*T*ranks = %d*%d*%d = %lld", cfg->total_batch_tokens, cfg->B,
+              cfg->T, world, per_micro);
+    }
+    if (cfg->master_weights != 1) fatal("-w 0 is not supported: the trainers always keep fp32 master weights");
+    return cfg->total_batch_tokens == -1 ? 1 : (int)(cfg->total_batch_tokens / per_micro);
+}
+
+static inline void loader_batch(void* ctx, int micro, const int** inputs, const int** targets) {
+    DataLoader* d = (DataLoader*)ctx;
+    dataloader_next_batch(d);
+    *inputs = d->inputs;
+    *targets = d->targets;
+}
+
+// The same batch every time (-a 1).
+static inline void fixed_batch(void* ctx, int micro, const int** inputs, const int** targets) {
+    DataLoader* d = (DataLoader*)ctx;
+    *inputs = d->inputs;
+    *targets = d->targets;
+}
+
+// FNV-1a: a cheap fingerprint of parameter bytes, to compare replicas.
+static inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+#define FNV1A_START 1469598103934665603ull
+
+// 1 when every rank passed the same value.
+static inline int all_ranks_equal(uint64_t mine, int world) {
+    uint64_t* all = (uint64_t*)mallocCheck((size_t)world * sizeof(uint64_t));
+    mpiCheck(MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD));
+    int same = 1;
+    for (int r = 0; r < world; r++) same &= all[r] == all[0];
+    free(all);
+    return same;
+}
+
+// Samples the next token from the first V logits (softmax computed in place).
+static inline int sample_from_logits(float* logits, int V, float coin) {
+    float maxv = -INFINITY, sum = 0.0f;
+    for (int v = 0; v < V; v++) maxv = fmaxf(maxv, logits[v]);
+    for (int v = 0; v < V; v++) sum += (logits[v] = expf(logits[v] - maxv));
+    for (int v = 0; v < V; v++) logits[v] /= sum;
+    return sample_from_probs(logits, V, coin);
+}
+
+// Autoregressive sampling around a trainer's forward: next_logits(ctx, tokens, n) runs the
+// model on tokens[0..n) and writes the fp32 logits (Vp of them) of the last position.
+// Every rank generates the same text (same seed, same weights); rank 0 prints it.
+static inline void print_sample(void* ctx, void (*next_logits)(void* ctx, const int* tokens, int n, float* logits),
+                                const GPT2Config* c, int T, int gen_tokens, int rank, const Tokenizer* tok,
+                                uint64_t* rng_state) {
+    int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
+    float* logits = (float*)mallocCheck((size_t)c->padded_vocab_size * sizeof(float));
+    int eot = tok->init_ok ? (int)tok->eot_token : 50256;
+    tokens[0] = eot < c->vocab_size ? eot : 0;
+    if (rank == 0) printf("generating:\n---\n");
+    int len = 1;
+    for (int i = 0; i < gen_tokens; i++) {
+        next_logits(ctx, tokens, len, logits);
+        int next = sample_from_logits(logits, c->vocab_size, rng_f32(rng_state));
+        if (len == T) {  // slide the context window
+            memmove(tokens, tokens + 1, (size_t)(T - 1) * sizeof(int));
+            len--;
+        }
+        tokens[len++] = next;
+        if (rank == 0) {
+            if (tok->init_ok) tokenizer_print(tok, (uint32_t)next);
+            else printf("%d ", next);
+            fflush(stdout);
+        }
+    }
+    if (rank == 0) printf("\n---\n");
+    free(tokens);
+    free(logits);
+}
+
+// A trainer as the loop sees it. checkpoint may be NULL (no checkpoints).
+typedef struct {
+    void* trainer;
+    StepResult (*step)(void* trainer, int step, float lr, BatchFn next_batch, void* batch_ctx);
+    float (*evaluate)(void* trainer, DataLoader* val);
+    void (*sample)(void* trainer, const Tokenizer* tok, uint64_t* rng_state);
+    void (*checkpoint)(void* trainer, int steps_done, const DataLoader* train, uint64_t rng_state);
+} TrainLoop;
+
+// -x -1: one pass over the first train shard.
+static inline int resolve_max_steps(const TrainConfig* cfg, const DataLoader* train, long long tokens_per_step) {
+    if (cfg->max_steps != -1) return cfg->max_steps;
+    int steps = (int)((train->shard_tokens - 1) / tokens_per_step);
+    return steps < 1 ? 1 : steps;
+}
+
+static inline void print_model_line(const GPT2Config* mc) {
+    printf("GPT-2: L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", mc->num_layers, mc->num_heads, mc->channels,
+           mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size, gpt2_num_parameters(mc));
+}
+
+// Steps start_step..max_steps-1: validation every -v steps and at the end, a sample every
+// -s steps and at the end, the step line and main.log, checkpoints every -n steps and at
+// the end. Rank 0 prints.
+static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, int rank, DataLoader* train,
+                                DataLoader* val, const Tokenizer* tok, Logger* logger, int start_step, int max_steps,
+                                long long tokens_per_step, uint64_t* sample_rng) {
+    double total_ms = 0.0;
+    int timed_steps = 0;
+    for (int step = start_step; step <= max_steps; step++) {
+        int last = step == max_steps;
+        if (val && (step % cfg->val_every == 0 || last)) {
+            float vl = loop->evaluate(loop->trainer, val);
+            if (rank == 0) printf("val loss %.6f\n", vl);
+            logger_log_val(logger, step, vl);
+        }
+        if (cfg->sample_every > 0 && step > 0 && (step % cfg->sample_every == 0 || last)) {
+            loop->sample(loop->trainer, tok, sample_rng);
+        }
+        if (last) break;
+        float lr = lr_at_step(cfg->lr, cfg->warmup_steps, cfg->final_lr_fraction, step, max_steps);
+        double t0 = wall_ms();
+        StepResult r = loop->step(loop->trainer, step, lr, cfg->overfit_single_batch ? fixed_batch : loader_batch, train);
+        double ms = wall_ms() - t0;
+        if (step > start_step) {  // the first step warms caches, allocations, libraries
+            total_ms += ms;
+            timed_steps++;
+        }
+        if (rank == 0) {
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms\n",
+                   step + 1, max_steps, r.loss, r.grad_norm, lr, ms, tokens_per_step / (ms / 1e3), r.comm_blocked_ms);
+            fflush(stdout);
+        }
+        logger_log_train(logger, step + 1, r.loss, r.grad_norm, lr, ms);
+        if (loop->checkpoint && cfg->checkpoint_every > 0 &&
+            ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == max_steps)) {
+            loop->checkpoint(loop->trainer, step + 1, train, *sample_rng);
+        }
+    }
+    if (rank == 0 && timed_steps > 0) {
+        printf("average step %.1f ms, %.0f tok/s\n", total_ms / timed_steps,
+               tokens_per_step / (total_ms / timed_steps / 1e3));
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
