@@ -18,24 +18,11 @@ OUT=out/demo
 phase() { echo; echo "== [demo +$((SECONDS - START)) s] $*"; }
 
 phase "dependencies"
-./scripts/install_deps.sh
+bash scripts/install_deps.sh
 
 phase "build"
-if [ -f zero1/runtime.c ]; then
-    ZERO=1
-    make train_gpt2 USE_ZERO1=1
-    # make does not track USE_ZERO1: a plain binary that is newer than its sources looks
-    # up to date. Such a binary still carries the "-z 1 needs the zero1/ plugin" message.
-    if grep -qF "needs the zero1/ plugin" train_gpt2; then
-        echo "demo: ./train_gpt2 is a build without the plugin; rebuilding with USE_ZERO1=1"
-        make -B train_gpt2 USE_ZERO1=1
-    fi
-    echo "demo: built train_gpt2 with the zero1/ plugin: training with -z 1 (ZeRO-1)"
-else
-    ZERO=0
-    make train_gpt2
-    echo "demo: zero1/runtime.c does not exist: plain train_gpt2, training with -z 0 (replicated AdamW)"
-fi
+ZERO=1
+make train_gpt2 USE_ZERO1=1
 
 phase "data"
 make data
