@@ -388,18 +388,11 @@ int main(int argc, char** argv) {
     Trainer tr;
     trainer_init(&tr, &cfg, rank, world);
     const GPT2Config* mc = &tr.model.config;
-    DataLoader train, val;
-    dataloader_init(&train, cfg.train_pattern, cfg.B, cfg.T, rank, world, mc->vocab_size);
-    int do_val = cfg.val_every > 0;
-    if (do_val) dataloader_init(&val, cfg.val_pattern, cfg.B, cfg.T, rank, world, mc->vocab_size);
-    Tokenizer tok;
-    memset(&tok, 0, sizeof(tok));
-    if (cfg.sample_every > 0) tokenizer_init(&tok, cfg.tokenizer_path);
-    Logger logger;
-    logger_init(&logger, cfg.output_dir, rank, cfg.resume);
+    RunIO io;
+    run_io_open(&io, &cfg, rank, world, mc->vocab_size);
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
-    int max_steps = resolve_max_steps(&cfg, &train, tokens_per_step);
+    int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
     if (rank == 0) {
         print_model_line(mc);
         printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | %d threads\n",
@@ -413,14 +406,12 @@ int main(int argc, char** argv) {
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
     int start_step = 0;
     if (cfg.resume) {
-        restore_checkpoint(&tr, resume_dir, &resume_state, &train, &sample_rng);
+        restore_checkpoint(&tr, resume_dir, &resume_state, &io.train, &sample_rng);
         start_step = resume_state.step;
         if (start_step >= max_steps) fatal("-y 1: the checkpoint is at step %d, and -x is %d", start_step, max_steps);
     }
-    if (cfg.overfit_single_batch) dataloader_next_batch(&train);
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
-    run_training(&loop, &cfg, rank, &train, do_val ? &val : NULL, &tok, &logger, start_step, max_steps,
-                 tokens_per_step, &sample_rng);
+    run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
     size_t state_bytes = 2 * tr.numel * sizeof(float);  // replicated AdamW: m and v for every element
 #ifdef USE_ZERO1
     if (tr.zero1) state_bytes = zero1_state_bytes(tr.zero1->rt);
@@ -431,10 +422,7 @@ int main(int argc, char** argv) {
 #ifdef USE_ZERO1
     if (tr.zero1) zero1_glue_print_end(tr.zero1);
 #endif
-    logger_close(&logger);
-    tokenizer_free(&tok);
-    dataloader_free(&train);
-    if (do_val) dataloader_free(&val);
+    run_io_close(&io);
     trainer_free(&tr);
     MPI_Finalize();
     return identical ? 0 : 1;

@@ -568,18 +568,11 @@ int main(int argc, char** argv) {
     Trainer tr;
     trainer_init(&tr, &cfg, rank, world, &nccl, stream);
     const GPT2Config* mc = &tr.model.config;
-    DataLoader train, val;
-    dataloader_init(&train, cfg.train_pattern, cfg.B, cfg.T, rank, world, mc->vocab_size);
-    int do_val = cfg.val_every > 0;
-    if (do_val) dataloader_init(&val, cfg.val_pattern, cfg.B, cfg.T, rank, world, mc->vocab_size);
-    Tokenizer tok;
-    memset(&tok, 0, sizeof(tok));
-    if (cfg.sample_every > 0) tokenizer_init(&tok, cfg.tokenizer_path);
-    Logger logger;
-    logger_init(&logger, cfg.output_dir, rank, 0);
+    RunIO io;
+    run_io_open(&io, &cfg, rank, world, mc->vocab_size);
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
-    int max_steps = resolve_max_steps(&cfg, &train, tokens_per_step);
+    int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
     if (rank == 0) {
         print_model_line(mc);
         printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | GPU %s | %s\n",
@@ -588,16 +581,11 @@ int main(int argc, char** argv) {
     }
 
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
-    if (cfg.overfit_single_batch) dataloader_next_batch(&train);
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, NULL};
-    run_training(&loop, &cfg, rank, &train, do_val ? &val : NULL, &tok, &logger, 0, max_steps, tokens_per_step,
-                 &sample_rng);
+    run_training(&loop, &cfg, rank, &io, 0, max_steps, tokens_per_step, &sample_rng);
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
-    logger_close(&logger);
-    tokenizer_free(&tok);
-    dataloader_free(&train);
-    if (do_val) dataloader_free(&val);
+    run_io_close(&io);
     trainer_free(&tr);
     nccl_comm_free(&nccl);
     cudaCheck(cudaStreamDestroy(stream));

@@ -140,6 +140,31 @@ static inline void print_sample(void* ctx, void (*next_logits)(void* ctx, const 
     free(logits);
 }
 
+// The run's inputs and outputs: train and validation data, the tokenizer for samples,
+// main.log (appended to on resume).
+typedef struct {
+    DataLoader train, val;
+    int has_val;
+    Tokenizer tok;
+    Logger logger;
+} RunIO;
+
+static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int world, int vocab_size) {
+    memset(io, 0, sizeof(*io));
+    dataloader_init(&io->train, cfg->train_pattern, cfg->B, cfg->T, rank, world, vocab_size);
+    io->has_val = cfg->val_every > 0;
+    if (io->has_val) dataloader_init(&io->val, cfg->val_pattern, cfg->B, cfg->T, rank, world, vocab_size);
+    if (cfg->sample_every > 0) tokenizer_init(&io->tok, cfg->tokenizer_path);
+    logger_init(&io->logger, cfg->output_dir, rank, cfg->resume);
+}
+
+static inline void run_io_close(RunIO* io) {
+    logger_close(&io->logger);
+    tokenizer_free(&io->tok);
+    dataloader_free(&io->train);
+    if (io->has_val) dataloader_free(&io->val);
+}
+
 // A trainer as the loop sees it. checkpoint may be NULL (no checkpoints).
 typedef struct {
     void* trainer;
@@ -164,9 +189,13 @@ static inline void print_model_line(const GPT2Config* mc) {
 // Steps start_step..max_steps-1: validation every -v steps and at the end, a sample every
 // -s steps and at the end, the step line and main.log, checkpoints every -n steps and at
 // the end. Rank 0 prints.
-static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, int rank, DataLoader* train,
-                                DataLoader* val, const Tokenizer* tok, Logger* logger, int start_step, int max_steps,
-                                long long tokens_per_step, uint64_t* sample_rng) {
+static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, int rank, RunIO* io, int start_step,
+                                int max_steps, long long tokens_per_step, uint64_t* sample_rng) {
+    DataLoader* train = &io->train;
+    DataLoader* val = io->has_val ? &io->val : NULL;
+    const Tokenizer* tok = &io->tok;
+    Logger* logger = &io->logger;
+    if (cfg->overfit_single_batch) dataloader_next_batch(train);
     double total_ms = 0.0;
     int timed_steps = 0;
     for (int step = start_step; step <= max_steps; step++) {
