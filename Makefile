@@ -57,6 +57,10 @@ train_gpt2_plain: train_gpt2.c $(HOST_HEADERS)
 test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_STAMP)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
 
+# The zero1 runtime alone (one rank, no MPI) against dense AdamW.
+test_zero1_runtime: dev/test/test_zero1_runtime.c zero1/runtime.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/test/test_zero1_runtime.c zero1/runtime.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) -o $@ -lm
+
 # The CPU kernels against naive double-precision references and finite differences.
 test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/test_kernels.c -o $@ $(LDLIBS)
@@ -111,4 +115,4 @@ demo:
 	./scripts/demo.sh
 
 clean:
-	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu
+	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu

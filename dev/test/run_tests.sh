@@ -23,6 +23,7 @@ STEPS=(
   "kernels         120 ./test_kernels"
   "zero1_layout    120 ./test_zero1_layout"
   "zero1_plan      300 dev/test/test_zero1_plan.sh"
+  "zero1_runtime   120 dev/test/test_zero1_runtime.sh"
   "oracle          300 dev/test/test_oracle.sh"
   "multirank       300 TRAIN_BIN=./train_gpt2_plain dev/test/test_multirank.sh"
   "multirank_z0    300 dev/test/test_multirank.sh"

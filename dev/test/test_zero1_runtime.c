@@ -1,0 +1,152 @@
+/*
+ * The zero1/ runtime on its own (one rank, the single communicator, CPU device ops),
+ * with a made-up model, against plain dense AdamW written here.
+ *
+ *   test_zero1_runtime            AdamW through the buckets and views == dense AdamW,
+ *                                 for several bucket sizes and both param dtypes
+ *   test_zero1_runtime unfired    a step whose gradients never all became final: the
+ *                                 runtime must stop naming the parameters (exit 1);
+ *                                 the shell test checks the message
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/adamw.h"
+#include "llmc/bf16.h"
+#include "llmc/utils.h"
+#include "zero1/runtime.h"
+
+#define NP 5
+static const size_t NUMELS[NP] = {1000, 37, 4096, 130, 777};
+static const int DECAYS[NP] = {1, 0, 1, 0, 1};
+static const int CONTRIBUTIONS[NP] = {2, 1, 1, 1, 1};  // param 0 is "tied": two contributions
+static const int FIRST_BLOCK[NP] = {0, 0, 1, 1, 2};
+
+static const char* name_param(void* ctx, int p, char* buf, size_t n) {
+    snprintf(buf, n, "p%d", p);
+    return buf;
+}
+
+static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype, Zero1Comm* comm) {
+    Zero1Options opt;
+    memset(&opt, 0, sizeof(opt));
+    opt.zero_stage = 1;
+    opt.bucket_size = bucket_size;
+    opt.shared_embedding = -1;
+    opt.overlap_grad_reduce = 1;
+    opt.overlap_param_gather = 1;
+    opt.param_dtype = param_dtype;
+    opt.grad_dtype = ZERO1_FP32;
+    opt.beta1 = 0.9f;
+    opt.beta2 = 0.95f;
+    opt.eps = 1e-8f;
+    opt.weight_decay = 0.1f;
+    opt.grad_clip = 1.0f;
+    Zero1ModelSpec spec = {NP, NUMELS, DECAYS, CONTRIBUTIONS, FIRST_BLOCK, 3, name_param, NULL};
+    char err[256];
+    Zero1Runtime* rt = zero1_runtime_create(&opt, &spec, comm, &zero1_device_cpu, NULL, err, sizeof(err));
+    if (!rt) fatal("runtime: %s", err);
+    return rt;
+}
+
+static float value(uint64_t* s) { return (float)((*s = *s * 6364136223846793005ull + 1442695040888963407ull) >> 40) / 16777216.0f - 0.5f; }
+
+// Three steps through the runtime against the same three steps on dense arrays.
+static int check_against_dense(long long bucket_size, Zero1Dtype param_dtype) {
+    Zero1Comm* comm = zero1_comm_single_create();
+    Zero1Runtime* rt = make_runtime(bucket_size, param_dtype, comm);
+    size_t total = 0;
+    for (int p = 0; p < NP; p++) total += NUMELS[p];
+    float* params = (float*)callocCheck(total, sizeof(float));
+    float* m = (float*)callocCheck(total, sizeof(float));
+    float* v = (float*)callocCheck(total, sizeof(float));
+    uint64_t seed = 7;
+    size_t off = 0;
+    for (int p = 0; p < NP; p++) {
+        float* view = zero1_compute_params(rt) + zero1_param_offset(rt, p);
+        for (size_t i = 0; i < NUMELS[p]; i++) view[i] = params[off + i] = value(&seed);
+        off += NUMELS[p];
+    }
+    zero1_after_load(rt);  // with bf16 storage the fp32 master keeps these exact values
+    float* master = (float*)mallocCheck(total * sizeof(float));
+    memcpy(master, params, total * sizeof(float));
+    double worst = 0.0;
+    for (int step = 0; step < 3; step++) {
+        zero1_begin_step(rt, step);
+        zero1_begin_micro_step(rt, 1);
+        float* grads = (float*)mallocCheck(total * sizeof(float));
+        for (size_t i = 0; i < total; i++) grads[i] = value(&seed) * (step + 1);
+        off = 0;
+        // Report in backprop order: last parameter first; p0 twice (its two contributions).
+        size_t offs[NP];
+        for (int p = 0; p < NP; p++) {
+            offs[p] = off;
+            off += NUMELS[p];
+        }
+        for (int p = NP - 1; p >= 0; p--) {
+            memcpy(zero1_grad_buffer(rt) + zero1_param_offset(rt, p), grads + offs[p], NUMELS[p] * sizeof(float));
+            for (int k = 0; k < CONTRIBUTIONS[p]; k++) zero1_grad_done(rt, p);
+        }
+        double blocked = 0.0;
+        float norm = zero1_finish_step(rt, step, 1e-2f, &blocked);
+        double sumsq = 0.0;
+        for (size_t i = 0; i < total; i++) sumsq += (double)grads[i] * grads[i];
+        float dense_norm = (float)sqrt(sumsq);
+        float scale = dense_norm > 1.0f ? 1.0f / dense_norm : 1.0f;
+        AdamWStep s = adamw_step_params(1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step + 1, scale);
+        for (int p = 0; p < NP; p++) {
+            adamw_update_range(master + offs[p], grads + offs[p], m + offs[p], v + offs[p], NUMELS[p], &s, DECAYS[p]);
+        }
+        worst = fmax(worst, fabs(norm - dense_norm) / dense_norm);
+        zero1_sync_params(rt);
+        for (int p = 0; p < NP; p++) {
+            const float* got = zero1_compute_params(rt) + zero1_param_offset(rt, p);
+            for (size_t i = 0; i < NUMELS[p]; i++) {
+                float want = master[offs[p] + i];
+                if (param_dtype == ZERO1_BF16) want = bf16_to_float(float_to_bf16(want));
+                worst = fmax(worst, fabs(got[i] - want));
+            }
+        }
+        free(grads);
+    }
+    int ok = worst <= 1e-6;
+    printf("%s runtime AdamW == dense AdamW, bucket size %lld, %s params (worst diff %.3e)\n", ok ? "PASS" : "FAIL",
+           bucket_size, param_dtype == ZERO1_BF16 ? "bf16" : "fp32", worst);
+    zero1_runtime_destroy(rt);
+    comm->destroy(comm);
+    free(params);
+    free(master);
+    free(m);
+    free(v);
+    return ok;
+}
+
+// p1 and p0's second contribution are never reported: the bucket cannot fire.
+static void unfired(void) {
+    Zero1Comm* comm = zero1_comm_single_create();
+    Zero1Runtime* rt = make_runtime(0, ZERO1_FP32, comm);
+    zero1_begin_step(rt, 0);
+    zero1_begin_micro_step(rt, 1);
+    zero1_grad_done(rt, 4);
+    zero1_grad_done(rt, 3);
+    zero1_grad_done(rt, 2);
+    zero1_grad_done(rt, 0);
+    double blocked = 0.0;
+    zero1_finish_step(rt, 0, 1e-3f, &blocked);
+    printf("FAIL: the runtime did not stop\n");
+    exit(0);  // a zero exit here fails the shell check
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1 && strcmp(argv[1], "unfired") == 0) unfired();
+    int ok = 1;
+    long long sizes[] = {0, 1, 200, 5000};
+    for (int i = 0; i < 4; i++) {
+        ok &= check_against_dense(sizes[i], ZERO1_FP32);
+        ok &= check_against_dense(sizes[i], ZERO1_BF16);
+    }
+    printf("%s test_zero1_runtime\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
