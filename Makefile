@@ -24,7 +24,7 @@ endif
 LDLIBS = -lopenblas -lm
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
-ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/comm_mpi.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c
+ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/comm_mpi.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c
 ifeq ($(USE_ZERO1),1)
 ZERO1_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
 ZERO1_DEF = -DUSE_ZERO1
@@ -58,8 +58,8 @@ test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_
 	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
 
 # The zero1 runtime alone (one rank, no MPI) against dense AdamW.
-test_zero1_runtime: dev/test/test_zero1_runtime.c zero1/runtime.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
-	gcc $(CFLAGS) dev/test/test_zero1_runtime.c zero1/runtime.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) -o $@ -lm
+test_zero1_runtime: dev/test/test_zero1_runtime.c zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/test/test_zero1_runtime.c zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) -o $@ -lm
 
 # The CPU kernels against naive double-precision references and finite differences.
 test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)

@@ -12,6 +12,7 @@
  * bucket's gather before blocking (Megatron's chained param sync).
  */
 #include "zero1/runtime.h"
+#include "zero1/runtime_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,57 +20,6 @@
 #include <string.h>
 
 #include "llmc/utils.h"
-
-typedef enum { GATHER_DONE = 0, GATHER_PENDING, GATHER_IN_FLIGHT } GatherState;
-
-typedef struct {
-    int contributions_left;      // in the last micro-step, before this bucket may fire
-    int contributions_total;
-    int reduce_in_flight;
-    int reduce_fired;            // this step
-    Zero1Handle reduce;
-    double reduce_start_us;
-    GatherState gather_state;
-    Zero1Handle gather;
-    double gather_start_us;
-    size_t owned_offset;         // start of this bucket's shard in master/m/v
-} BucketState;
-
-struct Zero1Runtime {
-    Zero1Options opt;
-    int num_params, num_blocks;
-    size_t* numels;
-    int* decays;
-    int* contributions;
-    int* first_block;
-    const char* (*param_name)(void*, int, char*, size_t);
-    void* name_ctx;
-
-    Zero1Comm* comm;
-    const Zero1DeviceOps* ops;
-    Zero1Tracer* tracer;
-    Zero1Layout layout;
-    Zero1RankShards shards;      // what this rank updates (every bucket whole when replicated)
-
-    float* grads;                // fp32, layout numel
-    void* grad_comm;             // bf16 copy for a bf16 reduction, else NULL
-    void* param_buffer;          // param_dtype, layout numel
-    float* compute;              // fp32 params for the kernels (== param_buffer for fp32)
-    float* master;               // fp32 master of the owned shards (bf16 storage only)
-    float* adam_m;
-    float* adam_v;
-    size_t owned_numel;
-
-    BucketState* buckets;
-    int* seen;                   // contributions seen per param in the last micro-step
-    int** block_buckets;         // per forward block: buckets first read there, forward order
-    int* block_num_buckets;
-    int is_last_micro;
-    int step;
-    int nan_param;               // first parameter with a non-finite local gradient, or -1
-    long long nan_element;
-    double blocked_ms;
-};
 
 // ---------------------------------------------------------------------------- helpers
 
@@ -103,8 +53,6 @@ static void *dup_array(const void* src, size_t bytes) {
 }
 
 // ---------------------------------------------------------------------------- grad path
-
-static int stage1(const Zero1Runtime* rt) { return rt->opt.zero_stage == 1 && rt->comm->size > 1; }
 
 static void record_nonfinite(Zero1Runtime* rt, int b) {
     const Zero1Bucket* bk = &rt->layout.buckets[b];
@@ -313,58 +261,6 @@ float zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms
     }
     *blocked_ms += rt->blocked_ms;
     return norm;
-}
-
-// ---------------------------------------------------------------------------- checkpoints
-
-// Owned shards (owned-array layout) -> every rank's full buffer-layout copy -> dense.
-static void export_array(Zero1Runtime* rt, const float* owned, float* full, const size_t* dense_offsets,
-                         float* dense) {
-    const Zero1DeviceOps* ops = rt->ops;
-    ops->zero(full, rt->layout.numel * sizeof(float));
-    for (int b = 0; b < rt->shards.num_buckets; b++) {
-        const Zero1Range* sh = &rt->shards.buckets[b].shard;
-        ops->copy(full + sh->start, owned + rt->buckets[b].owned_offset, (sh->end - sh->start) * sizeof(float));
-    }
-    if (stage1(rt)) {
-        for (int b = 0; b < rt->layout.num_buckets; b++) {
-            const Zero1Bucket* bk = &rt->layout.buckets[b];
-            rt->comm->wait(rt->comm, rt->comm->all_gather(rt->comm, full + bk->start, bk->end - bk->start, ZERO1_FP32));
-        }
-    }
-    for (int p = 0; p < rt->num_params; p++) {
-        ops->copy(dense + dense_offsets[p], full + rt->layout.params[p].start, rt->numels[p] * sizeof(float));
-    }
-}
-
-void zero1_export_state(Zero1Runtime* rt, const size_t* dense_offsets, float* m, float* v, float* master) {
-    zero1_sync_params(rt);
-    float* full = (float*)rt->ops->alloc(rt->layout.numel * sizeof(float));
-    export_array(rt, rt->adam_m, full, dense_offsets, m);
-    export_array(rt, rt->adam_v, full, dense_offsets, v);
-    if (rt->master) {
-        export_array(rt, rt->master, full, dense_offsets, master);
-    } else {  // fp32 params are the master, and complete on every rank after the sync
-        for (int p = 0; p < rt->num_params; p++) {
-            rt->ops->copy(master + dense_offsets[p], rt->compute + rt->layout.params[p].start,
-                          rt->numels[p] * sizeof(float));
-        }
-    }
-    rt->ops->free(full);
-}
-
-void zero1_import_state(Zero1Runtime* rt, const size_t* dense_offsets, const float* m, const float* v) {
-    for (int b = 0; b < rt->shards.num_buckets; b++) {
-        const Zero1BucketShard* sh = &rt->shards.buckets[b];
-        for (int i = 0; i < sh->num_views; i++) {
-            const Zero1ParamView* view = &sh->views[i];
-            size_t local = rt->buckets[b].owned_offset + view->gbuf_local.start;
-            size_t src = dense_offsets[view->param] + view->param_range.start;
-            size_t bytes = (view->param_range.end - view->param_range.start) * sizeof(float);
-            rt->ops->copy(rt->adam_m + local, m + src, bytes);
-            rt->ops->copy(rt->adam_v + local, v + src, bytes);
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------- set-up
