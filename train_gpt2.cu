@@ -456,9 +456,10 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
         gpt2_forward(m, inputs, targets, B, T);
         gpt2_backward(m, loss_scale);
         if (tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1) {
-            float nan = NAN;  // test-only: poison a gradient on one rank
-            cudaCheck(cudaMemcpyAsync(m->grad[gpt2_idx_layer(0, LAYER_QKVB)], &nan, sizeof(float),
-                                      cudaMemcpyHostToDevice, st));
+            // test-only: poison a gradient on one rank. All-ones bytes are a float NaN; a
+            // memset needs no host source (an async copy from a stack variable would rely on
+            // the driver staging pageable memory before this scope ends).
+            cudaCheck(cudaMemsetAsync(m->grad[gpt2_idx_layer(0, LAYER_QKVB)], 0xFF, sizeof(float), st));
         }
     }
     // Replicated data parallel: sum the whole grad buffer and the loss over ranks.
@@ -470,7 +471,8 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
         cudaCheck(cudaMemcpyAsync(&tr->h_readback[1], tr->d_norm, sizeof(float), cudaMemcpyDeviceToHost, st));
         cudaCheck(cudaStreamSynchronize(st));
         norm = tr->h_readback[1];
-        if (!isfinite(norm)) report_non_finite_grad(tr, step);
+        // step + 1: the 1-based step of the step line, as train_gpt2.c's message says
+        if (!isfinite(norm)) report_non_finite_grad(tr, step + 1);
     }
     AdamWStep s = adamw_step_params(lr, tr->cfg.beta1, tr->cfg.beta2, tr->cfg.eps, tr->cfg.weight_decay, step + 1, 1.0f);
     const GPT2Config* c = &m->config;

@@ -58,8 +58,13 @@ static void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, con
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cuda_libs.cublaslt, desc, la, lb, ld, ld, pref, 1, &heuristic, &found));
-    if (found == 0) {
+    // No algorithm for a configuration comes back either as CUBLAS_STATUS_NOT_SUPPORTED or
+    // as success with found == 0 (or a result whose state is not success): all three get
+    // the message that names the shape, instead of a bare status code.
+    cublasStatus_t hst =
+        cublasLtMatmulAlgoGetHeuristic(cuda_libs.cublaslt, desc, la, lb, ld, ld, pref, 1, &heuristic, &found);
+    if (hst != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(hst);
+    if (hst == CUBLAS_STATUS_NOT_SUPPORTED || found == 0 || heuristic.state != CUBLAS_STATUS_SUCCESS) {
         fatal("cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d bias=%d out=%s", m, n, k, transA, transB,
               bias != NULL, d_type == CUDA_R_32F ? "fp32" : "bf16");
     }

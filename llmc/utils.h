@@ -4,7 +4,7 @@
  * fatal(...) ends the program with one message and exit status 1. Most input errors
  * (a bad flag, model file or token shard) are seen by every rank alike, since all ranks
  * read the same inputs; so that the user sees the message once, rank 0 prints at once
- * and exits, which makes mpirun end the whole job. Another rank first waits a moment:
+ * and exits, which makes mpirun end the whole job. Another rank first waits 3 s:
  * if the error was shared, mpirun ends it during the wait and it stays quiet; if only
  * that rank saw it, it prints (with its rank) and exits. Nothing hangs either way.
  * Programs under MPI call utils_set_rank() once they know their rank.
@@ -64,7 +64,7 @@ static inline void utils_set_rank(int rank, int world) {
 static inline void fatal(const char* fmt, ...) LLMC_PRINTF(1, 2) LLMC_NORETURN;
 static inline void fatal(const char* fmt, ...) {
     fflush(stdout);
-    if (utils_rank() != 0) usleep(1500 * 1000);  // let rank 0 speak for a shared error
+    if (utils_rank() != 0) usleep(3000 * 1000);  // let rank 0 speak for a shared error
     va_list ap;
     va_start(ap, fmt);
     if (utils_world() > 1 && utils_rank() != 0) fprintf(stderr, "[rank %d] ", utils_rank());

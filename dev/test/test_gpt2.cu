@@ -5,7 +5,8 @@
  *
  * One rank, no accumulation: checks the forward logits and loss, every parameter
  * gradient (read from the fp32 grad buffer views), then the losses of the oracle's
- * AdamW steps on the same batch. Under mpirun (one GPU per rank) and/or with --accum K
+ * AdamW steps on the same batch and the first step's gradient norm (relative error within
+ * the gradients' relative L2 tolerance, which bounds it). Under mpirun (one GPU per rank) and/or with --accum K
  * the oracle's batch is split over ranks and micro-steps; then the step losses are
  * checked and that every rank ends with bitwise identical parameters.
  * Without a GPU it prints SKIPPED and exits 0.
@@ -68,8 +69,16 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     float* logits = download_floatX(m->acts.logits, BT * s->Vp);
     double worst_excess;
     double max_err = logits_max_error(s, logits, TOL_LOGITS_ABS, TOL_LOGITS_REL, &worst_excess);
+    // logits_max_error takes fmax over the errors, and fmax drops NaN: count non-finite
+    // logits separately so that a NaN/Inf forward cannot pass this check.
+    size_t non_finite = 0;
+    for (size_t i = 0; i < BT; i++) {
+        for (int v = 0; v < s->V; v++) non_finite += !isfinite(logits[i * s->Vp + v]);
+    }
     free(logits);
-    report(worst_excess <= 0.0, "logits (max abs err; tol abs + rel*|ref|)", max_err, TOL_LOGITS_ABS);
+    report(worst_excess <= 0.0 && non_finite == 0, "logits (max abs err; tol abs + rel*|ref|)", max_err,
+           TOL_LOGITS_ABS);
+    if (non_finite) printf("  %zu non-finite logits\n", non_finite);
     float loss;
     cudaCheck(cudaMemcpy(&loss, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost));
     double loss_err = fabs(loss - s->loss);
@@ -133,6 +142,13 @@ int main(int argc, char** argv) {
         double e = fabs(r.loss - s.step_losses[step]);
         worst_loss = fmax(worst_loss, e);
         if (!(e <= TOL_STEP_LOSS)) losses_ok = 0;
+        if (step == 0) {
+            // The first step's norm comes from the same gradients as check_forward_backward's,
+            // so |norm - ref| <= ||g - ref|| <= TOL_GRAD_L2 * ||ref|| when those pass: checks
+            // the global-norm kernel (and, on several ranks, the all-reduce) on its own.
+            double ne = fabs((double)r.grad_norm - s.step_norms[0]) / fmax(fabs((double)s.step_norms[0]), 1e-30);
+            report(ne <= TOL_GRAD_L2, "first step gradient norm (relative err)", ne, TOL_GRAD_L2);
+        }
         if (rank == 0) {
             printf("  step %d: loss %.6f (oracle %.6f), norm %.5f (oracle %.5f)\n", step, r.loss, s.step_losses[step],
                    r.grad_norm, s.step_norms[step]);
