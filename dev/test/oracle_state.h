@@ -121,6 +121,7 @@ static int oracle_test_setup(int argc, char** argv, int world, GPT2Config* mc, i
 
 // Max abs error of the logits (first V of Vp columns) against the oracle, and the worst
 // excess over abs_tol + rel_tol*|ref| (<= 0 when every element is within tolerance).
+// A non-finite logit counts as an infinite error (fmax alone would drop a NaN).
 static double logits_max_error(const OracleState* s, const float* logits, double abs_tol, double rel_tol,
                                double* worst_excess) {
     double max_err = 0.0;
@@ -129,6 +130,7 @@ static double logits_max_error(const OracleState* s, const float* logits, double
         for (int v = 0; v < s->V; v++) {
             double ref = s->logits[i * s->Vp + v];
             double e = fabs(logits[i * s->Vp + v] - ref);
+            if (!isfinite(e)) e = INFINITY;
             max_err = fmax(max_err, e);
             *worst_excess = fmax(*worst_excess, e - (abs_tol + rel_tol * fabs(ref)));
         }
