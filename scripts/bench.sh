@@ -10,13 +10,9 @@
 # Runs alternate (A B A B ...) so that drift in machine load hits both sides alike;
 # medians over the repeats. Environment: BENCH_REPEATS (default 3), BENCH_STEPS (default 8).
 set -eu
-cd "$(dirname "$0")/.."
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/test/env.sh"
 REPEATS=${BENCH_REPEATS:-3}
 STEPS=${BENCH_STEPS:-8}
-PY=/usr/bin/python3
-MPI=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -54,9 +50,9 @@ common=(-e "$work/model.bin" -i "$DATA" -b $B2 -t $T -x $((STEPS + 1)) -v 0 -s 0
 echo "== 2. ZeRO-1 vs replicated, np=$NP, B=$B2 per rank, T=$T, bucket size 1e6 elements"
 : >"$work/z1_ms"; : >"$work/z0_ms"; : >"$work/on_wait"; : >"$work/off_wait"
 for r in $(seq "$REPEATS"); do
-    "${MPI[@]}" -np $NP ./train_gpt2 "${common[@]}" -z 1 >"$work/z1.log" 2>&1
-    "${MPI[@]}" -np $NP ./train_gpt2 "${common[@]}" -z 0 >"$work/z0.log" 2>&1
-    "${MPI[@]}" -np $NP ./train_gpt2 "${common[@]}" -z 1 --no-overlap-grad-reduce --no-overlap-param-gather \
+    "${MPIRUN[@]}" -np $NP ./train_gpt2 "${common[@]}" -z 1 >"$work/z1.log" 2>&1
+    "${MPIRUN[@]}" -np $NP ./train_gpt2 "${common[@]}" -z 0 >"$work/z0.log" 2>&1
+    "${MPIRUN[@]}" -np $NP ./train_gpt2 "${common[@]}" -z 1 --no-overlap-grad-reduce --no-overlap-param-gather \
         >"$work/off.log" 2>&1
     step_ms "$work/z1.log" >>"$work/z1_ms"
     step_ms "$work/z0.log" >>"$work/z0_ms"

@@ -8,11 +8,7 @@
 #   3. a stale temporary directory is never taken for a checkpoint; -y 1 without one, and
 #      -n without -o, are clear errors.
 set -u
-cd "$(dirname "$0")/../.."
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-MPI=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-PY=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make -s train_gpt2 USE_ZERO1=1 >/dev/null && make -s train_gpt2_plain >/dev/null || { echo "FAIL build"; exit 1; }
@@ -26,7 +22,7 @@ bad() { failed=$((failed + 1)); echo "FAIL $*"; }
 train() {
     local bin=$1 np=$2 b=$3 dir=$4
     shift 4
-    timeout 300 "${MPI[@]}" -np "$np" "$bin" -e "$work/m.bin" -i data/tinyshakespeare_train.bin -b "$b" -t 64 -x 6 \
+    timeout 300 "${MPIRUN[@]}" -np "$np" "$bin" -e "$work/m.bin" -i data/tinyshakespeare_train.bin -b "$b" -t 64 -x 6 \
         -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 -c 0.1 -o "$dir" "$@" >"$dir.log" 2>&1
 }
 losses() { sed -n 's/^s:\([0-9]*\) trl:\([^ ]*\).*/\1 \2/p' "$1/main.log"; }

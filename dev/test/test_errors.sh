@@ -6,11 +6,7 @@
 # A control run with the same fixtures and no defect must succeed, so each failure is
 # caused by the one defect that case introduces.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-PY=/usr/bin/python3
-MPIRUN=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 BIN=./train_gpt2
 
 TMP=$(mktemp -d /tmp/test_errors.XXXXXX)

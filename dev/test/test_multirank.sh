@@ -14,16 +14,12 @@
 # Env: Z (default 0) is passed as -z; TRAIN_BIN (default ./train_gpt2) is the binary;
 # MULTIRANK_EXTRA_FLAGS are appended to every run.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-PY=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 Z=${Z:-0}
 BIN=${TRAIN_BIN:-./train_gpt2}
 EXTRA=${MULTIRANK_EXTRA_FLAGS:-}
 STEPS=5
 TOL=1e-5
-MPIRUN=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 DATA=data/tinyshakespeare_train.bin
 
 TMP=$(mktemp -d /tmp/test_multirank.XXXXXX)

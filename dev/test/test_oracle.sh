@@ -14,13 +14,9 @@
 #
 # Env: ORACLE_EXTRA_FLAGS (e.g. "-z 1 --bucket-size 4096") is appended to every test_gpt2 run.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-PY=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 ORACLE=dev/test/gpt2_oracle.py
 EXTRA=${ORACLE_EXTRA_FLAGS:-}
-MPIRUN=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 
 TMP=$(mktemp -d /tmp/test_oracle.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -3,11 +3,7 @@
 # dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run); ZeRO-1
 # matches the PyTorch oracle at np=2, B=2; a planted NaN stops every rank.
 set -u
-cd "$(dirname "$0")/../.."
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-MPI=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-PY=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make -s test_zero1 test_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
@@ -20,7 +16,7 @@ $PY dev/test/gpt2_oracle.py make --out-model "$work/small.bin" --out-state "$wor
 passed=0 failed=0
 check() {  # check NAME NP ARGS...: one test_zero1 run
     local name=$1 np=$2; shift 2
-    if timeout 300 "${MPI[@]}" -np "$np" ./test_zero1 "$work/small.bin" "$@" >"$work/log" 2>&1 &&
+    if timeout 300 "${MPIRUN[@]}" -np "$np" ./test_zero1 "$work/small.bin" "$@" >"$work/log" 2>&1 &&
        grep -q "^PASS test_zero1" "$work/log"; then
         passed=$((passed + 1)); echo "PASS np=$np $name"
     else
@@ -42,7 +38,7 @@ done
 
 # ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4.
 $PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" >/dev/null
-if timeout 300 "${MPI[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 >"$work/log" 2>&1 &&
+if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 >"$work/log" 2>&1 &&
    grep -q "^PASS test_gpt2" "$work/log"; then
     passed=$((passed + 1)); echo "PASS np=2 ZeRO-1 vs PyTorch oracle"
 else
@@ -51,7 +47,7 @@ fi
 
 # A planted NaN (on the last rank only) is caught by --check-nan: one message, every rank stops.
 for np in 2 3; do
-    timeout 120 "${MPI[@]}" -np $np ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
+    timeout 120 "${MPIRUN[@]}" -np $np ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
         -x 5 -v 0 -s 0 -z 1 --bucket-size 3000 --check-nan --test-plant-nan 2 >"$work/log" 2>&1
     rc=$?
     n=$(grep -c "error: non-finite gradient in h0.qkvb at step 3" "$work/log")
@@ -63,7 +59,7 @@ for np in 2 3; do
 done
 # --trace: one Chrome trace per rank with per-layer compute, every bucket's reduce-scatter
 # and all-gather, and the step lines report the time blocked on communication.
-timeout 120 "${MPI[@]}" -np 2 ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 -x 3 \
+timeout 120 "${MPIRUN[@]}" -np 2 ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 -x 3 \
     -v 0 -s 0 -z 1 --bucket-size 20000 --trace "$work/trace.json" >"$work/log" 2>&1
 buckets=$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$work/log")
 if grep -q "comm wait" "$work/log" && $PY - "$work" "$buckets" <<'PYEOF'
