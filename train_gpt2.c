@@ -370,11 +370,8 @@ static void loop_checkpoint(void* t, int steps_done, const DataLoader* train, ui
 
 #ifndef TESTING
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
     int rank, world;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    utils_set_rank(rank, world);
+    mpi_start(&argc, &argv, &rank, &world);
 
     TrainConfig cfg;
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);

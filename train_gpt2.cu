@@ -555,13 +555,10 @@ static cudaStream_t gpu_setup(int* rank, int* world, NcclComm* nccl) {
 
 #ifndef TESTING
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
     int rank, world;
+    mpi_start(&argc, &argv, &rank, &world);
     NcclComm nccl;
     // Parse first: -h and flag errors need no GPU.
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    utils_set_rank(rank, world);
     TrainConfig cfg;
     train_config_defaults(&cfg, 0);
     train_parse_args(&cfg, argc, argv);

@@ -26,6 +26,14 @@
 extern "C" {
 #endif
 
+// MPI_Init, this process's rank and the world size; the error policy learns the rank.
+static inline void mpi_start(int* argc, char*** argv, int* rank, int* world) {
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, world);
+    utils_set_rank(*rank, *world);
+}
+
 static inline double wall_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

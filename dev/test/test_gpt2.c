@@ -51,11 +51,8 @@ static void check_replicas_identical(Trainer* tr) {
 }
 
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
     int rank, world;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    utils_set_rank(rank, world);
+    mpi_start(&argc, &argv, &rank, &world);
     GPT2Config mc;
     int version;
     OracleState s;

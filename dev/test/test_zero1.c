@@ -117,11 +117,8 @@ static void compare_bitwise(const char* what, const RunResult* a, const RunResul
 }
 
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
     int rank, world;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    utils_set_rank(rank, world);
+    mpi_start(&argc, &argv, &rank, &world);
     if (argc < 2) fatal("usage: %s MODEL.bin [--steps N] [--accum K] [--batch B] [--seq T] [trainer flags]", argv[0]);
     int steps = 10, k = 1, B_global = 12, T = 16, a = 2;
     for (; a + 1 < argc; a += 2) {
