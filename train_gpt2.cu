@@ -538,16 +538,13 @@ static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
     print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
 
-// MPI, the GPU of this local rank, the libraries and NCCL; returns the compute stream.
-static cudaStream_t gpu_setup(int* rank, int* world, NcclComm* nccl) {
-    MPI_Comm_rank(MPI_COMM_WORLD, rank);
-    MPI_Comm_size(MPI_COMM_WORLD, world);
-    utils_set_rank(*rank, *world);
+// After mpi_start: the GPU of this local rank, the libraries and NCCL; returns the compute stream.
+static cudaStream_t gpu_setup(int rank, int world, NcclComm* nccl) {
     int local_world;
     int local_rank = mpi_local_rank(&local_world);
     cuda_select_device(local_rank);
     cuda_libs_init();
-    nccl_comm_init(nccl, *rank, *world, local_rank, local_world);
+    nccl_comm_init(nccl, rank, world, local_rank, local_world);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     return stream;
@@ -562,7 +559,7 @@ int main(int argc, char** argv) {
     TrainConfig cfg;
     train_config_defaults(&cfg, 0);
     train_parse_args(&cfg, argc, argv);
-    cudaStream_t stream = gpu_setup(&rank, &world, &nccl);
+    cudaStream_t stream = gpu_setup(rank, world, &nccl);
 
     Trainer tr;
     trainer_init(&tr, &cfg, rank, world, &nccl, stream);

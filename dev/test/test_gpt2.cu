@@ -98,10 +98,10 @@ int main(int argc, char** argv) {
         printf("SKIPPED: no GPU (%s)\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
         return 0;
     }
-    MPI_Init(&argc, &argv);
     int rank, world;
+    mpi_start(&argc, &argv, &rank, &world);
     NcclComm nccl;
-    cudaStream_t stream = gpu_setup(&rank, &world, &nccl);
+    cudaStream_t stream = gpu_setup(rank, world, &nccl);
     GPT2Config mc;
     int version;
     OracleState s;
