@@ -3,12 +3,12 @@
 #   data/tinyshakespeare_val.bin, data/tinyshakespeare_train.bin, data/gpt2_tokenizer.bin
 # Builds ./prepro_text (C, GPT-2 BPE; no Python) and runs it only when an output is
 # missing or older than the tool or its inputs, so calling this before every run is cheap.
-# Inputs come from $LLMC_DATA_DIR (default <repo>/../shared/data):
+# Inputs come from $LLMC_DATA_DIR (default <repo>/dev/data, carried by the repository):
 #   gpt2/encoder.json, gpt2/vocab.bpe, tinyshakespeare/input.txt
 # Works from any directory.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-DATA_DIR=${LLMC_DATA_DIR:-../shared/data}
+DATA_DIR=${LLMC_DATA_DIR:-dev/data}
 OUT_DIR=data
 ENCODER=$DATA_DIR/gpt2/encoder.json
 MERGES=$DATA_DIR/gpt2/vocab.bpe

@@ -42,7 +42,7 @@ static const char* DOWNLOAD_HINT =
     "    https://openaipublic.blob.core.windows.net/gpt-2/models/124M/vocab.bpe\n"
     "  input.txt (tinyshakespeare): karpathy/char-rnn,\n"
     "    https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt\n"
-    "Put them in ../shared/data/{gpt2,tinyshakespeare}/ (or set LLMC_DATA_DIR for\n"
+    "Put them in dev/data/{gpt2,tinyshakespeare}/ (or set LLMC_DATA_DIR for\n"
     "scripts/prepare_data.sh), or pass --encoder/--merges/--input. See README.md.";
 
 static double now_seconds(void) {
@@ -190,15 +190,15 @@ static void usage(void) {
             "usage: ./prepro_text [--encoder PATH] [--merges PATH] [--input PATH] [--out-dir DIR]\n"
             "                     [--name NAME] [--val-tokens N]\n"
             "       ./prepro_text --encode-stdin | --pretokens-stdin [--records] | --roundtrip FILE\n"
-            "defaults: --encoder ../shared/data/gpt2/encoder.json --merges ../shared/data/gpt2/vocab.bpe\n"
-            "          --input ../shared/data/tinyshakespeare/input.txt --out-dir data\n"
+            "defaults: --encoder dev/data/gpt2/encoder.json --merges dev/data/gpt2/vocab.bpe\n"
+            "          --input dev/data/tinyshakespeare/input.txt --out-dir data\n"
             "          --name tinyshakespeare --val-tokens 32768\n");
 }
 
 int main(int argc, char** argv) {
-    const char* encoder_path = "../shared/data/gpt2/encoder.json";
-    const char* merges_path = "../shared/data/gpt2/vocab.bpe";
-    const char* input_path = "../shared/data/tinyshakespeare/input.txt";
+    const char* encoder_path = "dev/data/gpt2/encoder.json";
+    const char* merges_path = "dev/data/gpt2/vocab.bpe";
+    const char* input_path = "dev/data/tinyshakespeare/input.txt";
     const char* out_dir = "data";
     const char* name = "tinyshakespeare";
     const char* roundtrip_path = NULL;

@@ -17,7 +17,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
     exit 0
 fi
 NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
-PY=/usr/bin/python3
+PY=${LLMC_PYTHON:-/usr/bin/python3}
 OUT=${TEST_GPU_OUT:-$(mktemp -d /tmp/llmc_test_gpu.XXXXXX)}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

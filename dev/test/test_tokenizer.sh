@@ -2,17 +2,17 @@
 # Tests of the C data pipeline: GPT-2 BPE (llmc/bpe.h), prepro_text, the tokenizer file
 # and its decoder (llmc/tokenizer.h). The oracle is dev/test/bpe_reference.py, an
 # independent Python BPE; expected ids below are GPT-2's published ones.
-# Inputs: $LLMC_DATA_DIR (default <repo>/../shared/data)/{gpt2/encoder.json,gpt2/vocab.bpe,
+# Inputs: $LLMC_DATA_DIR (default <repo>/dev/data)/{gpt2/encoder.json,gpt2/vocab.bpe,
 # tinyshakespeare/input.txt}. Exits 0 only if every check passes.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
-DATA_DIR=${LLMC_DATA_DIR:-$ROOT/../shared/data}
+DATA_DIR=${LLMC_DATA_DIR:-$ROOT/dev/data}
 ENCODER=$DATA_DIR/gpt2/encoder.json
 MERGES=$DATA_DIR/gpt2/vocab.bpe
 SHAKESPEARE=$DATA_DIR/tinyshakespeare/input.txt
 SAMPLE=$ROOT/dev/test/data/utf8_sample.txt
-PY=/usr/bin/python3
+PY=${LLMC_PYTHON:-/usr/bin/python3}
 CC_FLAGS="-std=c11 -D_DEFAULT_SOURCE -O3 -march=native -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -fopenmp -I."
 
 for f in "$ENCODER" "$MERGES" "$SHAKESPEARE"; do

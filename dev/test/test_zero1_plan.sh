@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-PY=/usr/bin/python3
+PY=${LLMC_PYTHON:-/usr/bin/python3}
 fail() { echo "FAIL test_zero1_plan: $*"; exit 1; }
 
 make -s zero1_plan >/dev/null || fail "make zero1_plan failed"
