@@ -1,51 +1,79 @@
 /*
  * zero1/comm.h: the communicator the ZeRO-1 runtime talks through.
  *
- * The runtime never names MPI or NCCL: a backend fills this table. Every collective is
- * asynchronous and returns a handle; wait() blocks until it is complete, test() asks
- * without blocking, progress() gives a backend that needs it (Open MPI does not
- * progress non-blocking collectives in the background) a chance to move them on.
+ * The runtime never names MPI or NCCL: a backend fills this table. A communicator is made
+ * for one device (zero1/device_ops.h: its ops and compute stream) and moves that device's
+ * buffers. The contract, the same for every backend:
  *
- * In-place conventions, identical for every backend:
- *  - reduce_scatter(buf, n): buf holds a whole bucket of n elements (n divisible by the
- *    size); on completion this rank's slot buf[rank*n/size, (rank+1)*n/size) holds the
- *    sum over ranks of that slot. The rest of buf is unspecified.
+ *  - Ordering in. A collective sees its buffer as it is once everything the caller queued
+ *    on the compute stream before the call has run (NCCL: the communication stream waits
+ *    on an event recorded on the compute stream; MPI: the host syncs that point before
+ *    posting; staged MPI: the copy to pinned host memory is queued after it).
+ *  - In flight. The call returns at once with a handle. Until the handle is waited for, or
+ *    test() has returned 1, the caller must not read or write the buffer's region (n
+ *    elements from buf) in any way: not from the host, not from work queued on the
+ *    compute stream. zero1/comm_hazard.c poisons that region to prove the runtime never does.
+ *  - wait(h): what the caller queues on the compute stream after the call runs after the
+ *    collective has completed. The CPU backends block the host until then; NCCL makes the
+ *    compute stream wait on an event and the host returns at once. The host itself may read
+ *    the result only after syncing the compute stream (device_ops.h's rule).
+ *  - test(h): never blocks; 1 when complete, with the same effect as wait(h); 0 otherwise.
+ *    A handle is finished exactly once, by wait or by the test that returned 1, and is
+ *    then released. Handle -1 means "nothing" and is always complete.
+ *  - progress(): a chance for a backend to move outstanding work on (Open MPI does not
+ *    progress non-blocking collectives in the background); the runtime calls it at layer
+ *    boundaries. It has no effect on ordering.
+ *  - Every rank issues the same collectives in the same order (bucket is a label for
+ *    traces and messages, not a matching key).
+ *
+ * In-place conventions:
+ *  - reduce_scatter(buf, n): buf holds a whole bucket of n elements (n divisible by size);
+ *    on completion this rank's slot buf[rank*n/size, (rank+1)*n/size) holds the sum over
+ *    ranks of that slot. The rest of buf is unspecified (NCCL: recvbuff = sendbuff +
+ *    rank*recvcount; MPI leaves its result at the start of a buffer, so it is moved).
  *  - all_gather(buf, n): this rank's slot of buf is its contribution; on completion all
  *    of buf holds every rank's slot.
  *  - all_reduce(buf, n): element-wise sum, in place.
+ * Sums of bf16 are rounded to bf16 after each addition; fp64 is for small scalars (norms).
  */
 #ifndef ZERO1_COMM_H
 #define ZERO1_COMM_H
 
 #include <stddef.h>
 
+#include "zero1/device_ops.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { ZERO1_FP32 = 0, ZERO1_BF16 = 1, ZERO1_FP64 = 2 } Zero1Dtype;
-
-static inline size_t zero1_dtype_size(Zero1Dtype t) { return t == ZERO1_FP64 ? 8 : t == ZERO1_FP32 ? 4 : 2; }
 
 typedef int Zero1Handle;  // -1: none
 
 typedef struct Zero1Comm Zero1Comm;
 struct Zero1Comm {
     int rank, size;
-    const char* name;  // "mpi", "single", "nccl"
+    const char* name;  // "single", "mpi", "mpi-staged", "nccl", "hazard(...)"
+    int step;          // set by the runtime each step: for messages and traces
     void* impl;
-    Zero1Handle (*reduce_scatter)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t);
-    Zero1Handle (*all_gather)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t);
-    Zero1Handle (*all_reduce)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t);
+    Zero1Handle (*reduce_scatter)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
+    Zero1Handle (*all_gather)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
+    Zero1Handle (*all_reduce)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
     void (*wait)(Zero1Comm* c, Zero1Handle h);
-    int (*test)(Zero1Comm* c, Zero1Handle h);  // 1 when complete (the handle is then released)
+    int (*test)(Zero1Comm* c, Zero1Handle h);
     void (*progress)(Zero1Comm* c);
     void (*destroy)(Zero1Comm* c);
 };
 
-// Backends. The MPI one uses MPI_COMM_WORLD (MPI must be initialised).
-Zero1Comm* zero1_comm_single_create(void);
-Zero1Comm* zero1_comm_mpi_create(void);
+// Backends for host-side launch. The device is borrowed and must outlive the communicator.
+Zero1Comm* zero1_comm_single_create(const Zero1Device* dev);
+// MPI over MPI_COMM_WORLD (color < 0) or over the ranks of MPI_COMM_WORLD that pass the
+// same color (MPI_Comm_split, ordered by world rank). MPI must be initialised. A device
+// whose memory is not host-addressable is staged through page-locked host buffers.
+Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color);
+// Tests: wraps inner (which keeps its ordering) so that every collective's region reads
+// NaN bytes (0xFF) while in flight and its result appears only when the handle is
+// finished; test() answers "not yet" at random (seeded). Takes ownership of inner.
+Zero1Comm* zero1_comm_hazard_create(Zero1Comm* inner, const Zero1Device* dev, unsigned seed);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,23 @@
 /*
- * zero1/device_ops.h: the element-wise work the ZeRO-1 runtime asks of the device that
- * holds the buffers. The CPU trainer plugs in zero1_device_cpu (plain loops, OpenMP); a
- * GPU trainer plugs in kernels on its streams. The runtime itself never touches buffer
- * memory, so the same state machine drives both.
+ * zero1/device_ops.h: the device that holds the runtime's buffers, as the runtime sees it.
  *
- * Buffers are addressed as base pointer + element offset; "param" buffers are fp32 or
- * bf16 (Zero1Dtype), grads are always fp32 (the backward accumulates in fp32).
+ * The contract is the GPU's, and every backend keeps it, so the runtime written against
+ * it is correct on any of them:
+ *  - Work is queued on a stream and runs in queue order. Work on two streams is unordered
+ *    unless an event orders it: record(e, s1) then wait_event(s2, e) makes what is queued
+ *    on s2 afterwards run after what was queued on s1 before the record.
+ *  - The host may read what the device wrote (to_host into host memory) only after a
+ *    sync that covers it: sync_stream, or sync_event on an event recorded after it.
+ *  - Device pointers may not be host-addressable (host_addressable == 0): then only these
+ *    ops touch device memory. Pointer arithmetic on device pointers (base + offset) is fine.
+ *  - Arithmetic ops read every scalar they need that the device computed (the clip factor)
+ *    from device memory, so nothing in a step needs the host to wait for the device.
+ *
+ * Backends: zero1_device_cpu (host memory; every op runs at once on the calling thread),
+ * zero1_device_deferred (tests: host memory behind pointers the host cannot dereference,
+ * every op run as late as the ordering rules allow, so a missing event or an early host
+ * read gives a wrong result on the CPU instead of a race on a GPU), and the CUDA backend
+ * (zero1/device_cuda.h: kernels on CUDA streams).
  */
 #ifndef ZERO1_DEVICE_OPS_H
 #define ZERO1_DEVICE_OPS_H
@@ -13,30 +25,104 @@
 #include <stddef.h>
 
 #include "llmc/adamw.h"
-#include "zero1/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+typedef enum { ZERO1_FP32 = 0, ZERO1_BF16 = 1, ZERO1_FP64 = 2 } Zero1Dtype;
+
+static inline size_t zero1_dtype_size(Zero1Dtype t) { return t == ZERO1_FP64 ? 8 : t == ZERO1_FP32 ? 4 : 2; }
+
+typedef struct Zero1StreamImpl* Zero1Stream;  // cudaStream_t on the GPU
+typedef struct Zero1EventImpl* Zero1Event;    // cudaEvent_t on the GPU
+
+// A contiguous run of one parameter inside this rank's work (an owned view, or a whole
+// parameter of a bucket): where it sits in the param/grad buffers and in the owned arrays
+// (fp32 master, m, v), its length, and the parameter it belongs to.
 typedef struct {
-    void* (*alloc)(size_t bytes);  // zero-filled
-    void (*free)(void* p);
-    void (*zero)(void* p, size_t bytes);
-    // Copies bytes; either side may be device or host memory (checkpoints move state to the host).
-    void (*copy)(void* dst, const void* src, size_t bytes);
-    // dst[i] = (dst dtype) src[i] for n elements, between fp32 and bf16 in either direction.
-    void (*convert)(void* dst, Zero1Dtype dst_type, const void* src, Zero1Dtype src_type, size_t n);
-    // Index of the first non-finite value of an fp32 range, or -1.
-    long long (*first_nonfinite)(const float* x, size_t n);
-    double (*sum_squares)(const float* x, size_t n);
-    // AdamW on n elements. master may be NULL (fp32 params: the param buffer is the master);
-    // otherwise master is updated and the param buffer receives its value in param_type.
-    void (*adamw)(void* params, Zero1Dtype param_type, float* master, const float* grads, float* m, float* v,
-                  size_t n, const AdamWStep* s, int decays);
+    size_t buffer;   // start in the param and grad buffers (elements)
+    size_t owned;    // start in the owned arrays (elements); unused where no owned array is read
+    size_t n;
+    int param;       // definition index
+    int decays;      // weight decay applies
+} Zero1Span;
+
+// Spans for one launch: the host array and the device's copy of it (upload_spans).
+typedef struct {
+    int count;
+    size_t numel;            // sum of the spans' n
+    const Zero1Span* host;
+    const void* device;      // NULL when count == 0
+} Zero1SpanList;
+
+typedef struct {
+    const char* name;        // "cpu", "deferred", "cuda"
+    int host_addressable;    // 1: device pointers are host pointers (MPI may use them directly)
+
+    // Memory. Synchronous with the host; alloc zero-fills. alloc_host gives host memory
+    // the device copies from and to quickly (page-locked on a GPU).
+    void* (*alloc)(void* ctx, size_t bytes);
+    void (*free)(void* ctx, void* p);
+    void* (*alloc_host)(void* ctx, size_t bytes);
+    void (*free_host)(void* ctx, void* p);
+
+    // Streams and events.
+    Zero1Stream (*stream_create)(void* ctx);
+    void (*stream_destroy)(void* ctx, Zero1Stream s);
+    Zero1Event (*event_create)(void* ctx);
+    void (*event_destroy)(void* ctx, Zero1Event e);
+    void (*record)(void* ctx, Zero1Event e, Zero1Stream s);      // e: s has run what was queued so far
+    void (*wait_event)(void* ctx, Zero1Stream s, Zero1Event e);  // what s runs next waits for e
+    void (*sync_event)(void* ctx, Zero1Event e);                 // the host waits for e
+    int (*query_event)(void* ctx, Zero1Event e);                 // 1 if e has completed; never waits
+    void (*sync_stream)(void* ctx, Zero1Stream s);               // the host waits for all of s
+
+    // Data movement, queued on a stream.
+    void (*fill)(void* ctx, Zero1Stream s, void* p, int byte, size_t bytes);
+    void (*copy)(void* ctx, Zero1Stream s, void* dst, const void* src, size_t bytes);  // device to device
+    void (*to_host)(void* ctx, Zero1Stream s, void* host_dst, const void* src, size_t bytes);
+    void (*from_host)(void* ctx, Zero1Stream s, void* dst, const void* host_src, size_t bytes);
+
+    // Arithmetic, queued on a stream.
+    // dst[i] = src[i] for n elements, converting between fp32 and bf16 (round to nearest even).
+    void (*convert)(void* ctx, Zero1Stream s, void* dst, Zero1Dtype dst_type, const void* src, Zero1Dtype src_type,
+                    size_t n);
+    // A device copy of spans for the launches below (synchronous); release with free().
+    void* (*upload_spans)(void* ctx, const Zero1Span* spans, int count);
+    // AdamW over every span in one launch, with llmc/adamw.h's adamw_element. The clip
+    // factor is read from grad_scale[0] (device memory); s->grad_scale is ignored.
+    // master NULL: fp32 params are the master (updated in place at span.buffer); otherwise
+    // master/m/v are addressed at span.owned and params[span.buffer] receives the new
+    // master rounded to param_type.
+    void (*adamw)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, void* params, Zero1Dtype param_type,
+                  float* master, const float* grads, float* m, float* v, const AdamWStep* step,
+                  const float* grad_scale);
+    // acc[0] += sum over the spans of grads[i]^2, in double. Deterministic: the same
+    // inputs give the same bits (fixed summation order).
+    void (*sum_squares)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads, double* acc);
+    // flags[span.param] = 1 for every span holding a non-finite grad; other flags untouched.
+    void (*nonfinite_flags)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads, float* flags);
+    // out[0] = sqrt(sumsq[0]); out[1] = max_norm / out[0] if max_norm > 0 and out[0] > max_norm, else 1.
+    void (*norm_and_clip)(void* ctx, Zero1Stream s, const double* sumsq, float max_norm, float* out);
 } Zero1DeviceOps;
 
-extern const Zero1DeviceOps zero1_device_cpu;
+// A device as the runtime and the communicators use it: the ops, their context, and the
+// compute stream (the model's kernels and the optimizer's run there).
+typedef struct {
+    const Zero1DeviceOps* ops;
+    void* ctx;
+    Zero1Stream compute;
+} Zero1Device;
+
+extern const Zero1DeviceOps zero1_device_cpu_ops;
+extern const Zero1DeviceOps zero1_device_deferred_ops;
+
+// The CPU device: host memory, ops run at once (streams and events are trivially complete).
+Zero1Device zero1_device_cpu(void);
+// The deferred test device (zero1/device_deferred.c). Its own state; destroy when done.
+Zero1Device zero1_device_deferred_create(void);
+void zero1_device_deferred_destroy(Zero1Device* dev);
 
 #ifdef __cplusplus
 }
