@@ -23,6 +23,8 @@
  *  - progress(): a chance for a backend to move outstanding work on (Open MPI does not
  *    progress non-blocking collectives in the background); the runtime calls it at layer
  *    boundaries. It has no effect on ordering.
+ *  - group_begin()/group_end(): the collectives issued between them may be fused into one
+ *    launch (NCCL groups); their handles behave as usual. Groups do not nest.
  *  - Every rank issues the same collectives in the same order (bucket is a label for
  *    traces and messages, not a matching key).
  *
@@ -61,6 +63,8 @@ struct Zero1Comm {
     void (*wait)(Zero1Comm* c, Zero1Handle h);
     int (*test)(Zero1Comm* c, Zero1Handle h);
     void (*progress)(Zero1Comm* c);
+    void (*group_begin)(Zero1Comm* c);
+    void (*group_end)(Zero1Comm* c);
     void (*destroy)(Zero1Comm* c);
 };
 

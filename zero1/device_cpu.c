@@ -1,4 +1,8 @@
-/* zero1/device_cpu.c: the device operations for host memory (the CPU trainer). */
+/*
+ * zero1/device_cpu.c: the device for host memory (the CPU trainer). Every op runs at once
+ * on the calling thread, so streams and events are trivially complete; the arithmetic is
+ * the reference the other backends are compared with (zero1/device_deferred.c calls it).
+ */
 #include <math.h>
 #include <stdint.h>
 
@@ -6,14 +10,30 @@
 #include "llmc/utils.h"
 #include "zero1/device_ops.h"
 
-static void* cpu_alloc(size_t bytes) { return callocCheck(bytes, 1); }
-static void cpu_free(void* p) { free(p); }
-static void cpu_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
-static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+// Streams and events carry no state here; any non-NULL token will do.
+static char cpu_token;
 
-static void cpu_convert(void* dst, Zero1Dtype dst_type, const void* src, Zero1Dtype src_type, size_t n) {
+static void* cpu_alloc(void* ctx, size_t bytes) { return callocCheck(bytes, 1); }
+static void cpu_free(void* ctx, void* p) { free(p); }
+static Zero1Stream cpu_stream_create(void* ctx) { return (Zero1Stream)&cpu_token; }
+static void cpu_stream_destroy(void* ctx, Zero1Stream s) {}
+static Zero1Event cpu_event_create(void* ctx) { return (Zero1Event)&cpu_token; }
+static void cpu_event_destroy(void* ctx, Zero1Event e) {}
+static void cpu_record(void* ctx, Zero1Event e, Zero1Stream s) {}
+static void cpu_wait_event(void* ctx, Zero1Stream s, Zero1Event e) {}
+static void cpu_sync_event(void* ctx, Zero1Event e) {}
+static int cpu_query_event(void* ctx, Zero1Event e) { return 1; }
+static void cpu_sync_stream(void* ctx, Zero1Stream s) {}
+
+static void cpu_fill(void* ctx, Zero1Stream s, void* p, int byte, size_t bytes) { memset(p, byte, bytes); }
+static void cpu_copy(void* ctx, Zero1Stream s, void* dst, const void* src, size_t bytes) {
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_convert(void* ctx, Zero1Stream st, void* dst, Zero1Dtype dst_type, const void* src,
+                        Zero1Dtype src_type, size_t n) {
     if (dst_type == src_type) {
-        memcpy(dst, src, n * zero1_dtype_size(dst_type));
+        cpu_copy(ctx, st, dst, src, n * zero1_dtype_size(dst_type));
     } else if (dst_type == ZERO1_BF16 && src_type == ZERO1_FP32) {
         uint16_t* d = (uint16_t*)dst;
         const float* s = (const float*)src;
@@ -29,30 +49,67 @@ static void cpu_convert(void* dst, Zero1Dtype dst_type, const void* src, Zero1Dt
     }
 }
 
-static long long cpu_first_nonfinite(const float* x, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) return (long long)i;
+static void* cpu_upload_spans(void* ctx, const Zero1Span* spans, int count) {
+    void* p = mallocCheck((size_t)count * sizeof(Zero1Span));
+    if (count) memcpy(p, spans, (size_t)count * sizeof(Zero1Span));
+    return p;
+}
+
+static void cpu_adamw(void* ctx, Zero1Stream st, const Zero1SpanList* spans, void* params, Zero1Dtype param_type,
+                      float* master, const float* grads, float* m, float* v, const AdamWStep* step,
+                      const float* grad_scale) {
+    AdamWStep s = *step;
+    s.grad_scale = grad_scale[0];
+    if (master == NULL && param_type != ZERO1_FP32) fatal("zero1: bf16 params need an fp32 master");
+    for (int i = 0; i < spans->count; i++) {
+        const Zero1Span* sp = &spans->host[i];
+        float* p = master ? master + sp->owned : (float*)params + sp->buffer;
+        adamw_update_range(p, grads + sp->buffer, m + sp->owned, v + sp->owned, sp->n, &s, sp->decays);
+        if (master) cpu_convert(ctx, st, (char*)params + sp->buffer * zero1_dtype_size(param_type), param_type, p,
+                                ZERO1_FP32, sp->n);
     }
-    return -1;
 }
 
-static double cpu_sum_squares(const float* x, size_t n) {
-    double s = 0.0;
-#pragma omp parallel for reduction(+ : s)
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return s;
-}
-
-static void cpu_adamw(void* params, Zero1Dtype param_type, float* master, const float* grads, float* m, float* v,
-                      size_t n, const AdamWStep* s, int decays) {
-    if (master == NULL) {
-        if (param_type != ZERO1_FP32) fatal("zero1: bf16 params need an fp32 master");
-        adamw_update_range((float*)params, grads, m, v, n, s, decays);
-        return;
+// Sequential on purpose: a fixed summation order makes the sum the same bits for any
+// thread count, which the bitwise comparisons between runs rely on.
+static void cpu_sum_squares(void* ctx, Zero1Stream st, const Zero1SpanList* spans, const float* grads, double* acc) {
+    double total = 0.0;
+    for (int i = 0; i < spans->count; i++) {
+        const float* g = grads + spans->host[i].buffer;
+        for (size_t j = 0; j < spans->host[i].n; j++) total += (double)g[j] * g[j];
     }
-    adamw_update_range(master, grads, m, v, n, s, decays);
-    cpu_convert(params, param_type, master, ZERO1_FP32, n);
+    acc[0] += total;
 }
 
-const Zero1DeviceOps zero1_device_cpu = {cpu_alloc, cpu_free, cpu_zero, cpu_copy, cpu_convert,
-                                         cpu_first_nonfinite, cpu_sum_squares, cpu_adamw};
+static void cpu_nonfinite_flags(void* ctx, Zero1Stream st, const Zero1SpanList* spans, const float* grads,
+                                float* flags) {
+    for (int i = 0; i < spans->count; i++) {
+        const float* g = grads + spans->host[i].buffer;
+        for (size_t j = 0; j < spans->host[i].n; j++) {
+            if (!isfinite(g[j])) {
+                flags[spans->host[i].param] = 1.0f;
+                break;
+            }
+        }
+    }
+}
+
+static void cpu_norm_and_clip(void* ctx, Zero1Stream st, const double* sumsq, float max_norm, float* out) {
+    float norm = (float)sqrt(sumsq[0]);
+    out[0] = norm;
+    out[1] = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
+}
+
+const Zero1DeviceOps zero1_device_cpu_ops = {
+    "cpu", 1,
+    cpu_alloc, cpu_free, cpu_alloc, cpu_free,
+    cpu_stream_create, cpu_stream_destroy, cpu_event_create, cpu_event_destroy,
+    cpu_record, cpu_wait_event, cpu_sync_event, cpu_query_event, cpu_sync_stream,
+    cpu_fill, cpu_copy, cpu_copy, cpu_copy,
+    cpu_convert, cpu_upload_spans, cpu_adamw, cpu_sum_squares, cpu_nonfinite_flags, cpu_norm_and_clip,
+};
+
+Zero1Device zero1_device_cpu(void) {
+    Zero1Device d = {&zero1_device_cpu_ops, NULL, (Zero1Stream)&cpu_token};
+    return d;
+}
