@@ -224,6 +224,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     o->params = zero1_compute_params(z->rt);
     o->grads = zero1_grad_buffer(z->rt);
     o->offsets = z->offsets;
+    o->numel = zero1_layout(z->rt)->numel;
     ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_done};
     o->hooks = hooks;
     o->name = "zero1";
