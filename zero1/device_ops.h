@@ -105,6 +105,11 @@ typedef struct {
     void (*nonfinite_flags)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads, float* flags);
     // out[0] = sqrt(sumsq[0]); out[1] = max_norm / out[0] if max_norm > 0 and out[0] > max_norm, else 1.
     void (*norm_and_clip)(void* ctx, Zero1Stream s, const double* sumsq, float max_norm, float* out);
+
+    // Device time, for traces of work that runs later than the host queues it. NULL where
+    // the device has no clock of its own (the CPU devices: host times are exact there).
+    Zero1Event (*event_create_timed)(void* ctx);
+    float (*elapsed_ms)(void* ctx, Zero1Event from, Zero1Event to);  // both recorded and completed
 } Zero1DeviceOps;
 
 // A device as the runtime and the communicators use it: the ops, their context, and the
