@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # A cluster of "hosts" on one machine, for tests that cross real host boundaries.
 # Sourced (after env.sh) by tests; needs root, `ip`, `tc`, `unshare` and Open MPI 4.x.
 #
@@ -136,8 +137,8 @@ exec ip netns exec "$(echo "$host" | tr - _)" unshare --uts sh -c 'hostname "$0"
 EOF
     chmod +x "$MH_DIR/agent"
     MH_LAUNCH_ARGS=(--mca plm_rsh_agent "$MH_DIR/agent" --mca plm_rsh_no_tree_spawn 1)
-    MH_MPI_ARGS=("${MH_LAUNCH_ARGS[@]}" --bind-to none --mca oob_tcp_if_include $MH_SUBNET
-        --mca btl tcp,vader,self --mca btl_tcp_if_include $MH_SUBNET --mca pml ob1)
+    MH_MPI_ARGS=("${MH_LAUNCH_ARGS[@]}" --bind-to none --mca oob_tcp_if_include "$MH_SUBNET"
+        --mca btl tcp,vader,self --mca btl_tcp_if_include "$MH_SUBNET" --mca pml ob1)
     mh_wait_links "$n"
 }
 
@@ -155,7 +156,8 @@ mh_wait_links() {
 MH_PROBE_PORT=5201
 mh_probe_link() {
     local from=$1 to=$2 bytes=$3 out=$MH_DIR/probe.out rpid rc
-    MH_TIMEOUT=60 mh_on "$to" $PY -c '
+    : >"$out"   # exists before the receiver's shell gets to open it: the wait below greps it
+    MH_TIMEOUT=60 mh_on "$to" "$PY" -c '
 import socket, sys, time
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind((sys.argv[1], int(sys.argv[2]))); srv.listen(1)
@@ -168,7 +170,7 @@ while True:
 print(n, time.perf_counter() - t0, flush=True)' "$(mh_host_ip "$to")" $MH_PROBE_PORT >"$out" 2>&1 &
     rpid=$!
     for _ in $(seq 100); do grep -q listening "$out" && break; sleep 0.1; done
-    MH_TIMEOUT=60 mh_on "$from" $PY -c '
+    MH_TIMEOUT=60 mh_on "$from" "$PY" -c '
 import socket, sys
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
 left, block = int(sys.argv[3]), bytes(1 << 20)

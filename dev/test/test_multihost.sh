@@ -148,7 +148,7 @@ done
 # the harness's agent in place of ssh) gives the same run.
 launch_multi() {  # launch_multi BIN ARGS...
     local bin=$1; shift
-    mh_on 0 env TRAIN_BIN="$bin" GPUS_PER_NODE=2 OMP_NUM_THREADS=1 MPI_IF=$MH_SUBNET \
+    mh_on 0 env TRAIN_BIN="$bin" GPUS_PER_NODE=2 OMP_NUM_THREADS=1 MPI_IF="$MH_SUBNET" \
         MPIRUN_ARGS="${MH_LAUNCH_ARGS[*]} --mca pml ob1 -x OPENBLAS_NUM_THREADS" bash scripts/multi_node/launch.sh "$(mh_hostfile 2 2)" "$@"
 }
 tx_start 2
