@@ -8,6 +8,8 @@
 #   4. with >= 2 GPUs and mpirun: the BF16 test on 2 ranks (replicas identical)
 #   5. train_gpt2cu (BF16) twice with identical flags on a random token shard:
 #      the step lines and main.log (minus timings) must be identical
+#   6. test_zero1_cuda: zero1's CUDA device ops bitwise against the CPU device, events,
+#      and the NCCL communicator on one rank (ordering with the compute stream, groups)
 # Prints "N passed, M failed"; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -75,6 +77,9 @@ same_losses() {
     [ "$(grep -c '^step' "$OUT/train_run1.log")" -eq 10 ]
 }
 check determinism same_losses
+
+check build_zero1_cuda build test_zero1_cuda BF16
+check zero1_cuda "$OUT/test_zero1_cuda_BF16"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
