@@ -401,6 +401,7 @@ Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, const Zero1NcclBootstr
         rank = rank_or_env(boot->rank, "SLURM_PROCID", "rank");
         size = rank_or_env(boot->size, "SLURM_NTASKS", "number of ranks");
         if (size < 1 || rank >= size) fatal("zero1 nccl: rank %d of %d ranks", rank, size);
+        utils_set_rank(rank, size);  // this file's error messages name the rank (no MPI to ask)
         run_token(boot->run_token, token, sizeof(token));
         if (rank == 0) {
             ncclCheckCall(ncclGetUniqueId(&id), NULL, "get unique id");

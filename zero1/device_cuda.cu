@@ -272,12 +272,16 @@ static void cuda_fill(void* ctx, Zero1Stream s, void* p, int byte, size_t bytes)
     if (bytes) cudaCheck(cudaMemsetAsync(p, byte, bytes, stream_of(s)));
 }
 
+static int ranges_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+    const char *x = (const char*)a, *y = (const char*)b;
+    return x < y + b_bytes && y < x + a_bytes;
+}
+
 // Overlapping ranges are a caller error here (cudaMemcpyAsync does not handle them),
 // except the copy onto itself, which is nothing to do.
 static void cuda_copy(void* ctx, Zero1Stream s, void* dst, const void* src, size_t bytes) {
     if (bytes == 0 || dst == src) return;
-    const char *d = (const char*)dst, *r = (const char*)src;
-    if (d < r + bytes && r < d + bytes) fatal("zero1 cuda: copy between overlapping ranges (%zu bytes)", bytes);
+    if (ranges_overlap(dst, bytes, src, bytes)) fatal("zero1 cuda: copy between overlapping ranges (%zu bytes)", bytes);
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(s)));
 }
 
@@ -305,6 +309,10 @@ static void cuda_convert(void* ctx, Zero1Stream st, void* dst, Zero1Dtype dst_ty
         return;
     }
     if (n == 0) return;
+    // Threads would read elements that other threads have already overwritten.
+    if (ranges_overlap(dst, n * zero1_dtype_size(dst_type), src, n * zero1_dtype_size(src_type))) {
+        fatal("zero1 cuda: conversion between overlapping ranges (%zu elements)", n);
+    }
     if (dst_type == ZERO1_BF16 && src_type == ZERO1_FP32) {
         fp32_to_bf16_kernel<<<flat_blocks(n), FLAT_THREADS, 0, stream_of(st)>>>((uint16_t*)dst, (const float*)src, n);
     } else if (dst_type == ZERO1_FP32 && src_type == ZERO1_BF16) {

@@ -1,9 +1,10 @@
 /*
  * zero1's CUDA backend (zero1/device_cuda.cu) against the CPU device (zero1/device_cpu.c,
- * built as the CPU trainer builds it), and the NCCL communicator (zero1/comm_nccl.cu)
- * on one rank.
+ * built as the CPU trainer builds it), and the NCCL communicator (zero1/comm_nccl.cu).
  *
- *   test_zero1_cuda        one process, one GPU; prints PASS/FAIL lines, exits 1 on a failure
+ *   test_zero1_cuda                  one process, one GPU: parts 1-8 below
+ *   mpirun -np N test_zero1_cuda     N ranks with a GPU each: parts 1 and 9
+ * Prints PASS/FAIL lines; exits 1 on any failure.
  *
  *  1. the NCCL id file's rendezvous (no GPU needed, so it runs everywhere): the id comes
  *     through, a file of an earlier run is ignored, a reader that starts first waits,
@@ -23,6 +24,10 @@
  *     in place are the identity for fp32, bf16, fp64; a collective waits for the
  *     compute stream, and wait() makes the compute stream wait for the collective;
  *     groups; handle table growth; abort
+ *  9. under mpirun (2 to 8 ranks, one GPU each), in place of 2-8: the in-place
+ *     offsets and the sums of reduce-scatter, all-gather and all-reduce (fp32, bf16,
+ *     fp64; alone and grouped) against the sums worked out here, for the MPI and the
+ *     file bootstrap
  * Without a GPU, part 1 runs and the rest prints SKIPPED.
  */
 #include <math.h>
@@ -661,6 +666,126 @@ static void test_nccl(void) {
           "zero1_nccl_usable: 1 rank per GPU yes, more local ranks than GPUs no");
 }
 
+// ----------------------------------------------------------------------------
+// 9. Several ranks. Rank k contributes (k+1)*(i%8) at position i: every partial sum is
+// an integer <= 8*9/2*7 = 252, exact in bf16 too, so the sums are checked exactly.
+
+static int world_rank = 0, world_size = 1;
+
+// Every rank's verdict; rank 0 reports; every rank counts the failure (exit status).
+static void check_all_ranks(int ok, const char* what) {
+    int all_ok = 0;
+    mpiCheck(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (world_rank == 0) {
+        check(all_ok, "%s (%d ranks)", what, world_size);
+    } else if (!all_ok) {
+        failures++;
+    }
+}
+
+static void put_value(void* buf, Zero1Dtype t, size_t i, double x) {
+    if (t == ZERO1_FP64) ((double*)buf)[i] = x;
+    else if (t == ZERO1_FP32) ((float*)buf)[i] = (float)x;
+    else ((uint16_t*)buf)[i] = float_to_bf16((float)x);
+}
+
+static double get_value(const void* buf, Zero1Dtype t, size_t i) {
+    if (t == ZERO1_FP64) return ((const double*)buf)[i];
+    if (t == ZERO1_FP32) return ((const float*)buf)[i];
+    return bf16_to_float(((const uint16_t*)buf)[i]);
+}
+
+static double contribution(int rank, size_t i) { return (double)((rank + 1) * (int)(i % 8)); }
+
+enum { RS = 0, AG = 1, AR = 2 };
+
+// The input of `op` on this rank: everything for reduce-scatter and all-reduce; for
+// all-gather only this rank's slot, the rest NaN bytes (the gather must overwrite them).
+static void* multirank_input(int op, Zero1Dtype t, size_t n, int rank, int size) {
+    size_t elem = zero1_dtype_size(t), count = n / (size_t)size;
+    unsigned char* host = (unsigned char*)mallocCheck(n * elem);
+    memset(host, 0xff, n * elem);
+    for (size_t i = 0; i < n; i++) {
+        if (op != AG || i / count == (size_t)rank) put_value(host, t, i, contribution(rank, i));
+    }
+    void* d = to_gpu(host, n * elem);
+    free(host);
+    return d;
+}
+
+// Whether this rank's result of `op` is right: its slot after reduce-scatter, all of buf otherwise.
+static int multirank_output_ok(int op, Zero1Dtype t, const void* d, size_t n, int rank, int size) {
+    size_t count = n / (size_t)size;
+    void* host = from_gpu(d, n * zero1_dtype_size(t));
+    int ok = 1;
+    double ranks_sum = size * (size + 1) / 2.0;
+    for (size_t i = (op == RS ? rank * count : 0); i < (op == RS ? (rank + 1) * count : n); i++) {
+        double want = op == AG ? contribution((int)(i / count), i) : (double)(i % 8) * ranks_sum;
+        ok &= get_value(host, t, i) == want;
+    }
+    free(host);
+    return ok;
+}
+
+static Zero1Handle issue(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t) {
+    return op == RS ? c->reduce_scatter(c, buf, n, t, op) : op == AG ? c->all_gather(c, buf, n, t, op)
+                                                                  : c->all_reduce(c, buf, n, t, op);
+}
+
+static void test_nccl_multirank(Zero1Comm* c, const char* boot) {
+    static const Zero1Dtype types[3] = {ZERO1_FP32, ZERO1_BF16, ZERO1_FP64};
+    static const char* type_names[3] = {"fp32", "bf16", "fp64"};
+    static const char* op_names[3] = {"reduce-scatter", "all-gather", "all-reduce"};
+    const size_t n = 100003 * (size_t)c->size;  // an odd slot length: no alignment to lean on
+    char what[160];
+    snprintf(what, sizeof(what), "nccl %s bootstrap: rank and size are MPI's", boot);
+    check_all_ranks(c->rank == world_rank && c->size == world_size, what);
+    for (int t = 0; t < 3; t++) {
+        for (int op = 0; op < 3; op++) {
+            void* d = multirank_input(op, types[t], n, c->rank, c->size);
+            c->wait(c, issue(c, op, d, n, types[t]));
+            snprintf(what, sizeof(what), "nccl %s bootstrap: %s in place, %s: slots and sums exact", boot, op_names[op],
+                     type_names[t]);
+            check_all_ranks(multirank_output_ok(op, types[t], d, n, c->rank, c->size), what);
+            gpu.ops->free(gpu.ctx, d);
+        }
+    }
+    // The three at once in one group, finished by test() in a loop (never blocks).
+    void* d[3];
+    Zero1Handle h[3];
+    for (int op = 0; op < 3; op++) d[op] = multirank_input(op, ZERO1_FP32, n, c->rank, c->size);
+    c->group_begin(c);
+    for (int op = 0; op < 3; op++) h[op] = issue(c, op, d[op], n, ZERO1_FP32);
+    c->group_end(c);
+    int ok = 1;
+    for (int op = 0; op < 3; op++) {
+        while (!c->test(c, h[op])) c->progress(c);
+        ok &= multirank_output_ok(op, ZERO1_FP32, d[op], n, c->rank, c->size);
+        gpu.ops->free(gpu.ctx, d[op]);
+    }
+    snprintf(what, sizeof(what), "nccl %s bootstrap: reduce-scatter + all-gather + all-reduce in one group", boot);
+    check_all_ranks(ok, what);
+}
+
+static void run_multirank(void) {
+    Zero1NcclBootstrap mpi_boot = {ZERO1_NCCL_BOOT_MPI, -1, NULL, NULL, -1, -1, 0};
+    Zero1Comm* c = zero1_comm_nccl_create(&gpu, &mpi_boot);
+    test_nccl_multirank(c, "MPI");
+    c->destroy(c);
+
+    // The file bootstrap across processes: rank 0's pid names the file and the run.
+    long pid0 = (long)getpid();
+    mpiCheck(MPI_Bcast(&pid0, 1, MPI_LONG, 0, MPI_COMM_WORLD));
+    char path[256], token[64];
+    snprintf(path, sizeof(path), "/tmp/zero1_nccl_id_multirank.%ld", pid0);
+    snprintf(token, sizeof(token), "multirank-%ld", pid0);
+    Zero1NcclBootstrap file_boot = {ZERO1_NCCL_BOOT_FILE, -1, path, token, world_rank, world_size, 60.0};
+    c = zero1_comm_nccl_create(&gpu, &file_boot);
+    check_all_ranks(world_rank != 0 || access(path, F_OK) != 0, "nccl file bootstrap: rank 0 removed the id file");
+    test_nccl_multirank(c, "file");
+    c->destroy(c);
+}
+
 int main(int argc, char** argv) {
     test_id_file();
     int count = 0;
@@ -672,11 +797,27 @@ int main(int argc, char** argv) {
         return failures ? 1 : 0;
     }
     MPI_Init(&argc, &argv);
-    cudaCheck(cudaSetDevice(0));
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    utils_set_rank(world_rank, world_size);
+    if (world_size > 1 && (!zero1_nccl_usable(world_rank, world_size) || world_size > 8)) {
+        if (world_rank == 0) printf("SKIPPED: %d ranks need 2 to 8 GPUs of their own (%d found)\n", world_size, count);
+        MPI_Finalize();
+        return failures ? 1 : 0;
+    }
+    cudaCheck(cudaSetDevice(world_rank));
     cudaStream_t compute;
     cudaCheck(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
     cpu = zero1_device_cpu();
     gpu = zero1_device_cuda_create(compute);
+    if (world_size > 1) {
+        run_multirank();
+        zero1_device_cuda_destroy(&gpu);
+        cudaCheck(cudaStreamDestroy(compute));
+        MPI_Finalize();
+        if (world_rank == 0) printf("%d checks, %d failed\n", checks, failures);
+        return failures ? 1 : 0;
+    }
 
     test_convert();
     uint64_t rng = 2024;
