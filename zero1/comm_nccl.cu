@@ -388,6 +388,7 @@ static void nccl_barrier(NcclImpl* im) {
 }
 
 Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, const Zero1NcclBootstrap* boot) {
+    if (!dev || !boot) fatal("zero1 nccl: the communicator needs a device and a bootstrap");
     if (dev->ops != &zero1_device_cuda_ops) {
         fatal("zero1 nccl: the NCCL communicator moves GPU buffers; the device is '%s'", dev->ops->name);
     }
