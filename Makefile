@@ -1,6 +1,7 @@
 # llm.c-style GPT-2 trainers with the zero1/ ZeRO-1 plugin.
 #   make train_gpt2 [USE_ZERO1=1]     CPU trainer (C11, OpenMP, OpenBLAS, MPI)
 #   make train_gpt2cu [USE_ZERO1=1]   GPU trainer (CUDA, cuBLASLt, NCCL); PRECISION=BF16|FP32, GPU_ARCH=90
+#   make test_zero1_cuda              zero1's CUDA device ops and NCCL communicator (runs on a GPU)
 #   make zero1_plan                   the ZeRO-1 layout planner
 #   make test / test_gpu / bench / demo
 
@@ -30,9 +31,13 @@ ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/c
 ZERO1_TEST_SRC = $(ZERO1_TEST_STUBS)
 ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c $(ZERO1_TEST_SRC)
 ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
+# The CUDA device ops, the NCCL communicator and the GPU backend, built as objects with
+# their own flags (below).
+ZERO1_CUDA_SRC = zero1/device_cuda.cu zero1/comm_nccl.cu
+ZERO1_CUDA_OBJ = $(ZERO1_CUDA_SRC:.cu=.o)
 ifeq ($(USE_ZERO1),1)
 CPU_PLUGIN_SRC = $(ZERO1_CPU_SRC)
-GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC)
+GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC) zero1/backend_cuda.cu $(ZERO1_CUDA_OBJ) $(ZERO1_TEST_SRC)
 ZERO1_DEF = -DUSE_ZERO1
 endif
 
@@ -102,6 +107,21 @@ NVCC_LIBS = -lcublasLt -lcublas -lnccl $(MPI_LDFLAGS) -lgomp
 train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(ZERO1_DEF) $(MPI_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
 
+# zero1's CUDA backend must give zero1/device_cpu.c's bits (AdamW, bf16 rounding, norm):
+# the trainer's flags, but IEEE division and square root and no flushed denormals (no
+# --use_fast_math), and no fused multiply-adds (the CPU build, ISO C, fuses none).
+NVCC_EXACT_FLAGS = $(filter-out --use_fast_math,$(NVCC_FLAGS)) -fmad=false
+$(ZERO1_CUDA_OBJ): zero1/%.o: zero1/%.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(NVCC_EXACT_FLAGS) $(MPI_CFLAGS) -c $< -o $@
+
+# The CUDA device ops against zero1/device_cpu.c (built as the CPU trainer builds it: the
+# reference bits are the CPU trainer's), and the NCCL communicator on one rank.
+zero1/device_cpu_ref.o: zero1/device_cpu.c $(HOST_HEADERS)
+	$(CC) $(CFLAGS) -c zero1/device_cpu.c -o $@
+
+test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
+
 test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) dev/test/test_gpt2.cu -o $@ $(NVCC_LIBS)
 
@@ -122,4 +142,5 @@ demo:
 	./scripts/demo.sh
 
 clean:
-	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu
+	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu \
+	  test_zero1_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o

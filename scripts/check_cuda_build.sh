@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles every CUDA target in both precisions (CI calls this; no GPU needed):
-#   train_gpt2cu, test_gpt2cu  x  PRECISION=FP32, BF16   (+ train_gpt2cu USE_ZERO1=1)
+#   train_gpt2cu, test_gpt2cu, test_zero1_cuda  x  PRECISION=FP32, BF16   (+ train_gpt2cu USE_ZERO1=1)
 # Each build is forced (make -B: the Makefile's output names do not encode the
 # precision) and its binary moved to a scratch directory, so no stale binary of the
 # other precision can hide a compile error. Exits non-zero on the first failure.
@@ -23,6 +23,7 @@ build() {  # build TARGET PRECISION [extra make args]
 for precision in FP32 BF16; do
     build train_gpt2cu "$precision"
     build test_gpt2cu "$precision"
+    build test_zero1_cuda "$precision"
 done
 # The plugin build (DESIGN.md's `make train_gpt2cu USE_ZERO1=1`); CHECK_CUDA_ZERO1=0 skips it.
 if [ "${CHECK_CUDA_ZERO1:-1}" != 0 ]; then

@@ -8,6 +8,9 @@
 #   4. with >= 2 GPUs and mpirun: the BF16 test on 2 ranks (replicas identical)
 #   5. train_gpt2cu (BF16) twice with identical flags on a random token shard:
 #      the step lines and main.log (minus timings) must be identical
+#   6. test_zero1_cuda: zero1's CUDA device ops bitwise against the CPU device, events,
+#      and the NCCL communicator on one rank (ordering with the compute stream, groups);
+#      with >= 2 GPUs also on 2-4 ranks (in-place offsets and sums)
 # Prints "N passed, M failed"; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -75,6 +78,13 @@ same_losses() {
     [ "$(grep -c '^step' "$OUT/train_run1.log")" -eq 10 ]
 }
 check determinism same_losses
+
+check build_zero1_cuda build test_zero1_cuda BF16
+check zero1_cuda "$OUT/test_zero1_cuda_BF16"
+if [ "$NUM_GPUS" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
+    check zero1_cuda_multirank mpirun --allow-run-as-root --oversubscribe -np "$((NUM_GPUS < 4 ? NUM_GPUS : 4))" \
+        "$OUT/test_zero1_cuda_BF16"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
