@@ -119,8 +119,8 @@ $(ZERO1_CUDA_OBJ): zero1/%.o: zero1/%.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_S
 zero1/device_cpu_ref.o: zero1/device_cpu.c $(HOST_HEADERS)
 	$(CC) $(CFLAGS) -c zero1/device_cpu.c -o $@
 
-test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
+test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
 
 test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) dev/test/test_gpt2.cu -o $@ $(NVCC_LIBS)

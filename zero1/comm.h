@@ -24,7 +24,8 @@
  *    progress non-blocking collectives in the background); the runtime calls it at layer
  *    boundaries. It has no effect on ordering.
  *  - group_begin()/group_end(): the collectives issued between them may be fused into one
- *    launch (NCCL groups); their handles behave as usual. Groups do not nest.
+ *    launch (NCCL groups); their handles may be waited for only after group_end (test()
+ *    answers 0 before). Groups do not nest.
  *  - Every rank issues the same collectives in the same order (bucket is a label for
  *    traces and messages, not a matching key).
  *  - Traces: when tracer is set, a backend whose collectives run on a device stream records

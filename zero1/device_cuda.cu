@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "llmc/adamw.h"
+#include "llmc/bf16.h"
 #include "llmc/cuda_common.cuh"
 #include "zero1/device_cuda.h"
 
@@ -109,14 +110,8 @@ __device__ static void for_each_span_element(const SpanTable& t, size_t begin, s
 // ----------------------------------------------------------------------------
 // Kernels
 
-// llmc/bf16.h's float_to_bf16, bit for bit: round to nearest even; a NaN keeps its sign
-// and payload and gets the quiet bit (__float2bfloat16_rn would give a canonical NaN).
-__device__ static uint16_t bf16_round(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)((u + rounding) >> 16);
-}
+// llmc/bf16.h's rounding itself (__float2bfloat16_rn would give a canonical NaN).
+__device__ static uint16_t bf16_round(float f) { return float_to_bf16(f); }
 
 __device__ static void store_param(float* p, float x) { *p = x; }
 __device__ static void store_param(uint16_t* p, float x) { *p = bf16_round(x); }
@@ -129,7 +124,7 @@ static __global__ void fp32_to_bf16_kernel(uint16_t* dst, const float* src, size
 
 static __global__ void bf16_to_fp32_kernel(float* dst, const uint16_t* src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+        dst[i] = bf16_to_float(src[i]);
     }
 }
 
