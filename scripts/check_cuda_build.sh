@@ -24,7 +24,7 @@ for precision in FP32 BF16; do
     build train_gpt2cu "$precision"
     build test_gpt2cu "$precision"
 done
-# The plugin build (DESIGN.md's `make train_gpt2cu USE_ZERO1=1`); CHECK_CUDA_ZERO1=0 skips it.
+# The plugin build (`make train_gpt2cu USE_ZERO1=1`, docs/design.md "Architecture"); CHECK_CUDA_ZERO1=0 skips it.
 if [ "${CHECK_CUDA_ZERO1:-1}" != 0 ]; then
     build train_gpt2cu BF16 USE_ZERO1=1
 fi
