@@ -104,7 +104,7 @@ fi
 say "train_gpt2 USE_ZERO1=1 under Open MPI 5 at np 2: the same $(grep -c '^s:' "$WORK/train_gpt2_ompi5.out/main.log") losses and norms as under the system MPI"
 
 # ---- 3. the GPU trainer (compile and link only) ---------------------------------------
-if ! command -v "${NVCC:-nvcc}" >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+if ! command -v "${NVCC:-nvcc}" >/dev/null 2>&1 && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
     echo "SKIPPED: check_openmpi5_build: no nvcc; train_gpt2cu was NOT built against Open MPI 5"
     exit 0
 fi

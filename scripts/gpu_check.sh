@@ -11,7 +11,7 @@
 # under $LLMC_PYTHON (default /usr/bin/python3); python3 here only does arithmetic.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PATH=$PATH:/usr/local/cuda/bin
+export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     echo "gpu_check: no NVIDIA GPU found; nothing to check here" >&2
     exit 1

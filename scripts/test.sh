@@ -24,7 +24,7 @@ read -r passed failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ { p = $1; f = $3
 skipped=0
 
 phase "CUDA compile check"
-export PATH=$PATH:/usr/local/cuda/bin
+export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
 if command -v nvcc >/dev/null 2>&1; then
     bash scripts/check_cuda_build.sh
     cuda=$?
