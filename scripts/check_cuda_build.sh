@@ -6,11 +6,11 @@
 # other precision can hide a compile error. Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if ! command -v "${NVCC:-nvcc}" >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-    echo "check_cuda_build: nvcc not found (install the CUDA toolkit or put it on PATH)" >&2
+if ! command -v "${NVCC:-nvcc}" >/dev/null 2>&1 && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
+    echo "check_cuda_build: nvcc not found (install the CUDA toolkit, put nvcc on PATH or set CUDA_HOME)" >&2
     exit 1
 fi
-export PATH=$PATH:/usr/local/cuda/bin
+export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
 OUT=$(mktemp -d /tmp/llmc_cuda_build.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 build() {  # build TARGET PRECISION [extra make args]
@@ -25,7 +25,7 @@ for precision in FP32 BF16; do
     build test_gpt2cu "$precision"
     build test_zero1_cuda "$precision"
 done
-# The plugin build (DESIGN.md's `make train_gpt2cu USE_ZERO1=1`); CHECK_CUDA_ZERO1=0 skips it.
+# The plugin build (`make train_gpt2cu USE_ZERO1=1`, docs/design.md "Architecture"); CHECK_CUDA_ZERO1=0 skips it.
 if [ "${CHECK_CUDA_ZERO1:-1}" != 0 ]; then
     build train_gpt2cu BF16 USE_ZERO1=1
 fi

@@ -13,17 +13,16 @@
 #      with >= 2 GPUs also on 2-4 ranks (in-place offsets and sums)
 # Prints "N passed, M failed"; exits non-zero on any failure.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# The oracle runs under $LLMC_PYTHON (default Debian's python3, which has torch): $PY.
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     echo "SKIPPED: no GPU found (make test_gpu needs an NVIDIA GPU)"
     exit 0
 fi
 NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
-PY=${LLMC_PYTHON:-/usr/bin/python3}
 OUT=${TEST_GPU_OUT:-$(mktemp -d /tmp/llmc_test_gpu.XXXXXX)}
 mkdir -p "$OUT"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 passed=0
 failed=0
 check() {  # check NAME COMMAND...: runs it, logs to $OUT/NAME.log, counts the result
@@ -54,7 +53,7 @@ check test_gpt2cu_fp32 "$OUT/test_gpt2cu_FP32" "$OUT/model_fp32.bin" "$OUT/state
 check build_test_bf16 build test_gpt2cu BF16
 check test_gpt2cu_bf16 "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
 if [ "$NUM_GPUS" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
-    check test_gpt2cu_bf16_np2 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    check test_gpt2cu_bf16_np2 "${MPIRUN[@]}" -np 2 \
         "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
 fi
 
