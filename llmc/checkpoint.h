@@ -485,7 +485,8 @@ static inline int checkpoint_open_for_resume(const char* out_dir, const GPT2Conf
     GPT2Config saved;
     gpt2_model_file_shape(path, &saved);
     if (!gpt2_config_equal(&saved, run_shape)) {
-        fatal("resume: %s is a model with %s, but -e %s has %s: the checkpoint belongs to another run", path,
+        fatal("resume: %s is a model with %s, but this run's -e %s has %s: the checkpoint belongs to another run "
+              "(resume with the -e it started with)", path,
               checkpoint_shape_text(&saved, saved_text, sizeof(saved_text)), run_model,
               checkpoint_shape_text(run_shape, run_text, sizeof(run_text)));
     }

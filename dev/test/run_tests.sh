@@ -30,6 +30,7 @@ STEPS=(
   "multirank_z0    300 dev/test/test_multirank.sh"
   "multirank_z1    300 Z=1 dev/test/test_multirank.sh"
   "errors          300 dev/test/test_errors.sh"
+  "files           300 dev/test/test_files.sh"
   "zero1           600 dev/test/test_zero1.sh"
   "checkpoint      300 dev/test/test_checkpoint.sh"
 )

@@ -138,6 +138,7 @@ while kill -0 $pid 2>/dev/null && [ $SECONDS -lt $deadline ]; do
     [ -d "$dir/checkpoint_00000001" ] || continue
     tmp=$(compgen -G "$dir/.checkpoint_*.tmp") || continue
     kill -STOP $pid
+    while read -r _ _ state _ <"/proc/$pid/stat" 2>/dev/null && [ "$state" != T ]; do :; done  # stopped for sure
     if [ -d "$tmp" ]; then caught=$tmp; break; fi
     kill -CONT $pid
 done
