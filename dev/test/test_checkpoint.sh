@@ -86,12 +86,13 @@ else
     bad "ZeRO-1 resuming the plain build's checkpoint"; tail -5 "$dir.log"
 fi
 
-# A half-written checkpoint (the temporary name) is ignored; the complete one is used.
+# A temporary directory is never taken for a checkpoint, not even one whose files are all
+# there (killed between the last write and the rename): the complete one is used.
 dir=$work/stale
 resume_from "$S" "$dir"
-mkdir -p "$dir/.checkpoint_00000005.tmp" && echo partial >"$dir/.checkpoint_00000005.tmp/model.bin"
+cp -r "$S/checkpoint_00000006" "$dir/.checkpoint_00000006.tmp"
 if train ./train_gpt2 2 2 "$dir" -z 1 -y 1 && grep -q "checkpoint_00000003: step 3" "$dir.log"; then
-    ok "a stale temporary checkpoint directory is ignored"
+    ok "a temporary checkpoint directory is ignored, even with all its files"
 else
     bad "stale temporary checkpoint"; tail -5 "$dir.log"
 fi
@@ -131,7 +132,7 @@ fi
 # the newest of them and finishes.
 dir=$work/killed
 mkdir -p "$dir"
-KILL_RUN=(./train_gpt2 "${COMMON[@]}" -b 4 -x 6 -n 1 -o "$dir")
+KILL_RUN=(./train_gpt2 "${COMMON[@]}" -b 4 -x 4 -n 1 -o "$dir")
 "${KILL_RUN[@]}" >"$dir.log" 2>&1 &
 pid=$! caught="" deadline=$((SECONDS + 120))
 while kill -0 $pid 2>/dev/null && [ $SECONDS -lt $deadline ]; do
@@ -150,7 +151,7 @@ else
     step=${caught##*_} && step=$((10#${step%.tmp})) && prev=$((step - 1))
     if timeout 120 "${KILL_RUN[@]}" -y 1 >"$dir.resume.log" 2>&1 &&
        grep -q "resumed from $dir/checkpoint_0*$prev: step $prev " "$dir.resume.log" &&
-       grep -q "removed $caught, left by an interrupted save" "$dir.resume.log" && [ -d "$dir/checkpoint_00000006" ]; then
+       grep -q "removed $caught, left by an interrupted save" "$dir.resume.log" && [ -d "$dir/checkpoint_00000004" ]; then
         ok "kill -9 while saving step $step: resumed from step $prev, the temporary removed, the run finished"
     else
         bad "resume after kill -9 while saving step $step"; tail -5 "$dir.resume.log"
