@@ -40,9 +40,9 @@ static inline size_t gpt2_tensor_offsets_dense(const GPT2Config* c, size_t* offs
 
 // Bounds on a model's shape, checked before any size arithmetic. Generous: GPT-2 XL is
 // maxT=1024 V=50257 Vp=50304 L=48 NH=25 C=1600, and these leave 20x or more of headroom
-// in every field but V, which uint16 token ids cap. Within them every tensor has fewer
-// than 2^37 elements and a model fewer than 2^46, so element counts cannot overflow a
-// 64-bit size_t; byte counts are still computed with checks.
+// in L, C and maxT (uint16 token ids cap V, and Vp follows V). Within them every tensor
+// has fewer than 2^37 elements and a model fewer than 2^46, so element counts cannot
+// overflow a 64-bit size_t; byte counts are still computed with checks.
 #define MODEL_MAX_SEQ_LEN (1 << 20)     // maxT
 #define MODEL_MAX_VOCAB 65536           // V: token shards hold uint16 ids
 #define MODEL_MAX_PADDED_VOCAB 131072   // Vp: a multiple of 128 (llm.c pads V to one), >= V
