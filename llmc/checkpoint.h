@@ -13,7 +13,8 @@
  *          directory is renamed into place. A crash or kill -9 at any point leaves the
  *          checkpoints that were there plus, at most, a temporary directory, which no
  *          reader takes for a checkpoint and the next save removes.
- *   resume the newest checkpoint_N. A renamed directory is complete by construction, so
+ *   resume the newest checkpoint_N, whose model must have -e's shape (a requeued job
+ *          repeats its command line). A renamed directory is complete by construction, so
  *          a missing file, or one whose size or CRC32C disagrees with the manifest, was
  *          damaged afterwards: loading stops and names the file, rather than silently
  *          training on from an older checkpoint (deleting the damaged one is the user's

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the bad-input tests (test_errors.sh, test_files.sh), after env.sh: a scratch
 # directory $TMP (removed on exit), fixtures, and the runner that checks one case of bad
 # input to $BIN. The caller sets BIN and BASE (the arguments of a good run; each case

@@ -128,23 +128,27 @@ check shard_count_negative 1 "count_negative.bin" "header field token count = -1
 check tokenizer_vocab_huge 1 "tok_huge.bin" "header field vocab size = 1073741824 is out of range" -- -s 1 --tokenizer "$TMP/tok_huge.bin"
 check tokenizer_vocab_beyond 1 "tok_beyond.bin" "header field vocab size = 1000 needs" -- -s 1 --tokenizer "$TMP/tok_beyond.bin"
 
-# ---- checkpoints (resumed with -y 1 -x 3) -----------------------------------------------
-resume() { echo -x 3 -y 1 -o "$TMP/$1"; }
-# shellcheck disable=SC2046  # $(resume NAME) is meant to split into words
-check ckpt_truncated      1 "$CK/optimizer.bin: " "manifest says" "truncated or corrupt" -- $(resume truncated)
-check ckpt_flipped_byte   1 "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt" -- $(resume flipped)
-check ckpt_flipped_byte   2 "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt" -- $(resume flipped)
-check ckpt_missing_file   1 "$CK/optimizer.bin is missing" "delete its directory"  -- $(resume missing)
-check ckpt_missing_file   2 "$CK/optimizer.bin is missing"                         -- $(resume missing)
-check ckpt_no_manifest    1 "$CK/manifest.txt is missing"                          -- $(resume no_manifest)
-check ckpt_bad_manifest   1 "$CK/manifest.txt: malformed line 'model.bin 12 zz'"   -- $(resume bad_manifest)
-check ckpt_opt_magic      1 "$CK/optimizer.bin: not an optimizer state file"       -- $(resume opt_magic)
-check ckpt_opt_other_model 1 "$CK/optimizer.bin:" "of another model"               -- $(resume opt_other_model)
-check ckpt_state_negative 1 "$CK/state.txt: field step = '-2' is not an integer in 1..2147483647" -- $(resume state_negative)
-check ckpt_state_overflow 1 "$CK/state.txt: field B = '99999999999999999999999'"   -- $(resume state_overflow)
-check ckpt_state_step     1 "$CK/state.txt: field step = 1" "for step 2"           -- $(resume state_step)
-check ckpt_data_position  1 "data position: token 4000000 of shard 0" "good.bin"   -- $(resume state_position)
-check ckpt_other_model    1 "$CK/model.bin is a model with L=2" "-e d1" "belongs to another run" -- $(resume other_model) -e d1
+# ---- checkpoints ------------------------------------------------------------------------
+# check_resume NAME NP COPY KEYWORD...: resuming (-y 1 -x 3) from the damaged copy COPY fails.
+check_resume() {
+    local name=$1 np=$2 copy=$3
+    shift 3
+    check "$name" "$np" "$@" -- -x 3 -y 1 -o "$TMP/$copy"
+}
+check_resume ckpt_truncated        1 truncated       "$CK/optimizer.bin: " "manifest says" "truncated or corrupt"
+check_resume ckpt_flipped_byte     1 flipped         "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt"
+check_resume ckpt_flipped_byte     2 flipped         "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt"
+check_resume ckpt_missing_file     1 missing         "$CK/optimizer.bin is missing" "delete its directory"
+check_resume ckpt_missing_file     2 missing         "$CK/optimizer.bin is missing"
+check_resume ckpt_no_manifest      1 no_manifest     "$CK/manifest.txt is missing"
+check_resume ckpt_bad_manifest     1 bad_manifest    "$CK/manifest.txt: malformed line 'model.bin 12 zz'"
+check_resume ckpt_opt_magic        1 opt_magic       "$CK/optimizer.bin: not an optimizer state file"
+check_resume ckpt_opt_other_model  1 opt_other_model "$CK/optimizer.bin:" "of another model"
+check_resume ckpt_state_negative   1 state_negative  "$CK/state.txt: field step = '-2' is not an integer in 1..2147483647"
+check_resume ckpt_state_overflow   1 state_overflow  "$CK/state.txt: field B = '99999999999999999999999'"
+check_resume ckpt_state_step       1 state_step      "$CK/state.txt: field step = 1" "for step 2"
+check_resume ckpt_data_position    1 state_position  "data position: token 4000000 of shard 0" "good.bin"
+check ckpt_other_model 1 "$CK/model.bin is a model with L=2" "-e d1" "belongs to another run" -- -x 3 -y 1 -o "$TMP/other_model" -e d1
 
 if [ $failed -eq 0 ]; then
     echo "PASS test_files ($((SECONDS - t0)) s)"
