@@ -90,6 +90,10 @@ test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
 test_zero1: dev/test/test_zero1.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_CPU_SRC)
 	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CPU_SRC) -o $@ $(LDLIBS)
 
+# llmc/crc32c.h: vectors, SSE4.2 vs portable, combine (dev/test/test_crc32c.sh runs it).
+test_crc32c: dev/test/test_crc32c.c $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/test/test_crc32c.c -o $@ -lm
+
 # Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE.
 prepro_text: dev/data/prepro_text.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/data/prepro_text.c -o $@ -lm
@@ -166,5 +170,5 @@ demo:
 	./scripts/demo.sh
 
 clean:
-	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu \
+	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
 	  test_zero1_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o

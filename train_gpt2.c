@@ -299,14 +299,17 @@ static void save_checkpoint(Trainer* tr, int steps_done, const DataLoader* train
     free(v);
 }
 
-// -y 1: finds the newest checkpoint in -o; its model.bin becomes the model to load.
+// -y 1: finds the newest checkpoint in -o, verified; its model.bin becomes the model to
+// load. With none yet, the run starts from step 0 as if -y were 0.
 static void find_resume_checkpoint(TrainConfig* cfg, char* dir, size_t n, CheckpointState* state) {
     static char model_path[PATH_MAX_LEN];
     if (cfg->output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
-    if (checkpoint_find_latest(cfg->output_dir, dir, n) < 0) fatal("-y 1: no checkpoint in %s", cfg->output_dir);
-    char path[PATH_MAX_LEN];
-    path_format(path, sizeof(path), "%s/state.txt", dir);
-    checkpoint_read_state(path, state);
+    GPT2Config run_shape;
+    model_shape_of(cfg->model, &run_shape);
+    if (!checkpoint_open_for_resume(cfg->output_dir, &run_shape, cfg->model, dir, n, state)) {
+        cfg->resume = 0;
+        return;
+    }
     path_format(model_path, sizeof(model_path), "%s/model.bin", dir);
     cfg->model = model_path;
 }
@@ -391,6 +394,12 @@ int main(int argc, char** argv) {
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
     int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
+    if (cfg.resume && checkpoint_run_is_complete(resume_dir, resume_state.step, max_steps)) {
+        run_io_close(&io);
+        trainer_free(&tr);
+        MPI_Finalize();
+        return 0;
+    }
     if (rank == 0) {
         print_model_line(mc);
         printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | %d threads\n",
@@ -404,7 +413,6 @@ int main(int argc, char** argv) {
     if (cfg.resume) {
         restore_checkpoint(&tr, resume_dir, &resume_state, &io.train, &sample_rng);
         start_step = resume_state.step;
-        if (start_step >= max_steps) fatal("-y 1: the checkpoint is at step %d, and -x is %d", start_step, max_steps);
     }
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
     run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);

@@ -3,22 +3,42 @@
  *   model.bin      the fp32 master weights as an llm.c model file (version 3), so a
  *                  checkpoint is also a model any llm.c tool can load;
  *   optimizer.bin  AdamW m and v for every parameter, in the model file's tensor order;
- *   state.txt      step, data position, sampling RNG, and the run's shape (for messages).
+ *   state.txt      step, data position, sampling RNG, and the run's shape (for messages);
+ *   manifest.txt   one line "file bytes crc32c" for each of the three, written last.
  * Everything is in model-space order, independent of DP, buckets and layout, so a run
- * saved on 4 ranks resumes on 2 or 3. The directory is written under a temporary name
- * and renamed when complete: a crash mid-write never leaves a checkpoint that looks whole.
+ * saved on 4 ranks resumes on 2 or 3.
+ *
+ * Life cycle:
+ *   save   into DIR/.checkpoint_00000123.tmp; every file is flushed to disk, then the
+ *          directory is renamed into place. A crash or kill -9 at any point leaves the
+ *          checkpoints that were there plus, at most, a temporary directory, which no
+ *          reader takes for a checkpoint and the next save removes.
+ *   resume the newest checkpoint_N, whose model must have -e's shape (a requeued job
+ *          repeats its command line). A renamed directory is complete by construction, so
+ *          a missing file, or one whose size or CRC32C disagrees with the manifest, was
+ *          damaged afterwards: loading stops and names the file, rather than silently
+ *          training on from an older checkpoint (deleting the damaged one is the user's
+ *          call, and the message says so).
+ *   prune  (-nk N) once a new checkpoint is in place, the older ones beyond the newest N
+ *          are removed: only the files a checkpoint holds, symlinks never followed.
+ * Files are untrusted like any input: every field is range-checked before use.
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "llmc/crc32c.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
+#include "llmc/untrusted.h"
 #include "llmc/utils.h"
 
 #ifdef __cplusplus
@@ -27,6 +47,12 @@ extern "C" {
 
 #define OPTIMIZER_MAGIC 20241129
 #define OPTIMIZER_VERSION 1
+#define CHECKPOINT_MANIFEST "manifest.txt"
+#define CHECKPOINT_TEXT_MAX 4096  // state.txt and manifest.txt are a few lines
+
+// The files the manifest covers.
+enum { CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_STATE, CHECKPOINT_NUM_FILES };
+static const char* const CHECKPOINT_FILES[CHECKPOINT_NUM_FILES] = {"model.bin", "optimizer.bin", "state.txt"};
 
 typedef struct {
     int step;                   // optimizer steps completed
@@ -36,25 +62,260 @@ typedef struct {
     int world, B, T, grad_accum_steps;  // the run that saved it
 } CheckpointState;
 
-static inline void checkpoint_path(char* out, size_t n, const char* dir, int step, int temporary) {
-    if (temporary) path_format(out, n, "%s/.checkpoint_%08d.tmp", dir, step);
-    else path_format(out, n, "%s/checkpoint_%08d", dir, step);
+// ----------------------------------------------------------------------------
+// Names, listing, removal
+
+static inline void checkpoint_name(char* out, size_t n, int step, int temporary) {
+    if (temporary) path_format(out, n, ".checkpoint_%08d.tmp", step);
+    else path_format(out, n, "checkpoint_%08d", step);
 }
 
-// Removes a directory's files and the directory (a stale temporary checkpoint).
-static inline void remove_flat_dir(const char* dir) {
+static inline void checkpoint_path(char* out, size_t n, const char* dir, int step, int temporary) {
+    char name[64];
+    checkpoint_name(name, sizeof(name), step, temporary);
+    path_format(out, n, "%s/%s", dir, name);
+}
+
+// The step of a name checkpoint_name() writes (final or temporary, as asked), or -1 for
+// any other name: exact digits, no sign, no overflow.
+static inline int checkpoint_step_of_name(const char* name, int temporary) {
+    const char* prefix = temporary ? ".checkpoint_" : "checkpoint_";
+    size_t len = strlen(prefix);
+    if (strncmp(name, prefix, len) != 0) return -1;
+    char digits[16], canonical[64];
+    size_t nd = strspn(name + len, "0123456789");
+    if (nd == 0 || nd >= sizeof(digits)) return -1;
+    memcpy(digits, name + len, nd);
+    digits[nd] = '\0';
+    uint64_t step;
+    if (!parse_u64_strict(digits, &step) || step > INT_MAX) return -1;
+    checkpoint_name(canonical, sizeof(canonical), (int)step, temporary);
+    return strcmp(canonical, name) == 0 ? (int)step : -1;
+}
+
+static inline int checkpoint_compare_newest_first(const void* a, const void* b) {
+    int x = *(const int*)a, y = *(const int*)b;
+    return (x < y) - (x > y);
+}
+
+// The steps of the checkpoints (or temporary directories) in dir, newest first, in a
+// new array; returns how many. A directory that does not exist has none.
+static inline int checkpoint_list(const char* dir, int temporary, int** steps) {
+    *steps = NULL;
     DIR* d = opendir(dir);
-    if (!d) return;
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        fatal("cannot read the output directory %s: %s", dir, strerror(errno));
+    }
+    int count = 0, cap = 0;
     struct dirent* e;
-    char path[PATH_MAX_LEN];
     while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        path_format(path, sizeof(path), "%s/%s", dir, e->d_name);
-        remove(path);
+        int step = checkpoint_step_of_name(e->d_name, temporary);
+        if (step < 0) continue;
+        if (count == cap) {
+            cap = cap ? 2 * cap : 16;
+            int* grown = (int*)realloc(*steps, (size_t)cap * sizeof(int));
+            if (!grown) fatal("out of memory listing %s", dir);
+            *steps = grown;
+        }
+        (*steps)[count++] = step;
     }
     closedir(d);
-    rmdir(dir);
+    if (count > 1) qsort(*steps, (size_t)count, sizeof(int), checkpoint_compare_newest_first);
+    return count;
 }
+
+// 1 for the names a checkpoint directory may hold: its files, the manifest, and the
+// temporary an interrupted model write leaves (gpt2_model_file_write's path.tmp).
+static inline int checkpoint_owns_file(const char* name) {
+    for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
+        if (strcmp(name, CHECKPOINT_FILES[i]) == 0) return 1;
+    }
+    return strcmp(name, CHECKPOINT_MANIFEST) == 0 || strcmp(name, "model.bin.tmp") == 0;
+}
+
+// Removes a checkpoint (or temporary) directory: the files a checkpoint holds, then the
+// directory itself. A symlink is removed, never followed, wherever it points. A directory
+// holding anything else is left whole, with a warning: what is not ours is not deleted.
+// Returns 1 when the path is gone.
+static inline int checkpoint_remove_dir(const char* path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT;
+    if (S_ISLNK(st.st_mode)) {
+        if (unlink(path) == 0) return 1;
+        fprintf(stderr, "warning: cannot remove the symlink %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    DIR* d = S_ISDIR(st.st_mode) ? opendir(path) : NULL;
+    if (!d) {
+        fprintf(stderr, "warning: not removing %s: not a directory I can read\n", path);
+        return 0;
+    }
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {  // first, make sure everything in it is ours
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || checkpoint_owns_file(e->d_name)) continue;
+        fprintf(stderr, "warning: not removing %s: it holds '%s', which is not a checkpoint file\n", path, e->d_name);
+        closedir(d);
+        return 0;
+    }
+    rewinddir(d);
+    int ok = 1;
+    while ((e = readdir(d)) != NULL) {
+        if (!checkpoint_owns_file(e->d_name)) continue;
+        // Relative to the open directory, so a path that changes meanwhile cannot redirect
+        // it; unlinkat removes a symlink itself and refuses a directory.
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0) {
+            fprintf(stderr, "warning: cannot remove %s/%s: %s\n", path, e->d_name, strerror(errno));
+            ok = 0;
+        }
+    }
+    closedir(d);
+    if (ok && rmdir(path) != 0) {
+        fprintf(stderr, "warning: cannot remove %s: %s\n", path, strerror(errno));
+        ok = 0;
+    }
+    return ok;
+}
+
+// Temporaries are what interrupted saves leave behind (kill, crash, full disk).
+static inline void checkpoint_remove_stale_temporaries(const char* dir) {
+    int* steps;
+    int n = checkpoint_list(dir, 1, &steps);
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX_LEN];
+        checkpoint_path(path, sizeof(path), dir, steps[i], 1);
+        if (checkpoint_remove_dir(path)) printf("checkpoint: removed %s, left by an interrupted save\n", path);
+    }
+    free(steps);
+}
+
+// -nk keep: removes the checkpoints beyond the newest `keep` of those up to step `newest`
+// (the one just saved, complete and in place). Checkpoints of later steps, which an
+// earlier run may have left in the same directory, are not this run's to count or remove.
+static inline void checkpoint_prune(const char* dir, int keep, int newest) {
+    if (keep <= 0) return;
+    int* steps;
+    int n = checkpoint_list(dir, 0, &steps);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (steps[i] > newest || kept++ < keep) continue;
+        char path[PATH_MAX_LEN];
+        checkpoint_path(path, sizeof(path), dir, steps[i], 0);
+        if (checkpoint_remove_dir(path)) printf("checkpoint: removed %s (-nk %d)\n", path, keep);
+    }
+    free(steps);
+}
+
+// ----------------------------------------------------------------------------
+// Small text files (state.txt, manifest.txt)
+
+// The "missing file" error of a damaged checkpoint, with what to do about it.
+static inline void checkpoint_missing_file(const char* path) LLMC_NORETURN;
+static inline void checkpoint_missing_file(const char* path) {
+    fatal("%s is missing (%s): a checkpoint is renamed into place only when complete, so this one was damaged "
+          "afterwards; delete its directory to resume from the one before", path, strerror(errno));
+}
+
+// Reads a whole small text file into buf (NUL-terminated).
+static inline void checkpoint_read_text(const char* path, char* buf, size_t cap) {
+    FILE* f = fopen(path, "rb");
+    if (!f) checkpoint_missing_file(path);
+    size_t n = fread(buf, 1, cap, f);
+    if (ferror(f)) fatal("%s: read failed", path);
+    fclose(f);
+    if (n == cap) fatal("%s: over %zu bytes: not a checkpoint file", path, cap - 1);
+    buf[n] = '\0';
+}
+
+// Splits the next line off *text (NUL-terminating it in place); NULL at the end.
+static inline char* checkpoint_next_line(char** text) {
+    if (**text == '\0') return NULL;
+    char* line = *text;
+    char* nl = strchr(line, '\n');
+    if (nl) {
+        *nl = '\0';
+        *text = nl + 1;
+    } else {
+        *text = line + strlen(line);
+    }
+    return line;
+}
+
+// A flushed file survives a power loss; a checkpoint is renamed into place only when all
+// of it would. (Some file systems cannot sync a directory: EINVAL is not an error.)
+static inline void checkpoint_fsync(const char* path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) fatal("cannot open %s to flush it: %s", path, strerror(errno));
+    if (fsync(fd) != 0 && errno != EINVAL) fatal("cannot flush %s to disk: %s", path, strerror(errno));
+    close(fd);
+}
+
+// ----------------------------------------------------------------------------
+// state.txt: "key value" lines, every value a non-negative integer in a stated range.
+
+enum { STATE_INT, STATE_SIZE, STATE_U64 };
+typedef struct {
+    const char* key;
+    size_t offset;
+    int kind;
+    uint64_t min, max;
+} CheckpointStateField;
+
+#define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max}
+static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
+    STATE_FIELD("step", step, STATE_INT, 1, INT_MAX),  // saved after a step, never before the first
+    STATE_FIELD("shard", shard, STATE_SIZE, 0, INT_MAX),
+    STATE_FIELD("shard_tokens_done", shard_tokens_done, STATE_SIZE, 0, INT32_MAX),  // a shard's int32 token count
+    STATE_FIELD("sample_rng", sample_rng, STATE_U64, 0, UINT64_MAX),
+    STATE_FIELD("ranks", world, STATE_INT, 1, INT_MAX),
+    STATE_FIELD("B", B, STATE_INT, 1, 1 << 20),  // the command line's bounds for -b, -t
+    STATE_FIELD("T", T, STATE_INT, 1, 1 << 20),
+    STATE_FIELD("grad_accum_steps", grad_accum_steps, STATE_INT, 1, INT_MAX),
+};
+#define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
+
+static inline void checkpoint_write_state(const char* path, const CheckpointState* s) {
+    FILE* f = fopenCheck(path, "w");
+    for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
+        const CheckpointStateField* fd = &CHECKPOINT_STATE_FIELDS[i];
+        const char* p = (const char*)s + fd->offset;
+        uint64_t v = fd->kind == STATE_INT ? (uint64_t)*(const int*)p
+                   : fd->kind == STATE_SIZE ? (uint64_t)*(const size_t*)p : *(const uint64_t*)p;
+        fprintf(f, "%s %" PRIu64 "\n", fd->key, v);
+    }
+    fcloseCheck(f, path);
+}
+
+static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
+    char text[CHECKPOINT_TEXT_MAX];
+    checkpoint_read_text(path, text, sizeof(text));
+    int seen[CHECKPOINT_NUM_STATE_FIELDS] = {0};
+    char *rest = text, *line;
+    memset(s, 0, sizeof(*s));
+    while ((line = checkpoint_next_line(&rest)) != NULL) {
+        char key[64], value[64], extra;
+        if (sscanf(line, "%63s %63s %c", key, value, &extra) != 2) fatal("%s: malformed line '%.80s'", path, line);
+        int i = 0;
+        while (i < CHECKPOINT_NUM_STATE_FIELDS && strcmp(CHECKPOINT_STATE_FIELDS[i].key, key) != 0) i++;
+        if (i == CHECKPOINT_NUM_STATE_FIELDS) fatal("%s: unknown field '%s'", path, key);
+        const CheckpointStateField* fd = &CHECKPOINT_STATE_FIELDS[i];
+        if (seen[i]++) fatal("%s: field %s appears twice", path, key);
+        uint64_t v;
+        if (!parse_u64_strict(value, &v) || v < fd->min || v > fd->max) {
+            fatal("%s: field %s = '%s' is not an integer in %" PRIu64 "..%" PRIu64, path, key, value, fd->min, fd->max);
+        }
+        char* p = (char*)s + fd->offset;
+        if (fd->kind == STATE_INT) *(int*)p = (int)v;
+        else if (fd->kind == STATE_SIZE) *(size_t*)p = (size_t)v;
+        else *(uint64_t*)p = v;
+    }
+    for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
+        if (!seen[i]) fatal("%s: field %s is missing", path, CHECKPOINT_STATE_FIELDS[i].key);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// optimizer.bin: int32 header[256] (magic, version, step), then m and v, fp32, file order.
 
 static inline void checkpoint_write_optimizer(const char* path, const GPT2Config* cfg, const float* dense_m,
                                               const float* dense_v, int step) {
@@ -74,19 +335,24 @@ static inline void checkpoint_write_optimizer(const char* path, const GPT2Config
     fcloseCheck(f, path);
 }
 
+// cfg: the (checked) model being resumed, whose size the file must have exactly.
 static inline void checkpoint_read_optimizer(const char* path, const GPT2Config* cfg, float* dense_m, float* dense_v,
                                              int step) {
     size_t n = gpt2_num_parameters(cfg);
+    int header[MODEL_HEADER_INTS];
+    size_t expected = size_add_check(sizeof(header), size_mul_check(2 * n, sizeof(float), path), path);
     FILE* f = fopenCheck(path, "rb");
     long size = file_size_of(f, path);
-    int header[MODEL_HEADER_INTS];
-    if ((size_t)size != sizeof(header) + 2 * n * sizeof(float)) {
-        fatal("%s: %ld bytes, expected %zu for this model (truncated or corrupt)", path, size,
-              sizeof(header) + 2 * n * sizeof(float));
+    if ((size_t)size != expected) {
+        fatal("%s: %ld bytes, expected %zu for a model of %zu parameters (truncated, corrupt or of another model)", path,
+              size, expected, n);
     }
     freadCheck(header, sizeof(int), MODEL_HEADER_INTS, f, path);
-    if (header[0] != OPTIMIZER_MAGIC || header[1] != OPTIMIZER_VERSION) fatal("%s: not an optimizer state file", path);
-    if (header[2] != step) fatal("%s: saved at step %d, but its checkpoint says step %d", path, header[2], step);
+    if (header[0] != OPTIMIZER_MAGIC || header[1] != OPTIMIZER_VERSION) {
+        fatal("%s: not an optimizer state file (magic %d version %d, expected %d version %d)", path, header[0],
+              header[1], OPTIMIZER_MAGIC, OPTIMIZER_VERSION);
+    }
+    if (header[2] != step) fatal("%s: header field step = %d, but its checkpoint is at step %d", path, header[2], step);
     float* file_order = (float*)mallocCheck(n * sizeof(float));
     freadCheck(file_order, sizeof(float), n, f, path);
     gpt2_dense_reorder(cfg, dense_m, file_order, 0);
@@ -96,36 +362,74 @@ static inline void checkpoint_read_optimizer(const char* path, const GPT2Config*
     fcloseCheck(f, path);
 }
 
-static inline void checkpoint_write_state(const char* path, const CheckpointState* s) {
-    FILE* f = fopenCheck(path, "w");
-    fprintf(f, "step %d\nshard %zu\nshard_tokens_done %zu\nsample_rng %" PRIu64 "\nranks %d\nB %d\nT %d\n"
-               "grad_accum_steps %d\n",
-            s->step, s->shard, s->shard_tokens_done, s->sample_rng, s->world, s->B, s->T, s->grad_accum_steps);
-    fcloseCheck(f, path);
-}
+// ----------------------------------------------------------------------------
+// manifest.txt: "file bytes crc32c" (crc32c as 8 hex digits) for every checkpoint file.
 
-static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
-    FILE* f = fopenCheck(path, "r");
-    int n = fscanf(f, "step %d\nshard %zu\nshard_tokens_done %zu\nsample_rng %" SCNu64 "\nranks %d\nB %d\nT %d\n"
-                      "grad_accum_steps %d\n",
-                   &s->step, &s->shard, &s->shard_tokens_done, &s->sample_rng, &s->world, &s->B, &s->T,
-                   &s->grad_accum_steps);
-    fclose(f);
-    if (n != 8) fatal("%s: malformed checkpoint state (read %d of 8 fields)", path, n);
-}
-
-// The newest complete checkpoint in dir: returns its step and writes its path, or -1.
-static inline int checkpoint_find_latest(const char* dir, char* path, size_t n) {
-    DIR* d = opendir(dir);
-    if (!d) return -1;
-    int best = -1;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int step;
-        char tail;
-        if (sscanf(e->d_name, "checkpoint_%d%c", &step, &tail) == 1 && step > best) best = step;
+static inline void checkpoint_write_manifest(const char* dir) {
+    char path[PATH_MAX_LEN], manifest[PATH_MAX_LEN];
+    path_format(manifest, sizeof(manifest), "%s/%s", dir, CHECKPOINT_MANIFEST);
+    FILE* f = fopenCheck(manifest, "w");
+    for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
+        path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[i]);
+        size_t bytes;
+        uint32_t crc = crc32c_file(path, &bytes);  // the bytes as they are in the file
+        fprintf(f, "%s %zu %08" PRIx32 "\n", CHECKPOINT_FILES[i], bytes, crc);
     }
-    closedir(d);
+    fcloseCheck(f, manifest);
+}
+
+// Every file the manifest lists is there with its size and CRC32C; else stops, naming it.
+static inline void checkpoint_verify(const char* dir) {
+    char path[PATH_MAX_LEN], text[CHECKPOINT_TEXT_MAX];
+    path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_MANIFEST);
+    checkpoint_read_text(path, text, sizeof(text));
+    uint64_t bytes[CHECKPOINT_NUM_FILES];
+    uint32_t crcs[CHECKPOINT_NUM_FILES];
+    int seen[CHECKPOINT_NUM_FILES] = {0};
+    char *rest = text, *line;
+    while ((line = checkpoint_next_line(&rest)) != NULL) {
+        char name[64], size_text[32], crc_text[16], extra;
+        uint64_t size;
+        if (sscanf(line, "%63s %31s %15s %c", name, size_text, crc_text, &extra) != 3 ||
+            !parse_u64_strict(size_text, &size) || strlen(crc_text) != 8 || strspn(crc_text, "0123456789abcdef") != 8) {
+            fatal("%s: malformed line '%.80s' (expected: file bytes crc32c)", path, line);
+        }
+        int i = 0;
+        while (i < CHECKPOINT_NUM_FILES && strcmp(CHECKPOINT_FILES[i], name) != 0) i++;
+        if (i == CHECKPOINT_NUM_FILES) fatal("%s: lists '%s', which is not a checkpoint file", path, name);
+        if (seen[i]++) fatal("%s: lists %s twice", path, name);
+        bytes[i] = size;
+        crcs[i] = (uint32_t)strtoul(crc_text, NULL, 16);
+    }
+    for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
+        if (!seen[i]) fatal("%s: does not list %s", path, CHECKPOINT_FILES[i]);
+    }
+    for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
+        path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[i]);
+        struct stat st;
+        if (stat(path, &st) != 0) checkpoint_missing_file(path);
+        if ((uint64_t)st.st_size != bytes[i]) {
+            fatal("%s: %lld bytes, manifest says %" PRIu64 ": the file is truncated or corrupt", path,
+                  (long long)st.st_size, bytes[i]);
+        }
+        size_t n;
+        uint32_t crc = crc32c_file(path, &n);
+        if (crc != crcs[i]) {
+            fatal("%s: checksum mismatch (CRC32C %08" PRIx32 ", manifest says %08" PRIx32 "): the file is corrupt", path,
+                  crc, crcs[i]);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Save, find, resume
+
+// The newest checkpoint in dir: returns its step and writes its path, or -1 if none.
+static inline int checkpoint_find_latest(const char* dir, char* path, size_t n) {
+    int* steps;
+    int count = checkpoint_list(dir, 0, &steps);
+    int best = count > 0 ? steps[0] : -1;
+    free(steps);
     if (best >= 0) checkpoint_path(path, n, dir, best, 0);
     return best;
 }
@@ -135,18 +439,74 @@ static inline void checkpoint_save(const char* dir, const GPT2Config* cfg, const
                                    const float* dense_m, const float* dense_v, const CheckpointState* s) {
     char tmp[PATH_MAX_LEN], final_path[PATH_MAX_LEN], file[PATH_MAX_LEN];
     make_dir_or_die(dir);
+    checkpoint_remove_stale_temporaries(dir);
     checkpoint_path(tmp, sizeof(tmp), dir, s->step, 1);
     checkpoint_path(final_path, sizeof(final_path), dir, s->step, 0);
-    remove_flat_dir(tmp);
     if (mkdir(tmp, 0755) != 0) fatal("cannot create %s: %s", tmp, strerror(errno));
-    path_format(file, sizeof(file), "%s/model.bin", tmp);
+    path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_FILES[CHECKPOINT_MODEL]);
     gpt2_model_file_write(file, cfg, dense_master, MODEL_VERSION_FP32);
-    path_format(file, sizeof(file), "%s/optimizer.bin", tmp);
+    path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_FILES[CHECKPOINT_OPTIMIZER]);
     checkpoint_write_optimizer(file, cfg, dense_m, dense_v, s->step);
-    path_format(file, sizeof(file), "%s/state.txt", tmp);
+    path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_FILES[CHECKPOINT_STATE]);
     checkpoint_write_state(file, s);
-    remove_flat_dir(final_path);  // a checkpoint of the same step from an earlier run
+    checkpoint_write_manifest(tmp);
+    for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
+        path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_FILES[i]);
+        checkpoint_fsync(file);
+    }
+    path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_MANIFEST);
+    checkpoint_fsync(file);
+    checkpoint_fsync(tmp);
+    // A checkpoint of the same step from an earlier run in this directory gives way.
+    if (!checkpoint_remove_dir(final_path)) fatal("cannot replace %s (see the warning above)", final_path);
     if (rename(tmp, final_path) != 0) fatal("cannot rename %s to %s: %s", tmp, final_path, strerror(errno));
+    checkpoint_fsync(dir);
+}
+
+static inline const char* checkpoint_shape_text(const GPT2Config* c, char* buf, size_t n) {
+    snprintf(buf, n, "L=%d NH=%d C=%d V=%d Vp=%d maxT=%d", c->num_layers, c->num_heads, c->channels, c->vocab_size,
+             c->padded_vocab_size, c->max_seq_len);
+    return buf;
+}
+
+// -y 1: the newest checkpoint in out_dir, verified against its manifest and of the same
+// shape as the run's model (run_model, the -e it was given: requeued jobs repeat their
+// command line, so another shape means another run's directory). Writes its path and
+// state and returns 1; returns 0, saying so, when out_dir has no checkpoint yet.
+static inline int checkpoint_open_for_resume(const char* out_dir, const GPT2Config* run_shape, const char* run_model,
+                                             char* dir, size_t n, CheckpointState* state) {
+    int step = checkpoint_find_latest(out_dir, dir, n);
+    if (step < 0) {
+        if (utils_rank() == 0) printf("resume: no checkpoint in %s yet; starting from step 0\n", out_dir);
+        return 0;
+    }
+    checkpoint_verify(dir);
+    char path[PATH_MAX_LEN], saved_text[128], run_text[128];
+    path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[CHECKPOINT_MODEL]);
+    GPT2Config saved;
+    gpt2_model_file_shape(path, &saved);
+    if (!gpt2_config_equal(&saved, run_shape)) {
+        fatal("resume: %s is a model with %s, but this run's -e %s has %s: the checkpoint belongs to another run "
+              "(resume with the -e it started with)", path,
+              checkpoint_shape_text(&saved, saved_text, sizeof(saved_text)), run_model,
+              checkpoint_shape_text(run_shape, run_text, sizeof(run_text)));
+    }
+    path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[CHECKPOINT_STATE]);
+    checkpoint_read_state(path, state);
+    if (state->step != step) fatal("%s: field step = %d, but its directory is for step %d", path, state->step, step);
+    return 1;
+}
+
+// A resumed run whose checkpoint is at step max_steps has nothing left to do: says so and
+// returns 1 (every rank alike, so all of them can exit 0). Beyond max_steps is an error.
+static inline int checkpoint_run_is_complete(const char* dir, int step, int max_steps) {
+    if (step > max_steps) {
+        fatal("resume: %s is at step %d, beyond -x %d: raise -x, or use another -o for a shorter run", dir, step,
+              max_steps);
+    }
+    if (step < max_steps) return 0;
+    if (utils_rank() == 0) printf("resume: %s is at step %d = -x: the run is already complete\n", dir, step);
+    return 1;
 }
 
 #ifdef __cplusplus

@@ -40,6 +40,7 @@ typedef struct {
     int val_every, val_steps;   // -v -m
     int sample_every, gen_tokens;  // -s -g
     int checkpoint_every;       // -n
+    int checkpoints_keep;       // -nk (0: keep all)
     int resume;                 // -y
     int zero_stage;             // -z
     int master_weights;         // -w
@@ -93,7 +94,10 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {"-g", "--gen-tokens", OPT_INT, CLI_FIELD(gen_tokens), 1, 1 << 16, "tokens per sample"},
     {"-n", "--checkpoint-every", OPT_INT, CLI_FIELD(checkpoint_every), 0, INT_MAX,
      "checkpoint every N steps (and at the end) into -o (0: never)"},
-    {"-y", "--resume", OPT_INT, CLI_FIELD(resume), 0, 1, "1: resume from the newest checkpoint in -o (any rank count)"},
+    {"-nk", "--checkpoints-keep", OPT_INT, CLI_FIELD(checkpoints_keep), 0, INT_MAX,
+     "keep the newest N checkpoints, removing older ones once a newer one is complete (0: keep all)"},
+    {"-y", "--resume", OPT_INT, CLI_FIELD(resume), 0, 1,
+     "1: resume from the newest checkpoint in -o (any rank count; none yet: start at step 0)"},
     {"-z", "--zero-stage", OPT_INT, CLI_FIELD(zero_stage), 0, 1, "0: replicated AdamW, 1: ZeRO-1 (zero1/ plugin)"},
     {"-w", "--master-weights", OPT_INT, CLI_FIELD(master_weights), 0, 1,
      "1: keep fp32 master weights for bf16 params (0 is not supported)"},

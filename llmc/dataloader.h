@@ -17,6 +17,7 @@
 #include <glob.h>
 #include <stdint.h>
 
+#include "llmc/untrusted.h"
 #include "llmc/utils.h"
 
 #ifdef __cplusplus
@@ -40,7 +41,8 @@ typedef struct {
     int* targets;             // B*T
 } DataLoader;
 
-// Reads and checks a shard header; returns its token count.
+// Reads and checks a shard header; returns its token count. The count (a non-negative
+// int32, so at most 2^31-1 tokens) must describe the file's size exactly.
 static inline size_t shard_check_header(FILE* f, const char* path) {
     int header[SHARD_HEADER_INTS];
     long size = file_size_of(f, path);
@@ -50,12 +52,11 @@ static inline size_t shard_check_header(FILE* f, const char* path) {
         fatal("%s: not a token shard (magic %d, expected %d)", path, header[0], SHARD_MAGIC);
     }
     if (header[1] != SHARD_VERSION) fatal("%s: unsupported shard version %d (expected %d)", path, header[1], SHARD_VERSION);
-    if (header[2] < 0) fatal("%s: negative token count %d", path, header[2]);
-    size_t ntok = (size_t)header[2];
-    size_t expected = sizeof(header) + ntok * sizeof(uint16_t);
+    size_t ntok = (size_t)field_range_check(path, "header field token count", header[2], 0, INT32_MAX);
+    size_t expected = size_add_check(sizeof(header), size_mul_check(ntok, sizeof(uint16_t), path), path);
     if ((size_t)size != expected) {
-        fatal("%s: header says %zu tokens (%zu bytes) but the file has %ld bytes (truncated or corrupt)", path, ntok,
-              expected, size);
+        fatal("%s: header field token count = %zu needs %zu bytes, but the file has %ld (truncated or corrupt)", path,
+              ntok, expected, size);
     }
     return ntok;
 }
@@ -149,11 +150,16 @@ static inline void dataloader_position(const DataLoader* d, size_t* shard, size_
 static inline void dataloader_seek(DataLoader* d, size_t shard, size_t tokens_done) {
     size_t per_window = (size_t)d->world * d->B * d->T;
     if (shard >= d->num_shards) fatal("data position names shard %zu but only %zu match", shard, d->num_shards);
+    if (shard != d->shard_index) dataloader_open_shard(d, shard);
+    // A saved position is always inside its shard; beyond it, the data changed since.
+    if (tokens_done >= d->shard_tokens) {
+        fatal("data position: token %zu of shard %zu (%s), which has only %zu tokens: not the data of the saved run",
+              tokens_done, shard, d->files.gl_pathv[shard], d->shard_tokens);
+    }
     if (tokens_done % per_window != 0) {
         fatal("cannot resume at token %zu of shard %zu with ranks*B*T = %zu tokens per micro-step: "
               "choose -b/-t/ranks so that it divides", tokens_done, shard, per_window);
     }
-    if (shard != d->shard_index) dataloader_open_shard(d, shard);
     d->window_index = tokens_done / per_window;
 }
 

@@ -14,6 +14,7 @@
 #include "llmc/bf16.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/rng.h"
+#include "llmc/untrusted.h"
 #include "llmc/utils.h"
 
 #ifdef __cplusplus
@@ -25,6 +26,8 @@ extern "C" {
 #define MODEL_VERSION_BF16 5
 #define MODEL_HEADER_INTS 256
 
+static inline size_t gpt2_model_elem_bytes(int version) { return version == MODEL_VERSION_FP32 ? 4 : 2; }
+
 // offsets[i] = start of canonical tensor i in a dense canonical array; returns the total.
 static inline size_t gpt2_tensor_offsets_dense(const GPT2Config* c, size_t* offsets) {
     size_t off = 0;
@@ -35,16 +38,43 @@ static inline size_t gpt2_tensor_offsets_dense(const GPT2Config* c, size_t* offs
     return off;
 }
 
+// Bounds on a model's shape, checked before any size arithmetic. Generous: GPT-2 XL is
+// maxT=1024 V=50257 Vp=50304 L=48 NH=25 C=1600, and these leave 20x or more of headroom
+// in L, C and maxT (uint16 token ids cap V, and Vp follows V). Within them every tensor
+// has fewer than 2^37 elements and a model fewer than 2^46, so element counts cannot
+// overflow a 64-bit size_t; byte counts are still computed with checks.
+#define MODEL_MAX_SEQ_LEN (1 << 20)     // maxT
+#define MODEL_MAX_VOCAB 65536           // V: token shards hold uint16 ids
+#define MODEL_MAX_PADDED_VOCAB 131072   // Vp: a multiple of 128 (llm.c pads V to one), >= V
+#define MODEL_MAX_LAYERS 1024           // L
+#define MODEL_MAX_CHANNELS 65536        // C (NH divides it, so NH <= C)
+#define MODEL_VOCAB_ALIGN 128
+
+#ifdef __cplusplus
+static_assert(sizeof(size_t) >= 8, "model sizes need a 64-bit size_t");
+#else
+_Static_assert(sizeof(size_t) >= 8, "model sizes need a 64-bit size_t");
+#endif
+
+// what: the file (or descriptor) the shape came from, for the message.
 static inline void gpt2_config_check(const GPT2Config* c, const char* what) {
-    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0) {
-        fatal("%s: invalid model shape (maxT=%d V=%d L=%d NH=%d C=%d)", what, c->max_seq_len, c->vocab_size,
-              c->num_layers, c->num_heads, c->channels);
-    }
+    field_range_check(what, "header field maxT", c->max_seq_len, 1, MODEL_MAX_SEQ_LEN);
+    field_range_check(what, "header field V", c->vocab_size, 1, MODEL_MAX_VOCAB);
+    field_range_check(what, "header field L", c->num_layers, 1, MODEL_MAX_LAYERS);
+    field_range_check(what, "header field C", c->channels, 1, MODEL_MAX_CHANNELS);
+    field_range_check(what, "header field NH", c->num_heads, 1, c->channels);
     if (c->channels % c->num_heads != 0) fatal("%s: C=%d is not divisible by NH=%d", what, c->channels, c->num_heads);
-    if (c->padded_vocab_size < c->vocab_size) {
-        fatal("%s: padded vocab %d smaller than vocab %d", what, c->padded_vocab_size, c->vocab_size);
+    field_range_check(what, "header field Vp", c->padded_vocab_size, c->vocab_size, MODEL_MAX_PADDED_VOCAB);
+    if (c->padded_vocab_size % MODEL_VOCAB_ALIGN != 0) {
+        fatal("%s: header field Vp = %d is not a multiple of %d", what, c->padded_vocab_size, MODEL_VOCAB_ALIGN);
     }
-    if (c->vocab_size > 65536) fatal("%s: vocab %d does not fit uint16 token shards", what, c->vocab_size);
+}
+
+// 1 when two shapes are the same model (every header field).
+static inline int gpt2_config_equal(const GPT2Config* a, const GPT2Config* b) {
+    return a->max_seq_len == b->max_seq_len && a->vocab_size == b->vocab_size &&
+           a->padded_vocab_size == b->padded_vocab_size && a->num_layers == b->num_layers &&
+           a->num_heads == b->num_heads && a->channels == b->channels;
 }
 
 // Reorders a dense canonical array into llm.c's tensor-major file order (to_file = 1) or
@@ -71,9 +101,10 @@ static inline void gpt2_dense_reorder(const GPT2Config* cfg, float* dst, const f
     free(canonical);
 }
 
-// Reads a model file into a new dense canonical fp32 array; fills cfg and *version.
-static inline float* gpt2_model_file_read(const char* path, GPT2Config* cfg, int* version) {
-    FILE* f = fopenCheck(path, "rb");
+// Reads and checks a model file's header: magic, version, every shape field in range,
+// and a file size exact for that shape, so nothing is allocated for a file that cannot
+// hold it. Fills cfg and *version; returns the parameter count; leaves f after the header.
+static inline size_t gpt2_model_file_header(FILE* f, const char* path, GPT2Config* cfg, int* version) {
     long size = file_size_of(f, path);
     int header[MODEL_HEADER_INTS];
     if (size < (long)sizeof(header)) fatal("%s: too small to be a model file (%ld bytes)", path, size);
@@ -90,12 +121,29 @@ static inline float* gpt2_model_file_read(const char* path, GPT2Config* cfg, int
     cfg->padded_vocab_size = header[7];
     gpt2_config_check(cfg, path);
     *version = header[1];
-    size_t elem = header[1] == MODEL_VERSION_FP32 ? 4 : 2;
     size_t n = gpt2_num_parameters(cfg);
-    if ((size_t)size != sizeof(header) + n * elem) {
-        fatal("%s: expected %zu bytes for this config, found %ld (truncated or corrupt)", path,
-              sizeof(header) + n * elem, size);
+    size_t expected = size_add_check(sizeof(header), size_mul_check(n, gpt2_model_elem_bytes(*version), path), path);
+    if ((size_t)size != expected) {
+        fatal("%s: expected %zu bytes for this shape (L=%d C=%d V=%d Vp=%d maxT=%d), found %ld (truncated or "
+              "corrupt)", path, expected, cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->padded_vocab_size,
+              cfg->max_seq_len, size);
     }
+    return n;
+}
+
+// The shape of a model file, checked, without reading its parameters.
+static inline void gpt2_model_file_shape(const char* path, GPT2Config* cfg) {
+    FILE* f = fopenCheck(path, "rb");
+    int version;
+    gpt2_model_file_header(f, path, cfg, &version);
+    fcloseCheck(f, path);
+}
+
+// Reads a model file into a new dense canonical fp32 array; fills cfg and *version.
+static inline float* gpt2_model_file_read(const char* path, GPT2Config* cfg, int* version) {
+    FILE* f = fopenCheck(path, "rb");
+    size_t n = gpt2_model_file_header(f, path, cfg, version);
+    size_t elem = gpt2_model_elem_bytes(*version);
     // The file is tensor-major: read it whole, then reorder into canonical order.
     float* file_order = (float*)mallocCheck(n * sizeof(float));
     if (elem == 4) {

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmc/untrusted.h"
 #include "llmc/utils.h"
 
 #ifdef __cplusplus
@@ -25,6 +26,7 @@ extern "C" {
 #endif
 
 #define TOKENIZER_MAGIC 20240328
+#define TOKENIZER_MAX_VOCAB (1 << 24)  // GPT-2 has 50257 tokens, Llama 3 128256
 
 typedef struct {
     uint32_t vocab_size;
@@ -43,7 +45,11 @@ static void tokenizer_init(Tokenizer* t, const char* path) {
                         "(run scripts/prepare_data.sh to create it)\n", path);
         return;
     }
+    // Every token takes at least 2 bytes (a length byte, and length >= 1), which bounds the
+    // vocabulary size by the file size before anything is allocated for it.
+    long size = file_size_of(f, path);
     uint32_t header[256];
+    if (size < (long)sizeof(header)) fatal("%s: too small to be a tokenizer file (%ld bytes)", path, size);
     freadCheck(header, sizeof(uint32_t), 256, f, path);
     if (header[0] != TOKENIZER_MAGIC) fatal("%s: bad magic %u (want %d): not an llm.c tokenizer file", path, header[0], TOKENIZER_MAGIC);
     if (header[1] == 1) {
@@ -53,9 +59,12 @@ static void tokenizer_init(Tokenizer* t, const char* path) {
     } else {
         fatal("%s: unsupported tokenizer version %u (want 1 or 2)", path, header[1]);
     }
-    t->vocab_size = header[2];
-    if (t->vocab_size == 0 || t->vocab_size > (1u << 24)) fatal("%s: implausible vocab size %u", path, t->vocab_size);
-    if (t->eot_token >= t->vocab_size) fatal("%s: <|endoftext|> id %u >= vocab size %u", path, t->eot_token, t->vocab_size);
+    t->vocab_size = (uint32_t)field_range_check(path, "header field vocab size", header[2], 1, TOKENIZER_MAX_VOCAB);
+    if ((long long)t->vocab_size * 2 > size - (long long)sizeof(header)) {
+        fatal("%s: header field vocab size = %u needs at least %lld bytes, but the file has %ld (truncated or corrupt)",
+              path, t->vocab_size, (long long)sizeof(header) + 2LL * t->vocab_size, size);
+    }
+    field_range_check(path, "header field <|endoftext|> id", t->eot_token, 0, (long long)t->vocab_size - 1);
     t->token_table = (char**)callocCheck(t->vocab_size, sizeof(char*));
     for (uint32_t i = 0; i < t->vocab_size; i++) {
         unsigned char len;
@@ -66,6 +75,8 @@ static void tokenizer_init(Tokenizer* t, const char* path) {
         s[len] = '\0';
         t->token_table[i] = s;
     }
+    long used = ftell(f);
+    if (used != size) fatal("%s: %ld bytes after the last of %u tokens: corrupt", path, size - used, t->vocab_size);
     fcloseCheck(f, path);
     t->init_ok = 1;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_spec.h"
@@ -51,10 +52,23 @@ typedef struct {
 // Supplies the inputs and targets (B*T each, host memory) of micro-step `micro`.
 typedef void (*BatchFn)(void* ctx, int micro, const int** inputs, const int** targets);
 
+// Descriptors dN are GPT-2s: its vocabulary and context length.
+#define DESCRIPTOR_VOCAB 50257
+#define DESCRIPTOR_MAX_SEQ_LEN 1024
+
+// The shape of -e without its weights: a descriptor's, or a model file's header (checked).
+static inline void model_shape_of(const char* model, GPT2Config* mc) {
+    if (gpt2_config_from_descriptor(model, DESCRIPTOR_VOCAB, DESCRIPTOR_MAX_SEQ_LEN, mc) == 0) {
+        gpt2_config_check(mc, model);
+    } else {
+        gpt2_model_file_shape(model, mc);
+    }
+}
+
 // The model of -e: an llm.c model file, or a descriptor dN initialised from --seed.
 // Every rank does the same. Returns a dense canonical fp32 array.
 static inline float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc) {
-    if (gpt2_config_from_descriptor(cfg->model, 50257, 1024, mc) == 0) {
+    if (gpt2_config_from_descriptor(cfg->model, DESCRIPTOR_VOCAB, DESCRIPTOR_MAX_SEQ_LEN, mc) == 0) {
         gpt2_config_check(mc, cfg->model);
         float* dense = (float*)mallocCheck(gpt2_num_parameters(mc) * sizeof(float));
         gpt2_init_random(mc, dense, (uint64_t)cfg->seed);
@@ -234,6 +248,7 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
         if (loop->checkpoint && cfg->checkpoint_every > 0 &&
             ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == max_steps)) {
             loop->checkpoint(loop->trainer, step + 1, train, *sample_rng);
+            if (rank == 0) checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, step + 1);  // -nk
         }
     }
     if (rank == 0 && timed_steps > 0) {

@@ -17,10 +17,11 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM
 # Words are split on blanks (no quoting); a missing script, binary or command is a FAIL.
 STEPS=(
   "build           600 make -j2 train_gpt2 test_gpt2 test_zero1 USE_ZERO1=1"
-  "build_more      600 make -j2 train_gpt2_plain prepro_text zero1_plan test_zero1_layout test_kernels"
+  "build_more      600 make -j2 train_gpt2_plain prepro_text zero1_plan test_zero1_layout test_kernels test_crc32c"
   "data            300 make data"
   "tokenizer       300 dev/test/test_tokenizer.sh"
   "kernels         120 ./test_kernels"
+  "crc32c          120 dev/test/test_crc32c.sh"
   "zero1_layout    120 ./test_zero1_layout"
   "zero1_plan      300 dev/test/test_zero1_plan.sh"
   "zero1_runtime   120 dev/test/test_zero1_runtime.sh"
@@ -29,6 +30,7 @@ STEPS=(
   "multirank_z0    300 dev/test/test_multirank.sh"
   "multirank_z1    300 Z=1 dev/test/test_multirank.sh"
   "errors          300 dev/test/test_errors.sh"
+  "files           300 dev/test/test_files.sh"
   "zero1           600 dev/test/test_zero1.sh"
   "checkpoint      300 dev/test/test_checkpoint.sh"
   "multihost       300 dev/test/test_multihost.sh"

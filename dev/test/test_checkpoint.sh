@@ -5,8 +5,13 @@
 #   2. other rank counts (np=1 B=4, np=4 B=1, same global batch), another bucket size, the
 #      plain replicated build, and ZeRO-1 resuming a checkpoint of the plain build: the
 #      step 4-6 losses match the straight run within 1e-5;
-#   3. a stale temporary directory is never taken for a checkpoint; -y 1 without one, and
-#      -n without -o, are clear errors.
+#   3. a stale temporary directory is never taken for a checkpoint; -n without -o is a
+#      clear error;
+#   4. the life cycle of a requeued job: -y 1 before the first checkpoint starts from step
+#      0 (== the straight run) and the first save removes a stale temporary; -nk 2 keeps
+#      the newest two (symlinks unlinked, never followed; foreign files kept); a kill -9
+#      in the middle of a save resumes from the checkpoint before it; resuming a run that
+#      is already at -x exits 0 on every rank. (Damaged checkpoints: test_files.sh.)
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
@@ -19,11 +24,14 @@ ok() { passed=$((passed + 1)); echo "PASS $*"; }
 bad() { failed=$((failed + 1)); echo "FAIL $*"; }
 
 # train BIN NP B DIR [flags]: 6 steps with the data and schedule every run shares.
+COMMON=(-e "$work/m.bin" -i data/tinyshakespeare_train.bin -t 64 -x 6 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 -c 0.1)
 train() {
     local bin=$1 np=$2 b=$3 dir=$4
     shift 4
-    timeout 300 "${MPIRUN[@]}" -np "$np" "$bin" -e "$work/m.bin" -i data/tinyshakespeare_train.bin -b "$b" -t 64 -x 6 \
-        -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 -c 0.1 -o "$dir" "$@" >"$dir.log" 2>&1
+    timeout 300 "${MPIRUN[@]}" -np "$np" "$bin" "${COMMON[@]}" -b "$b" -o "$dir" "$@" >"$dir.log" 2>&1
+}
+same_checkpoint() {  # same_checkpoint A B: model and optimizer state byte for byte
+    cmp -s "$1/model.bin" "$2/model.bin" && cmp -s "$1/optimizer.bin" "$2/optimizer.bin"
 }
 losses() { sed -n 's/^s:\([0-9]*\) trl:\([^ ]*\).*/\1 \2/p' "$1/main.log"; }
 # close A B: the losses of steps 4..6 agree within 1e-5
@@ -45,8 +53,7 @@ for dtype in fp32 bf16; do
     resume_from "$straight" "$resumed"
     train ./train_gpt2 2 2 "$resumed" -z 1 --bucket-size 20000 --param-dtype $dtype -n 3 -y 1 ||
         { bad "resume ($dtype)"; tail -5 "$resumed.log"; continue; }
-    if cmp -s "$straight/checkpoint_00000006/model.bin" "$resumed/checkpoint_00000006/model.bin" &&
-       cmp -s "$straight/checkpoint_00000006/optimizer.bin" "$resumed/checkpoint_00000006/optimizer.bin" &&
+    if same_checkpoint "$straight/checkpoint_00000006" "$resumed/checkpoint_00000006" &&
        grep -q "resumed from .*checkpoint_00000003: step 3" "$resumed.log"; then
         ok "same-DP resume ($dtype params) continues bit-identically"
     else
@@ -79,25 +86,89 @@ else
     bad "ZeRO-1 resuming the plain build's checkpoint"; tail -5 "$dir.log"
 fi
 
-# A half-written checkpoint (the temporary name) is ignored; the complete one is used.
+# A temporary directory is never taken for a checkpoint, not even one whose files are all
+# there (killed between the last write and the rename): the complete one is used.
 dir=$work/stale
 resume_from "$S" "$dir"
-mkdir -p "$dir/.checkpoint_00000005.tmp" && echo partial >"$dir/.checkpoint_00000005.tmp/model.bin"
+cp -r "$S/checkpoint_00000006" "$dir/.checkpoint_00000006.tmp"
 if train ./train_gpt2 2 2 "$dir" -z 1 -y 1 && grep -q "checkpoint_00000003: step 3" "$dir.log"; then
-    ok "a stale temporary checkpoint directory is ignored"
+    ok "a temporary checkpoint directory is ignored, even with all its files"
 else
     bad "stale temporary checkpoint"; tail -5 "$dir.log"
 fi
 
-# Errors: one message, non-zero exit.
-mkdir -p "$work/empty"
-train ./train_gpt2 2 2 "$work/empty" -y 1
-rc=$?
-if [ $rc -ne 0 ] && [ "$(grep -c "error: -y 1: no checkpoint in" "$work/empty.log")" = 1 ]; then
-    ok "-y 1 without a checkpoint is one clear error"
+# -y 1 before any checkpoint exists starts from step 0 and is the straight run (the same
+# step-6 checkpoint, byte for byte); the first save removes a stale temporary directory.
+dir=$work/fresh
+mkdir -p "$dir/.checkpoint_00000004.tmp" && echo partial >"$dir/.checkpoint_00000004.tmp/model.bin"
+if train ./train_gpt2 2 2 "$dir" -z 1 --bucket-size 20000 -n 3 -y 1 &&
+   [ "$(grep -c "^resume: no checkpoint in $dir yet; starting from step 0$" "$dir.log")" = 1 ] &&
+   grep -q "removed $dir/.checkpoint_00000004.tmp, left by an interrupted save" "$dir.log" &&
+   [ ! -e "$dir/.checkpoint_00000004.tmp" ] && same_checkpoint "$S/checkpoint_00000006" "$dir/checkpoint_00000006"; then
+    ok "-y 1 with no checkpoint yet starts from step 0 (== the straight run) and removes a stale temporary"
 else
-    bad "-y 1 without a checkpoint (rc=$rc)"; tail -5 "$work/empty.log"
+    bad "-y 1 with no checkpoint yet"; tail -5 "$dir.log"; ls -a "$dir"
 fi
+
+# -nk 2 keeps this run's newest two. Among the older ones, a symlink is removed without
+# touching what it points to, and a directory holding a file of someone else's is kept.
+dir=$work/keep
+resume_from "$S" "$dir"
+mkdir -p "$work/outside" "$dir/checkpoint_00000002"
+cp "$S/checkpoint_00000003/"* "$work/outside/" && ln -s "$work/outside" "$dir/checkpoint_00000001"
+cp "$S/checkpoint_00000003/"* "$dir/checkpoint_00000002/" && echo mine >"$dir/checkpoint_00000002/notes.txt"
+if train ./train_gpt2 2 2 "$dir" -z 1 --bucket-size 20000 -n 1 -nk 2 -y 1 &&
+   [ "$(cd "$dir" && echo checkpoint_*)" = "checkpoint_00000002 checkpoint_00000005 checkpoint_00000006" ] &&
+   [ "$(ls "$work/outside" | wc -l)" = 4 ] && [ -f "$dir/checkpoint_00000002/notes.txt" ] &&
+   grep -q "not removing $dir/checkpoint_00000002: it holds 'notes.txt'" "$dir.log" &&
+   same_checkpoint "$S/checkpoint_00000006" "$dir/checkpoint_00000006"; then
+    ok "-nk 2 leaves the newest 2; a symlink is unlinked, not followed; foreign files are kept"
+else
+    bad "-nk 2"; tail -5 "$dir.log"; ls -la "$dir" "$work/outside"
+fi
+
+# kill -9 in the middle of a save (caught with SIGSTOP while the temporary directory
+# exists): the checkpoints before it stay whole, and the same command line resumes from
+# the newest of them and finishes.
+dir=$work/killed
+mkdir -p "$dir"
+KILL_RUN=(./train_gpt2 "${COMMON[@]}" -b 4 -x 4 -n 1 -o "$dir")
+"${KILL_RUN[@]}" >"$dir.log" 2>&1 &
+pid=$! caught="" deadline=$((SECONDS + 120))
+while kill -0 $pid 2>/dev/null && [ $SECONDS -lt $deadline ]; do
+    [ -d "$dir/checkpoint_00000001" ] || continue
+    tmp=$(compgen -G "$dir/.checkpoint_*.tmp") || continue
+    kill -STOP $pid
+    while read -r _ _ state _ <"/proc/$pid/stat" 2>/dev/null && [ "$state" != T ]; do :; done  # stopped for sure
+    if [ -d "$tmp" ]; then caught=$tmp; break; fi
+    kill -CONT $pid
+done
+kill -KILL $pid 2>/dev/null
+wait $pid 2>/dev/null
+if [ -z "$caught" ]; then
+    bad "kill -9 during a save: no save was caught in progress"; tail -5 "$dir.log"
+else
+    step=${caught##*_} && step=$((10#${step%.tmp})) && prev=$((step - 1))
+    if timeout 120 "${KILL_RUN[@]}" -y 1 >"$dir.resume.log" 2>&1 &&
+       grep -q "resumed from $dir/checkpoint_0*$prev: step $prev " "$dir.resume.log" &&
+       grep -q "removed $caught, left by an interrupted save" "$dir.resume.log" && [ -d "$dir/checkpoint_00000004" ]; then
+        ok "kill -9 while saving step $step: resumed from step $prev, the temporary removed, the run finished"
+    else
+        bad "resume after kill -9 while saving step $step"; tail -5 "$dir.resume.log"
+    fi
+fi
+
+# Requeued once more after the end: the newest checkpoint is at -x, every rank exits 0.
+md5_before=$(cat "$S"/main.log "$S"/checkpoint_00000006/* | md5sum)
+train ./train_gpt2 2 2 "$S" -z 1 -y 1
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c "^resume: $S/checkpoint_00000006 is at step 6 = -x: the run is already complete$" "$S.log")" = 1 ] &&
+   [ "$(cat "$S"/main.log "$S"/checkpoint_00000006/* | md5sum)" = "$md5_before" ]; then
+    ok "resuming a complete run (np=2) says so and exits 0, changing nothing"
+else
+    bad "resuming a complete run (rc=$rc)"; tail -5 "$S.log"
+fi
+
 timeout 60 ./train_gpt2 -e "$work/m.bin" -t 64 -n 3 -x 1 >"$work/noout.log" 2>&1
 if [ $? -ne 0 ] && grep -q "error: checkpoints (-n, -y) live in the output directory" "$work/noout.log"; then
     ok "-n without -o is a clear error"

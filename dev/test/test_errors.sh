@@ -1,48 +1,23 @@
 #!/usr/bin/env bash
-# Bad input to ./train_gpt2 (docs/design.md, "Bad input"): every case must end with an exit code
-# != 0 (not a timeout, not a signal), exactly one `error:` line that names the problem
-# (a keyword), and no hang (timeout 60 s). Some cases also under mpirun -np 2, where the
-# message must appear exactly once (rank 0 speaks for an error every rank sees).
+# Bad input to ./train_gpt2 (docs/design.md, "Bad input"): every case must end with an exit code != 0 (not a timeout,
+# not a signal), exactly one `error:` line that names the problem (a keyword), and no
+# hang (timeout 60 s); the runner is dev/test/expect_error.sh. Some cases also under
+# mpirun -np 2, where the message must appear exactly once (rank 0 speaks for an error
+# every rank sees). Crafted headers and damaged checkpoints: dev/test/test_files.sh.
 # A control run with the same fixtures and no defect must succeed, so each failure is
 # caused by the one defect that case introduces.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 BIN=./train_gpt2
 
-TMP=$(mktemp -d /tmp/test_errors.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
+source dev/test/expect_error.sh
 
 [ -x $BIN ] || { echo "FAIL test_errors: $BIN is not built"; exit 1; }
 
-# ---- fixtures ------------------------------------------------------------------------
-# A small model: V=1000 (Vp=1024), L=2, C=64, NH=4, maxT=64, fp32, v3.
-V=1000
-timeout 120 $PY dev/test/gpt2_oracle.py make --out-model "$TMP/model.bin" --out-state "$TMP/unused.bin" \
-    --vocab $V --steps 0 --batch 1 --seq 8 >"$TMP/oracle.log" 2>&1 \
-    || { cat "$TMP/oracle.log"; echo "FAIL test_errors: the oracle could not write a model"; exit 1; }
+# ---- fixtures (small_model, write_shard: dev/test/expect_error.sh) ---------------------
+small_model "$TMP/model.bin" || exit 1
 MODEL=$TMP/model.bin
 MODEL_BYTES=$(stat -c %s "$MODEL")
-
-# Token shards: header int32[256] = 20240520, 1, n; then n uint16 tokens.
-# write_shard PATH N [MAGIC] [BAD_INDEX BAD_ID]
-write_shard() {
-    $PY - "$@" <<'EOF'
-import struct, sys
-path, n = sys.argv[1], int(sys.argv[2])
-magic = int(sys.argv[3]) if len(sys.argv) > 3 else 20240520
-toks = [(i * 7919) % 1000 for i in range(n)]          # ids < V = 1000
-if len(sys.argv) > 5:
-    toks[int(sys.argv[4])] = int(sys.argv[5])
-hdr = [0] * 256
-hdr[0], hdr[1], hdr[2] = magic, 1, n
-with open(path, "wb") as f:
-    f.write(struct.pack("<256i", *hdr))
-    f.write(struct.pack("<%dH" % n, *toks))
-EOF
-}
 write_shard "$TMP/good.bin" 4096
 write_shard "$TMP/badmagic.bin" 4096 12345678
 write_shard "$TMP/badtoken.bin" 4096 20240520 3000 $V        # id == V: the first invalid id
@@ -61,35 +36,6 @@ printf '\x03\x00\x00\x00' | dd of="$TMP/badheads_model.bin" bs=1 seek=20 conv=no
 
 # Arguments of a good run; each case overrides one thing (later flags win).
 BASE=(-e "$MODEL" -i "$TMP/good.bin" -j "$TMP/good.bin" -b 2 -t 32 -x 1 -v 0 -s 0 -z 0)
-
-# ---- the runner ----------------------------------------------------------------------
-# check NAME NP KEYWORD -- extra trainer arguments
-check() {
-    local name=$1 np=$2 keyword=$3; shift 4
-    local log="$TMP/$name.log" rc
-    if [ "$np" = 1 ]; then
-        timeout --kill-after=5 60 $BIN "${BASE[@]}" "$@" >"$log" 2>&1
-    else
-        timeout --kill-after=5 60 "${MPIRUN[@]}" -np "$np" $BIN "${BASE[@]}" "$@" >"$log" 2>&1
-    fi
-    rc=$?
-    local problems=()
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then problems+=("HANG: killed after 60 s");
-    elif [ $rc -eq 0 ]; then problems+=("exit code 0");
-    elif [ $rc -ge 128 ]; then problems+=("killed by a signal (exit $rc)"); fi
-    grep -qE 'Segmentation fault|core dumped|exited on signal|Aborted \(core' "$log" && problems+=("crash text in the output")
-    local n
-    n=$(grep -c 'error:' "$log")
-    [ "$n" = 1 ] || problems+=("$n 'error:' lines, expected exactly 1")
-    grep 'error:' "$log" | grep -qF -- "$keyword" || problems+=("the error line does not mention '$keyword'")
-    if [ "$np" != 1 ] && grep -q '^\[rank [1-9]' "$log"; then problems+=("a non-zero rank also reported it"); fi
-    if [ ${#problems[@]} -eq 0 ]; then
-        ok "$name (np=$np, exit $rc): $(grep 'error:' "$log" | head -1 | cut -c1-110)"
-    else
-        bad "$name (np=$np): $(printf "%s; " "${problems[@]}")"
-        sed 's/^/       | /' "$log" | tail -n 15
-    fi
-}
 
 t0=$SECONDS
 # Control: the fixtures themselves are fine.

@@ -12,19 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dev/test/check.h"
 #include "llmc/tokenizer.h"
 #include "llmc/utils.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                        \
-    do {                                        \
-        if (!(cond)) {                          \
-            fprintf(stderr, "  check failed: "); \
-            fprintf(stderr, __VA_ARGS__);       \
-            fprintf(stderr, "\n");              \
-            failures++;                         \
-        }                                       \
-    } while (0)
 
 static char* read_all(const char* path, size_t* n) {
     FILE* f = fopenCheck(path, "rb");

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# llmc/crc32c.h: the unit tests in ./test_crc32c (known vectors, SSE4.2 == portable,
+# incremental, combine), then crc32c_file on files of awkward sizes against two
+# independent Python implementations: a bit-at-a-time CRC from the definition, and the
+# crcmod package where it is installed (said loudly when it is not).
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+[ -x ./test_crc32c ] || { echo "FAIL test_crc32c: ./test_crc32c is not built"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=0
+
+./test_crc32c || failed=1
+
+# Random files (seeded) of lengths around the 8-byte steps, plus the classic check string.
+$PY - "$work" <<'PYEOF' || { echo "FAIL: could not write the test files"; exit 1; }
+import os, random, sys
+rng = random.Random(20241129)
+for n in (0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4099, 20011):
+    with open(os.path.join(sys.argv[1], "rand_%05d.bin" % n), "wb") as f:
+        f.write(bytes(rng.getrandbits(8) for _ in range(n)))
+with open(os.path.join(sys.argv[1], "check.txt"), "wb") as f:
+    f.write(b"123456789")
+PYEOF
+files=("$work"/*)
+./test_crc32c "${files[@]}" >"$work/c.out" || { echo "FAIL: test_crc32c FILE... failed"; exit 1; }
+grep -q "^e3069283 9 .*check.txt$" "$work/c.out" || { echo "FAIL: crc32c_file of \"123456789\""; failed=1; }
+for ref in bitwise crcmod; do
+    $PY dev/test/crc32c_reference.py $ref "${files[@]}" >"$work/$ref.out"
+    rc=$?
+    if [ $ref = crcmod ] && [ $rc = 3 ]; then
+        echo "SKIPPED: the crcmod reference (the Python package crcmod is not installed); bitwise reference only"
+        continue
+    fi
+    if [ $rc = 0 ] && [ -s "$work/$ref.out" ] && cmp -s "$work/c.out" "$work/$ref.out"; then
+        echo "crc32c_file == Python $ref reference on ${#files[@]} files"
+    else
+        echo "FAIL: crc32c_file differs from the Python $ref reference:"
+        diff "$work/c.out" "$work/$ref.out" | head
+        failed=1
+    fi
+done
+
+[ $failed = 0 ] && echo "PASS test_crc32c.sh" || echo "FAIL test_crc32c.sh"
+[ $failed = 0 ]

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Model files, token shards, tokenizer files and checkpoints are untrusted input. Each
+# case crafts one defect and must end with one `error:` line naming the file and the
+# field (or the check that failed), exit != 0, no hang or crash, and under mpirun -np 2
+# one message only (the runner is dev/test/expect_error.sh):
+#   - model headers: L = 2^28 in a 1,024-byte file, C = 65536 (C*C overflows int32),
+#     C beyond its range, negative maxT/V/NH, Vp < V, Vp not a multiple of 128;
+#   - token shards: a token count beyond the file, a negative one;
+#   - tokenizer files: a vocabulary size out of range, or beyond the file;
+#   - checkpoints: truncated file, flipped byte (CRC32C), missing file, missing or
+#     malformed manifest, and with a manifest that matches the damage (so the file's own
+#     checks must catch it): wrong magic, an optimizer of another model, state.txt
+#     fields out of range or inconsistent, a data position beyond the shard; a
+#     checkpoint of another model than -e.
+# Controls: a good run and a good resume with the same fixtures succeed.
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+BIN=./train_gpt2
+source dev/test/expect_error.sh
+make -s train_gpt2 USE_ZERO1=1 test_crc32c >/dev/null || { echo "FAIL test_files: build"; exit 1; }
+t0=$SECONDS
+
+# ---- fixtures ---------------------------------------------------------------------------
+small_model "$TMP/model.bin" || exit 1
+MODEL=$TMP/model.bin
+write_shard "$TMP/good.bin" 4096
+BASE=(-e "$MODEL" -i "$TMP/good.bin" -b 2 -t 32 -x 1 -v 0 -s 0 -z 1)
+
+# crafted_model NAME SIZE INDEX VALUE...: the good model, cut to SIZE bytes (0: whole),
+# with header int32 INDEX set to VALUE for each pair. Header: 0 magic, 1 version, 2 maxT,
+# 3 V, 4 L, 5 NH, 6 C, 7 Vp.
+crafted_model() {
+    local path=$TMP/$1 size=$2
+    shift 2
+    cp "$MODEL" "$path"
+    [ "$size" != 0 ] && truncate -s "$size" "$path"
+    while [ $# -gt 0 ]; do set_int32 "$path" "$1" "$2"; shift 2; done
+}
+crafted_model L_huge.bin 1024 4 268435456
+crafted_model C_squared.bin 1024 6 65536 5 1     # in range, but C*C = 2^32 wraps an int32
+crafted_model C_huge.bin 0 6 100000
+crafted_model maxT_negative.bin 0 2 -1
+crafted_model V_negative.bin 0 3 -5
+crafted_model NH_negative.bin 0 5 -4
+crafted_model Vp_below_V.bin 0 7 896
+crafted_model Vp_odd.bin 0 7 1100
+
+cp "$TMP/good.bin" "$TMP/count_beyond.bin" && set_int32 "$TMP/count_beyond.bin" 2 1000000000
+cp "$TMP/good.bin" "$TMP/count_negative.bin" && set_int32 "$TMP/count_negative.bin" 2 -1
+
+# Tokenizer files: uint32 header[256] (20240328, version 2, vocab size, eot id), then
+# per token a length byte and the bytes. This one holds 3 tokens.
+$PY - "$TMP/tok.bin" <<'EOF'
+import struct, sys
+hdr = [0] * 256
+hdr[0], hdr[1], hdr[2], hdr[3] = 20240328, 2, 3, 2
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256I", *hdr))
+    for t in (b"a", b"bc", b"<|endoftext|>"):
+        f.write(bytes([len(t)]) + t)
+EOF
+cp "$TMP/tok.bin" "$TMP/tok_huge.bin" && set_int32 "$TMP/tok_huge.bin" 2 1073741824
+cp "$TMP/tok.bin" "$TMP/tok_beyond.bin" && set_int32 "$TMP/tok_beyond.bin" 2 1000
+
+# A good checkpoint (steps 1 and 2) to damage, one copy per case.
+timeout 60 $BIN "${BASE[@]}" -x 2 -n 1 -o "$TMP/run" >"$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; echo "FAIL: no checkpoint"; exit 1; }
+CK=checkpoint_00000002
+damaged() {  # damaged NAME: a copy of the run's output directory to break
+    cp -r "$TMP/run" "$TMP/$1"
+    echo "$TMP/$1/$CK"
+}
+# After a deliberate edit: a manifest that matches, so only the file's own checks can
+# catch the defect (crc32c_file via ./test_crc32c prints "crc bytes path").
+refresh_manifest() {
+    ./test_crc32c "$1/model.bin" "$1/optimizer.bin" "$1/state.txt" |
+        awk '{ n = split($3, part, "/"); print part[n], $2, $1 }' >"$1/manifest.txt"
+}
+set_state() {  # set_state DIR KEY VALUE
+    sed -i "s/^$2 .*/$2 $3/" "$1/state.txt"
+    refresh_manifest "$1"
+}
+
+d=$(damaged truncated) && truncate -s -100 "$d/optimizer.bin"
+d=$(damaged flipped) && printf '\x5a' | dd of="$d/model.bin" bs=1 seek=5000 conv=notrunc status=none
+d=$(damaged missing) && rm "$d/optimizer.bin"
+d=$(damaged no_manifest) && rm "$d/manifest.txt"
+d=$(damaged bad_manifest) && sed -i 's/^model.bin .*/model.bin 12 zz/' "$d/manifest.txt"
+d=$(damaged opt_magic) && set_int32 "$d/optimizer.bin" 0 7 && refresh_manifest "$d"
+d=$(damaged opt_other_model) && truncate -s -8 "$d/optimizer.bin" && refresh_manifest "$d"
+d=$(damaged state_negative) && set_state "$d" step -2
+d=$(damaged state_overflow) && set_state "$d" B 99999999999999999999999
+d=$(damaged state_step) && set_state "$d" step 1
+d=$(damaged state_position) && set_state "$d" shard_tokens_done 4000000
+damaged other_model >/dev/null  # undamaged: resumed with another -e
+
+# ---- controls ---------------------------------------------------------------------------
+if timeout 60 $BIN "${BASE[@]}" -o "$TMP/control" >"$TMP/control.log" 2>&1; then
+    ok "control: a good run with these fixtures succeeds"
+else
+    bad "control: the good run failed, so the cases below prove nothing"; tail -n 5 "$TMP/control.log"
+fi
+cp -r "$TMP/run" "$TMP/resume_ok"
+refresh_manifest "$TMP/resume_ok/$CK"  # the manifest helper writes what the trainer writes
+if cmp -s "$TMP/run/$CK/manifest.txt" "$TMP/resume_ok/$CK/manifest.txt" &&
+   timeout 60 $BIN "${BASE[@]}" -x 3 -y 1 -o "$TMP/resume_ok" >"$TMP/resume_ok.log" 2>&1 &&
+   grep -q "resumed from .*$CK: step 2" "$TMP/resume_ok.log"; then
+    ok "control: resuming an undamaged copy succeeds, and refresh_manifest writes the trainer's manifest"
+else
+    bad "control: the good resume failed or refresh_manifest differs"; tail -n 5 "$TMP/resume_ok.log"
+    diff "$TMP/run/$CK/manifest.txt" "$TMP/resume_ok/$CK/manifest.txt"
+fi
+
+# ---- model headers ----------------------------------------------------------------------
+check model_L_2pow28      1 "L_huge.bin" "header field L = 268435456 is out of range (1..1024)" -- -e "$TMP/L_huge.bin"
+check model_L_2pow28      2 "L_huge.bin" "header field L = 268435456 is out of range (1..1024)" -- -e "$TMP/L_huge.bin"
+check model_C_squared     1 "C_squared.bin" "C=65536" "found 1024"                    -- -e "$TMP/C_squared.bin"
+check model_C_huge        1 "C_huge.bin" "header field C = 100000 is out of range (1..65536)" -- -e "$TMP/C_huge.bin"
+check model_maxT_negative 1 "maxT_negative.bin" "header field maxT = -1 is out of range" -- -e "$TMP/maxT_negative.bin"
+check model_V_negative    1 "V_negative.bin" "header field V = -5 is out of range"   -- -e "$TMP/V_negative.bin"
+check model_NH_negative   1 "NH_negative.bin" "header field NH = -4 is out of range" -- -e "$TMP/NH_negative.bin"
+check model_Vp_below_V    1 "Vp_below_V.bin" "header field Vp = 896 is out of range (1000..131072)" -- -e "$TMP/Vp_below_V.bin"
+check model_Vp_not_128    1 "Vp_odd.bin" "header field Vp = 1100 is not a multiple of 128" -- -e "$TMP/Vp_odd.bin"
+
+# ---- token shards and tokenizer files ---------------------------------------------------
+check shard_count_beyond  1 "count_beyond.bin" "header field token count = 1000000000 needs" -- -i "$TMP/count_beyond.bin"
+check shard_count_beyond  2 "count_beyond.bin" "header field token count = 1000000000 needs" -- -i "$TMP/count_beyond.bin"
+check shard_count_negative 1 "count_negative.bin" "header field token count = -1 is out of range" -- -i "$TMP/count_negative.bin"
+check tokenizer_vocab_huge 1 "tok_huge.bin" "header field vocab size = 1073741824 is out of range" -- -s 1 --tokenizer "$TMP/tok_huge.bin"
+check tokenizer_vocab_beyond 1 "tok_beyond.bin" "header field vocab size = 1000 needs" -- -s 1 --tokenizer "$TMP/tok_beyond.bin"
+
+# ---- checkpoints ------------------------------------------------------------------------
+# check_resume NAME NP COPY KEYWORD...: resuming (-y 1 -x 3) from the damaged copy COPY fails.
+check_resume() {
+    local name=$1 np=$2 copy=$3
+    shift 3
+    check "$name" "$np" "$@" -- -x 3 -y 1 -o "$TMP/$copy"
+}
+check_resume ckpt_truncated        1 truncated       "$CK/optimizer.bin: " "manifest says" "truncated or corrupt"
+check_resume ckpt_flipped_byte     1 flipped         "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt"
+check_resume ckpt_flipped_byte     2 flipped         "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt"
+check_resume ckpt_missing_file     1 missing         "$CK/optimizer.bin is missing" "delete its directory"
+check_resume ckpt_missing_file     2 missing         "$CK/optimizer.bin is missing"
+check_resume ckpt_no_manifest      1 no_manifest     "$CK/manifest.txt is missing"
+check_resume ckpt_bad_manifest     1 bad_manifest    "$CK/manifest.txt: malformed line 'model.bin 12 zz'"
+check_resume ckpt_opt_magic        1 opt_magic       "$CK/optimizer.bin: not an optimizer state file"
+check_resume ckpt_opt_other_model  1 opt_other_model "$CK/optimizer.bin:" "of another model"
+check_resume ckpt_state_negative   1 state_negative  "$CK/state.txt: field step = '-2' is not an integer in 1..2147483647"
+check_resume ckpt_state_overflow   1 state_overflow  "$CK/state.txt: field B = '99999999999999999999999'"
+check_resume ckpt_state_step       1 state_step      "$CK/state.txt: field step = 1" "for step 2"
+check_resume ckpt_data_position    1 state_position  "data position: token 4000000 of shard 0" "good.bin"
+check ckpt_other_model 1 "$CK/model.bin is a model with L=2" "-e d1" "belongs to another run" -- -x 3 -y 1 -o "$TMP/other_model" -e d1
+
+if [ $failed -eq 0 ]; then
+    echo "PASS test_files ($((SECONDS - t0)) s)"
+    exit 0
+fi
+echo "FAIL test_files: $failed case(s) failed"
+exit 1
