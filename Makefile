@@ -24,7 +24,8 @@ endif
 LDLIBS = -lopenblas -lm
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
-ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/comm_mpi.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c
+ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/comm_mpi.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c \
+  zero1/device_deferred.c zero1/comm_hazard.c
 ifeq ($(USE_ZERO1),1)
 ZERO1_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
 ZERO1_DEF = -DUSE_ZERO1
@@ -60,6 +61,12 @@ test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_
 # The zero1 runtime alone (one rank, no MPI) against dense AdamW.
 test_zero1_runtime: dev/test/test_zero1_runtime.c zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/test_zero1_runtime.c zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) -o $@ -lm
+
+# The test device and communicator (deferred, hazard) against their contracts; MPI for
+# `mpirun -np N ./test_zero1_devices --mpi`.
+ZERO1_DEVICES_SRC = zero1/device_deferred.c zero1/device_cpu.c zero1/comm_hazard.c zero1/comm_single.c zero1/comm_mpi.c
+test_zero1_devices: dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) $(HOST_HEADERS)
+	$(CC) $(CFLAGS) dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) -o $@ -lm
 
 # The CPU kernels against naive double-precision references and finite differences.
 test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
@@ -115,4 +122,5 @@ demo:
 	./scripts/demo.sh
 
 clean:
-	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu
+	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu \
+	  test_zero1_devices

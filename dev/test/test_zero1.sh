@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO-1 equals replicated AdamW under mpirun with 1-4 ranks, across bucket layouts,
-# dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run); ZeRO-1
+# dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run), also on the
+# deferred device with the hazard communicator (zero1_hazard); ZeRO-1
 # matches the PyTorch oracle at np=2, B=2; a planted NaN stops every rank.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -34,6 +35,23 @@ for np in 1 2 3 4; do
     check "bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16
     check "bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16
     check "replicated through the runtime (bucketed all-reduce)" $np -z 0 --bucket-size 5000
+done
+
+# zero1_hazard: the candidate again on the deferred device (device pointers the host cannot
+# read, every op run as late as streams and events allow) with the hazard communicator
+# (regions NaN while in flight, test() "not yet" at random). A runtime that reads a buffer
+# before its collective completes, misses an event between streams or reads the device
+# before a sync gets NaN or stale values here, so the comparison fails.
+HAZARD=(--test-device deferred --test-comm hazard)
+for np in 1 2 3 4; do
+    check "zero1_hazard: one bucket" $np -z 1 --bucket-size none "${HAZARD[@]}"
+    check "zero1_hazard: many small buckets" $np -z 1 --bucket-size 3000 "${HAZARD[@]}"
+    check "zero1_hazard: accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000 "${HAZARD[@]}"
+    check "zero1_hazard: overlap off (and on)" $np -z 1 --bucket-size 5000 --no-overlap-grad-reduce \
+        --no-overlap-param-gather "${HAZARD[@]}"
+    check "zero1_hazard: bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16 "${HAZARD[@]}"
+    check "zero1_hazard: bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16 "${HAZARD[@]}"
+    check "zero1_hazard: -z 0 (bucketed all-reduce)" $np -z 0 --bucket-size 5000 "${HAZARD[@]}"
 done
 
 # ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4.
