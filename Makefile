@@ -24,10 +24,15 @@ endif
 LDLIBS = -lopenblas -lm
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
-ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/comm_mpi.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c \
-  zero1/device_deferred.c zero1/comm_hazard.c
+ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
+  zero1/device_cpu.c zero1/trace.c
+# The CPU trainer's backend brings the test-only deferred device and hazard communicator.
+ZERO1_TEST_SRC = zero1/device_deferred.c zero1/comm_hazard.c
+ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c $(ZERO1_TEST_SRC)
+ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
 ifeq ($(USE_ZERO1),1)
-ZERO1_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
+CPU_PLUGIN_SRC = $(ZERO1_CPU_SRC)
+GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC)
 ZERO1_DEF = -DUSE_ZERO1
 endif
 
@@ -47,24 +52,25 @@ CUDA_HEADERS = $(wildcard llmc/*.cuh)
 
 all: train_gpt2 zero1_plan prepro_text
 
-train_gpt2: train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_STAMP)
-	$(CC) $(CFLAGS) $(ZERO1_DEF) train_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
+train_gpt2: train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP)
+	$(CC) $(CFLAGS) $(ZERO1_DEF) train_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
 
 # The trainer without the plugin under its own name, so tests can run both builds.
 train_gpt2_plain: train_gpt2.c $(HOST_HEADERS)
 	$(CC) $(CFLAGS) train_gpt2.c -o $@ $(LDLIBS)
 
 # The oracle test harness includes train_gpt2.c and is built the same way.
-test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_SRC) $(CPU_STAMP)
-	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(ZERO1_SRC) -o $@ $(LDLIBS)
+test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP)
+	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
 
 # The zero1 runtime alone (one rank, no MPI) against dense AdamW.
-test_zero1_runtime: dev/test/test_zero1_runtime.c zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
-	gcc $(CFLAGS) dev/test/test_zero1_runtime.c zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_CORE_SRC) -o $@ -lm
+ZERO1_NO_MPI_SRC = zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_TEST_SRC)
+test_zero1_runtime: dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) -o $@ -lm
 
 # The test device and communicator (deferred, hazard) against their contracts; MPI for
 # `mpirun -np N ./test_zero1_devices --mpi`.
-ZERO1_DEVICES_SRC = zero1/device_deferred.c zero1/device_cpu.c zero1/comm_hazard.c zero1/comm_single.c zero1/comm_mpi.c
+ZERO1_DEVICES_SRC = $(ZERO1_TEST_SRC) zero1/device_cpu.c zero1/comm_single.c zero1/comm_mpi.c
 test_zero1_devices: dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) $(HOST_HEADERS)
 	$(CC) $(CFLAGS) dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) -o $@ -lm
 
@@ -73,8 +79,8 @@ test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/test_kernels.c -o $@ $(LDLIBS)
 
 # ZeRO-1 vs replicated, step by step (always with the plugin).
-test_zero1: dev/test/test_zero1.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
-	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) -o $@ $(LDLIBS)
+test_zero1: dev/test/test_zero1.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_CPU_SRC)
+	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CPU_SRC) -o $@ $(LDLIBS)
 
 # Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE.
 prepro_text: dev/data/prepro_text.c $(HOST_HEADERS)
@@ -99,8 +105,8 @@ MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LDFLAGS := $(shell mpicc --showme:link 2>/dev/null)
 NVCC_LIBS = -lcublasLt -lcublas -lnccl $(MPI_LDFLAGS) -lgomp
 
-train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(ZERO1_SRC) $(GPU_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(ZERO1_DEF) $(MPI_CFLAGS) train_gpt2.cu $(ZERO1_SRC) -o $@ $(NVCC_LIBS)
+train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(ZERO1_DEF) $(MPI_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
 
 test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) dev/test/test_gpt2.cu -o $@ $(NVCC_LIBS)

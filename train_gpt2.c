@@ -21,42 +21,160 @@
 #include "llmc/gpt2_cpu.h"
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
+#include "llmc/optimizer.h"
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_loop.h"
 #include "llmc/utils.h"
-#ifdef USE_ZERO1
-#include "zero1/trainer_glue.h"
-#endif
 
+// The zero1/ plugin, when built in, is the default optimizer (its -z 0 is the bucketed
+// replicated mode); without it the trainer has only its plain replicated optimizer.
 #ifdef USE_ZERO1
+#include "zero1/gpt2.h"
 #define DEFAULT_ZERO_STAGE 1
+static Optimizer* zero1_cpu_optimizer(const TrainConfig* cfg, const GPT2Config* mc, int world) {
+    return zero1_gpt2_optimizer(cfg, mc, zero1_backend_cpu(cfg, world), ZERO1_FP32);
+}
+static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = zero1_cpu_optimizer;
 #else
 #define DEFAULT_ZERO_STAGE 0
+static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = NULL;
 #endif
 
 // ----------------------------------------------------------------------------
-// The trainer: a model bound to a param and a grad buffer, and an optimizer.
+// The plain replicated optimizer: one dense buffer in canonical order, one MPI_Allreduce
+// of the whole gradient, the full AdamW on every rank. No zero1/ code at all: tests use it
+// as the independent reference for the plugin.
+
+typedef struct {
+    Optimizer base;
+    GPT2Config config;
+    TrainConfig cfg;
+    size_t numel;
+    size_t* offsets;           // canonical dense offsets (no padding)
+    float *params, *grads, *adam_m, *adam_v;
+    float norm;
+} ReplicatedOptimizer;
+
+static ReplicatedOptimizer* replicated(Optimizer* o) { return (ReplicatedOptimizer*)o; }
+
+static void rep_load_weights(Optimizer* o, const float* dense) {
+    memcpy(replicated(o)->params, dense, replicated(o)->numel * sizeof(float));
+}
+static void rep_begin_step(Optimizer* o, int step) {
+    memset(replicated(o)->grads, 0, replicated(o)->numel * sizeof(float));
+}
+static void rep_begin_micro_step(Optimizer* o, int is_last) {}
+
+// Stops every rank if a gradient is not finite, naming the first tensor affected.
+static void check_grads_finite(const ReplicatedOptimizer* r, int step) {
+    for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
+        const float* g = r->grads + r->offsets[i];
+        size_t n = gpt2_tensor_numel(&r->config, i);
+        for (size_t j = 0; j < n; j++) {
+            if (!isfinite(g[j])) {
+                char name[64];
+                fatal("non-finite gradient in %s (element %zu) at step %d",
+                      gpt2_tensor_name(&r->config, i, name, 64), j, step + 1);
+            }
+        }
+    }
+}
+
+static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms) {
+    ReplicatedOptimizer* r = replicated(o);
+    double t0 = wall_ms();
+    if (o->world > 1) mpiCheck(MPI_Allreduce(MPI_IN_PLACE, r->grads, (int)r->numel, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    *blocked_ms += wall_ms() - t0;
+    if (r->cfg.check_nan) check_grads_finite(r, step);
+    double sumsq = 0.0;
+#pragma omp parallel for reduction(+ : sumsq)
+    for (size_t i = 0; i < r->numel; i++) sumsq += (double)r->grads[i] * r->grads[i];
+    r->norm = (float)sqrt(sumsq);
+    float clip = r->cfg.grad_clip;
+    float grad_scale = (clip > 0.0f && r->norm > clip) ? clip / r->norm : 1.0f;
+    AdamWStep s = adamw_step_params(lr, r->cfg.beta1, r->cfg.beta2, r->cfg.eps, r->cfg.weight_decay, step + 1,
+                                    grad_scale);
+    for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
+        size_t off = r->offsets[i];
+        adamw_update_range(r->params + off, r->grads + off, r->adam_m + off, r->adam_v + off,
+                           gpt2_tensor_numel(&r->config, i), &s, gpt2_tensor_decays(&r->config, i));
+    }
+}
+
+static float rep_read_norm(Optimizer* o) { return replicated(o)->norm; }
+static void rep_sync_params(Optimizer* o) {}
+
+// The buffers are dense canonical already.
+static void rep_export_state(Optimizer* o, float* master, float* m, float* v) {
+    ReplicatedOptimizer* r = replicated(o);
+    memcpy(master, r->params, r->numel * sizeof(float));
+    memcpy(m, r->adam_m, r->numel * sizeof(float));
+    memcpy(v, r->adam_v, r->numel * sizeof(float));
+}
+static void rep_import_state(Optimizer* o, const float* master, const float* m, const float* v) {
+    ReplicatedOptimizer* r = replicated(o);
+    if (master) memcpy(r->params, master, r->numel * sizeof(float));
+    memcpy(r->adam_m, m, r->numel * sizeof(float));
+    memcpy(r->adam_v, v, r->numel * sizeof(float));
+}
+static size_t rep_state_bytes(const Optimizer* o) { return 2 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }
+static void rep_print(Optimizer* o) {}
+static void rep_destroy(Optimizer* o) {
+    ReplicatedOptimizer* r = replicated(o);
+    free(r->offsets);
+    free(r->params);
+    free(r->grads);
+    free(r->adam_m);
+    free(r->adam_v);
+    free(r);
+}
+
+static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config* mc, int world) {
+    ReplicatedOptimizer* r = (ReplicatedOptimizer*)callocCheck(1, sizeof(ReplicatedOptimizer));
+    r->config = *mc;
+    r->cfg = *cfg;
+    r->offsets = (size_t*)mallocCheck(gpt2_num_tensors(mc) * sizeof(size_t));
+    r->numel = gpt2_tensor_offsets_dense(mc, r->offsets);
+    r->params = (float*)callocCheck(r->numel, sizeof(float));
+    r->grads = (float*)callocCheck(r->numel, sizeof(float));
+    r->adam_m = (float*)callocCheck(r->numel, sizeof(float));
+    r->adam_v = (float*)callocCheck(r->numel, sizeof(float));
+    Optimizer* o = &r->base;
+    o->name = "replicated";
+    o->params = r->params;
+    o->grads = r->grads;
+    o->offsets = r->offsets;
+    o->world = world;
+    o->load_weights = rep_load_weights;
+    o->begin_step = rep_begin_step;
+    o->begin_micro_step = rep_begin_micro_step;
+    o->finish_step = rep_finish_step;
+    o->read_norm = rep_read_norm;
+    o->sync_params = rep_sync_params;
+    o->export_state = rep_export_state;
+    o->import_state = rep_import_state;
+    o->state_bytes = rep_state_bytes;
+    o->print_start = rep_print;
+    o->print_end = rep_print;
+    o->destroy = rep_destroy;
+    return o;
+}
+
+// ----------------------------------------------------------------------------
+// The trainer: a model bound to an optimizer's buffers.
 
 typedef struct {
     TrainConfig cfg;
     int rank, world;
     int grad_accum_steps;      // micro-steps per optimizer step
     GPT2 model;
-    size_t* offsets;           // start of every canonical tensor in params/grads
-    size_t numel;              // buffer length (the dense replicated layout has no padding)
-    float* params;             // fp32 compute params
-    float* grads;              // fp32 gradient buffer
-    float* adam_m;             // replicated AdamW state (-z 0), same layout as params
-    float* adam_v;
-#ifdef USE_ZERO1
-    Zero1Glue* zero1;          // -z 1: owns the buffers and the optimizer
-#endif
+    Optimizer* opt;
 } Trainer;
 
 // --test-plant-nan: writes a NaN into h0.qkvb's gradient as soon as backward finishes it,
-// before the runtime's hook sees it (so that bucket's reduction cannot have started yet).
+// before the optimizer's hook sees it (so that bucket's reduction cannot have started yet).
 static GPT2* planting_model;
 static void (*planted_hook)(void* ctx, int tensor);
 static void plant_nan_hook(void* ctx, int tensor) {
@@ -64,28 +182,17 @@ static void plant_nan_hook(void* ctx, int tensor) {
     if (planted_hook) planted_hook(ctx, tensor);
 }
 
-static void trainer_load_weights(Trainer* tr, const float* dense) {
-    const GPT2Config* c = &tr->model.config;
-    size_t* dense_offsets = (size_t*)mallocCheck(tr->model.num_tensors * sizeof(size_t));
-    gpt2_tensor_offsets_dense(c, dense_offsets);
-    for (int i = 0; i < tr->model.num_tensors; i++) {
-        memcpy(tr->model.param[i], dense + dense_offsets[i], gpt2_tensor_numel(c, i) * sizeof(float));
-    }
-    free(dense_offsets);
-}
-
 // Checks the configuration against the model; returns the micro-steps per optimizer step.
 static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
     int grad_accum_steps = check_batch_config(cfg, mc, world);
-#ifndef USE_ZERO1
-    if (cfg->zero_stage == 1) {
-        fatal("-z 1 needs the zero1/ plugin: rebuild with `make train_gpt2 USE_ZERO1=1`");
+    const char* rebuild = "rebuild with `make train_gpt2 USE_ZERO1=1`";
+    if (!plugin_optimizer) {
+        if (cfg->zero_stage == 1) fatal("-z 1 needs the zero1/ plugin: %s", rebuild);
+        if (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32) {
+            fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: %s", rebuild);
+        }
+        if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: %s", rebuild);
     }
-    if (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32) {
-        fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: rebuild with `make train_gpt2 USE_ZERO1=1`");
-    }
-    if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: rebuild with `make train_gpt2 USE_ZERO1=1`");
-#endif
     if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
         fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
     }
@@ -93,9 +200,8 @@ static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world)
 }
 
 // use_plugin: run the optimizer through zero1/ (with the plugin built in, always: -z 0 is
-// then its replicated mode, bucketed all-reduce on the same buffers). Without it, the plain
-// replicated path: one dense buffer, one MPI_Allreduce, no zero1/ code at all. Tests use
-// the plain path as an independent reference.
+// then its replicated mode). Without it, the plain replicated optimizer above, which
+// tests use as the independent reference.
 static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int world, int use_plugin) {
     memset(tr, 0, sizeof(*tr));
     tr->cfg = *cfg;
@@ -105,100 +211,38 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     float* dense = load_initial_weights(cfg, &mc);
     tr->grad_accum_steps = check_config(cfg, &mc, world);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T);
-    int NT = tr->model.num_tensors;
-    tr->offsets = (size_t*)mallocCheck(NT * sizeof(size_t));
-#ifdef USE_ZERO1
-    if (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 || cfg->grad_dtype == DTYPE_BF16) {
-        tr->zero1 = zero1_glue_create(cfg, &tr->model, rank, world);
-        trainer_load_weights(tr, dense);
-        zero1_glue_after_load(tr->zero1);
-        free(dense);
-        return;
-    }
-#endif
-    tr->numel = gpt2_tensor_offsets_dense(&mc, tr->offsets);
-    tr->params = (float*)mallocCheck(tr->numel * sizeof(float));
-    tr->grads = (float*)callocCheck(tr->numel, sizeof(float));
-    tr->adam_m = (float*)callocCheck(tr->numel, sizeof(float));
-    tr->adam_v = (float*)callocCheck(tr->numel, sizeof(float));
-    gpt2_bind_buffers(&tr->model, tr->params, tr->grads, tr->offsets);
-    trainer_load_weights(tr, dense);
+    int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
+                                      cfg->grad_dtype == DTYPE_BF16);
+    tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, world) : replicated_optimizer(cfg, &mc, world);
+    gpt2_bind_buffers(&tr->model, (float*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
+    tr->model.hooks = tr->opt->hooks;
+    tr->opt->load_weights(tr->opt, dense);
     free(dense);
 }
 
 static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int world) {
-#ifdef USE_ZERO1
-    trainer_init_with(tr, cfg, rank, world, 1);
-#else
-    trainer_init_with(tr, cfg, rank, world, 0);
-#endif
+    trainer_init_with(tr, cfg, rank, world, plugin_optimizer != NULL);
 }
 
 static void trainer_free(Trainer* tr) {
-#ifdef USE_ZERO1
-    if (tr->zero1) zero1_glue_destroy(tr->zero1);
-#endif
+    tr->opt->destroy(tr->opt);
     gpt2_free(&tr->model);
-    free(tr->offsets);
-    free(tr->params);
-    free(tr->grads);
-    free(tr->adam_m);
-    free(tr->adam_v);
-}
-
-// Stops every rank if a gradient is not finite, naming the first tensor affected.
-static void check_grads_finite(const GPT2* m, int step) {
-    for (int i = 0; i < m->num_tensors; i++) {
-        size_t n = gpt2_tensor_numel(&m->config, i);
-        for (size_t j = 0; j < n; j++) {
-            if (!isfinite(m->grad[i][j])) {
-                char name[64];
-                fatal("non-finite gradient in %s (element %zu) at step %d", gpt2_tensor_name(&m->config, i, name, 64),
-                      j, step + 1);
-            }
-        }
-    }
-}
-
-static void replicated_optimizer_step(Trainer* tr, StepResult* r, int step) {
-    double t0 = wall_ms();
-    if (tr->world > 1) mpiCheck(MPI_Allreduce(MPI_IN_PLACE, tr->grads, (int)tr->numel, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-    r->comm_blocked_ms += wall_ms() - t0;
-    if (tr->cfg.check_nan) check_grads_finite(&tr->model, step);
-    double sumsq = 0.0;
-#pragma omp parallel for reduction(+ : sumsq)
-    for (size_t i = 0; i < tr->numel; i++) sumsq += (double)tr->grads[i] * tr->grads[i];
-    r->grad_norm = (float)sqrt(sumsq);
-    float clip = tr->cfg.grad_clip;
-    float grad_scale = (clip > 0.0f && r->grad_norm > clip) ? clip / r->grad_norm : 1.0f;
-    AdamWStep s = adamw_step_params(r->lr, tr->cfg.beta1, tr->cfg.beta2, tr->cfg.eps, tr->cfg.weight_decay, step + 1,
-                                    grad_scale);
-    const GPT2Config* c = &tr->model.config;
-    for (int i = 0; i < tr->model.num_tensors; i++) {
-        size_t off = tr->offsets[i];
-        adamw_update_range(tr->params + off, tr->grads + off, tr->adam_m + off, tr->adam_v + off,
-                           gpt2_tensor_numel(c, i), &s, gpt2_tensor_decays(c, i));
-    }
 }
 
 // One optimizer step: k micro-steps of forward+backward, the gradient reduction, AdamW.
 static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_batch, void* batch_ctx) {
     StepResult r = {step, 0.0f, 0.0f, lr, 0.0};
     GPT2* m = &tr->model;
+    Optimizer* opt = tr->opt;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
     // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions.
     float loss_scale = 1.0f / ((float)B * T * k * tr->world);
     double loss_sum = 0.0;
-#ifdef USE_ZERO1
-    if (tr->zero1) zero1_glue_begin_step(tr->zero1, step);
-#endif
-    if (tr->grads) memset(tr->grads, 0, tr->numel * sizeof(float));
+    opt->begin_step(opt, step);
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
-#ifdef USE_ZERO1
-        if (tr->zero1) zero1_glue_begin_micro_step(tr->zero1, micro == k - 1);
-#endif
+        opt->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         loss_sum += m->mean_loss;
         int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
@@ -214,23 +258,14 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     float local_loss = (float)(loss_sum / k), loss = local_loss;
     if (tr->world > 1) mpiCheck(MPI_Allreduce(&local_loss, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     r.loss = loss / tr->world;
-#ifdef USE_ZERO1
-    if (tr->zero1) {
-        zero1_glue_finish_step(tr->zero1, step, lr, &r.grad_norm, &r.comm_blocked_ms);
-        return r;
-    }
-#endif
-    replicated_optimizer_step(tr, &r, step);
+    opt->finish_step(opt, step, lr, &r.comm_blocked_ms);
+    r.grad_norm = opt->read_norm(opt);
     return r;
 }
 
 // Makes the model's parameter views complete and current on this rank (with ZeRO-1,
 // waits for the all-gathers still in flight).
-static void trainer_sync_params(Trainer* tr) {
-#ifdef USE_ZERO1
-    if (tr->zero1) zero1_glue_sync_params(tr->zero1);
-#endif
-}
+static void trainer_sync_params(Trainer* tr) { tr->opt->sync_params(tr->opt); }
 
 // A fingerprint of every parameter's bytes, to compare replicas.
 static uint64_t params_fingerprint(const GPT2* m) {
@@ -245,48 +280,12 @@ static int trainer_replicas_identical(Trainer* tr) {
     return all_ranks_equal(params_fingerprint(&tr->model), tr->world);
 }
 
-// Checkpoint state in model space (dense canonical arrays): fp32 master, m, v.
-// Collective under ZeRO-1 (the shards are gathered).
-static void trainer_export_state(Trainer* tr, float* master, float* m, float* v) {
-    const GPT2Config* c = &tr->model.config;
-    size_t* dense = (size_t*)mallocCheck(tr->model.num_tensors * sizeof(size_t));
-    size_t n = gpt2_tensor_offsets_dense(c, dense);
-#ifdef USE_ZERO1
-    if (tr->zero1) {
-        zero1_export_state(tr->zero1->rt, dense, m, v, master);
-        free(dense);
-        return;
-    }
-#endif
-    // The plain path's buffers are dense canonical already.
-    memcpy(master, tr->params, n * sizeof(float));
-    memcpy(m, tr->adam_m, n * sizeof(float));
-    memcpy(v, tr->adam_v, n * sizeof(float));
-    free(dense);
-}
-
-static void trainer_import_state(Trainer* tr, const float* m, const float* v) {
-    const GPT2Config* c = &tr->model.config;
-    size_t* dense = (size_t*)mallocCheck(tr->model.num_tensors * sizeof(size_t));
-    size_t n = gpt2_tensor_offsets_dense(c, dense);
-#ifdef USE_ZERO1
-    if (tr->zero1) {
-        zero1_import_state(tr->zero1->rt, dense, m, v);
-        free(dense);
-        return;
-    }
-#endif
-    memcpy(tr->adam_m, m, n * sizeof(float));
-    memcpy(tr->adam_v, v, n * sizeof(float));
-    free(dense);
-}
-
 static void save_checkpoint(Trainer* tr, int steps_done, const DataLoader* train, uint64_t sample_rng) {
     size_t n = gpt2_num_parameters(&tr->model.config);
     float* master = (float*)mallocCheck(n * sizeof(float));
     float* m = (float*)mallocCheck(n * sizeof(float));
     float* v = (float*)mallocCheck(n * sizeof(float));
-    trainer_export_state(tr, master, m, v);
+    tr->opt->export_state(tr->opt, master, m, v);
     CheckpointState s = {steps_done, 0, 0, sample_rng, tr->world, tr->cfg.B, tr->cfg.T, tr->grad_accum_steps};
     dataloader_position(train, &s.shard, &s.shard_tokens_done);
     if (tr->rank == 0) {
@@ -311,7 +310,8 @@ static void find_resume_checkpoint(TrainConfig* cfg, char* dir, size_t n, Checkp
     cfg->model = model_path;
 }
 
-// After the trainer loaded the checkpoint's weights: AdamW state, data position, RNG.
+// After the trainer loaded the checkpoint's weights (its model.bin was the -e model):
+// AdamW state, data position, RNG.
 static void restore_checkpoint(Trainer* tr, const char* dir, const CheckpointState* state, DataLoader* train,
                                uint64_t* sample_rng) {
     const GPT2Config* mc = &tr->model.config;
@@ -321,7 +321,7 @@ static void restore_checkpoint(Trainer* tr, const char* dir, const CheckpointSta
     char path[PATH_MAX_LEN];
     path_format(path, sizeof(path), "%s/optimizer.bin", dir);
     checkpoint_read_optimizer(path, mc, m, v, state->step);
-    trainer_import_state(tr, m, v);
+    tr->opt->import_state(tr->opt, NULL, m, v);
     free(m);
     free(v);
     dataloader_seek(train, state->shard, state->shard_tokens_done);
@@ -396,9 +396,7 @@ int main(int argc, char** argv) {
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                omp_get_max_threads());
     }
-#ifdef USE_ZERO1
-    if (tr.zero1) zero1_glue_print_start(tr.zero1, &cfg);
-#endif
+    tr.opt->print_start(tr.opt);
 
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
     int start_step = 0;
@@ -409,16 +407,11 @@ int main(int argc, char** argv) {
     }
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
     run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
-    size_t state_bytes = 2 * tr.numel * sizeof(float);  // replicated AdamW: m and v for every element
-#ifdef USE_ZERO1
-    if (tr.zero1) state_bytes = zero1_state_bytes(tr.zero1->rt);
-#endif
+    size_t state_bytes = tr.opt->state_bytes(tr.opt);
     if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", state_bytes);
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
-#ifdef USE_ZERO1
-    if (tr.zero1) zero1_glue_print_end(tr.zero1);
-#endif
+    tr.opt->print_end(tr.opt);
     run_io_close(&io);
     trainer_free(&tr);
     MPI_Finalize();

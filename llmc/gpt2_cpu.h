@@ -25,6 +25,7 @@
 #include "llmc/gpt2_spec.h"
 #include "llmc/layernorm.h"
 #include "llmc/matmul.h"
+#include "llmc/model_hooks.h"
 #include "llmc/residual.h"
 #include "llmc/utils.h"
 
@@ -32,15 +33,6 @@
 extern "C" {
 #endif
 
-typedef struct {
-    void* ctx;
-    void (*forward_block_begin)(void* ctx, int block);
-    void (*forward_block_end)(void* ctx, int block);
-    void (*backward_block_begin)(void* ctx, int block);
-    void (*backward_block_end)(void* ctx, int block);
-    // One contribution to a tensor's gradient is complete (wte gets two per micro-step).
-    void (*grad_contribution_done)(void* ctx, int tensor);
-} ModelHooks;
 
 // Activations of one layer are slices of these arrays (index by layer first).
 typedef struct {
@@ -157,8 +149,6 @@ static inline void gpt2_free(GPT2* m) {
     free(m->grad);
 }
 
-#define HOOK(m, name, ...) \
-    do { if ((m)->hooks.name) (m)->hooks.name((m)->hooks.ctx, __VA_ARGS__); } while (0)
 
 // Forward on inputs (B,T); with targets, also the per-position losses and their mean.
 static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {

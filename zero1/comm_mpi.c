@@ -1,14 +1,22 @@
 /*
- * The MPI communicator: non-blocking collectives on MPI_COMM_WORLD, for CPU buffers.
+ * The MPI communicator: non-blocking collectives, for host memory or, staged through
+ * page-locked host buffers, for device memory the host cannot address (several ranks
+ * sharing one GPU, which NCCL refuses; the deferred test device).
  *
- * Two MPI details shape this file:
+ * MPI details that shape this file:
  *  - MPI's in-place reduce-scatter leaves the result at the START of the buffer, not at
- *    this rank's slot. So the sum lands in a scratch shard and is copied into the slot
- *    when the request completes (in wait, test or progress).
+ *    this rank's slot. So the sum lands in a scratch shard and is moved into the slot
+ *    when the request completes.
  *  - Open MPI does not progress non-blocking collectives in the background; progress()
  *    tests every outstanding request, and the runtime calls it at layer boundaries.
- * bf16 travels as MPI_UINT16_T with a user-defined sum (round to nearest even).
+ *  - bf16 travels as MPI_UINT16_T with a user-defined sum (round to nearest even).
+ * Ordering (zero1/comm.h): before posting, the host waits until the compute stream has
+ * produced the buffer (direct: a sync of the compute stream; staged: the copy to host is
+ * queued on this communicator's stream after an event on the compute stream, then synced).
+ * Staged results go back on the communicator's stream, and wait() orders the compute stream
+ * after that copy with an event; a slot's host buffers are reused only once it has run.
  */
+#include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
 
@@ -17,17 +25,29 @@
 #include "zero1/comm.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_DONE };
+enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE };
 
 typedef struct {
     int state;
     MPI_Request request;
-    void* scratch;        // reduce-scatter result, copied to dst on completion
+    void* buf;                // the caller's (device) buffer
+    size_t result_offset;     // bytes into buf where the result region starts
+    size_t result_bytes;
+    void* result;             // host memory holding the result: scratch, staged, or buf itself
+    void* scratch;            // host: reduce-scatter output
     size_t scratch_cap;
-    void* dst;
-    size_t copy_bytes;
+    void* staged;             // page-locked host copy of buf (staged mode)
+    size_t staged_cap;
+    Zero1Event done;          // staged: the copy back into buf is queued before this
+    int copy_back_pending;    // staged: done recorded, host buffers busy until it completes
 } RequestSlot;
 
 typedef struct {
+    MPI_Comm comm;
+    const Zero1Device* dev;
+    int staged;               // device memory is not host-addressable
+    Zero1Stream stream;       // staged copies
+    Zero1Event produced;      // compute stream -> communicator stream
     RequestSlot* slots;
     int num_slots;
     MPI_Op bf16_sum;
@@ -49,86 +69,143 @@ static MPI_Datatype mpi_type(Zero1Dtype t) {
 
 static MPI_Op mpi_sum(MpiImpl* m, Zero1Dtype t) { return t == ZERO1_BF16 ? m->bf16_sum : MPI_SUM; }
 
-static int take_slot(MpiImpl* m) {
-    for (int i = 0; i < m->num_slots; i++) {
-        if (m->slots[i].state == SLOT_FREE) return i;
-    }
-    int n = m->num_slots ? 2 * m->num_slots : 16;
-    m->slots = (RequestSlot*)realloc(m->slots, n * sizeof(RequestSlot));
-    if (!m->slots) fatal("out of memory growing the MPI request table");
-    memset(m->slots + m->num_slots, 0, (n - m->num_slots) * sizeof(RequestSlot));
-    int first = m->num_slots;
-    m->num_slots = n;
-    return first;
+static void* grow(MpiImpl* m, void* p, size_t* cap, size_t bytes, int page_locked) {
+    if (*cap >= bytes) return p;
+    const Zero1DeviceOps* ops = m->dev->ops;
+    if (p) page_locked ? ops->free_host(m->dev->ctx, p) : free(p);
+    *cap = bytes;
+    return page_locked ? ops->alloc_host(m->dev->ctx, bytes) : mallocCheck(bytes);
 }
 
-static void finish_slot(RequestSlot* s) {
-    if (s->dst) memcpy(s->dst, s->scratch, s->copy_bytes);
+// A free slot whose host buffers are no longer read by a queued copy.
+static RequestSlot* take_slot(MpiImpl* m, int* index) {
+    int i = 0;
+    while (i < m->num_slots && m->slots[i].state != SLOT_FREE) i++;
+    if (i == m->num_slots) {
+        int n = m->num_slots ? 2 * m->num_slots : 16;
+        m->slots = (RequestSlot*)realloc(m->slots, n * sizeof(RequestSlot));
+        if (!m->slots) fatal("out of memory growing the MPI request table");
+        memset(m->slots + m->num_slots, 0, (n - m->num_slots) * sizeof(RequestSlot));
+        for (int k = m->num_slots; k < n && m->staged; k++) m->slots[k].done = m->dev->ops->event_create(m->dev->ctx);
+        m->num_slots = n;
+    }
+    RequestSlot* s = &m->slots[i];
+    if (s->copy_back_pending) m->dev->ops->sync_event(m->dev->ctx, s->done);
+    s->copy_back_pending = 0;
+    *index = i;
+    return s;
+}
+
+// Waits (host) until the compute stream has produced [offset, offset+bytes) of buf; in
+// staged mode also brings that range into the slot's host copy. Returns the host address
+// of buf's start for MPI.
+static void* stage_in(MpiImpl* m, RequestSlot* s, void* buf, size_t total_bytes, size_t offset, size_t bytes) {
+    const Zero1DeviceOps* ops = m->dev->ops;
+    if (!m->staged) {
+        ops->sync_stream(m->dev->ctx, m->dev->compute);
+        return buf;
+    }
+    s->staged = grow(m, s->staged, &s->staged_cap, total_bytes, 1);
+    ops->record(m->dev->ctx, m->produced, m->dev->compute);
+    ops->wait_event(m->dev->ctx, m->stream, m->produced);
+    if (bytes) ops->to_host(m->dev->ctx, m->stream, (char*)s->staged + offset, (const char*)buf + offset, bytes);
+    ops->sync_stream(m->dev->ctx, m->stream);
+    return s->staged;
+}
+
+// MPI finished the request: put the result region into the caller's buffer.
+static void finish_slot(MpiImpl* m, RequestSlot* s) {
+    void* dst = (char*)s->buf + s->result_offset;
+    if (m->staged) {
+        const Zero1DeviceOps* ops = m->dev->ops;
+        if (s->result_bytes) ops->from_host(m->dev->ctx, m->stream, dst, s->result, s->result_bytes);
+        ops->record(m->dev->ctx, s->done, m->stream);
+        s->copy_back_pending = 1;
+    } else if (s->result != dst && s->result_bytes) {
+        memcpy(dst, s->result, s->result_bytes);
+    }
     s->state = SLOT_DONE;
 }
 
-static Zero1Handle mpi_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t) {
+static int count_of(size_t n) {
+    if (n > INT_MAX) fatal("zero1: a collective of %zu elements exceeds MPI's int count; use smaller buckets", n);
+    return (int)n;
+}
+
+static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t) {
     MpiImpl* m = (MpiImpl*)c->impl;
-    int h = take_slot(m);
-    RequestSlot* s = &m->slots[h];
-    size_t slot_elems = n / (size_t)c->size, bytes = slot_elems * zero1_dtype_size(t);
-    if (s->scratch_cap < bytes) {
-        free(s->scratch);
-        s->scratch = mallocCheck(bytes);
-        s->scratch_cap = bytes;
+    int h;
+    RequestSlot* s = take_slot(m, &h);
+    size_t elem = zero1_dtype_size(t), total = n * elem, slot = n / (size_t)c->size, slot_bytes = slot * elem;
+    size_t mine = (size_t)c->rank * slot_bytes;
+    s->buf = buf;
+    s->state = SLOT_ACTIVE;
+    if (op == OP_REDUCE_SCATTER) {
+        void* host = stage_in(m, s, buf, total, 0, total);
+        s->scratch = grow(m, s->scratch, &s->scratch_cap, slot_bytes, m->staged);
+        s->result = s->scratch;
+        s->result_offset = mine;
+        s->result_bytes = slot_bytes;
+        mpi_fail(MPI_Ireduce_scatter_block(host, s->scratch, count_of(slot), mpi_type(t), mpi_sum(m, t), m->comm,
+                                           &s->request),
+                 "Ireduce_scatter_block");
+    } else if (op == OP_ALL_GATHER) {
+        void* host = stage_in(m, s, buf, total, mine, slot_bytes);  // only this rank's slot is read
+        s->result = host;
+        s->result_offset = 0;
+        s->result_bytes = total;
+        mpi_fail(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, count_of(slot), mpi_type(t), m->comm,
+                                &s->request),
+                 "Iallgather");
+    } else {
+        void* host = stage_in(m, s, buf, total, 0, total);
+        s->result = host;
+        s->result_offset = 0;
+        s->result_bytes = total;
+        mpi_fail(MPI_Iallreduce(MPI_IN_PLACE, host, count_of(n), mpi_type(t), mpi_sum(m, t), m->comm, &s->request),
+                 "Iallreduce");
     }
-    s->dst = (char*)buf + (size_t)c->rank * bytes;
-    s->copy_bytes = bytes;
-    s->state = SLOT_ACTIVE;
-    mpi_fail(MPI_Ireduce_scatter_block(buf, s->scratch, (int)slot_elems, mpi_type(t), mpi_sum(m, t), MPI_COMM_WORLD,
-                                       &s->request),
-             "Ireduce_scatter_block");
     return h;
 }
 
-static Zero1Handle mpi_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t) {
-    MpiImpl* m = (MpiImpl*)c->impl;
-    int h = take_slot(m);
-    RequestSlot* s = &m->slots[h];
-    s->dst = NULL;
-    s->state = SLOT_ACTIVE;
-    mpi_fail(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)(n / (size_t)c->size), mpi_type(t),
-                            MPI_COMM_WORLD, &s->request),
-             "Iallgather");
-    return h;
+static Zero1Handle mpi_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
+    return mpi_collective(c, OP_REDUCE_SCATTER, buf, n, t);
+}
+static Zero1Handle mpi_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
+    return mpi_collective(c, OP_ALL_GATHER, buf, n, t);
+}
+static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
+    return mpi_collective(c, OP_ALL_REDUCE, buf, n, t);
 }
 
-static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t) {
-    MpiImpl* m = (MpiImpl*)c->impl;
-    int h = take_slot(m);
-    RequestSlot* s = &m->slots[h];
-    s->dst = NULL;
-    s->state = SLOT_ACTIVE;
-    mpi_fail(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), mpi_sum(m, t), MPI_COMM_WORLD, &s->request),
-             "Iallreduce");
-    return h;
+// The handle is finished: the compute stream is ordered after the result, the slot freed.
+static void release(MpiImpl* m, RequestSlot* s) {
+    if (m->staged) m->dev->ops->wait_event(m->dev->ctx, m->dev->compute, s->done);
+    s->state = SLOT_FREE;
 }
 
 static void mpi_wait(Zero1Comm* c, Zero1Handle h) {
     if (h < 0) return;
-    RequestSlot* s = &((MpiImpl*)c->impl)->slots[h];
+    MpiImpl* m = (MpiImpl*)c->impl;
+    RequestSlot* s = &m->slots[h];
     if (s->state == SLOT_ACTIVE) {
         mpi_fail(MPI_Wait(&s->request, MPI_STATUS_IGNORE), "Wait");
-        finish_slot(s);
+        finish_slot(m, s);
     }
-    s->state = SLOT_FREE;
+    release(m, s);
 }
 
 static int mpi_test(Zero1Comm* c, Zero1Handle h) {
     if (h < 0) return 1;
-    RequestSlot* s = &((MpiImpl*)c->impl)->slots[h];
+    MpiImpl* m = (MpiImpl*)c->impl;
+    RequestSlot* s = &m->slots[h];
     if (s->state == SLOT_ACTIVE) {
         int done = 0;
         mpi_fail(MPI_Test(&s->request, &done, MPI_STATUS_IGNORE), "Test");
         if (!done) return 0;
-        finish_slot(s);
+        finish_slot(m, s);
     }
-    s->state = SLOT_FREE;
+    release(m, s);
     return 1;
 }
 
@@ -139,29 +216,58 @@ static void mpi_progress(Zero1Comm* c) {
         if (s->state != SLOT_ACTIVE) continue;
         int done = 0;
         mpi_fail(MPI_Test(&s->request, &done, MPI_STATUS_IGNORE), "Test");
-        if (done) finish_slot(s);
+        if (done) finish_slot(m, s);
     }
 }
 
+// MPI has no fused launch: each collective is posted as it comes.
+static void mpi_group(Zero1Comm* c) {}
+
 static void mpi_destroy(Zero1Comm* c) {
     MpiImpl* m = (MpiImpl*)c->impl;
+    const Zero1DeviceOps* ops = m->dev->ops;
     for (int i = 0; i < m->num_slots; i++) {
-        if (m->slots[i].state == SLOT_ACTIVE) MPI_Wait(&m->slots[i].request, MPI_STATUS_IGNORE);
-        free(m->slots[i].scratch);
+        RequestSlot* s = &m->slots[i];
+        if (s->state == SLOT_ACTIVE) MPI_Wait(&s->request, MPI_STATUS_IGNORE);
+        if (m->staged) {
+            if (s->copy_back_pending) ops->sync_event(m->dev->ctx, s->done);
+            ops->event_destroy(m->dev->ctx, s->done);
+            if (s->staged) ops->free_host(m->dev->ctx, s->staged);
+            if (s->scratch) ops->free_host(m->dev->ctx, s->scratch);
+        } else {
+            free(s->scratch);
+        }
+    }
+    if (m->staged) {
+        ops->event_destroy(m->dev->ctx, m->produced);
+        ops->stream_destroy(m->dev->ctx, m->stream);
     }
     free(m->slots);
     MPI_Op_free(&m->bf16_sum);
+    if (m->comm != MPI_COMM_WORLD) MPI_Comm_free(&m->comm);
     free(m);
     free(c);
 }
 
-Zero1Comm* zero1_comm_mpi_create(void) {
+Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
     Zero1Comm* c = (Zero1Comm*)callocCheck(1, sizeof(Zero1Comm));
     MpiImpl* m = (MpiImpl*)callocCheck(1, sizeof(MpiImpl));
-    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    m->comm = MPI_COMM_WORLD;
+    if (color >= 0) {
+        int world_rank;
+        mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+        mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, world_rank, &m->comm));
+    }
+    mpiCheck(MPI_Comm_rank(m->comm, &c->rank));
+    mpiCheck(MPI_Comm_size(m->comm, &c->size));
     mpi_fail(MPI_Op_create(bf16_sum_op, 1, &m->bf16_sum), "Op_create");
-    c->name = "mpi";
+    m->dev = dev;
+    m->staged = !dev->ops->host_addressable;
+    if (m->staged) {
+        m->stream = dev->ops->stream_create(dev->ctx);
+        m->produced = dev->ops->event_create(dev->ctx);
+    }
+    c->name = m->staged ? "mpi-staged" : "mpi";
     c->impl = m;
     c->reduce_scatter = mpi_reduce_scatter;
     c->all_gather = mpi_all_gather;
@@ -169,6 +275,8 @@ Zero1Comm* zero1_comm_mpi_create(void) {
     c->wait = mpi_wait;
     c->test = mpi_test;
     c->progress = mpi_progress;
+    c->group_begin = mpi_group;
+    c->group_end = mpi_group;
     c->destroy = mpi_destroy;
     return c;
 }

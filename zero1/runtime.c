@@ -1,7 +1,7 @@
 /*
  * zero1/runtime.c: the ZeRO-1 step as a small state machine over buckets.
  *
- * Per bucket, two round trips (the seeds' "grad" and "param" paths):
+ * Per bucket, two round trips (Megatron's grad sync and param sync):
  *   grad:  contributions counted down during the last micro-step's backward -> the
  *          bucket fires (reduce-scatter; all-reduce when replicated) -> waited for in
  *          zero1_finish_step -> the owned shard holds the summed gradient.
@@ -9,7 +9,11 @@
  *          forward waits for the bucket just before the first block that reads it.
  * Buckets are in buffer order, which is reverse model order; the forward therefore
  * needs them from the last bucket to the first, and each wait dispatches the next
- * bucket's gather before blocking (Megatron's chained param sync).
+ * bucket's gather before waiting (Megatron's chained param sync, start_param_sync).
+ *
+ * All buffer work is queued on the device's compute stream through zero1/device_ops.h;
+ * collectives follow zero1/comm.h's ordering rules. So on a GPU nothing here blocks the
+ * host (a "wait" makes the compute stream wait), and on the CPU the same calls block.
  */
 #include "zero1/runtime.h"
 #include "zero1/runtime_internal.h"
@@ -29,15 +33,10 @@ static const char* name_of(const Zero1Runtime* rt, int p, char* buf, size_t n) {
     return buf;
 }
 
-static size_t param_elem_size(const Zero1Runtime* rt) { return zero1_dtype_size(rt->opt.param_dtype); }
-
-static void* param_at(const Zero1Runtime* rt, size_t offset) {
-    return (char*)rt->param_buffer + offset * param_elem_size(rt);
-}
-
 static void* grad_comm_at(const Zero1Runtime* rt, size_t offset) { return (char*)rt->grad_comm + offset * 2; }
 
-// Blocks on h, accounting the time as blocked communication.
+// Waits for h (on the CPU the host blocks; on a GPU the compute stream waits), accounting
+// the host time as blocked communication.
 static void wait_blocked(Zero1Runtime* rt, Zero1Handle h, const char* what, int bucket) {
     double t0 = zero1_now_us();
     rt->comm->wait(rt->comm, h);
@@ -46,7 +45,7 @@ static void wait_blocked(Zero1Runtime* rt, Zero1Handle h, const char* what, int 
     if (t1 - t0 > 1.0) zero1_trace(rt->tracer, TRACE_WAIT, t0, t1, "wait %s b%d", what, bucket);
 }
 
-static void *dup_array(const void* src, size_t bytes) {
+static void* dup_array(const void* src, size_t bytes) {
     void* p = mallocCheck(bytes);
     memcpy(p, src, bytes);
     return p;
@@ -54,45 +53,35 @@ static void *dup_array(const void* src, size_t bytes) {
 
 // ---------------------------------------------------------------------------- grad path
 
-static void record_nonfinite(Zero1Runtime* rt, int b) {
-    const Zero1Bucket* bk = &rt->layout.buckets[b];
-    for (int p = bk->first_param; p <= bk->last_param; p++) {
-        const Zero1ParamPlace* pl = &rt->layout.params[p];
-        long long i = rt->ops->first_nonfinite(rt->grads + pl->start, pl->end - pl->start);
-        if (i >= 0 && (rt->nan_param < 0 || p < rt->nan_param)) {
-            rt->nan_param = p;
-            rt->nan_element = i;
-        }
-    }
-}
-
 static void fire_bucket(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     const Zero1Bucket* bk = &rt->layout.buckets[b];
     size_t n = bk->end - bk->start;
-    if (rt->opt.check_nan) record_nonfinite(rt, b);  // before the gradient leaves this rank
+    if (rt->opt.check_nan) {  // flag non-finite local gradients before they leave this rank
+        rt->dev.ops->nonfinite_flags(rt->dev.ctx, rt->dev.compute, &s->whole, rt->grads, rt->nan_flags);
+    }
     void* buf = rt->grads + bk->start;
     if (rt->grad_comm) {
-        rt->ops->convert(grad_comm_at(rt, bk->start), ZERO1_BF16, buf, ZERO1_FP32, n);
+        rt_convert(rt, grad_comm_at(rt, bk->start), ZERO1_BF16, buf, ZERO1_FP32, n);
         buf = grad_comm_at(rt, bk->start);
     }
     s->reduce_start_us = zero1_now_us();
-    s->reduce = stage1(rt) ? rt->comm->reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype)
-                           : rt->comm->all_reduce(rt->comm, buf, n, rt->opt.grad_dtype);
+    s->reduce = stage1(rt) ? rt->comm->reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype, b)
+                           : rt->comm->all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, b);
     s->reduce_in_flight = 1;
     s->reduce_fired = 1;
 }
 
-// The reduction of bucket b completed: bring a bf16 result back into the fp32 grads.
+// The reduction of bucket b is complete (waited for, or tested complete): bring a bf16
+// result back into the fp32 grads.
 static void reduce_completed(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->reduce_in_flight = 0;
     zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->reduce_start_us, zero1_now_us(), "%s b%d",
                 stage1(rt) ? "reduce-scatter" : "all-reduce", b);
     if (!rt->grad_comm) return;
-    const Zero1BucketShard* sh = &rt->shards.buckets[b];
-    size_t start = sh->shard.start, n = sh->shard.end - sh->shard.start;
-    rt->ops->convert(rt->grads + start, ZERO1_FP32, grad_comm_at(rt, start), ZERO1_BF16, n);
+    const Zero1Range* sh = &rt->shards.buckets[b].shard;
+    rt_convert(rt, rt->grads + sh->start, ZERO1_FP32, grad_comm_at(rt, sh->start), ZERO1_BF16, sh->end - sh->start);
 }
 
 void zero1_grad_done(Zero1Runtime* rt, int p) {
@@ -126,17 +115,17 @@ static void gather_completed(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->gather_state = GATHER_DONE;
     zero1_trace(rt->tracer, TRACE_PARAM_COMM, s->gather_start_us, zero1_now_us(), "all-gather b%d", b);
-    if (rt->opt.param_dtype == ZERO1_FP32) return;  // gathered straight into the compute params
+    if (rt->compute == rt->param_buffer) return;  // gathered straight into the weights the model reads
     const Zero1Bucket* bk = &rt->layout.buckets[b];
-    rt->ops->convert(rt->compute + bk->start, ZERO1_FP32, param_at(rt, bk->start), rt->opt.param_dtype,
-                     bk->end - bk->start);
+    rt_convert(rt, compute_at(rt, bk->start), rt->opt.compute_dtype, param_at(rt, bk->start), rt->opt.param_dtype,
+               bk->end - bk->start);
 }
 
 static void launch_gather(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     const Zero1Bucket* bk = &rt->layout.buckets[b];
     s->gather_start_us = zero1_now_us();
-    s->gather = rt->comm->all_gather(rt->comm, param_at(rt, bk->start), bk->end - bk->start, rt->opt.param_dtype);
+    s->gather = rt->comm->all_gather(rt->comm, param_at(rt, bk->start), bk->end - bk->start, rt->opt.param_dtype, b);
     s->gather_state = GATHER_IN_FLIGHT;
 }
 
@@ -173,9 +162,11 @@ void zero1_poke(Zero1Runtime* rt) {
 
 void zero1_begin_step(Zero1Runtime* rt, int step) {
     rt->step = step;
+    rt->comm->step = step;
     rt->blocked_ms = 0.0;
-    rt->ops->zero(rt->grads, rt->layout.numel * sizeof(float));
-    rt->nan_param = -1;
+    rt_fill(rt, rt->grads, 0, rt->layout.numel * sizeof(float));
+    rt_fill(rt, rt->sumsq, 0, sizeof(double));
+    if (rt->nan_flags) rt_fill(rt, rt->nan_flags, 0, rt->num_params * sizeof(float));
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         rt->buckets[b].contributions_left = rt->buckets[b].contributions_total;
         rt->buckets[b].reduce_fired = 0;
@@ -185,95 +176,99 @@ void zero1_begin_step(Zero1Runtime* rt, int step) {
 
 void zero1_begin_micro_step(Zero1Runtime* rt, int is_last) { rt->is_last_micro = is_last; }
 
-// All ranks agree on the first non-finite gradient (one small sum) and stop together.
+// All ranks agree on the first parameter with a non-finite gradient (one small sum) and
+// stop together, naming it. The host reads the flags: --check-nan costs one sync a step.
 static void stop_on_nonfinite(Zero1Runtime* rt) {
-    float* flags = (float*)callocCheck(rt->num_params, sizeof(float));
-    if (rt->nan_param >= 0) flags[rt->nan_param] = 1.0f;
-    wait_blocked(rt, rt->comm->all_reduce(rt->comm, flags, rt->num_params, ZERO1_FP32), "nan flags", -1);
-    int first = -1;
-    for (int p = 0; p < rt->num_params && first < 0; p++) {
-        if (flags[p] != 0.0f) first = p;
+    if (rt->comm->size > 1) {
+        wait_blocked(rt, rt->comm->all_reduce(rt->comm, rt->nan_flags, rt->num_params, ZERO1_FP32, -1), "nan flags",
+                     -1);
     }
-    free(flags);
-    if (first < 0) return;
-    char name[64];
-    fatal("non-finite gradient in %s at step %d (found by --check-nan before the gradient reduction)",
-          name_of(rt, first, name, sizeof(name)), rt->step + 1);
-}
-
-static double owned_sum_squares(Zero1Runtime* rt) {
-    double sumsq = 0.0;
-    for (int b = 0; b < rt->shards.num_buckets; b++) {
-        const Zero1BucketShard* sh = &rt->shards.buckets[b];
-        for (int i = 0; i < sh->num_views; i++) {
-            const Zero1Range* w = &sh->views[i].gbuf_world;
-            sumsq += rt->ops->sum_squares(rt->grads + w->start, w->end - w->start);
-        }
-    }
-    return sumsq;
-}
-
-static void adamw_owned(Zero1Runtime* rt, const AdamWStep* s) {
-    for (int b = 0; b < rt->shards.num_buckets; b++) {
-        const Zero1BucketShard* sh = &rt->shards.buckets[b];
-        size_t base = rt->buckets[b].owned_offset;
-        for (int i = 0; i < sh->num_views; i++) {
-            const Zero1ParamView* v = &sh->views[i];
-            size_t w = v->gbuf_world.start, local = base + v->gbuf_local.start, n = v->gbuf_world.end - w;
-            rt->ops->adamw(param_at(rt, w), rt->opt.param_dtype, rt->master ? rt->master + local : NULL,
-                           rt->grads + w, rt->adam_m + local, rt->adam_v + local, n, s, rt->decays[v->param]);
-        }
+    rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, rt->nan_flags_host, rt->nan_flags,
+                         rt->num_params * sizeof(float));
+    rt_sync(rt);
+    for (int p = 0; p < rt->num_params; p++) {
+        if (rt->nan_flags_host[p] == 0.0f) continue;
+        char name[64];
+        fatal("non-finite gradient in %s at step %d (found by --check-nan before the gradient reduction)",
+              name_of(rt, p, name, sizeof(name)), rt->step + 1);
     }
 }
 
-float zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms) {
+void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms) {
+    const Zero1DeviceOps* ops = rt->dev.ops;
+    int nb = rt->layout.num_buckets;
     if (rt->opt.overlap_grad_reduce) check_all_fired(rt);
-    for (int b = 0; b < rt->layout.num_buckets; b++) {
+    rt->comm->group_begin(rt->comm);
+    for (int b = 0; b < nb; b++) {
         if (!rt->buckets[b].reduce_fired) fire_bucket(rt, b);
     }
-    for (int b = 0; b < rt->layout.num_buckets; b++) {
-        if (!rt->buckets[b].reduce_in_flight) continue;
-        wait_blocked(rt, rt->buckets[b].reduce, stage1(rt) ? "reduce-scatter" : "all-reduce", b);
-        reduce_completed(rt, b);
+    rt->comm->group_end(rt->comm);
+    // Each bucket's share of the norm is queued as soon as its reduction is waited for.
+    for (int b = 0; b < nb; b++) {
+        BucketState* s = &rt->buckets[b];
+        if (s->reduce_in_flight) {
+            wait_blocked(rt, s->reduce, stage1(rt) ? "reduce-scatter" : "all-reduce", b);
+            reduce_completed(rt, b);
+        }
+        ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
     }
     if (rt->opt.check_nan) stop_on_nonfinite(rt);
+    if (stage1(rt)) wait_blocked(rt, rt->comm->all_reduce(rt->comm, rt->sumsq, 1, ZERO1_FP64, -1), "norm", -1);
+    ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
 
-    double sumsq = owned_sum_squares(rt);
-    if (stage1(rt)) wait_blocked(rt, rt->comm->all_reduce(rt->comm, &sumsq, 1, ZERO1_FP64), "norm", -1);
-    float norm = (float)sqrt(sumsq);
-    float clip = rt->opt.grad_clip;
-    float grad_scale = (clip > 0.0f && norm > clip) ? clip / norm : 1.0f;
+    // AdamW in the order the next forward reads the buckets, so that the first all-gather
+    // can go out while the others are still being updated.
     AdamWStep s = adamw_step_params(lr, rt->opt.beta1, rt->opt.beta2, rt->opt.eps, rt->opt.weight_decay, step + 1,
-                                    grad_scale);
-    adamw_owned(rt, &s);
-
-    if (stage1(rt)) {
-        for (int b = 0; b < rt->layout.num_buckets; b++) rt->buckets[b].gather_state = GATHER_PENDING;
-        if (rt->opt.overlap_param_gather) {
-            launch_gather(rt, rt->layout.num_buckets - 1);  // the bucket the forward reads first
-        } else {
-            for (int b = rt->layout.num_buckets - 1; b >= 0; b--) launch_gather(rt, b);
-            zero1_sync_params(rt);
+                                    1.0f);
+    for (int b = nb - 1; b >= 0; b--) {
+        ops->adamw(rt->dev.ctx, rt->dev.compute, &rt->buckets[b].owned, rt->param_buffer, rt->opt.param_dtype,
+                   rt->master, rt->grads, rt->adam_m, rt->adam_v, &s, rt->norm + 1);
+        if (stage1(rt)) {
+            rt->buckets[b].gather_state = GATHER_PENDING;
+            if (rt->opt.overlap_param_gather && b == nb - 1) launch_gather(rt, b);
+        } else if (rt->compute != rt->param_buffer) {  // replicated: every rank updated it all
+            const Zero1Bucket* bk = &rt->layout.buckets[b];
+            rt_convert(rt, compute_at(rt, bk->start), rt->opt.compute_dtype, param_at(rt, bk->start),
+                       rt->opt.param_dtype, bk->end - bk->start);
         }
-    } else if (rt->opt.param_dtype != ZERO1_FP32) {
-        // Replicated with bf16 storage: every rank updated everything; refresh the compute copy.
-        rt->ops->convert(rt->compute, ZERO1_FP32, rt->param_buffer, rt->opt.param_dtype, rt->layout.numel);
+    }
+    if (stage1(rt) && !rt->opt.overlap_param_gather) {
+        rt->comm->group_begin(rt->comm);
+        for (int b = nb - 1; b >= 0; b--) launch_gather(rt, b);
+        rt->comm->group_end(rt->comm);
+        zero1_sync_params(rt);
     }
     *blocked_ms += rt->blocked_ms;
-    return norm;
+}
+
+const float* zero1_norm_device(const Zero1Runtime* rt) { return rt->norm; }
+
+float zero1_read_norm(Zero1Runtime* rt) {
+    rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, rt->norm_host, rt->norm, 2 * sizeof(float));
+    rt_sync(rt);
+    return rt->norm_host[0];
 }
 
 // ---------------------------------------------------------------------------- set-up
 
-void zero1_after_load(Zero1Runtime* rt) {
-    if (rt->opt.param_dtype == ZERO1_FP32) return;  // the compute params are the param buffer and the master
-    for (int b = 0; b < rt->shards.num_buckets; b++) {
-        const Zero1BucketShard* sh = &rt->shards.buckets[b];
-        memcpy(rt->master + rt->buckets[b].owned_offset, rt->compute + sh->shard.start,
-               (sh->shard.end - sh->shard.start) * sizeof(float));
+void zero1_load_weights(Zero1Runtime* rt, const float* dense, const size_t* dense_offsets) {
+    zero1_sync_params(rt);  // nothing may still be gathering into the buffers
+    size_t numel = rt->layout.numel;
+    float* staging = (float*)rt_alloc(rt, numel * sizeof(float));  // fp32 weights in buffer layout
+    for (int p = 0; p < rt->num_params; p++) {
+        rt->dev.ops->from_host(rt->dev.ctx, rt->dev.compute, staging + rt->layout.params[p].start,
+                               dense + dense_offsets[p], rt->numels[p] * sizeof(float));
     }
-    rt->ops->convert(rt->param_buffer, rt->opt.param_dtype, rt->compute, ZERO1_FP32, rt->layout.numel);
-    rt->ops->convert(rt->compute, ZERO1_FP32, rt->param_buffer, rt->opt.param_dtype, rt->layout.numel);
+    for (int b = 0; rt->master && b < rt->shards.num_buckets; b++) {
+        const Zero1Range* sh = &rt->shards.buckets[b].shard;
+        rt_copy(rt, rt->master + rt->buckets[b].owned_offset, staging + sh->start, (sh->end - sh->start) * sizeof(float));
+    }
+    rt_convert(rt, rt->param_buffer, rt->opt.param_dtype, staging, ZERO1_FP32, numel);
+    if (rt->compute != rt->param_buffer) {  // the model computes from what the buffer holds
+        rt_convert(rt, rt->compute, rt->opt.compute_dtype, rt->param_buffer, rt->opt.param_dtype, numel);
+    }
+    rt_sync(rt);  // the device is done with dense and staging
+    rt_free(rt, staging);
 }
 
 static int fail(char* err, size_t err_len, const char* msg) {
@@ -281,7 +276,7 @@ static int fail(char* err, size_t err_len, const char* msg) {
     return -1;
 }
 
-static int build_block_buckets(Zero1Runtime* rt) {
+static void build_block_buckets(Zero1Runtime* rt) {
     rt->block_buckets = (int**)callocCheck(rt->num_blocks, sizeof(int*));
     rt->block_num_buckets = (int*)callocCheck(rt->num_blocks, sizeof(int));
     int* mark = (int*)mallocCheck(rt->layout.num_buckets * sizeof(int));
@@ -296,13 +291,73 @@ static int build_block_buckets(Zero1Runtime* rt) {
         }
     }
     free(mark);
-    return 0;
+}
+
+static void span_list_upload(Zero1Runtime* rt, Zero1SpanList* list, Zero1Span* host, int count) {
+    list->count = count;
+    list->host = host;
+    list->numel = 0;
+    for (int i = 0; i < count; i++) list->numel += host[i].n;
+    list->device = count ? rt->dev.ops->upload_spans(rt->dev.ctx, host, count) : NULL;
+}
+
+// Per bucket: this rank's views (AdamW, norm) and every parameter whole (NaN flags).
+static void build_spans(Zero1Runtime* rt) {
+    for (int b = 0; b < rt->layout.num_buckets; b++) {
+        BucketState* s = &rt->buckets[b];
+        const Zero1BucketShard* sh = &rt->shards.buckets[b];
+        Zero1Span* owned = (Zero1Span*)callocCheck(sh->num_views, sizeof(Zero1Span));
+        for (int i = 0; i < sh->num_views; i++) {
+            const Zero1ParamView* v = &sh->views[i];
+            owned[i].buffer = v->gbuf_world.start;
+            owned[i].owned = s->owned_offset + v->gbuf_local.start;
+            owned[i].n = v->gbuf_world.end - v->gbuf_world.start;
+            owned[i].param = v->param;
+            owned[i].decays = rt->decays[v->param];
+        }
+        span_list_upload(rt, &s->owned, owned, sh->num_views);
+        const Zero1Bucket* bk = &rt->layout.buckets[b];
+        int count = bk->last_param - bk->first_param + 1;
+        Zero1Span* whole = (Zero1Span*)callocCheck(count, sizeof(Zero1Span));
+        for (int i = 0; i < count; i++) {
+            int p = bk->first_param + i;
+            whole[i].buffer = rt->layout.params[p].start;
+            whole[i].n = rt->numels[p];
+            whole[i].param = p;
+            whole[i].decays = rt->decays[p];
+        }
+        span_list_upload(rt, &s->whole, whole, count);
+    }
+}
+
+static void allocate_buffers(Zero1Runtime* rt) {
+    const Zero1Options* opt = &rt->opt;
+    size_t numel = rt->layout.numel;
+    rt->grads = (float*)rt_alloc(rt, numel * sizeof(float));
+    rt->param_buffer = rt_alloc(rt, numel * zero1_dtype_size(opt->param_dtype));
+    rt->compute = opt->compute_dtype == opt->param_dtype ? rt->param_buffer
+                                                         : rt_alloc(rt, numel * zero1_dtype_size(opt->compute_dtype));
+    if (opt->param_dtype != ZERO1_FP32) rt->master = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
+    if (opt->grad_dtype == ZERO1_BF16) rt->grad_comm = rt_alloc(rt, numel * 2);
+    rt->adam_m = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
+    rt->adam_v = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
+    rt->sumsq = (double*)rt_alloc(rt, sizeof(double));
+    rt->norm = (float*)rt_alloc(rt, 2 * sizeof(float));
+    rt->norm_host = (float*)rt->dev.ops->alloc_host(rt->dev.ctx, 2 * sizeof(float));
+    if (opt->check_nan) {
+        rt->nan_flags = (float*)rt_alloc(rt, rt->num_params * sizeof(float));
+        rt->nan_flags_host = (float*)rt->dev.ops->alloc_host(rt->dev.ctx, rt->num_params * sizeof(float));
+    }
 }
 
 Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec* model, Zero1Comm* comm,
-                                   const Zero1DeviceOps* ops, Zero1Tracer* tracer, char* err, size_t err_len) {
-    if (opt->param_dtype == ZERO1_FP64 || opt->grad_dtype == ZERO1_FP64) {
+                                   const Zero1Device* dev, Zero1Tracer* tracer, char* err, size_t err_len) {
+    if (opt->param_dtype == ZERO1_FP64 || opt->grad_dtype == ZERO1_FP64 || opt->compute_dtype == ZERO1_FP64) {
         fail(err, err_len, "fp64 buffers are not supported");
+        return NULL;
+    }
+    if (opt->compute_dtype != opt->param_dtype && opt->compute_dtype != ZERO1_FP32) {
+        fail(err, err_len, "the compute params are the param buffer itself or an fp32 copy of it");
         return NULL;
     }
     for (int p = 0; p < model->num_params; p++) {
@@ -322,7 +377,7 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     rt->param_name = model->param_name;
     rt->name_ctx = model->name_ctx;
     rt->comm = comm;
-    rt->ops = ops;
+    rt->dev = *dev;
     rt->tracer = tracer;
     if (zero1_layout_build(&rt->layout, rt->numels, rt->num_params, comm->size, opt->bucket_size, opt->pad_busbw,
                            opt->shared_embedding, err, err_len) != 0) {
@@ -340,20 +395,8 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
         zero1_runtime_destroy(rt);
         return NULL;
     }
-    size_t numel = rt->layout.numel;
     rt->owned_numel = rt->shards.owned_numel;
-    rt->grads = (float*)ops->alloc(numel * sizeof(float));
-    rt->param_buffer = ops->alloc(numel * param_elem_size(rt));
-    if (opt->param_dtype == ZERO1_FP32) {
-        rt->compute = (float*)rt->param_buffer;
-    } else {
-        rt->compute = (float*)ops->alloc(numel * sizeof(float));
-        rt->master = (float*)ops->alloc(rt->owned_numel * sizeof(float));
-    }
-    if (opt->grad_dtype == ZERO1_BF16) rt->grad_comm = ops->alloc(numel * 2);
-    rt->adam_m = (float*)ops->alloc(rt->owned_numel * sizeof(float));
-    rt->adam_v = (float*)ops->alloc(rt->owned_numel * sizeof(float));
-
+    allocate_buffers(rt);
     rt->buckets = (BucketState*)callocCheck(rt->layout.num_buckets, sizeof(BucketState));
     size_t owned = 0;
     for (int b = 0; b < rt->layout.num_buckets; b++) {
@@ -365,23 +408,33 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
         s->reduce = s->gather = -1;
         s->gather_state = GATHER_DONE;  // the initial weights are loaded whole on every rank
     }
+    build_spans(rt);
     rt->seen = (int*)callocCheck(rt->num_params, sizeof(int));
     build_block_buckets(rt);
-    rt->nan_param = -1;
     return rt;
+}
+
+static void span_list_free(Zero1Runtime* rt, Zero1SpanList* list) {
+    rt_free(rt, (void*)list->device);
+    free((void*)list->host);
 }
 
 void zero1_runtime_destroy(Zero1Runtime* rt) {
     if (!rt) return;
-    if (rt->buckets) zero1_sync_params(rt);
-    const Zero1DeviceOps* ops = rt->ops;
-    if (rt->compute != (float*)rt->param_buffer) ops->free(rt->compute);
-    ops->free(rt->param_buffer);
-    ops->free(rt->grads);
-    ops->free(rt->grad_comm);
-    ops->free(rt->master);
-    ops->free(rt->adam_m);
-    ops->free(rt->adam_v);
+    if (rt->buckets) {
+        zero1_sync_params(rt);
+        rt_sync(rt);
+        for (int b = 0; b < rt->layout.num_buckets; b++) {
+            span_list_free(rt, &rt->buckets[b].owned);
+            span_list_free(rt, &rt->buckets[b].whole);
+        }
+    }
+    if (rt->compute != rt->param_buffer) rt_free(rt, rt->compute);
+    void* device[] = {rt->param_buffer, rt->grads, rt->grad_comm, rt->master, rt->adam_m, rt->adam_v,
+                      rt->sumsq, rt->norm, rt->nan_flags};
+    for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++) rt_free(rt, device[i]);
+    if (rt->norm_host) rt->dev.ops->free_host(rt->dev.ctx, rt->norm_host);
+    if (rt->nan_flags_host) rt->dev.ops->free_host(rt->dev.ctx, rt->nan_flags_host);
     for (int k = 0; rt->block_buckets && k < rt->num_blocks; k++) free(rt->block_buckets[k]);
     free(rt->block_buckets);
     free(rt->block_num_buckets);
@@ -399,7 +452,7 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
 const Zero1Layout* zero1_layout(const Zero1Runtime* rt) { return &rt->layout; }
 const Zero1RankShards* zero1_shards(const Zero1Runtime* rt) { return &rt->shards; }
 float* zero1_grad_buffer(Zero1Runtime* rt) { return rt->grads; }
-float* zero1_compute_params(Zero1Runtime* rt) { return rt->compute; }
+void* zero1_compute_params(Zero1Runtime* rt) { return rt->compute; }
 size_t zero1_param_offset(const Zero1Runtime* rt, int p) { return rt->layout.params[p].start; }
 size_t zero1_owned_numel(const Zero1Runtime* rt) { return rt->owned_numel; }
 

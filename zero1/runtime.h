@@ -1,6 +1,5 @@
 /*
- * zero1/runtime.h: one optimizer step of bucketed ZeRO-1 (DESIGN.md 4.3), device- and
- * network-neutral.
+ * zero1/runtime.h: one optimizer step of bucketed ZeRO-1, device- and network-neutral.
  *
  * The runtime owns the param and grad buffers (laid out by zero1/layout.h), the fp32
  * master weights and AdamW moments of this rank's shards, and the per-bucket
@@ -13,6 +12,13 @@
  *   zero1_poke                at layer boundaries: let the backend progress
  *   zero1_finish_step         wait for the reductions, norm, clip, AdamW on the shard,
  *                             launch the all-gathers for the next forward
+ *   zero1_read_norm           the step's grad norm on the host (the one device read)
+ *
+ * Every buffer lives on the device (zero1/device_ops.h) and is touched only through its
+ * ops, queued on the device's compute stream. The runtime relies only on the ordering rules
+ * of device_ops.h and comm.h, so a CPU run exercises the logic a GPU run depends on.
+ * Nothing in a step needs the host to wait for the device: the norm, the clip factor and
+ * the NaN flags stay in device memory (with --check-nan the host reads the flags once).
  *
  * With zero_stage 0 the same machinery runs replicated: an all-reduce per bucket and the
  * full AdamW on every rank (the baseline ZeRO-1 is compared with).
@@ -41,6 +47,7 @@ typedef struct {
     int overlap_param_gather;    // gather during the next forward instead of after the update
     int check_nan;
     Zero1Dtype param_dtype;      // storage of the param buffer (fp32: master == params)
+    Zero1Dtype compute_dtype;    // what the model reads: param_dtype (the buffer itself) or fp32 (a copy)
     Zero1Dtype grad_dtype;       // dtype of the gradient reduction
     float beta1, beta2, eps, weight_decay, grad_clip;
 } Zero1Options;
@@ -61,39 +68,47 @@ typedef struct {
 
 typedef struct Zero1Runtime Zero1Runtime;
 
-// Returns NULL with a message in err on invalid options or layout.
+// Returns NULL with a message in err on invalid options or layout. The device and the
+// communicator are borrowed (the communicator must be made for the same device).
 Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec* model, Zero1Comm* comm,
-                                   const Zero1DeviceOps* ops, Zero1Tracer* tracer, char* err, size_t err_len);
+                                   const Zero1Device* dev, Zero1Tracer* tracer, char* err, size_t err_len);
 void zero1_runtime_destroy(Zero1Runtime* rt);
 
 const Zero1Layout* zero1_layout(const Zero1Runtime* rt);
 const Zero1RankShards* zero1_shards(const Zero1Runtime* rt);
-float* zero1_grad_buffer(Zero1Runtime* rt);       // fp32, layout numel
-float* zero1_compute_params(Zero1Runtime* rt);    // fp32 params the model computes with
+float* zero1_grad_buffer(Zero1Runtime* rt);       // device, fp32, layout numel
+void* zero1_compute_params(Zero1Runtime* rt);     // device, compute_dtype, layout numel
 size_t zero1_param_offset(const Zero1Runtime* rt, int param);
 
-// After the trainer wrote initial weights into the compute params (all ranks alike):
-// fills the param buffer, the fp32 master shards and (bf16 storage) rounds the compute
-// params to what the bf16 buffer holds.
-void zero1_after_load(Zero1Runtime* rt);
+// Sets every rank's weights (all ranks pass the same values): dense is a host fp32 array
+// in definition order, parameter p at dense_offsets[p]. Fills the param buffer, the
+// compute params and this rank's fp32 master shards. Returns when the device is done with
+// dense.
+void zero1_load_weights(Zero1Runtime* rt, const float* dense, const size_t* dense_offsets);
 
 void zero1_begin_step(Zero1Runtime* rt, int step);
 void zero1_begin_micro_step(Zero1Runtime* rt, int is_last);
 void zero1_forward_block(Zero1Runtime* rt, int block);
 void zero1_grad_done(Zero1Runtime* rt, int param);
 void zero1_poke(Zero1Runtime* rt);
-// Returns the global grad norm (before clipping); adds the ms blocked on communication.
-float zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms);
-// Waits for every all-gather in flight: afterwards the compute params are complete.
+// Queues the rest of the step; adds the ms the host blocked on communication.
+void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms);
+// The last step's global grad norm (before clipping) and clip factor, in device memory.
+const float* zero1_norm_device(const Zero1Runtime* rt);
+// The last step's grad norm on the host: syncs the compute stream.
+float zero1_read_norm(Zero1Runtime* rt);
+// Orders what the compute stream runs next after every all-gather in flight: afterwards
+// the compute params are complete (the host sees them after a sync).
 void zero1_sync_params(Zero1Runtime* rt);
 
 // Checkpoints, in model space: dense_offsets[p] is where parameter p starts in the dense
-// (unpadded, definition-order) arrays. Export is collective (the shards are gathered)
+// (unpadded, definition-order) host arrays. Export is collective (the shards are gathered)
 // and fills m, v and the fp32 master on every rank; import takes this rank's shards from
-// full arrays, so the DP and the layout may differ from the run that saved them.
-// The master weights are imported through the compute params and zero1_after_load.
+// full arrays, so the DP and the layout may differ from the run that saved them; a NULL
+// master keeps the weights loaded already.
 void zero1_export_state(Zero1Runtime* rt, const size_t* dense_offsets, float* m, float* v, float* master);
-void zero1_import_state(Zero1Runtime* rt, const size_t* dense_offsets, const float* m, const float* v);
+void zero1_import_state(Zero1Runtime* rt, const size_t* dense_offsets, const float* master, const float* m,
+                        const float* v);
 
 // Bytes of optimizer state this rank allocated (master + m + v), and its owned elements.
 size_t zero1_state_bytes(const Zero1Runtime* rt);

@@ -20,6 +20,8 @@ typedef struct {
     Zero1Handle gather;
     double gather_start_us;
     size_t owned_offset;         // start of this bucket's shard in master/m/v
+    Zero1SpanList owned;         // this rank's views of the bucket: AdamW and the norm
+    Zero1SpanList whole;         // every parameter of the bucket, whole: the NaN flags
 } BucketState;
 
 struct Zero1Runtime {
@@ -33,18 +35,25 @@ struct Zero1Runtime {
     void* name_ctx;
 
     Zero1Comm* comm;
-    const Zero1DeviceOps* ops;
+    Zero1Device dev;
     Zero1Tracer* tracer;
     Zero1Layout layout;
     Zero1RankShards shards;      // what this rank updates (every bucket whole when replicated)
 
+    // Device memory.
     float* grads;                // fp32, layout numel
     void* grad_comm;             // bf16 copy for a bf16 reduction, else NULL
     void* param_buffer;          // param_dtype, layout numel
-    float* compute;              // fp32 params for the kernels (== param_buffer for fp32)
+    void* compute;               // compute_dtype (== param_buffer when the dtypes agree)
     float* master;               // fp32 master of the owned shards (bf16 storage only)
     float* adam_m;
     float* adam_v;
+    double* sumsq;               // the step's sum of squares over owned views
+    float* norm;                 // [grad norm, clip factor]
+    float* nan_flags;            // per parameter (check_nan)
+    // Host memory for what the host reads back.
+    float* norm_host;
+    float* nan_flags_host;
     size_t owned_numel;
 
     BucketState* buckets;
@@ -53,12 +62,33 @@ struct Zero1Runtime {
     int* block_num_buckets;
     int is_last_micro;
     int step;
-    int nan_param;               // first parameter with a non-finite local gradient, or -1
-    long long nan_element;
     double blocked_ms;
 };
 
 // Sharded (ZeRO-1 with more than one rank), or every rank owns every bucket whole.
 static inline int stage1(const Zero1Runtime* rt) { return rt->opt.zero_stage == 1 && rt->comm->size > 1; }
+
+// Device ops on the compute stream.
+static inline void rt_copy(const Zero1Runtime* rt, void* dst, const void* src, size_t bytes) {
+    rt->dev.ops->copy(rt->dev.ctx, rt->dev.compute, dst, src, bytes);
+}
+static inline void rt_fill(const Zero1Runtime* rt, void* p, int byte, size_t bytes) {
+    rt->dev.ops->fill(rt->dev.ctx, rt->dev.compute, p, byte, bytes);
+}
+static inline void rt_convert(const Zero1Runtime* rt, void* dst, Zero1Dtype dt, const void* src, Zero1Dtype st,
+                              size_t n) {
+    rt->dev.ops->convert(rt->dev.ctx, rt->dev.compute, dst, dt, src, st, n);
+}
+static inline void rt_sync(const Zero1Runtime* rt) { rt->dev.ops->sync_stream(rt->dev.ctx, rt->dev.compute); }
+static inline void* rt_alloc(const Zero1Runtime* rt, size_t bytes) { return rt->dev.ops->alloc(rt->dev.ctx, bytes); }
+static inline void rt_free(const Zero1Runtime* rt, void* p) {
+    if (p) rt->dev.ops->free(rt->dev.ctx, p);
+}
+static inline void* param_at(const Zero1Runtime* rt, size_t offset) {
+    return (char*)rt->param_buffer + offset * zero1_dtype_size(rt->opt.param_dtype);
+}
+static inline void* compute_at(const Zero1Runtime* rt, size_t offset) {
+    return (char*)rt->compute + offset * zero1_dtype_size(rt->opt.compute_dtype);
+}
 
 #endif

@@ -21,7 +21,7 @@
 static void check_forward_backward(Trainer* tr, const OracleState* s) {
     GPT2* m = &tr->model;
     size_t BT = (size_t)s->B * s->T;
-    memset(tr->grads, 0, tr->numel * sizeof(float));
+    tr->opt->begin_step(tr->opt, 0);  // zeroes the grads
     gpt2_forward(m, s->x, s->y, s->B, s->T);
     double excess;
     double max_err = logits_max_error(s, m->acts.logits, 1e-4, 0.0, &excess);
@@ -29,7 +29,7 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     double loss_err = fabs(m->mean_loss - s->loss);
     report(loss_err <= 1e-5, "loss", loss_err, 1e-5);
     gpt2_backward(m, 1.0f / (float)BT);
-    check_gradients(&m->config, s, tr->grads, tr->offsets, 1e-3, 1e-3);
+    check_gradients(&m->config, s, tr->opt->grads, tr->opt->offsets, 1e-3, 1e-3);
 }
 
 // Bitwise comparison of every rank's parameters with rank 0's.

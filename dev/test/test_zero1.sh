@@ -42,7 +42,7 @@ done
 # (regions NaN while in flight, test() "not yet" at random). A runtime that reads a buffer
 # before its collective completes, misses an event between streams or reads the device
 # before a sync gets NaN or stale values here, so the comparison fails.
-HAZARD=(--test-device deferred --test-comm hazard)
+HAZARD=(--test-device deferred --test-hazard)
 for np in 1 2 3 4; do
     check "zero1_hazard: one bucket" $np -z 1 --bucket-size none "${HAZARD[@]}"
     check "zero1_hazard: many small buckets" $np -z 1 --bucket-size 3000 "${HAZARD[@]}"

@@ -1,6 +1,8 @@
 /*
- * The zero1/ runtime on its own (one rank, the single communicator, CPU device ops),
- * with a made-up model, against plain dense AdamW written here.
+ * The zero1/ runtime on its own (one rank, the single communicator), with a made-up model,
+ * against plain dense AdamW written here, on the CPU device and on the deferred test
+ * device (every op as late as the ordering rules allow; memory the host cannot touch).
+ * The test reaches the runtime's buffers only through the device ops, as a GPU trainer would.
  *
  *   test_zero1_runtime            AdamW through the buckets and views == dense AdamW,
  *                                 for several bucket sizes and both param dtypes
@@ -29,7 +31,8 @@ static const char* name_param(void* ctx, int p, char* buf, size_t n) {
     return buf;
 }
 
-static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype, Zero1Comm* comm) {
+static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype, Zero1Comm* comm,
+                                  const Zero1Device* dev) {
     Zero1Options opt;
     memset(&opt, 0, sizeof(opt));
     opt.zero_stage = 1;
@@ -38,6 +41,7 @@ static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype,
     opt.overlap_grad_reduce = 1;
     opt.overlap_param_gather = 1;
     opt.param_dtype = param_dtype;
+    opt.compute_dtype = ZERO1_FP32;
     opt.grad_dtype = ZERO1_FP32;
     opt.beta1 = 0.9f;
     opt.beta2 = 0.95f;
@@ -46,7 +50,7 @@ static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype,
     opt.grad_clip = 1.0f;
     Zero1ModelSpec spec = {NP, NUMELS, DECAYS, CONTRIBUTIONS, FIRST_BLOCK, 3, name_param, NULL};
     char err[256];
-    Zero1Runtime* rt = zero1_runtime_create(&opt, &spec, comm, &zero1_device_cpu, NULL, err, sizeof(err));
+    Zero1Runtime* rt = zero1_runtime_create(&opt, &spec, comm, dev, NULL, err, sizeof(err));
     if (!rt) fatal("runtime: %s", err);
     return rt;
 }
@@ -54,43 +58,38 @@ static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype,
 static float value(uint64_t* s) { return (float)((*s = *s * 6364136223846793005ull + 1442695040888963407ull) >> 40) / 16777216.0f - 0.5f; }
 
 // Three steps through the runtime against the same three steps on dense arrays.
-static int check_against_dense(long long bucket_size, Zero1Dtype param_dtype) {
-    Zero1Comm* comm = zero1_comm_single_create();
-    Zero1Runtime* rt = make_runtime(bucket_size, param_dtype, comm);
-    size_t total = 0;
-    for (int p = 0; p < NP; p++) total += NUMELS[p];
+static int check_against_dense(long long bucket_size, Zero1Dtype param_dtype, Zero1Device dev) {
+    const Zero1DeviceOps* ops = dev.ops;
+    Zero1Comm* comm = zero1_comm_single_create(&dev);
+    Zero1Runtime* rt = make_runtime(bucket_size, param_dtype, comm, &dev);
+    size_t total = 0, offs[NP];
+    for (int p = 0; p < NP; p++) {
+        offs[p] = total;
+        total += NUMELS[p];
+    }
     float* params = (float*)callocCheck(total, sizeof(float));
     float* m = (float*)callocCheck(total, sizeof(float));
     float* v = (float*)callocCheck(total, sizeof(float));
     uint64_t seed = 7;
-    size_t off = 0;
-    for (int p = 0; p < NP; p++) {
-        float* view = zero1_compute_params(rt) + zero1_param_offset(rt, p);
-        for (size_t i = 0; i < NUMELS[p]; i++) view[i] = params[off + i] = value(&seed);
-        off += NUMELS[p];
-    }
-    zero1_after_load(rt);  // with bf16 storage the fp32 master keeps these exact values
+    for (size_t i = 0; i < total; i++) params[i] = value(&seed);
+    zero1_load_weights(rt, params, offs);  // with bf16 storage the fp32 master keeps these exact values
     float* master = (float*)mallocCheck(total * sizeof(float));
     memcpy(master, params, total * sizeof(float));
+    float* grads = (float*)mallocCheck(total * sizeof(float));
     double worst = 0.0;
     for (int step = 0; step < 3; step++) {
         zero1_begin_step(rt, step);
         zero1_begin_micro_step(rt, 1);
-        float* grads = (float*)mallocCheck(total * sizeof(float));
         for (size_t i = 0; i < total; i++) grads[i] = value(&seed) * (step + 1);
-        off = 0;
         // Report in backprop order: last parameter first; p0 twice (its two contributions).
-        size_t offs[NP];
-        for (int p = 0; p < NP; p++) {
-            offs[p] = off;
-            off += NUMELS[p];
-        }
         for (int p = NP - 1; p >= 0; p--) {
-            memcpy(zero1_grad_buffer(rt) + zero1_param_offset(rt, p), grads + offs[p], NUMELS[p] * sizeof(float));
+            ops->from_host(dev.ctx, dev.compute, zero1_grad_buffer(rt) + zero1_param_offset(rt, p), grads + offs[p],
+                           NUMELS[p] * sizeof(float));
             for (int k = 0; k < CONTRIBUTIONS[p]; k++) zero1_grad_done(rt, p);
         }
         double blocked = 0.0;
-        float norm = zero1_finish_step(rt, step, 1e-2f, &blocked);
+        zero1_finish_step(rt, step, 1e-2f, &blocked);
+        float norm = zero1_read_norm(rt);
         double sumsq = 0.0;
         for (size_t i = 0; i < total; i++) sumsq += (double)grads[i] * grads[i];
         float dense_norm = (float)sqrt(sumsq);
@@ -102,20 +101,24 @@ static int check_against_dense(long long bucket_size, Zero1Dtype param_dtype) {
         worst = fmax(worst, fabs(norm - dense_norm) / dense_norm);
         zero1_sync_params(rt);
         for (int p = 0; p < NP; p++) {
-            const float* got = zero1_compute_params(rt) + zero1_param_offset(rt, p);
+            float* got = (float*)mallocCheck(NUMELS[p] * sizeof(float));
+            ops->to_host(dev.ctx, dev.compute, got, (const float*)zero1_compute_params(rt) + zero1_param_offset(rt, p),
+                         NUMELS[p] * sizeof(float));
+            ops->sync_stream(dev.ctx, dev.compute);
             for (size_t i = 0; i < NUMELS[p]; i++) {
                 float want = master[offs[p] + i];
                 if (param_dtype == ZERO1_BF16) want = bf16_to_float(float_to_bf16(want));
                 worst = fmax(worst, fabs(got[i] - want));
             }
+            free(got);
         }
-        free(grads);
     }
     int ok = worst <= 1e-6;
-    printf("%s runtime AdamW == dense AdamW, bucket size %lld, %s params (worst diff %.3e)\n", ok ? "PASS" : "FAIL",
-           bucket_size, param_dtype == ZERO1_BF16 ? "bf16" : "fp32", worst);
+    printf("%s runtime AdamW == dense AdamW on the %s device, bucket size %lld, %s params (worst diff %.3e)\n",
+           ok ? "PASS" : "FAIL", ops->name, bucket_size, param_dtype == ZERO1_BF16 ? "bf16" : "fp32", worst);
     zero1_runtime_destroy(rt);
     comm->destroy(comm);
+    free(grads);
     free(params);
     free(master);
     free(m);
@@ -125,8 +128,9 @@ static int check_against_dense(long long bucket_size, Zero1Dtype param_dtype) {
 
 // p1 and p0's second contribution are never reported: the bucket cannot fire.
 static void unfired(void) {
-    Zero1Comm* comm = zero1_comm_single_create();
-    Zero1Runtime* rt = make_runtime(0, ZERO1_FP32, comm);
+    Zero1Device dev = zero1_device_cpu();
+    Zero1Comm* comm = zero1_comm_single_create(&dev);
+    Zero1Runtime* rt = make_runtime(0, ZERO1_FP32, comm, &dev);
     zero1_begin_step(rt, 0);
     zero1_begin_micro_step(rt, 1);
     zero1_grad_done(rt, 4);
@@ -144,8 +148,12 @@ int main(int argc, char** argv) {
     int ok = 1;
     long long sizes[] = {0, 1, 200, 5000};
     for (int i = 0; i < 4; i++) {
-        ok &= check_against_dense(sizes[i], ZERO1_FP32);
-        ok &= check_against_dense(sizes[i], ZERO1_BF16);
+        ok &= check_against_dense(sizes[i], ZERO1_FP32, zero1_device_cpu());
+        ok &= check_against_dense(sizes[i], ZERO1_BF16, zero1_device_cpu());
+        Zero1Device deferred = zero1_device_deferred_create();
+        ok &= check_against_dense(sizes[i], ZERO1_FP32, deferred);
+        ok &= check_against_dense(sizes[i], ZERO1_BF16, deferred);
+        zero1_device_deferred_destroy(&deferred);
     }
     printf("%s test_zero1_runtime\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;

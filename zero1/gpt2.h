@@ -1,0 +1,44 @@
+/*
+ * zero1/gpt2.h: GPT-2 described to the zero1/ runtime, for both trainers (their models
+ * share llmc/gpt2_spec.h's tensors and llmc/model_hooks.h's block numbering).
+ *
+ * Runtime forward blocks: 0 = embeddings, 1..L = transformer blocks, L+1 = final
+ * LayerNorm + classifier (which reads wte, gathered for block 0 already): the model's
+ * block number + 1. wte's gradient is final after two contributions (classifier and
+ * encoder); every other tensor's after one.
+ */
+#ifndef ZERO1_GPT2_H
+#define ZERO1_GPT2_H
+
+#include "llmc/gpt2_spec.h"
+#include "zero1/optimizer.h"
+
+static const char* zero1_gpt2_tensor_name(void* ctx, int p, char* buf, size_t n) {
+    return gpt2_tensor_name((const GPT2Config*)ctx, p, buf, n);
+}
+
+// The optimizer for GPT-2 of shape c (which must outlive it: tensor names are read from it).
+static inline Optimizer* zero1_gpt2_optimizer(const TrainConfig* cfg, const GPT2Config* c, Zero1Backend* backend,
+                                              Zero1Dtype compute_dtype) {
+    int NT = gpt2_num_tensors(c);
+    size_t* numels = (size_t*)mallocCheck(NT * sizeof(size_t));
+    int* decays = (int*)mallocCheck(NT * sizeof(int));
+    int* contributions = (int*)mallocCheck(NT * sizeof(int));
+    int* first_block = (int*)mallocCheck(NT * sizeof(int));
+    for (int i = 0; i < NT; i++) {
+        numels[i] = gpt2_tensor_numel(c, i);
+        decays[i] = gpt2_tensor_decays(c, i);
+        contributions[i] = i == gpt2_idx_wte() ? 2 : 1;
+        first_block[i] = gpt2_tensor_layer(c, i) + 1;
+    }
+    Zero1ModelSpec spec = {NT, numels, decays, contributions, first_block, c->num_layers + 2, zero1_gpt2_tensor_name,
+                           (void*)c};
+    Optimizer* o = zero1_optimizer_create(cfg, &spec, backend, compute_dtype);
+    free(numels);
+    free(decays);
+    free(contributions);
+    free(first_block);
+    return o;
+}
+
+#endif

@@ -1,0 +1,246 @@
+/*
+ * zero1/optimizer.c: the zero1/ runtime behind llmc/optimizer.h's table, model-neutral.
+ * See zero1/optimizer.h.
+ */
+#include "zero1/optimizer.h"
+
+#include <sys/resource.h>
+
+#include "llmc/utils.h"
+#include "zero1/ledger.h"
+#include "zero1/trace.h"
+
+typedef struct {
+    Optimizer base;              // first: the table the trainer holds
+    TrainConfig cfg;
+    Zero1Backend* backend;
+    Zero1Runtime* rt;
+    Zero1Tracer* tracer;
+    size_t* offsets;             // buffer offset of every parameter
+    size_t* dense_offsets;       // offset of every parameter in the dense canonical arrays
+    size_t model_numel;          // parameters (unpadded)
+    double block_start_us;
+} Zero1Optimizer;
+
+static Zero1Optimizer* impl(Optimizer* o) { return (Zero1Optimizer*)o; }
+
+// A host model is about to read or write the buffers: what was queued must have run.
+static void sync_for_host_model(Zero1Optimizer* z) {
+    const Zero1Device* d = &z->backend->device;
+    if (z->backend->host_model) d->ops->sync_stream(d->ctx, d->compute);
+}
+
+// ---------------------------------------------------------------------------- the model's hooks
+
+static void hook_forward_begin(void* ctx, int block) {
+    Zero1Optimizer* z = (Zero1Optimizer*)ctx;
+    zero1_forward_block(z->rt, block + 1);
+    sync_for_host_model(z);
+    z->block_start_us = zero1_now_us();
+}
+
+static void hook_forward_end(void* ctx, int block) {
+    Zero1Optimizer* z = (Zero1Optimizer*)ctx;
+    zero1_trace(z->tracer, TRACE_COMPUTE, z->block_start_us, zero1_now_us(), "forward %d", block);
+}
+
+static void hook_backward_begin(void* ctx, int block) {
+    Zero1Optimizer* z = (Zero1Optimizer*)ctx;
+    zero1_poke(z->rt);
+    sync_for_host_model(z);
+    z->block_start_us = zero1_now_us();
+}
+
+static void hook_backward_end(void* ctx, int block) {
+    Zero1Optimizer* z = (Zero1Optimizer*)ctx;
+    zero1_trace(z->tracer, TRACE_COMPUTE, z->block_start_us, zero1_now_us(), "backward %d", block);
+    zero1_poke(z->rt);
+}
+
+static void hook_grad_done(void* ctx, int tensor) { zero1_grad_done(((Zero1Optimizer*)ctx)->rt, tensor); }
+
+// ---------------------------------------------------------------------------- the table
+
+static void op_load_weights(Optimizer* o, const float* dense) {
+    zero1_load_weights(impl(o)->rt, dense, impl(o)->dense_offsets);
+}
+static void op_begin_step(Optimizer* o, int step) { zero1_begin_step(impl(o)->rt, step); }
+static void op_begin_micro_step(Optimizer* o, int is_last) { zero1_begin_micro_step(impl(o)->rt, is_last); }
+static void op_finish_step(Optimizer* o, int step, float lr, double* blocked_ms) {
+    zero1_finish_step(impl(o)->rt, step, lr, blocked_ms);
+}
+static float op_read_norm(Optimizer* o) { return zero1_read_norm(impl(o)->rt); }
+static void op_sync_params(Optimizer* o) {
+    zero1_sync_params(impl(o)->rt);
+    sync_for_host_model(impl(o));
+}
+static void op_export_state(Optimizer* o, float* master, float* m, float* v) {
+    zero1_export_state(impl(o)->rt, impl(o)->dense_offsets, m, v, master);
+}
+static void op_import_state(Optimizer* o, const float* master, const float* m, const float* v) {
+    zero1_import_state(impl(o)->rt, impl(o)->dense_offsets, master, m, v);
+}
+static size_t op_state_bytes(const Optimizer* o) { return zero1_state_bytes(((const Zero1Optimizer*)o)->rt); }
+
+// Rank 0: the bucket table and the per-rank memory ledger of this run.
+static void op_print_start(Optimizer* o) {
+    Zero1Optimizer* z = impl(o);
+    const TrainConfig* cfg = &z->cfg;
+    if (z->backend->comm->rank != 0) return;
+    const Zero1Layout* lay = zero1_layout(z->rt);
+    printf("zero1: %s, DP=%d, %d bucket%s (bucket_size %s%zu), param %s, grad reduce %s, overlap grad %s / param %s, "
+           "device %s, comm %s\n",
+           cfg->zero_stage == 1 ? "ZeRO-1 sharded optimizer" : "replicated optimizer (bucketed all-reduce)", o->world,
+           lay->num_buckets, lay->num_buckets == 1 ? "" : "s", lay->bucket_size ? "" : "none ", lay->bucket_size,
+           cfg->param_dtype == DTYPE_BF16 ? "bf16" : "fp32", cfg->grad_dtype == DTYPE_BF16 ? "bf16" : "fp32",
+           cfg->overlap_grad_reduce ? "on" : "off", cfg->overlap_param_gather ? "on" : "off",
+           z->backend->device.ops->name, z->backend->comm->name);
+    printf("zero1: bucket      start        end   unpadded   padding  params\n");
+    for (int b = 0; b < lay->num_buckets; b++) {
+        const Zero1Bucket* bk = &lay->buckets[b];
+        printf("zero1: %6d %10zu %10zu %10zu %9zu  %d..%d\n", b, bk->start, bk->end, bk->numel_unpadded,
+               bk->end - bk->start - bk->numel_unpadded, bk->first_param, bk->last_param);
+    }
+    printf("zero1: buffer %zu elements for %zu parameters (padding and alignment %.3f%%)\n", lay->numel,
+           z->model_numel, 100.0 * (double)(lay->numel - z->model_numel) / (double)lay->numel);
+    Zero1Ledger ledger = zero1_ledger_compute(lay->numel, o->world, cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
+                                              cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
+    zero1_ledger_print(stdout, &ledger);
+}
+
+// Every rank's row (state bytes, owned elements, peak RSS), gathered through the
+// communicator so that this file needs no MPI.
+static double* gather_rows(Zero1Optimizer* z, const double* mine, int width) {
+    Zero1Comm* comm = z->backend->comm;
+    const Zero1Device* dev = &z->backend->device;
+    size_t bytes = (size_t)comm->size * width * sizeof(double);
+    double* host = (double*)dev->ops->alloc_host(dev->ctx, bytes);
+    double* buf = (double*)dev->ops->alloc(dev->ctx, bytes);
+    memcpy(host + (size_t)comm->rank * width, mine, width * sizeof(double));
+    dev->ops->from_host(dev->ctx, dev->compute, buf + (size_t)comm->rank * width, host + (size_t)comm->rank * width,
+                        width * sizeof(double));
+    comm->wait(comm, comm->all_gather(comm, buf, (size_t)comm->size * width, ZERO1_FP64, -1));
+    dev->ops->to_host(dev->ctx, dev->compute, host, buf, bytes);
+    dev->ops->sync_stream(dev->ctx, dev->compute);
+    dev->ops->free(dev->ctx, buf);
+    double* out = (double*)mallocCheck(bytes);
+    memcpy(out, host, bytes);
+    dev->ops->free_host(dev->ctx, host);
+    return out;
+}
+
+static void write_trace(Zero1Optimizer* z) {
+    int rank = z->backend->comm->rank;
+    char path[PATH_MAX_LEN];
+    const char* f = z->cfg.trace_file;
+    size_t len = strlen(f);
+    if (len > 5 && strcmp(f + len - 5, ".json") == 0) len -= 5;
+    path_format(path, sizeof(path), "%.*s.rank%d.json", (int)len, f, rank);
+    if (zero1_tracer_write(z->tracer, path) != 0) fatal("cannot write trace %s", path);
+    if (rank == 0) printf("zero1: trace written to %.*s.rank*.json\n", (int)len, f);
+}
+
+static void op_print_end(Optimizer* o) {
+    Zero1Optimizer* z = impl(o);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double mine[3] = {(double)zero1_state_bytes(z->rt), (double)zero1_owned_numel(z->rt),
+                      (double)ru.ru_maxrss * 1024.0};
+    double* all = gather_rows(z, mine, 3);
+    if (z->backend->comm->rank == 0) {
+        printf("zero1: rank  owned elements  optimizer state bytes  bytes/element  peak RSS MiB\n");
+        double owned_total = 0.0;
+        for (int r = 0; r < o->world; r++) {
+            double* row = all + 3 * r;
+            owned_total += row[1];
+            printf("zero1: %4d %15.0f %22.0f %14.1f %13.1f\n", r, row[1], row[0], row[1] > 0 ? row[0] / row[1] : 0.0,
+                   row[2] / (1024.0 * 1024.0));
+        }
+        size_t numel = zero1_layout(z->rt)->numel;
+        int sharded = z->cfg.zero_stage == 1 || o->world == 1;
+        printf("zero1: owned elements over all ranks %.0f (buffer %zu)\n", owned_total,
+               sharded ? numel : numel * (size_t)o->world);
+    }
+    free(all);
+    if (z->tracer) write_trace(z);
+}
+
+static void op_destroy(Optimizer* o) {
+    Zero1Optimizer* z = impl(o);
+    zero1_runtime_destroy(z->rt);
+    Zero1Backend* be = z->backend;
+    be->comm->destroy(be->comm);
+    if (be->destroy_device) be->destroy_device(&be->device);
+    free(be);
+    zero1_tracer_destroy(z->tracer);
+    free(z->offsets);
+    free(z->dense_offsets);
+    free(z);
+}
+
+// ---------------------------------------------------------------------------- creation
+
+static Zero1Options options_from(const TrainConfig* cfg, Zero1Dtype compute_dtype) {
+    Zero1Options opt;
+    memset(&opt, 0, sizeof(opt));
+    opt.zero_stage = cfg->zero_stage;
+    opt.bucket_size = cfg->bucket_size;
+    opt.pad_busbw = cfg->pad_busbw;
+    opt.shared_embedding = -1;
+    opt.overlap_grad_reduce = cfg->overlap_grad_reduce;
+    opt.overlap_param_gather = cfg->overlap_param_gather;
+    opt.check_nan = cfg->check_nan;
+    opt.param_dtype = cfg->param_dtype == DTYPE_BF16 ? ZERO1_BF16 : ZERO1_FP32;
+    opt.compute_dtype = compute_dtype;
+    opt.grad_dtype = cfg->grad_dtype == DTYPE_BF16 ? ZERO1_BF16 : ZERO1_FP32;
+    opt.beta1 = cfg->beta1;
+    opt.beta2 = cfg->beta2;
+    opt.eps = cfg->eps;
+    opt.weight_decay = cfg->weight_decay;
+    opt.grad_clip = cfg->grad_clip;
+    return opt;
+}
+
+Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* spec, Zero1Backend* backend,
+                                  Zero1Dtype compute_dtype) {
+    Zero1Optimizer* z = (Zero1Optimizer*)callocCheck(1, sizeof(Zero1Optimizer));
+    z->cfg = *cfg;
+    z->backend = backend;
+    Zero1Comm* comm = backend->comm;
+    z->tracer = cfg->trace_file ? zero1_tracer_create(comm->rank) : NULL;
+    Zero1Options opt = options_from(cfg, compute_dtype);
+    char err[256];
+    z->rt = zero1_runtime_create(&opt, spec, comm, &backend->device, z->tracer, err, sizeof(err));
+    if (!z->rt) fatal("zero1: %s", err);
+    int n = spec->num_params;
+    z->offsets = (size_t*)mallocCheck(n * sizeof(size_t));
+    z->dense_offsets = (size_t*)mallocCheck(n * sizeof(size_t));
+    for (int p = 0; p < n; p++) {
+        z->offsets[p] = zero1_param_offset(z->rt, p);
+        z->dense_offsets[p] = z->model_numel;
+        z->model_numel += spec->numels[p];
+    }
+    Optimizer* o = &z->base;
+    o->params = zero1_compute_params(z->rt);
+    o->grads = zero1_grad_buffer(z->rt);
+    o->offsets = z->offsets;
+    ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_done};
+    o->hooks = hooks;
+    o->name = "zero1";
+    o->world = comm->size;
+    o->load_weights = op_load_weights;
+    o->begin_step = op_begin_step;
+    o->begin_micro_step = op_begin_micro_step;
+    o->finish_step = op_finish_step;
+    o->read_norm = op_read_norm;
+    o->sync_params = op_sync_params;
+    o->export_state = op_export_state;
+    o->import_state = op_import_state;
+    o->state_bytes = op_state_bytes;
+    o->print_start = op_print_start;
+    o->print_end = op_print_end;
+    o->destroy = op_destroy;
+    return o;
+}
+
+Zero1Runtime* zero1_optimizer_runtime(Optimizer* o) { return impl(o)->rt; }

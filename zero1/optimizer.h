@@ -1,0 +1,50 @@
+/*
+ * zero1/optimizer.h: the zero1/ runtime behind the trainers' optimizer table
+ * (llmc/optimizer.h), for any model and any device.
+ *
+ * The trainer chooses the backend (the device its buffers live on and a communicator made
+ * for it, zero1/device_ops.h and zero1/comm.h) and describes the model (Zero1ModelSpec);
+ * this file does the rest: options from the command line, the runtime, the model's hooks,
+ * the start-up ledger, the end-of-run report and the traces. zero1/gpt2.h describes GPT-2.
+ */
+#ifndef ZERO1_OPTIMIZER_H
+#define ZERO1_OPTIMIZER_H
+
+#include "llmc/cli.h"
+#include "llmc/optimizer.h"
+#include "zero1/comm.h"
+#include "zero1/device_ops.h"
+#include "zero1/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Where the optimizer runs. The trainer fills it (heap-allocated, so that the communicator
+// can keep a pointer to the device) and hands it over; the optimizer destroys the
+// communicator, then the device (destroy_device may be NULL).
+// host_model: the model computes on the host, reading and writing the buffers directly
+// (the CPU trainer). The compute stream is then synced before the model runs, as if the
+// model's work were queued on it: free on the CPU device, and what keeps the deferred
+// test device's late execution consistent with the host model.
+typedef struct {
+    Zero1Device device;
+    void (*destroy_device)(Zero1Device* d);
+    Zero1Comm* comm;
+    int host_model;
+} Zero1Backend;
+
+// compute_dtype: what the model reads (the param buffer itself, or an fp32 copy of it).
+Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* spec, Zero1Backend* backend,
+                                  Zero1Dtype compute_dtype);
+Zero1Runtime* zero1_optimizer_runtime(Optimizer* o);
+
+// The CPU backend: host memory and MPI (one rank: no communication); the test options
+// --test-device deferred and --test-hazard swap in the deferred device and wrap the
+// communicator in the hazard one.
+Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
