@@ -18,6 +18,8 @@
  *    GPU kernel does; at enqueue that copy must equal the host array.
  * free and free_host run every queue first, as cudaFree and cudaFreeHost wait for the
  * device. Ops still queued at destroy are dropped unrun (their host memory may be gone).
+ * A model that computes on the host (the CPU trainer) reaches the buffers through
+ * zero1_device_deferred_host_view, only where it has synced the compute stream.
  */
 #include <stdint.h>
 
@@ -471,6 +473,14 @@ const Zero1DeviceOps zero1_device_deferred_ops = {
     deferred_convert, deferred_upload_spans, deferred_adamw, deferred_sum_squares, deferred_nonfinite_flags,
     deferred_norm_and_clip,
 };
+
+// For a model that computes on the host (the CPU trainer) and so stands for the compute
+// stream's own work: it may touch device memory only where the compute stream is synced,
+// and the caller guarantees that (it syncs before each block). Everything else keeps
+// going through the ops.
+void* zero1_device_deferred_host_view(const Zero1Device* dev, const void* p, size_t bytes) {
+    return device_range((Deferred*)dev->ctx, p, bytes, "host view");
+}
 
 Zero1Device zero1_device_deferred_create(void) {
     if (sizeof(void*) != 8) fatal("deferred device: needs 64-bit pointers");

@@ -3,8 +3,8 @@
  * comm.h): the deferred device (zero1/device_deferred.c) and the hazard communicator
  * (zero1/comm_hazard.c).
  *
- *   test_zero1_devices          the deferred device: device pointers fault on the host,
- *                               stream order, late execution (a missing event shows), NaN
+ *   test_zero1_devices          the deferred device: device pointers fault on the host
+ *                               (the host view does not), stream order, late execution (a missing event shows), NaN
  *                               before a sync, every arithmetic op bitwise equal to the CPU
  *                               device (itself checked against adamw_element written out
  *                               here), bad input; the hazard communicator over the single
@@ -134,6 +134,23 @@ static void check_host_cannot_dereference(const Zero1Device* d) {
     int status = in_child(write_device_pointer, d, err, sizeof(err));
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a write to alloc_host memory failed (status %#x)", status);
     d->ops->free_host(d->ctx, crash_target);
+    d->ops->free(d->ctx, p);
+}
+
+// zero1/device_deferred.c: a host model's address for a device range.
+void* zero1_device_deferred_host_view(const Zero1Device* dev, const void* p, size_t bytes);
+
+// The host view reaches the same memory as the device pointer, interior pointers included.
+static void check_host_view(const Zero1Device* d) {
+    unsigned char* p = (unsigned char*)d->ops->alloc(d->ctx, 64);
+    unsigned char* view = (unsigned char*)zero1_device_deferred_host_view(d, p + 16, 48);
+    d->ops->fill(d->ctx, d->compute, p, 7, 64);
+    d->ops->sync_stream(d->ctx, d->compute);
+    CHECK(all_bytes(view, 48, 7), "the host view does not see what the device wrote");
+    memset(view, 9, 48);
+    unsigned char host[64];
+    download(d, d->compute, host, p, 64);
+    CHECK(all_bytes(host, 16, 7) && all_bytes(host + 16, 48, 9), "the device does not see what the host view wrote");
     d->ops->free(d->ctx, p);
 }
 
@@ -500,6 +517,8 @@ static void bad_span_past_buffer(const Zero1Device* d) {
     d->ops->sum_squares(d->ctx, d->compute, &list, (float*)bad_alloc(d, 64), (double*)bad_alloc(d, 8));
 }
 
+static void bad_host_view(const Zero1Device* d) { zero1_device_deferred_host_view(d, bad_alloc(d, 64) + 8, 57); }
+
 static void check_bad_input(const Zero1Device* d) {
     struct { void (*fn)(const Zero1Device*); const char* message; } cases[] = {
         {bad_host_source, "is not a device pointer"},
@@ -509,6 +528,7 @@ static void check_bad_input(const Zero1Device* d) {
         {bad_use_after_free, "not inside one live allocation"},
         {bad_stale_spans, "device copy differs from their host array"},
         {bad_span_past_buffer, "not inside one live allocation"},
+        {bad_host_view, "host view: 57 bytes"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char err[1024];
@@ -689,6 +709,7 @@ int main(int argc, char** argv) {
     Zero1Device d = zero1_device_deferred_create();
     CHECK(strcmp(d.ops->name, "deferred") == 0 && d.ops->host_addressable == 0, "deferred device: name '%s'", d.ops->name);
     check_host_cannot_dereference(&d);
+    check_host_view(&d);
     check_stream_order(&d);
     check_late_execution(&d);
     check_sync_event(&d);
