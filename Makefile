@@ -1,15 +1,22 @@
 # llm.c-style GPT-2 trainers with the zero1/ ZeRO-1 plugin.
 #   make train_gpt2 [USE_ZERO1=1]     CPU trainer (C11, OpenMP, OpenBLAS, MPI)
 #   make train_gpt2cu [USE_ZERO1=1]   GPU trainer (CUDA, cuBLASLt, NCCL); PRECISION=BF16|FP32, GPU_ARCH=90
+#   make test_zero1_cuda              zero1's CUDA device ops and NCCL communicator (runs on a GPU)
 #   make zero1_plan                   the ZeRO-1 layout planner
 #   make test / test_gpu / bench / demo
+# Other toolchains: MPICC=mpicc.mpich (any MPI's compiler wrapper: Open MPI 4/5, MPICH),
+# CUDA_HOME=/opt/cuda (nvcc, headers, libraries; NVCC=... overrides nvcc alone),
+# NCCL_HOME=/opt/nccl (include/ and lib/ of an NCCL outside the CUDA toolkit).
 
-CC ?= mpicc
+MPICC ?= mpicc
 ifeq ($(origin CC),default)
-CC := mpicc
+CC := $(MPICC)
 endif
-NVCC ?= nvcc
-CUDA_HOME ?= /usr/local/cuda
+# Without CUDA_HOME: /usr/local/cuda if it holds nvcc, else wherever the nvcc on PATH lives.
+ifeq ($(CUDA_HOME),)
+CUDA_HOME := $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,$(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)))
+endif
+NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
 USE_ZERO1 ?= 0
 PRECISION ?= BF16
 GPU_ARCH ?= 90
@@ -30,9 +37,13 @@ ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/c
 ZERO1_TEST_SRC = zero1/device_deferred.c zero1/comm_hazard.c
 ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c $(ZERO1_TEST_SRC)
 ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
+# The CUDA device ops, the NCCL communicator and the GPU backend, built as objects with
+# their own flags (below).
+ZERO1_CUDA_SRC = zero1/device_cuda.cu zero1/comm_nccl.cu
+ZERO1_CUDA_OBJ = $(ZERO1_CUDA_SRC:.cu=.o)
 ifeq ($(USE_ZERO1),1)
 CPU_PLUGIN_SRC = $(ZERO1_CPU_SRC)
-GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC)
+GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC) zero1/backend_cuda.cu $(ZERO1_CUDA_OBJ) $(ZERO1_TEST_SRC)
 ZERO1_DEF = -DUSE_ZERO1
 endif
 
@@ -41,11 +52,14 @@ HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard zero1/*.h)
 # The binaries' names do not say how they were built, so the build variables are kept in
 # stamp files that change only when the variables do: switching USE_ZERO1 or PRECISION
 # rebuilds, repeating a build does not.
+# The toolchain counts too: a binary linked against another MPI must not survive a switch.
 CPU_STAMP := .build-cpu.stamp
 GPU_STAMP := .build-gpu.stamp
-$(shell echo "USE_ZERO1=$(USE_ZERO1)" | cmp -s - $(CPU_STAMP) || echo "USE_ZERO1=$(USE_ZERO1)" > $(CPU_STAMP))
-$(shell echo "USE_ZERO1=$(USE_ZERO1) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH)" | cmp -s - $(GPU_STAMP) || \
-        echo "USE_ZERO1=$(USE_ZERO1) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH)" > $(GPU_STAMP))
+CPU_BUILD := USE_ZERO1=$(USE_ZERO1) CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC))
+GPU_BUILD := USE_ZERO1=$(USE_ZERO1) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
+             MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC))
+$(shell echo "$(CPU_BUILD)" | cmp -s - $(CPU_STAMP) || echo "$(CPU_BUILD)" > $(CPU_STAMP))
+$(shell echo "$(GPU_BUILD)" | cmp -s - $(GPU_STAMP) || echo "$(GPU_BUILD)" > $(GPU_STAMP))
 CUDA_HEADERS = $(wildcard llmc/*.cuh)
 
 .PHONY: all test test_gpu bench demo clean data cuda
@@ -94,22 +108,52 @@ test_zero1_layout: dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) $(HOST_HEADERS
 	gcc $(CFLAGS) dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) -o $@ -lm
 
 # ---- GPU ----
-NVCC_FLAGS = -O3 -std=c++17 -I. -Xcompiler -fopenmp --use_fast_math -lineinfo \
+# --use_fast_math only for BF16: it turns tanhf (GELU) and expf into approximations with
+# relative errors near 2^-11, which would eat most of the FP32 build's margin against the
+# PyTorch oracle; BF16 rounds far more coarsely than that anyway.
+NVCC_FLAGS = -O3 -std=c++17 -Xcompiler -fopenmp -lineinfo \
   -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -gencode arch=compute_$(GPU_ARCH),code=compute_$(GPU_ARCH)
 ifeq ($(PRECISION),FP32)
 NVCC_FLAGS += -DENABLE_FP32
 else
-NVCC_FLAGS += -DENABLE_BF16
+NVCC_FLAGS += -DENABLE_BF16 --use_fast_math
 endif
-MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
-MPI_LDFLAGS := $(shell mpicc --showme:link 2>/dev/null)
-NVCC_LIBS = -lcublasLt -lcublas -lnccl $(MPI_LDFLAGS) -lgomp
+# NCCL_HOME before CUDA_HOME, so that its nccl.h and libnccl win over a toolkit's own.
+CUDA_LIB_DIR = $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+NVCC_INCLUDES = -I. $(if $(NCCL_HOME),-I$(NCCL_HOME)/include) $(if $(CUDA_HOME),-I$(CUDA_HOME)/include)
+NVCC_LIB_DIRS = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NCCL_HOME)/lib) \
+  $(if $(CUDA_LIB_DIR),-L$(CUDA_LIB_DIR))
+# The MPI wrapper's flags, translated for nvcc (Open MPI 5 and MPICH pass gcc-only flags).
+# Expanded only when a GPU target builds; a wrapper that answers nothing stops the build.
+MPI_NVCC_CFLAGS = $(shell bash scripts/mpi_nvcc_flags.sh compile $(MPICC))
+MPI_NVCC_LDFLAGS = $(shell bash scripts/mpi_nvcc_flags.sh link $(MPICC))
+NVCC_LIBS = $(NVCC_LIB_DIRS) -lcublasLt -lcublas -lnccl $(MPI_NVCC_LDFLAGS) -lgomp
+check_mpi_flags = $(if $(strip $(MPI_NVCC_LDFLAGS)),,$(error no MPI link flags from $(MPICC); see the error above))
 
 train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(ZERO1_DEF) $(MPI_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
+	$(check_mpi_flags)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
 
-test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) dev/test/test_gpt2.cu -o $@ $(NVCC_LIBS)
+# zero1's CUDA backend must give zero1/device_cpu.c's bits (AdamW, bf16 rounding, norm):
+# the trainer's flags, but IEEE division and square root and no flushed denormals (no
+# --use_fast_math), and no fused multiply-adds (the CPU build, ISO C, fuses none).
+NVCC_EXACT_FLAGS = $(filter-out --use_fast_math,$(NVCC_FLAGS)) -fmad=false
+$(ZERO1_CUDA_OBJ): zero1/%.o: zero1/%.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(check_mpi_flags)
+	$(NVCC) $(NVCC_EXACT_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) -c $< -o $@
+
+# The CUDA device ops against zero1/device_cpu.c (built as the CPU trainer builds it: the
+# reference bits are the CPU trainer's), and the NCCL communicator on one rank.
+zero1/device_cpu_ref.o: zero1/device_cpu.c $(HOST_HEADERS)
+	$(CC) $(CFLAGS) -c zero1/device_cpu.c -o $@
+
+test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(check_mpi_flags)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
+
+test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
+	$(check_mpi_flags)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
 
 # ---- tasks ----
 data: prepro_text
@@ -129,4 +173,4 @@ demo:
 
 clean:
 	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout train_gpt2cu test_gpt2cu \
-	  test_zero1_devices
+	  test_zero1_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices

@@ -146,6 +146,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     o->params = r->params;
     o->grads = r->grads;
     o->offsets = r->offsets;
+    o->numel = r->numel;
     o->world = world;
     o->load_weights = rep_load_weights;
     o->begin_step = rep_begin_step;

@@ -53,6 +53,7 @@ typedef struct {
     const char* trace_file;
     int param_dtype, grad_dtype;
     int plant_nan_step;         // test-only: poison one gradient at this step (-1 = never)
+    const char* comm_backend;   // GPU: auto|nccl|mpi
     const char* test_device;    // test-only: "deferred" runs zero1/ on the deferred CPU device
     int test_hazard;            // test-only: wrap zero1/'s communicator in the hazard one
 } TrainConfig;
@@ -115,6 +116,8 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--grad-dtype", OPT_DTYPE, CLI_FIELD(grad_dtype), 0, 0, "fp32|bf16 grad buffer / reduction dtype"},
     {NULL, "--test-plant-nan", OPT_INT, CLI_FIELD(plant_nan_step), -1, INT_MAX,
      "test only: poison one gradient at this step"},
+    {NULL, "--comm", OPT_STR, CLI_FIELD(comm_backend), 0, 0,
+     "GPU zero1/ communication: auto (NCCL, or MPI staged through host memory when ranks share a GPU), nccl, mpi"},
     {NULL, "--test-device", OPT_STR, CLI_FIELD(test_device), 0, 0,
      "test only: cpu|deferred device for zero1/ (deferred: ops run as late as ordering allows)"},
     {NULL, "--test-hazard", OPT_FLAG, CLI_FIELD(test_hazard), 0, 0,
@@ -154,6 +157,7 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->param_dtype = DTYPE_FP32;
     c->grad_dtype = DTYPE_FP32;
     c->plant_nan_step = -1;
+    c->comm_backend = "auto";
     c->test_device = "cpu";
 }
 

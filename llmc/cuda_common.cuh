@@ -23,6 +23,7 @@
 #if defined(ENABLE_FP32)
 typedef float floatX;
 #define PRECISION_NAME "fp32"
+#define FLOATX_IS_BF16 0
 #define CUBLAS_FLOATX CUDA_R_32F
 #else
 #ifndef ENABLE_BF16
@@ -30,6 +31,7 @@ typedef float floatX;
 #endif
 typedef __nv_bfloat16 floatX;
 #define PRECISION_NAME "bf16"
+#define FLOATX_IS_BF16 1
 #define CUBLAS_FLOATX CUDA_R_16BF
 #endif
 

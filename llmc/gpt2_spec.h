@@ -2,7 +2,7 @@
  * GPT-2's shape and its parameter tensors, in one place for every program
  * (both trainers, zero1_plan, tests).
  *
- * Canonical order (DESIGN.md section 3) is layer-major, so that one layer's tensors are
+ * Canonical order (docs/design.md, "Canonical parameter order") is layer-major, so that one layer's tensors are
  * contiguous and reverse canonical order is exactly backprop order:
  *   wte, wpe, for each layer: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb
  *   fcprojw fcprojb, then lnfw lnfb.

@@ -22,6 +22,7 @@ struct Optimizer {
     void* params;             // what the model computes with (its dtype is the trainer's)
     float* grads;             // fp32 grad buffer; backward accumulates into it
     const size_t* offsets;    // per canonical tensor, into params and grads
+    size_t numel;             // elements of each buffer (padding included)
     ModelHooks hooks;
     int world;                // data-parallel ranks
     // Sets the weights from a dense canonical fp32 host array (every rank the same).

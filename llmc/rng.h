@@ -23,7 +23,7 @@ static inline uint32_t rng_u32(uint64_t* state) {
 static inline float rng_f32(uint64_t* state) { return (rng_u32(state) >> 8) / 16777216.0f; }
 
 static inline uint64_t rng_seed(uint64_t seed) {
-    // splitmix64 of the seed, so that nearby seeds give unrelated streams; never 0.
+    // splitmix64 of the seed, so that nearby seed values give unrelated streams; never 0.
     uint64_t z = seed + 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

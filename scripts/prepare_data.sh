@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Prepares the tinyshakespeare token shards and the GPT-2 tokenizer file in <repo>/data/:
 #   data/tinyshakespeare_val.bin, data/tinyshakespeare_train.bin, data/gpt2_tokenizer.bin
-# Builds ./prepro_text (C, GPT-2 BPE; no Python) and runs it only when an output is
-# missing or older than the tool or its inputs, so calling this before every run is cheap.
+# Builds ./prepro_text (C, GPT-2 BPE; no Python) and runs it only when the outputs are not
+# those of the current inputs, so calling this before every run is cheap. "Current" is a
+# content stamp, data/.prepared: the checksums of the inputs, of the tool's sources and of
+# the outputs. Contents, not times: a data/ carried to another machine stays valid there
+# although prepro_text is rebuilt (newer) on arrival; a changed input, tool source or
+# damaged output re-prepares.
 # Inputs come from $LLMC_DATA_DIR (default <repo>/dev/data, carried by the repository):
 #   gpt2/encoder.json, gpt2/vocab.bpe, tinyshakespeare/input.txt
 # Works from any directory.
@@ -17,17 +21,16 @@ INPUT=$DATA_DIR/tinyshakespeare/input.txt
 make -s prepro_text
 
 outputs=("$OUT_DIR/tinyshakespeare_val.bin" "$OUT_DIR/tinyshakespeare_train.bin" "$OUT_DIR/gpt2_tokenizer.bin")
-stale=0
-for out in "${outputs[@]}"; do
-    if [ ! -f "$out" ]; then stale=1; break; fi
-    for src in ./prepro_text "$ENCODER" "$MERGES" "$INPUT"; do
-        if [ "$src" -nt "$out" ]; then stale=1; fi
-    done
-done
+STAMP=$OUT_DIR/.prepared
+TOOL_SOURCES=(dev/data/prepro_text.c llmc/bpe.h llmc/unicode_classes.h llmc/utils.h)
+# Checksums only, not names: the same inputs from another LLMC_DATA_DIR are the same inputs.
+fingerprint() { sha256sum "$ENCODER" "$MERGES" "$INPUT" "${TOOL_SOURCES[@]}" "${outputs[@]}" 2>/dev/null | cut -d' ' -f1; }
 
-if [ "$stale" -eq 0 ]; then
+if [ -f "$STAMP" ] && [ "$(fingerprint)" = "$(cat "$STAMP")" ]; then
     echo "prepare_data: $OUT_DIR/ is up to date (tinyshakespeare shards, gpt2_tokenizer.bin)"
     exit 0
 fi
+rm -f "$STAMP"
 # prepro_text itself explains where to download any input that is missing.
 ./prepro_text --encoder "$ENCODER" --merges "$MERGES" --input "$INPUT" --out-dir "$OUT_DIR" --name tinyshakespeare
+fingerprint >"$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"

@@ -3,7 +3,9 @@
 #   1. scripts/install_deps.sh   what the build and the PyTorch oracle need
 #   2. make test                 every CPU test (dev/test/run_tests.sh), ends "N passed, M failed"
 #   3. scripts/check_cuda_build.sh  every CUDA target compiles in FP32 and BF16 (no GPU needed)
-#   4. make test_gpu             the GPU tests; they say SKIPPED where there is no GPU
+#   4. scripts/check_openmpi5_build.sh  the trainers build (and the CPU one runs) against the
+#                                Open MPI 5 wheel from PyPI; SKIPPED without a network
+#   5. make test_gpu             the GPU tests; they say SKIPPED where there is no GPU
 # Exit status: non-zero if any step failed.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -22,7 +24,7 @@ read -r passed failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ { p = $1; f = $3
 skipped=0
 
 phase "CUDA compile check"
-export PATH=$PATH:/usr/local/cuda/bin
+export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
 if command -v nvcc >/dev/null 2>&1; then
     bash scripts/check_cuda_build.sh
     cuda=$?
@@ -31,6 +33,17 @@ else
     echo "test: CUDA compile check SKIPPED: no nvcc (install the CUDA toolkit to compile train_gpt2cu)"
     cuda=0
     skipped=$((skipped + 1))
+fi
+
+phase "build against Open MPI 5 (PyPI wheel)"
+bash scripts/check_openmpi5_build.sh 2>&1 | tee "$log"
+mpi5=${PIPESTATUS[0]}
+if [ $mpi5 -ne 0 ]; then
+    failed=$((failed + 1))
+elif grep -q "^SKIPPED" "$log"; then
+    skipped=$((skipped + 1))
+else
+    passed=$((passed + 1))
 fi
 
 phase "make test_gpu"
@@ -44,7 +57,7 @@ else
     [ $gpu -ne 0 ] && [ "$f" = 0 ] && failed=$((failed + 1))
 fi
 
-phase "done: make test $tests, CUDA build $cuda, make test_gpu $gpu"
+phase "done: make test $tests, CUDA build $cuda, Open MPI 5 build $mpi5, make test_gpu $gpu"
 [ $tests -ne 0 ] && [ $failed -eq 0 ] && failed=1  # a broken runner still fails
 echo "total: $passed passed, $failed failed, $skipped skipped"
-[ $tests -eq 0 ] && [ $cuda -eq 0 ] && [ $gpu -eq 0 ]
+[ $tests -eq 0 ] && [ $cuda -eq 0 ] && [ $mpi5 -eq 0 ] && [ $gpu -eq 0 ]

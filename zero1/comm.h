@@ -24,9 +24,14 @@
  *    progress non-blocking collectives in the background); the runtime calls it at layer
  *    boundaries. It has no effect on ordering.
  *  - group_begin()/group_end(): the collectives issued between them may be fused into one
- *    launch (NCCL groups); their handles behave as usual. Groups do not nest.
+ *    launch (NCCL groups); their handles may be waited for only after group_end (test()
+ *    answers 0 before). Groups do not nest.
  *  - Every rank issues the same collectives in the same order (bucket is a label for
  *    traces and messages, not a matching key).
+ *  - Traces: when tracer is set, a backend whose collectives run on a device stream records
+ *    each bucket collective's device-time span itself ("reduce-scatter bN", "all-reduce bN"
+ *    on the grad lane, "all-gather bN" on the param lane) and says so with traces_itself;
+ *    otherwise the runtime records host times (exact for host-driven backends).
  *
  * In-place conventions:
  *  - reduce_scatter(buf, n): buf holds a whole bucket of n elements (n divisible by size);
@@ -44,6 +49,7 @@
 #include <stddef.h>
 
 #include "zero1/device_ops.h"
+#include "zero1/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +62,8 @@ struct Zero1Comm {
     int rank, size;
     const char* name;  // "single", "mpi", "mpi-staged", "nccl", "hazard(...)"
     int step;          // set by the runtime each step: for messages and traces
+    Zero1Tracer* tracer;
+    int traces_itself;
     void* impl;
     Zero1Handle (*reduce_scatter)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
     Zero1Handle (*all_gather)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);

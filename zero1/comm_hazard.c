@@ -10,7 +10,9 @@
  * random (seeded), so code that assumes an early completion is exercised.
  *
  * The inner collectives are issued at once and in call order, as MPI requires of every
- * rank; the hazard never reorders or postpones them.
+ * rank; the hazard never reorders or postpones them. It also holds the runtime to the
+ * group rule: a handle issued inside group_begin/group_end is not waited for before
+ * group_end (an error), and test() answers 0 for it until then.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -23,8 +25,10 @@ typedef enum { REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE } CollectiveKind;
 // One collective in flight; a free slot keeps its snapshot for the next one.
 typedef struct {
     int in_flight;
+    int in_open_group;     // issued inside a group that has not ended yet
     Zero1Handle inner;
     CollectiveKind kind;
+    int bucket;
     char* buf;             // the caller's region (device memory)
     size_t bytes;
     void* snapshot;        // device memory, snapshot_cap bytes
@@ -37,8 +41,11 @@ typedef struct {
     uint64_t rng;
     HazardSlot* slots;
     int num_slots;
+    int in_group;
     char name[64];
 } Hazard;
+
+static const char* const KIND_NAMES[3] = {"reduce-scatter", "all-gather", "all-reduce"};
 
 static uint64_t splitmix64(uint64_t* state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -49,7 +56,8 @@ static uint64_t splitmix64(uint64_t* state) {
 
 static Hazard* hazard_of(Zero1Comm* c) {
     Hazard* h = (Hazard*)c->impl;
-    h->inner->step = c->step;  // the runtime sets the step on this communicator
+    h->inner->step = c->step;  // the runtime sets these on this communicator
+    h->inner->tracer = c->tracer;
     return h;
 }
 
@@ -78,7 +86,9 @@ static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n,
         s->snapshot_cap = bytes;
     }
     s->in_flight = 1;
+    s->in_open_group = h->in_group;
     s->kind = kind;
+    s->bucket = bucket;
     s->buf = (char*)buf;
     s->bytes = bytes;
     // The caller's data, as ordering-in defines it, goes to the snapshot; the region is
@@ -104,7 +114,7 @@ static Zero1Handle hazard_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dty
 
 static HazardSlot* in_flight_slot(Hazard* h, Zero1Handle handle, const char* what) {
     if (handle >= h->num_slots || !h->slots[handle].in_flight)
-        fatal("hazard communicator: %s of handle %d, which is not in flight", what, handle);
+        fatal("hazard communicator: %s of handle %d, which is not in flight (finished already?)", what, handle);
     return &h->slots[handle];
 }
 
@@ -124,6 +134,9 @@ static void hazard_wait(Zero1Comm* c, Zero1Handle handle) {
     if (handle < 0) return;
     Hazard* h = hazard_of(c);
     HazardSlot* s = in_flight_slot(h, handle, "wait");
+    if (s->in_open_group)
+        fatal("hazard communicator: wait for the %s of bucket %d at step %d inside its group (before group_end)",
+              KIND_NAMES[s->kind], s->bucket, c->step);
     h->inner->wait(h->inner, s->inner);
     publish(h, s);
 }
@@ -132,6 +145,7 @@ static int hazard_test(Zero1Comm* c, Zero1Handle handle) {
     if (handle < 0) return 1;
     Hazard* h = hazard_of(c);
     HazardSlot* s = in_flight_slot(h, handle, "test");
+    if (s->in_open_group) return 0;
     if (splitmix64(&h->rng) >> 63) return 0;  // "not yet", whatever the inner would say
     if (!h->inner->test(h->inner, s->inner)) return 0;
     publish(h, s);
@@ -144,10 +158,15 @@ static void hazard_progress(Zero1Comm* c) {
 }
 static void hazard_group_begin(Zero1Comm* c) {
     Hazard* h = hazard_of(c);
+    if (h->in_group) fatal("hazard communicator: group_begin inside a group at step %d (groups do not nest)", c->step);
+    h->in_group = 1;
     h->inner->group_begin(h->inner);
 }
 static void hazard_group_end(Zero1Comm* c) {
     Hazard* h = hazard_of(c);
+    if (!h->in_group) fatal("hazard communicator: group_end without group_begin at step %d", c->step);
+    h->in_group = 0;
+    for (int i = 0; i < h->num_slots; i++) h->slots[i].in_open_group = 0;
     h->inner->group_end(h->inner);
 }
 
@@ -170,6 +189,7 @@ Zero1Comm* zero1_comm_hazard_create(Zero1Comm* inner, const Zero1Device* dev, un
     snprintf(h->name, sizeof(h->name), "hazard(%s)", inner->name);
     c->rank = inner->rank;
     c->size = inner->size;
+    c->traces_itself = inner->traces_itself;
     c->name = h->name;
     c->impl = h;
     c->reduce_scatter = hazard_reduce_scatter;

@@ -107,6 +107,7 @@ const Zero1DeviceOps zero1_device_cpu_ops = {
     cpu_record, cpu_wait_event, cpu_sync_event, cpu_query_event, cpu_sync_stream,
     cpu_fill, cpu_copy, cpu_copy, cpu_copy,
     cpu_convert, cpu_upload_spans, cpu_adamw, cpu_sum_squares, cpu_nonfinite_flags, cpu_norm_and_clip,
+    NULL, NULL,  // no clock of its own: traces use the host's
 };
 
 Zero1Device zero1_device_cpu(void) {

@@ -472,6 +472,7 @@ const Zero1DeviceOps zero1_device_deferred_ops = {
     deferred_fill, deferred_copy, deferred_to_host, deferred_from_host,
     deferred_convert, deferred_upload_spans, deferred_adamw, deferred_sum_squares, deferred_nonfinite_flags,
     deferred_norm_and_clip,
+    NULL, NULL,  // no clock of its own: traces use the host's
 };
 
 // For a model that computes on the host (the CPU trainer) and so stands for the compute

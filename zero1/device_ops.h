@@ -8,6 +8,7 @@
  *    on s2 afterwards run after what was queued on s1 before the record.
  *  - The host may read what the device wrote (to_host into host memory) only after a
  *    sync that covers it: sync_stream, or sync_event on an event recorded after it.
+ *  - Source and destination ranges of copy and convert do not overlap.
  *  - Device pointers may not be host-addressable (host_addressable == 0): then only these
  *    ops touch device memory. Pointer arithmetic on device pointers (base + offset) is fine.
  *  - Arithmetic ops read every scalar they need that the device computed (the clip factor)
@@ -99,12 +100,18 @@ typedef struct {
                   float* master, const float* grads, float* m, float* v, const AdamWStep* step,
                   const float* grad_scale);
     // acc[0] += sum over the spans of grads[i]^2, in double. Deterministic: the same
-    // inputs give the same bits (fixed summation order).
+    // inputs give the same bits (fixed summation order). A span list may carry scratch
+    // for this: one list is not summed on two streams at once.
     void (*sum_squares)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads, double* acc);
     // flags[span.param] = 1 for every span holding a non-finite grad; other flags untouched.
     void (*nonfinite_flags)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads, float* flags);
     // out[0] = sqrt(sumsq[0]); out[1] = max_norm / out[0] if max_norm > 0 and out[0] > max_norm, else 1.
     void (*norm_and_clip)(void* ctx, Zero1Stream s, const double* sumsq, float max_norm, float* out);
+
+    // Device time, for traces of work that runs later than the host queues it. NULL where
+    // the device has no clock of its own (the CPU devices: host times are exact there).
+    Zero1Event (*event_create_timed)(void* ctx);
+    float (*elapsed_ms)(void* ctx, Zero1Event from, Zero1Event to);  // both recorded and completed
 } Zero1DeviceOps;
 
 // A device as the runtime and the communicators use it: the ops, their context, and the

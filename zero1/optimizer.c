@@ -19,7 +19,8 @@ typedef struct {
     size_t* offsets;             // buffer offset of every parameter
     size_t* dense_offsets;       // offset of every parameter in the dense canonical arrays
     size_t model_numel;          // parameters (unpadded)
-    double block_start_us;
+    double block_start_us;       // host clock (host model)
+    Zero1Event block_start;      // device clock (a model queued on a device)
 } Zero1Optimizer;
 
 static Zero1Optimizer* impl(Optimizer* o) { return (Zero1Optimizer*)o; }
@@ -32,28 +33,42 @@ static void sync_for_host_model(Zero1Optimizer* z) {
 
 // ---------------------------------------------------------------------------- the model's hooks
 
+// A block's compute span: on the device's clock where the model's work is queued on a
+// device, else on the host's.
+static void block_begin(Zero1Optimizer* z) {
+    if (!z->tracer) return;
+    z->block_start_us = zero1_now_us();
+    z->block_start = zero1_trace_begin(z->tracer, z->backend->device.compute);
+}
+
+static void block_end(Zero1Optimizer* z, const char* what, int block) {
+    if (!z->tracer) return;
+    if (zero1_tracer_has_device_clock(z->tracer)) {
+        zero1_trace_end(z->tracer, TRACE_COMPUTE, z->block_start, z->backend->device.compute, "%s %d", what, block);
+    } else {
+        zero1_trace(z->tracer, TRACE_COMPUTE, z->block_start_us, zero1_now_us(), "%s %d", what, block);
+    }
+}
+
 static void hook_forward_begin(void* ctx, int block) {
     Zero1Optimizer* z = (Zero1Optimizer*)ctx;
     zero1_forward_block(z->rt, block + 1);
     sync_for_host_model(z);
-    z->block_start_us = zero1_now_us();
+    block_begin(z);
 }
 
-static void hook_forward_end(void* ctx, int block) {
-    Zero1Optimizer* z = (Zero1Optimizer*)ctx;
-    zero1_trace(z->tracer, TRACE_COMPUTE, z->block_start_us, zero1_now_us(), "forward %d", block);
-}
+static void hook_forward_end(void* ctx, int block) { block_end((Zero1Optimizer*)ctx, "forward", block); }
 
 static void hook_backward_begin(void* ctx, int block) {
     Zero1Optimizer* z = (Zero1Optimizer*)ctx;
     zero1_poke(z->rt);
     sync_for_host_model(z);
-    z->block_start_us = zero1_now_us();
+    block_begin(z);
 }
 
 static void hook_backward_end(void* ctx, int block) {
     Zero1Optimizer* z = (Zero1Optimizer*)ctx;
-    zero1_trace(z->tracer, TRACE_COMPUTE, z->block_start_us, zero1_now_us(), "backward %d", block);
+    block_end(z, "backward", block);
     zero1_poke(z->rt);
 }
 
@@ -162,17 +177,20 @@ static void op_print_end(Optimizer* o) {
                sharded ? numel : numel * (size_t)o->world);
     }
     free(all);
-    if (z->tracer) write_trace(z);
+    if (z->tracer) {
+        zero1_tracer_resolve(z->tracer);
+        write_trace(z);
+    }
 }
 
 static void op_destroy(Optimizer* o) {
     Zero1Optimizer* z = impl(o);
     zero1_runtime_destroy(z->rt);
+    zero1_tracer_destroy(z->tracer);  // its device events go before the device
     Zero1Backend* be = z->backend;
     be->comm->destroy(be->comm);
     if (be->destroy_device) be->destroy_device(&be->device);
     free(be);
-    zero1_tracer_destroy(z->tracer);
     free(z->offsets);
     free(z->dense_offsets);
     free(z);
@@ -208,6 +226,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     z->backend = backend;
     Zero1Comm* comm = backend->comm;
     z->tracer = cfg->trace_file ? zero1_tracer_create(comm->rank) : NULL;
+    if (!backend->host_model) zero1_tracer_use_device(z->tracer, &backend->device);
     Zero1Options opt = options_from(cfg, compute_dtype);
     char err[256];
     z->rt = zero1_runtime_create(&opt, spec, comm, &backend->device, z->tracer, err, sizeof(err));
@@ -229,6 +248,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
         o->grads = (float*)backend->host_view(&backend->device, o->grads, numel * sizeof(float));
     }
     o->offsets = z->offsets;
+    o->numel = zero1_layout(z->rt)->numel;
     ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_done};
     o->hooks = hooks;
     o->name = "zero1";

@@ -77,8 +77,10 @@ static void fire_bucket(Zero1Runtime* rt, int b) {
 static void reduce_completed(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->reduce_in_flight = 0;
-    zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->reduce_start_us, zero1_now_us(), "%s b%d",
-                stage1(rt) ? "reduce-scatter" : "all-reduce", b);
+    if (!rt->comm->traces_itself) {
+        zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->reduce_start_us, zero1_now_us(), "%s b%d",
+                    stage1(rt) ? "reduce-scatter" : "all-reduce", b);
+    }
     if (!rt->grad_comm) return;
     const Zero1Range* sh = &rt->shards.buckets[b].shard;
     rt_convert(rt, rt->grads + sh->start, ZERO1_FP32, grad_comm_at(rt, sh->start), ZERO1_BF16, sh->end - sh->start);
@@ -114,7 +116,9 @@ static void check_all_fired(Zero1Runtime* rt) {
 static void gather_completed(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->gather_state = GATHER_DONE;
-    zero1_trace(rt->tracer, TRACE_PARAM_COMM, s->gather_start_us, zero1_now_us(), "all-gather b%d", b);
+    if (!rt->comm->traces_itself) {
+        zero1_trace(rt->tracer, TRACE_PARAM_COMM, s->gather_start_us, zero1_now_us(), "all-gather b%d", b);
+    }
     if (rt->compute == rt->param_buffer) return;  // gathered straight into the weights the model reads
     const Zero1Bucket* bk = &rt->layout.buckets[b];
     rt_convert(rt, compute_at(rt, bk->start), rt->opt.compute_dtype, param_at(rt, bk->start), rt->opt.param_dtype,
@@ -379,6 +383,7 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     rt->comm = comm;
     rt->dev = *dev;
     rt->tracer = tracer;
+    comm->tracer = tracer;
     if (zero1_layout_build(&rt->layout, rt->numels, rt->num_params, comm->size, opt->bucket_size, opt->pad_busbw,
                            opt->shared_embedding, err, err_len) != 0) {
         zero1_runtime_destroy(rt);

@@ -20,21 +20,80 @@ Zero1Tracer* zero1_tracer_create(int rank) {
     return t;
 }
 
-void zero1_trace(Zero1Tracer* t, int lane, double start_us, double end_us, const char* fmt, ...) {
-    if (t == NULL) return;
-    if (t->count == t->capacity) {
-        t->capacity = t->capacity ? 2 * t->capacity : 1024;
-        t->events = (Zero1TraceEvent*)realloc(t->events, t->capacity * sizeof(Zero1TraceEvent));
-        if (!t->events) fatal("out of memory growing the trace");
-    }
+// Room for one more element of size bytes in *array.
+static void* grow_array(void* array, size_t* capacity, size_t count, size_t size) {
+    if (count < *capacity) return array;
+    *capacity = *capacity ? 2 * *capacity : 1024;
+    array = realloc(array, *capacity * size);
+    if (!array) fatal("out of memory growing the trace");
+    return array;
+}
+
+static void add_event(Zero1Tracer* t, int lane, double start_us, double end_us, const char* name) {
+    t->events = (Zero1TraceEvent*)grow_array(t->events, &t->capacity, t->count, sizeof(Zero1TraceEvent));
     Zero1TraceEvent* e = &t->events[t->count++];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->name, sizeof(e->name), fmt, ap);
-    va_end(ap);
+    snprintf(e->name, sizeof(e->name), "%s", name);
     e->lane = lane;
     e->start_us = start_us;
     e->end_us = end_us;
+}
+
+void zero1_trace(Zero1Tracer* t, int lane, double start_us, double end_us, const char* fmt, ...) {
+    if (t == NULL) return;
+    char name[40];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    add_event(t, lane, start_us, end_us, name);
+}
+
+void zero1_tracer_use_device(Zero1Tracer* t, const Zero1Device* dev) {
+    if (!t || !dev->ops->event_create_timed) return;
+    t->dev = dev;
+    t->base = dev->ops->event_create_timed(dev->ctx);
+    dev->ops->record(dev->ctx, t->base, dev->compute);
+    dev->ops->sync_event(dev->ctx, t->base);
+    t->base_us = zero1_now_us();
+}
+
+int zero1_tracer_has_device_clock(const Zero1Tracer* t) { return t && t->dev; }
+
+Zero1Event zero1_trace_begin(Zero1Tracer* t, Zero1Stream s) {
+    if (!zero1_tracer_has_device_clock(t)) return NULL;
+    Zero1Event e = t->dev->ops->event_create_timed(t->dev->ctx);
+    t->dev->ops->record(t->dev->ctx, e, s);
+    return e;
+}
+
+void zero1_trace_end(Zero1Tracer* t, int lane, Zero1Event start, Zero1Stream s, const char* fmt, ...) {
+    if (!zero1_tracer_has_device_clock(t) || !start) return;
+    t->spans = (Zero1DeviceSpan*)grow_array(t->spans, &t->span_capacity, t->span_count, sizeof(Zero1DeviceSpan));
+    Zero1DeviceSpan* sp = &t->spans[t->span_count++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sp->name, sizeof(sp->name), fmt, ap);
+    va_end(ap);
+    sp->lane = lane;
+    sp->start = start;
+    sp->end = t->dev->ops->event_create_timed(t->dev->ctx);
+    t->dev->ops->record(t->dev->ctx, sp->end, s);
+}
+
+void zero1_tracer_resolve(Zero1Tracer* t) {
+    if (!zero1_tracer_has_device_clock(t)) return;
+    const Zero1DeviceOps* ops = t->dev->ops;
+    void* ctx = t->dev->ctx;
+    for (size_t i = 0; i < t->span_count; i++) {
+        Zero1DeviceSpan* sp = &t->spans[i];
+        ops->sync_event(ctx, sp->end);
+        double start = t->base_us + 1e3 * ops->elapsed_ms(ctx, t->base, sp->start);
+        double end = t->base_us + 1e3 * ops->elapsed_ms(ctx, t->base, sp->end);
+        add_event(t, sp->lane, start, end, sp->name);
+        ops->event_destroy(ctx, sp->start);
+        ops->event_destroy(ctx, sp->end);
+    }
+    t->span_count = 0;
 }
 
 int zero1_tracer_write(const Zero1Tracer* t, const char* path) {
@@ -64,6 +123,9 @@ int zero1_tracer_write(const Zero1Tracer* t, const char* path) {
 
 void zero1_tracer_destroy(Zero1Tracer* t) {
     if (!t) return;
+    zero1_tracer_resolve(t);
+    if (t->dev) t->dev->ops->event_destroy(t->dev->ctx, t->base);
+    free(t->spans);
     free(t->events);
     free(t);
 }

@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include "zero1/device_ops.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -23,15 +25,37 @@ typedef struct {
     double start_us, end_us;
 } Zero1TraceEvent;
 
+// A span timed on a device: two timed events, resolved to host time at the end.
+typedef struct {
+    char name[40];
+    int lane;
+    Zero1Event start, end;
+} Zero1DeviceSpan;
+
 typedef struct {
     int rank;
     Zero1TraceEvent* events;
     size_t count, capacity;
+    const Zero1Device* dev;      // set by zero1_tracer_use_device
+    Zero1Event base;             // completed when the host clock read base_us
+    double base_us;
+    Zero1DeviceSpan* spans;
+    size_t span_count, span_capacity;
 } Zero1Tracer;
 
 double zero1_now_us(void);
 Zero1Tracer* zero1_tracer_create(int rank);
 void zero1_trace(Zero1Tracer* t, int lane, double start_us, double end_us, const char* fmt, ...);
+// Device spans (work that runs later than the host queues it, e.g. on a GPU): needs a
+// device with a clock (ops->event_create_timed). zero1_trace_begin records a timed event
+// on stream s and returns it; zero1_trace_end records the end and keeps the span. Both
+// return/do nothing without a tracer or a device clock, so call sites need no checks.
+void zero1_tracer_use_device(Zero1Tracer* t, const Zero1Device* dev);
+int zero1_tracer_has_device_clock(const Zero1Tracer* t);
+Zero1Event zero1_trace_begin(Zero1Tracer* t, Zero1Stream s);
+void zero1_trace_end(Zero1Tracer* t, int lane, Zero1Event start, Zero1Stream s, const char* fmt, ...);
+// Waits for every recorded span and turns them into ordinary events on the host clock.
+void zero1_tracer_resolve(Zero1Tracer* t);
 // Writes path (atomically: path.tmp, then rename). Returns 0, or -1 if it cannot.
 int zero1_tracer_write(const Zero1Tracer* t, const char* path);
 void zero1_tracer_destroy(Zero1Tracer* t);

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """An independent GPT-2 BPE encoder: the test oracle for llmc/bpe.h.
 
 Independent on purpose: the pre-tokenisation runs GPT-2's pattern through Python's own

@@ -6,7 +6,8 @@ it builds the same GPT-2 as llm.c (pre-LN, GELU-tanh, tied lm_head, vocabulary p
 to Vp), writes an llm.c model file and a "debug state" (inputs, logits, loss, every
 gradient, and the losses/norms of several clipped-AdamW steps on one batch).
 
-Run it with Debian's interpreter, which has torch: /usr/bin/python3 dev/test/gpt2_oracle.py ...
+Run it with an interpreter that has torch: $LLMC_PYTHON, by default Debian's /usr/bin/python3
+(the tests call it that way): $LLMC_PYTHON dev/test/gpt2_oracle.py ...
 Subcommands: make, bench, check-model, selftest (see dev/test/README.md for formats).
 
 Numerics: everything is float32 (parameters, activations, gradients, AdamW state and
@@ -36,7 +37,7 @@ STATE_MAGIC = 20240327
 STATE_VERSION = 3
 HEADER_INTS = 256
 
-# Per-layer tensor kinds in canonical (DESIGN.md section 3) order.
+# Per-layer tensor kinds in canonical order (docs/design.md, "Canonical parameter order").
 LAYER_KINDS = ["ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"]
 # Tensors that get weight decay (the 2-D ones); biases and LayerNorm params never do.
@@ -90,7 +91,7 @@ class Config:
         return out
 
     def canonical_order(self):
-        """(name, kind, layer) in canonical layer-major order (DESIGN.md section 3)."""
+        """(name, kind, layer) in canonical layer-major order (docs/design.md)."""
         out = [("wte", "wte", None), ("wpe", "wpe", None)]
         for l in range(self.L):
             for kind in LAYER_KINDS:

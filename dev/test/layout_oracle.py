@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """
-Independent oracle for zero1/ layout and shard ranges, written from the Megatron seeds
-(../shared/seeds: distrib_optimizer.py's layout loop, _build_model_gbuf_range,
+Independent oracle for zero1/ layout and shard ranges, written from Megatron-LM's code
+(the layout loop of _ParamAndGradBuffer, distrib_optimizer.py's _build_model_gbuf_range,
 _build_model_gbuf_param_range_map and its Range.normalize), not from the C code.
 
 Usage: layout_oracle.py --binary ./zero1_plan [--configs 2000] [--seed 1234]

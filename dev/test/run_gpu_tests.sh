@@ -8,19 +8,21 @@
 #   4. with >= 2 GPUs and mpirun: the BF16 test on 2 ranks (replicas identical)
 #   5. train_gpt2cu (BF16) twice with identical flags on a random token shard:
 #      the step lines and main.log (minus timings) must be identical
+#   6. test_zero1_cuda: zero1's CUDA device ops bitwise against the CPU device, events,
+#      and the NCCL communicator on one rank (ordering with the compute stream, groups);
+#      with >= 2 GPUs also on 2-4 ranks (in-place offsets and sums)
 # Prints "N passed, M failed"; exits non-zero on any failure.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# The oracle runs under $LLMC_PYTHON (default Debian's python3, which has torch): $PY.
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     echo "SKIPPED: no GPU found (make test_gpu needs an NVIDIA GPU)"
     exit 0
 fi
 NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
-PY=${LLMC_PYTHON:-/usr/bin/python3}
 OUT=${TEST_GPU_OUT:-$(mktemp -d /tmp/llmc_test_gpu.XXXXXX)}
 mkdir -p "$OUT"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 passed=0
 failed=0
 check() {  # check NAME COMMAND...: runs it, logs to $OUT/NAME.log, counts the result
@@ -51,7 +53,7 @@ check test_gpt2cu_fp32 "$OUT/test_gpt2cu_FP32" "$OUT/model_fp32.bin" "$OUT/state
 check build_test_bf16 build test_gpt2cu BF16
 check test_gpt2cu_bf16 "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
 if [ "$NUM_GPUS" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
-    check test_gpt2cu_bf16_np2 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    check test_gpt2cu_bf16_np2 "${MPIRUN[@]}" -np 2 \
         "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
 fi
 
@@ -75,6 +77,13 @@ same_losses() {
     [ "$(grep -c '^step' "$OUT/train_run1.log")" -eq 10 ]
 }
 check determinism same_losses
+
+check build_zero1_cuda build test_zero1_cuda BF16
+check zero1_cuda "$OUT/test_zero1_cuda_BF16"
+if [ "$NUM_GPUS" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
+    check zero1_cuda_multirank mpirun --allow-run-as-root --oversubscribe -np "$((NUM_GPUS < 4 ? NUM_GPUS : 4))" \
+        "$OUT/test_zero1_cuda_BF16"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

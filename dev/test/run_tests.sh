@@ -32,6 +32,8 @@ STEPS=(
   "errors          300 dev/test/test_errors.sh"
   "zero1           600 dev/test/test_zero1.sh"
   "checkpoint      300 dev/test/test_checkpoint.sh"
+  "multihost       300 dev/test/test_multihost.sh"
+  "plot_loss       120 dev/test/test_plot_loss.sh"
 )
 # -------------------------------------------------------------------------------------
 

@@ -63,10 +63,10 @@ static float* download_floatX(const floatX* d, size_t n) {
 static void check_forward_backward(Trainer* tr, const OracleState* s) {
     GPT2* m = &tr->model;
     size_t BT = (size_t)s->B * s->T;
-    cudaCheck(cudaMemset(tr->grads, 0, tr->numel * sizeof(float)));
-    cudaCheck(cudaMemset(m->d_loss, 0, sizeof(float)));
+    tr->opt->begin_step(tr->opt, 0);  // zeroes the grads
+    cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), m->stream));
     gpt2_forward(m, s->x, s->y, s->B, s->T);
-    cudaCheck(cudaStreamSynchronize(tr->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
     float* logits = download_floatX(m->acts.logits, BT * s->Vp);
     double worst_excess;
     double max_err = logits_max_error(s, logits, TOL_LOGITS_ABS, TOL_LOGITS_REL, &worst_excess);
@@ -78,10 +78,10 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     report(loss_err <= TOL_LOSS, "loss", loss_err, TOL_LOSS);
 
     gpt2_backward(m, 1.0f / (float)BT);
-    cudaCheck(cudaStreamSynchronize(tr->stream));
-    float* grads = (float*)mallocCheck(tr->numel * sizeof(float));
-    cudaCheck(cudaMemcpy(grads, tr->grads, tr->numel * sizeof(float), cudaMemcpyDeviceToHost));
-    check_gradients(&m->config, s, grads, tr->offsets, TOL_GRAD_MAX, TOL_GRAD_L2);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    float* grads = (float*)mallocCheck(tr->opt->numel * sizeof(float));
+    cudaCheck(cudaMemcpy(grads, tr->opt->grads, tr->opt->numel * sizeof(float), cudaMemcpyDeviceToHost));
+    check_gradients(&m->config, s, grads, tr->opt->offsets, TOL_GRAD_MAX, TOL_GRAD_L2);
     free(grads);
 }
 
@@ -100,13 +100,14 @@ int main(int argc, char** argv) {
     }
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
-    NcclComm nccl;
-    cudaStream_t stream = gpu_setup(rank, world, &nccl);
+    GpuSetup gpu;
+    gpu_setup(&gpu, rank, world);
     GPT2Config mc;
     int version;
     OracleState s;
     TrainConfig cfg;
     int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg);
+    cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
     if (rank == 0) {
         printf("oracle test (GPU %s, %s build, model file v%d): %s, %d ranks x %d micro-steps x B=%d, T=%d\n",
                cuda_libs.device_name, PRECISION_NAME, version, argv[1], world, k, cfg.B, cfg.T);
@@ -119,12 +120,12 @@ int main(int argc, char** argv) {
 
     Trainer tr;
     if (world == 1 && k == 1) {
-        trainer_init(&tr, &cfg, rank, world, &nccl, stream);
+        trainer_init(&tr, &cfg, &gpu);
         check_forward_backward(&tr, &s);
         trainer_free(&tr);
     }
 
-    trainer_init(&tr, &cfg, rank, world, &nccl, stream);
+    trainer_init(&tr, &cfg, &gpu);
     SliceCtx slice = {&s, rank, world, cfg.B};
     double worst_loss = 0.0;
     int losses_ok = 1;
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
 
     // Determinism: the same steps again from the same start must give bitwise the same
     // losses, norms and parameters (no atomics, fixed reduction orders, one stream).
-    trainer_init(&tr, &cfg, rank, world, &nccl, stream);
+    trainer_init(&tr, &cfg, &gpu);
     int same = 1;
     for (int step = 0; step < s.steps; step++) {
         StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice);
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
     same &= params_fingerprint(&tr) == first_fingerprint;
     trainer_free(&tr);
     report(same, "rerun bitwise identical (losses, norms, params)", same ? 0.0 : 1.0, 0.0);
-    nccl_comm_free(&nccl);
+    gpu_teardown(&gpu);
     if (rank == 0) printf("%s\n", failures ? "FAIL test_gpt2cu" : "PASS test_gpt2cu");
     MPI_Finalize();
     return failures ? 1 : 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-rank equivalence of ./train_gpt2 (issue acceptance):
+# Multi-rank equivalence of ./train_gpt2:
 #   -z 0 with np=2, B=2 gives the same loss trajectory as np=1, B=4 (same global batch),
 #   and np=4, B=1 with -d accumulation likewise, within 1e-5; after the run all ranks
 #   hold bitwise identical parameters (train_gpt2 prints "parameters identical on all N

@@ -4,11 +4,12 @@
  * (zero1/comm_hazard.c).
  *
  *   test_zero1_devices          the deferred device: device pointers fault on the host
- *                               (the host view does not), stream order, late execution (a missing event shows), NaN
- *                               before a sync, every arithmetic op bitwise equal to the CPU
- *                               device (itself checked against adamw_element written out
- *                               here), bad input; the hazard communicator over the single
- *                               communicator on both devices
+ *                               (the host view does not), stream order, late execution (a
+ *                               missing event shows), NaN before a sync, every arithmetic
+ *                               op bitwise equal to the CPU device (itself checked against
+ *                               adamw_element written out here), bad input; the hazard
+ *                               communicator over the single communicator on both devices,
+ *                               and its handle and group rules
  *   mpirun -np N test_zero1_devices --mpi
  *                               the hazard communicator over MPI: direct on the CPU device,
  *                               staged on the deferred device
@@ -485,7 +486,7 @@ static void check_convert(const Zero1Device* d) {
     }
 }
 
-// ---- the deferred device: bad input stops with one message ----
+// ---- bad input stops with one message: the deferred device, the hazard communicator ----
 
 static char* bad_alloc(const Zero1Device* d, size_t n) { return (char*)d->ops->alloc(d->ctx, n); }
 static void bad_host_source(const Zero1Device* d) {
@@ -519,6 +520,31 @@ static void bad_span_past_buffer(const Zero1Device* d) {
 
 static void bad_host_view(const Zero1Device* d) { zero1_device_deferred_host_view(d, bad_alloc(d, 64) + 8, 57); }
 
+// The hazard communicator holds the caller to comm.h's handle and group rules.
+static Zero1Comm* bad_hazard(const Zero1Device* d, void** buf) {
+    *buf = bad_alloc(d, 64);
+    return zero1_comm_hazard_create(zero1_comm_single_create(d), d, 1);
+}
+static void bad_wait_in_group(const Zero1Device* d) {
+    void* buf;
+    Zero1Comm* c = bad_hazard(d, &buf);
+    c->group_begin(c);
+    c->wait(c, c->all_reduce(c, buf, 16, ZERO1_FP32, 3));
+}
+static void bad_wait_twice(const Zero1Device* d) {
+    void* buf;
+    Zero1Comm* c = bad_hazard(d, &buf);
+    Zero1Handle h = c->all_gather(c, buf, 16, ZERO1_FP32, 0);
+    c->wait(c, h);
+    c->wait(c, h);
+}
+static void bad_nested_group(const Zero1Device* d) {
+    void* buf;
+    Zero1Comm* c = bad_hazard(d, &buf);
+    c->group_begin(c);
+    c->group_begin(c);
+}
+
 static void check_bad_input(const Zero1Device* d) {
     struct { void (*fn)(const Zero1Device*); const char* message; } cases[] = {
         {bad_host_source, "is not a device pointer"},
@@ -529,6 +555,9 @@ static void check_bad_input(const Zero1Device* d) {
         {bad_stale_spans, "device copy differs from their host array"},
         {bad_span_past_buffer, "not inside one live allocation"},
         {bad_host_view, "host view: 57 bytes"},
+        {bad_wait_in_group, "wait for the all-reduce of bucket 3 at step 0 inside its group"},
+        {bad_wait_twice, "wait of handle 0, which is not in flight"},
+        {bad_nested_group, "groups do not nest"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char err[1024];
@@ -663,6 +692,7 @@ static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* lab
         bufs[i] = make_input(d, c, (Kind)i, n * (i + 1), ZERO1_FP32);
         handles[i] = issue(c, (Kind)i, bufs[i], n * (i + 1), ZERO1_FP32, i);
     }
+    CHECK(c->test(c, handles[0]) == 0, "%s: test() completed a handle before its group ended", label);
     c->group_end(c);
     for (int i = 0; i < IN_FLIGHT; i++) check_in_flight_is_poisoned(d, bufs[i], n * (i + 1) * 4, label);
     for (int i = IN_FLIGHT - 1; i >= 0; i--) {

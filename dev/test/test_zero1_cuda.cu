@@ -1,0 +1,849 @@
+/*
+ * zero1's CUDA backend (zero1/device_cuda.cu) against the CPU device (zero1/device_cpu.c,
+ * built as the CPU trainer builds it), and the NCCL communicator (zero1/comm_nccl.cu).
+ *
+ *   test_zero1_cuda                  one process, one GPU: parts 1-8 below
+ *   mpirun -np N test_zero1_cuda     N ranks with a GPU each: parts 1 and 9
+ * Prints PASS/FAIL lines; exits 1 on any failure.
+ *
+ *  1. the NCCL id file's rendezvous (no GPU needed, so it runs everywhere): the id comes
+ *     through, a file of an earlier run is ignored, a reader that starts first waits,
+ *     a wrong rank count and a missing file end with an error naming the file
+ *  2. convert: fp32 -> bf16 on every sign/exponent/high-mantissa pattern with the
+ *     rounding-relevant low halves plus 16M random floats; bf16 -> fp32 on all 65536;
+ *     same-type copies; bitwise equal to the CPU device
+ *  3. adamw over span lists with empty, tiny, unaligned and large (4M) spans, gaps
+ *     between them and owned positions in another order; fp32 params with and without
+ *     a master, bf16 params; 3 steps; every array bitwise equal to the CPU device
+ *  4. sum_squares: same bits twice, "+=" semantics, within 1e-12 of the CPU's double
+ *     sum; both against a long double sum
+ *  5. nonfinite_flags: NaN/Inf at span edges and inside, one in a gap (not flagged)
+ *  6. norm_and_clip on edge cases, bitwise equal to the CPU device
+ *  7. events between two streams; the same launch without the event is seen to race
+ *  8. NCCL on one rank (file and MPI bootstrap): reduce-scatter, all-gather, all-reduce
+ *     in place are the identity for fp32, bf16, fp64; a collective waits for the
+ *     compute stream, and wait() makes the compute stream wait for the collective;
+ *     groups; handle table growth; abort
+ *  9. under mpirun (2 to 8 ranks, one GPU each), in place of 2-8: the in-place
+ *     offsets and the sums of reduce-scatter, all-gather and all-reduce (fp32, bf16,
+ *     fp64; alone and grouped) against the sums worked out here, for the MPI and the
+ *     file bootstrap
+ * Without a GPU, part 1 runs and the rest prints SKIPPED.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "llmc/bf16.h"
+#include "llmc/cuda_common.cuh"
+#include "zero1/comm_nccl.h"
+#include "zero1/device_cuda.h"
+
+static int failures = 0, checks = 0;
+
+static void check(int ok, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    checks++;
+    if (!ok) failures++;
+}
+
+static uint64_t next_u64(uint64_t* s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+// Finite floats over a wide range of magnitudes, with zeros and denormals mixed in.
+static float random_float(uint64_t* s) {
+    uint64_t r = next_u64(s);
+    if (r % 1000 == 0) return 0.0f;
+    if (r % 1000 == 1) return ldexpf((float)((r >> 40) & 0xff), -140);  // denormal (below 2^-126)
+    float unit = (float)((r >> 11) & 0xffffff) / 16777216.0f - 0.5f;
+    return ldexpf(unit, (int)((r >> 36) % 36) - 30);
+}
+
+// First index where two byte arrays of elements of `elem` bytes differ, or -1.
+static long long first_difference(const void* a, const void* b, size_t n, size_t elem) {
+    if (memcmp(a, b, n * elem) == 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp((const char*)a + i * elem, (const char*)b + i * elem, elem) != 0) return (long long)i;
+    }
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// 1. The id file's rendezvous (before any CUDA or MPI: it forks)
+
+// Runs fn in a child with stderr in a file; returns its exit status and the message.
+static int run_child(void (*fn)(const char*), const char* path, char* message, size_t len) {
+    char err_path[256];
+    snprintf(err_path, sizeof(err_path), "%s.stderr", path);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(err_path, "w", stderr)) _exit(99);
+        fn(path);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    message[0] = '\0';
+    FILE* f = fopen(err_path, "r");
+    if (f) {
+        size_t got = fread(message, 1, len - 1, f);
+        while (got > 0 && message[got - 1] == '\n') got--;
+        message[got] = '\0';
+        fclose(f);
+    }
+    unlink(err_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static unsigned char test_id[128], got_id[128];
+
+static void await_wrong_size(const char* path) { zero1_nccl_id_file_await(path, "run-b", 2, got_id, sizeof(got_id), 5); }
+static void await_stale_only(const char* path) { zero1_nccl_id_file_await(path, "run-c", 4, got_id, sizeof(got_id), 0.5); }
+static void publish_late(const char* path) {
+    usleep(300 * 1000);
+    zero1_nccl_id_file_publish(path, "run-d", 3, test_id, sizeof(test_id));
+}
+
+static void test_id_file(void) {
+    char path[256], message[1024];
+    snprintf(path, sizeof(path), "/tmp/zero1_nccl_id_test.%ld", (long)getpid());
+    for (size_t i = 0; i < sizeof(test_id); i++) test_id[i] = (unsigned char)(i * 37 + 11);
+
+    zero1_nccl_id_file_publish(path, "run-a", 4, test_id, sizeof(test_id));
+    memset(got_id, 0, sizeof(got_id));
+    zero1_nccl_id_file_await(path, "run-a", 4, got_id, sizeof(got_id), 5);
+    check(memcmp(got_id, test_id, sizeof(test_id)) == 0, "id file: the id comes through");
+
+    // A second publish replaces the first atomically (an earlier run's file).
+    test_id[0] ^= 0xff;
+    zero1_nccl_id_file_publish(path, "run-b", 4, test_id, sizeof(test_id));
+    zero1_nccl_id_file_await(path, "run-b", 4, got_id, sizeof(got_id), 5);
+    check(memcmp(got_id, test_id, sizeof(test_id)) == 0, "id file: a newer run's file replaces an earlier one");
+
+    int code = run_child(await_wrong_size, path, message, sizeof(message));
+    check(code == 1 && strstr(message, "error:") && strstr(message, path) && strstr(message, "4 ranks"),
+          "id file: a rank count that does not match is an error naming the file (exit %d: %.200s)", code, message);
+    code = run_child(await_stale_only, path, message, sizeof(message));
+    check(code == 1 && strstr(message, "error:") && strstr(message, path) && strstr(message, "run-b"),
+          "id file: only an earlier run's file -> timeout error naming file and run (exit %d: %.200s)", code, message);
+
+    // A reader that starts before rank 0 has written waits for it.
+    unlink(path);
+    test_id[1] ^= 0xff;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        publish_late(path);
+        _exit(0);
+    }
+    memset(got_id, 0, sizeof(got_id));
+    zero1_nccl_id_file_await(path, "run-d", 3, got_id, sizeof(got_id), 10);
+    waitpid(pid, NULL, 0);
+    check(memcmp(got_id, test_id, sizeof(test_id)) == 0, "id file: a reader that starts first waits for the file");
+
+    char tmp[300];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    check(access(tmp, F_OK) != 0, "id file: no temporary file left behind");
+    unlink(path);
+}
+
+// ----------------------------------------------------------------------------
+// Device helpers
+
+static Zero1Device cpu, gpu;
+
+static void* to_gpu(const void* host, size_t bytes) {
+    void* d = gpu.ops->alloc(gpu.ctx, bytes);
+    gpu.ops->from_host(gpu.ctx, gpu.compute, d, host, bytes);
+    gpu.ops->sync_stream(gpu.ctx, gpu.compute);
+    return d;
+}
+
+static void* from_gpu(const void* d, size_t bytes) {
+    void* host = mallocCheck(bytes);
+    gpu.ops->to_host(gpu.ctx, gpu.compute, host, d, bytes);
+    gpu.ops->sync_stream(gpu.ctx, gpu.compute);
+    return host;
+}
+
+// Checks a device array against the CPU device's host array, bit for bit.
+static void check_same_bits(const char* what, const char* setting, const void* cpu_array, const void* gpu_array,
+                            size_t n, size_t elem) {
+    void* got = from_gpu(gpu_array, n * elem);
+    long long i = first_difference(cpu_array, got, n, elem);
+    if (i < 0) {
+        check(1, "%s: %s bitwise equal (%zu elements)", setting, what, n);
+    } else {
+        uint32_t a = 0, b = 0;
+        memcpy(&a, (const char*)cpu_array + i * elem, elem < 4 ? elem : 4);
+        memcpy(&b, (const char*)got + i * elem, elem < 4 ? elem : 4);
+        check(0, "%s: %s differs at %lld: cpu 0x%08x gpu 0x%08x", setting, what, i, a, b);
+    }
+    free(got);
+}
+
+// ----------------------------------------------------------------------------
+// 2. convert
+
+static void test_convert(void) {
+    uint64_t rng = 42;
+    // Every sign/exponent/high-mantissa half with the low halves that decide the rounding
+    // (zero, ties, either side of a tie, all ones), then random patterns.
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x3fff, 0x7ffe, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xc000, 0xfffe, 0xffff};
+    const size_t num_lows = sizeof(lows) / sizeof(lows[0]), n_struct = 65536 * num_lows, n = n_struct + (1u << 24);
+    uint32_t* bits = (uint32_t*)gpu.ops->alloc_host(gpu.ctx, n * 4);  // page-locked: alloc_host too
+    for (size_t hi = 0; hi < 65536; hi++) {
+        for (size_t k = 0; k < num_lows; k++) bits[hi * num_lows + k] = (uint32_t)(hi << 16) | lows[k];
+    }
+    for (size_t i = n_struct; i < n; i++) bits[i] = (uint32_t)next_u64(&rng);
+    uint16_t* want = (uint16_t*)mallocCheck(n * 2);
+    cpu.ops->convert(cpu.ctx, cpu.compute, want, ZERO1_BF16, bits, ZERO1_FP32, n);
+    void* d_src = to_gpu(bits, n * 4);
+    void* d_dst = gpu.ops->alloc(gpu.ctx, n * 2);
+    gpu.ops->convert(gpu.ctx, gpu.compute, d_dst, ZERO1_BF16, d_src, ZERO1_FP32, n);
+    check_same_bits("fp32 -> bf16 (NaN payloads, ties, overflow to inf, denormals)", "convert", want, d_dst, n, 2);
+
+    // bf16 -> fp32 on every pattern, at an odd element offset on both sides.
+    uint16_t all16[65536 + 1];
+    for (uint32_t i = 0; i < 65536; i++) all16[i + 1] = (uint16_t)i;
+    float* want32 = (float*)mallocCheck(65536 * 4);
+    cpu.ops->convert(cpu.ctx, cpu.compute, want32, ZERO1_FP32, all16 + 1, ZERO1_BF16, 65536);
+    uint16_t* d16 = (uint16_t*)to_gpu(all16, sizeof(all16));
+    float* d32 = (float*)gpu.ops->alloc(gpu.ctx, (65536 + 3) * 4);
+    gpu.ops->convert(gpu.ctx, gpu.compute, d32 + 3, ZERO1_FP32, d16 + 1, ZERO1_BF16, 65536);
+    check_same_bits("bf16 -> fp32 (all 65536)", "convert", want32, d32 + 3, 65536, 4);
+
+    // Same type: a plain copy, fp32 and bf16 (odd offsets); n = 0 leaves dst alone.
+    gpu.ops->convert(gpu.ctx, gpu.compute, d32, ZERO1_FP32, (float*)d_src + 5, ZERO1_FP32, 65536);
+    check_same_bits("fp32 -> fp32 copy", "convert", bits + 5, d32, 65536, 4);
+    gpu.ops->convert(gpu.ctx, gpu.compute, (uint16_t*)d_dst + 1, ZERO1_BF16, d16 + 1, ZERO1_BF16, 65535);
+    check_same_bits("bf16 -> bf16 copy", "convert", all16 + 1, (uint16_t*)d_dst + 1, 65535, 2);
+    gpu.ops->fill(gpu.ctx, gpu.compute, d32, 0x7f, 16);
+    gpu.ops->convert(gpu.ctx, gpu.compute, d32, ZERO1_FP32, d16, ZERO1_BF16, 0);
+    uint32_t filled[4];
+    memset(filled, 0x7f, sizeof(filled));
+    check_same_bits("fill 0x7f, then an empty convert leaves it", "convert", filled, d32, 4, 4);
+
+    gpu.ops->free_host(gpu.ctx, bits);
+    free(want);
+    free(want32);
+    gpu.ops->free(gpu.ctx, d_src);
+    gpu.ops->free(gpu.ctx, d_dst);
+    gpu.ops->free(gpu.ctx, d16);
+    gpu.ops->free(gpu.ctx, d32);
+}
+
+// ----------------------------------------------------------------------------
+// Span sets: gaps between spans in the buffer, owned positions in reverse span order.
+
+typedef struct {
+    const char* name;
+    Zero1Span* spans;
+    int count;
+    size_t numel, buffer_numel, owned_numel;
+} SpanSet;
+
+static SpanSet make_spans(const char* name, const size_t* sizes, int count, uint64_t* rng) {
+    SpanSet s = {name, (Zero1Span*)callocCheck((size_t)count, sizeof(Zero1Span)), count, 0, 0, 0};
+    size_t pos = 5;
+    for (int i = 0; i < count; i++) {
+        s.spans[i].buffer = pos + 1 + next_u64(rng) % 17;  // a gap of >= 1 before every span
+        s.spans[i].n = sizes[i];
+        s.spans[i].param = i;
+        s.spans[i].decays = (int)(next_u64(rng) % 2);
+        pos = s.spans[i].buffer + sizes[i];
+        s.numel += sizes[i];
+    }
+    s.buffer_numel = pos + 11;
+    size_t owned = 3;
+    for (int i = count - 1; i >= 0; i--) {
+        s.spans[i].owned = owned + next_u64(rng) % 5;
+        owned = s.spans[i].owned + sizes[i];
+    }
+    s.owned_numel = owned + 7;
+    return s;
+}
+
+static Zero1SpanList span_list(const Zero1Device* dev, const SpanSet* s) {
+    Zero1SpanList l = {s->count, s->numel, s->spans, dev->ops->upload_spans(dev->ctx, s->spans, s->count)};
+    return l;
+}
+
+static float* random_array(size_t n, uint64_t* rng, int non_negative) {
+    float* x = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = non_negative ? fabsf(random_float(rng)) : random_float(rng);
+    return x;
+}
+
+// ----------------------------------------------------------------------------
+// 3. adamw
+
+static void test_adamw(const SpanSet* set, Zero1Dtype param_type, int with_master) {
+    char setting[128];
+    snprintf(setting, sizeof(setting), "adamw %s, %s params, %s", set->name, param_type == ZERO1_BF16 ? "bf16" : "fp32",
+             with_master ? "fp32 master" : "params are the master");
+    uint64_t rng = 7 + (uint64_t)param_type * 3 + (uint64_t)with_master;
+    size_t nb = set->buffer_numel, no = set->owned_numel, pbytes = zero1_dtype_size(param_type);
+    float* grads = random_array(nb, &rng, 0);
+    float* m = random_array(no, &rng, 0);
+    float* v = random_array(no, &rng, 1);
+    float* master = with_master ? random_array(no, &rng, 0) : NULL;
+    float* params_f = random_array(nb, &rng, 0);
+    void* params = params_f;
+    if (param_type == ZERO1_BF16) {
+        params = mallocCheck(nb * 2);
+        cpu.ops->convert(cpu.ctx, cpu.compute, params, ZERO1_BF16, params_f, ZERO1_FP32, nb);
+    }
+    void* d_params = to_gpu(params, nb * pbytes);
+    float* d_grads = (float*)to_gpu(grads, nb * 4);
+    float* d_m = (float*)to_gpu(m, no * 4);
+    float* d_v = (float*)to_gpu(v, no * 4);
+    float* d_master = with_master ? (float*)to_gpu(master, no * 4) : NULL;
+    float* d_scale = (float*)gpu.ops->alloc(gpu.ctx, sizeof(float));
+    Zero1SpanList cpu_list = span_list(&cpu, set), gpu_list = span_list(&gpu, set);
+
+    static const float scales[3] = {1.0f, 0.37f, 2.5f};
+    for (int t = 1; t <= 3; t++) {
+        // grad_scale in the step is a decoy: the factor must come from device memory.
+        AdamWStep step = adamw_step_params(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1000.0f);
+        cpu.ops->adamw(cpu.ctx, cpu.compute, &cpu_list, params, param_type, master, grads, m, v, &step, &scales[t - 1]);
+        gpu.ops->from_host(gpu.ctx, gpu.compute, d_scale, &scales[t - 1], sizeof(float));
+        gpu.ops->adamw(gpu.ctx, gpu.compute, &gpu_list, d_params, param_type, d_master, d_grads, d_m, d_v, &step, d_scale);
+    }
+    check_same_bits("params after 3 steps", setting, params, d_params, nb, pbytes);
+    check_same_bits("m", setting, m, d_m, no, 4);
+    check_same_bits("v", setting, v, d_v, no, 4);
+    if (with_master) check_same_bits("master", setting, master, d_master, no, 4);
+
+    if (param_type == ZERO1_BF16) free(params);
+    free(params_f);
+    free(grads);
+    free(m);
+    free(v);
+    free(master);
+    cpu.ops->free(cpu.ctx, (void*)cpu_list.device);
+    gpu.ops->free(gpu.ctx, (void*)gpu_list.device);
+    gpu.ops->free(gpu.ctx, d_params);
+    gpu.ops->free(gpu.ctx, d_grads);
+    gpu.ops->free(gpu.ctx, d_m);
+    gpu.ops->free(gpu.ctx, d_v);
+    gpu.ops->free(gpu.ctx, d_master);
+    gpu.ops->free(gpu.ctx, d_scale);
+}
+
+// ----------------------------------------------------------------------------
+// 4. sum_squares, 5. nonfinite_flags
+
+static double gpu_sum_squares(const Zero1SpanList* l, const float* d_grads, double start, int calls) {
+    double* d_acc = (double*)to_gpu(&start, sizeof(double));
+    for (int i = 0; i < calls; i++) gpu.ops->sum_squares(gpu.ctx, gpu.compute, l, d_grads, d_acc);
+    double* got = (double*)from_gpu(d_acc, sizeof(double));
+    double r = *got;
+    free(got);
+    gpu.ops->free(gpu.ctx, d_acc);
+    return r;
+}
+
+static void test_sum_squares(const SpanSet* set) {
+    uint64_t rng = 99;
+    float* grads = random_array(set->buffer_numel, &rng, 0);
+    float* d_grads = (float*)to_gpu(grads, set->buffer_numel * 4);
+    Zero1SpanList cpu_list = span_list(&cpu, set), gpu_list = span_list(&gpu, set);
+
+    double cpu_acc = 0.25;
+    cpu.ops->sum_squares(cpu.ctx, cpu.compute, &cpu_list, grads, &cpu_acc);
+    double first = gpu_sum_squares(&gpu_list, d_grads, 0.25, 1), second = gpu_sum_squares(&gpu_list, d_grads, 0.25, 1);
+    long double ref = 0.25L;
+    for (int i = 0; i < set->count; i++) {
+        for (size_t j = 0; j < set->spans[i].n; j++) {
+            long double g = grads[set->spans[i].buffer + j];
+            ref += g * g;
+        }
+    }
+    double rel_cpu = fabs(first - cpu_acc) / fabs(cpu_acc);
+    check(memcmp(&first, &second, sizeof(double)) == 0, "sum_squares %s: same bits twice (%.17g)", set->name, first);
+    check(rel_cpu <= 1e-12, "sum_squares %s: within 1e-12 of the CPU (rel %.2e; vs long double: gpu %.2e, cpu %.2e)",
+          set->name, rel_cpu, (double)(fabsl(first - ref) / ref), (double)(fabsl(cpu_acc - ref) / ref));
+    // From 0, one call gives S exactly as summed and a second adds S again: 2S exactly.
+    double once = gpu_sum_squares(&gpu_list, d_grads, 0.0, 1), twice = gpu_sum_squares(&gpu_list, d_grads, 0.0, 2);
+    check(twice == 2.0 * once && once > 0.0, "sum_squares %s: accumulates into acc[0] (%.17g = 2 x %.17g)", set->name,
+          twice, once);
+
+    free(grads);
+    cpu.ops->free(cpu.ctx, (void*)cpu_list.device);
+    gpu.ops->free(gpu.ctx, (void*)gpu_list.device);
+    gpu.ops->free(gpu.ctx, d_grads);
+}
+
+static void test_sum_squares_empty(void) {
+    size_t sizes[3] = {0, 0, 0};
+    uint64_t rng = 5;
+    SpanSet empty_spans = make_spans("empty spans", sizes, 3, &rng);
+    Zero1SpanList none = {0, 0, NULL, NULL}, empties = span_list(&gpu, &empty_spans);
+    float* d_grads = (float*)gpu.ops->alloc(gpu.ctx, empty_spans.buffer_numel * 4);
+    double a = gpu_sum_squares(&none, d_grads, 1.5, 1), b = gpu_sum_squares(&empties, d_grads, 1.5, 1);
+    check(a == 1.5 && b == 1.5, "sum_squares: no spans / only empty spans leave acc alone (%g, %g)", a, b);
+    gpu.ops->free(gpu.ctx, (void*)empties.device);
+    gpu.ops->free(gpu.ctx, d_grads);
+    free(empty_spans.spans);
+}
+
+static void test_nonfinite_flags(const SpanSet* set) {
+    uint64_t rng = 1234;
+    float* grads = random_array(set->buffer_numel, &rng, 0);
+    // Plant: NaN at the first element of the first non-empty span, -inf at the last of
+    // the last one, +inf in the middle of the largest, a NaN in the gap before a span.
+    int first = -1, last = -1, largest = 0;
+    for (int i = 0; i < set->count; i++) {
+        if (set->spans[i].n == 0) continue;
+        if (first < 0) first = i;
+        last = i;
+        if (set->spans[i].n > set->spans[largest].n) largest = i;
+    }
+    int gap_span = (first + 1 < set->count) ? first + 1 : first;
+    grads[set->spans[first].buffer] = nanf("");
+    grads[set->spans[last].buffer + set->spans[last].n - 1] = -INFINITY;
+    grads[set->spans[largest].buffer + set->spans[largest].n / 2] = INFINITY;
+    grads[set->spans[gap_span].buffer - 1] = nanf("");  // in no span: make_spans leaves a gap before each
+    float* flags = (float*)mallocCheck((size_t)set->count * 4);
+    for (int i = 0; i < set->count; i++) flags[i] = 0.5f;  // "untouched" is visible
+    float* d_flags = (float*)to_gpu(flags, (size_t)set->count * 4);
+    float* d_grads = (float*)to_gpu(grads, set->buffer_numel * 4);
+    Zero1SpanList cpu_list = span_list(&cpu, set), gpu_list = span_list(&gpu, set);
+    cpu.ops->nonfinite_flags(cpu.ctx, cpu.compute, &cpu_list, grads, flags);
+    gpu.ops->nonfinite_flags(gpu.ctx, gpu.compute, &gpu_list, d_grads, d_flags);
+    char setting[96];
+    snprintf(setting, sizeof(setting), "nonfinite_flags %s", set->name);
+    check_same_bits("flags", setting, flags, d_flags, (size_t)set->count, 4);
+    // And against what was planted, independently of the CPU device.
+    int expected_ok = 1;
+    for (int i = 0; i < set->count; i++) {
+        int planted = (i == first || i == last || i == largest);
+        expected_ok &= flags[i] == (planted ? 1.0f : 0.5f);
+    }
+    check(expected_ok, "%s: exactly the spans with a planted NaN/inf are flagged, the gap's NaN is not", setting);
+
+    free(grads);
+    free(flags);
+    cpu.ops->free(cpu.ctx, (void*)cpu_list.device);
+    gpu.ops->free(gpu.ctx, (void*)gpu_list.device);
+    gpu.ops->free(gpu.ctx, d_flags);
+    gpu.ops->free(gpu.ctx, d_grads);
+}
+
+// ----------------------------------------------------------------------------
+// 6. norm_and_clip
+
+static void test_norm_and_clip(void) {
+    static const double sumsq[] = {0.0, 4.0, 0.25, 1.0, 1e-300, 1e300, 2.0, 3.0, 7.123456789e5, 1.0000001, 9.0};
+    static const float max_norm[] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.0f, 1.5f, 100.0f, 1.0f, -1.0f};
+    const int k = (int)(sizeof(sumsq) / sizeof(sumsq[0]));
+    float want[2 * 16];
+    double* d_sumsq = (double*)to_gpu(sumsq, sizeof(sumsq));
+    float* d_out = (float*)gpu.ops->alloc(gpu.ctx, 2 * (size_t)k * sizeof(float));
+    int independent_ok = 1;
+    for (int i = 0; i < k; i++) {
+        cpu.ops->norm_and_clip(cpu.ctx, cpu.compute, &sumsq[i], max_norm[i], &want[2 * i]);
+        gpu.ops->norm_and_clip(gpu.ctx, gpu.compute, d_sumsq + i, max_norm[i], d_out + 2 * i);
+        float norm = (float)sqrt(sumsq[i]);
+        independent_ok &= want[2 * i] == norm &&
+                          want[2 * i + 1] == ((max_norm[i] > 0 && norm > max_norm[i]) ? max_norm[i] / norm : 1.0f);
+    }
+    check(independent_ok, "norm_and_clip: CPU device gives sqrt in double rounded once, and the clip rule");
+    check_same_bits("norm and clip factor (incl. 0, inf norm, no clipping)", "norm_and_clip", want, d_out, 2 * (size_t)k,
+                    4);
+    gpu.ops->free(gpu.ctx, d_sumsq);
+    gpu.ops->free(gpu.ctx, d_out);
+}
+
+// ----------------------------------------------------------------------------
+// 7. events; 8. NCCL
+
+__global__ void spin_kernel(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+__global__ void pattern_kernel(float* buf, size_t n, float base) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        buf[i] = base + (float)i;
+    }
+}
+
+#define SPIN_NS 200000000ull  // 200 ms: far longer than any launch latency
+#define PATTERN_N (1u << 20)
+
+static void spin(Zero1Stream s) {
+    spin_kernel<<<1, 1, 0, (cudaStream_t)s>>>(SPIN_NS);
+    cudaCheckLaunch();
+}
+static void pattern(Zero1Stream s, float* buf, float base) {
+    pattern_kernel<<<256, 256, 0, (cudaStream_t)s>>>(buf, PATTERN_N, base);
+    cudaCheckLaunch();
+}
+
+static int holds_pattern(const float* d, float base) {
+    float* got = (float*)from_gpu(d, PATTERN_N * 4);
+    int ok = 1;
+    for (size_t i = 0; i < PATTERN_N; i++) ok &= got[i] == base + (float)i;
+    free(got);
+    return ok;
+}
+
+// A slow writer on stream a, the reader on stream b: with the event the reader sees the
+// write; without it the reader runs at once and sees the old contents (which shows the
+// first check can fail).
+static void test_events(void) {
+    Zero1Stream a = gpu.ops->stream_create(gpu.ctx), b = gpu.ops->stream_create(gpu.ctx);
+    Zero1Event written = gpu.ops->event_create(gpu.ctx), copied = gpu.ops->event_create(gpu.ctx);
+    float* src = (float*)gpu.ops->alloc(gpu.ctx, PATTERN_N * 4);
+    float* dst = (float*)gpu.ops->alloc(gpu.ctx, PATTERN_N * 4);
+    check(gpu.ops->query_event(gpu.ctx, written) == 1, "events: an event never recorded is complete");
+    for (int ordered = 1; ordered >= 0; ordered--) {
+        gpu.ops->fill(gpu.ctx, a, src, 0, PATTERN_N * 4);
+        gpu.ops->sync_stream(gpu.ctx, a);
+        spin(a);
+        pattern(a, src, 3.0f);
+        gpu.ops->record(gpu.ctx, written, a);
+        if (ordered) gpu.ops->wait_event(gpu.ctx, b, written);
+        gpu.ops->copy(gpu.ctx, b, dst, src, PATTERN_N * 4);
+        gpu.ops->record(gpu.ctx, copied, b);
+        if (ordered) {
+            usleep(50 * 1000);
+            check(gpu.ops->query_event(gpu.ctx, written) == 0 && gpu.ops->query_event(gpu.ctx, copied) == 0,
+                  "events: query_event says 0 while the writer runs, and the waiting reader is not done");
+            gpu.ops->sync_event(gpu.ctx, copied);
+            check(gpu.ops->query_event(gpu.ctx, copied) == 1 && gpu.ops->query_event(gpu.ctx, written) == 1,
+                  "events: sync_event waits; both events complete after it");
+            check(holds_pattern(dst, 3.0f), "events: the reader on stream b sees stream a's write (record + wait_event)");
+        } else {
+            gpu.ops->sync_stream(gpu.ctx, b);
+            check(!holds_pattern(dst, 3.0f), "events (control): without wait_event the reader runs early");
+            gpu.ops->sync_stream(gpu.ctx, a);
+        }
+    }
+    gpu.ops->free(gpu.ctx, src);
+    gpu.ops->free(gpu.ctx, dst);
+    gpu.ops->event_destroy(gpu.ctx, written);
+    gpu.ops->event_destroy(gpu.ctx, copied);
+    gpu.ops->stream_destroy(gpu.ctx, a);
+    gpu.ops->stream_destroy(gpu.ctx, b);
+}
+
+// With one rank every in-place collective is the identity, in every dtype.
+static void test_nccl_identity(Zero1Comm* c, const char* boot) {
+    static const Zero1Dtype types[3] = {ZERO1_FP32, ZERO1_BF16, ZERO1_FP64};
+    static const char* type_names[3] = {"fp32", "bf16", "fp64"};
+    const size_t n = 1000003;
+    uint64_t rng = 77;
+    for (int t = 0; t < 3; t++) {
+        size_t bytes = n * zero1_dtype_size(types[t]);
+        unsigned char* host = (unsigned char*)mallocCheck(bytes);
+        for (size_t i = 0; i < bytes; i += 2) {  // finite values: no NaN/inf bit patterns
+            float f = random_float(&rng);
+            uint16_t h = float_to_bf16(f);
+            memcpy(host + i, &h, 2);
+        }
+        void* d = to_gpu(host, bytes);
+        for (int op = 0; op < 3; op++) {
+            Zero1Handle h = op == 0   ? c->reduce_scatter(c, d, n, types[t], op)
+                            : op == 1 ? c->all_gather(c, d, n, types[t], op)
+                                      : c->all_reduce(c, d, n, types[t], op);
+            c->wait(c, h);
+        }
+        char what[96];
+        snprintf(what, sizeof(what), "reduce-scatter, all-gather, all-reduce in place (%s)", type_names[t]);
+        char setting[64];
+        snprintf(setting, sizeof(setting), "nccl 1 rank, %s bootstrap", boot);
+        check_same_bits(what, setting, host, d, n, zero1_dtype_size(types[t]));
+        free(host);
+        gpu.ops->free(gpu.ctx, d);
+    }
+}
+
+static void test_nccl_ordering(Zero1Comm* c) {
+    float* buf = (float*)gpu.ops->alloc(gpu.ctx, PATTERN_N * 4);
+    float* out = (float*)gpu.ops->alloc(gpu.ctx, PATTERN_N * 4);
+    Zero1Stream comm_stream = (Zero1Stream)zero1_comm_nccl_stream(c);
+    Zero1Event queued = gpu.ops->event_create(gpu.ctx);
+
+    // Ordering in: the collective waits for the compute stream's (slow) write.
+    spin(gpu.compute);
+    pattern(gpu.compute, buf, 1.0f);
+    Zero1Handle h = c->all_reduce(c, buf, PATTERN_N, ZERO1_FP32, 0);
+    usleep(50 * 1000);
+    check(c->test(c, h) == 0, "nccl: a collective is not complete while the compute work before it runs");
+    c->wait(c, h);
+    gpu.ops->copy(gpu.ctx, gpu.compute, out, buf, PATTERN_N * 4);
+    check(holds_pattern(out, 1.0f), "nccl: compute write -> all-reduce -> compute read sees the write");
+
+    // wait(h) orders the compute stream after the collective: a slow write on the comm
+    // stream before the collective must be visible to the compute work after wait.
+    spin(comm_stream);
+    pattern(comm_stream, buf, 2.0f);
+    h = c->reduce_scatter(c, buf, PATTERN_N, ZERO1_FP32, 1);
+    c->wait(c, h);
+    gpu.ops->copy(gpu.ctx, gpu.compute, out, buf, PATTERN_N * 4);
+    gpu.ops->record(gpu.ctx, queued, gpu.compute);
+    usleep(50 * 1000);
+    check(gpu.ops->query_event(gpu.ctx, queued) == 0, "nccl: wait() holds the compute stream until the collective is done");
+    check(holds_pattern(out, 2.0f), "nccl: compute work after wait() sees the communication stream's result");
+
+    // Groups: handles are not complete before group_end, ordering in still holds after it.
+    float* more = (float*)gpu.ops->alloc(gpu.ctx, PATTERN_N * 4);
+    spin(gpu.compute);
+    pattern(gpu.compute, buf, 4.0f);
+    c->group_begin(c);
+    Zero1Handle g1 = c->reduce_scatter(c, buf, PATTERN_N, ZERO1_FP32, 0);
+    Zero1Handle g2 = c->all_gather(c, more, PATTERN_N, ZERO1_FP32, 1);
+    check(c->test(c, g1) == 0, "nccl group: a handle is not complete before group_end");
+    c->group_end(c);
+    usleep(50 * 1000);
+    check(c->test(c, g2) == 0, "nccl group: after group_end the collectives still wait for the compute stream");
+    c->wait(c, g1);
+    c->wait(c, g2);
+    check(holds_pattern(buf, 4.0f), "nccl group: identity after the grouped collectives");
+
+    // Many handles in flight at once (the handle table grows), finished by test or wait.
+    Zero1Handle hs[40];
+    for (int i = 0; i < 40; i++) hs[i] = c->all_reduce(c, buf, PATTERN_N, ZERO1_FP32, i);
+    c->progress(c);
+    gpu.ops->sync_stream(gpu.ctx, comm_stream);
+    int all_done = 1;
+    for (int i = 0; i < 40; i += 2) all_done &= c->test(c, hs[i]) == 1;
+    for (int i = 1; i < 40; i += 2) c->wait(c, hs[i]);
+    check(all_done && holds_pattern(buf, 4.0f), "nccl: 40 handles in flight, finished by test and wait");
+    check(c->test(c, -1) == 1 && c->all_reduce(c, buf, 0, ZERO1_FP32, 0) == -1, "nccl: handle -1 and empty collectives");
+
+    gpu.ops->sync_stream(gpu.ctx, gpu.compute);
+    gpu.ops->event_destroy(gpu.ctx, queued);
+    gpu.ops->free(gpu.ctx, buf);
+    gpu.ops->free(gpu.ctx, out);
+    gpu.ops->free(gpu.ctx, more);
+}
+
+static void test_nccl(void) {
+    char path[256], token[64];
+    snprintf(path, sizeof(path), "/tmp/zero1_nccl_id.%ld", (long)getpid());
+    snprintf(token, sizeof(token), "test-%ld", (long)getpid());
+    Zero1NcclBootstrap file_boot = {ZERO1_NCCL_BOOT_FILE, -1, path, token, 0, 1, 10.0};
+    Zero1Comm* c = zero1_comm_nccl_create(&gpu, &file_boot);
+    check(c->rank == 0 && c->size == 1 && access(path, F_OK) != 0,
+          "nccl file bootstrap: rank 0 of 1, the id file removed after start-up");
+    test_nccl_identity(c, "file");
+    test_nccl_ordering(c);
+    c->destroy(c);
+
+    Zero1NcclBootstrap mpi_boot = {ZERO1_NCCL_BOOT_MPI, 3, NULL, NULL, -1, -1, 0};
+    c = zero1_comm_nccl_create(&gpu, &mpi_boot);
+    check(c->rank == 0 && c->size == 1, "nccl MPI bootstrap (color 3): rank 0 of 1");
+    test_nccl_identity(c, "MPI");
+    check(zero1_comm_nccl_abort(c) == 0, "nccl: abort returns 0");
+    c->destroy(c);
+
+    int count = 0;
+    cudaCheck(cudaGetDeviceCount(&count));
+    check(zero1_nccl_usable(0, 1) == 1 && zero1_nccl_usable(0, count + 1) == 0,
+          "zero1_nccl_usable: 1 rank per GPU yes, more local ranks than GPUs no");
+}
+
+// ----------------------------------------------------------------------------
+// 9. Several ranks. Rank k contributes (k+1)*(i%8) at position i: every partial sum is
+// an integer <= 8*9/2*7 = 252, exact in bf16 too, so the sums are checked exactly.
+
+static int world_rank = 0, world_size = 1;
+
+// Every rank's verdict; rank 0 reports; every rank counts the failure (exit status).
+static void check_all_ranks(int ok, const char* what) {
+    int all_ok = 0;
+    mpiCheck(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (world_rank == 0) {
+        check(all_ok, "%s (%d ranks)", what, world_size);
+    } else if (!all_ok) {
+        failures++;
+    }
+}
+
+static void put_value(void* buf, Zero1Dtype t, size_t i, double x) {
+    if (t == ZERO1_FP64) ((double*)buf)[i] = x;
+    else if (t == ZERO1_FP32) ((float*)buf)[i] = (float)x;
+    else ((uint16_t*)buf)[i] = float_to_bf16((float)x);
+}
+
+static double get_value(const void* buf, Zero1Dtype t, size_t i) {
+    if (t == ZERO1_FP64) return ((const double*)buf)[i];
+    if (t == ZERO1_FP32) return ((const float*)buf)[i];
+    return bf16_to_float(((const uint16_t*)buf)[i]);
+}
+
+static double contribution(int rank, size_t i) { return (double)((rank + 1) * (int)(i % 8)); }
+
+enum { RS = 0, AG = 1, AR = 2 };
+
+// The input of `op` on this rank: everything for reduce-scatter and all-reduce; for
+// all-gather only this rank's slot, the rest NaN bytes (the gather must overwrite them).
+static void* multirank_input(int op, Zero1Dtype t, size_t n, int rank, int size) {
+    size_t elem = zero1_dtype_size(t), count = n / (size_t)size;
+    unsigned char* host = (unsigned char*)mallocCheck(n * elem);
+    memset(host, 0xff, n * elem);
+    for (size_t i = 0; i < n; i++) {
+        if (op != AG || i / count == (size_t)rank) put_value(host, t, i, contribution(rank, i));
+    }
+    void* d = to_gpu(host, n * elem);
+    free(host);
+    return d;
+}
+
+// Whether this rank's result of `op` is right: its slot after reduce-scatter, all of buf otherwise.
+static int multirank_output_ok(int op, Zero1Dtype t, const void* d, size_t n, int rank, int size) {
+    size_t count = n / (size_t)size;
+    void* host = from_gpu(d, n * zero1_dtype_size(t));
+    int ok = 1;
+    double ranks_sum = size * (size + 1) / 2.0;
+    for (size_t i = (op == RS ? rank * count : 0); i < (op == RS ? (rank + 1) * count : n); i++) {
+        double want = op == AG ? contribution((int)(i / count), i) : (double)(i % 8) * ranks_sum;
+        ok &= get_value(host, t, i) == want;
+    }
+    free(host);
+    return ok;
+}
+
+static Zero1Handle issue(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t) {
+    return op == RS ? c->reduce_scatter(c, buf, n, t, op) : op == AG ? c->all_gather(c, buf, n, t, op)
+                                                                  : c->all_reduce(c, buf, n, t, op);
+}
+
+static void test_nccl_multirank(Zero1Comm* c, const char* boot) {
+    static const Zero1Dtype types[3] = {ZERO1_FP32, ZERO1_BF16, ZERO1_FP64};
+    static const char* type_names[3] = {"fp32", "bf16", "fp64"};
+    static const char* op_names[3] = {"reduce-scatter", "all-gather", "all-reduce"};
+    const size_t n = 100003 * (size_t)c->size;  // an odd slot length: no alignment to lean on
+    char what[160];
+    snprintf(what, sizeof(what), "nccl %s bootstrap: rank and size are MPI's", boot);
+    check_all_ranks(c->rank == world_rank && c->size == world_size, what);
+    for (int t = 0; t < 3; t++) {
+        for (int op = 0; op < 3; op++) {
+            void* d = multirank_input(op, types[t], n, c->rank, c->size);
+            c->wait(c, issue(c, op, d, n, types[t]));
+            snprintf(what, sizeof(what), "nccl %s bootstrap: %s in place, %s: slots and sums exact", boot, op_names[op],
+                     type_names[t]);
+            check_all_ranks(multirank_output_ok(op, types[t], d, n, c->rank, c->size), what);
+            gpu.ops->free(gpu.ctx, d);
+        }
+    }
+    // The three at once in one group, finished by test() in a loop (never blocks).
+    void* d[3];
+    Zero1Handle h[3];
+    for (int op = 0; op < 3; op++) d[op] = multirank_input(op, ZERO1_FP32, n, c->rank, c->size);
+    c->group_begin(c);
+    for (int op = 0; op < 3; op++) h[op] = issue(c, op, d[op], n, ZERO1_FP32);
+    c->group_end(c);
+    int ok = 1;
+    for (int op = 0; op < 3; op++) {
+        while (!c->test(c, h[op])) c->progress(c);
+        ok &= multirank_output_ok(op, ZERO1_FP32, d[op], n, c->rank, c->size);
+        gpu.ops->free(gpu.ctx, d[op]);
+    }
+    snprintf(what, sizeof(what), "nccl %s bootstrap: reduce-scatter + all-gather + all-reduce in one group", boot);
+    check_all_ranks(ok, what);
+}
+
+static void run_multirank(void) {
+    Zero1NcclBootstrap mpi_boot = {ZERO1_NCCL_BOOT_MPI, -1, NULL, NULL, -1, -1, 0};
+    Zero1Comm* c = zero1_comm_nccl_create(&gpu, &mpi_boot);
+    test_nccl_multirank(c, "MPI");
+    c->destroy(c);
+
+    // The file bootstrap across processes: rank 0's pid names the file and the run.
+    long pid0 = (long)getpid();
+    mpiCheck(MPI_Bcast(&pid0, 1, MPI_LONG, 0, MPI_COMM_WORLD));
+    char path[256], token[64];
+    snprintf(path, sizeof(path), "/tmp/zero1_nccl_id_multirank.%ld", pid0);
+    snprintf(token, sizeof(token), "multirank-%ld", pid0);
+    Zero1NcclBootstrap file_boot = {ZERO1_NCCL_BOOT_FILE, -1, path, token, world_rank, world_size, 60.0};
+    c = zero1_comm_nccl_create(&gpu, &file_boot);
+    check_all_ranks(world_rank != 0 || access(path, F_OK) != 0, "nccl file bootstrap: rank 0 removed the id file");
+    test_nccl_multirank(c, "file");
+    c->destroy(c);
+}
+
+int main(int argc, char** argv) {
+    test_id_file();
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        printf("SKIPPED: no GPU (%s): the CUDA device ops and the NCCL communicator were NOT tested\n",
+               err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
+        printf("%d checks, %d failed (GPU part skipped)\n", checks, failures);
+        return failures ? 1 : 0;
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    utils_set_rank(world_rank, world_size);
+    if (world_size > 1 && (!zero1_nccl_usable(world_rank, world_size) || world_size > 8)) {
+        if (world_rank == 0) printf("SKIPPED: %d ranks need 2 to 8 GPUs of their own (%d found)\n", world_size, count);
+        MPI_Finalize();
+        return failures ? 1 : 0;
+    }
+    cudaCheck(cudaSetDevice(world_rank));
+    cudaStream_t compute;
+    cudaCheck(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    cpu = zero1_device_cpu();
+    gpu = zero1_device_cuda_create(compute);
+    if (world_size > 1) {
+        run_multirank();
+        zero1_device_cuda_destroy(&gpu);
+        cudaCheck(cudaStreamDestroy(compute));
+        MPI_Finalize();
+        if (world_rank == 0) printf("%d checks, %d failed\n", checks, failures);
+        return failures ? 1 : 0;
+    }
+
+    test_convert();
+    uint64_t rng = 2024;
+    static const size_t edge_sizes[] = {0, 1, 3, 0, 7, 2047, 2048, 2049, 1000, 0, 4194319, 5, 0};
+    SpanSet edge = make_spans("edge spans", edge_sizes, (int)(sizeof(edge_sizes) / sizeof(edge_sizes[0])), &rng);
+    size_t many_sizes[3000];
+    for (int i = 0; i < 3000; i++) many_sizes[i] = next_u64(&rng) % 400;  // some empty, many chunk crossings
+    SpanSet many = make_spans("3000 small spans", many_sizes, 3000, &rng);
+    const SpanSet* sets[2] = {&edge, &many};
+    for (int s = 0; s < 2; s++) {
+        test_adamw(sets[s], ZERO1_FP32, 0);
+        test_adamw(sets[s], ZERO1_FP32, 1);
+        test_adamw(sets[s], ZERO1_BF16, 1);
+        test_sum_squares(sets[s]);
+        test_nonfinite_flags(sets[s]);
+    }
+    test_sum_squares_empty();
+    test_norm_and_clip();
+    test_events();
+    test_nccl();
+
+    free(edge.spans);
+    free(many.spans);
+    zero1_device_cuda_destroy(&gpu);
+    cudaCheck(cudaStreamDestroy(compute));
+    MPI_Finalize();
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,73 @@
+/*
+ * zero1/backend_cuda.cu: the GPU trainer's backend for zero1/ (see backend_cuda.h).
+ *
+ * The communicator: --comm nccl, mpi, or auto (NCCL when every rank on the node has a GPU
+ * of its own, else MPI staged through page-locked host memory, the only way several ranks
+ * can share one GPU, which is how 2-4 ranks are tested on one GPU). With one rank nothing
+ * is communicated unless NCCL is asked for by name (a one-rank NCCL communicator, for tests).
+ */
+#include "zero1/backend_cuda.h"
+
+#include <mpi.h>
+
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
+#include "zero1/comm_nccl.h"
+#include "zero1/device_cuda.h"
+
+// 1 when the ranks on this node run on distinct GPUs. Compares device UUIDs, so it also
+// holds where every process is shown only its own GPU (CUDA_VISIBLE_DEVICES per task).
+static int gpus_distinct_on_node(void) {
+    MPI_Comm node;
+    int n;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_size(node, &n));
+    int device;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
+    char* all = (char*)mallocCheck((size_t)n * sizeof(prop.uuid));
+    mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof(prop.uuid), MPI_BYTE, all, (int)sizeof(prop.uuid), MPI_BYTE, node));
+    int distinct = 1;
+    for (int i = 0; i < n && distinct; i++) {
+        for (int j = i + 1; j < n; j++) {
+            if (memcmp(all + i * sizeof(prop.uuid), all + j * sizeof(prop.uuid), sizeof(prop.uuid)) == 0) distinct = 0;
+        }
+    }
+    free(all);
+    mpiCheck(MPI_Comm_free(&node));
+    return distinct;
+}
+
+static void destroy_cuda_device(Zero1Device* d) { zero1_device_cuda_destroy(d); }
+
+Zero1Backend* zero1_backend_cuda(const TrainConfig* cfg, cudaStream_t compute, int local_rank, int local_world) {
+    int world;
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    Zero1Backend* be = (Zero1Backend*)callocCheck(1, sizeof(Zero1Backend));
+    be->device = zero1_device_cuda_create(compute);
+    be->destroy_device = destroy_cuda_device;
+    const char* want = cfg->comm_backend;
+    if (strcmp(want, "auto") != 0 && strcmp(want, "nccl") != 0 && strcmp(want, "mpi") != 0) {
+        fatal("--comm expects auto, nccl or mpi, got '%s'", want);
+    }
+    int distinct = gpus_distinct_on_node();  // collective: every rank asks, whatever it chose
+    if (strcmp(want, "nccl") == 0 && !distinct) {
+        fatal("--comm nccl: %d ranks on this node share GPUs, which NCCL refuses; use --comm mpi (or auto)", local_world);
+    }
+    int nccl = strcmp(want, "nccl") == 0 || (strcmp(want, "auto") == 0 && world > 1 && distinct);
+    if (nccl) {
+        Zero1NcclBootstrap boot;
+        memset(&boot, 0, sizeof(boot));
+        boot.mode = ZERO1_NCCL_BOOT_MPI;
+        boot.color = -1;
+        be->comm = zero1_comm_nccl_create(&be->device, &boot);
+    } else if (world > 1) {
+        be->comm = zero1_comm_mpi_create(&be->device, -1);  // staged: GPU memory is not host-addressable
+    } else {
+        be->comm = zero1_comm_single_create(&be->device);
+    }
+    if (cfg->test_hazard) be->comm = zero1_comm_hazard_create(be->comm, &be->device, (unsigned)cfg->seed);
+    be->host_model = 0;
+    return be;
+}
