@@ -34,7 +34,7 @@ ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
   zero1/device_cpu.c zero1/trace.c
 # The CPU trainer's backend brings the test-only deferred device and hazard communicator.
-ZERO1_TEST_SRC = $(ZERO1_TEST_STUBS)
+ZERO1_TEST_SRC = zero1/device_deferred.c zero1/comm_hazard.c
 ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c $(ZERO1_TEST_SRC)
 ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
 # The CUDA device ops, the NCCL communicator and the GPU backend, built as objects with
@@ -81,6 +81,12 @@ test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $
 ZERO1_NO_MPI_SRC = zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_TEST_SRC)
 test_zero1_runtime: dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) -o $@ -lm
+
+# The test device and communicator (deferred, hazard) against their contracts; MPI for
+# `mpirun -np N ./test_zero1_devices --mpi`.
+ZERO1_DEVICES_SRC = $(ZERO1_TEST_SRC) zero1/device_cpu.c zero1/comm_single.c zero1/comm_mpi.c
+test_zero1_devices: dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) $(HOST_HEADERS)
+	$(CC) $(CFLAGS) dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) -o $@ -lm
 
 # The CPU kernels against naive double-precision references and finite differences.
 test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
@@ -171,4 +177,4 @@ demo:
 
 clean:
 	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o
+	  test_zero1_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices

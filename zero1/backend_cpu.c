@@ -6,6 +6,8 @@
 #include "llmc/utils.h"
 #include "zero1/optimizer.h"
 
+// zero1/device_deferred.c; its place is device_ops.h, next to zero1_device_deferred_create.
+void* zero1_device_deferred_host_view(const Zero1Device* dev, const void* p, size_t bytes);
 static void destroy_deferred(Zero1Device* d) { zero1_device_deferred_destroy(d); }
 
 Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world) {
@@ -13,6 +15,7 @@ Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world) {
     if (strcmp(cfg->test_device, "deferred") == 0) {
         be->device = zero1_device_deferred_create();
         be->destroy_device = destroy_deferred;
+        be->host_view = zero1_device_deferred_host_view;
     } else if (strcmp(cfg->test_device, "cpu") == 0) {
         be->device = zero1_device_cpu();
     } else {

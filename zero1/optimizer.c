@@ -242,6 +242,11 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     Optimizer* o = &z->base;
     o->params = zero1_compute_params(z->rt);
     o->grads = zero1_grad_buffer(z->rt);
+    if (backend->host_view) {
+        size_t numel = zero1_layout(z->rt)->numel;
+        o->params = backend->host_view(&backend->device, o->params, numel * zero1_dtype_size(compute_dtype));
+        o->grads = (float*)backend->host_view(&backend->device, o->grads, numel * sizeof(float));
+    }
     o->offsets = z->offsets;
     o->numel = zero1_layout(z->rt)->numel;
     ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_done};

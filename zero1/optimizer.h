@@ -32,6 +32,9 @@ typedef struct {
     void (*destroy_device)(Zero1Device* d);
     Zero1Comm* comm;
     int host_model;
+    // For a host model on a device whose pointers the host cannot use (the deferred test
+    // device): the host address of a device range. NULL: device pointers are host pointers.
+    void* (*host_view)(const Zero1Device* d, const void* p, size_t bytes);
 } Zero1Backend;
 
 // compute_dtype: what the model reads (the param buffer itself, or an fp32 copy of it).

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
         StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice);
         double e = fabs(r.loss - s.step_losses[step]);
         worst_loss = fmax(worst_loss, e);
-        if (e > 1e-4) losses_ok = 0;
+        if (!(e <= 1e-4)) losses_ok = 0;  // written so that NaN fails
         if (rank == 0) {
             printf("  step %d: loss %.6f (oracle %.6f), norm %.5f (oracle %.5f)\n", step, r.loss, s.step_losses[step],
                    r.grad_norm, s.step_norms[step]);

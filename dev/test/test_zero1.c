@@ -94,12 +94,12 @@ static void compare(const char* what, const RunResult* ref, const RunResult* got
     for (int s = 0; s < steps; s++) {
         double rel = fabs(got->losses[s] - ref->losses[s]) / fabs(ref->losses[s]);
         worst_loss = fmax(worst_loss, rel);
-        if (rel > loss_rel_tol) ok = 0;
+        if (!(rel <= loss_rel_tol)) ok = 0;  // written so that NaN fails
     }
     for (size_t i = 0; i < ref->params_n; i++) {
         double e = fabs(got->params[i] - ref->params[i]);
         worst_param = fmax(worst_param, e);
-        if (e > param_abs_tol + param_rel_tol * fabs(ref->params[i])) ok = 0;
+        if (!(e <= param_abs_tol + param_rel_tol * fabs(ref->params[i]))) ok = 0;
     }
     if (!ok) failures++;
     if (rank == 0) {

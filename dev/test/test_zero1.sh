@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO-1 equals replicated AdamW under mpirun with 1-4 ranks, across bucket layouts,
-# dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run); ZeRO-1
+# dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run), also on the
+# deferred device with the hazard communicator (zero1_hazard); ZeRO-1
 # matches the PyTorch oracle at np=2, B=2; a planted NaN stops every rank.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -36,25 +37,51 @@ for np in 1 2 3 4; do
     check "replicated through the runtime (bucketed all-reduce)" $np -z 0 --bucket-size 5000
 done
 
-# ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4.
-$PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" >/dev/null
-if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 >"$work/log" 2>&1 &&
-   grep -q "^PASS test_gpt2" "$work/log"; then
-    passed=$((passed + 1)); echo "PASS np=2 ZeRO-1 vs PyTorch oracle"
-else
-    failed=$((failed + 1)); echo "FAIL np=2 ZeRO-1 vs PyTorch oracle"; tail -15 "$work/log"
-fi
+# zero1_hazard: the candidate again on the deferred device (device pointers the host cannot
+# read, every op run as late as streams and events allow) with the hazard communicator
+# (regions NaN while in flight, test() "not yet" at random). A runtime that reads a buffer
+# before its collective completes, misses an event between streams or reads the device
+# before a sync gets NaN or stale values here, so the comparison fails.
+HAZARD=(--test-device deferred --test-hazard)
+for np in 1 2 3 4; do
+    check "zero1_hazard: one bucket" $np -z 1 --bucket-size none "${HAZARD[@]}"
+    check "zero1_hazard: many small buckets" $np -z 1 --bucket-size 3000 "${HAZARD[@]}"
+    check "zero1_hazard: accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000 "${HAZARD[@]}"
+    check "zero1_hazard: overlap off (and on)" $np -z 1 --bucket-size 5000 --no-overlap-grad-reduce \
+        --no-overlap-param-gather "${HAZARD[@]}"
+    check "zero1_hazard: bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16 "${HAZARD[@]}"
+    check "zero1_hazard: bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16 "${HAZARD[@]}"
+    check "zero1_hazard: -z 0 (bucketed all-reduce)" $np -z 0 --bucket-size 5000 "${HAZARD[@]}"
+done
 
-# A planted NaN (on the last rank only) is caught by --check-nan: one message, every rank stops.
-for np in 2 3; do
+# ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4, on the
+# CPU device and (zero1_hazard) on the deferred device with the hazard communicator.
+$PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" >/dev/null
+for extra in "" "${HAZARD[*]}"; do
+    name="${extra:+zero1_hazard: }ZeRO-1 vs PyTorch oracle"
+    # shellcheck disable=SC2086  # $extra: the flags, split on purpose
+    if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 $extra \
+        >"$work/log" 2>&1 && grep -q "^PASS test_gpt2" "$work/log"; then
+        passed=$((passed + 1)); echo "PASS np=2 $name"
+    else
+        failed=$((failed + 1)); echo "FAIL np=2 $name"; tail -15 "$work/log"
+    fi
+done
+
+# A planted NaN (on the last rank only) is caught by --check-nan: one message, every rank stops;
+# zero1_hazard at np=2: the flags travel through a collective and are read on the host.
+for run in "2" "3" "2 ${HAZARD[*]}"; do
+    read -r np extra <<<"$run"
+    name="${extra:+zero1_hazard: }planted NaN"
+    # shellcheck disable=SC2086  # $extra: the flags, split on purpose
     timeout 120 "${MPIRUN[@]}" -np $np ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
-        -x 5 -v 0 -s 0 -z 1 --bucket-size 3000 --check-nan --test-plant-nan 2 >"$work/log" 2>&1
+        -x 5 -v 0 -s 0 -z 1 --bucket-size 3000 --check-nan --test-plant-nan 2 $extra >"$work/log" 2>&1
     rc=$?
     n=$(grep -c "error: non-finite gradient in h0.qkvb at step 3" "$work/log")
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" = 1 ] && ! grep -q "^step    4" "$work/log"; then
-        passed=$((passed + 1)); echo "PASS np=$np planted NaN stops every rank with one message"
+        passed=$((passed + 1)); echo "PASS np=$np $name stops every rank with one message"
     else
-        failed=$((failed + 1)); echo "FAIL np=$np planted NaN (rc=$rc, messages=$n)"; tail -15 "$work/log"
+        failed=$((failed + 1)); echo "FAIL np=$np $name (rc=$rc, messages=$n)"; tail -15 "$work/log"
     fi
 done
 # --trace: one Chrome trace per rank with per-layer compute, every bucket's reduce-scatter

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The deferred test device and the hazard communicator against the device and
+# communicator contracts (dev/test/test_zero1_devices.c): once without MPI (the device,
+# and the hazard over the single communicator), then the hazard over MPI at np 1, 2, 3,
+# direct on the CPU device and staged on the deferred device.
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+make -s test_zero1_devices >/dev/null || { echo "FAIL build"; exit 1; }
+failed=0
+timeout 120 ./test_zero1_devices || failed=1
+for np in 1 2 3; do
+    timeout 120 "${MPIRUN[@]}" -np $np ./test_zero1_devices --mpi || { echo "FAIL np=$np"; failed=1; }
+done
+[ $failed = 0 ]
