@@ -6,8 +6,6 @@
 #include "llmc/utils.h"
 #include "zero1/optimizer.h"
 
-// zero1/device_deferred.c; its place is device_ops.h, next to zero1_device_deferred_create.
-void* zero1_device_deferred_host_view(const Zero1Device* dev, const void* p, size_t bytes);
 static void destroy_deferred(Zero1Device* d) { zero1_device_deferred_destroy(d); }
 
 Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world) {

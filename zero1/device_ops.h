@@ -130,6 +130,10 @@ Zero1Device zero1_device_cpu(void);
 // The deferred test device (zero1/device_deferred.c). Its own state; destroy when done.
 Zero1Device zero1_device_deferred_create(void);
 void zero1_device_deferred_destroy(Zero1Device* dev);
+// The host address behind a range of the deferred device's memory, for a model that runs
+// on the host (the CPU trainer's): it may touch it only where it has synced the compute
+// stream, as if its work were queued there.
+void* zero1_device_deferred_host_view(const Zero1Device* dev, const void* p, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -77,19 +77,24 @@ int main(int argc, char** argv) {
 
     trainer_init(&tr, &cfg, rank, world);
     SliceCtx slice = {&s, rank, world, cfg.B};
-    double worst_loss = 0.0;
-    int losses_ok = 1;
+    double worst_loss = 0.0, worst_norm = 0.0;
     for (int step = 0; step < s.steps; step++) {
         StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice);
+        // "!(e <= worst)" keeps a NaN as the worst, so that it fails the report below.
         double e = fabs(r.loss - s.step_losses[step]);
-        worst_loss = fmax(worst_loss, e);
-        if (!(e <= 1e-4)) losses_ok = 0;  // written so that NaN fails
+        if (!(e <= worst_loss)) worst_loss = e;
+        double ne = fabs((double)r.grad_norm - s.step_norms[step]) / fmax(fabs((double)s.step_norms[step]), 1e-30);
+        if (!(ne <= worst_norm)) worst_norm = ne;
         if (rank == 0) {
             printf("  step %d: loss %.6f (oracle %.6f), norm %.5f (oracle %.5f)\n", step, r.loss, s.step_losses[step],
                    r.grad_norm, s.step_norms[step]);
         }
     }
-    report(losses_ok, "step losses", worst_loss, 1e-4);
+    report(worst_loss <= 1e-4, "step losses", worst_loss, 1e-4);
+    // bf16 param storage rounds the weights every step, which moves the norm more than the
+    // loss: measured 3.9e-4 worst over 10 steps (np 1 and 2), against 1e-6 with fp32 params.
+    double norm_tol = cfg.param_dtype == DTYPE_BF16 ? 2e-3 : 1e-4;
+    report(worst_norm <= norm_tol, "step gradient norms (relative)", worst_norm, norm_tol);
     trainer_sync_params(&tr);
     if (world > 1) check_replicas_identical(&tr);
     trainer_free(&tr);
