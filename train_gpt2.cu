@@ -58,7 +58,9 @@ static void gpu_setup(GpuSetup* g, int rank, int world) {
     g->local_rank = mpi_local_rank(&g->local_world);
     cuda_select_device(g->local_rank);
     cuda_libs_init();
-    cudaCheck(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    // A blocking stream: it stays ordered with the legacy default stream that plain
+    // cudaMemcpy/cudaMemset calls at set-up use.
+    cudaCheck(cudaStreamCreate(&g->stream));
 }
 
 static void gpu_teardown(GpuSetup* g) {
@@ -430,11 +432,21 @@ int main(int argc, char** argv) {
                cuda_libs.device_name, PRECISION_NAME);
     }
 
+    tr.opt->print_start(tr.opt);
+
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, NULL};
     run_training(&loop, &cfg, rank, &io, 0, max_steps, tokens_per_step, &sample_rng);
+    if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", tr.opt->state_bytes(tr.opt));
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
+    size_t free_bytes, total_bytes;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (rank == 0) {
+        printf("GPU memory in use at the end: %.1f MiB of %.1f MiB (the whole GPU: ranks sharing it add up)\n",
+               (double)(total_bytes - free_bytes) / (1 << 20), (double)total_bytes / (1 << 20));
+    }
+    tr.opt->print_end(tr.opt);
     run_io_close(&io);
     trainer_free(&tr);
     gpu_teardown(&gpu);
