@@ -21,6 +21,7 @@
 #include "llmc/gpt2_cpu.h"
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
+#include "llmc/mpi_wait.h"
 #include "llmc/optimizer.h"
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
@@ -43,9 +44,10 @@ static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config
 #endif
 
 // ----------------------------------------------------------------------------
-// The plain replicated optimizer: one dense buffer in canonical order, one MPI_Allreduce
-// of the whole gradient, the full AdamW on every rank. No zero1/ code at all: tests use it
-// as the independent reference for the plugin.
+// The plain replicated optimizer: one dense buffer in canonical order, one all-reduce of
+// the whole gradient (under --comm-timeout), the full AdamW on every rank. No zero1/ code
+// at all (only the deadline of zero1/watchdog.h, which moves no data): tests use it as the
+// independent reference for the plugin.
 
 typedef struct {
     Optimizer base;
@@ -85,7 +87,7 @@ static void check_grads_finite(const ReplicatedOptimizer* r, int step) {
 static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms) {
     ReplicatedOptimizer* r = replicated(o);
     double t0 = wall_ms();
-    if (o->world > 1) mpiCheck(MPI_Allreduce(MPI_IN_PLACE, r->grads, (int)r->numel, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    if (o->world > 1) mpi_allreduce_sum_deadline(r->grads, (int)r->numel, MPI_FLOAT, "gradient all-reduce", step + 1);
     *blocked_ms += wall_ms() - t0;
     if (r->cfg.check_nan) check_grads_finite(r, step);
     double sumsq = 0.0;
@@ -193,6 +195,7 @@ static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world)
             fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: %s", rebuild);
         }
         if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: %s", rebuild);
+        if (cfg->dist_opt_instances > 1) fatal("--dist-opt-instances needs the zero1/ plugin: %s", rebuild);
     }
     if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
         fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
@@ -256,8 +259,8 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
         gpt2_backward(m, loss_scale);
         m->hooks = saved;
     }
-    float local_loss = (float)(loss_sum / k), loss = local_loss;
-    if (tr->world > 1) mpiCheck(MPI_Allreduce(&local_loss, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    float loss = (float)(loss_sum / k);
+    if (tr->world > 1) mpi_allreduce_sum_deadline(&loss, 1, MPI_FLOAT, "loss all-reduce", step + 1);
     r.loss = loss / tr->world;
     opt->finish_step(opt, step, lr, &r.comm_blocked_ms);
     r.grad_norm = opt->read_norm(opt);
@@ -293,7 +296,7 @@ static void save_checkpoint(Trainer* tr, int steps_done, const DataLoader* train
         checkpoint_save(tr->cfg.output_dir, &tr->model.config, master, m, v, &s);
         printf("checkpoint: step %d saved in %s/checkpoint_%08d\n", steps_done, tr->cfg.output_dir, steps_done);
     }
-    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // nobody runs ahead of a checkpoint being written
+    mpi_barrier_deadline("checkpoint barrier", steps_done);  // nobody runs ahead of a checkpoint being written
     free(master);
     free(m);
     free(v);
@@ -347,8 +350,8 @@ static float evaluate(Trainer* tr, DataLoader* val) {
         gpt2_forward(&tr->model, val->inputs, val->targets, tr->cfg.B, tr->cfg.T);
         sum += tr->model.mean_loss;
     }
-    float local = (float)(sum / tr->cfg.val_steps), total = local;
-    if (tr->world > 1) mpiCheck(MPI_Allreduce(&local, &total, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    float total = (float)(sum / tr->cfg.val_steps);
+    if (tr->world > 1) mpi_allreduce_sum_deadline(&total, 1, MPI_FLOAT, "validation loss all-reduce", -1);
     return total / tr->world;
 }
 

@@ -54,6 +54,8 @@ typedef struct {
     const char* trace_file;
     int param_dtype, grad_dtype;
     int plant_nan_step;         // test-only: poison one gradient at this step (-1 = never)
+    float comm_timeout;         // seconds a rank waits on a collective before aborting the job (0: forever)
+    int dist_opt_instances;     // ZeRO-1 shards within W/K consecutive ranks, all-reduced across the K groups
     const char* comm_backend;   // GPU: auto|nccl|mpi
     const char* test_device;    // test-only: "deferred" runs zero1/ on the deferred CPU device
     int test_hazard;            // test-only: wrap zero1/'s communicator in the hazard one
@@ -120,6 +122,10 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--grad-dtype", OPT_DTYPE, CLI_FIELD(grad_dtype), 0, 0, "fp32|bf16 grad buffer / reduction dtype"},
     {NULL, "--test-plant-nan", OPT_INT, CLI_FIELD(plant_nan_step), -1, INT_MAX,
      "test only: poison one gradient at this step"},
+    {NULL, "--comm-timeout", OPT_FLOAT, CLI_FIELD(comm_timeout), 0, 1e9,
+     "seconds a rank waits on any collective before it names it and aborts the job (0: forever)"},
+    {NULL, "--dist-opt-instances", OPT_INT, CLI_FIELD(dist_opt_instances), 1, 1 << 20,
+     "ZeRO-1 in K groups of ranks/K consecutive ranks: shard within a group, all-reduce shards across groups"},
     {NULL, "--comm", OPT_STR, CLI_FIELD(comm_backend), 0, 0,
      "GPU zero1/ communication: auto (NCCL, or MPI staged through host memory when ranks share a GPU), nccl, mpi"},
     {NULL, "--test-device", OPT_STR, CLI_FIELD(test_device), 0, 0,
@@ -161,6 +167,8 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->param_dtype = DTYPE_FP32;
     c->grad_dtype = DTYPE_FP32;
     c->plant_nan_step = -1;
+    c->comm_timeout = 600.0f;
+    c->dist_opt_instances = 1;
     c->comm_backend = "auto";
     c->test_device = "cpu";
 }

@@ -18,6 +18,7 @@
 #include "llmc/gpt2_spec.h"
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
+#include "llmc/mpi_wait.h"
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
@@ -115,7 +116,7 @@ static inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
 // 1 when every rank passed the same value.
 static inline int all_ranks_equal(uint64_t mine, int world) {
     uint64_t* all = (uint64_t*)mallocCheck((size_t)world * sizeof(uint64_t));
-    mpiCheck(MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD));
+    mpi_allgather_deadline(&mine, all, 1, MPI_UINT64_T, "replica check", -1);
     int same = 1;
     for (int r = 0; r < world; r++) same &= all[r] == all[0];
     free(all);
@@ -217,6 +218,7 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
     DataLoader* val = io->has_val ? &io->val : NULL;
     const Tokenizer* tok = &io->tok;
     Logger* logger = &io->logger;
+    mpi_wait_set_timeout(cfg->comm_timeout);  // the trainers' own collectives from here on
     if (cfg->overfit_single_batch) dataloader_next_batch(train);
     double total_ms = 0.0;
     int timed_steps = 0;

@@ -3,10 +3,20 @@
  * Only the CPU trainer links it: it brings the deferred test device and the hazard
  * communicator along.
  */
+#include <mpi.h>
+
 #include "llmc/utils.h"
 #include "zero1/optimizer.h"
 
 static void destroy_deferred(Zero1Device* d) { zero1_device_deferred_destroy(d); }
+
+// An MPI communicator over the ranks of one color (< 0: all), waiting at most --comm-timeout.
+static Zero1Comm* mpi_comm(const TrainConfig* cfg, const Zero1Device* dev, int color, const char* label) {
+    Zero1Comm* c = zero1_comm_mpi_create(dev, color);
+    c->timeout_s = cfg->comm_timeout;
+    c->label = label;
+    return c;
+}
 
 Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world) {
     Zero1Backend* be = (Zero1Backend*)callocCheck(1, sizeof(Zero1Backend));
@@ -19,8 +29,19 @@ Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world) {
     } else {
         fatal("--test-device expects cpu or deferred, got '%s'", cfg->test_device);
     }
-    be->comm = world > 1 ? zero1_comm_mpi_create(&be->device, -1) : zero1_comm_single_create(&be->device);
-    if (cfg->test_hazard) be->comm = zero1_comm_hazard_create(be->comm, &be->device, (unsigned)cfg->seed);
+    int group = zero1_instance_group_size(cfg, world);
+    if (group < world) {
+        int rank;
+        mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+        be->comm = mpi_comm(cfg, &be->device, rank / group, NULL);
+        be->cross = mpi_comm(cfg, &be->device, rank % group, "across instances");
+    } else {
+        be->comm = world > 1 ? mpi_comm(cfg, &be->device, -1, NULL) : zero1_comm_single_create(&be->device);
+    }
+    if (cfg->test_hazard) {
+        be->comm = zero1_comm_hazard_create(be->comm, &be->device, (unsigned)cfg->seed);
+        if (be->cross) be->cross = zero1_comm_hazard_create(be->cross, &be->device, (unsigned)cfg->seed + 1);
+    }
     be->host_model = 1;
     return be;
 }

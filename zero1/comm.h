@@ -27,7 +27,15 @@
  *    launch (NCCL groups); their handles may be waited for only after group_end (test()
  *    answers 0 before). Groups do not nest.
  *  - Every rank issues the same collectives in the same order (bucket is a label for
- *    traces and messages, not a matching key).
+ *    traces and messages, not a matching key; a negative one names what a collective that
+ *    moves no bucket is for: ZERO1_LABEL_*).
+ *  - Timeouts. timeout_s (seconds; 0: none) bounds every wait the host makes: a wait that
+ *    has not completed after timeout_s names the collective (zero1_describe_collective:
+ *    kind, bucket, step) and ends the job (zero1/watchdog.h), so that a rank that stopped
+ *    or lost its network cannot hang the others. Whoever creates a communicator sets it
+ *    (zero1_comm_mpi_create starts at ZERO1_DEFAULT_TIMEOUT_S); a wrapper leaves it to the
+ *    communicator it wraps. A backend whose wait does not block the host (NCCL) is watched
+ *    where the host does block: zero1/watchdog_cuda.h.
  *  - Traces: when tracer is set, a backend whose collectives run on a device stream records
  *    each bucket collective's device-time span itself ("reduce-scatter bN", "all-reduce bN"
  *    on the grad lane, "all-gather bN" on the param lane) and says so with traces_itself;
@@ -47,6 +55,7 @@
 #define ZERO1_COMM_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "zero1/device_ops.h"
 #include "zero1/trace.h"
@@ -57,11 +66,16 @@ extern "C" {
 
 typedef int Zero1Handle;  // -1: none
 
+// Bucket labels of collectives that move no bucket.
+enum { ZERO1_LABEL_NONE = -1, ZERO1_LABEL_GRAD_NORM = -2, ZERO1_LABEL_NAN_FLAGS = -3, ZERO1_LABEL_REPORT = -4 };
+
 typedef struct Zero1Comm Zero1Comm;
 struct Zero1Comm {
     int rank, size;
     const char* name;  // "single", "mpi", "mpi-staged", "nccl", "hazard(...)"
-    int step;          // set by the runtime each step: for messages and traces
+    int step;          // set by the runtime each step (0-based): for messages and traces
+    double timeout_s;  // a wait longer than this ends the job; 0: wait forever
+    const char* label; // for messages: what sets this communicator apart ("across instances"), or NULL
     Zero1Tracer* tracer;
     int traces_itself;
     void* impl;
@@ -75,6 +89,21 @@ struct Zero1Comm {
     void (*group_end)(Zero1Comm* c);
     void (*destroy)(Zero1Comm* c);
 };
+
+// "zero1: reduce-scatter of bucket 1 at step 5" (step 1-based, as the step lines count),
+// "zero1: all-reduce across instances of the grad norm at step 5": for messages.
+static inline const char* zero1_describe_collective(const Zero1Comm* c, const char* kind, int bucket, char* buf,
+                                                    size_t n) {
+    char what[64];
+    if (bucket >= 0) snprintf(what, sizeof(what), "bucket %d", bucket);
+    else if (bucket == ZERO1_LABEL_GRAD_NORM) snprintf(what, sizeof(what), "the grad norm");
+    else if (bucket == ZERO1_LABEL_NAN_FLAGS) snprintf(what, sizeof(what), "the non-finite gradient flags");
+    else if (bucket == ZERO1_LABEL_REPORT) snprintf(what, sizeof(what), "the end-of-run report");
+    else snprintf(what, sizeof(what), "a buffer");
+    snprintf(buf, n, "zero1: %s%s%s of %s at step %d", kind, c->label ? " " : "", c->label ? c->label : "", what,
+             c->step + 1);
+    return buf;
+}
 
 // Backends for host-side launch. The device is borrowed and must outlive the communicator.
 Zero1Comm* zero1_comm_single_create(const Zero1Device* dev);

@@ -15,6 +15,8 @@
  * queued on this communicator's stream after an event on the compute stream, then synced).
  * Staged results go back on the communicator's stream, and wait() orders the compute stream
  * after that copy with an event; a slot's host buffers are reused only once it has run.
+ * wait() polls MPI_Test under the communicator's deadline (zero1/watchdog.h) instead of
+ * blocking in MPI_Wait, so that a rank that stopped ends the job instead of hanging it.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -23,13 +25,16 @@
 #include "llmc/bf16.h"
 #include "llmc/utils.h"
 #include "zero1/comm.h"
+#include "zero1/watchdog.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_DONE };
 enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE };
+static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce"};
 
 typedef struct {
     int state;
     MPI_Request request;
+    int op, bucket;           // for the timeout message
     void* buf;                // the caller's (device) buffer
     size_t result_offset;     // bytes into buf where the result region starts
     size_t result_bytes;
@@ -132,14 +137,16 @@ static int count_of(size_t n) {
     return (int)n;
 }
 
-static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t) {
+static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t, int bucket) {
     MpiImpl* m = (MpiImpl*)c->impl;
     int h;
     RequestSlot* s = take_slot(m, &h);
+    s->bucket = bucket;
     size_t elem = zero1_dtype_size(t), total = n * elem, slot = n / (size_t)c->size, slot_bytes = slot * elem;
     size_t mine = (size_t)c->rank * slot_bytes;
     s->buf = buf;
     s->state = SLOT_ACTIVE;
+    s->op = op;
     if (op == OP_REDUCE_SCATTER) {
         void* host = stage_in(m, s, buf, total, 0, total);
         s->scratch = grow(m, s->scratch, &s->scratch_cap, slot_bytes, m->staged);
@@ -169,13 +176,13 @@ static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zer
 }
 
 static Zero1Handle mpi_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_REDUCE_SCATTER, buf, n, t);
+    return mpi_collective(c, OP_REDUCE_SCATTER, buf, n, t, bucket);
 }
 static Zero1Handle mpi_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_ALL_GATHER, buf, n, t);
+    return mpi_collective(c, OP_ALL_GATHER, buf, n, t, bucket);
 }
 static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_ALL_REDUCE, buf, n, t);
+    return mpi_collective(c, OP_ALL_REDUCE, buf, n, t, bucket);
 }
 
 // The handle is finished: the compute stream is ordered after the result, the slot freed.
@@ -184,12 +191,37 @@ static void release(MpiImpl* m, RequestSlot* s) {
     s->state = SLOT_FREE;
 }
 
+static void abort_world(void) { MPI_Abort(MPI_COMM_WORLD, 1); }
+
+typedef struct {
+    Zero1Comm* c;
+    RequestSlot* s;
+} PendingRequest;
+
+static int request_done(void* ctx) {
+    PendingRequest* p = (PendingRequest*)ctx;
+    int done = 0;
+    mpi_fail(MPI_Test(&p->s->request, &done, MPI_STATUS_IGNORE), "Test");
+    return done;
+}
+
+static const char* describe_request(void* ctx, char* buf, size_t n) {
+    PendingRequest* p = (PendingRequest*)ctx;
+    return zero1_describe_collective(p->c, OP_NAMES[p->s->op], p->s->bucket, buf, n);
+}
+
+// MPI_Wait with the communicator's deadline.
+static void wait_request(Zero1Comm* c, RequestSlot* s) {
+    PendingRequest p = {c, s};
+    zero1_poll_until(request_done, &p, c->timeout_s, describe_request, abort_world);
+}
+
 static void mpi_wait(Zero1Comm* c, Zero1Handle h) {
     if (h < 0) return;
     MpiImpl* m = (MpiImpl*)c->impl;
     RequestSlot* s = &m->slots[h];
     if (s->state == SLOT_ACTIVE) {
-        mpi_fail(MPI_Wait(&s->request, MPI_STATUS_IGNORE), "Wait");
+        wait_request(c, s);
         finish_slot(m, s);
     }
     release(m, s);
@@ -228,7 +260,7 @@ static void mpi_destroy(Zero1Comm* c) {
     const Zero1DeviceOps* ops = m->dev->ops;
     for (int i = 0; i < m->num_slots; i++) {
         RequestSlot* s = &m->slots[i];
-        if (s->state == SLOT_ACTIVE) MPI_Wait(&s->request, MPI_STATUS_IGNORE);
+        if (s->state == SLOT_ACTIVE) wait_request(c, s);
         if (m->staged) {
             if (s->copy_back_pending) ops->sync_event(m->dev->ctx, s->done);
             ops->event_destroy(m->dev->ctx, s->done);
@@ -268,6 +300,7 @@ Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
         m->produced = dev->ops->event_create(dev->ctx);
     }
     c->name = m->staged ? "mpi-staged" : "mpi";
+    c->timeout_s = ZERO1_DEFAULT_TIMEOUT_S;
     c->impl = m;
     c->reduce_scatter = mpi_reduce_scatter;
     c->all_gather = mpi_all_gather;

@@ -14,6 +14,13 @@
  *   ZeRO-1 reduce-scatter of grads            (DP-1)/DP * numel * grad_bytes
  *        + all-gather of params               (DP-1)/DP * numel * param_bytes
  * (ZeRO-1's buffers are not smaller than the replicated ones: it saves optimizer state only.)
+ *
+ * Distributed-optimizer instances (K groups of DP ranks, W = K * DP ranks in all): DP is
+ * the group's size, so owned = numel / DP and the reduce-scatter and all-gather above run
+ * inside the group; each rank then all-reduces its owned shard with the K ranks at its
+ * position in the other groups: 2 * (K-1)/K * owned * grad_bytes (rounded down to a
+ * byte). The replicated column is the same job without sharding: an all-reduce over all W
+ * ranks, 2 * (W-1)/W * numel * grad_bytes.
  */
 #ifndef ZERO1_LEDGER_H
 #define ZERO1_LEDGER_H
@@ -26,14 +33,18 @@ extern "C" {
 #endif
 
 typedef struct {
-    int dp;
+    int dp;                                    // ranks that shard the state (a group's, with instances)
+    int instances;                             // groups; dp * instances ranks in all
     uint64_t numel, owned_numel;
     int param_bytes, grad_bytes, state_bytes;  // per element
     uint64_t param_buffer, grad_buffer;        // bytes, same for both modes
     uint64_t state_replicated, state_zero1;
     uint64_t total_replicated, total_zero1;
     uint64_t sent_all_reduce;                  // replicated: bytes sent per rank per step
-    uint64_t sent_reduce_scatter, sent_all_gather, sent_zero1;
+    uint64_t sent_reduce_scatter, sent_all_gather;  // ZeRO-1, inside the group
+    uint64_t sent_cross_all_reduce;            // ZeRO-1, the owned shard across instances (0 for one)
+    uint64_t sent_zero1;                       // all of ZeRO-1's
+
     int overflow;                              // 1 if a byte count exceeded 64 bits (values invalid)
 } Zero1Ledger;
 
@@ -53,13 +64,23 @@ static inline uint64_t zero1_ledger_add_(uint64_t a, uint64_t b, int* overflow) 
     return a + b;
 }
 
+// 2 * (n-1)/n * bytes, rounded down: what each of n ranks sends in a ring all-reduce.
+static inline uint64_t zero1_ledger_ring_all_reduce_(uint64_t elements, int bytes, int n, int* overflow) {
+    uint64_t b = zero1_ledger_mul_(elements, (uint64_t)bytes, overflow);
+    return zero1_ledger_mul_(b, 2 * (uint64_t)(n - 1), overflow) / (uint64_t)n;
+}
+
 // param_bytes: 2 (bf16) or 4 (fp32, then master == params); grad_bytes: 4 (fp32) or 2.
+// dp: the ranks that shard the state, instances: how many such groups (1: plain ZeRO-1).
 // numel must be divisible by dp (true for any Zero1Layout).
-static inline Zero1Ledger zero1_ledger_compute(uint64_t numel, int dp, int param_bytes, int grad_bytes) {
+static inline Zero1Ledger zero1_ledger_compute_instances(uint64_t numel, int dp, int instances, int param_bytes,
+                                                         int grad_bytes) {
     Zero1Ledger g;
     int of = 0;
     if (dp < 1) dp = 1;
+    if (instances < 1) instances = 1;
     g.dp = dp;
+    g.instances = instances;
     g.numel = numel;
     g.owned_numel = numel / (uint64_t)dp;
     g.param_bytes = param_bytes;
@@ -75,11 +96,18 @@ static inline Zero1Ledger zero1_ledger_compute(uint64_t numel, int dp, int param
     // (DP-1)/DP * numel = (DP-1) * owned exactly; a ring step sends one chunk per hop.
     uint64_t others = zero1_ledger_mul_((uint64_t)(dp - 1), g.owned_numel, &of);
     g.sent_reduce_scatter = zero1_ledger_mul_(others, (uint64_t)grad_bytes, &of);
-    g.sent_all_reduce = zero1_ledger_mul_(g.sent_reduce_scatter, 2, &of);
+    g.sent_all_reduce = instances == 1 ? zero1_ledger_mul_(g.sent_reduce_scatter, 2, &of)
+                                       : zero1_ledger_ring_all_reduce_(numel, grad_bytes, dp * instances, &of);
     g.sent_all_gather = zero1_ledger_mul_(others, (uint64_t)param_bytes, &of);
-    g.sent_zero1 = zero1_ledger_add_(g.sent_reduce_scatter, g.sent_all_gather, &of);
+    g.sent_cross_all_reduce = zero1_ledger_ring_all_reduce_(g.owned_numel, grad_bytes, instances, &of);
+    g.sent_zero1 = zero1_ledger_add_(zero1_ledger_add_(g.sent_reduce_scatter, g.sent_all_gather, &of),
+                                     g.sent_cross_all_reduce, &of);
     g.overflow = of;
     return g;
+}
+
+static inline Zero1Ledger zero1_ledger_compute(uint64_t numel, int dp, int param_bytes, int grad_bytes) {
+    return zero1_ledger_compute_instances(numel, dp, 1, param_bytes, grad_bytes);
 }
 
 // Human-readable size: "237.42 MiB".
@@ -110,8 +138,16 @@ static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
         fprintf(f, "  (byte counts exceed 64 bits for numel %llu; ledger not shown)\n", (unsigned long long)g->numel);
         return;
     }
-    fprintf(f, "  per rank, DP=%d, numel=%llu (padded), owned by each rank under ZeRO-1: %llu = numel/DP\n", g->dp,
-            (unsigned long long)g->numel, (unsigned long long)g->owned_numel);
+    if (g->instances == 1) {
+        fprintf(f, "  per rank, DP=%d, numel=%llu (padded), owned by each rank under ZeRO-1: %llu = numel/DP\n", g->dp,
+                (unsigned long long)g->numel, (unsigned long long)g->owned_numel);
+    } else {
+        fprintf(f,
+                "  per rank, DP=%d as %d instances of %d ranks, numel=%llu (padded), owned by each rank under ZeRO-1: "
+                "%llu = numel/%d\n",
+                g->dp * g->instances, g->instances, g->dp, (unsigned long long)g->numel,
+                (unsigned long long)g->owned_numel, g->dp);
+    }
     fprintf(f, "  %-34s %29s %29s\n", "", "replicated (bytes)", "ZeRO-1 (bytes)");
     char label[64];
     snprintf(label, sizeof(label), "param buffer (%s, %d B/elem)", pdt, g->param_bytes);
@@ -128,7 +164,22 @@ static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
     snprintf(label, sizeof(label), "params (%s)", pdt);
     fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", label, 0ULL, "-", (unsigned long long)g->sent_all_gather,
             "all-gather");
+    if (g->instances > 1) {
+        snprintf(label, sizeof(label), "grad shard (%s) across instances", gdt);
+        fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", label, 0ULL, "-",
+                (unsigned long long)g->sent_cross_all_reduce, "all-reduce");
+    }
     zero1_ledger_row_(f, "total sent", g->sent_all_reduce, g->sent_zero1);
+    if (g->instances > 1) {
+        char h[32];
+        snprintf(label, sizeof(label), "  inside a group of %d", g->dp);
+        uint64_t inside = g->sent_zero1 - g->sent_cross_all_reduce;
+        fprintf(f, "  %-34s %29s %16llu %12s\n", label, "", (unsigned long long)inside,
+                zero1_ledger_human_(inside, h, sizeof(h)));
+        snprintf(label, sizeof(label), "  across %d instances", g->instances);
+        fprintf(f, "  %-34s %29s %16llu %12s\n", label, "", (unsigned long long)g->sent_cross_all_reduce,
+                zero1_ledger_human_(g->sent_cross_all_reduce, h, sizeof(h)));
+    }
 }
 
 #ifdef __cplusplus

@@ -25,6 +25,15 @@ typedef struct {
 
 static Zero1Optimizer* impl(Optimizer* o) { return (Zero1Optimizer*)o; }
 
+// Distributed-optimizer instances: groups that each shard the state (1 without cross).
+static int instances_of(const Zero1Backend* be) { return be->cross ? be->cross->size : 1; }
+
+// Groups are consecutive ranks, and cross orders the groups by rank.
+static int world_rank(const Zero1Optimizer* z) {
+    const Zero1Backend* be = z->backend;
+    return (be->cross ? be->cross->rank * be->comm->size : 0) + be->comm->rank;
+}
+
 // A host model is about to read or write the buffers: what was queued must have run.
 static void sync_for_host_model(Zero1Optimizer* z) {
     const Zero1Device* d = &z->backend->device;
@@ -101,8 +110,13 @@ static size_t op_state_bytes(const Optimizer* o) { return zero1_state_bytes(((co
 static void op_print_start(Optimizer* o) {
     Zero1Optimizer* z = impl(o);
     const TrainConfig* cfg = &z->cfg;
-    if (z->backend->comm->rank != 0) return;
+    if (world_rank(z) != 0) return;
     const Zero1Layout* lay = zero1_layout(z->rt);
+    int instances = instances_of(z->backend);
+    if (instances > 1) {
+        printf("zero1: %d distributed-optimizer instances of %d ranks: reduce-scatter and all-gather inside each, "
+               "the shard all-reduced across them\n", instances, z->backend->comm->size);
+    }
     printf("zero1: %s, DP=%d, %d bucket%s (bucket_size %s%zu), param %s, grad reduce %s, overlap grad %s / param %s, "
            "device %s, comm %s\n",
            cfg->zero_stage == 1 ? "ZeRO-1 sharded optimizer" : "replicated optimizer (bucketed all-reduce)", o->world,
@@ -118,34 +132,45 @@ static void op_print_start(Optimizer* o) {
     }
     printf("zero1: buffer %zu elements for %zu parameters (padding and alignment %.3f%%)\n", lay->numel,
            z->model_numel, 100.0 * (double)(lay->numel - z->model_numel) / (double)lay->numel);
-    Zero1Ledger ledger = zero1_ledger_compute(lay->numel, o->world, cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
-                                              cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
+    Zero1Ledger ledger = zero1_ledger_compute_instances(lay->numel, lay->dp, instances,
+                                                        cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
+                                                        cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
     zero1_ledger_print(stdout, &ledger);
 }
 
-// Every rank's row (state bytes, owned elements, peak RSS), gathered through the
-// communicator so that this file needs no MPI.
-static double* gather_rows(Zero1Optimizer* z, const double* mine, int width) {
-    Zero1Comm* comm = z->backend->comm;
+// rows (host) holds c->size rows of `width` doubles, this rank's at c->rank; afterwards
+// every rank's. Through the communicator, so that this file needs no MPI.
+static void all_gather_rows(Zero1Optimizer* z, Zero1Comm* c, double* rows, int width) {
     const Zero1Device* dev = &z->backend->device;
-    size_t bytes = (size_t)comm->size * width * sizeof(double);
+    size_t bytes = (size_t)c->size * width * sizeof(double), mine = (size_t)c->rank * width;
     double* host = (double*)dev->ops->alloc_host(dev->ctx, bytes);
     double* buf = (double*)dev->ops->alloc(dev->ctx, bytes);
-    memcpy(host + (size_t)comm->rank * width, mine, width * sizeof(double));
-    dev->ops->from_host(dev->ctx, dev->compute, buf + (size_t)comm->rank * width, host + (size_t)comm->rank * width,
-                        width * sizeof(double));
-    comm->wait(comm, comm->all_gather(comm, buf, (size_t)comm->size * width, ZERO1_FP64, -1));
+    memcpy(host + mine, rows + mine, width * sizeof(double));
+    dev->ops->from_host(dev->ctx, dev->compute, buf + mine, host + mine, width * sizeof(double));
+    c->wait(c, c->all_gather(c, buf, (size_t)c->size * width, ZERO1_FP64, ZERO1_LABEL_REPORT));
     dev->ops->to_host(dev->ctx, dev->compute, host, buf, bytes);
     dev->ops->sync_stream(dev->ctx, dev->compute);
     dev->ops->free(dev->ctx, buf);
-    double* out = (double*)mallocCheck(bytes);
-    memcpy(out, host, bytes);
+    memcpy(rows, host, bytes);
     dev->ops->free_host(dev->ctx, host);
-    return out;
+}
+
+// Every rank's row (state bytes, owned elements, peak RSS), in world rank order: within
+// the group, then (instances) the groups' tables across them.
+static double* gather_rows(Zero1Optimizer* z, const double* mine, int width) {
+    Zero1Comm* comm = z->backend->comm;
+    int group = instances_of(z->backend) > 1 ? z->backend->cross->rank : 0;
+    size_t group_width = (size_t)comm->size * width;
+    double* rows = (double*)mallocCheck((size_t)z->base.world * width * sizeof(double));
+    double* group_rows = rows + group * group_width;
+    memcpy(group_rows + (size_t)comm->rank * width, mine, width * sizeof(double));
+    all_gather_rows(z, comm, group_rows, width);
+    if (instances_of(z->backend) > 1) all_gather_rows(z, z->backend->cross, rows, (int)group_width);
+    return rows;
 }
 
 static void write_trace(Zero1Optimizer* z) {
-    int rank = z->backend->comm->rank;
+    int rank = world_rank(z);
     char path[PATH_MAX_LEN];
     const char* f = z->cfg.trace_file;
     size_t len = strlen(f);
@@ -162,7 +187,7 @@ static void op_print_end(Optimizer* o) {
     double mine[3] = {(double)zero1_state_bytes(z->rt), (double)zero1_owned_numel(z->rt),
                       (double)ru.ru_maxrss * 1024.0};
     double* all = gather_rows(z, mine, 3);
-    if (z->backend->comm->rank == 0) {
+    if (world_rank(z) == 0) {
         printf("zero1: rank  owned elements  optimizer state bytes  bytes/element  peak RSS MiB\n");
         double owned_total = 0.0;
         for (int r = 0; r < o->world; r++) {
@@ -171,10 +196,17 @@ static void op_print_end(Optimizer* o) {
             printf("zero1: %4d %15.0f %22.0f %14.1f %13.1f\n", r, row[1], row[0], row[1] > 0 ? row[0] / row[1] : 0.0,
                    row[2] / (1024.0 * 1024.0));
         }
+        // Each group shards the buffer; replicated, every rank owns it all.
         size_t numel = zero1_layout(z->rt)->numel;
         int sharded = z->cfg.zero_stage == 1 || o->world == 1;
-        printf("zero1: owned elements over all ranks %.0f (buffer %zu)\n", owned_total,
-               sharded ? numel : numel * (size_t)o->world);
+        int instances = instances_of(z->backend);
+        if (sharded && instances > 1) {
+            printf("zero1: owned elements over all ranks %.0f (buffer %zu x %d instances)\n", owned_total, numel,
+                   instances);
+        } else {
+            printf("zero1: owned elements over all ranks %.0f (buffer %zu)\n", owned_total,
+                   sharded ? numel : numel * (size_t)o->world);
+        }
     }
     free(all);
     if (z->tracer) {
@@ -188,6 +220,7 @@ static void op_destroy(Optimizer* o) {
     zero1_runtime_destroy(z->rt);
     zero1_tracer_destroy(z->tracer);  // its device events go before the device
     Zero1Backend* be = z->backend;
+    if (be->cross) be->cross->destroy(be->cross);
     be->comm->destroy(be->comm);
     if (be->destroy_device) be->destroy_device(&be->device);
     free(be);
@@ -197,6 +230,16 @@ static void op_destroy(Optimizer* o) {
 }
 
 // ---------------------------------------------------------------------------- creation
+
+int zero1_instance_group_size(const TrainConfig* cfg, int world) {
+    int k = cfg->dist_opt_instances;
+    if (k == 1) return world;
+    if (world % k != 0) fatal("--dist-opt-instances %d does not divide the %d ranks into equal groups", k, world);
+    if (cfg->zero_stage != 1) {
+        fatal("--dist-opt-instances %d needs ZeRO-1 (-z 1): instances split the sharded optimizer state", k);
+    }
+    return world / k;
+}
 
 static Zero1Options options_from(const TrainConfig* cfg, Zero1Dtype compute_dtype) {
     Zero1Options opt;
@@ -229,7 +272,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     if (!backend->host_model) zero1_tracer_use_device(z->tracer, &backend->device);
     Zero1Options opt = options_from(cfg, compute_dtype);
     char err[256];
-    z->rt = zero1_runtime_create(&opt, spec, comm, &backend->device, z->tracer, err, sizeof(err));
+    z->rt = zero1_runtime_create(&opt, spec, comm, backend->cross, &backend->device, z->tracer, err, sizeof(err));
     if (!z->rt) fatal("zero1: %s", err);
     int n = spec->num_params;
     z->offsets = (size_t*)mallocCheck(n * sizeof(size_t));
@@ -252,7 +295,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_done};
     o->hooks = hooks;
     o->name = "zero1";
-    o->world = comm->size;
+    o->world = comm->size * instances_of(backend);
     o->load_weights = op_load_weights;
     o->begin_step = op_begin_step;
     o->begin_micro_step = op_begin_micro_step;

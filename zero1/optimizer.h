@@ -27,10 +27,14 @@ extern "C" {
 // (the CPU trainer). The compute stream is then synced before the model runs, as if the
 // model's work were queued on it: free on the CPU device, and what keeps the deferred
 // test device's late execution consistent with the host model.
+// comm: the ranks that shard the optimizer state among them (all of them, or with
+// --dist-opt-instances K the W/K consecutive ranks of this rank's group); cross: with K > 1,
+// the K ranks at this rank's position in every group (the shard all-reduce), else NULL.
 typedef struct {
     Zero1Device device;
     void (*destroy_device)(Zero1Device* d);
     Zero1Comm* comm;
+    Zero1Comm* cross;
     int host_model;
     // For a host model on a device whose pointers the host cannot use (the deferred test
     // device): the host address of a device range. NULL: device pointers are host pointers.
@@ -42,7 +46,13 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
                                   Zero1Dtype compute_dtype);
 Zero1Runtime* zero1_optimizer_runtime(Optimizer* o);
 
-// The CPU backend: host memory and MPI (one rank: no communication); the test options
+// --dist-opt-instances K over world ranks: the group size W/K, after checking that K
+// divides W and that the run is ZeRO-1 (fatal otherwise). Group g holds ranks
+// g*G .. g*G+G-1; a backend makes comm from color rank / G and cross from color rank % G.
+int zero1_instance_group_size(const TrainConfig* cfg, int world);
+
+// The CPU backend: host memory and MPI (one rank: no communication; comm and cross as
+// --dist-opt-instances asks; both wait at most --comm-timeout); the test options
 // --test-device deferred and --test-hazard swap in the deferred device and wrap the
 // communicator in the hazard one.
 Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world);

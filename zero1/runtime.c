@@ -4,7 +4,11 @@
  * Per bucket, two round trips (Megatron's grad sync and param sync):
  *   grad:  contributions counted down during the last micro-step's backward -> the
  *          bucket fires (reduce-scatter; all-reduce when replicated) -> waited for in
- *          zero1_finish_step -> the owned shard holds the summed gradient.
+ *          zero1_finish_step -> the owned shard holds the summed gradient. With
+ *          distributed-optimizer instances the reduce-scatter sums over the group only;
+ *          once it completes (a poke's test or the wait) the owned shard is all-reduced
+ *          across the groups, a second collective on the same region, issued in firing
+ *          order on every rank (comm.h: the same collectives in the same order).
  *   param: AdamW writes the owned shard of the param buffer -> all-gather -> the next
  *          forward waits for the bucket just before the first block that reads it.
  * Buckets are in buffer order, which is reverse model order; the forward therefore
@@ -35,14 +39,22 @@ static const char* name_of(const Zero1Runtime* rt, int p, char* buf, size_t n) {
 
 static void* grad_comm_at(const Zero1Runtime* rt, size_t offset) { return (char*)rt->grad_comm + offset * 2; }
 
-// Waits for h (on the CPU the host blocks; on a GPU the compute stream waits), accounting
-// the host time as blocked communication.
-static void wait_blocked(Zero1Runtime* rt, Zero1Handle h, const char* what, int bucket) {
+// Waits for h on c (on the CPU the host blocks; on a GPU the compute stream waits),
+// accounting the host time as blocked communication.
+static void wait_blocked(Zero1Runtime* rt, Zero1Comm* c, Zero1Handle h, const char* what, int bucket) {
     double t0 = zero1_now_us();
-    rt->comm->wait(rt->comm, h);
+    c->wait(c, h);
     double t1 = zero1_now_us();
     rt->blocked_ms += (t1 - t0) / 1e3;
-    if (t1 - t0 > 1.0) zero1_trace(rt->tracer, TRACE_WAIT, t0, t1, "wait %s b%d", what, bucket);
+    if (t1 - t0 > 1.0) {
+        if (bucket >= 0) zero1_trace(rt->tracer, TRACE_WAIT, t0, t1, "wait %s b%d", what, bucket);
+        else zero1_trace(rt->tracer, TRACE_WAIT, t0, t1, "wait %s", what);
+    }
+}
+
+// Where bucket data is reduced: the fp32 grads, or their bf16 copy for a bf16 reduction.
+static void* reduce_buffer_at(const Zero1Runtime* rt, size_t offset) {
+    return rt->grad_comm ? grad_comm_at(rt, offset) : (void*)(rt->grads + offset);
 }
 
 static void* dup_array(const void* src, size_t bytes) {
@@ -60,20 +72,42 @@ static void fire_bucket(Zero1Runtime* rt, int b) {
     if (rt->opt.check_nan) {  // flag non-finite local gradients before they leave this rank
         rt->dev.ops->nonfinite_flags(rt->dev.ctx, rt->dev.compute, &s->whole, rt->grads, rt->nan_flags);
     }
-    void* buf = rt->grads + bk->start;
-    if (rt->grad_comm) {
-        rt_convert(rt, grad_comm_at(rt, bk->start), ZERO1_BF16, buf, ZERO1_FP32, n);
-        buf = grad_comm_at(rt, bk->start);
-    }
+    void* buf = reduce_buffer_at(rt, bk->start);
+    if (rt->grad_comm) rt_convert(rt, buf, ZERO1_BF16, rt->grads + bk->start, ZERO1_FP32, n);
     s->reduce_start_us = zero1_now_us();
     s->reduce = stage1(rt) ? rt->comm->reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype, b)
                            : rt->comm->all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, b);
     s->reduce_in_flight = 1;
     s->reduce_fired = 1;
+    rt->fire_order[rt->num_fired++] = b;
 }
 
-// The reduction of bucket b is complete (waited for, or tested complete): bring a bf16
-// result back into the fp32 grads.
+// Bucket b's reduction is complete, across instances too: bring a bf16 result back into
+// the fp32 grads.
+static void reduction_done(Zero1Runtime* rt, int b) {
+    if (!rt->grad_comm) return;
+    const Zero1Range* sh = &rt->shards.buckets[b].shard;
+    rt_convert(rt, rt->grads + sh->start, ZERO1_FP32, grad_comm_at(rt, sh->start), ZERO1_BF16, sh->end - sh->start);
+}
+
+// Issues the all-reduces across instances of every bucket whose group reduction is done,
+// in the order the buckets fired, up to the first one still reducing in its group.
+static void launch_ready_cross(Zero1Runtime* rt) {
+    while (rt->num_crossed < rt->num_fired) {
+        int b = rt->fire_order[rt->num_crossed];
+        BucketState* s = &rt->buckets[b];
+        if (!s->awaiting_cross) return;
+        const Zero1Range* sh = &rt->shards.buckets[b].shard;
+        s->awaiting_cross = 0;
+        s->cross_start_us = zero1_now_us();
+        s->cross = rt->cross->all_reduce(rt->cross, reduce_buffer_at(rt, sh->start), sh->end - sh->start,
+                                         rt->opt.grad_dtype, b);
+        s->cross_in_flight = 1;
+        rt->num_crossed++;
+    }
+}
+
+// The reduction of bucket b inside the group is complete (waited for, or tested complete).
 static void reduce_completed(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->reduce_in_flight = 0;
@@ -81,9 +115,22 @@ static void reduce_completed(Zero1Runtime* rt, int b) {
         zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->reduce_start_us, zero1_now_us(), "%s b%d",
                     stage1(rt) ? "reduce-scatter" : "all-reduce", b);
     }
-    if (!rt->grad_comm) return;
-    const Zero1Range* sh = &rt->shards.buckets[b].shard;
-    rt_convert(rt, rt->grads + sh->start, ZERO1_FP32, grad_comm_at(rt, sh->start), ZERO1_BF16, sh->end - sh->start);
+    if (!rt->cross) {
+        reduction_done(rt, b);
+        return;
+    }
+    s->awaiting_cross = 1;
+    launch_ready_cross(rt);
+}
+
+static void cross_completed(Zero1Runtime* rt, int b) {
+    BucketState* s = &rt->buckets[b];
+    s->cross_in_flight = 0;
+    if (!rt->cross->traces_itself) {
+        zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->cross_start_us, zero1_now_us(), "all-reduce across instances b%d",
+                    b);
+    }
+    reduction_done(rt, b);
 }
 
 void zero1_grad_done(Zero1Runtime* rt, int p) {
@@ -139,7 +186,7 @@ static void finish_gather(Zero1Runtime* rt, int b) {
     if (s->gather_state == GATHER_DONE) return;
     if (s->gather_state == GATHER_PENDING) launch_gather(rt, b);
     if (b > 0 && rt->buckets[b - 1].gather_state == GATHER_PENDING) launch_gather(rt, b - 1);
-    wait_blocked(rt, s->gather, "all-gather", b);
+    wait_blocked(rt, rt->comm, s->gather, "all-gather", b);
     gather_completed(rt, b);
 }
 
@@ -155,9 +202,11 @@ void zero1_sync_params(Zero1Runtime* rt) {
 
 void zero1_poke(Zero1Runtime* rt) {
     rt->comm->progress(rt->comm);
+    if (rt->cross) rt->cross->progress(rt->cross);
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         BucketState* s = &rt->buckets[b];
         if (s->reduce_in_flight && rt->comm->test(rt->comm, s->reduce)) reduce_completed(rt, b);
+        if (s->cross_in_flight && rt->cross->test(rt->cross, s->cross)) cross_completed(rt, b);
         if (s->gather_state == GATHER_IN_FLIGHT && rt->comm->test(rt->comm, s->gather)) gather_completed(rt, b);
     }
 }
@@ -175,17 +224,22 @@ void zero1_begin_step(Zero1Runtime* rt, int step) {
         rt->buckets[b].contributions_left = rt->buckets[b].contributions_total;
         rt->buckets[b].reduce_fired = 0;
     }
+    rt->num_fired = rt->num_crossed = 0;
     memset(rt->seen, 0, rt->num_params * sizeof(int));
 }
 
 void zero1_begin_micro_step(Zero1Runtime* rt, int is_last) { rt->is_last_micro = is_last; }
 
-// All ranks agree on the first parameter with a non-finite gradient (one small sum) and
-// stop together, naming it. The host reads the flags: --check-nan costs one sync a step.
+// All ranks agree on the first parameter with a non-finite gradient (one small sum over
+// every rank: the group's, then across instances) and stop together, naming it. The host
+// reads the flags: --check-nan costs one sync a step.
 static void stop_on_nonfinite(Zero1Runtime* rt) {
-    if (rt->comm->size > 1) {
-        wait_blocked(rt, rt->comm->all_reduce(rt->comm, rt->nan_flags, rt->num_params, ZERO1_FP32, -1), "nan flags",
-                     -1);
+    Zero1Comm* comms[2] = {rt->comm, rt->cross};
+    for (int i = 0; i < 2; i++) {
+        Zero1Comm* c = comms[i];
+        if (!c || c->size == 1) continue;
+        Zero1Handle h = c->all_reduce(c, rt->nan_flags, rt->num_params, ZERO1_FP32, ZERO1_LABEL_NAN_FLAGS);
+        wait_blocked(rt, c, h, "nan flags", ZERO1_LABEL_NAN_FLAGS);
     }
     rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, rt->nan_flags_host, rt->nan_flags,
                          rt->num_params * sizeof(float));
@@ -207,17 +261,30 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
         if (!rt->buckets[b].reduce_fired) fire_bucket(rt, b);
     }
     rt->comm->group_end(rt->comm);
-    // Each bucket's share of the norm is queued as soon as its reduction is waited for.
+    // Each bucket's share of the norm is queued as soon as its reduction is waited for
+    // (with instances: every group reduction first, which issues the ones across them).
     for (int b = 0; b < nb; b++) {
         BucketState* s = &rt->buckets[b];
         if (s->reduce_in_flight) {
-            wait_blocked(rt, s->reduce, stage1(rt) ? "reduce-scatter" : "all-reduce", b);
+            wait_blocked(rt, rt->comm, s->reduce, stage1(rt) ? "reduce-scatter" : "all-reduce", b);
             reduce_completed(rt, b);
+        }
+        if (!rt->cross) ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
+    }
+    for (int b = 0; rt->cross && b < nb; b++) {
+        BucketState* s = &rt->buckets[b];
+        if (s->cross_in_flight) {
+            wait_blocked(rt, rt->cross, s->cross, "all-reduce across instances", b);
+            cross_completed(rt, b);
         }
         ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
     }
     if (rt->opt.check_nan) stop_on_nonfinite(rt);
-    if (stage1(rt)) wait_blocked(rt, rt->comm->all_reduce(rt->comm, rt->sumsq, 1, ZERO1_FP64, -1), "norm", -1);
+    // Every group holds the same reduced grads: the norm is the group's.
+    if (stage1(rt)) {
+        Zero1Handle h = rt->comm->all_reduce(rt->comm, rt->sumsq, 1, ZERO1_FP64, ZERO1_LABEL_GRAD_NORM);
+        wait_blocked(rt, rt->comm, h, "norm", ZERO1_LABEL_GRAD_NORM);
+    }
     ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
 
     // AdamW in the order the next forward reads the buckets, so that the first all-gather
@@ -355,7 +422,12 @@ static void allocate_buffers(Zero1Runtime* rt) {
 }
 
 Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec* model, Zero1Comm* comm,
-                                   const Zero1Device* dev, Zero1Tracer* tracer, char* err, size_t err_len) {
+                                   Zero1Comm* cross, const Zero1Device* dev, Zero1Tracer* tracer, char* err,
+                                   size_t err_len) {
+    if (cross && opt->zero_stage != 1) {
+        fail(err, err_len, "distributed-optimizer instances need ZeRO-1 (the replicated mode reduces over all ranks)");
+        return NULL;
+    }
     if (opt->param_dtype == ZERO1_FP64 || opt->grad_dtype == ZERO1_FP64 || opt->compute_dtype == ZERO1_FP64) {
         fail(err, err_len, "fp64 buffers are not supported");
         return NULL;
@@ -381,9 +453,11 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     rt->param_name = model->param_name;
     rt->name_ctx = model->name_ctx;
     rt->comm = comm;
+    rt->cross = cross;
     rt->dev = *dev;
     rt->tracer = tracer;
     comm->tracer = tracer;
+    if (cross) cross->tracer = tracer;
     if (zero1_layout_build(&rt->layout, rt->numels, rt->num_params, comm->size, opt->bucket_size, opt->pad_busbw,
                            opt->shared_embedding, err, err_len) != 0) {
         zero1_runtime_destroy(rt);
@@ -403,6 +477,7 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     rt->owned_numel = rt->shards.owned_numel;
     allocate_buffers(rt);
     rt->buckets = (BucketState*)callocCheck(rt->layout.num_buckets, sizeof(BucketState));
+    rt->fire_order = (int*)callocCheck(rt->layout.num_buckets, sizeof(int));
     size_t owned = 0;
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         BucketState* s = &rt->buckets[b];
@@ -410,7 +485,7 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
         for (int p = bk->first_param; p <= bk->last_param; p++) s->contributions_total += rt->contributions[p];
         s->owned_offset = owned;
         owned += rt->shards.buckets[b].shard.end - rt->shards.buckets[b].shard.start;
-        s->reduce = s->gather = -1;
+        s->reduce = s->gather = s->cross = -1;
         s->gather_state = GATHER_DONE;  // the initial weights are loaded whole on every rank
     }
     build_spans(rt);
@@ -444,6 +519,7 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
     free(rt->block_buckets);
     free(rt->block_num_buckets);
     free(rt->buckets);
+    free(rt->fire_order);
     free(rt->seen);
     zero1_shards_free(&rt->shards);
     zero1_layout_free(&rt->layout);

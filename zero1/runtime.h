@@ -69,9 +69,18 @@ typedef struct {
 typedef struct Zero1Runtime Zero1Runtime;
 
 // Returns NULL with a message in err on invalid options or layout. The device and the
-// communicator are borrowed (the communicator must be made for the same device).
+// communicators are borrowed (made for the same device).
+// comm: the ranks that shard the optimizer state; the layout's DP is comm->size.
+// cross: NULL, or for distributed-optimizer instances (Megatron's
+// num_distributed_optimizer_instances; ZeRO-1 only) the ranks at this rank's position in
+// each of the K groups that comm is one of. Every group then shards the whole state; a
+// bucket's reduce-scatter sums over the group, and the rank's reduced shard is all-reduced
+// across the groups as soon as that completes; the grad norm is the group's (every group
+// holds the same grads); the NaN flags are summed over both; all-gathers and checkpoint
+// export stay inside the group. The gradients must be scaled for all K * comm->size ranks.
 Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec* model, Zero1Comm* comm,
-                                   const Zero1Device* dev, Zero1Tracer* tracer, char* err, size_t err_len);
+                                   Zero1Comm* cross, const Zero1Device* dev, Zero1Tracer* tracer, char* err,
+                                   size_t err_len);
 void zero1_runtime_destroy(Zero1Runtime* rt);
 
 const Zero1Layout* zero1_layout(const Zero1Runtime* rt);

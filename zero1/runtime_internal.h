@@ -16,6 +16,10 @@ typedef struct {
     int reduce_fired;            // this step
     Zero1Handle reduce;
     double reduce_start_us;
+    int awaiting_cross;          // instances: reduced in the group, its all-reduce across them not yet issued
+    int cross_in_flight;
+    Zero1Handle cross;
+    double cross_start_us;
     GatherState gather_state;
     Zero1Handle gather;
     double gather_start_us;
@@ -34,7 +38,8 @@ struct Zero1Runtime {
     const char* (*param_name)(void*, int, char*, size_t);
     void* name_ctx;
 
-    Zero1Comm* comm;
+    Zero1Comm* comm;             // the ranks that shard the state (the group, with instances)
+    Zero1Comm* cross;            // instances: this rank's position in every group; NULL without
     Zero1Device dev;
     Zero1Tracer* tracer;
     Zero1Layout layout;
@@ -58,6 +63,8 @@ struct Zero1Runtime {
 
     BucketState* buckets;
     int* seen;                   // contributions seen per param in the last micro-step
+    int* fire_order;             // buckets in the order they fired this step (the cross all-reduces follow it)
+    int num_fired, num_crossed;
     int** block_buckets;         // per forward block: buckets first read there, forward order
     int* block_num_buckets;
     int is_last_micro;

@@ -17,7 +17,7 @@
 
 static const char* USAGE =
     "usage: zero1_plan (--numels a,b,c | --model dN [--vocab V] [--max-seq T] [--heads H])\n"
-    "                  [--dp N] [--bucket-size N|none] [--pad-busbw] [--shared-embedding I|none]\n"
+    "                  [--dp N] [--instances K] [--bucket-size N|none] [--pad-busbw] [--shared-embedding I|none]\n"
     "                  [--json] [--shards]\n"
     "       zero1_plan --batch FILE   (one argument list per line; prints one JSON per line)\n"
     "  --numels a,b,c       parameter sizes in definition order (each >= 1)\n"
@@ -25,7 +25,10 @@ static const char* USAGE =
     "                       --vocab V (default 50257, padded to a multiple of 128),\n"
     "                       --max-seq T (default 1024), --heads H (default C/64)\n"
     "  --dp N               data-parallel size (default 1)\n"
-    "  --bucket-size N|none bucket size in elements (default max(40000000, 1000000*DP));\n"
+    "  --instances K        distributed-optimizer instances: K groups of N/K ranks, each sharding\n"
+    "                       the state (the layout's DP is N/K), shards all-reduced across groups\n"
+    "  --bucket-size N|none bucket size in elements (default max(40000000, 1000000*DP), DP the\n"
+    "                       layout's);\n"
     "                       none or 0 = one bucket\n"
     "  --pad-busbw          pad buckets to lcm(DP,128,65536) instead of lcm(DP,128)\n"
     "  --shared-embedding I give parameter I a bucket of its own (default none; Megatron\n"
@@ -39,7 +42,8 @@ typedef struct {
     const char* model;
     int vocab, max_seq, heads;
     GPT2Config cfg;
-    int dp;
+    int dp;                 // data-parallel ranks in all
+    int instances;          // groups that each shard the state; the layout's DP is dp / instances
     long long bucket_size;  // -1 default, 0 none
     int pad_busbw;
     int shared_embedding;
@@ -99,12 +103,22 @@ static int parse_numels(const char* s, PlanOptions* o, char* err, size_t n) {
     return 0;
 }
 
+// The value after the last `flag` in argv, or "1" (the default of --dp and --instances).
+static const char* argv_value(int argc, char** argv, const char* flag) {
+    const char* v = "1";
+    for (int i = 0; i + 1 < argc; i++) {
+        if (strcmp(argv[i], flag) == 0) v = argv[i + 1];
+    }
+    return v;
+}
+
 // Parses argv[0..argc) (no program name). Returns 0 or -1 with a message.
 static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, size_t n) {
     memset(o, 0, sizeof(*o));
     o->vocab = 50257;
     o->max_seq = 1024;
     o->dp = 1;
+    o->instances = 1;
     o->bucket_size = -1;
     o->shared_embedding = -1;
     const char* numels_arg = NULL;
@@ -118,6 +132,7 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
         if (strcmp(a, "--shards") == 0) { o->shards = 1; continue; }
         int takes_value = strcmp(a, "--numels") == 0 || strcmp(a, "--model") == 0 || strcmp(a, "--vocab") == 0 ||
                           strcmp(a, "--max-seq") == 0 || strcmp(a, "--heads") == 0 || strcmp(a, "--dp") == 0 ||
+                          strcmp(a, "--instances") == 0 ||
                           strcmp(a, "--bucket-size") == 0 || strcmp(a, "--shared-embedding") == 0 ||
                           strcmp(a, "--batch") == 0;
         if (!takes_value) return plan_error(err, n, "unknown argument '%s'%s", a, "");
@@ -134,6 +149,9 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
             if (!parse_int_range(v, 1, 1 << 20, &o->heads)) return plan_error(err, n, "bad --heads '%s'%s", v, "");
         } else if (strcmp(a, "--dp") == 0) {
             if (!parse_int_range(v, 1, 1 << 24, &o->dp)) return plan_error(err, n, "bad --dp '%s' (1..16777216)%s", v, "");
+        } else if (strcmp(a, "--instances") == 0) {
+            if (!parse_int_range(v, 1, 1 << 24, &o->instances))
+                return plan_error(err, n, "bad --instances '%s' (1..16777216)%s", v, "");
         } else if (strcmp(a, "--bucket-size") == 0) {
             unsigned long long b;
             if (strcmp(v, "none") == 0) o->bucket_size = 0;
@@ -146,6 +164,9 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
         }
     }
     if (o->help || o->batch_file) return 0;
+    if (o->dp % o->instances != 0)
+        return plan_error(err, n, "--instances must divide --dp into equal groups (got --dp %s --instances %s)",
+                          argv_value(argc, argv, "--dp"), argv_value(argc, argv, "--instances"));
     if ((numels_arg == NULL) == (o->model == NULL))
         return plan_error(err, n, "give exactly one of --numels and --model%s%s", "", "");
     if (numels_arg) return parse_numels(numels_arg, o, err, n);
@@ -173,18 +194,20 @@ static void json_ledger(FILE* f, const Zero1Ledger* g) {
             "{\"param_bytes\":%d,\"grad_bytes\":%d,\"state_bytes\":%d,\"owned_numel\":%llu,"
             "\"param_buffer\":%llu,\"grad_buffer\":%llu,\"state_replicated\":%llu,\"state_zero1\":%llu,"
             "\"total_replicated\":%llu,\"total_zero1\":%llu,\"sent_all_reduce\":%llu,"
-            "\"sent_reduce_scatter\":%llu,\"sent_all_gather\":%llu,\"sent_zero1\":%llu,\"overflow\":%s}",
+            "\"sent_reduce_scatter\":%llu,\"sent_all_gather\":%llu,\"sent_cross_all_reduce\":%llu,"
+            "\"sent_zero1\":%llu,\"overflow\":%s}",
             g->param_bytes, g->grad_bytes, g->state_bytes, (unsigned long long)g->owned_numel,
             (unsigned long long)g->param_buffer, (unsigned long long)g->grad_buffer,
             (unsigned long long)g->state_replicated, (unsigned long long)g->state_zero1,
             (unsigned long long)g->total_replicated, (unsigned long long)g->total_zero1,
             (unsigned long long)g->sent_all_reduce, (unsigned long long)g->sent_reduce_scatter,
-            (unsigned long long)g->sent_all_gather, (unsigned long long)g->sent_zero1, g->overflow ? "true" : "false");
+            (unsigned long long)g->sent_all_gather, (unsigned long long)g->sent_cross_all_reduce,
+            (unsigned long long)g->sent_zero1, g->overflow ? "true" : "false");
 }
 
 // Returns 0, or -1 (message in err) if a shard could not be built.
-static int print_json(FILE* f, const Zero1Layout* L, int with_shards, char* err, size_t n) {
-    fprintf(f, "{\"dp\":%d,\"bucket_size\":", L->dp);
+static int print_json(FILE* f, const Zero1Layout* L, int instances, int with_shards, char* err, size_t n) {
+    fprintf(f, "{\"dp\":%d,\"instances\":%d,\"group_size\":%d,\"bucket_size\":", L->dp * instances, instances, L->dp);
     if (L->bucket_size == 0) fprintf(f, "null");
     else fprintf(f, "%zu", L->bucket_size);
     fprintf(f, ",\"pad_busbw\":%s,\"shared_embedding\":", L->pad_busbw ? "true" : "false");
@@ -204,10 +227,10 @@ static int print_json(FILE* f, const Zero1Layout* L, int with_shards, char* err,
                 p->bucket);
     }
     fprintf(f, "],\"ledger\":{\"bf16_params\":");
-    Zero1Ledger g = zero1_ledger_compute(L->numel, L->dp, 2, 4);
+    Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, instances, 2, 4);
     json_ledger(f, &g);
     fprintf(f, ",\"fp32_params\":");
-    g = zero1_ledger_compute(L->numel, L->dp, 4, 4);
+    g = zero1_ledger_compute_instances(L->numel, L->dp, instances, 4, 4);
     json_ledger(f, &g);
     fprintf(f, "}");
     if (with_shards) {
@@ -261,6 +284,10 @@ static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
         fprintf(f, "%d parameters from --numels, %zu elements\n", L->num_params, total);
     }
     char name[64];
+    if (o->instances > 1) {
+        fprintf(f, "DP=%d as %d distributed-optimizer instances of %d ranks: the layout and shards below are a "
+                   "group's (DP=%d)\n", o->dp, o->instances, L->dp, L->dp);
+    }
     fprintf(f, "DP=%d  bucket_size=", L->dp);
     if (L->bucket_size == 0) fprintf(f, "none (one bucket)");
     else fprintf(f, "%zu elements%s", L->bucket_size, o->bucket_size < 0 ? " (default max(40e6, 1e6*DP))" : "");
@@ -293,15 +320,20 @@ static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
             L->numel - L->numel_unpadded);
 
     fprintf(f, "memory and communication, bf16 params + fp32 grads (GPU default):\n");
-    Zero1Ledger g = zero1_ledger_compute(L->numel, L->dp, 2, 4);
+    Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, o->instances, 2, 4);
     zero1_ledger_print(f, &g);
     fprintf(f, "\nmemory and communication, fp32 params + fp32 grads (CPU fp32; master == params):\n");
-    g = zero1_ledger_compute(L->numel, L->dp, 4, 4);
+    g = zero1_ledger_compute_instances(L->numel, L->dp, o->instances, 4, 4);
     zero1_ledger_print(f, &g);
     fprintf(f, "\nledger: replicated = param buffer + grad buffer + optimizer state on all numel elements;\n"
                "ZeRO-1 = same buffers + optimizer state on numel/DP owned elements. Sent per rank (ring):\n"
                "all-reduce 2(DP-1)/DP*numel*grad_bytes; reduce-scatter (DP-1)/DP*numel*grad_bytes\n"
                "+ all-gather (DP-1)/DP*numel*param_bytes.\n");
+    if (o->instances > 1) {
+        fprintf(f, "instances: DP above is a group's; the replicated column all-reduces over all %d ranks, and each\n"
+                   "rank all-reduces its numel/DP owned elements across the %d groups: 2(K-1)/K*owned*grad_bytes.\n",
+                o->dp, o->instances);
+    }
 
     if (o->shards) {
         fprintf(f, "\nshards (world = buffer offsets, local = offsets in the rank's shard, param = in the tensor):\n");
@@ -332,12 +364,12 @@ static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
 static int run_plan(PlanOptions* o, int force_json) {
     char err[512] = {0};
     Zero1Layout L;
-    if (zero1_layout_build(&L, o->numels, o->num_params, o->dp, o->bucket_size, o->pad_busbw, o->shared_embedding,
-                           err, sizeof(err)) != 0) {
+    if (zero1_layout_build(&L, o->numels, o->num_params, o->dp / o->instances, o->bucket_size, o->pad_busbw,
+                           o->shared_embedding, err, sizeof(err)) != 0) {
         fprintf(stderr, "zero1_plan: %s\n", err);
         return 2;
     }
-    int rc = (o->json || force_json) ? print_json(stdout, &L, o->shards, err, sizeof(err))
+    int rc = (o->json || force_json) ? print_json(stdout, &L, o->instances, o->shards, err, sizeof(err))
                                      : print_text(stdout, o, &L, err, sizeof(err));
     zero1_layout_free(&L);
     if (rc != 0) {

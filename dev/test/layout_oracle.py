@@ -8,7 +8,10 @@ Usage: layout_oracle.py --binary ./zero1_plan [--configs 2000] [--seed 1234]
 Generates random configurations, runs them all through `zero1_plan --batch FILE`
 (one JSON object per line), and compares every bucket, parameter place and per-rank
 view with this file's own computation. Also checks coverage (every parameter element
-owned by exactly one (rank, bucket)) and the ledger arithmetic. Exit 0 on pass.
+owned by exactly one (rank, bucket)) and the ledger arithmetic. A quarter of the
+configurations split the ranks into distributed-optimizer instances (--dp W --instances K):
+the layout and shards are then a group's (W/K ranks), and the ledger adds the shard's
+all-reduce across the K groups. Exit 0 on pass.
 """
 import argparse
 import json
@@ -123,7 +126,8 @@ def param_range_map(param_index_map, gbuf_world_range, bucket_offset):
 
 
 def expected_plan(cfg):
-    numels, dp = cfg["numels"], cfg["dp"]
+    # dp is the layout's: a group's, when the state is split into distributed-optimizer instances
+    numels, dp, instances = cfg["numels"], cfg["dp"], cfg["instances"]
     bs = cfg["bucket_size"]
     if bs == "default":
         bs = max(40_000_000, 1_000_000 * dp)
@@ -140,7 +144,7 @@ def expected_plan(cfg):
             shards.append({"rank": rank, "bucket": b, "start": world.start, "end": world.end,
                            "params": [{"index": p, **{k: r.as_list() for k, r in v.items()}} for p, v in plist]})
     return {
-        "dp": dp, "bucket_size": bs, "pad_busbw": cfg["pad_busbw"],
+        "dp": dp * instances, "instances": instances, "group_size": dp, "bucket_size": bs, "pad_busbw": cfg["pad_busbw"],
         "numel": numel, "numel_unpadded": numel_unpadded,
         "buckets": [{"start": s, "end": s + n, "numel_unpadded": u} for s, n, u in buckets],
         "params": [{"index": i, "start": param_index_map[i][0], "end": param_index_map[i][1],
@@ -170,7 +174,8 @@ def random_config(rng):
         bucket_size = rng.randint(1, base)
         numels = [rng.randint(1, 3 * bucket_size + 1) for _ in range(n)]
     shared = rng.choice([None, None, 0, n - 1, n // 2])
-    cfg = {"numels": numels, "dp": dp, "bucket_size": bucket_size,
+    instances = rng.randint(2, 5) if rng.random() < 0.25 else 1  # dp ranks per group, instances groups
+    cfg = {"numels": numels, "dp": dp, "instances": instances, "bucket_size": bucket_size,
            "pad_busbw": rng.random() < 0.3, "shared": shared}
     if kind == "exact":
         # bucket_size equal to some parameter's end in the unbucketed layout: the first
@@ -182,7 +187,9 @@ def random_config(rng):
 
 
 def config_to_args(cfg):
-    args = ["--numels", ",".join(str(x) for x in cfg["numels"]), "--dp", str(cfg["dp"]), "--shards"]
+    args = ["--numels", ",".join(str(x) for x in cfg["numels"]), "--dp", str(cfg["dp"] * cfg["instances"]), "--shards"]
+    if cfg["instances"] > 1:
+        args += ["--instances", str(cfg["instances"])]
     if cfg["bucket_size"] is None:
         args += ["--bucket-size", "none"]
     elif cfg["bucket_size"] != "default":
@@ -224,15 +231,20 @@ def check_coverage(cfg, got):
 
 
 def check_ledger(got):
-    n, dp = got["numel"], got["dp"]
+    # dp ranks shard the state in each of k groups; world = dp * k (ring figures, rounded down)
+    n, dp, groups = got["numel"], got["group_size"], got["instances"]
+    world = dp * groups
     for key, pb, sb in (("bf16_params", 2, 12), ("fp32_params", 4, 8)):
         g = got["ledger"][key]
+        owned = n // dp
+        rs, ag = (dp - 1) * n * 4 // dp, (dp - 1) * n * pb // dp
+        cross = 2 * (groups - 1) * owned * 4 // groups
         want = {"param_buffer": pb * n, "grad_buffer": 4 * n,
                 "total_replicated": pb * n + 4 * n + sb * n,
-                "total_zero1": pb * n + 4 * n + sb * n // dp,
-                "sent_all_reduce": 2 * (dp - 1) * n * 4 // dp,
-                "sent_reduce_scatter": (dp - 1) * n * 4 // dp,
-                "sent_all_gather": (dp - 1) * n * pb // dp}
+                "total_zero1": pb * n + 4 * n + sb * owned,
+                "sent_all_reduce": 2 * (world - 1) * n * 4 // world,
+                "sent_reduce_scatter": rs, "sent_all_gather": ag,
+                "sent_cross_all_reduce": cross, "sent_zero1": rs + ag + cross}
         for k, v in want.items():
             if g[k] != v:
                 return "ledger %s.%s = %s, want %s" % (key, k, g[k], v)
@@ -282,7 +294,8 @@ def main():
     if len(lines) != len(cfgs):
         print("FAIL layout_oracle: %d JSON lines for %d configurations" % (len(lines), len(cfgs)))
         return 1
-    stats = {"buckets": 0, "views": 0, "padding_only_shards": 0, "multi_bucket": 0, "split_params": 0}
+    stats = {"buckets": 0, "views": 0, "padding_only_shards": 0, "multi_bucket": 0, "split_params": 0,
+             "instances": 0}
     for k, (cfg, line) in enumerate(zip(cfgs, lines)):
         got = json.loads(line)
         want = expected_plan(cfg)
@@ -292,6 +305,7 @@ def main():
             return 1
         stats["buckets"] += len(got["buckets"])
         stats["multi_bucket"] += len(got["buckets"]) > 1
+        stats["instances"] += cfg["instances"] > 1
         stats["views"] += sum(len(s["params"]) for s in got["shards"])
         stats["padding_only_shards"] += sum(1 for s in got["shards"] if not s["params"])
         pieces = {}
@@ -300,14 +314,14 @@ def main():
                 pieces[v["index"]] = pieces.get(v["index"], 0) + 1
         stats["split_params"] += sum(1 for c in pieces.values() if c > 1)
     # The generator must actually reach the interesting cases, or the comparison proves little.
-    for key in ("multi_bucket", "padding_only_shards", "split_params"):
+    for key in ("multi_bucket", "padding_only_shards", "split_params", "instances"):
         if stats[key] == 0:
             print("FAIL layout_oracle: no configuration exercised %s" % key)
             return 1
     print("PASS layout_oracle: %d configurations match (%d buckets, %d views, %d padding-only shards, "
-          "%d multi-bucket, %d split params)" % (len(cfgs), stats["buckets"], stats["views"],
-                                                  stats["padding_only_shards"], stats["multi_bucket"],
-                                                  stats["split_params"]))
+          "%d multi-bucket, %d split params, %d with instances)" % (
+              len(cfgs), stats["buckets"], stats["views"], stats["padding_only_shards"], stats["multi_bucket"],
+              stats["split_params"], stats["instances"]))
     return 0
 
 

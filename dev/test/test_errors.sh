@@ -80,10 +80,14 @@ check flag_not_a_number    1 "-b expects an integer"    -- -b four
 check lr_nan               1 "-l nan"                   -- -l nan
 check eps_nan              1 "--eps nan"                -- --eps nan
 check output_not_a_dir     1 "not_a_dir"                -- -o "$TMP/not_a_dir"
+check timeout_negative     1 "--comm-timeout -1 is out of range"     -- --comm-timeout -1
+check instances_zero       1 "--dist-opt-instances 0 is out of range" -- --dist-opt-instances 0
 # -z 1 on a build without the plugin (make train_gpt2_plain builds one under its own name).
 make -s train_gpt2_plain >/dev/null 2>&1 || bad "could not build ./train_gpt2_plain"
 if [ -x ./train_gpt2_plain ]; then
     BIN=./train_gpt2_plain check z1_without_plugin 1 "USE_ZERO1=1"  -- -z 1
+    BIN=./train_gpt2_plain check instances_without_plugin 1 "--dist-opt-instances needs the zero1/ plugin" -- \
+        --dist-opt-instances 2
 fi
 
 # under mpirun -np 2: one message, from rank 0
@@ -95,6 +99,8 @@ check d_not_divisible_np2  2 "B*T*ranks = 1*32*2"       -- -b 1 -d 96
 check unknown_flag         2 "--bogus"                  -- --bogus
 check flag_out_of_range    2 "-z 7 is out of range"     -- -z 7
 check T_exceeds_maxT       2 "maximum sequence length"  -- -t 128
+check instances_not_divide 2 "--dist-opt-instances 3 does not divide the 2 ranks" -- -z 1 --dist-opt-instances 3
+check instances_with_z0    2 "needs ZeRO-1 (-z 1)"      -- -z 0 --dist-opt-instances 2
 
 if [ $failed -eq 0 ]; then
     echo "PASS test_errors ($((SECONDS - t0)) s)"

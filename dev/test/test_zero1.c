@@ -17,7 +17,8 @@
  * (fp32 params); with bf16 storage, losses within 1e-3 relative and parameters within one
  * bf16 rounding (2^-8 relative) plus 1e-6; every rank's optimizer-state bytes equal
  * 8 (fp32 storage, master == params) or 12 (bf16 storage) bytes per owned element; owned
- * elements summed over ranks equal the padded buffer; all ranks hold identical parameters.
+ * elements summed over ranks equal the padded buffer (once per distributed-optimizer
+ * instance with --dist-opt-instances K); all ranks hold identical parameters.
  */
 #define TESTING
 #include "train_gpt2.c"
@@ -68,11 +69,12 @@ static RunResult run(const TrainConfig* cfg, SyntheticData* data, int steps, int
         Zero1Runtime* rt = zero1_optimizer_runtime(tr.opt);
         size_t owned = zero1_owned_numel(rt), bytes = tr.opt->state_bytes(tr.opt);
         size_t per = cfg->param_dtype == DTYPE_BF16 ? 12 : 8;
+        // Sharded, every distributed-optimizer instance (group) owns the buffer once.
         int sharded = cfg->zero_stage == 1 && data->world > 1;
         double total = (double)owned;
         mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         size_t numel = zero1_layout(rt)->numel;
-        double expect_total = sharded ? (double)numel : (double)numel * data->world;
+        double expect_total = sharded ? (double)numel * cfg->dist_opt_instances : (double)numel * data->world;
         int ok = bytes == per * owned && total == expect_total;
         if (data->rank == 0) {
             printf("%s ownership: %zu owned elements x %zu B = %zu state bytes on rank 0; owned over ranks %.0f "
@@ -158,12 +160,14 @@ int main(int argc, char** argv) {
     ref_cfg.zero_stage = 0;
     ref_cfg.test_device = "cpu";
     ref_cfg.test_hazard = 0;
+    ref_cfg.dist_opt_instances = 1;
     int bf16 = cfg.param_dtype == DTYPE_BF16 || cfg.grad_dtype == DTYPE_BF16;
     if (rank == 0) {
-        printf("test_zero1: %d ranks, %d steps, %d micro-steps of B=%d T=%d; candidate -z %d%s%s%s, bucket size %lld\n",
+        printf("test_zero1: %d ranks, %d steps, %d micro-steps of B=%d T=%d; candidate -z %d%s%s%s, bucket size %lld, "
+               "%d distributed-optimizer instance%s\n",
                world, steps, k, cfg.B, T, cfg.zero_stage, cfg.param_dtype == DTYPE_BF16 ? ", bf16 params" : "",
                cfg.grad_dtype == DTYPE_BF16 ? ", bf16 grad reduction" : "", cfg.overlap_grad_reduce ? "" : ", no overlap",
-               cfg.bucket_size);
+               cfg.bucket_size, cfg.dist_opt_instances, cfg.dist_opt_instances == 1 ? "" : "s");
     }
     RunResult ref = run(&ref_cfg, &data, steps, bf16);
     RunResult got = run(&cfg, &data, steps, 1);

@@ -288,6 +288,18 @@ static void test_ledger(void) {
     CHECK(g.sent_all_reduce == 0 && g.sent_zero1 == 0 && g.total_zero1 == g.total_replicated, "dp 1");
     g = zero1_ledger_compute(UINT64_MAX / 4, 1, 2, 4);
     CHECK(g.overflow == 1, "overflow flag");
+    // 3 instances of DP 4 (12 ranks): owned 256; inside the group as above; across the groups
+    // the 256-element fp32 shard in a ring of 3: 2*2/3*1024 B = 1365 (rounded down); the
+    // replicated all-reduce over 12 ranks: 2*11/12*4096 B = 7509.
+    g = zero1_ledger_compute_instances(1024, 4, 3, 2, 4);
+    CHECK(g.owned_numel == 256 && g.total_zero1 == 2048 + 4096 + 3072 && g.instances == 3, "instances: state");
+    CHECK(g.sent_reduce_scatter == 3072 && g.sent_all_gather == 1536 && g.sent_cross_all_reduce == 1365,
+          "instances: sent %llu %llu %llu", (unsigned long long)g.sent_reduce_scatter,
+          (unsigned long long)g.sent_all_gather, (unsigned long long)g.sent_cross_all_reduce);
+    CHECK(g.sent_zero1 == 3072 + 1536 + 1365 && g.sent_all_reduce == 7509, "instances: totals %llu %llu",
+          (unsigned long long)g.sent_zero1, (unsigned long long)g.sent_all_reduce);
+    g = zero1_ledger_compute(1024, 4, 2, 4);
+    CHECK(g.instances == 1 && g.sent_cross_all_reduce == 0, "one instance sends nothing across");
 }
 
 // ------------------------------------------------------------------ random coverage

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # zero1_plan end to end:
 #   1. 2000 random configurations vs the independent Python oracle (dev/test/layout_oracle.py);
-#   2. the GPT-2 124M layout and ledger at DP=8 vs arithmetic done by hand below;
+#   2. the GPT-2 124M layout and ledger at DP=8 vs arithmetic done by hand below, also as
+#      2 distributed-optimizer instances of 4 ranks;
 #   3. bad arguments -> usage and exit code 2;
 #   4. the zero1 headers compile as C++ (nvcc includes them).
 # Run from anywhere; builds zero1_plan with make. Prints one PASS/FAIL line.
@@ -53,6 +54,35 @@ for n in $((6 * NUMEL + 12 * OWNED)) $((18 * NUMEL)) $(((DP - 1) * OWNED * 4)); 
 done
 echo "  d12 DP=8: numel $NUMEL, buckets $B0/$B1/$B2, ZeRO-1 $((6 * NUMEL + 12 * OWNED)) B vs replicated $((18 * NUMEL)) B per rank"
 
+# 2b. The same 8 ranks as K=2 instances of G=4: the layout is DP=4's (d12 needs no padding at
+# lcm(4,128) either, and the 40e6 default holds), each rank owns numel/4 and sends, per step,
+# reduce-scatter 3/4 numel fp32 + all-gather 3/4 numel bf16 inside its group, and the ring
+# all-reduce of its owned shard across the 2 groups: 2*(2-1)/2 * numel/4 fp32. The replicated
+# column is still the all-reduce over all 8 ranks.
+K=2; G=$((DP / K)); OWNED_G=$((NUMEL / G))
+json=$(./zero1_plan --model d12 --dp $DP --instances $K --json) || fail "zero1_plan --instances $K --json exited $?"
+got=$(echo "$json" | $PY -c '
+import json, sys
+j = json.load(sys.stdin)
+b = j["ledger"]["bf16_params"]
+print(j["dp"], j["instances"], j["group_size"], j["numel"], " ".join(str(x["end"] - x["start"]) for x in j["buckets"]),
+      b["state_zero1"], b["total_zero1"], b["sent_all_reduce"], b["sent_reduce_scatter"], b["sent_all_gather"],
+      b["sent_cross_all_reduce"], b["sent_zero1"], len({s["rank"] for s in j.get("shards", [])}))') \
+    || fail "cannot parse the d12 instances JSON"
+want="$DP $K $G $NUMEL $B0 $B1 $B2 $((12 * OWNED_G)) $((6 * NUMEL + 12 * OWNED_G)) $((2 * (DP - 1) * NUMEL * 4 / DP)) \
+$(((G - 1) * OWNED_G * 4)) $(((G - 1) * OWNED_G * 2)) $((2 * (K - 1) * OWNED_G * 4 / K)) \
+$(((G - 1) * OWNED_G * 6 + 2 * (K - 1) * OWNED_G * 4 / K)) 0"
+want=$(echo $want)
+[ "$got" == "$want" ] || fail "d12 DP=8 K=2 ledger: got '$got', want '$want'"
+shard_ranks=$(./zero1_plan --model d12 --dp $DP --instances $K --json --shards | $PY -c '
+import json, sys; print(sorted({s["rank"] for s in json.load(sys.stdin)["shards"]}))')
+[ "$shard_ranks" == "[0, 1, 2, 3]" ] || fail "d12 DP=8 K=2: shards of ranks $shard_ranks, want a group's 0..3"
+text=$(./zero1_plan --model d12 --dp $DP --instances $K) || fail "zero1_plan --instances exited $?"
+for n in $((2 * (K - 1) * OWNED_G * 4 / K)) $(((G - 1) * OWNED_G * 6)) $((6 * NUMEL + 12 * OWNED_G)); do
+    echo "$text" | grep -q " $n " || fail "instances text output lacks $n"
+done
+echo "  d12 DP=8 as 2 instances of 4: state $((12 * OWNED_G)) B per rank, sent inside the group $(((G - 1) * OWNED_G * 6)) B, across $((2 * (K - 1) * OWNED_G * 4 / K)) B"
+
 # 3. bad arguments -> exit 2 with a usage message
 bad_cases=(
     ""
@@ -76,6 +106,10 @@ bad_cases=(
     "--model d0"
     "--model d12 --heads 7"
     "--model d12 --vocab 0"
+    "--numels 1,2 --dp 4 --instances 3"
+    "--numels 1,2 --dp 4 --instances 0"
+    "--numels 1,2 --instances 2"
+    "--numels 1,2 --dp 4 --instances x"
 )
 for args in "${bad_cases[@]}"; do
     # shellcheck disable=SC2086

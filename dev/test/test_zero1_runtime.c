@@ -50,7 +50,7 @@ static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype,
     opt.grad_clip = 1.0f;
     Zero1ModelSpec spec = {NP, NUMELS, DECAYS, CONTRIBUTIONS, FIRST_BLOCK, 3, name_param, NULL};
     char err[256];
-    Zero1Runtime* rt = zero1_runtime_create(&opt, &spec, comm, dev, NULL, err, sizeof(err));
+    Zero1Runtime* rt = zero1_runtime_create(&opt, &spec, comm, NULL, dev, NULL, err, sizeof(err));
     if (!rt) fatal("runtime: %s", err);
     return rt;
 }
