@@ -23,6 +23,13 @@
 # without sch_netem get `tbf rate $MULTIHOST_RATE` instead, rate only, and MH_SHAPING says
 # that the delay is missing.
 #
+# A host that loses its link: Linux gives up on a TCP connection whose packets go
+# unanswered only after net.ipv4.tcp_retries2 retransmissions (15: about 15 minutes), and
+# until then mpirun waits for the lost host's daemon even after the job aborted. Every host
+# here sets tcp_retries2=3 (a few seconds), as a cluster's failure detection (Slurm's node
+# health checks, a shorter TCP timeout) would end such a job; the ranks themselves end on
+# their own (--comm-timeout), whatever the launcher does.
+#
 # Hostnames: every process on a host runs under `ip netns exec NS unshare --uts` with the
 # hostname set to the host's name (the namespace's, dashes for underscores). Needed: Open
 # MPI keys its session directory (/tmp/ompi.<hostname>.<uid>), and the shared-memory
@@ -127,6 +134,7 @@ mh_setup() {
         ip -n "$MH_SW" link set "h$i" master br0 up &&
         ip -n "$ns" addr add "$(mh_host_ip $i)/24" dev eth0 &&
         ip -n "$ns" link set eth0 up || { echo "multihost: cannot wire host $i" >&2; return 1; }
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=3 || { echo "multihost: cannot set tcp_retries2" >&2; return 1; }
         mh_shape "$ns" || return 1
     done
     # The rsh agent: `agent HOST CMD...` runs CMD on HOST, as ssh would.

@@ -35,6 +35,7 @@ STEPS=(
   "zero1           600 dev/test/test_zero1.sh"
   "checkpoint      300 dev/test/test_checkpoint.sh"
   "multihost       300 dev/test/test_multihost.sh"
+  "faults          180 dev/test/test_faults.sh"
   "plot_loss       120 dev/test/test_plot_loss.sh"
 )
 # -------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@
 #   3. ./train_gpt2 -z 1 on 2 hosts x 2 ranks, and on 3 hosts x 1 rank, equals the
 #      single-host run with as many ranks (plain mpirun, root namespace) bitwise: the step
 #      lines' losses and norms, and the final checkpoint's model.bin and optimizer.bin;
+#      so does 2 hosts x 2 ranks as 2 distributed-optimizer instances, one per host (the
+#      reduce-scatter and all-gather inside a host, the shard all-reduce across the link);
 #   4. the inter-host traffic really went over the links: each host's veth sent at least
 #      what ZeRO-1 must send between hosts (below); a 1 host x 4 ranks run, whose traffic
 #      stays inside the host (shared memory), sends almost nothing: the counter tells;
@@ -77,13 +79,14 @@ fi
 # d2 (7M parameters, mostly wte) in 2M-element buckets: several reduce-scatters and
 # all-gathers in flight per step, across the host links.
 ARGS=(-e d2 -i "$DATA" -b 1 -t 64 -x $STEPS -l 1e-3 -v 0 -s 0 -z 1 --bucket-size 2000000 -n $STEPS)
+EXTRA=()   # flags of one configuration
 CKPT=$(printf "checkpoint_%08d" $STEPS)
 
 # train NAME NP LAUNCHER...: runs `LAUNCHER... BIN ARGS -o DIR`, checks that it finished with
 # identical replicas and wrote its checkpoint.
 train() {
     local name=$1 np=$2; shift 2
-    "$@" "$BIN" "${ARGS[@]}" -o "$TMP/$name" >"$TMP/$name.log" 2>&1
+    "$@" "$BIN" "${ARGS[@]}" "${EXTRA[@]}" -o "$TMP/$name" >"$TMP/$name.log" 2>&1
     local rc=$?
     if [ $rc -eq 0 ] && grep -qF "parameters identical on all $np ranks: yes" "$TMP/$name.log" &&
        grep -qE "^ranks $np \|" "$TMP/$name.log" && [ -f "$TMP/$name/$CKPT/optimizer.bin" ]; then
@@ -132,17 +135,25 @@ tx_check() {  # tx_check NAME NHOSTS: every host sent >= 4 N STEPS bytes since t
     done
 }
 
-for cfg in "2 2" "3 1"; do
-    read -r nh per <<<"$cfg"
+# With K instances (one per host) every host still sends >= N floats per step: the other
+# group cannot form the sum of any element without this group's partial sums of it.
+for cfg in "2 2 1" "3 1 1" "2 2 2"; do
+    read -r nh per k <<<"$cfg"
     np=$((nh * per))
     ref=single_np$np
     multi=hosts${nh}x$per
+    EXTRA=()
+    if [ "$k" -gt 1 ]; then
+        ref+=_k$k multi+=_k$k
+        EXTRA=(--dist-opt-instances "$k")
+    fi
     train "$ref" $np "${MPIRUN[@]}" -np $np || continue
     tx_start $nh
     train "$multi" $np mh_mpirun $nh $per || continue
     tx_check "$multi" $nh
     same "$multi" "$ref"
 done
+EXTRA=()   # the runs below are flat ZeRO-1 again
 
 # The users' launcher, scripts/multi_node/launch.sh, on 2 nodes x 2 "GPUs" (the CPU trainer;
 # the harness's agent in place of ssh) gives the same run.
@@ -171,7 +182,7 @@ if train hosts1x4 4 mh_mpirun 1 4; then
 fi
 
 # Shaped links show in the step time (figures for the log; the machine is shared).
-for name in single_np4 hosts2x2 single_np3 hosts3x1; do
+for name in single_np4 hosts2x2 single_np4_k2 hosts2x2_k2 single_np3 hosts3x1; do
     [ -f "$TMP/$name.log" ] && echo "  note $name: $(grep -m1 '^average step' "$TMP/$name.log")"
 done
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO-1 equals replicated AdamW under mpirun with 1-4 ranks, across bucket layouts,
-# dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run), also on the
+# dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run), with
+# distributed-optimizer instances at np 4 and 6, also on the
 # deferred device with the hazard communicator (zero1_hazard); ZeRO-1
 # matches the PyTorch oracle at np=2, B=2; a planted NaN stops every rank.
 set -u
@@ -37,6 +38,17 @@ for np in 1 2 3 4; do
     check "replicated through the runtime (bucketed all-reduce)" $np -z 0 --bucket-size 5000
 done
 
+# Distributed-optimizer instances: K groups of np/K consecutive ranks shard the state, each
+# shard all-reduced across the groups (K = np: every group is one rank). The reference is
+# still the plain replicated optimizer over all ranks.
+for run in "4 2" "6 3" "4 4"; do
+    read -r np k <<<"$run"
+    check "$k distributed-optimizer instances" $np -z 1 --bucket-size 3000 --dist-opt-instances $k
+done
+check "2 instances, accumulation" 4 --accum 2 --batch 24 -z 1 --bucket-size 5000 --dist-opt-instances 2
+check "2 instances, bf16 grad reduction" 4 -z 1 --bucket-size 5000 --grad-dtype bf16 --dist-opt-instances 2
+check "2 instances, bf16 param storage" 4 -z 1 --bucket-size 5000 --param-dtype bf16 --dist-opt-instances 2
+
 # zero1_hazard: the candidate again on the deferred device (device pointers the host cannot
 # read, every op run as late as streams and events allow) with the hazard communicator
 # (regions NaN while in flight, test() "not yet" at random). A runtime that reads a buffer
@@ -53,6 +65,9 @@ for np in 1 2 3 4; do
     check "zero1_hazard: bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16 "${HAZARD[@]}"
     check "zero1_hazard: -z 0 (bucketed all-reduce)" $np -z 0 --bucket-size 5000 "${HAZARD[@]}"
 done
+check "zero1_hazard: 2 instances" 4 -z 1 --bucket-size 3000 --dist-opt-instances 2 "${HAZARD[@]}"
+check "zero1_hazard: 3 instances, bf16 grad reduction" 6 -z 1 --bucket-size 5000 --grad-dtype bf16 \
+    --dist-opt-instances 3 "${HAZARD[@]}"
 
 # ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4, on the
 # CPU device and (zero1_hazard) on the deferred device with the hazard communicator.
@@ -69,10 +84,11 @@ for extra in "" "${HAZARD[*]}"; do
 done
 
 # A planted NaN (on the last rank only) is caught by --check-nan: one message, every rank stops;
-# zero1_hazard at np=2: the flags travel through a collective and are read on the host.
-for run in "2" "3" "2 ${HAZARD[*]}"; do
+# zero1_hazard at np=2: the flags travel through a collective and are read on the host; with
+# 2 instances the flags cross from the last rank's group to the other.
+for run in "2" "3" "2 ${HAZARD[*]}" "4 --dist-opt-instances 2"; do
     read -r np extra <<<"$run"
-    name="${extra:+zero1_hazard: }planted NaN"
+    name="planted NaN${extra:+ ($extra)}"
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
     timeout 120 "${MPIRUN[@]}" -np $np ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
         -x 5 -v 0 -s 0 -z 1 --bucket-size 3000 --check-nan --test-plant-nan 2 $extra >"$work/log" 2>&1
@@ -85,15 +101,19 @@ for run in "2" "3" "2 ${HAZARD[*]}"; do
     fi
 done
 # --trace: one Chrome trace per rank with per-layer compute, every bucket's reduce-scatter
-# and all-gather, and the step lines report the time blocked on communication.
-timeout 120 "${MPIRUN[@]}" -np 2 ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 -x 3 \
-    -v 0 -s 0 -z 1 --bucket-size 20000 --trace "$work/trace.json" >"$work/log" 2>&1
-buckets=$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$work/log")
-if grep -q "comm wait" "$work/log" && $PY - "$work" "$buckets" <<'PYEOF'
+# and all-gather (with 2 instances also its shard's all-reduce across them), and the step
+# lines report the time blocked on communication.
+for run in "2 1" "4 2"; do
+    read -r np k <<<"$run"
+    rm -f "$work"/trace.rank*.json
+    timeout 120 "${MPIRUN[@]}" -np $np ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
+        -x 3 -v 0 -s 0 -z 1 --bucket-size 20000 --dist-opt-instances $k --trace "$work/trace.json" >"$work/log" 2>&1
+    buckets=$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$work/log")
+    if grep -q "comm wait" "$work/log" && $PY - "$work" "$buckets" $np $k <<'PYEOF'
 import json, sys
-work, buckets = sys.argv[1], int(sys.argv[2])
+work, buckets, np_, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 assert buckets > 1, "expected several buckets"
-for rank in (0, 1):
+for rank in range(np_):
     events = json.load(open(f"{work}/trace.rank{rank}.json"))["traceEvents"]
     names = [e["name"] for e in events if e.get("ph") == "X"]
     for layer in (-1, 0, 1, 2):  # embeddings, both blocks, final norm + classifier (L=2)
@@ -101,12 +121,15 @@ for rank in (0, 1):
     for b in range(buckets):
         assert names.count(f"reduce-scatter b{b}") == 3, ("reduce-scatter", b, names.count(f"reduce-scatter b{b}"))
         assert names.count(f"all-gather b{b}") >= 2, ("all-gather", b)
+        cross = names.count(f"all-reduce across instances b{b}")
+        assert cross == (3 if k > 1 else 0), ("all-reduce across instances", b, cross)
     assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")
 PYEOF
-then
-    passed=$((passed + 1)); echo "PASS np=2 --trace: per-layer compute, per-bucket reduce-scatter and all-gather"
-else
-    failed=$((failed + 1)); echo "FAIL np=2 --trace"; tail -15 "$work/log"
-fi
+    then
+        passed=$((passed + 1)); echo "PASS np=$np --trace ($k instance(s)): per-layer compute, per-bucket collectives"
+    else
+        failed=$((failed + 1)); echo "FAIL np=$np --trace ($k instance(s))"; tail -15 "$work/log"
+    fi
+done
 echo "test_zero1: $passed passed, $failed failed"
 [ $failed = 0 ]

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Hang-proof collectives (--comm-timeout): a rank that stops, or a host whose network goes
+# away, ends the whole job with one message naming the collective, instead of hanging it.
+#   1. one host, 4 ranks: rank 2 is stopped (SIGSTOP) mid-run. Every rank exits (mpirun
+#      non-zero) within the timeout plus a few seconds; exactly one `error:` line says which
+#      collective at which step did not complete, from a rank other than the stopped one;
+#      no process of the run is left, the stopped one included; while they wait, the live
+#      ranks sleep between polls instead of spinning (CPU time measured during the stall);
+#   2. two hosts x 2 ranks (dev/test/multihost.sh): host 1's link is taken down mid-run
+#      (`ip link set eth0 down` in its namespace): the same assertions (host 1's ranks end
+#      through their own timeout and the fallback alarm; their messages cannot reach the
+#      launcher), and nothing is left in either host;
+#   3. the same short timeout on an undisturbed run across the hosts: no spurious timeout.
+# Part 2 and 3 print SKIPPED where network namespaces cannot be created.
+# The links are shaped by rate only here (no sch_netem in this kernel: no added latency).
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source dev/test/multihost.sh
+BIN=./train_gpt2
+DATA=data/tinyshakespeare_train.bin
+TIMEOUT=5            # --comm-timeout
+SLACK=15             # seconds allowed past it: the rank stagger (<= 0.75 s here), MPI_Abort, TCP giving up
+STOPPED_RANK=2
+
+TMP=$(mktemp -d /tmp/test_faults.XXXXXX)
+JOB_PID=
+cleanup() {
+    # Our own run only: its processes carry $TMP in their command lines.
+    local p
+    for p in $(pgrep -f -- "-o $TMP/"); do kill -KILL "$p" 2>/dev/null; done
+    mh_teardown
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
+failed=0
+ok() { echo "  ok   $*"; }
+bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
+
+make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL test_faults: cannot build $BIN"; exit 1; }
+[ -f "$DATA" ] || { echo "FAIL test_faults: $DATA is missing (make data)"; exit 1; }
+
+# d2 in 2M-element buckets: several reduce-scatters and all-gathers per step; many steps,
+# so the run is still going when the fault comes.
+ARGS=(-e d2 -i "$DATA" -b 1 -t 64 -x 2000 -v 0 -s 0 -z 1 --bucket-size 2000000 --comm-timeout $TIMEOUT)
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+# run_pids NAME: the processes of run NAME (the launcher's too: -o DIR is in its command line)
+run_pids() { pgrep -f -- "-o $TMP/$1( |$)"; }
+rank_pid() {  # rank_pid NAME RANK
+    local p
+    for p in $(run_pids "$1"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return 0; }
+    done
+    return 1
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }   # utime + stime
+wait_for_step() {  # wait_for_step LOG N: until the step line N appears (60 s at most)
+    for _ in $(seq 600); do grep -qE "^step +$2/" "$1" && return 0; sleep 0.1; done
+    return 1
+}
+# check_abort NAME RC SECONDS: the job failed in time with one timeout message from a live rank.
+check_abort() {
+    local name=$1 rc=$2 secs=$3 log=$TMP/$1.log lines
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] &&
+       awk -v s="$secs" -v l=$((TIMEOUT + SLACK)) 'BEGIN { exit !(s <= l) }'; then
+        ok "$name: the job ended (exit $rc) ${secs} s after the fault (timeout $TIMEOUT s + at most $SLACK s)"
+    else
+        bad "$name: exit $rc ${secs} s after the fault; expected a failure within $((TIMEOUT + SLACK)) s"
+    fi
+    lines=$(grep -c "did not complete within" "$log")
+    local msg re
+    msg=$(grep -m1 "did not complete within" "$log")
+    re="^error: \[rank ([0-9]+)\] (zero1: (reduce-scatter|all-gather|all-reduce)( across instances)? of (bucket [0-9]+|the grad norm)"
+    re+="|loss all-reduce|gradient all-reduce) at step [0-9]+ did not complete within $TIMEOUT s \(a rank stopped or its "
+    re+="network is gone\); aborting the job$"
+    if [ "$lines" = 1 ] && [[ $msg =~ $re ]] && [ "${BASH_REMATCH[1]}" != "$STOPPED_RANK" ]; then
+        ok "$name: one message: $msg"
+    else
+        bad "$name: $lines timeout message(s), expected exactly one naming the collective from a live rank"
+        tail -n 20 "$log" | sed 's/^/       | /'
+    fi
+}
+
+t0=$SECONDS
+# ---- 1. one host: a stopped rank ------------------------------------------------------
+name=stop
+timeout 120 "${MPIRUN[@]}" -np 4 "$BIN" "${ARGS[@]}" -o "$TMP/$name" >"$TMP/$name.log" 2>&1 &
+JOB_PID=$!
+if wait_for_step "$TMP/$name.log" 3 && victim=$(rank_pid $name $STOPPED_RANK) && watcher=$(rank_pid $name 1); then
+    kill -STOP "$victim"
+    t_fault=$(now)
+    sleep 1
+    c0=$(cpu_ticks "$watcher"); s0=$(now)
+    sleep 2.5
+    c1=$(cpu_ticks "$watcher"); s1=$(now)
+    wait $JOB_PID
+    rc=$?
+    secs=$(elapsed "$t_fault" "$(now)")
+    check_abort $name $rc "$secs"
+    if [ -n "$c0" ] && [ -n "$c1" ]; then
+        cpu=$(awk -v c=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v a="$s0" -v b="$s1" 'BEGIN { printf "%.3f", c / hz / (b - a) }')
+        if awk -v f="$cpu" 'BEGIN { exit !(f < 0.2) }'; then
+            ok "$name: a waiting rank used $cpu of a core while blocked (sleeps between polls)"
+        else
+            bad "$name: a waiting rank used $cpu of a core while blocked; expected < 0.2"
+        fi
+    else
+        bad "$name: rank 1 ended before its CPU time could be read (the job ended before the timeout?)"
+    fi
+else
+    bad "$name: the run did not reach step 3, or its ranks were not found"
+    tail -n 20 "$TMP/$name.log" | sed 's/^/       | /'
+    wait $JOB_PID
+fi
+sleep 1
+left=$(run_pids $name | tr '\n' ' ')
+if [ -z "${left// /}" ]; then ok "$name: no process of the run is left (the stopped rank included)"
+else bad "$name: processes left behind: $left"; fi
+
+# ---- 2, 3. two hosts ---------------------------------------------------------------------
+mh_setup 2
+case $? in
+    0) ;;
+    2) echo "SKIPPED test_faults parts 2-3 (multi-host): $MH_SKIP_REASON"
+       [ $failed -eq 0 ] && { echo "PASS test_faults part 1 only ($((SECONDS - t0)) s)"; exit 0; }
+       echo "FAIL test_faults: $failed check(s) failed"; exit 1 ;;
+    *) echo "FAIL test_faults: could not build the hosts"; exit 1 ;;
+esac
+echo "hosts: ${MH_HOSTS[*]}, links: $MH_SHAPING"
+hosts_empty() {
+    local ns left=
+    for _ in $(seq 20); do
+        left=$(for ns in "${MH_HOSTS[@]}"; do ip netns pids "$ns"; done | tr '\n' ' ')
+        [ -z "${left// /}" ] && return 0
+        sleep 0.5
+    done
+    echo "$left"
+    return 1
+}
+
+name=link_down
+MH_TIMEOUT=120 mh_mpirun 2 2 "$BIN" "${ARGS[@]}" -o "$TMP/$name" >"$TMP/$name.log" 2>&1 &
+JOB_PID=$!
+if wait_for_step "$TMP/$name.log" 3; then
+    ip -n "${MH_HOSTS[1]}" link set eth0 down
+    t_fault=$(now)
+    wait $JOB_PID
+    rc=$?
+    check_abort $name $rc "$(elapsed "$t_fault" "$(now)")"
+else
+    bad "$name: the run did not reach step 3"
+    tail -n 20 "$TMP/$name.log" | sed 's/^/       | /'
+    wait $JOB_PID
+fi
+if left=$(hosts_empty); then ok "$name: no process left on either host (ranks, launcher, daemons)"
+else bad "$name: processes left on the hosts: $left"; fi
+ip -n "${MH_HOSTS[1]}" link set eth0 up
+
+name=undisturbed
+MH_TIMEOUT=120 mh_mpirun 2 2 "$BIN" "${ARGS[@]}" -x 6 -o "$TMP/$name" >"$TMP/$name.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "parameters identical on all 4 ranks: yes" "$TMP/$name.log" &&
+   ! grep -q "did not complete" "$TMP/$name.log"; then
+    ok "$name: 2 hosts x 2 ranks, --comm-timeout $TIMEOUT, 6 steps: no spurious timeout ($(grep -m1 '^average step' "$TMP/$name.log"))"
+else
+    bad "$name: exit $rc, or a timeout message, or replicas differ"
+    tail -n 20 "$TMP/$name.log" | sed 's/^/       | /'
+fi
+
+if [ $failed -eq 0 ]; then
+    echo "PASS test_faults ($((SECONDS - t0)) s)"
+    exit 0
+fi
+echo "FAIL test_faults: $failed check(s) failed"
+exit 1
