@@ -2,6 +2,7 @@
 #   make train_gpt2 [USE_ZERO1=1]     CPU trainer (C11, OpenMP, OpenBLAS, MPI)
 #   make train_gpt2cu [USE_ZERO1=1]   GPU trainer (CUDA, cuBLASLt, NCCL); PRECISION=BF16|FP32, GPU_ARCH=90
 #   make test_zero1_cuda              zero1's CUDA device ops and NCCL communicator (runs on a GPU)
+#   make test_watchdog_cuda           the GPU step's deadline (zero1/watchdog_cuda.h; runs on a GPU)
 #   make zero1_plan                   the ZeRO-1 layout planner
 #   make test / test_gpu / bench / demo
 # Other toolchains: MPICC=mpicc.mpich (any MPI's compiler wrapper: Open MPI 4/5, MPICH),
@@ -155,6 +156,11 @@ test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
 
+# zero1/watchdog_cuda.h: the deadline of the GPU step's host sync (a stuck stream ends the job).
+test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(check_mpi_flags)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
+
 test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
@@ -177,4 +183,4 @@ demo:
 
 clean:
 	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices
+	  test_zero1_cuda test_watchdog_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices

@@ -10,7 +10,8 @@
 #      the step lines and main.log (minus timings) must be identical
 #   6. test_zero1_cuda: zero1's CUDA device ops bitwise against the CPU device, events,
 #      and the NCCL communicator on one rank (ordering with the compute stream, groups);
-#      with >= 2 GPUs also on 2-4 ranks (in-place offsets and sums)
+#      with >= 2 GPUs also on 2-4 ranks (in-place offsets and sums); test_watchdog_cuda:
+#      a stream that never finishes ends the process past --comm-timeout's deadline
 #   7. ZeRO-1 on the GPU (USE_ZERO1=1 builds):
 #      - test_gpt2cu -z 1 against the oracle: np=1 through a one-rank NCCL communicator,
 #        np=2 and 4 on this one GPU through the staged MPI communicator (small buckets),
@@ -93,6 +94,9 @@ if [ "$NUM_GPUS" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
     check zero1_cuda_multirank mpirun --allow-run-as-root --oversubscribe -np "$((NUM_GPUS < 4 ? NUM_GPUS : 4))" \
         "$OUT/test_zero1_cuda_BF16"
 fi
+# The GPU step's deadline (zero1/watchdog_cuda.h): a stream that never finishes ends the process.
+check build_watchdog_cuda build test_watchdog_cuda BF16
+check watchdog_cuda "$OUT/test_watchdog_cuda_BF16"
 
 # ---- ZeRO-1 on the GPU ----
 build_z() {  # build_z TARGET PRECISION: the plugin build, kept as TARGET_z_PRECISION

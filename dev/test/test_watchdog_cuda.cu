@@ -1,0 +1,138 @@
+/*
+ * zero1/watchdog_cuda.h on a GPU (make test_gpu runs it; without a GPU it prints SKIPPED):
+ *   1. a stream whose work finishes: zero1_cuda_sync_deadline returns, and the stream is idle;
+ *   2. a stream that never finishes (a kernel spinning on a flag nobody sets, as an NCCL
+ *      kernel spins on a peer that stopped), in a child process: past a 1 s deadline the
+ *      child prints one `error:` line naming the wait and the step, and exits 1 within a
+ *      few seconds although its kernel still spins;
+ *   3. the same with a deadline of 0 (none) must still be waiting after 3 s (then killed).
+ * An NCCL asynchronous error cannot be provoked on one GPU; it is not tested here.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "llmc/cuda_common.cuh"
+#include "zero1/watchdog_cuda.h"
+
+static int failures = 0;
+#define EXPECT(cond, ...)                          \
+    do {                                           \
+        if (cond) {                                \
+            printf("PASS ");                       \
+        } else {                                   \
+            printf("FAIL ");                       \
+            failures++;                            \
+        }                                          \
+        printf(__VA_ARGS__);                       \
+        printf("\n");                              \
+    } while (0)
+
+__global__ void spin_until_set(volatile int* flag) {
+    while (*flag == 0) {
+    }
+}
+
+__global__ void short_work(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * 2.0f + 1.0f;
+}
+
+// In a child (CUDA initialised after the fork): a kernel that never ends, then the watched
+// sync with `timeout_s`. stderr goes to err_path.
+static void child_stuck_sync(double timeout_s, const char* err_path) {
+    if (!freopen(err_path, "w", stderr)) _exit(3);
+    int* flag;
+    cudaStream_t s;
+    cudaCheck(cudaMalloc(&flag, sizeof(int)));
+    cudaCheck(cudaMemset(flag, 0, sizeof(int)));
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    spin_until_set<<<1, 1, 0, s>>>(flag);
+    cudaCheck(cudaGetLastError());
+    Zero1CudaWatch watch = {timeout_s, NULL, 0, NULL, 0, NULL};
+    zero1_cuda_sync_deadline(s, &watch, "zero1: the GPU step", 7);
+    _exit(0);  // reached only if the sync returned: wrong
+}
+
+// Runs child_stuck_sync in a child; returns its wait status, -1 if still running after
+// wait_s (it is then killed), and the seconds it took.
+static int run_child(double timeout_s, double wait_s, const char* err_path, double* secs) {
+    double t0 = zero1_monotonic_s();
+    pid_t pid = fork();
+    if (pid == 0) child_stuck_sync(timeout_s, err_path);
+    int status = -1;
+    while (zero1_monotonic_s() - t0 < wait_s) {
+        if (waitpid(pid, &status, WNOHANG) == pid) break;
+        status = -1;
+        zero1_sleep_us(50000);
+    }
+    *secs = zero1_monotonic_s() - t0;
+    if (status == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    return status;
+}
+
+static int file_count(const char* path, const char* needle) {
+    FILE* f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof(line), f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+int main(void) {
+    // Ask for devices in a child first: the parent must not initialise CUDA before forking.
+    pid_t probe = fork();
+    if (probe == 0) {
+        int count = 0;
+        _exit(cudaGetDeviceCount(&count) == cudaSuccess && count > 0 ? 0 : 1);
+    }
+    int probe_status;
+    waitpid(probe, &probe_status, 0);
+    if (!WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0) {
+        printf("SKIPPED test_watchdog_cuda: no CUDA device\n");
+        return 0;
+    }
+    char err_path[] = "/tmp/test_watchdog_cuda.XXXXXX";
+    int fd = mkstemp(err_path);
+    if (fd < 0) fatal("cannot create a temporary file");
+    close(fd);
+
+    double secs;
+    int status = run_child(1.0, 30.0, err_path, &secs);
+    int lines = file_count(err_path, "error: [rank 0] zero1: the GPU step at step 7 did not complete within 1 s");
+    EXPECT(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1 && secs < 10.0,
+           "stuck stream, 1 s deadline: the process ended with exit 1 after %.1f s", secs);
+    EXPECT(lines == 1 && file_count(err_path, "error:") == 1, "one error line naming the wait (%d found)", lines);
+
+    status = run_child(0.0, 3.0, err_path, &secs);
+    EXPECT(status == -1, "stuck stream, no deadline: still waiting after %.1f s", secs);
+    unlink(err_path);
+
+    // In this process: finished work returns at once.
+    float* x;
+    cudaStream_t s;
+    cudaCheck(cudaMalloc(&x, 1024 * sizeof(float)));
+    cudaCheck(cudaMemset(x, 0, 1024 * sizeof(float)));
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    short_work<<<4, 256, 0, s>>>(x, 1024);
+    cudaCheck(cudaGetLastError());
+    Zero1CudaWatch watch = {5.0, NULL, 0, NULL, 0, NULL};
+    double t0 = zero1_monotonic_s();
+    zero1_cuda_sync_deadline(s, &watch, "zero1: the GPU step", 1);
+    double took = zero1_monotonic_s() - t0;
+    float host[1024];
+    cudaCheck(cudaMemcpy(host, x, sizeof(host), cudaMemcpyDeviceToHost));
+    EXPECT(cudaStreamQuery(s) == cudaSuccess && host[1023] == 1.0f && took < 1.0,
+           "finished work: the watched sync returned after %.4f s with the result in place", took);
+    cudaCheck(cudaStreamDestroy(s));
+    cudaCheck(cudaFree(x));
+    printf("%s test_watchdog_cuda\n", failures ? "FAIL" : "PASS");
+    return failures ? 1 : 0;
+}

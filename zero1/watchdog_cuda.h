@@ -1,0 +1,101 @@
+/*
+ * zero1/watchdog_cuda.h: zero1/watchdog.h's deadline where a GPU trainer's host waits.
+ *
+ * On a GPU nothing in the step blocks the host until it reads what it prints (the loss and
+ * the grad norm, one sync per step): zero1's wait() only makes the compute stream wait on
+ * an NCCL event. So a peer that stopped or lost its network shows as that one sync never
+ * returning, with NCCL kernels spinning on the GPU. zero1_cuda_sync_deadline replaces the
+ * cudaStreamSynchronize there: it polls cudaStreamQuery (zero1_poll_until's schedule) and,
+ * each time, asks the NCCL communicators for an asynchronous error (NCCL notices a dead
+ * peer's socket before any deadline). On an error or past the deadline it prints which,
+ * aborts the communicators (ncclCommAbort: their kernels would otherwise spin forever and
+ * keep the process from exiting), then ends the job (zero1_abort_job; its alarm also covers
+ * an ncclCommAbort that blocks).
+ *
+ * Communicators: raw ncclComm_t (the replicated trainer's), and zero1 NCCL communicators
+ * (zero1/comm_nccl.h), aborted with zero1_comm_nccl_abort; their asynchronous errors are
+ * reported by their progress(), which ends the process with its own error line.
+ *
+ * Never run: there is no GPU where it was written; compiled by nvcc only.
+ */
+#ifndef ZERO1_WATCHDOG_CUDA_H
+#define ZERO1_WATCHDOG_CUDA_H
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+
+#include "llmc/utils.h"
+#include "zero1/comm.h"
+#include "zero1/comm_nccl.h"
+#include "zero1/watchdog.h"
+
+typedef struct {
+    double timeout_s;               // --comm-timeout; 0: wait forever (errors still end the job)
+    Zero1Comm* const* zero1_comms;  // zero1 NCCL communicators
+    int num_zero1_comms;
+    const ncclComm_t* nccl_comms;   // raw NCCL communicators (NULL entries are skipped)
+    int num_nccl_comms;
+    void (*end_job)(void);          // after the communicators are aborted: MPI_Abort, or NULL
+} Zero1CudaWatch;
+
+// The watch whose job is ending: zero1_abort_job's end_job takes no argument.
+static const Zero1CudaWatch* zero1_cuda_ending_watch_ = NULL;
+
+static void zero1_cuda_end_job_(void) {
+    const Zero1CudaWatch* w = zero1_cuda_ending_watch_;
+    for (int i = 0; i < w->num_zero1_comms; i++) zero1_comm_nccl_abort(w->zero1_comms[i]);
+    for (int i = 0; i < w->num_nccl_comms; i++) {
+        if (w->nccl_comms[i]) ncclCommAbort(w->nccl_comms[i]);
+    }
+    if (w->end_job) w->end_job();
+}
+
+typedef struct {
+    cudaStream_t stream;
+    const Zero1CudaWatch* watch;
+    const char* what;
+    int step;
+} Zero1CudaPending;
+
+// An asynchronous NCCL error ends the job at once, naming it.
+static inline void zero1_cuda_check_nccl_(const Zero1CudaPending* p) {
+    const Zero1CudaWatch* w = p->watch;
+    for (int i = 0; i < w->num_zero1_comms; i++) w->zero1_comms[i]->progress(w->zero1_comms[i]);
+    for (int i = 0; i < w->num_nccl_comms; i++) {
+        ncclResult_t async_error = ncclSuccess;
+        if (!w->nccl_comms[i] || ncclCommGetAsyncError(w->nccl_comms[i], &async_error) != ncclSuccess) continue;
+        if (async_error == ncclSuccess || async_error == ncclInProgress) continue;
+        char message[512];
+        snprintf(message, sizeof(message), "%s at step %d: NCCL reported %s (a rank stopped or its network is gone); "
+                 "aborting the job", p->what, p->step, ncclGetErrorString(async_error));
+        zero1_cuda_ending_watch_ = w;
+        zero1_abort_job(message, zero1_cuda_end_job_);
+    }
+}
+
+static inline int zero1_cuda_stream_done_(void* ctx) {
+    const Zero1CudaPending* p = (const Zero1CudaPending*)ctx;
+    zero1_cuda_check_nccl_(p);
+    cudaError_t status = cudaStreamQuery(p->stream);
+    if (status == cudaErrorNotReady) return 0;
+    cudaCheck(status);
+    return 1;
+}
+
+static inline const char* zero1_cuda_describe_(void* ctx, char* buf, size_t n) {
+    const Zero1CudaPending* p = (const Zero1CudaPending*)ctx;
+    snprintf(buf, n, "%s at step %d", p->what, p->step);
+    return buf;
+}
+
+// cudaStreamSynchronize(stream) under the watch: what = the work it waits for, for the
+// message ("zero1: the GPU step (forward, backward, NCCL collectives)"); step 1-based.
+static inline void zero1_cuda_sync_deadline(cudaStream_t stream, const Zero1CudaWatch* watch, const char* what,
+                                            int step) {
+    Zero1CudaPending p = {stream, watch, what, step};
+    zero1_cuda_ending_watch_ = watch;
+    zero1_poll_until(zero1_cuda_stream_done_, &p, watch->timeout_s, zero1_cuda_describe_, zero1_cuda_end_job_);
+}
+
+#endif
