@@ -97,6 +97,10 @@ test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
 test_zero1: dev/test/test_zero1.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_CPU_SRC)
 	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CPU_SRC) -o $@ $(LDLIBS)
 
+# llmc/mpi_wait.h: the trainers' host collectives under --comm-timeout (dev/test/test_faults.sh).
+test_mpi_wait: dev/test/test_mpi_wait.c $(HOST_HEADERS)
+	$(CC) $(CFLAGS) dev/test/test_mpi_wait.c -o $@ -lm
+
 # llmc/crc32c.h: vectors, SSE4.2 vs portable, combine (dev/test/test_crc32c.sh runs it).
 test_crc32c: dev/test/test_crc32c.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/test_crc32c.c -o $@ -lm
@@ -183,4 +187,4 @@ demo:
 
 clean:
 	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices
+	  test_zero1_cuda test_watchdog_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait

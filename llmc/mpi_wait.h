@@ -7,7 +7,8 @@
  * too): past --comm-timeout the rank names the collective and the step and aborts the job
  * (`error: [rank 2] loss all-reduce at step 5 did not complete within 10 s (...)`).
  * The deadline is the job's, set once from the command line (mpi_wait_set_timeout);
- * until then it is ZERO1_DEFAULT_TIMEOUT_S.
+ * until then it is ZERO1_DEFAULT_TIMEOUT_S. One exception: a large all-reduce runs in
+ * Open MPI's faster blocking form under a timer (mpi_allreduce_sum_armed).
  */
 #ifndef LLMC_MPI_WAIT_H
 #define LLMC_MPI_WAIT_H
@@ -53,6 +54,17 @@ static inline const char* mpi_pending_describe(void* ctx, char* buf, size_t n) {
 static inline void mpi_wait_deadline(MPI_Request* request, const char* what, int step) {
     MpiPending p = {request, what, step};
     zero1_poll_until(mpi_pending_done, &p, mpi_wait_timeout_s_, mpi_pending_describe, mpi_abort_world);
+}
+
+// In-place sum over MPI_COMM_WORLD, blocking under an armed deadline (zero1_deadline_arm):
+// for large buffers, where Open MPI's blocking algorithm is the faster one (64 MB at np=2:
+// 33 ms blocking, 77 ms non-blocking and polled).
+static inline void mpi_allreduce_sum_armed(void* buf, int count, MPI_Datatype type, const char* what, int step) {
+    char description[256];
+    MpiPending p = {NULL, what, step};
+    zero1_deadline_arm(mpi_pending_describe(&p, description, sizeof(description)), mpi_wait_timeout_s_);
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, MPI_SUM, MPI_COMM_WORLD));
+    zero1_deadline_disarm(mpi_wait_timeout_s_);
 }
 
 // In-place sum over MPI_COMM_WORLD.

@@ -268,7 +268,12 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     z->cfg = *cfg;
     z->backend = backend;
     Zero1Comm* comm = backend->comm;
-    z->tracer = cfg->trace_file ? zero1_tracer_create(comm->rank) : NULL;
+    if (instances_of(backend) != cfg->dist_opt_instances) {  // a backend that does not make them, say so
+        fatal("--dist-opt-instances %d: the %s backend made %d instance%s (the communicator across them is %s)",
+              cfg->dist_opt_instances, backend->device.ops->name, instances_of(backend),
+              instances_of(backend) == 1 ? "" : "s", backend->cross ? "there" : "missing");
+    }
+    z->tracer = cfg->trace_file ? zero1_tracer_create(world_rank(z)) : NULL;
     if (!backend->host_model) zero1_tracer_use_device(z->tracer, &backend->device);
     Zero1Options opt = options_from(cfg, compute_dtype);
     char err[256];

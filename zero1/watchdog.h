@@ -10,19 +10,24 @@
  *
  *   zero1_poll_until(done, ctx, timeout_s, describe, end_job)
  *
- * calls done(ctx) until it answers 1: back to back for the first millisecond (as MPI_Wait
- * polls; Open MPI yields the core inside each call where ranks outnumber cores), then with
- * naps between calls, 20 us doubling up to 100 us, and after 50 ms of waiting up to 1 ms.
- * Why not nap from the start: Open MPI moves a collective on only while some call polls it,
- * so a napping rank delays its peers. Naps from the first call made a 4 KB reduce-scatter
- * plus all-gather at np=2 take 0.46 ms instead of MPI_Wait's 0.003 ms; 1 ms naps made a rank
- * that arrives 20 ms late wait 1.1 ms for a 400 KB reduce-scatter instead of 0.2 ms (0.35
- * with 100 us naps). A rank stalled for seconds (a stopped peer) polls every ~1 ms: 2% of
- * a core, against 10% with 100 us naps. Past timeout_s (0: never) it asks describe() what
- * it was waiting for and calls zero1_abort_job:
+ * calls done(ctx) until it answers 1: back to back for the first 0.25 s (as MPI_Wait polls;
+ * Open MPI yields the core inside each call where ranks outnumber cores), then with naps
+ * between calls, 20 us doubling up to 1 ms, so that a rank stalled for seconds (a stopped
+ * peer) uses about 2% of a core. Why not nap sooner: Open MPI moves a collective on only
+ * while some rank polls it, so a napping rank slows its peers down. Measured at np=2:
+ * naps from the first poll made a 4 KB reduce-scatter plus all-gather take 0.46 ms instead
+ * of MPI_Wait's 0.003 ms, made a rank arriving 20 ms late wait 1.1 ms instead of 0.2 ms for
+ * a 400 KB reduce-scatter, and (naps after 50 ms) the plain trainer's 64 MB gradient
+ * all-reduce lose 50 ms a step; a healthy wait rarely lasts 0.25 s. Past timeout_s (0:
+ * never) it asks describe() what it was waiting for and calls zero1_abort_job:
  *
  *   error: [rank 2] zero1: reduce-scatter of bucket 1 at step 5 did not complete within
  *   10 s (a rank stopped or its network is gone); aborting the job
+ *
+ * A call that must block (a large MPI_Allreduce, whose blocking algorithm Open MPI runs
+ * twice as fast as the non-blocking one) is bracketed by zero1_deadline_arm/disarm instead:
+ * a timer whose signal handler prints the same line and ends the process (the launcher
+ * then ends the job, as it does for any rank that exits with an error).
  *
  * zero1_abort_job prints that line, arms an alarm that ends this process a few seconds
  * later whatever happens, and calls end_job (MPI_Abort): MPI_Abort itself can block when
@@ -37,6 +42,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,10 +54,8 @@ extern "C" {
 
 #define ZERO1_DEFAULT_TIMEOUT_S 600.0
 #define ZERO1_ABORT_GRACE_S 5        // after end_job is called, the alarm ends the process
-#define ZERO1_POLL_SPIN_US 1000     // polls back to back this long, then naps
+#define ZERO1_POLL_SPIN_S 0.25     // polls back to back this long, then naps
 #define ZERO1_POLL_FIRST_US 20
-#define ZERO1_POLL_SHORT_MAX_US 100  // the longest nap while the wait is short
-#define ZERO1_POLL_LONG_S 0.05       // a wait longer than this is a long one
 #define ZERO1_POLL_MAX_US 1000
 
 static inline double zero1_monotonic_s(void) {
@@ -79,6 +83,9 @@ static inline void zero1_sleep_us(long us) {
     nanosleep(&ts, NULL);
 }
 
+// How long a rank that timed out waits before it speaks: 0.25 s per rank number, at most 3 s.
+static inline long zero1_speak_delay_us_(int rank) { return 250000L * (rank < 12 ? rank : 12); }
+
 static void zero1_watchdog_alarm_(int sig) {
     (void)sig;
     _exit(1);  // async-signal-safe: the job is over, nothing is left to flush
@@ -89,7 +96,7 @@ static void zero1_watchdog_alarm_(int sig) {
 static inline void zero1_abort_job(const char* message, void (*end_job)(void)) LLMC_NORETURN;
 static inline void zero1_abort_job(const char* message, void (*end_job)(void)) {
     int rank = utils_rank();
-    zero1_sleep_us(250000L * (rank < 12 ? rank : 12));  // let a lower rank speak and abort first
+    zero1_sleep_us(zero1_speak_delay_us_(rank));  // let a lower rank speak and abort first
     fflush(stdout);
     fprintf(stderr, "error: [rank %d] %s\n", rank, message);
     fflush(stderr);
@@ -106,14 +113,61 @@ static inline void zero1_abort_job(const char* message, void (*end_job)(void)) {
     _exit(1);
 }
 
+static inline void zero1_timeout_message_(char* buf, size_t n, const char* what, double timeout_s) {
+    snprintf(buf, n, "%s did not complete within %g s (a rank stopped or its network is gone); aborting the job",
+             what, timeout_s);
+}
+
 // "<what> did not complete within T s (...); aborting the job", then zero1_abort_job.
 static inline void zero1_timeout_abort(const char* what, double timeout_s, void (*end_job)(void)) LLMC_NORETURN;
 static inline void zero1_timeout_abort(const char* what, double timeout_s, void (*end_job)(void)) {
     char message[512];
-    snprintf(message, sizeof(message),
-             "%s did not complete within %g s (a rank stopped or its network is gone); aborting the job", what,
-             timeout_s);
+    zero1_timeout_message_(message, sizeof(message), what, timeout_s);
     zero1_abort_job(message, end_job);
+}
+
+// The armed deadline's line and delay, composed when armed: the handler may only use
+// async-signal-safe calls, so it exits instead of calling MPI_Abort, and Open MPI's mpirun
+// ends the other ranks only about 1 s after such an exit (measured): here a lower rank's
+// lead is 2 s a rank (at most 6 s).
+static char zero1_armed_line_[640];
+static size_t zero1_armed_length_;
+static long zero1_armed_delay_us_;
+
+static void zero1_armed_expired_(int sig) {
+    (void)sig;
+    zero1_sleep_us(zero1_armed_delay_us_);
+    ssize_t written = write(STDERR_FILENO, zero1_armed_line_, zero1_armed_length_);
+    (void)written;
+    _exit(1);
+}
+
+// A deadline on a call that blocks: if it has not been disarmed after timeout_s (<= 0:
+// never), the process prints the timeout line naming `what` and exits 1.
+static inline void zero1_deadline_arm(const char* what, double timeout_s) {
+    if (timeout_s <= 0) return;
+    char message[512];
+    zero1_timeout_message_(message, sizeof(message), what, timeout_s);
+    int rank = utils_rank();
+    int n = snprintf(zero1_armed_line_, sizeof(zero1_armed_line_), "error: [rank %d] %s\n", rank, message);
+    zero1_armed_length_ = n < (int)sizeof(zero1_armed_line_) ? (size_t)n : sizeof(zero1_armed_line_) - 1;
+    zero1_armed_delay_us_ = 2000000L * (rank < 3 ? rank : 3);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = zero1_armed_expired_;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval timer;
+    memset(&timer, 0, sizeof(timer));
+    timer.it_value.tv_sec = (time_t)timeout_s;
+    timer.it_value.tv_usec = (suseconds_t)((timeout_s - (double)timer.it_value.tv_sec) * 1e6);
+    setitimer(ITIMER_REAL, &timer, NULL);
+}
+
+static inline void zero1_deadline_disarm(double timeout_s) {
+    if (timeout_s <= 0) return;
+    struct itimerval off;
+    memset(&off, 0, sizeof(off));
+    setitimer(ITIMER_REAL, &off, NULL);
 }
 
 // Polls done(ctx) until it returns 1 (the schedule above); past timeout_s (<= 0: never)
@@ -129,11 +183,9 @@ static inline void zero1_poll_until(int (*done)(void* ctx), void* ctx, double ti
             char what[256];
             zero1_timeout_abort(describe(ctx, what, sizeof(what)), timeout_s, end_job);
         }
-        double waited = zero1_monotonic_s() - deadline.start_s;
-        if (waited < ZERO1_POLL_SPIN_US * 1e-6) continue;
+        if (zero1_monotonic_s() - deadline.start_s < ZERO1_POLL_SPIN_S) continue;
         zero1_sleep_us(sleep_us);
-        long cap = waited < ZERO1_POLL_LONG_S ? ZERO1_POLL_SHORT_MAX_US : ZERO1_POLL_MAX_US;
-        sleep_us = sleep_us * 2 < cap ? sleep_us * 2 : cap;
+        sleep_us = sleep_us * 2 < ZERO1_POLL_MAX_US ? sleep_us * 2 : ZERO1_POLL_MAX_US;
     }
 }
 

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Hang-proof collectives (--comm-timeout): a rank that stops, or a host whose network goes
 # away, ends the whole job with one message naming the collective, instead of hanging it.
+#   0. the helpers of llmc/mpi_wait.h alone (dev/test/test_mpi_wait.c, 3 ranks): their
+#      results are right; when the last rank never joins, an all-reduce that polls and one
+#      that blocks under a timer both end the job within the deadline (2 s) plus a few
+#      seconds with one line naming it, and no process is left;
 #   1. one host, 4 ranks: rank 2 is stopped (SIGSTOP) mid-run. Every rank exits (mpirun
 #      non-zero) within the timeout plus a few seconds; exactly one `error:` line says which
 #      collective at which step did not complete, from a rank other than the stopped one;
 #      no process of the run is left, the stopped one included; while they wait, the live
-#      ranks sleep between polls instead of spinning (CPU time measured during the stall);
+#      ranks sleep between polls instead of spinning (CPU time measured during the stall).
+#      With ZeRO-1, and with the plain trainer's replicated optimizer (-z 0);
 #   2. two hosts x 2 ranks (dev/test/multihost.sh): host 1's link is taken down mid-run
 #      (`ip link set eth0 down` in its namespace): the same assertions (host 1's ranks end
 #      through their own timeout and the fallback alarm; their messages cannot reach the
@@ -84,40 +89,71 @@ check_abort() {
 }
 
 t0=$SECONDS
+# ---- 0. the host-collective helpers alone ------------------------------------------------
+make -s test_mpi_wait >/dev/null || bad "cannot build ./test_mpi_wait"
+if "${MPIRUN[@]}" -np 3 ./test_mpi_wait values >"$TMP/values.log" 2>&1 && grep -q "^PASS" "$TMP/values.log"; then
+    ok "$(grep '^PASS' "$TMP/values.log")"
+else
+    bad "test_mpi_wait values"; tail -n 10 "$TMP/values.log" | sed 's/^/       | /'
+fi
+for mode in stall-polled stall-armed; do
+    t_start=$(now)
+    timeout 60 "${MPIRUN[@]}" -np 3 ./test_mpi_wait $mode 2 >"$TMP/$mode.log" 2>&1
+    rc=$? secs=$(elapsed "$t_start" "$(now)")
+    n=$(grep -c "did not complete within" "$TMP/$mode.log")
+    want="error: [rank 0] gradient all-reduce at step 7 did not complete within 2 s (a rank stopped or its network is gone); aborting the job"
+    sleep 0.5
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && awk -v s="$secs" 'BEGIN { exit !(s < 12) }' && [ "$n" = 1 ] &&
+       grep -qxF "$want" "$TMP/$mode.log" && ! grep -q "got past" "$TMP/$mode.log" && ! pgrep -f "test_mpi_wait $mode 2" >/dev/null; then
+        ok "$mode: the job ended (exit $rc) after $secs s with one line naming the all-reduce, nothing left"
+    else
+        bad "$mode: exit $rc after $secs s, $n timeout line(s)"; tail -n 10 "$TMP/$mode.log" | sed 's/^/       | /'
+    fi
+done
+
 # ---- 1. one host: a stopped rank ------------------------------------------------------
-name=stop
-timeout 120 "${MPIRUN[@]}" -np 4 "$BIN" "${ARGS[@]}" -o "$TMP/$name" >"$TMP/$name.log" 2>&1 &
-JOB_PID=$!
-if wait_for_step "$TMP/$name.log" 3 && victim=$(rank_pid $name $STOPPED_RANK) && watcher=$(rank_pid $name 1); then
-    kill -STOP "$victim"
-    t_fault=$(now)
-    sleep 1
-    c0=$(cpu_ticks "$watcher"); s0=$(now)
-    sleep 2.5
-    c1=$(cpu_ticks "$watcher"); s1=$(now)
-    wait $JOB_PID
-    rc=$?
-    secs=$(elapsed "$t_fault" "$(now)")
-    check_abort $name $rc "$secs"
-    if [ -n "$c0" ] && [ -n "$c1" ]; then
-        cpu=$(awk -v c=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v a="$s0" -v b="$s1" 'BEGIN { printf "%.3f", c / hz / (b - a) }')
-        if awk -v f="$cpu" 'BEGIN { exit !(f < 0.2) }'; then
-            ok "$name: a waiting rank used $cpu of a core while blocked (sleeps between polls)"
+# stop_run NAME BIN ARGS...: 4 ranks, rank $STOPPED_RANK stopped after step 3.
+stop_run() {
+    local name=$1 bin=$2 victim watcher t_fault c0 c1 s0 s1 rc cpu left
+    shift 2
+    timeout 120 "${MPIRUN[@]}" -np 4 "$bin" "$@" -o "$TMP/$name" >"$TMP/$name.log" 2>&1 &
+    JOB_PID=$!
+    if wait_for_step "$TMP/$name.log" 3 && victim=$(rank_pid $name $STOPPED_RANK) && watcher=$(rank_pid $name 1); then
+        kill -STOP "$victim"
+        t_fault=$(now)
+        sleep 1
+        c0=$(cpu_ticks "$watcher"); s0=$(now)
+        sleep 2.5
+        c1=$(cpu_ticks "$watcher"); s1=$(now)
+        wait $JOB_PID
+        rc=$?
+        check_abort $name $rc "$(elapsed "$t_fault" "$(now)")"
+        if [ -n "$c0" ] && [ -n "$c1" ]; then
+            cpu=$(awk -v c=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v a="$s0" -v b="$s1" 'BEGIN { printf "%.3f", c / hz / (b - a) }')
+            if awk -v f="$cpu" 'BEGIN { exit !(f < 0.2) }'; then
+                ok "$name: a waiting rank used $cpu of a core while blocked"
+            else
+                bad "$name: a waiting rank used $cpu of a core while blocked; expected < 0.2"
+            fi
         else
-            bad "$name: a waiting rank used $cpu of a core while blocked; expected < 0.2"
+            bad "$name: rank 1 ended before its CPU time could be read (the job ended before the timeout?)"
         fi
     else
-        bad "$name: rank 1 ended before its CPU time could be read (the job ended before the timeout?)"
+        bad "$name: the run did not reach step 3, or its ranks were not found"
+        tail -n 20 "$TMP/$name.log" | sed 's/^/       | /'
+        wait $JOB_PID
     fi
-else
-    bad "$name: the run did not reach step 3, or its ranks were not found"
-    tail -n 20 "$TMP/$name.log" | sed 's/^/       | /'
-    wait $JOB_PID
-fi
-sleep 1
-left=$(run_pids $name | tr '\n' ' ')
-if [ -z "${left// /}" ]; then ok "$name: no process of the run is left (the stopped rank included)"
-else bad "$name: processes left behind: $left"; fi
+    sleep 1
+    left=$(run_pids $name | tr '\n' ' ')
+    if [ -z "${left// /}" ]; then ok "$name: no process of the run is left (the stopped rank included)"
+    else bad "$name: processes left behind: $left"; fi
+}
+
+stop_run stop "$BIN" "${ARGS[@]}"
+# The plain trainer's replicated optimizer: its gradient all-reduce blocks under a timer
+# (mpi_allreduce_sum_armed), its loss all-reduce is polled.
+make -s train_gpt2_plain >/dev/null || bad "cannot build ./train_gpt2_plain"
+[ -x ./train_gpt2_plain ] && stop_run stop_plain ./train_gpt2_plain "${ARGS[@]}" -z 0
 
 # ---- 2, 3. two hosts ---------------------------------------------------------------------
 mh_setup 2
