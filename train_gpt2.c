@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
-#include "llmc/checkpoint.h"
+#include "llmc/checkpoint_io.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_cpu.h"
@@ -106,21 +106,39 @@ static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms
 static float rep_read_norm(Optimizer* o) { return replicated(o)->norm; }
 static void rep_sync_params(Optimizer* o) {}
 
-// The buffers are dense canonical already.
-static void rep_export_state(Optimizer* o, float* master, float* m, float* v) {
+// Checkpoints: every rank holds everything, so each saves and loads its 1/world part.
+static int rep_checkpoint_pieces(Optimizer* o, OptimizerPiece* out, int max) {
     ReplicatedOptimizer* r = replicated(o);
-    memcpy(master, r->params, r->numel * sizeof(float));
-    memcpy(m, r->adam_m, r->numel * sizeof(float));
-    memcpy(v, r->adam_v, r->numel * sizeof(float));
+    int NT = gpt2_num_tensors(&r->config);
+    size_t* numels = (size_t*)mallocCheck(NT * sizeof(size_t));
+    for (int i = 0; i < NT; i++) numels[i] = gpt2_tensor_numel(&r->config, i);
+    int count = optimizer_split_pieces(numels, NT, utils_rank(), o->world, out, max);
+    free(numels);
+    return count;
 }
-static void rep_import_state(Optimizer* o, const float* master, const float* m, const float* v) {
+// The buffers are dense canonical already: a range is at offsets[param] + start.
+static float* rep_state_at(ReplicatedOptimizer* r, OptimizerState which, const OptimizerPiece* range) {
+    float* base = which == OPTIMIZER_M ? r->adam_m : which == OPTIMIZER_V ? r->adam_v : r->params;
+    return base + r->offsets[range->param] + range->start;
+}
+static void rep_read_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* range, float* host) {
+    memcpy(host, rep_state_at(replicated(o), which, range), range->n * sizeof(float));
+}
+static void rep_write_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* range, const float* host) {
+    memcpy(rep_state_at(replicated(o), which, range), host, range->n * sizeof(float));
+}
+// Every rank loaded its part of each array: share the parts.
+static void rep_finish_import(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
-    if (master) memcpy(r->params, master, r->numel * sizeof(float));
-    memcpy(r->adam_m, m, r->numel * sizeof(float));
-    memcpy(r->adam_v, v, r->numel * sizeof(float));
+    if (o->world == 1) return;
+    float* arrays[] = {r->params, r->adam_m, r->adam_v};
+    for (int i = 0; i < 3; i++) checkpoint_share_split(arrays[i], r->numel, o->world);
 }
 static size_t rep_state_bytes(const Optimizer* o) { return 2 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }
-static void rep_print(Optimizer* o) {}
+static void rep_print_start(Optimizer* o) {
+    if (utils_rank() == 0) checkpoint_print_bound();
+}
+static void rep_print_end(Optimizer* o) {}
 static void rep_destroy(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
     free(r->offsets);
@@ -154,11 +172,13 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     o->finish_step = rep_finish_step;
     o->read_norm = rep_read_norm;
     o->sync_params = rep_sync_params;
-    o->export_state = rep_export_state;
-    o->import_state = rep_import_state;
+    o->checkpoint_pieces = rep_checkpoint_pieces;
+    o->read_piece = rep_read_piece;
+    o->write_piece = rep_write_piece;
+    o->finish_import = rep_finish_import;
     o->state_bytes = rep_state_bytes;
-    o->print_start = rep_print;
-    o->print_end = rep_print;
+    o->print_start = rep_print_start;
+    o->print_end = rep_print_end;
     o->destroy = rep_destroy;
     return o;
 }
@@ -217,7 +237,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, world) : replicated_optimizer(cfg, &mc, world);
     gpt2_bind_buffers(&tr->model, (float*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;
-    tr->opt->load_weights(tr->opt, dense);
+    if (dense) tr->opt->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
 }
 
@@ -281,61 +301,6 @@ static int trainer_replicas_identical(Trainer* tr) {
     return all_ranks_equal(params_fingerprint(&tr->model), tr->world);
 }
 
-static void save_checkpoint(Trainer* tr, int steps_done, const DataLoader* train, uint64_t sample_rng) {
-    size_t n = gpt2_num_parameters(&tr->model.config);
-    float* master = (float*)mallocCheck(n * sizeof(float));
-    float* m = (float*)mallocCheck(n * sizeof(float));
-    float* v = (float*)mallocCheck(n * sizeof(float));
-    tr->opt->export_state(tr->opt, master, m, v);
-    CheckpointState s = {steps_done, 0, 0, sample_rng, tr->world, tr->cfg.B, tr->cfg.T, tr->grad_accum_steps};
-    dataloader_position(train, &s.shard, &s.shard_tokens_done);
-    if (tr->rank == 0) {
-        checkpoint_save(tr->cfg.output_dir, &tr->model.config, master, m, v, &s);
-        printf("checkpoint: step %d saved in %s/checkpoint_%08d\n", steps_done, tr->cfg.output_dir, steps_done);
-    }
-    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // nobody runs ahead of a checkpoint being written
-    free(master);
-    free(m);
-    free(v);
-}
-
-// -y 1: finds the newest checkpoint in -o, verified; its model.bin becomes the model to
-// load. With none yet, the run starts from step 0 as if -y were 0.
-static void find_resume_checkpoint(TrainConfig* cfg, char* dir, size_t n, CheckpointState* state) {
-    static char model_path[PATH_MAX_LEN];
-    if (cfg->output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
-    GPT2Config run_shape;
-    model_shape_of(cfg->model, &run_shape);
-    if (!checkpoint_open_for_resume(cfg->output_dir, &run_shape, cfg->model, dir, n, state)) {
-        cfg->resume = 0;
-        return;
-    }
-    path_format(model_path, sizeof(model_path), "%s/model.bin", dir);
-    cfg->model = model_path;
-}
-
-// After the trainer loaded the checkpoint's weights (its model.bin was the -e model):
-// AdamW state, data position, RNG.
-static void restore_checkpoint(Trainer* tr, const char* dir, const CheckpointState* state, DataLoader* train,
-                               uint64_t* sample_rng) {
-    const GPT2Config* mc = &tr->model.config;
-    size_t n = gpt2_num_parameters(mc);
-    float* m = (float*)mallocCheck(n * sizeof(float));
-    float* v = (float*)mallocCheck(n * sizeof(float));
-    char path[PATH_MAX_LEN];
-    path_format(path, sizeof(path), "%s/optimizer.bin", dir);
-    checkpoint_read_optimizer(path, mc, m, v, state->step);
-    tr->opt->import_state(tr->opt, NULL, m, v);
-    free(m);
-    free(v);
-    dataloader_seek(train, state->shard, state->shard_tokens_done);
-    *sample_rng = state->sample_rng;
-    if (tr->rank == 0) {
-        printf("resumed from %s: step %d (saved by %d ranks x B=%d x T=%d x %d micro-steps)\n", dir, state->step,
-               state->world, state->B, state->T, state->grad_accum_steps);
-    }
-}
-
 // ----------------------------------------------------------------------------
 // The trainer as the training loop sees it
 
@@ -369,7 +334,8 @@ static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
     print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
 static void loop_checkpoint(void* t, int steps_done, const DataLoader* train, uint64_t rng) {
-    save_checkpoint((Trainer*)t, steps_done, train, rng);
+    Trainer* tr = (Trainer*)t;
+    checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, train, rng);
 }
 
 #ifndef TESTING
@@ -381,10 +347,9 @@ int main(int argc, char** argv) {
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
     train_parse_args(&cfg, argc, argv);
 
-    // -y 1: the newest checkpoint's master weights replace -e; the rest is restored below.
-    char resume_dir[PATH_MAX_LEN];
-    CheckpointState resume_state;
-    if (cfg.resume) find_resume_checkpoint(&cfg, resume_dir, sizeof(resume_dir), &resume_state);
+    // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
+    CheckpointResume resume;
+    if (cfg.resume) checkpoint_find_resume(&cfg, &resume);
 
     Trainer tr;
     trainer_init(&tr, &cfg, rank, world);
@@ -394,7 +359,7 @@ int main(int argc, char** argv) {
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
     int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
-    if (cfg.resume && checkpoint_run_is_complete(resume_dir, resume_state.step, max_steps)) {
+    if (cfg.resume && checkpoint_run_is_complete(resume.dir, resume.state.step, max_steps)) {
         run_io_close(&io);
         trainer_free(&tr);
         MPI_Finalize();
@@ -411,8 +376,8 @@ int main(int argc, char** argv) {
     uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
     int start_step = 0;
     if (cfg.resume) {
-        restore_checkpoint(&tr, resume_dir, &resume_state, &io.train, &sample_rng);
-        start_step = resume_state.step;
+        checkpoint_restore(&resume, mc, tr.opt, &io.train, &sample_rng);
+        start_step = resume.state.step;
     }
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
     run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
