@@ -109,12 +109,7 @@ static void rep_sync_params(Optimizer* o) {}
 // Checkpoints: every rank holds everything, so each saves and loads its 1/world part.
 static int rep_checkpoint_pieces(Optimizer* o, OptimizerPiece* out, int max) {
     ReplicatedOptimizer* r = replicated(o);
-    int NT = gpt2_num_tensors(&r->config);
-    size_t* numels = (size_t*)mallocCheck(NT * sizeof(size_t));
-    for (int i = 0; i < NT; i++) numels[i] = gpt2_tensor_numel(&r->config, i);
-    int count = optimizer_split_pieces(numels, NT, utils_rank(), o->world, out, max);
-    free(numels);
-    return count;
+    return optimizer_split_pieces(r->offsets, gpt2_num_tensors(&r->config), r->numel, utils_rank(), o->world, out, max);
 }
 // The buffers are dense canonical already: a range is at offsets[param] + start.
 static float* rep_state_at(ReplicatedOptimizer* r, OptimizerState which, const OptimizerPiece* range) {
@@ -373,12 +368,8 @@ int main(int argc, char** argv) {
     }
     tr.opt->print_start(tr.opt);
 
-    uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
-    int start_step = 0;
-    if (cfg.resume) {
-        checkpoint_restore(&resume, mc, tr.opt, &io.train, &sample_rng);
-        start_step = resume.state.step;
-    }
+    uint64_t sample_rng;
+    int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io.train, &sample_rng);
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
     run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
     size_t state_bytes = tr.opt->state_bytes(tr.opt);

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
+#include "llmc/checkpoint_io.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_spec.h"
@@ -174,22 +175,55 @@ static float rep_read_norm(Optimizer* o) {
 }
 static void rep_sync_params(Optimizer* o) {}
 
-// The buffers are dense canonical already.
-static void rep_export_state(Optimizer* o, float* master, float* m, float* v) {
+// Checkpoints: every rank holds everything, so each saves and loads its 1/world part.
+static int rep_checkpoint_pieces(Optimizer* o, OptimizerPiece* out, int max) {
     ReplicatedOptimizer* r = replicated(o);
-    cudaCheck(cudaStreamSynchronize(r->gpu->stream));
-    cudaCheck(cudaMemcpy(master, r->master, r->numel * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(m, r->adam_m, r->numel * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(v, r->adam_v, r->numel * sizeof(float), cudaMemcpyDeviceToHost));
+    return optimizer_split_pieces(r->offsets, gpt2_num_tensors(&r->config), r->numel, r->gpu->rank, o->world, out, max);
 }
-static void rep_import_state(Optimizer* o, const float* master, const float* m, const float* v) {
+// The fp32 arrays are dense canonical: a range is at offsets[param] + start.
+static float* rep_state_at(ReplicatedOptimizer* r, OptimizerState which, const OptimizerPiece* range) {
+    float* base = which == OPTIMIZER_M ? r->adam_m : which == OPTIMIZER_V ? r->adam_v : r->master;
+    return base + r->offsets[range->param] + range->start;
+}
+// On the compute stream, so that the copy sees the step's result and no queued kernel
+// still uses the buffer; synced, because the host buffer is reused at once.
+static void rep_read_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* range, float* host) {
     ReplicatedOptimizer* r = replicated(o);
-    if (master) rep_load_weights(o, master);
-    cudaCheck(cudaMemcpy(r->adam_m, m, r->numel * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(r->adam_v, v, r->numel * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpyAsync(host, rep_state_at(r, which, range), range->n * sizeof(float), cudaMemcpyDeviceToHost,
+                              r->gpu->stream));
+    cudaCheck(cudaStreamSynchronize(r->gpu->stream));
+}
+static void rep_write_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* range, const float* host) {
+    ReplicatedOptimizer* r = replicated(o);
+    cudaCheck(cudaMemcpyAsync(rep_state_at(r, which, range), host, range->n * sizeof(float), cudaMemcpyHostToDevice,
+                              r->gpu->stream));
+    cudaCheck(cudaStreamSynchronize(r->gpu->stream));
+}
+// Every rank loaded its part of master, m and v: each part is broadcast from its rank
+// (in place, one NCCL group), then the params are rounded from the master.
+static void rep_finish_import(Optimizer* o) {
+    ReplicatedOptimizer* r = replicated(o);
+    cudaStream_t st = r->gpu->stream;
+    if (o->world > 1) {
+        float* arrays[] = {r->master, r->adam_m, r->adam_v};
+        ncclCheck(ncclGroupStart());
+        for (int i = 0; i < 3; i++) {
+            for (int root = 0; root < o->world; root++) {
+                size_t lo, hi;
+                optimizer_split_range(r->numel, root, o->world, &lo, &hi);
+                ncclCheck(ncclBroadcast(arrays[i] + lo, arrays[i] + lo, hi - lo, ncclFloat, root, r->nccl.comm, st));
+            }
+        }
+        ncclCheck(ncclGroupEnd());
+    }
+    copy_master_to_params(r->params, r->master, r->numel, st);
+    cudaCheck(cudaStreamSynchronize(st));
 }
 static size_t rep_state_bytes(const Optimizer* o) { return 3 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }
-static void rep_print(Optimizer* o) {}
+static void rep_print_start(Optimizer* o) {
+    if (replicated(o)->gpu->rank == 0) checkpoint_print_bound();
+}
+static void rep_print_end(Optimizer* o) {}
 static void rep_destroy(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
     void* all[] = {r->params, r->grads, r->master, r->adam_m, r->adam_v, r->norm, r->norm_partial};
@@ -232,11 +266,13 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     o->finish_step = rep_finish_step;
     o->read_norm = rep_read_norm;
     o->sync_params = rep_sync_params;
-    o->export_state = rep_export_state;
-    o->import_state = rep_import_state;
+    o->checkpoint_pieces = rep_checkpoint_pieces;
+    o->read_piece = rep_read_piece;
+    o->write_piece = rep_write_piece;
+    o->finish_import = rep_finish_import;
     o->state_bytes = rep_state_bytes;
-    o->print_start = rep_print;
-    o->print_end = rep_print;
+    o->print_start = rep_print_start;
+    o->print_end = rep_print_end;
     o->destroy = rep_destroy;
     return o;
 }
@@ -288,7 +324,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, gpu) : replicated_optimizer(cfg, &mc, gpu);
     gpt2_bind_buffers(&tr->model, (floatX*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;
-    tr->opt->load_weights(tr->opt, dense);
+    if (dense) tr->opt->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
     cudaCheck(cudaMallocHost((void**)&tr->loss_host, sizeof(float)));
 }
@@ -402,6 +438,10 @@ static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
     Trainer* tr = (Trainer*)t;
     print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
+static void loop_checkpoint(void* t, int steps_done, const DataLoader* train, uint64_t rng) {
+    Trainer* tr = (Trainer*)t;
+    checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, train, rng);
+}
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -412,6 +452,9 @@ int main(int argc, char** argv) {
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
     cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
     train_parse_args(&cfg, argc, argv);
+    // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
+    CheckpointResume resume;
+    if (cfg.resume) checkpoint_find_resume(&cfg, &resume);
     GpuSetup gpu;
     gpu_setup(&gpu, rank, world);
 
@@ -423,16 +466,25 @@ int main(int argc, char** argv) {
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
     int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
+    if (cfg.resume && checkpoint_run_is_complete(resume.dir, resume.state.step, max_steps)) {
+        run_io_close(&io);
+        trainer_free(&tr);
+        gpu_teardown(&gpu);
+        MPI_Finalize();
+        return 0;
+    }
     if (rank == 0) {
         print_model_line(mc);
         printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | GPU %s | %s\n",
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                cuda_libs.device_name, PRECISION_NAME);
     }
+    tr.opt->print_start(tr.opt);
 
-    uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
-    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, NULL};
-    run_training(&loop, &cfg, rank, &io, 0, max_steps, tokens_per_step, &sample_rng);
+    uint64_t sample_rng;
+    int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io.train, &sample_rng);
+    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
+    run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
     run_io_close(&io);

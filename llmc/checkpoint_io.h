@@ -35,6 +35,7 @@
 #include "llmc/crc32c.h"
 #include "llmc/dataloader.h"
 #include "llmc/optimizer.h"
+#include "llmc/rng.h"
 #include "llmc/train_loop.h"
 #include "llmc/utils.h"
 
@@ -488,6 +489,17 @@ static inline void checkpoint_restore(const CheckpointResume* r, const GPT2Confi
                r->state.grad_accum_steps, t.mib_moved, (wall_ms() - t0) / 1e3);
     }
     checkpoint_memcheck_end(rss_before, "load", &t);
+}
+
+// Where a run starts (collective on a resume): the checkpoint's step, weights, AdamW
+// state, data position and sampling RNG (checkpoint_restore); else step 0, the trainer's
+// initial weights and the RNG of --seed.
+static inline int checkpoint_start_step(const TrainConfig* cfg, const CheckpointResume* r, const GPT2Config* mc,
+                                        Optimizer* o, DataLoader* train, uint64_t* sample_rng) {
+    *sample_rng = rng_seed((uint64_t)cfg->seed + 1337);
+    if (!cfg->resume) return 0;
+    checkpoint_restore(r, mc, o, train, sample_rng);
+    return r->state.step;
 }
 
 // Collective, for a replicated optimizer's finish_import: rank r holds its part of buf

@@ -92,27 +92,24 @@ static inline void optimizer_split_range(size_t total, int rank, int world, size
     *hi = *lo + base + (r < extra ? 1 : 0);
 }
 
-// That part as pieces of the tensors it crosses (numels: the tensors' sizes in canonical
-// order). Returns how many; writes at most max (out may be NULL to count).
-static inline int optimizer_split_pieces(const size_t* numels, int num_tensors, int rank, int world,
+// That part as pieces of the tensors it crosses: tensor p occupies [offsets[p],
+// offsets[p+1]) of the model, the last one up to total. Returns how many; writes at most
+// max (out may be NULL to count).
+static inline int optimizer_split_pieces(const size_t* offsets, int num_tensors, size_t total, int rank, int world,
                                          OptimizerPiece* out, int max) {
-    size_t total = 0;
-    for (int p = 0; p < num_tensors; p++) total += numels[p];
-    size_t lo, hi, start = 0;
+    size_t lo, hi;
     optimizer_split_range(total, rank, world, &lo, &hi);
     int count = 0;
     for (int p = 0; p < num_tensors; p++) {
-        size_t end = start + numels[p];
+        size_t start = offsets[p], end = p + 1 < num_tensors ? offsets[p + 1] : total;
         size_t a = lo > start ? lo : start, b = hi < end ? hi : end;
-        if (a < b) {
-            if (out && count < max) {
-                out[count].param = p;
-                out[count].start = a - start;
-                out[count].n = b - a;
-            }
-            count++;
+        if (a >= b) continue;
+        if (out && count < max) {
+            out[count].param = p;
+            out[count].start = a - start;
+            out[count].n = b - a;
         }
-        start = end;
+        count++;
     }
     return count;
 }
