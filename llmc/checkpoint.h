@@ -125,14 +125,17 @@ static inline int checkpoint_list(const char* dir, int temporary, int** steps) {
     return count;
 }
 
-// 1 for the names a checkpoint directory may hold: its files, the manifest, and the
-// model.bin.tmp that interrupted saves of earlier versions left (they wrote it through a
-// temporary file).
+// 1 for the names a checkpoint directory may hold: its files, the manifest, and side files
+// named after one of the large files that a save cut short can leave behind: MPI-IO's own
+// (Open MPI's "model.bin.locktest.0", made and removed while the file is opened) and an
+// earlier version's "model.bin.tmp".
 static inline int checkpoint_owns_file(const char* name) {
     for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
         if (strcmp(name, CHECKPOINT_FILES[i]) == 0) return 1;
+        size_t len = strlen(CHECKPOINT_FILES[i]);
+        if (i != CHECKPOINT_STATE && strncmp(name, CHECKPOINT_FILES[i], len) == 0 && name[len] == '.') return 1;
     }
-    return strcmp(name, CHECKPOINT_MANIFEST) == 0 || strcmp(name, "model.bin.tmp") == 0;
+    return strcmp(name, CHECKPOINT_MANIFEST) == 0;
 }
 
 // Removes a checkpoint (or temporary) directory: the files a checkpoint holds, then the

@@ -215,8 +215,9 @@ static inline void checkpoint_move_file(const CheckpointFilePlan* f, Optimizer* 
         int moved = 0;
         mpiCheck(MPI_Get_count(&status, MPI_BYTE, &moved));
         if (moved != bytes) {
-            fatal("%s: %s %d bytes at offset %lld, but only %d were", f->path, saving ? "wrote" : "read", bytes,
-                  (long long)at, moved);
+            fatal("%s: %s moved %d of %d bytes at offset %lld (%s)", f->path,
+                  saving ? "MPI_File_write_at_all" : "MPI_File_read_at_all", moved, bytes, (long long)at,
+                  saving ? "is the disk full?" : "was the file cut short?");
         }
         if (!r) continue;
         CheckpointCrc c = {r->offset, r->bytes, crc32c(staging, r->bytes), f->file};
