@@ -22,6 +22,10 @@
  *   prune  (-nk N) once a new checkpoint is in place, the older ones beyond the newest N
  *          are removed: only the files a checkpoint holds, symlinks never followed.
  * Files are untrusted like any input: every field is range-checked before use.
+ *
+ * This file holds what needs no MPI: names, listing, removal, the small text files, the
+ * headers and the per-rank checks before a resume. llmc/checkpoint_io.h writes and reads
+ * the large files, every rank its own pieces in parallel, and verifies their CRC32C.
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
