@@ -6,7 +6,9 @@
 #      weights bit for bit, so model.bin must equal the oracle's model file byte for byte;
 #      optimizer.bin must hold (1-beta1)*g and (1-beta2)*g^2 of the oracle's gradient in
 #      file order (dev/test/check_checkpoint.py); the manifest's CRC32Cs, combined from the
-#      ranks' pieces, must equal each file's whole-file CRC32C (./test_crc32c);
+#      ranks' pieces, must equal each file's whole-file CRC32C (./test_crc32c); on the
+#      deferred test device with the hazard communicator, saves and resumes give the CPU
+#      device's files byte for byte;
 #   2. peak host memory at np=4 on a d6 model (30M parameters: its master, m and v are
 #      347 MiB, far above the bounds): with LLMC_CHECKPOINT_MEMCHECK=1 every rank prints
 #      how far its peak RSS rose during a save or a load. A save may add at most the
@@ -49,6 +51,30 @@ for run in "./train_gpt2 1 6 -z 1" "./train_gpt2 3 2 -z 1 --bucket-size 20000" "
         ok "np=$np $bin $flags: model.bin == the oracle's file, optimizer.bin == the oracle's m and v, manifest == whole-file CRC32C"
     else
         bad "np=$np $bin $flags: checkpoint files"; tail -3 "$dir.log"; cat "$dir.check"; cat "$ck/manifest.txt"
+    fi
+done
+
+# The same I/O on the deferred test device with the hazard communicator (device memory the
+# host cannot touch, every op as late as the ordering rules allow, collectives that read
+# NaN while in flight): a save, and a resume of a CPU-device checkpoint, at np=3 with bf16
+# storage (master shards, the compute copy), sharded and replicated, give the CPU device's
+# files byte for byte.
+for z in 1 0; do
+    F=(-e "$work/m.bin" -i $DATA -b 2 -t 32 -x 2 -v 0 -s 0 -n 1 -z $z --bucket-size 20000 --param-dtype bf16)
+    cpu=$work/dev_cpu_$z def=$work/dev_deferred_$z res=$work/dev_resumed_$z
+    mkdir -p "$res"
+    timeout 120 "${MPIRUN[@]}" -np 3 ./train_gpt2 "${F[@]}" -o "$cpu" >"$cpu.log" 2>&1 &&
+        cp -r "$cpu/checkpoint_00000001" "$res/" &&
+        timeout 120 "${MPIRUN[@]}" -np 3 ./train_gpt2 "${F[@]}" --test-device deferred --test-hazard -o "$def" >"$def.log" 2>&1 &&
+        timeout 120 "${MPIRUN[@]}" -np 3 ./train_gpt2 "${F[@]}" --test-device deferred --test-hazard -o "$res" -y 1 \
+            >"$res.log" 2>&1
+    if cmp -s "$cpu/checkpoint_00000002/model.bin" "$def/checkpoint_00000002/model.bin" &&
+       cmp -s "$cpu/checkpoint_00000002/optimizer.bin" "$def/checkpoint_00000002/optimizer.bin" &&
+       cmp -s "$cpu/checkpoint_00000002/model.bin" "$res/checkpoint_00000002/model.bin" &&
+       cmp -s "$cpu/checkpoint_00000002/optimizer.bin" "$res/checkpoint_00000002/optimizer.bin"; then
+        ok "-z $z, deferred device + hazard communicator at np=3: save and resume give the CPU device's files"
+    else
+        bad "-z $z on the deferred device"; tail -3 "$cpu.log" "$def.log" "$res.log"
     fi
 done
 
