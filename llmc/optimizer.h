@@ -17,14 +17,9 @@
 #include "llmc/model_hooks.h"
 
 typedef struct Optimizer Optimizer;
-struct Optimizer {
-    const char* name;         // "replicated" or "zero1"
-    void* params;             // what the model computes with (its dtype is the trainer's)
-    float* grads;             // fp32 grad buffer; backward accumulates into it
-    const size_t* offsets;    // per canonical tensor, into params and grads
-    size_t numel;             // elements of each buffer (padding included)
-    ModelHooks hooks;
-    int world;                // data-parallel ranks
+
+// What an optimizer does; every implementation has one static table of these.
+typedef struct {
     // Sets the weights from a dense canonical fp32 host array (every rank the same).
     void (*load_weights)(Optimizer* o, const float* dense);
     void (*begin_step)(Optimizer* o, int step);             // zeroes the grads
@@ -42,6 +37,17 @@ struct Optimizer {
     void (*print_start)(Optimizer* o);          // rank 0: the layout and memory ledger
     void (*print_end)(Optimizer* o);            // every rank's state and peak memory; traces
     void (*destroy)(Optimizer* o);
+} OptimizerOps;
+
+struct Optimizer {
+    const OptimizerOps* ops;
+    const char* name;         // "replicated" or "zero1"
+    void* params;             // what the model computes with (its dtype is the trainer's)
+    float* grads;             // fp32 grad buffer; backward accumulates into it
+    const size_t* offsets;    // per canonical tensor, into params and grads
+    size_t numel;             // elements of each buffer (padding included)
+    ModelHooks hooks;
+    int world;                // data-parallel ranks
 };
 
 #endif

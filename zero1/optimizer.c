@@ -219,6 +219,11 @@ static Zero1Options options_from(const TrainConfig* cfg, Zero1Dtype compute_dtyp
     return opt;
 }
 
+static const OptimizerOps zero1_ops = {
+    op_load_weights, op_begin_step, op_begin_micro_step, op_finish_step, op_read_norm, op_sync_params,
+    op_export_state, op_import_state, op_state_bytes, op_print_start, op_print_end, op_destroy,
+};
+
 Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* spec, Zero1Backend* backend,
                                   Zero1Dtype compute_dtype) {
     Zero1Optimizer* z = (Zero1Optimizer*)callocCheck(1, sizeof(Zero1Optimizer));
@@ -253,18 +258,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     o->hooks = hooks;
     o->name = "zero1";
     o->world = comm->size;
-    o->load_weights = op_load_weights;
-    o->begin_step = op_begin_step;
-    o->begin_micro_step = op_begin_micro_step;
-    o->finish_step = op_finish_step;
-    o->read_norm = op_read_norm;
-    o->sync_params = op_sync_params;
-    o->export_state = op_export_state;
-    o->import_state = op_import_state;
-    o->state_bytes = op_state_bytes;
-    o->print_start = op_print_start;
-    o->print_end = op_print_end;
-    o->destroy = op_destroy;
+    o->ops = &zero1_ops;
     return o;
 }
 
