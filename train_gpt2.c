@@ -144,6 +144,12 @@ static void rep_destroy(Optimizer* o) {
     free(r);
 }
 
+static const OptimizerOps replicated_ops = {
+    rep_load_weights, rep_begin_step, rep_begin_micro_step, rep_finish_step, rep_read_norm, rep_sync_params,
+    rep_checkpoint_pieces, rep_read_piece, rep_write_piece, rep_finish_import, rep_state_bytes, rep_print_start,
+    rep_print_end, rep_destroy,
+};
+
 static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config* mc, int world) {
     ReplicatedOptimizer* r = (ReplicatedOptimizer*)callocCheck(1, sizeof(ReplicatedOptimizer));
     r->config = *mc;
@@ -161,20 +167,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     o->offsets = r->offsets;
     o->numel = r->numel;
     o->world = world;
-    o->load_weights = rep_load_weights;
-    o->begin_step = rep_begin_step;
-    o->begin_micro_step = rep_begin_micro_step;
-    o->finish_step = rep_finish_step;
-    o->read_norm = rep_read_norm;
-    o->sync_params = rep_sync_params;
-    o->checkpoint_pieces = rep_checkpoint_pieces;
-    o->read_piece = rep_read_piece;
-    o->write_piece = rep_write_piece;
-    o->finish_import = rep_finish_import;
-    o->state_bytes = rep_state_bytes;
-    o->print_start = rep_print_start;
-    o->print_end = rep_print_end;
-    o->destroy = rep_destroy;
+    o->ops = &replicated_ops;
     return o;
 }
 
@@ -232,7 +225,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, world) : replicated_optimizer(cfg, &mc, world);
     gpt2_bind_buffers(&tr->model, (float*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;
-    if (dense) tr->opt->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
+    if (dense) tr->opt->ops->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
 }
 
@@ -241,7 +234,7 @@ static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int worl
 }
 
 static void trainer_free(Trainer* tr) {
-    tr->opt->destroy(tr->opt);
+    tr->opt->ops->destroy(tr->opt);
     gpt2_free(&tr->model);
 }
 
@@ -254,11 +247,11 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions.
     float loss_scale = 1.0f / ((float)B * T * k * tr->world);
     double loss_sum = 0.0;
-    opt->begin_step(opt, step);
+    opt->ops->begin_step(opt, step);
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
-        opt->begin_micro_step(opt, micro == k - 1);
+        opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         loss_sum += m->mean_loss;
         int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
@@ -274,14 +267,14 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     float local_loss = (float)(loss_sum / k), loss = local_loss;
     if (tr->world > 1) mpiCheck(MPI_Allreduce(&local_loss, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     r.loss = loss / tr->world;
-    opt->finish_step(opt, step, lr, &r.comm_blocked_ms);
-    r.grad_norm = opt->read_norm(opt);
+    opt->ops->finish_step(opt, step, lr, &r.comm_blocked_ms);
+    r.grad_norm = opt->ops->read_norm(opt);
     return r;
 }
 
 // Makes the model's parameter views complete and current on this rank (with ZeRO-1,
 // waits for the all-gathers still in flight).
-static void trainer_sync_params(Trainer* tr) { tr->opt->sync_params(tr->opt); }
+static void trainer_sync_params(Trainer* tr) { tr->opt->ops->sync_params(tr->opt); }
 
 // A fingerprint of every parameter's bytes, to compare replicas.
 static uint64_t params_fingerprint(const GPT2* m) {
@@ -366,17 +359,17 @@ int main(int argc, char** argv) {
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                omp_get_max_threads());
     }
-    tr.opt->print_start(tr.opt);
+    tr.opt->ops->print_start(tr.opt);
 
     uint64_t sample_rng;
     int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io.train, &sample_rng);
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
     run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
-    size_t state_bytes = tr.opt->state_bytes(tr.opt);
+    size_t state_bytes = tr.opt->ops->state_bytes(tr.opt);
     if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", state_bytes);
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
-    tr.opt->print_end(tr.opt);
+    tr.opt->ops->print_end(tr.opt);
     run_io_close(&io);
     trainer_free(&tr);
     MPI_Finalize();

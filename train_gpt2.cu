@@ -59,7 +59,9 @@ static void gpu_setup(GpuSetup* g, int rank, int world) {
     g->local_rank = mpi_local_rank(&g->local_world);
     cuda_select_device(g->local_rank);
     cuda_libs_init();
-    cudaCheck(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    // A blocking stream: it stays ordered with the legacy default stream that plain
+    // cudaMemcpy/cudaMemset calls at set-up use.
+    cudaCheck(cudaStreamCreate(&g->stream));
 }
 
 static void gpu_teardown(GpuSetup* g) {
@@ -234,6 +236,12 @@ static void rep_destroy(Optimizer* o) {
     free(r);
 }
 
+static const OptimizerOps replicated_ops = {
+    rep_load_weights, rep_begin_step, rep_begin_micro_step, rep_finish_step, rep_read_norm, rep_sync_params,
+    rep_checkpoint_pieces, rep_read_piece, rep_write_piece, rep_finish_import, rep_state_bytes, rep_print_start,
+    rep_print_end, rep_destroy,
+};
+
 static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config* mc, const GpuSetup* gpu) {
     ReplicatedOptimizer* r = (ReplicatedOptimizer*)callocCheck(1, sizeof(ReplicatedOptimizer));
     nccl_comm_init(&r->nccl, gpu->rank, gpu->world, gpu->local_rank, gpu->local_world);
@@ -260,20 +268,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     o->offsets = r->offsets;
     o->numel = r->numel;
     o->world = gpu->world;
-    o->load_weights = rep_load_weights;
-    o->begin_step = rep_begin_step;
-    o->begin_micro_step = rep_begin_micro_step;
-    o->finish_step = rep_finish_step;
-    o->read_norm = rep_read_norm;
-    o->sync_params = rep_sync_params;
-    o->checkpoint_pieces = rep_checkpoint_pieces;
-    o->read_piece = rep_read_piece;
-    o->write_piece = rep_write_piece;
-    o->finish_import = rep_finish_import;
-    o->state_bytes = rep_state_bytes;
-    o->print_start = rep_print_start;
-    o->print_end = rep_print_end;
-    o->destroy = rep_destroy;
+    o->ops = &replicated_ops;
     return o;
 }
 
@@ -324,7 +319,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, gpu) : replicated_optimizer(cfg, &mc, gpu);
     gpt2_bind_buffers(&tr->model, (floatX*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;
-    if (dense) tr->opt->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
+    if (dense) tr->opt->ops->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
     cudaCheck(cudaMallocHost((void**)&tr->loss_host, sizeof(float)));
 }
@@ -334,7 +329,7 @@ static void trainer_init(Trainer* tr, const TrainConfig* cfg, const GpuSetup* gp
 }
 
 static void trainer_free(Trainer* tr) {
-    tr->opt->destroy(tr->opt);
+    tr->opt->ops->destroy(tr->opt);
     gpt2_free(&tr->model);
     cudaCheck(cudaFreeHost(tr->loss_host));
 }
@@ -357,12 +352,12 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
     // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions.
     float loss_scale = 1.0f / ((float)B * T * k * tr->world);
-    opt->begin_step(opt, step);
+    opt->ops->begin_step(opt, step);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
-        opt->begin_micro_step(opt, micro == k - 1);
+        opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
         ModelHooks saved = m->hooks;
@@ -375,14 +370,14 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
         m->hooks = saved;
     }
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
-    opt->finish_step(opt, step, lr, &r.comm_blocked_ms);
-    r.grad_norm = opt->read_norm(opt);  // the one sync of the step; the loss copy is before it
+    opt->ops->finish_step(opt, step, lr, &r.comm_blocked_ms);
+    r.grad_norm = opt->ops->read_norm(opt);  // the one sync of the step; the loss copy is before it
     r.loss = loss_over_ranks(tr) / ((float)k * tr->world);
     return r;
 }
 
 static void trainer_sync_params(Trainer* tr) {
-    tr->opt->sync_params(tr->opt);
+    tr->opt->ops->sync_params(tr->opt);
     cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
 }
 
@@ -479,14 +474,22 @@ int main(int argc, char** argv) {
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                cuda_libs.device_name, PRECISION_NAME);
     }
-    tr.opt->print_start(tr.opt);
+    tr.opt->ops->print_start(tr.opt);
 
     uint64_t sample_rng;
     int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io.train, &sample_rng);
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
     run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
+    if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", tr.opt->ops->state_bytes(tr.opt));
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
+    size_t free_bytes, total_bytes;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (rank == 0) {
+        printf("GPU memory in use at the end: %.1f MiB of %.1f MiB (the whole GPU: ranks sharing it add up)\n",
+               (double)(total_bytes - free_bytes) / (1 << 20), (double)total_bytes / (1 << 20));
+    }
+    tr.opt->ops->print_end(tr.opt);
     run_io_close(&io);
     trainer_free(&tr);
     gpu_teardown(&gpu);

@@ -186,9 +186,9 @@ static inline void checkpoint_stage_round(const CheckpointFilePlan* f, const Che
         if (s->which == CHECKPOINT_HEADER_SLICE) {
             if (saving) memcpy(staging + at, f->header, CHECKPOINT_HEADER_BYTES);
         } else if (saving) {
-            o->read_piece(o, (OptimizerState)s->which, &s->range, (float*)(staging + at));
+            o->ops->read_piece(o, (OptimizerState)s->which, &s->range, (float*)(staging + at));
         } else {
-            o->write_piece(o, (OptimizerState)s->which, &s->range, (const float*)(staging + at));
+            o->ops->write_piece(o, (OptimizerState)s->which, &s->range, (const float*)(staging + at));
         }
         at += s->bytes;
     }
@@ -303,9 +303,9 @@ static inline void checkpoint_transfer(CheckpointTransfer* t, const char* dir, c
                                        int step, int saving) {
     memset(t, 0, sizeof(*t));
     size_t staging_bytes = checkpoint_staging_bytes();
-    int num_pieces = o->checkpoint_pieces(o, NULL, 0);
+    int num_pieces = o->ops->checkpoint_pieces(o, NULL, 0);
     OptimizerPiece* pieces = (OptimizerPiece*)mallocCheck((size_t)(num_pieces ? num_pieces : 1) * sizeof(OptimizerPiece));
-    o->checkpoint_pieces(o, pieces, num_pieces);
+    o->ops->checkpoint_pieces(o, pieces, num_pieces);
     for (int i = 0; i < num_pieces; i++) t->state_bytes += OPTIMIZER_NUM_STATES * pieces[i].n * sizeof(float);
     size_t* file_offsets = (size_t*)mallocCheck((size_t)gpt2_num_tensors(cfg) * sizeof(size_t));
     checkpoint_file_offsets(cfg, file_offsets);
@@ -438,7 +438,7 @@ static inline void checkpoint_load(const char* dir, const GPT2Config* cfg, Optim
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[verdict[0]]);
         checkpoint_checksum_mismatch(path, (uint32_t)verdict[1], manifest->crc[verdict[0]]);
     }
-    o->finish_import(o);
+    o->ops->finish_import(o);
 }
 
 // -y 1, before the trainer is built: the newest checkpoint in -o, checked (manifest,

@@ -45,14 +45,9 @@ typedef struct {
 } OptimizerPiece;
 
 typedef struct Optimizer Optimizer;
-struct Optimizer {
-    const char* name;         // "replicated" or "zero1"
-    void* params;             // what the model computes with (its dtype is the trainer's)
-    float* grads;             // fp32 grad buffer; backward accumulates into it
-    const size_t* offsets;    // per canonical tensor, into params and grads
-    size_t numel;             // elements of each buffer (padding included)
-    ModelHooks hooks;
-    int world;                // data-parallel ranks
+
+// What an optimizer does; every implementation has one static table of these.
+typedef struct {
     // Sets the weights from a dense canonical fp32 host array (every rank the same): the
     // initial model of -e. A resume loads pieces instead.
     void (*load_weights)(Optimizer* o, const float* dense);
@@ -81,6 +76,17 @@ struct Optimizer {
     void (*print_start)(Optimizer* o);          // rank 0: the layout and memory ledger
     void (*print_end)(Optimizer* o);            // every rank's state and peak memory; traces
     void (*destroy)(Optimizer* o);
+} OptimizerOps;
+
+struct Optimizer {
+    const OptimizerOps* ops;
+    const char* name;         // "replicated" or "zero1"
+    void* params;             // what the model computes with (its dtype is the trainer's)
+    float* grads;             // fp32 grad buffer; backward accumulates into it
+    const size_t* offsets;    // per canonical tensor, into params and grads
+    size_t numel;             // elements of each buffer (padding included)
+    ModelHooks hooks;
+    int world;                // data-parallel ranks
 };
 
 // The replicated optimizers' split: the elements [lo, hi) of a model of `total` elements

@@ -241,6 +241,12 @@ static Zero1Options options_from(const TrainConfig* cfg, Zero1Dtype compute_dtyp
     return opt;
 }
 
+static const OptimizerOps zero1_ops = {
+    op_load_weights, op_begin_step, op_begin_micro_step, op_finish_step, op_read_norm, op_sync_params,
+    op_checkpoint_pieces, op_read_piece, op_write_piece, op_finish_import, op_state_bytes, op_print_start,
+    op_print_end, op_destroy,
+};
+
 Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* spec, Zero1Backend* backend,
                                   Zero1Dtype compute_dtype) {
     Zero1Optimizer* z = (Zero1Optimizer*)callocCheck(1, sizeof(Zero1Optimizer));
@@ -275,20 +281,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     o->hooks = hooks;
     o->name = "zero1";
     o->world = comm->size;
-    o->load_weights = op_load_weights;
-    o->begin_step = op_begin_step;
-    o->begin_micro_step = op_begin_micro_step;
-    o->finish_step = op_finish_step;
-    o->read_norm = op_read_norm;
-    o->sync_params = op_sync_params;
-    o->checkpoint_pieces = op_checkpoint_pieces;
-    o->read_piece = op_read_piece;
-    o->write_piece = op_write_piece;
-    o->finish_import = op_finish_import;
-    o->state_bytes = op_state_bytes;
-    o->print_start = op_print_start;
-    o->print_end = op_print_end;
-    o->destroy = op_destroy;
+    o->ops = &zero1_ops;
     return o;
 }
 
