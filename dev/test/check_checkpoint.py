@@ -6,8 +6,8 @@ tensor-major file order. Also checks the header (magic 20241129, version 1, step
 and the size. As a control, the same comparison against the gradient laid out in
 canonical (layer-major) order must fail: the check can tell the two orders apart.
 
-usage: check_checkpoint.py STATE.bin CHECKPOINT_DIR [--beta1 0.9] [--beta2 0.95] [--grad-clip 1.0]
-Prints PASS/FAIL lines; exit 0 when everything passes, 1 otherwise.
+usage: check_checkpoint.py STATE.bin CHECKPOINT_DIR... [--beta1 0.9] [--beta2 0.95] [--grad-clip 1.0]
+Prints "PASS|FAIL DIR: what" lines; exit 0 when everything passes, 1 otherwise.
 """
 import argparse
 import os
@@ -37,28 +37,13 @@ def canonical_order(cfg, file_order):
     return np.concatenate([blocks[name] for name, _, _ in cfg.canonical_order()])
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("state")
-    ap.add_argument("checkpoint")
-    ap.add_argument("--beta1", type=float, default=0.9)
-    ap.add_argument("--beta2", type=float, default=0.95)
-    ap.add_argument("--grad-clip", type=float, default=1.0)
-    a = ap.parse_args()
-    s = read_state(a.state)
+def check(s, ckpt, a, report):
     cfg, n = s["cfg"], s["cfg"].num_params()
-    path = os.path.join(a.checkpoint, "optimizer.bin")
+    path = os.path.join(ckpt, "optimizer.bin")
     data = np.fromfile(path, dtype="<u1")
-    ok = True
-
-    def report(good, what):
-        nonlocal ok
-        ok &= good
-        print(("PASS " if good else "FAIL ") + what)
-
-    report(data.size == 1024 + 8 * n, f"{path}: {data.size} bytes (header + m + v for {n} parameters)")
+    report(data.size == 1024 + 8 * n, f"{data.size} bytes (header + m + v for {n} parameters)")
     if data.size != 1024 + 8 * n:
-        return 1
+        return
     header = data[:1024].view("<i4")
     report(list(header[:3]) == [20241129, 1, 1] and not header[3:].any(),
            f"header: magic {header[0]}, version {header[1]}, step {header[2]}, rest zero")
@@ -73,6 +58,24 @@ def main():
     report(ev <= 2 * TOLERANCE, f"v == (1-beta2) * its square, file order (worst {ev:.2e} of max)")
     control = worst(m, canonical_order(cfg, m_want))
     report(control > 100 * TOLERANCE, f"control: against layer-major order the check fails (worst {control:.2e})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("state")
+    ap.add_argument("checkpoints", nargs="+")
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    a = ap.parse_args()
+    s = read_state(a.state)
+    ok = True
+    for ckpt in a.checkpoints:
+        def report(good, what):
+            nonlocal ok
+            ok &= good
+            print(("PASS " if good else "FAIL ") + ckpt + ": " + what)
+        check(s, ckpt, a, report)
     return 0 if ok else 1
 
 

@@ -189,6 +189,7 @@ KILL_RUN=(-np 2 ./train_gpt2 -e "$work/small.bin" -i "$work/small_tokens.bin" -t
 kill_session() {  # kill -9 every process of session $1 (a job started with setsid), then wait for them
     local pids
     pids=$(ps -o pid= -s "$1" 2>/dev/null | tr -d ' ')
+    # shellcheck disable=SC2086  # one pid per word
     [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
     while [ -n "$(ps -o pid= -s "$1" 2>/dev/null)" ]; do sleep 0.05; done
 }
