@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
-#include "llmc/checkpoint.h"
+#include "llmc/checkpoint_io.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_cpu.h"
@@ -108,21 +108,34 @@ static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms
 static float rep_read_norm(Optimizer* o) { return replicated(o)->norm; }
 static void rep_sync_params(Optimizer* o) {}
 
-// The buffers are dense canonical already.
-static void rep_export_state(Optimizer* o, float* master, float* m, float* v) {
+// Checkpoints: every rank holds everything, so each saves and loads its 1/world part.
+static int rep_checkpoint_pieces(Optimizer* o, OptimizerPiece* out, int max) {
     ReplicatedOptimizer* r = replicated(o);
-    memcpy(master, r->params, r->numel * sizeof(float));
-    memcpy(m, r->adam_m, r->numel * sizeof(float));
-    memcpy(v, r->adam_v, r->numel * sizeof(float));
+    return optimizer_split_pieces(r->offsets, gpt2_num_tensors(&r->config), r->numel, utils_rank(), o->world, out, max);
 }
-static void rep_import_state(Optimizer* o, const float* master, const float* m, const float* v) {
+// The buffers are dense canonical already: a range is at offsets[param] + start.
+static float* rep_state_at(ReplicatedOptimizer* r, OptimizerState which, const OptimizerPiece* range) {
+    float* base = which == OPTIMIZER_M ? r->adam_m : which == OPTIMIZER_V ? r->adam_v : r->params;
+    return base + r->offsets[range->param] + range->start;
+}
+static void rep_read_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* range, float* host) {
+    memcpy(host, rep_state_at(replicated(o), which, range), range->n * sizeof(float));
+}
+static void rep_write_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* range, const float* host) {
+    memcpy(rep_state_at(replicated(o), which, range), host, range->n * sizeof(float));
+}
+// Every rank loaded its part of each array: share the parts.
+static void rep_finish_import(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
-    if (master) memcpy(r->params, master, r->numel * sizeof(float));
-    memcpy(r->adam_m, m, r->numel * sizeof(float));
-    memcpy(r->adam_v, v, r->numel * sizeof(float));
+    if (o->world == 1) return;
+    float* arrays[] = {r->params, r->adam_m, r->adam_v};
+    for (int i = 0; i < 3; i++) checkpoint_share_split(arrays[i], r->numel, o->world);
 }
 static size_t rep_state_bytes(const Optimizer* o) { return 2 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }
-static void rep_print(Optimizer* o) {}
+static void rep_print_start(Optimizer* o) {
+    if (utils_rank() == 0) checkpoint_print_bound();
+}
+static void rep_print_end(Optimizer* o) {}
 static void rep_destroy(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
     free(r->offsets);
@@ -132,6 +145,12 @@ static void rep_destroy(Optimizer* o) {
     free(r->adam_v);
     free(r);
 }
+
+static const OptimizerOps replicated_ops = {
+    rep_load_weights, rep_begin_step, rep_begin_micro_step, rep_finish_step, rep_read_norm, rep_sync_params,
+    rep_checkpoint_pieces, rep_read_piece, rep_write_piece, rep_finish_import, rep_state_bytes, rep_print_start,
+    rep_print_end, rep_destroy,
+};
 
 static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config* mc, int world) {
     ReplicatedOptimizer* r = (ReplicatedOptimizer*)callocCheck(1, sizeof(ReplicatedOptimizer));
@@ -150,18 +169,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     o->offsets = r->offsets;
     o->numel = r->numel;
     o->world = world;
-    o->load_weights = rep_load_weights;
-    o->begin_step = rep_begin_step;
-    o->begin_micro_step = rep_begin_micro_step;
-    o->finish_step = rep_finish_step;
-    o->read_norm = rep_read_norm;
-    o->sync_params = rep_sync_params;
-    o->export_state = rep_export_state;
-    o->import_state = rep_import_state;
-    o->state_bytes = rep_state_bytes;
-    o->print_start = rep_print;
-    o->print_end = rep_print;
-    o->destroy = rep_destroy;
+    o->ops = &replicated_ops;
     return o;
 }
 
@@ -220,7 +228,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, world) : replicated_optimizer(cfg, &mc, world);
     gpt2_bind_buffers(&tr->model, (float*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;
-    tr->opt->load_weights(tr->opt, dense);
+    if (dense) tr->opt->ops->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
 }
 
@@ -229,7 +237,7 @@ static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int worl
 }
 
 static void trainer_free(Trainer* tr) {
-    tr->opt->destroy(tr->opt);
+    tr->opt->ops->destroy(tr->opt);
     gpt2_free(&tr->model);
 }
 
@@ -242,11 +250,11 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions.
     float loss_scale = 1.0f / ((float)B * T * k * tr->world);
     double loss_sum = 0.0;
-    opt->begin_step(opt, step);
+    opt->ops->begin_step(opt, step);
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
-        opt->begin_micro_step(opt, micro == k - 1);
+        opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         loss_sum += m->mean_loss;
         int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
@@ -262,14 +270,14 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     float loss = (float)(loss_sum / k);
     if (tr->world > 1) mpi_allreduce_sum_deadline(&loss, 1, MPI_FLOAT, "loss all-reduce", step + 1);
     r.loss = loss / tr->world;
-    opt->finish_step(opt, step, lr, &r.comm_blocked_ms);
-    r.grad_norm = opt->read_norm(opt);
+    opt->ops->finish_step(opt, step, lr, &r.comm_blocked_ms);
+    r.grad_norm = opt->ops->read_norm(opt);
     return r;
 }
 
 // Makes the model's parameter views complete and current on this rank (with ZeRO-1,
 // waits for the all-gathers still in flight).
-static void trainer_sync_params(Trainer* tr) { tr->opt->sync_params(tr->opt); }
+static void trainer_sync_params(Trainer* tr) { tr->opt->ops->sync_params(tr->opt); }
 
 // A fingerprint of every parameter's bytes, to compare replicas.
 static uint64_t params_fingerprint(const GPT2* m) {
@@ -282,61 +290,6 @@ static uint64_t params_fingerprint(const GPT2* m) {
 static int trainer_replicas_identical(Trainer* tr) {
     trainer_sync_params(tr);
     return all_ranks_equal(params_fingerprint(&tr->model), tr->world);
-}
-
-static void save_checkpoint(Trainer* tr, int steps_done, const DataLoader* train, uint64_t sample_rng) {
-    size_t n = gpt2_num_parameters(&tr->model.config);
-    float* master = (float*)mallocCheck(n * sizeof(float));
-    float* m = (float*)mallocCheck(n * sizeof(float));
-    float* v = (float*)mallocCheck(n * sizeof(float));
-    tr->opt->export_state(tr->opt, master, m, v);
-    CheckpointState s = {steps_done, 0, 0, sample_rng, tr->world, tr->cfg.B, tr->cfg.T, tr->grad_accum_steps};
-    dataloader_position(train, &s.shard, &s.shard_tokens_done);
-    if (tr->rank == 0) {
-        checkpoint_save(tr->cfg.output_dir, &tr->model.config, master, m, v, &s);
-        printf("checkpoint: step %d saved in %s/checkpoint_%08d\n", steps_done, tr->cfg.output_dir, steps_done);
-    }
-    mpi_barrier_deadline("checkpoint barrier", steps_done);  // nobody runs ahead of a checkpoint being written
-    free(master);
-    free(m);
-    free(v);
-}
-
-// -y 1: finds the newest checkpoint in -o, verified; its model.bin becomes the model to
-// load. With none yet, the run starts from step 0 as if -y were 0.
-static void find_resume_checkpoint(TrainConfig* cfg, char* dir, size_t n, CheckpointState* state) {
-    static char model_path[PATH_MAX_LEN];
-    if (cfg->output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
-    GPT2Config run_shape;
-    model_shape_of(cfg->model, &run_shape);
-    if (!checkpoint_open_for_resume(cfg->output_dir, &run_shape, cfg->model, dir, n, state)) {
-        cfg->resume = 0;
-        return;
-    }
-    path_format(model_path, sizeof(model_path), "%s/model.bin", dir);
-    cfg->model = model_path;
-}
-
-// After the trainer loaded the checkpoint's weights (its model.bin was the -e model):
-// AdamW state, data position, RNG.
-static void restore_checkpoint(Trainer* tr, const char* dir, const CheckpointState* state, DataLoader* train,
-                               uint64_t* sample_rng) {
-    const GPT2Config* mc = &tr->model.config;
-    size_t n = gpt2_num_parameters(mc);
-    float* m = (float*)mallocCheck(n * sizeof(float));
-    float* v = (float*)mallocCheck(n * sizeof(float));
-    char path[PATH_MAX_LEN];
-    path_format(path, sizeof(path), "%s/optimizer.bin", dir);
-    checkpoint_read_optimizer(path, mc, m, v, state->step);
-    tr->opt->import_state(tr->opt, NULL, m, v);
-    free(m);
-    free(v);
-    dataloader_seek(train, state->shard, state->shard_tokens_done);
-    *sample_rng = state->sample_rng;
-    if (tr->rank == 0) {
-        printf("resumed from %s: step %d (saved by %d ranks x B=%d x T=%d x %d micro-steps)\n", dir, state->step,
-               state->world, state->B, state->T, state->grad_accum_steps);
-    }
 }
 
 // ----------------------------------------------------------------------------
@@ -372,7 +325,8 @@ static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
     print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
 static void loop_checkpoint(void* t, int steps_done, const DataLoader* train, uint64_t rng) {
-    save_checkpoint((Trainer*)t, steps_done, train, rng);
+    Trainer* tr = (Trainer*)t;
+    checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, train, rng);
 }
 
 #ifndef TESTING
@@ -384,10 +338,9 @@ int main(int argc, char** argv) {
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
     train_parse_args(&cfg, argc, argv);
 
-    // -y 1: the newest checkpoint's master weights replace -e; the rest is restored below.
-    char resume_dir[PATH_MAX_LEN];
-    CheckpointState resume_state;
-    if (cfg.resume) find_resume_checkpoint(&cfg, resume_dir, sizeof(resume_dir), &resume_state);
+    // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
+    CheckpointResume resume;
+    if (cfg.resume) checkpoint_find_resume(&cfg, &resume);
 
     Trainer tr;
     trainer_init(&tr, &cfg, rank, world);
@@ -397,7 +350,7 @@ int main(int argc, char** argv) {
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
     int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
-    if (cfg.resume && checkpoint_run_is_complete(resume_dir, resume_state.step, max_steps)) {
+    if (cfg.resume && checkpoint_run_is_complete(resume.dir, resume.state.step, max_steps)) {
         run_io_close(&io);
         trainer_free(&tr);
         MPI_Finalize();
@@ -409,21 +362,17 @@ int main(int argc, char** argv) {
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                omp_get_max_threads());
     }
-    tr.opt->print_start(tr.opt);
+    tr.opt->ops->print_start(tr.opt);
 
-    uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
-    int start_step = 0;
-    if (cfg.resume) {
-        restore_checkpoint(&tr, resume_dir, &resume_state, &io.train, &sample_rng);
-        start_step = resume_state.step;
-    }
+    uint64_t sample_rng;
+    int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io.train, &sample_rng);
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
     run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
-    size_t state_bytes = tr.opt->state_bytes(tr.opt);
+    size_t state_bytes = tr.opt->ops->state_bytes(tr.opt);
     if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", state_bytes);
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
-    tr.opt->print_end(tr.opt);
+    tr.opt->ops->print_end(tr.opt);
     run_io_close(&io);
     trainer_free(&tr);
     MPI_Finalize();

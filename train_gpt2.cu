@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
+#include "llmc/checkpoint_io.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_spec.h"
@@ -176,22 +177,55 @@ static float rep_read_norm(Optimizer* o) {
 }
 static void rep_sync_params(Optimizer* o) {}
 
-// The buffers are dense canonical already.
-static void rep_export_state(Optimizer* o, float* master, float* m, float* v) {
+// Checkpoints: every rank holds everything, so each saves and loads its 1/world part.
+static int rep_checkpoint_pieces(Optimizer* o, OptimizerPiece* out, int max) {
     ReplicatedOptimizer* r = replicated(o);
-    cudaCheck(cudaStreamSynchronize(r->gpu->stream));
-    cudaCheck(cudaMemcpy(master, r->master, r->numel * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(m, r->adam_m, r->numel * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(v, r->adam_v, r->numel * sizeof(float), cudaMemcpyDeviceToHost));
+    return optimizer_split_pieces(r->offsets, gpt2_num_tensors(&r->config), r->numel, r->gpu->rank, o->world, out, max);
 }
-static void rep_import_state(Optimizer* o, const float* master, const float* m, const float* v) {
+// The fp32 arrays are dense canonical: a range is at offsets[param] + start.
+static float* rep_state_at(ReplicatedOptimizer* r, OptimizerState which, const OptimizerPiece* range) {
+    float* base = which == OPTIMIZER_M ? r->adam_m : which == OPTIMIZER_V ? r->adam_v : r->master;
+    return base + r->offsets[range->param] + range->start;
+}
+// On the compute stream, so that the copy sees the step's result and no queued kernel
+// still uses the buffer; synced, because the host buffer is reused at once.
+static void rep_read_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* range, float* host) {
     ReplicatedOptimizer* r = replicated(o);
-    if (master) rep_load_weights(o, master);
-    cudaCheck(cudaMemcpy(r->adam_m, m, r->numel * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(r->adam_v, v, r->numel * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpyAsync(host, rep_state_at(r, which, range), range->n * sizeof(float), cudaMemcpyDeviceToHost,
+                              r->gpu->stream));
+    cudaCheck(cudaStreamSynchronize(r->gpu->stream));
+}
+static void rep_write_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* range, const float* host) {
+    ReplicatedOptimizer* r = replicated(o);
+    cudaCheck(cudaMemcpyAsync(rep_state_at(r, which, range), host, range->n * sizeof(float), cudaMemcpyHostToDevice,
+                              r->gpu->stream));
+    cudaCheck(cudaStreamSynchronize(r->gpu->stream));
+}
+// Every rank loaded its part of master, m and v: each part is broadcast from its rank
+// (in place, one NCCL group), then the params are rounded from the master.
+static void rep_finish_import(Optimizer* o) {
+    ReplicatedOptimizer* r = replicated(o);
+    cudaStream_t st = r->gpu->stream;
+    if (o->world > 1) {
+        float* arrays[] = {r->master, r->adam_m, r->adam_v};
+        ncclCheck(ncclGroupStart());
+        for (int i = 0; i < 3; i++) {
+            for (int root = 0; root < o->world; root++) {
+                size_t lo, hi;
+                optimizer_split_range(r->numel, root, o->world, &lo, &hi);
+                ncclCheck(ncclBroadcast(arrays[i] + lo, arrays[i] + lo, hi - lo, ncclFloat, root, r->nccl.comm, st));
+            }
+        }
+        ncclCheck(ncclGroupEnd());
+    }
+    copy_master_to_params(r->params, r->master, r->numel, st);
+    cudaCheck(cudaStreamSynchronize(st));
 }
 static size_t rep_state_bytes(const Optimizer* o) { return 3 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }
-static void rep_print(Optimizer* o) {}
+static void rep_print_start(Optimizer* o) {
+    if (replicated(o)->gpu->rank == 0) checkpoint_print_bound();
+}
+static void rep_print_end(Optimizer* o) {}
 static void rep_destroy(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
     void* all[] = {r->params, r->grads, r->master, r->adam_m, r->adam_v, r->norm, r->norm_partial};
@@ -201,6 +235,12 @@ static void rep_destroy(Optimizer* o) {
     free(r->offsets);
     free(r);
 }
+
+static const OptimizerOps replicated_ops = {
+    rep_load_weights, rep_begin_step, rep_begin_micro_step, rep_finish_step, rep_read_norm, rep_sync_params,
+    rep_checkpoint_pieces, rep_read_piece, rep_write_piece, rep_finish_import, rep_state_bytes, rep_print_start,
+    rep_print_end, rep_destroy,
+};
 
 static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config* mc, const GpuSetup* gpu) {
     ReplicatedOptimizer* r = (ReplicatedOptimizer*)callocCheck(1, sizeof(ReplicatedOptimizer));
@@ -228,18 +268,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     o->offsets = r->offsets;
     o->numel = r->numel;
     o->world = gpu->world;
-    o->load_weights = rep_load_weights;
-    o->begin_step = rep_begin_step;
-    o->begin_micro_step = rep_begin_micro_step;
-    o->finish_step = rep_finish_step;
-    o->read_norm = rep_read_norm;
-    o->sync_params = rep_sync_params;
-    o->export_state = rep_export_state;
-    o->import_state = rep_import_state;
-    o->state_bytes = rep_state_bytes;
-    o->print_start = rep_print;
-    o->print_end = rep_print;
-    o->destroy = rep_destroy;
+    o->ops = &replicated_ops;
     return o;
 }
 
@@ -290,7 +319,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, gpu) : replicated_optimizer(cfg, &mc, gpu);
     gpt2_bind_buffers(&tr->model, (floatX*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;
-    tr->opt->load_weights(tr->opt, dense);
+    if (dense) tr->opt->ops->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
     cudaCheck(cudaMallocHost((void**)&tr->loss_host, sizeof(float)));
 }
@@ -300,7 +329,7 @@ static void trainer_init(Trainer* tr, const TrainConfig* cfg, const GpuSetup* gp
 }
 
 static void trainer_free(Trainer* tr) {
-    tr->opt->destroy(tr->opt);
+    tr->opt->ops->destroy(tr->opt);
     gpt2_free(&tr->model);
     cudaCheck(cudaFreeHost(tr->loss_host));
 }
@@ -323,12 +352,12 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
     // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions.
     float loss_scale = 1.0f / ((float)B * T * k * tr->world);
-    opt->begin_step(opt, step);
+    opt->ops->begin_step(opt, step);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
-        opt->begin_micro_step(opt, micro == k - 1);
+        opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
         ModelHooks saved = m->hooks;
@@ -341,14 +370,14 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
         m->hooks = saved;
     }
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
-    opt->finish_step(opt, step, lr, &r.comm_blocked_ms);
-    r.grad_norm = opt->read_norm(opt);  // the one sync of the step; the loss copy is before it
+    opt->ops->finish_step(opt, step, lr, &r.comm_blocked_ms);
+    r.grad_norm = opt->ops->read_norm(opt);  // the one sync of the step; the loss copy is before it
     r.loss = loss_over_ranks(tr) / ((float)k * tr->world);
     return r;
 }
 
 static void trainer_sync_params(Trainer* tr) {
-    tr->opt->sync_params(tr->opt);
+    tr->opt->ops->sync_params(tr->opt);
     cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
 }
 
@@ -404,6 +433,10 @@ static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
     Trainer* tr = (Trainer*)t;
     print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
+static void loop_checkpoint(void* t, int steps_done, const DataLoader* train, uint64_t rng) {
+    Trainer* tr = (Trainer*)t;
+    checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, train, rng);
+}
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -414,6 +447,9 @@ int main(int argc, char** argv) {
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
     cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
     train_parse_args(&cfg, argc, argv);
+    // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
+    CheckpointResume resume;
+    if (cfg.resume) checkpoint_find_resume(&cfg, &resume);
     GpuSetup gpu;
     gpu_setup(&gpu, rank, world);
 
@@ -425,19 +461,26 @@ int main(int argc, char** argv) {
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
     int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
+    if (cfg.resume && checkpoint_run_is_complete(resume.dir, resume.state.step, max_steps)) {
+        run_io_close(&io);
+        trainer_free(&tr);
+        gpu_teardown(&gpu);
+        MPI_Finalize();
+        return 0;
+    }
     if (rank == 0) {
         print_model_line(mc);
         printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | GPU %s | %s\n",
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                cuda_libs.device_name, PRECISION_NAME);
     }
+    tr.opt->ops->print_start(tr.opt);
 
-    tr.opt->print_start(tr.opt);
-
-    uint64_t sample_rng = rng_seed((uint64_t)cfg.seed + 1337);
-    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, NULL};
-    run_training(&loop, &cfg, rank, &io, 0, max_steps, tokens_per_step, &sample_rng);
-    if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", tr.opt->state_bytes(tr.opt));
+    uint64_t sample_rng;
+    int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io.train, &sample_rng);
+    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
+    run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
+    if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", tr.opt->ops->state_bytes(tr.opt));
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
     size_t free_bytes, total_bytes;
@@ -446,7 +489,7 @@ int main(int argc, char** argv) {
         printf("GPU memory in use at the end: %.1f MiB of %.1f MiB (the whole GPU: ranks sharing it add up)\n",
                (double)(total_bytes - free_bytes) / (1 << 20), (double)total_bytes / (1 << 20));
     }
-    tr.opt->print_end(tr.opt);
+    tr.opt->ops->print_end(tr.opt);
     run_io_close(&io);
     trainer_free(&tr);
     gpu_teardown(&gpu);

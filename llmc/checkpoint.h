@@ -22,6 +22,10 @@
  *   prune  (-nk N) once a new checkpoint is in place, the older ones beyond the newest N
  *          are removed: only the files a checkpoint holds, symlinks never followed.
  * Files are untrusted like any input: every field is range-checked before use.
+ *
+ * This file holds what needs no MPI: names, listing, removal, the small text files, the
+ * headers and the per-rank checks before a resume. llmc/checkpoint_io.h writes and reads
+ * the large files, every rank its own pieces in parallel, and verifies their CRC32C.
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -125,13 +129,17 @@ static inline int checkpoint_list(const char* dir, int temporary, int** steps) {
     return count;
 }
 
-// 1 for the names a checkpoint directory may hold: its files, the manifest, and the
-// temporary an interrupted model write leaves (gpt2_model_file_write's path.tmp).
+// 1 for the names a checkpoint directory may hold: its files, the manifest, and side files
+// named after one of the large files that a save cut short can leave behind: MPI-IO's own
+// (Open MPI's "model.bin.locktest.0", made and removed while the file is opened) and an
+// earlier version's "model.bin.tmp".
 static inline int checkpoint_owns_file(const char* name) {
     for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
         if (strcmp(name, CHECKPOINT_FILES[i]) == 0) return 1;
+        size_t len = strlen(CHECKPOINT_FILES[i]);
+        if (i != CHECKPOINT_STATE && strncmp(name, CHECKPOINT_FILES[i], len) == 0 && name[len] == '.') return 1;
     }
-    return strcmp(name, CHECKPOINT_MANIFEST) == 0 || strcmp(name, "model.bin.tmp") == 0;
+    return strcmp(name, CHECKPOINT_MANIFEST) == 0;
 }
 
 // Removes a checkpoint (or temporary) directory: the files a checkpoint holds, then the
@@ -315,76 +323,73 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
 }
 
 // ----------------------------------------------------------------------------
-// optimizer.bin: int32 header[256] (magic, version, step), then m and v, fp32, file order.
+// The two large files, in llm.c's tensor-major order (gpt2_file_index), fp32:
+//   model.bin      int32 header[256] (an llm.c version 3 model header), then the master;
+//   optimizer.bin  int32 header[256] (magic, version, step), then m, then v.
+// llmc/checkpoint_io.h writes and reads them in parallel, each rank its own pieces.
 
-static inline void checkpoint_write_optimizer(const char* path, const GPT2Config* cfg, const float* dense_m,
-                                              const float* dense_v, int step) {
-    size_t n = gpt2_num_parameters(cfg);
-    int header[MODEL_HEADER_INTS] = {0};
+#define CHECKPOINT_HEADER_BYTES (MODEL_HEADER_INTS * sizeof(int))
+
+static inline void checkpoint_optimizer_header(int step, int header[MODEL_HEADER_INTS]) {
+    memset(header, 0, CHECKPOINT_HEADER_BYTES);
     header[0] = OPTIMIZER_MAGIC;
     header[1] = OPTIMIZER_VERSION;
     header[2] = step;
-    FILE* f = fopenCheck(path, "wb");
-    fwriteCheck(header, sizeof(int), MODEL_HEADER_INTS, f, path);
-    float* file_order = (float*)mallocCheck(n * sizeof(float));
-    gpt2_dense_reorder(cfg, file_order, dense_m, 1);
-    fwriteCheck(file_order, sizeof(float), n, f, path);
-    gpt2_dense_reorder(cfg, file_order, dense_v, 1);
-    fwriteCheck(file_order, sizeof(float), n, f, path);
-    free(file_order);
-    fcloseCheck(f, path);
 }
 
-// cfg: the (checked) model being resumed, whose size the file must have exactly.
-static inline void checkpoint_read_optimizer(const char* path, const GPT2Config* cfg, float* dense_m, float* dense_v,
-                                             int step) {
+// Bytes of model.bin or optimizer.bin for a model of n parameters (checked: n comes from
+// an untrusted header's shape).
+static inline uint64_t checkpoint_file_bytes(int file, size_t n, const char* what) {
+    size_t arrays = file == CHECKPOINT_MODEL ? 1 : 2;
+    return size_add_check(CHECKPOINT_HEADER_BYTES, size_mul_check(arrays * sizeof(float), n, what), what);
+}
+
+// optimizer.bin of a checkpoint at `step` of the (checked) model cfg: the exact size and
+// its header, before anything reads the arrays.
+static inline void checkpoint_check_optimizer_file(const char* path, const GPT2Config* cfg, int step) {
     size_t n = gpt2_num_parameters(cfg);
+    uint64_t expected = checkpoint_file_bytes(CHECKPOINT_OPTIMIZER, n, path);
     int header[MODEL_HEADER_INTS];
-    size_t expected = size_add_check(sizeof(header), size_mul_check(2 * n, sizeof(float), path), path);
     FILE* f = fopenCheck(path, "rb");
     long size = file_size_of(f, path);
-    if ((size_t)size != expected) {
-        fatal("%s: %ld bytes, expected %zu for a model of %zu parameters (truncated, corrupt or of another model)", path,
-              size, expected, n);
+    if ((uint64_t)size != expected) {
+        fatal("%s: %ld bytes, expected %" PRIu64 " for a model of %zu parameters (truncated, corrupt or of another "
+              "model)", path, size, expected, n);
     }
     freadCheck(header, sizeof(int), MODEL_HEADER_INTS, f, path);
+    fcloseCheck(f, path);
     if (header[0] != OPTIMIZER_MAGIC || header[1] != OPTIMIZER_VERSION) {
         fatal("%s: not an optimizer state file (magic %d version %d, expected %d version %d)", path, header[0],
               header[1], OPTIMIZER_MAGIC, OPTIMIZER_VERSION);
     }
     if (header[2] != step) fatal("%s: header field step = %d, but its checkpoint is at step %d", path, header[2], step);
-    float* file_order = (float*)mallocCheck(n * sizeof(float));
-    freadCheck(file_order, sizeof(float), n, f, path);
-    gpt2_dense_reorder(cfg, dense_m, file_order, 0);
-    freadCheck(file_order, sizeof(float), n, f, path);
-    gpt2_dense_reorder(cfg, dense_v, file_order, 0);
-    free(file_order);
-    fcloseCheck(f, path);
 }
 
 // ----------------------------------------------------------------------------
 // manifest.txt: "file bytes crc32c" (crc32c as 8 hex digits) for every checkpoint file.
 
-static inline void checkpoint_write_manifest(const char* dir) {
-    char path[PATH_MAX_LEN], manifest[PATH_MAX_LEN];
-    path_format(manifest, sizeof(manifest), "%s/%s", dir, CHECKPOINT_MANIFEST);
-    FILE* f = fopenCheck(manifest, "w");
+typedef struct {
+    uint64_t bytes[CHECKPOINT_NUM_FILES];
+    uint32_t crc[CHECKPOINT_NUM_FILES];
+} CheckpointManifest;
+
+static inline void checkpoint_write_manifest(const char* dir, const CheckpointManifest* m) {
+    char path[PATH_MAX_LEN];
+    path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_MANIFEST);
+    FILE* f = fopenCheck(path, "w");
     for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
-        path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[i]);
-        size_t bytes;
-        uint32_t crc = crc32c_file(path, &bytes);  // the bytes as they are in the file
-        fprintf(f, "%s %zu %08" PRIx32 "\n", CHECKPOINT_FILES[i], bytes, crc);
+        fprintf(f, "%s %" PRIu64 " %08" PRIx32 "\n", CHECKPOINT_FILES[i], m->bytes[i], m->crc[i]);
     }
-    fcloseCheck(f, manifest);
+    fcloseCheck(f, path);
+    checkpoint_fsync(path);
 }
 
-// Every file the manifest lists is there with its size and CRC32C; else stops, naming it.
-static inline void checkpoint_verify(const char* dir) {
+// The manifest of checkpoint dir, and every file it lists present with its size; else
+// stops, naming the file. The CRCs are compared where the files are read.
+static inline void checkpoint_read_manifest(const char* dir, CheckpointManifest* m) {
     char path[PATH_MAX_LEN], text[CHECKPOINT_TEXT_MAX];
     path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_MANIFEST);
     checkpoint_read_text(path, text, sizeof(text));
-    uint64_t bytes[CHECKPOINT_NUM_FILES];
-    uint32_t crcs[CHECKPOINT_NUM_FILES];
     int seen[CHECKPOINT_NUM_FILES] = {0};
     char *rest = text, *line;
     while ((line = checkpoint_next_line(&rest)) != NULL) {
@@ -398,8 +403,8 @@ static inline void checkpoint_verify(const char* dir) {
         while (i < CHECKPOINT_NUM_FILES && strcmp(CHECKPOINT_FILES[i], name) != 0) i++;
         if (i == CHECKPOINT_NUM_FILES) fatal("%s: lists '%s', which is not a checkpoint file", path, name);
         if (seen[i]++) fatal("%s: lists %s twice", path, name);
-        bytes[i] = size;
-        crcs[i] = (uint32_t)strtoul(crc_text, NULL, 16);
+        m->bytes[i] = size;
+        m->crc[i] = (uint32_t)strtoul(crc_text, NULL, 16);
     }
     for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
         if (!seen[i]) fatal("%s: does not list %s", path, CHECKPOINT_FILES[i]);
@@ -408,21 +413,22 @@ static inline void checkpoint_verify(const char* dir) {
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[i]);
         struct stat st;
         if (stat(path, &st) != 0) checkpoint_missing_file(path);
-        if ((uint64_t)st.st_size != bytes[i]) {
+        if ((uint64_t)st.st_size != m->bytes[i]) {
             fatal("%s: %lld bytes, manifest says %" PRIu64 ": the file is truncated or corrupt", path,
-                  (long long)st.st_size, bytes[i]);
-        }
-        size_t n;
-        uint32_t crc = crc32c_file(path, &n);
-        if (crc != crcs[i]) {
-            fatal("%s: checksum mismatch (CRC32C %08" PRIx32 ", manifest says %08" PRIx32 "): the file is corrupt", path,
-                  crc, crcs[i]);
+                  (long long)st.st_size, m->bytes[i]);
         }
     }
 }
 
+// The message for a file whose bytes do not have the manifest's CRC32C.
+static inline void checkpoint_checksum_mismatch(const char* path, uint32_t crc, uint32_t expected) LLMC_NORETURN;
+static inline void checkpoint_checksum_mismatch(const char* path, uint32_t crc, uint32_t expected) {
+    fatal("%s: checksum mismatch (CRC32C %08" PRIx32 ", manifest says %08" PRIx32 "): the file is corrupt", path, crc,
+          expected);
+}
+
 // ----------------------------------------------------------------------------
-// Save, find, resume
+// Find and open for resume
 
 // The newest checkpoint in dir: returns its step and writes its path, or -1 if none.
 static inline int checkpoint_find_latest(const char* dir, char* path, size_t n) {
@@ -434,54 +440,32 @@ static inline int checkpoint_find_latest(const char* dir, char* path, size_t n) 
     return best;
 }
 
-// Writes a checkpoint (rank 0 only): master weights, m, v (dense canonical), state.
-static inline void checkpoint_save(const char* dir, const GPT2Config* cfg, const float* dense_master,
-                                   const float* dense_m, const float* dense_v, const CheckpointState* s) {
-    char tmp[PATH_MAX_LEN], final_path[PATH_MAX_LEN], file[PATH_MAX_LEN];
-    make_dir_or_die(dir);
-    checkpoint_remove_stale_temporaries(dir);
-    checkpoint_path(tmp, sizeof(tmp), dir, s->step, 1);
-    checkpoint_path(final_path, sizeof(final_path), dir, s->step, 0);
-    if (mkdir(tmp, 0755) != 0) fatal("cannot create %s: %s", tmp, strerror(errno));
-    path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_FILES[CHECKPOINT_MODEL]);
-    gpt2_model_file_write(file, cfg, dense_master, MODEL_VERSION_FP32);
-    path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_FILES[CHECKPOINT_OPTIMIZER]);
-    checkpoint_write_optimizer(file, cfg, dense_m, dense_v, s->step);
-    path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_FILES[CHECKPOINT_STATE]);
-    checkpoint_write_state(file, s);
-    checkpoint_write_manifest(tmp);
-    for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
-        path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_FILES[i]);
-        checkpoint_fsync(file);
-    }
-    path_format(file, sizeof(file), "%s/%s", tmp, CHECKPOINT_MANIFEST);
-    checkpoint_fsync(file);
-    checkpoint_fsync(tmp);
-    // A checkpoint of the same step from an earlier run in this directory gives way.
-    if (!checkpoint_remove_dir(final_path)) fatal("cannot replace %s (see the warning above)", final_path);
-    if (rename(tmp, final_path) != 0) fatal("cannot rename %s to %s: %s", tmp, final_path, strerror(errno));
-    checkpoint_fsync(dir);
-}
-
 static inline const char* checkpoint_shape_text(const GPT2Config* c, char* buf, size_t n) {
     snprintf(buf, n, "L=%d NH=%d C=%d V=%d Vp=%d maxT=%d", c->num_layers, c->num_heads, c->channels, c->vocab_size,
              c->padded_vocab_size, c->max_seq_len);
     return buf;
 }
 
-// -y 1: the newest checkpoint in out_dir, verified against its manifest and of the same
-// shape as the run's model (run_model, the -e it was given: requeued jobs repeat their
-// command line, so another shape means another run's directory). Writes its path and
-// state and returns 1; returns 0, saying so, when out_dir has no checkpoint yet.
+// -y 1: the newest checkpoint in out_dir, of the same shape as the run's model (run_model,
+// the -e it was given: requeued jobs repeat their command line, so another shape means
+// another run's directory). Every rank checks what is cheap to check: the manifest, every
+// file's size, state.txt's checksum and fields, both headers. The large files' checksums
+// are verified while they are read (llmc/checkpoint_io.h). Writes the checkpoint's path,
+// state and manifest and returns 1; returns 0, saying so, when out_dir has none yet.
 static inline int checkpoint_open_for_resume(const char* out_dir, const GPT2Config* run_shape, const char* run_model,
-                                             char* dir, size_t n, CheckpointState* state) {
+                                             char* dir, size_t n, CheckpointState* state,
+                                             CheckpointManifest* manifest) {
     int step = checkpoint_find_latest(out_dir, dir, n);
     if (step < 0) {
         if (utils_rank() == 0) printf("resume: no checkpoint in %s yet; starting from step 0\n", out_dir);
         return 0;
     }
-    checkpoint_verify(dir);
+    checkpoint_read_manifest(dir, manifest);
     char path[PATH_MAX_LEN], saved_text[128], run_text[128];
+    path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[CHECKPOINT_STATE]);
+    size_t bytes;
+    uint32_t crc = crc32c_file(path, &bytes);
+    if (crc != manifest->crc[CHECKPOINT_STATE]) checkpoint_checksum_mismatch(path, crc, manifest->crc[CHECKPOINT_STATE]);
     path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[CHECKPOINT_MODEL]);
     GPT2Config saved;
     gpt2_model_file_shape(path, &saved);
@@ -494,6 +478,8 @@ static inline int checkpoint_open_for_resume(const char* out_dir, const GPT2Conf
     path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[CHECKPOINT_STATE]);
     checkpoint_read_state(path, state);
     if (state->step != step) fatal("%s: field step = %d, but its directory is for step %d", path, state->step, step);
+    path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[CHECKPOINT_OPTIMIZER]);
+    checkpoint_check_optimizer_file(path, &saved, step);
     return 1;
 }
 

@@ -218,6 +218,18 @@ static inline double cli_number(const char* flag, const char* value, int integer
     return x;
 }
 
+// A string option that takes one of a few words, given as "a|b|c".
+static inline void cli_choice(const char* flag, const char* value, const char* choices) {
+    size_t n = strlen(value);
+    for (const char* p = choices; *p;) {
+        const char* end = strchr(p, '|');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, value, n) == 0) return;
+        p += len + (end ? 1 : 0);
+    }
+    fatal("%s expects one of %s, got '%s'", flag, choices, value);
+}
+
 // Parses argv into c (which holds the defaults). Exits 0 on -h (printing the defaults
 // when -h comes first), fatal on any error.
 static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
@@ -256,6 +268,8 @@ static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
             default: break;
         }
     }
+    cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
+    cli_choice("--test-device", c->test_device, "cpu|deferred");
 }
 
 #ifdef __cplusplus

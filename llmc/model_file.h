@@ -161,13 +161,9 @@ static inline float* gpt2_model_file_read(const char* path, GPT2Config* cfg, int
     return dense;
 }
 
-// Writes a dense canonical array as a model file (version 3 or 5), atomically:
-// to path.tmp first, renamed over path only when complete.
-static inline void gpt2_model_file_write(const char* path, const GPT2Config* cfg, const float* dense, int version) {
-    char tmp_path[PATH_MAX_LEN];
-    path_format(tmp_path, sizeof(tmp_path), "%s.tmp", path);
-    FILE* f = fopenCheck(tmp_path, "wb");
-    int header[MODEL_HEADER_INTS] = {0};
+// The header of a model file of shape cfg (version 3 or 5).
+static inline void gpt2_model_file_header_for(const GPT2Config* cfg, int version, int header[MODEL_HEADER_INTS]) {
+    memset(header, 0, MODEL_HEADER_INTS * sizeof(int));
     header[0] = MODEL_MAGIC;
     header[1] = version;
     header[2] = cfg->max_seq_len;
@@ -176,6 +172,16 @@ static inline void gpt2_model_file_write(const char* path, const GPT2Config* cfg
     header[5] = cfg->num_heads;
     header[6] = cfg->channels;
     header[7] = cfg->padded_vocab_size;
+}
+
+// Writes a dense canonical array as a model file (version 3 or 5), atomically:
+// to path.tmp first, renamed over path only when complete.
+static inline void gpt2_model_file_write(const char* path, const GPT2Config* cfg, const float* dense, int version) {
+    char tmp_path[PATH_MAX_LEN];
+    path_format(tmp_path, sizeof(tmp_path), "%s.tmp", path);
+    FILE* f = fopenCheck(tmp_path, "wb");
+    int header[MODEL_HEADER_INTS];
+    gpt2_model_file_header_for(cfg, version, header);
     fwriteCheck(header, sizeof(int), MODEL_HEADER_INTS, f, tmp_path);
     size_t n = gpt2_num_parameters(cfg);
     float* file_order = (float*)mallocCheck(n * sizeof(float));

@@ -8,24 +8,48 @@
  * (params + offsets[i], grads + offsets[i]) and the model calls the optimizer's hooks.
  * Buffers live where the trainer computes (host memory for the CPU trainer, GPU memory
  * for the GPU trainer); dense arrays in this table are host arrays in canonical order.
+ *
+ * Checkpoints go piece by piece (llmc/checkpoint_io.h), so that no rank ever needs the
+ * whole model in host memory: a piece is a contiguous run of one tensor, and each rank
+ * saves, and on resume loads, only its own pieces. Over all ranks the pieces cover every
+ * element of every tensor exactly once:
+ *   ZeRO-1      the rank's shard views (what it owns; a rank may hold only padding);
+ *   replicated  every rank holds everything, so the model (the tensors back to back in
+ *               canonical order) is cut into `world` equal contiguous parts, one per rank,
+ *               and the ranks still write and read in parallel (optimizer_split_pieces).
+ * The checkpoint code moves a piece through its staging buffer in ranges small enough to
+ * fit (read_piece/write_piece take any range inside one of the rank's pieces); after the
+ * last write_piece, finish_import completes the state where the optimizer needs it.
  */
 #ifndef LLMC_OPTIMIZER_H
 #define LLMC_OPTIMIZER_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "llmc/model_hooks.h"
+#include "llmc/utils.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The three fp32 arrays a checkpoint holds for every parameter.
+typedef enum { OPTIMIZER_MASTER = 0, OPTIMIZER_M = 1, OPTIMIZER_V = 2, OPTIMIZER_NUM_STATES = 3 } OptimizerState;
+
+typedef struct {
+    int param;      // canonical tensor index
+    size_t start;   // first element, inside the flattened tensor
+    size_t n;       // elements
+} OptimizerPiece;
 
 typedef struct Optimizer Optimizer;
-struct Optimizer {
-    const char* name;         // "replicated" or "zero1"
-    void* params;             // what the model computes with (its dtype is the trainer's)
-    float* grads;             // fp32 grad buffer; backward accumulates into it
-    const size_t* offsets;    // per canonical tensor, into params and grads
-    size_t numel;             // elements of each buffer (padding included)
-    ModelHooks hooks;
-    int world;                // data-parallel ranks
-    // Sets the weights from a dense canonical fp32 host array (every rank the same).
+
+// What an optimizer does; every implementation has one static table of these.
+typedef struct {
+    // Sets the weights from a dense canonical fp32 host array (every rank the same): the
+    // initial model of -e. A resume loads pieces instead.
     void (*load_weights)(Optimizer* o, const float* dense);
     void (*begin_step)(Optimizer* o, int step);             // zeroes the grads
     void (*begin_micro_step)(Optimizer* o, int is_last);
@@ -34,14 +58,91 @@ struct Optimizer {
     void (*finish_step)(Optimizer* o, int step, float lr, double* comm_blocked_ms);
     float (*read_norm)(Optimizer* o);   // the step's grad norm (before clipping); syncs the device
     void (*sync_params)(Optimizer* o);  // the params are complete for what the device runs next
-    // Checkpoint state, dense canonical fp32 host arrays (collective: every rank calls).
-    // import_state with master NULL keeps the weights loaded already.
-    void (*export_state)(Optimizer* o, float* master, float* m, float* v);
-    void (*import_state)(Optimizer* o, const float* master, const float* m, const float* v);
+    // Checkpoints (see the top of this file). checkpoint_pieces: this rank's pieces, the
+    // same at save and at load for a given rank count and layout; returns how many, and
+    // writes at most max of them (out may be NULL to count).
+    int (*checkpoint_pieces)(Optimizer* o, OptimizerPiece* out, int max);
+    // fp32 host copies of `range`, which lies inside one of this rank's pieces. read_piece
+    // returns the values after everything queued so far (it syncs the device); write_piece
+    // returns when host may be reused. Neither communicates.
+    void (*read_piece)(Optimizer* o, OptimizerState which, const OptimizerPiece* range, float* host);
+    void (*write_piece)(Optimizer* o, OptimizerState which, const OptimizerPiece* range, const float* host);
+    // Collective, once every rank has written all its pieces: the state is complete where
+    // the optimizer keeps it, and the weights the model computes with are refreshed on
+    // every rank (ZeRO-1: the param buffer all-gathered; replicated: every rank gets the
+    // other ranks' parts).
+    void (*finish_import)(Optimizer* o);
     size_t (*state_bytes)(const Optimizer* o);  // master + m + v this rank allocated
     void (*print_start)(Optimizer* o);          // rank 0: the layout and memory ledger
     void (*print_end)(Optimizer* o);            // every rank's state and peak memory; traces
     void (*destroy)(Optimizer* o);
+} OptimizerOps;
+
+struct Optimizer {
+    const OptimizerOps* ops;
+    const char* name;         // "replicated" or "zero1"
+    void* params;             // what the model computes with (its dtype is the trainer's)
+    float* grads;             // fp32 grad buffer; backward accumulates into it
+    const size_t* offsets;    // per canonical tensor, into params and grads
+    size_t numel;             // elements of each buffer (padding included)
+    ModelHooks hooks;
+    int world;                // data-parallel ranks
 };
 
+// The replicated optimizers' split: the elements [lo, hi) of a model of `total` elements
+// (its tensors back to back in canonical order) that rank saves and loads. Equal parts,
+// the first total % world ranks one element larger.
+static inline void optimizer_split_range(size_t total, int rank, int world, size_t* lo, size_t* hi) {
+    size_t base = total / (size_t)world, extra = total % (size_t)world, r = (size_t)rank;
+    *lo = r * base + (r < extra ? r : extra);
+    *hi = *lo + base + (r < extra ? 1 : 0);
+}
+
+// That part as pieces of the tensors it crosses: tensor p occupies [offsets[p],
+// offsets[p+1]) of the model, the last one up to total. Returns how many; writes at most
+// max (out may be NULL to count).
+static inline int optimizer_split_pieces(const size_t* offsets, int num_tensors, size_t total, int rank, int world,
+                                         OptimizerPiece* out, int max) {
+    size_t lo, hi;
+    optimizer_split_range(total, rank, world, &lo, &hi);
+    int count = 0;
+    for (int p = 0; p < num_tensors; p++) {
+        size_t start = offsets[p], end = p + 1 < num_tensors ? offsets[p + 1] : total;
+        size_t a = lo > start ? lo : start, b = hi < end ? hi : end;
+        if (a >= b) continue;
+        if (out && count < max) {
+            out[count].param = p;
+            out[count].start = a - start;
+            out[count].n = b - a;
+        }
+        count++;
+    }
+    return count;
+}
+
+// The host buffer every checkpoint save and load streams through, per rank: 64 MiB, or
+// LLMC_CHECKPOINT_STAGING_MIB (1..1024; an MPI-IO call moves at most 2^31 bytes). Checked
+// when the start ledger prints it, so a bad value stops the run before the first step.
+#define CHECKPOINT_STAGING_ENV "LLMC_CHECKPOINT_STAGING_MIB"
+#define CHECKPOINT_STAGING_DEFAULT_MIB 64
+static inline size_t checkpoint_staging_bytes(void) {
+    const char* text = getenv(CHECKPOINT_STAGING_ENV);
+    if (text == NULL || *text == '\0') return (size_t)CHECKPOINT_STAGING_DEFAULT_MIB << 20;
+    char* end;
+    long mib = strtol(text, &end, 10);
+    if (*end != '\0' || mib < 1 || mib > 1024) {
+        fatal("%s = '%s': expected a whole number of MiB in 1..1024", CHECKPOINT_STAGING_ENV, text);
+    }
+    return (size_t)mib << 20;
+}
+
+// The start ledger's checkpoint line, the same for every optimizer (rank 0 prints it).
+static inline void checkpoint_print_bound(void) {
+    printf("checkpoint: each rank writes/reads only what it owns, through a %zu MiB staging buffer\n",
+           checkpoint_staging_bytes() >> 20);
+}
+
+#ifdef __cplusplus
+}
+#endif
 #endif

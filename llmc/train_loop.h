@@ -67,8 +67,14 @@ static inline void model_shape_of(const char* model, GPT2Config* mc) {
 }
 
 // The model of -e: an llm.c model file, or a descriptor dN initialised from --seed.
-// Every rank does the same. Returns a dense canonical fp32 array.
+// Every rank does the same. Returns a dense canonical fp32 array; NULL on a resume (-y
+// found a checkpoint, and -e is its model.bin: llmc/checkpoint_io.h), which loads each
+// rank's pieces instead and needs only the shape here.
 static inline float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc) {
+    if (cfg->resume) {
+        model_shape_of(cfg->model, mc);
+        return NULL;
+    }
     if (gpt2_config_from_descriptor(cfg->model, DESCRIPTOR_VOCAB, DESCRIPTOR_MAX_SEQ_LEN, mc) == 0) {
         gpt2_config_check(mc, cfg->model);
         float* dense = (float*)mallocCheck(gpt2_num_parameters(mc) * sizeof(float));

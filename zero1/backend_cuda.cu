@@ -47,10 +47,7 @@ Zero1Backend* zero1_backend_cuda(const TrainConfig* cfg, cudaStream_t compute, i
     Zero1Backend* be = (Zero1Backend*)callocCheck(1, sizeof(Zero1Backend));
     be->device = zero1_device_cuda_create(compute);
     be->destroy_device = destroy_cuda_device;
-    const char* want = cfg->comm_backend;
-    if (strcmp(want, "auto") != 0 && strcmp(want, "nccl") != 0 && strcmp(want, "mpi") != 0) {
-        fatal("--comm expects auto, nccl or mpi, got '%s'", want);
-    }
+    const char* want = cfg->comm_backend;  // auto, nccl or mpi (llmc/cli.h checked)
     int distinct = gpus_distinct_on_node();  // collective: every rank asks, whatever it chose
     if (strcmp(want, "nccl") == 0 && !distinct) {
         fatal("--comm nccl: %d ranks on this node share GPUs, which NCCL refuses; use --comm mpi (or auto)", local_world);

@@ -1,69 +1,99 @@
 /*
- * zero1/checkpoint.c: the optimizer state in model space, for checkpoints that do not
- * depend on DP, bucket size or layout. Export gathers every rank's shards of m, v and
- * the fp32 master into dense (definition-order, unpadded) host arrays; import takes this
- * rank's shards out of such arrays, whatever run wrote them. Device memory is reached
- * only through the device ops.
+ * zero1/checkpoint.c: the optimizer state in model space, piece by piece, for checkpoints
+ * that do not depend on DP, bucket size or layout and that no rank has to hold whole.
+ *
+ * A rank's pieces are its shard views at DP = the communicator's size (zero1/shards.h):
+ * under ZeRO-1 exactly what it owns; replicated (every rank owns every bucket whole) the
+ * same slices, so the ranks still save and load disjoint parts in parallel. A piece is
+ * (parameter, range inside it), which is model space: the caller maps it to file offsets.
+ * Device memory is reached only through the device ops, one range at a time.
  */
 #include "llmc/utils.h"
 #include "zero1/runtime.h"
 #include "zero1/runtime_internal.h"
 
-// A full buffer-layout device array -> the dense host array.
-static void buffer_to_dense(Zero1Runtime* rt, const float* full, float* host_full, const size_t* dense_offsets,
-                            float* dense) {
-    rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, host_full, full, rt->layout.numel * sizeof(float));
-    rt_sync(rt);
-    for (int p = 0; p < rt->num_params; p++) {
-        memcpy(dense + dense_offsets[p], host_full + rt->layout.params[p].start, rt->numels[p] * sizeof(float));
-    }
-}
-
-// Owned shards (owned-array layout) -> every rank's full buffer-layout copy -> dense.
-static void export_array(Zero1Runtime* rt, const float* owned, float* full, float* host_full,
-                         const size_t* dense_offsets, float* dense) {
-    rt_fill(rt, full, 0, rt->layout.numel * sizeof(float));
-    for (int b = 0; b < rt->shards.num_buckets; b++) {
-        const Zero1Range* sh = &rt->shards.buckets[b].shard;
-        rt_copy(rt, full + sh->start, owned + rt->buckets[b].owned_offset, (sh->end - sh->start) * sizeof(float));
-    }
-    if (stage1(rt)) {
-        for (int b = 0; b < rt->layout.num_buckets; b++) {
-            const Zero1Bucket* bk = &rt->layout.buckets[b];
-            rt->comm->wait(rt->comm, rt->comm->all_gather(rt->comm, full + bk->start, bk->end - bk->start, ZERO1_FP32, b));
+int zero1_checkpoint_pieces(const Zero1Runtime* rt, Zero1Piece* out, int max) {
+    Zero1RankShards io;
+    char err[256];
+    if (zero1_shards_build(&io, &rt->layout, rt->comm->rank, err, sizeof(err)) != 0) fatal("zero1: %s", err);
+    int count = 0;
+    for (int b = 0; b < io.num_buckets; b++) {
+        for (int i = 0; i < io.buckets[b].num_views; i++, count++) {
+            if (!out || count >= max) continue;
+            out[count].param = io.buckets[b].views[i].param;
+            out[count].range = io.buckets[b].views[i].param_range;
         }
     }
-    buffer_to_dense(rt, full, host_full, dense_offsets, dense);
+    zero1_shards_free(&io);
+    return count;
 }
 
-void zero1_export_state(Zero1Runtime* rt, const size_t* dense_offsets, float* m, float* v, float* master) {
-    zero1_sync_params(rt);
-    float* full = (float*)rt_alloc(rt, rt->layout.numel * sizeof(float));
-    float* host_full = (float*)mallocCheck(rt->layout.numel * sizeof(float));
-    export_array(rt, rt->adam_m, full, host_full, dense_offsets, m);
-    export_array(rt, rt->adam_v, full, host_full, dense_offsets, v);
-    if (rt->master) {
-        export_array(rt, rt->master, full, host_full, dense_offsets, master);
-    } else {  // fp32 params are the master, and complete on every rank after the sync
-        buffer_to_dense(rt, (const float*)rt->param_buffer, host_full, dense_offsets, master);
-    }
-    free(host_full);
-    rt_free(rt, full);
-}
-
-void zero1_import_state(Zero1Runtime* rt, const size_t* dense_offsets, const float* master, const float* m,
-                        const float* v) {
-    if (master) zero1_load_weights(rt, master, dense_offsets);
-    for (int b = 0; b < rt->shards.num_buckets; b++) {
+// Where a range of parameter p starts in this rank's owned arrays (master, m, v): inside
+// one of its views (replicated, the one view that covers the whole parameter).
+static size_t owned_index(const Zero1Runtime* rt, int p, Zero1Range r) {
+    if (p >= 0 && p < rt->num_params && r.start < r.end) {
+        int b = rt->layout.params[p].bucket;
         const Zero1BucketShard* sh = &rt->shards.buckets[b];
         for (int i = 0; i < sh->num_views; i++) {
-            const Zero1ParamView* view = &sh->views[i];
-            size_t local = rt->buckets[b].owned_offset + view->gbuf_local.start;
-            size_t src = dense_offsets[view->param] + view->param_range.start;
-            size_t bytes = (view->param_range.end - view->param_range.start) * sizeof(float);
-            rt->dev.ops->from_host(rt->dev.ctx, rt->dev.compute, rt->adam_m + local, m + src, bytes);
-            rt->dev.ops->from_host(rt->dev.ctx, rt->dev.compute, rt->adam_v + local, v + src, bytes);
+            const Zero1ParamView* v = &sh->views[i];
+            if (v->param != p || r.start < v->param_range.start || r.end > v->param_range.end) continue;
+            return rt->buckets[b].owned_offset + v->gbuf_local.start + (r.start - v->param_range.start);
         }
     }
-    rt_sync(rt);  // the device is done with m and v
+    fatal("zero1: parameter %d [%zu, %zu) is not held by rank %d", p, r.start, r.end, rt->comm->rank);
+}
+
+// The device address of a state's range. fp32 params are their own master (no master
+// array): the range sits in the param buffer at the parameter's place.
+static float* state_at(Zero1Runtime* rt, Zero1State which, int p, Zero1Range r) {
+    size_t owned = owned_index(rt, p, r);
+    if (which == ZERO1_STATE_M) return rt->adam_m + owned;
+    if (which == ZERO1_STATE_V) return rt->adam_v + owned;
+    if (rt->master) return rt->master + owned;
+    return (float*)param_at(rt, rt->layout.params[p].start + r.start);
+}
+
+void zero1_read_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range range, float* host) {
+    zero1_sync_params(rt);  // the param buffer (the fp32 master) may still be gathering
+    const float* src = state_at(rt, which, param, range);
+    rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, host, src, (range.end - range.start) * sizeof(float));
+    rt_sync(rt);
+}
+
+void zero1_write_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range range, const float* host) {
+    zero1_sync_params(rt);  // nothing may still be gathering into the param buffer
+    float* dst = state_at(rt, which, param, range);
+    rt->dev.ops->from_host(rt->dev.ctx, rt->dev.compute, dst, host, (range.end - range.start) * sizeof(float));
+    rt_sync(rt);  // a device may read host memory only when the copy runs: the caller reuses it
+}
+
+static void gather_bucket(Zero1Runtime* rt, void* buf, int b, Zero1Dtype t) {
+    const Zero1Bucket* bk = &rt->layout.buckets[b];
+    rt->comm->wait(rt->comm, rt->comm->all_gather(rt->comm, buf, bk->end - bk->start, t, b));
+}
+
+// Each rank wrote its slot of every bucket (its io shard, zero1_checkpoint_pieces); the
+// all-gathers of comm.h fill in the other ranks' slots of the same buckets.
+void zero1_finish_import(Zero1Runtime* rt) {
+    int gather = rt->comm->size > 1;
+    for (int b = 0; gather && !stage1(rt) && b < rt->layout.num_buckets; b++) {
+        // Replicated: the owned arrays are laid out as the buffer, every bucket whole.
+        size_t owned = rt->buckets[b].owned_offset;
+        gather_bucket(rt, rt->adam_m + owned, b, ZERO1_FP32);
+        gather_bucket(rt, rt->adam_v + owned, b, ZERO1_FP32);
+        gather_bucket(rt, rt->master ? (void*)(rt->master + owned) : param_at(rt, rt->layout.buckets[b].start), b,
+                      ZERO1_FP32);
+    }
+    for (int b = 0; rt->master && b < rt->shards.num_buckets; b++) {  // the stored weights from the master
+        const Zero1Range* sh = &rt->shards.buckets[b].shard;
+        rt_convert(rt, param_at(rt, sh->start), rt->opt.param_dtype, rt->master + rt->buckets[b].owned_offset,
+                   ZERO1_FP32, sh->end - sh->start);
+    }
+    for (int b = 0; gather && stage1(rt) && b < rt->layout.num_buckets; b++) {
+        gather_bucket(rt, param_at(rt, rt->layout.buckets[b].start), b, rt->opt.param_dtype);
+    }
+    if (rt->compute != rt->param_buffer) {  // the model computes from what the buffer holds
+        rt_convert(rt, rt->compute, rt->opt.compute_dtype, rt->param_buffer, rt->opt.param_dtype, rt->layout.numel);
+    }
+    rt_sync(rt);
 }

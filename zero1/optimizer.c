@@ -98,12 +98,33 @@ static void op_sync_params(Optimizer* o) {
     zero1_sync_params(impl(o)->rt);
     sync_for_host_model(impl(o));
 }
-static void op_export_state(Optimizer* o, float* master, float* m, float* v) {
-    zero1_export_state(impl(o)->rt, impl(o)->dense_offsets, m, v, master);
+static int op_checkpoint_pieces(Optimizer* o, OptimizerPiece* out, int max) {
+    Zero1Runtime* rt = impl(o)->rt;
+    int count = zero1_checkpoint_pieces(rt, NULL, 0);
+    Zero1Piece* pieces = (Zero1Piece*)mallocCheck((size_t)count * sizeof(Zero1Piece));
+    zero1_checkpoint_pieces(rt, pieces, count);
+    for (int i = 0; out && i < count && i < max; i++) {
+        out[i].param = pieces[i].param;
+        out[i].start = pieces[i].range.start;
+        out[i].n = pieces[i].range.end - pieces[i].range.start;
+    }
+    free(pieces);
+    return count;
 }
-static void op_import_state(Optimizer* o, const float* master, const float* m, const float* v) {
-    zero1_import_state(impl(o)->rt, impl(o)->dense_offsets, master, m, v);
+static Zero1Range piece_range(const OptimizerPiece* r) {
+    Zero1Range range = {r->start, r->start + r->n};
+    return range;
 }
+static Zero1State zero1_state_of(OptimizerState which) {
+    return which == OPTIMIZER_M ? ZERO1_STATE_M : which == OPTIMIZER_V ? ZERO1_STATE_V : ZERO1_STATE_MASTER;
+}
+static void op_read_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* r, float* host) {
+    zero1_read_state(impl(o)->rt, zero1_state_of(which), r->param, piece_range(r), host);
+}
+static void op_write_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* r, const float* host) {
+    zero1_write_state(impl(o)->rt, zero1_state_of(which), r->param, piece_range(r), host);
+}
+static void op_finish_import(Optimizer* o) { zero1_finish_import(impl(o)->rt); }
 static size_t op_state_bytes(const Optimizer* o) { return zero1_state_bytes(((const Zero1Optimizer*)o)->rt); }
 
 // Rank 0: the bucket table and the per-rank memory ledger of this run.
@@ -136,6 +157,7 @@ static void op_print_start(Optimizer* o) {
                                                         cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
                                                         cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
     zero1_ledger_print(stdout, &ledger);
+    checkpoint_print_bound();
 }
 
 // rows (host) holds c->size rows of `width` doubles, this rank's at c->rank; afterwards
@@ -262,6 +284,12 @@ static Zero1Options options_from(const TrainConfig* cfg, Zero1Dtype compute_dtyp
     return opt;
 }
 
+static const OptimizerOps zero1_ops = {
+    op_load_weights, op_begin_step, op_begin_micro_step, op_finish_step, op_read_norm, op_sync_params,
+    op_checkpoint_pieces, op_read_piece, op_write_piece, op_finish_import, op_state_bytes, op_print_start,
+    op_print_end, op_destroy,
+};
+
 Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* spec, Zero1Backend* backend,
                                   Zero1Dtype compute_dtype) {
     Zero1Optimizer* z = (Zero1Optimizer*)callocCheck(1, sizeof(Zero1Optimizer));
@@ -301,18 +329,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     o->hooks = hooks;
     o->name = "zero1";
     o->world = comm->size * instances_of(backend);
-    o->load_weights = op_load_weights;
-    o->begin_step = op_begin_step;
-    o->begin_micro_step = op_begin_micro_step;
-    o->finish_step = op_finish_step;
-    o->read_norm = op_read_norm;
-    o->sync_params = op_sync_params;
-    o->export_state = op_export_state;
-    o->import_state = op_import_state;
-    o->state_bytes = op_state_bytes;
-    o->print_start = op_print_start;
-    o->print_end = op_print_end;
-    o->destroy = op_destroy;
+    o->ops = &zero1_ops;
     return o;
 }
 

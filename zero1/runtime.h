@@ -110,14 +110,29 @@ float zero1_read_norm(Zero1Runtime* rt);
 // the compute params are complete (the host sees them after a sync).
 void zero1_sync_params(Zero1Runtime* rt);
 
-// Checkpoints, in model space: dense_offsets[p] is where parameter p starts in the dense
-// (unpadded, definition-order) host arrays. Export is collective (the shards are gathered)
-// and fills m, v and the fp32 master on every rank; import takes this rank's shards from
-// full arrays, so the DP and the layout may differ from the run that saved them; a NULL
-// master keeps the weights loaded already.
-void zero1_export_state(Zero1Runtime* rt, const size_t* dense_offsets, float* m, float* v, float* master);
-void zero1_import_state(Zero1Runtime* rt, const size_t* dense_offsets, const float* master, const float* m,
-                        const float* v);
+// Checkpoints, in model space and piece by piece (zero1/checkpoint.c), so that no rank
+// ever holds more than its own state plus the caller's host buffer. A piece is a range of
+// one parameter (its definition index and a range inside the flattened parameter).
+typedef struct {
+    int param;
+    Zero1Range range;
+} Zero1Piece;
+typedef enum { ZERO1_STATE_MASTER = 0, ZERO1_STATE_M = 1, ZERO1_STATE_V = 2 } Zero1State;
+
+// This rank's pieces: its shard views at DP = the communicator's size, whatever the stage,
+// so that over all ranks they cover every parameter exactly once (under ZeRO-1 they are
+// what the rank owns; replicated, every rank holds everything and saves its slice of
+// each bucket). Returns how many; writes at most max (out may be NULL to count).
+int zero1_checkpoint_pieces(const Zero1Runtime* rt, Zero1Piece* out, int max);
+// Copies the fp32 master, m or v of a range inside one of this rank's pieces to or from
+// host memory; both return when the host memory may be used again. Read first finishes
+// the all-gathers in flight (a checkpoint between steps sees the step's result).
+void zero1_read_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range range, float* host);
+void zero1_write_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range range, const float* host);
+// Collective, once every rank has written all its pieces: the param buffer is rebuilt
+// from the master pieces and all-gathered, so every rank computes with the complete
+// weights; replicated, m, v and the master are all-gathered too (every rank keeps all).
+void zero1_finish_import(Zero1Runtime* rt);
 
 // Bytes of optimizer state this rank allocated (master + m + v), and its owned elements.
 size_t zero1_state_bytes(const Zero1Runtime* rt);

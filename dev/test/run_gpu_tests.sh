@@ -21,6 +21,11 @@
 #        build): step losses and norms within 1e-5 relative (FP32);
 #      - a planted NaN with --check-nan: one message naming h0.qkvb, every rank stops;
 #      - --trace: a reduce-scatter starts on the communication stream before backward ends
+#   8. checkpoints across trainers: one written by train_gpt2cu (FP32 build, replicated and
+#      the zero1 plugin's -z 1) resumes in train_gpt2, and one written by train_gpt2
+#      resumes in train_gpt2cu, master exact: the resumed run trains one step with -l 0
+#      (AdamW then subtracts exact zeros), so its checkpoint's model.bin must equal the one
+#      it resumed from byte for byte; with >= 2 GPUs also at 2 ranks on both sides
 # Prints "N passed, M failed"; exits non-zero on any failure.
 set -uo pipefail
 # The oracle runs under $LLMC_PYTHON (default Debian's python3, which has torch): $PY.
@@ -165,6 +170,32 @@ early = [r for r in rs if any(r["ts"] < b["ts"] + b["dur"] and b["ts"] - r["ts"]
 print(f"{len(rs)} reduce-scatter spans, {len(early)} start before the end of their step's backward")
 assert early, "no reduce-scatter overlaps backward"
 PYEOF
+
+# ---- Checkpoints across trainers (the FP32 GPU builds above, the CPU trainer) ----
+check build_train_cpu make train_gpt2 USE_ZERO1=1
+CKPT_FLAGS=(-e "$OUT/model_fp32.bin" -i "$OUT/random_tokens.bin" -t 64 -v 0 -s 0)
+# resumes_exactly NAME "NP WRITER FLAGS..." "NP READER FLAGS...": the writer saves step 2, the
+# reader resumes it for one step at learning rate 0; model.bin of step 3 == that of step 2.
+resumes_exactly() {
+    local a=$OUT/ckpt_$1_a b=$OUT/ckpt_$1_b np bin flags
+    read -r np bin flags <<<"$2"
+    # shellcheck disable=SC2086
+    "${MPIRUN[@]}" -np "$np" "$bin" "${CKPT_FLAGS[@]}" -b $((4 / np)) -x 2 -n 2 -o "$a" $flags || return 1
+    mkdir -p "$b" && cp -r "$a/checkpoint_00000002" "$b/" || return 1
+    read -r np bin flags <<<"$3"
+    # shellcheck disable=SC2086
+    "${MPIRUN[@]}" -np "$np" "$bin" "${CKPT_FLAGS[@]}" -b $((4 / np)) -x 3 -n 1 -l 0 -y 1 -o "$b" $flags || return 1
+    cmp "$a/checkpoint_00000002/model.bin" "$b/checkpoint_00000003/model.bin" && echo "PASS $1: master exact"
+}
+GPU=$OUT/train_gpt2cu_FP32 GPU_Z1=$OUT/train_gpt2cu_z_FP32
+check ckpt_gpu_to_cpu resumes_exactly gpu_to_cpu "1 $GPU -z 0" "1 ./train_gpt2 -z 1"
+check ckpt_cpu_to_gpu resumes_exactly cpu_to_gpu "1 ./train_gpt2 -z 1" "1 $GPU -z 0"
+check ckpt_gpu_zero1_to_cpu resumes_exactly gpu_zero1_to_cpu "1 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 0"
+check ckpt_cpu_to_gpu_zero1 resumes_exactly cpu_to_gpu_zero1 "1 ./train_gpt2 -z 0" "1 $GPU_Z1 -z 1"
+if [ "$NUM_GPUS" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
+    check ckpt_gpu_zero1_np2_to_cpu resumes_exactly gpu_zero1_np2_to_cpu "2 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 1"
+    check ckpt_cpu_np2_to_gpu_np2 resumes_exactly cpu_np2_to_gpu_np2 "2 ./train_gpt2 -z 1" "2 $GPU -z 0"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -34,6 +34,7 @@ STEPS=(
   "files           300 dev/test/test_files.sh"
   "zero1           600 dev/test/test_zero1.sh"
   "checkpoint      300 dev/test/test_checkpoint.sh"
+  "checkpoint_io   300 dev/test/test_checkpoint_io.sh"
   "multihost       300 dev/test/test_multihost.sh"
   "faults          180 dev/test/test_faults.sh"
   "plot_loss       120 dev/test/test_plot_loss.sh"

@@ -10,8 +10,11 @@
 #   4. the life cycle of a requeued job: -y 1 before the first checkpoint starts from step
 #      0 (== the straight run) and the first save removes a stale temporary; -nk 2 keeps
 #      the newest two (symlinks unlinked, never followed; foreign files kept); a kill -9
-#      in the middle of a save resumes from the checkpoint before it; resuming a run that
-#      is already at -x exits 0 on every rank. (Damaged checkpoints: test_files.sh.)
+#      in the middle of a save resumes from the checkpoint before it; kill -9 of a whole
+#      2-rank job at random moments, four times in a row, and the same command line each
+#      time: the finished run equals an uninterrupted one bitwise; resuming a run that is
+#      already at -x exits 0 on every rank. (Damaged checkpoints: test_files.sh; the
+#      sharded I/O itself: test_checkpoint_io.sh.)
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
@@ -98,9 +101,11 @@ else
 fi
 
 # -y 1 before any checkpoint exists starts from step 0 and is the straight run (the same
-# step-6 checkpoint, byte for byte); the first save removes a stale temporary directory.
+# step-6 checkpoint, byte for byte); the first save removes a stale temporary directory,
+# MPI-IO's side files included.
 dir=$work/fresh
-mkdir -p "$dir/.checkpoint_00000004.tmp" && echo partial >"$dir/.checkpoint_00000004.tmp/model.bin"
+mkdir -p "$dir/.checkpoint_00000004.tmp" && echo partial >"$dir/.checkpoint_00000004.tmp/model.bin" &&
+    : >"$dir/.checkpoint_00000004.tmp/model.bin.locktest.0"  # what Open MPI's MPI-IO leaves if killed in open
 if train ./train_gpt2 2 2 "$dir" -z 1 --bucket-size 20000 -n 3 -y 1 &&
    [ "$(grep -c "^resume: no checkpoint in $dir yet; starting from step 0$" "$dir.log")" = 1 ] &&
    grep -q "removed $dir/.checkpoint_00000004.tmp, left by an interrupted save" "$dir.log" &&
@@ -156,6 +161,89 @@ else
     else
         bad "resume after kill -9 while saving step $step"; tail -5 "$dir.resume.log"
     fi
+fi
+
+# kill -9 at random moments, several times in a row, of a 2-rank job that checkpoints
+# every step: all its processes at once (mpirun and the ranks, as a scheduler ends a job),
+# then the same command line again (-y 1 from the first start). The first kill comes at a
+# random time from the start (start-up included); the next ones a random 3-10 steps
+# further on, plus 0-40 ms (inside a step or a save), whatever the machine's speed.
+# KILL_SEED reproduces them. The finished run must equal an uninterrupted one bit for bit:
+# the last logged loss of every step, and the final checkpoint's files (-nk 3 pruning all
+# along). A small model (V=1000, L=2, C=64) on a shard of ids below 1000, so that a step and its
+# save take milliseconds and the kills land anywhere in them.
+$PY - "$work/small.bin" "$work/small_tokens.bin" <<'EOF'
+import numpy as np, sys
+V, Vp, maxT, L, NH, C = 1000, 1024, 64, 2, 4, 64   # an llm.c v3 model: any finite weights do
+n = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
+header = np.zeros(256, "<i4"); header[:8] = [20240326, 3, maxT, V, L, NH, C, Vp]
+rng = np.random.default_rng(5)
+with open(sys.argv[1], "wb") as f:
+    f.write(header.tobytes()); f.write((0.02 * rng.standard_normal(n)).astype("<f4").tobytes())
+header = np.zeros(256, "<i4"); header[:3] = [20240520, 1, 30000]
+with open(sys.argv[2], "wb") as f:
+    f.write(header.tobytes()); f.write(rng.integers(0, V, 30000).astype("<u2").tobytes())
+EOF
+KILL_RUN=(-np 2 ./train_gpt2 -e "$work/small.bin" -i "$work/small_tokens.bin" -t 64 -b 2 -x 40 -v 0 -s 0 -l 1e-3
+          -u 2 -q 0.1 -c 0.1 -z 1 --bucket-size 20000 -n 1 -nk 3 -y 1)
+kill_session() {  # kill -9 every process of session $1 (a job started with setsid), then wait for them
+    local pids
+    pids=$(ps -o pid= -s "$1" 2>/dev/null | tr -d ' ')
+    # shellcheck disable=SC2086  # one pid per word
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    while [ -n "$(ps -o pid= -s "$1" 2>/dev/null)" ]; do sleep 0.05; done
+}
+last_losses() { awk '/^s:[0-9]+ trl:/ { split($1, a, ":"); split($2, b, ":"); loss[a[2]] = b[2] }
+                     END { for (s in loss) print s, loss[s] }' "$1/main.log" | sort -n; }
+straight=$work/kills_straight
+mkdir -p "$straight"
+timeout 300 "${MPIRUN[@]}" "${KILL_RUN[@]}" -o "$straight" >"$straight.log" 2>&1 || bad "uninterrupted run for the kills"
+logged_step() {  # the last step in DIR/main.log, 0 before the first
+    local s
+    s=$(sed -n 's/^s:\([0-9]*\) trl:.*/\1/p' "$1/main.log" 2>/dev/null | tail -n 1)
+    echo "${s:-0}"
+}
+seed=${KILL_SEED:-$RANDOM}
+RANDOM=$seed
+dir=$work/kills hits=0 story=""
+mkdir -p "$dir"
+for attempt in 1 2 3 4; do
+    target=$(($(logged_step "$dir") + 3 + RANDOM % 8))
+    pause=$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.04 * r / 32767 }')
+    setsid "${MPIRUN[@]}" "${KILL_RUN[@]}" -o "$dir" >>"$dir.log" 2>&1 &
+    sid=$!
+    if [ $attempt = 1 ]; then
+        pause=$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.8 * r / 32767 }')
+        what="${pause}s after the start"
+    else
+        deadline=$((SECONDS + 120))
+        while kill -0 $sid 2>/dev/null && [ "$(logged_step "$dir")" -lt $target ] && [ $SECONDS -lt $deadline ]; do
+            sleep 0.01
+        done
+        what="step $target + ${pause}s"
+    fi
+    sleep "$pause"
+    if kill -0 $sid 2>/dev/null; then
+        kill_session $sid
+        hits=$((hits + 1))
+        story+="$what (newest then: $(cd "$dir" && ls -d checkpoint_* 2>/dev/null | tail -n 1)"
+        compgen -G "$dir/.checkpoint_*.tmp" >/dev/null && story+=", a save cut short"
+        story+="); "
+    else
+        story+="$what: the job had ended; "
+    fi
+    wait $sid
+done 2>/dev/null  # the shell's "Killed" notices
+timeout 300 "${MPIRUN[@]}" "${KILL_RUN[@]}" -o "$dir" >>"$dir.log" 2>&1
+rc=$?
+echo "kills (seed $seed): $story"
+if [ $rc = 0 ] && [ $hits = 4 ] && [ "$(last_losses "$dir" | wc -l)" = 40 ] &&
+   [ "$(last_losses "$dir")" = "$(last_losses "$straight")" ] &&
+   same_checkpoint "$straight/checkpoint_00000040" "$dir/checkpoint_00000040"; then
+    ok "$hits kill -9s at random moments (np=2, a checkpoint every step): the finished run equals the uninterrupted one bitwise"
+else
+    bad "random kills (seed $seed, rc $rc, $hits hits)"; diff <(last_losses "$straight") <(last_losses "$dir") | head
+    tail -5 "$dir.log"
 fi
 
 # Requeued once more after the end: the newest checkpoint is at -x, every rank exits 0.

@@ -7,7 +7,8 @@
 #     C beyond its range, negative maxT/V/NH, Vp < V, Vp not a multiple of 128;
 #   - token shards: a token count beyond the file, a negative one;
 #   - tokenizer files: a vocabulary size out of range, or beyond the file;
-#   - checkpoints: truncated file, flipped byte (CRC32C), missing file, missing or
+#   - checkpoints: truncated file, flipped byte (CRC32C; in model.bin, at the end of
+#     optimizer.bin read by the last of 3 ranks, in state.txt), missing file, missing or
 #     malformed manifest, and with a manifest that matches the damage (so the file's own
 #     checks must catch it): wrong magic, an optimizer of another model, state.txt
 #     fields out of range or inconsistent, a data position beyond the shard; a
@@ -82,6 +83,12 @@ set_state() {  # set_state DIR KEY VALUE
 
 d=$(damaged truncated) && truncate -s -100 "$d/optimizer.bin"
 d=$(damaged flipped) && printf '\x5a' | dd of="$d/model.bin" bs=1 seek=5000 conv=notrunc status=none
+# The last bytes of optimizer.bin (the end of v): at np=3 the last rank reads them, so its
+# checksum must reach rank 0's verdict. state.txt is small and checked by every rank.
+d=$(damaged flipped_tail) && $PY -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-3, 2); b = f.read(1); f.seek(-3, 2); f.write(bytes([b[0] ^ 0x40]))' "$d/optimizer.bin"
+d=$(damaged state_edited) && sed -i 's/^\(sample_rng .*\)1$/\12/; t; s/^\(sample_rng .*\).$/\11/' "$d/state.txt"  # last digit
 d=$(damaged missing) && rm "$d/optimizer.bin"
 d=$(damaged no_manifest) && rm "$d/manifest.txt"
 d=$(damaged bad_manifest) && sed -i 's/^model.bin .*/model.bin 12 zz/' "$d/manifest.txt"
@@ -138,6 +145,8 @@ check_resume() {
 check_resume ckpt_truncated        1 truncated       "$CK/optimizer.bin: " "manifest says" "truncated or corrupt"
 check_resume ckpt_flipped_byte     1 flipped         "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt"
 check_resume ckpt_flipped_byte     2 flipped         "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt"
+check_resume ckpt_flipped_tail     3 flipped_tail    "$CK/optimizer.bin: checksum mismatch (CRC32C" "the file is corrupt"
+check_resume ckpt_state_edited     2 state_edited    "$CK/state.txt: checksum mismatch (CRC32C"
 check_resume ckpt_missing_file     1 missing         "$CK/optimizer.bin is missing" "delete its directory"
 check_resume ckpt_missing_file     2 missing         "$CK/optimizer.bin is missing"
 check_resume ckpt_no_manifest      1 no_manifest     "$CK/manifest.txt is missing"

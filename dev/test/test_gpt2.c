@@ -21,7 +21,7 @@
 static void check_forward_backward(Trainer* tr, const OracleState* s) {
     GPT2* m = &tr->model;
     size_t BT = (size_t)s->B * s->T;
-    tr->opt->begin_step(tr->opt, 0);  // zeroes the grads
+    tr->opt->ops->begin_step(tr->opt, 0);  // zeroes the grads
     gpt2_forward(m, s->x, s->y, s->B, s->T);
     double excess;
     double max_err = logits_max_error(s, m->acts.logits, 1e-4, 0.0, &excess);

@@ -63,7 +63,7 @@ static float* download_floatX(const floatX* d, size_t n) {
 static void check_forward_backward(Trainer* tr, const OracleState* s) {
     GPT2* m = &tr->model;
     size_t BT = (size_t)s->B * s->T;
-    tr->opt->begin_step(tr->opt, 0);  // zeroes the grads
+    tr->opt->ops->begin_step(tr->opt, 0);  // zeroes the grads
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), m->stream));
     gpt2_forward(m, s->x, s->y, s->B, s->T);
     cudaCheck(cudaStreamSynchronize(m->stream));

@@ -67,7 +67,7 @@ static RunResult run(const TrainConfig* cfg, SyntheticData* data, int steps, int
     if (strcmp(tr.opt->name, "zero1") == 0) {
         // Ownership: measured state bytes per owned element, and the owned elements add up.
         Zero1Runtime* rt = zero1_optimizer_runtime(tr.opt);
-        size_t owned = zero1_owned_numel(rt), bytes = tr.opt->state_bytes(tr.opt);
+        size_t owned = zero1_owned_numel(rt), bytes = tr.opt->ops->state_bytes(tr.opt);
         size_t per = cfg->param_dtype == DTYPE_BF16 ? 12 : 8;
         // Sharded, every distributed-optimizer instance (group) owns the buffer once.
         int sharded = cfg->zero_stage == 1 && data->world > 1;

@@ -32,21 +32,7 @@
 #include "zero1/comm.h"
 #include "zero1/device_ops.h"
 
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        checks++;                                                                            \
-        if (!(cond)) {                                                                       \
-            failures++;                                                                      \
-            if (failures <= 30) {                                                            \
-                fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                                                \
-                fprintf(stderr, "\n");                                                       \
-            }                                                                                \
-        }                                                                                    \
-    } while (0)
+#include "dev/test/check.h"
 
 // ---- helpers: device transfers, bytes, random numbers, child processes ----
 

@@ -14,21 +14,7 @@
 #include "zero1/ledger.h"
 #include "zero1/shards.h"
 
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        checks++;                                                \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            if (failures <= 20) {                                \
-                fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                    \
-                fprintf(stderr, "\n");                           \
-            }                                                    \
-        }                                                        \
-    } while (0)
+#include "dev/test/check.h"
 
 #define CHECK_RANGE(r, s, e, what) CHECK((r).start == (size_t)(s) && (r).end == (size_t)(e), \
     "%s = [%zu,%zu), want [%d,%d)", what, (r).start, (r).end, (int)(s), (int)(e))

@@ -1,0 +1,524 @@
+/*
+ * Sharded parallel checkpoint I/O, shared by both trainers: save, find and restore a
+ * checkpoint (llmc/checkpoint.h describes the files and their life cycle) through the
+ * optimizer table (llmc/optimizer.h) and MPI-IO.
+ *
+ * No rank ever holds a whole array. Each rank writes only its own pieces (ZeRO-1: what it
+ * owns; replicated: its 1/world part) straight into model.bin and optimizer.bin at their
+ * byte offsets, and on resume reads only the pieces it holds at the new rank count and
+ * layout. Pieces go through one staging buffer per rank (64 MiB, or
+ * LLMC_CHECKPOINT_STAGING_MIB) in rounds: a round is a contiguous run of the file of at
+ * most the buffer's size, made of one or more ranges of pieces that sit next to each
+ * other in the file. Every round is one collective MPI_File_write_at_all /
+ * MPI_File_read_at_all with an explicit offset (ranks with fewer rounds join with 0
+ * bytes), so the MPI library can aggregate the ranks' requests on Lustre or GPFS.
+ *
+ * Checksums: each rank computes the CRC32C of every round it writes or reads and sends
+ * (offset, bytes, crc) to rank 0, which sorts them by offset, requires them to tile the
+ * file exactly, and joins them with crc32c_combine into the file's CRC: written into the
+ * manifest on save, compared with it on load (the verdict is broadcast, so every rank
+ * stops alike on a mismatch). Rank 0 writes the headers (as rounds of its own), state.txt
+ * and, once every rank has synced and closed the large files, the manifest, then renames
+ * the temporary directory into place.
+ *
+ * MPI calls live in the few functions marked "collective" below. Bad input is fatal()
+ * with the file's name; so is any MPI-IO error code, which names the call and the file.
+ */
+#ifndef LLMC_CHECKPOINT_IO_H
+#define LLMC_CHECKPOINT_IO_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "llmc/checkpoint.h"
+#include "llmc/cli.h"
+#include "llmc/crc32c.h"
+#include "llmc/dataloader.h"
+#include "llmc/optimizer.h"
+#include "llmc/rng.h"
+#include "llmc/train_loop.h"
+#include "llmc/utils.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHECKPOINT_HEADER_SLICE (-1)  // a slice holding a file header instead of a state range
+#define CHECKPOINT_MEMCHECK_ENV "LLMC_CHECKPOINT_MEMCHECK"
+
+// A range of one state of one tensor (or a header), at its place in a file.
+typedef struct {
+    uint64_t offset;         // bytes into the file
+    uint64_t bytes;
+    int which;               // an OptimizerState, or CHECKPOINT_HEADER_SLICE
+    OptimizerPiece range;    // the tensor range (not for a header)
+} CheckpointSlice;
+
+// One collective call: a contiguous run of the file, slices [first, first + count).
+typedef struct {
+    uint64_t offset, bytes;
+    int first, count;
+} CheckpointRound;
+
+// What a rank reports to rank 0 for each round it moved.
+typedef struct {
+    uint64_t offset, bytes;
+    uint32_t crc;
+    int32_t file;
+} CheckpointCrc;
+
+// This rank's share of one large file.
+typedef struct {
+    int file;                // CHECKPOINT_MODEL or CHECKPOINT_OPTIMIZER
+    char path[PATH_MAX_LEN];
+    uint64_t size;           // the whole file's
+    CheckpointSlice* slices;
+    int num_slices, cap;
+    CheckpointRound* rounds;
+    int num_rounds;
+    int header[MODEL_HEADER_INTS];  // rank 0 writes it (on load, read with the rest for the CRC)
+} CheckpointFilePlan;
+
+// ----------------------------------------------------------------------------
+// The plan: which byte ranges of which file this rank moves, in rounds
+
+// Element offset of every canonical tensor in llm.c's tensor-major file order.
+static inline void checkpoint_file_offsets(const GPT2Config* cfg, size_t* offsets) {
+    int NT = gpt2_num_tensors(cfg);
+    int* by_file = (int*)mallocCheck((size_t)NT * sizeof(int));
+    for (int i = 0; i < NT; i++) by_file[gpt2_file_index(cfg, i)] = i;
+    size_t at = 0;
+    for (int k = 0; k < NT; k++) {
+        offsets[by_file[k]] = at;
+        at += gpt2_tensor_numel(cfg, by_file[k]);
+    }
+    free(by_file);
+}
+
+static inline void checkpoint_add_slice(CheckpointFilePlan* f, uint64_t offset, uint64_t bytes, int which,
+                                        const OptimizerPiece* range) {
+    if (f->num_slices == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 64;
+        CheckpointSlice* grown = (CheckpointSlice*)realloc(f->slices, (size_t)f->cap * sizeof(CheckpointSlice));
+        if (!grown) fatal("out of memory planning the checkpoint I/O of %s", f->path);
+        f->slices = grown;
+    }
+    CheckpointSlice* s = &f->slices[f->num_slices++];
+    s->offset = offset;
+    s->bytes = bytes;
+    s->which = which;
+    if (range) s->range = *range;
+}
+
+static inline int checkpoint_compare_slices(const void* a, const void* b) {
+    uint64_t x = ((const CheckpointSlice*)a)->offset, y = ((const CheckpointSlice*)b)->offset;
+    return (x > y) - (x < y);
+}
+
+// The slices of one file that this rank moves: the states the file holds (model.bin the
+// master; optimizer.bin m, then v) for each of its pieces, cut to fit the staging buffer,
+// plus the header on rank 0; then sorted and grouped into rounds of slices that are
+// contiguous in the file and fit the buffer together.
+static inline void checkpoint_plan_file(CheckpointFilePlan* f, int file, const char* dir, const GPT2Config* cfg,
+                                        const size_t* file_offsets, const OptimizerPiece* pieces, int num_pieces,
+                                        size_t staging, int with_header, int step) {
+    memset(f, 0, sizeof(*f));
+    f->file = file;
+    path_format(f->path, sizeof(f->path), "%s/%s", dir, CHECKPOINT_FILES[file]);
+    size_t n = gpt2_num_parameters(cfg);
+    f->size = checkpoint_file_bytes(file, n, f->path);
+    if (file == CHECKPOINT_MODEL) gpt2_model_file_header_for(cfg, MODEL_VERSION_FP32, f->header);
+    else checkpoint_optimizer_header(step, f->header);
+    if (with_header) checkpoint_add_slice(f, 0, CHECKPOINT_HEADER_BYTES, CHECKPOINT_HEADER_SLICE, NULL);
+    const OptimizerState model_states[] = {OPTIMIZER_MASTER}, optimizer_states[] = {OPTIMIZER_M, OPTIMIZER_V};
+    const OptimizerState* states = file == CHECKPOINT_MODEL ? model_states : optimizer_states;
+    int num_states = file == CHECKPOINT_MODEL ? 1 : 2;
+    size_t max_elems = staging / sizeof(float);
+    for (int k = 0; k < num_states; k++) {
+        for (int i = 0; i < num_pieces; i++) {
+            for (size_t done = 0; done < pieces[i].n; done += max_elems) {
+                OptimizerPiece range = {pieces[i].param, pieces[i].start + done, pieces[i].n - done};
+                if (range.n > max_elems) range.n = max_elems;
+                size_t element = (size_t)k * n + file_offsets[range.param] + range.start;
+                checkpoint_add_slice(f, CHECKPOINT_HEADER_BYTES + element * sizeof(float), range.n * sizeof(float),
+                                     states[k], &range);
+            }
+        }
+    }
+    if (f->num_slices > 1) qsort(f->slices, (size_t)f->num_slices, sizeof(CheckpointSlice), checkpoint_compare_slices);
+    f->rounds = (CheckpointRound*)mallocCheck((size_t)(f->num_slices ? f->num_slices : 1) * sizeof(CheckpointRound));
+    for (int i = 0; i < f->num_slices; i++) {
+        const CheckpointSlice* s = &f->slices[i];
+        CheckpointRound* last = f->num_rounds ? &f->rounds[f->num_rounds - 1] : NULL;
+        if (last && last->offset + last->bytes == s->offset && last->bytes + s->bytes <= staging) {
+            last->bytes += s->bytes;
+            last->count++;
+            continue;
+        }
+        CheckpointRound r = {s->offset, s->bytes, i, 1};
+        f->rounds[f->num_rounds++] = r;
+    }
+}
+
+static inline void checkpoint_free_plan(CheckpointFilePlan* f) {
+    free(f->slices);
+    free(f->rounds);
+}
+
+// ----------------------------------------------------------------------------
+// Moving the rounds
+
+static inline void checkpoint_io_check(int rc, const char* path, const char* call) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof(text), "MPI error %d", rc);
+    fatal("%s: %s failed: %s", path, call, text);
+}
+
+// Saving: the round's slices from the optimizer (and the header) into the staging buffer.
+// Loading: from the staging buffer into the optimizer (a header is only checksummed).
+static inline void checkpoint_stage_round(const CheckpointFilePlan* f, const CheckpointRound* r, Optimizer* o,
+                                          unsigned char* staging, int saving) {
+    uint64_t at = 0;
+    for (int i = r->first; i < r->first + r->count; i++) {
+        const CheckpointSlice* s = &f->slices[i];
+        if (s->which == CHECKPOINT_HEADER_SLICE) {
+            if (saving) memcpy(staging + at, f->header, CHECKPOINT_HEADER_BYTES);
+        } else if (saving) {
+            o->ops->read_piece(o, (OptimizerState)s->which, &s->range, (float*)(staging + at));
+        } else {
+            o->ops->write_piece(o, (OptimizerState)s->which, &s->range, (const float*)(staging + at));
+        }
+        at += s->bytes;
+    }
+}
+
+// Collective: this rank's rounds of one file, in as many collective calls as the rank
+// with the most rounds needs. Fills crcs[0..f->num_rounds).
+static inline void checkpoint_move_file(const CheckpointFilePlan* f, Optimizer* o, unsigned char* staging, int saving,
+                                        CheckpointCrc* crcs) {
+    MPI_File fh;
+    int mode = saving ? MPI_MODE_CREATE | MPI_MODE_WRONLY : MPI_MODE_RDONLY;
+    checkpoint_io_check(MPI_File_open(MPI_COMM_WORLD, f->path, mode, MPI_INFO_NULL, &fh), f->path, "MPI_File_open");
+    int rounds = f->num_rounds, max_rounds = 0;
+    mpiCheck(MPI_Allreduce(&rounds, &max_rounds, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    for (int k = 0; k < max_rounds; k++) {
+        const CheckpointRound* r = k < rounds ? &f->rounds[k] : NULL;
+        MPI_Offset at = r ? (MPI_Offset)r->offset : 0;
+        int bytes = r ? (int)r->bytes : 0;  // at most the staging size, 1 GiB
+        if (r && saving) checkpoint_stage_round(f, r, o, staging, 1);
+        MPI_Status status;
+        int rc = saving ? MPI_File_write_at_all(fh, at, staging, bytes, MPI_BYTE, &status)
+                        : MPI_File_read_at_all(fh, at, staging, bytes, MPI_BYTE, &status);
+        checkpoint_io_check(rc, f->path, saving ? "MPI_File_write_at_all" : "MPI_File_read_at_all");
+        int moved = 0;
+        mpiCheck(MPI_Get_count(&status, MPI_BYTE, &moved));
+        if (moved != bytes) {
+            fatal("%s: %s moved %d of %d bytes at offset %lld (%s)", f->path,
+                  saving ? "MPI_File_write_at_all" : "MPI_File_read_at_all", moved, bytes, (long long)at,
+                  saving ? "is the disk full?" : "was the file cut short?");
+        }
+        if (!r) continue;
+        CheckpointCrc c = {r->offset, r->bytes, crc32c(staging, r->bytes), f->file};
+        crcs[k] = c;
+        if (!saving) checkpoint_stage_round(f, r, o, staging, 0);
+    }
+    // Everything on stable storage before the manifest can say the checkpoint is whole.
+    if (saving) checkpoint_io_check(MPI_File_sync(fh), f->path, "MPI_File_sync");
+    checkpoint_io_check(MPI_File_close(&fh), f->path, "MPI_File_close");
+}
+
+static inline int checkpoint_compare_crcs(const void* a, const void* b) {
+    const CheckpointCrc *x = (const CheckpointCrc*)a, *y = (const CheckpointCrc*)b;
+    if (x->file != y->file) return (x->file > y->file) - (x->file < y->file);
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+// Rank 0: the CRC32C of each large file from every rank's reports, in file order. The
+// reports must tile each file exactly: a gap or an overlap is a bug in the pieces.
+static inline void checkpoint_combine_crcs(CheckpointCrc* all, int n, const CheckpointFilePlan* plans,
+                                           uint32_t* crc_of_file) {
+    qsort(all, (size_t)n, sizeof(CheckpointCrc), checkpoint_compare_crcs);
+    int i = 0;
+    for (int k = 0; k < 2; k++) {
+        const CheckpointFilePlan* f = &plans[k];
+        uint64_t expect = 0;
+        uint32_t crc = 0;  // the CRC of nothing; combining onto it gives the first piece's
+        for (; i < n && all[i].file == f->file; i++) {
+            if (all[i].offset != expect) {
+                fatal("checkpoint: the ranks' pieces of %s %s at byte %" PRIu64 " (a bug)", f->path,
+                      all[i].offset > expect ? "leave a gap" : "overlap", expect);
+            }
+            crc = crc32c_combine(crc, all[i].crc, all[i].bytes);
+            expect += all[i].bytes;
+        }
+        if (expect != f->size) {
+            fatal("checkpoint: the ranks' pieces of %s end at byte %" PRIu64 " of %" PRIu64 " (a bug)", f->path, expect,
+                  f->size);
+        }
+        crc_of_file[f->file] = crc;
+    }
+}
+
+// Collective: every rank's reports to rank 0 (the array is rank 0's to free; NULL elsewhere).
+static inline CheckpointCrc* checkpoint_gather_crcs(const CheckpointCrc* mine, int n, int* total) {
+    int world, rank, bytes = n * (int)sizeof(CheckpointCrc);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int* counts = (int*)mallocCheck((size_t)world * sizeof(int));
+    int* displs = (int*)mallocCheck((size_t)world * sizeof(int));
+    mpiCheck(MPI_Gather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    CheckpointCrc* all = NULL;
+    *total = 0;
+    if (rank == 0) {
+        int sum = 0;
+        for (int r = 0; r < world; r++) {
+            displs[r] = sum;
+            sum += counts[r];
+        }
+        *total = sum / (int)sizeof(CheckpointCrc);
+        all = (CheckpointCrc*)mallocCheck((size_t)sum);
+    }
+    mpiCheck(MPI_Gatherv(mine, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD));
+    free(counts);
+    free(displs);
+    return all;
+}
+
+// ----------------------------------------------------------------------------
+// A transfer: both large files of one checkpoint, saved or loaded by every rank
+
+typedef struct {
+    CheckpointFilePlan plans[2];   // model.bin, optimizer.bin
+    uint32_t crc[2];               // rank 0: each file's CRC32C, from every rank's rounds
+    size_t state_bytes;            // this rank's pieces: master + m + v, fp32
+    double mib_moved;              // rank 0: both files, MiB
+} CheckpointTransfer;
+
+// Collective: moves this rank's pieces of model.bin and optimizer.bin of checkpoint dir
+// (saving: from the optimizer into the files; loading: the other way) and gives rank 0
+// the files' CRCs.
+static inline void checkpoint_transfer(CheckpointTransfer* t, const char* dir, const GPT2Config* cfg, Optimizer* o,
+                                       int step, int saving) {
+    memset(t, 0, sizeof(*t));
+    size_t staging_bytes = checkpoint_staging_bytes();
+    int num_pieces = o->ops->checkpoint_pieces(o, NULL, 0);
+    OptimizerPiece* pieces = (OptimizerPiece*)mallocCheck((size_t)(num_pieces ? num_pieces : 1) * sizeof(OptimizerPiece));
+    o->ops->checkpoint_pieces(o, pieces, num_pieces);
+    for (int i = 0; i < num_pieces; i++) t->state_bytes += OPTIMIZER_NUM_STATES * pieces[i].n * sizeof(float);
+    size_t* file_offsets = (size_t*)mallocCheck((size_t)gpt2_num_tensors(cfg) * sizeof(size_t));
+    checkpoint_file_offsets(cfg, file_offsets);
+    int rank = utils_rank();
+    for (int k = 0; k < 2; k++) {
+        checkpoint_plan_file(&t->plans[k], k == 0 ? CHECKPOINT_MODEL : CHECKPOINT_OPTIMIZER, dir, cfg, file_offsets,
+                             pieces, num_pieces, staging_bytes, rank == 0, step);
+    }
+    free(file_offsets);
+    free(pieces);
+    int num_rounds = t->plans[0].num_rounds + t->plans[1].num_rounds;
+    CheckpointCrc* crcs = (CheckpointCrc*)mallocCheck((size_t)(num_rounds ? num_rounds : 1) * sizeof(CheckpointCrc));
+    unsigned char* staging = (unsigned char*)mallocCheck(staging_bytes);  // pages are touched only as rounds fill them
+    checkpoint_move_file(&t->plans[0], o, staging, saving, crcs);
+    checkpoint_move_file(&t->plans[1], o, staging, saving, crcs + t->plans[0].num_rounds);
+    free(staging);
+    int total;
+    CheckpointCrc* all = checkpoint_gather_crcs(crcs, num_rounds, &total);
+    if (rank == 0) {
+        checkpoint_combine_crcs(all, total, t->plans, t->crc);
+        t->mib_moved = (double)(t->plans[0].size + t->plans[1].size) / (1 << 20);
+    }
+    free(all);
+    free(crcs);
+    for (int k = 0; k < 2; k++) checkpoint_free_plan(&t->plans[k]);
+}
+
+// ----------------------------------------------------------------------------
+// Memory check (tests): LLMC_CHECKPOINT_MEMCHECK=1 makes every rank reset its peak RSS
+// counter (Linux: /proc/self/clear_refs) before a save or a load and print how far its
+// peak rose above what it held before. The end-of-run peak RSS then counts from the last
+// reset, so this is for tests, not for production runs.
+
+static inline double checkpoint_status_mib(const char* field) {
+    FILE* f = fopen("/proc/self/status", "r");
+    if (!f) fatal("%s: cannot read /proc/self/status: %s", CHECKPOINT_MEMCHECK_ENV, strerror(errno));
+    char line[256];
+    double kib = -1.0;
+    size_t len = strlen(field);
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, field, len) == 0 && line[len] == ':') kib = atof(line + len + 1);
+    }
+    fclose(f);
+    if (kib < 0) fatal("%s: /proc/self/status has no %s", CHECKPOINT_MEMCHECK_ENV, field);
+    return kib / 1024.0;
+}
+
+// Returns the resident MiB before the operation, or -1 when the check is off.
+static inline double checkpoint_memcheck_begin(void) {
+    const char* on = getenv(CHECKPOINT_MEMCHECK_ENV);
+    if (!on || strcmp(on, "1") != 0) return -1.0;
+    FILE* f = fopen("/proc/self/clear_refs", "w");
+    if (!f || fputs("5", f) < 0 || fclose(f) != 0) {
+        fatal("%s: cannot reset the peak RSS (/proc/self/clear_refs): %s", CHECKPOINT_MEMCHECK_ENV, strerror(errno));
+    }
+    return checkpoint_status_mib("VmRSS");
+}
+
+static inline void checkpoint_memcheck_end(double rss_before, const char* what, const CheckpointTransfer* t) {
+    if (rss_before < 0) return;
+    double peak = checkpoint_status_mib("VmHWM");
+    printf("checkpoint memcheck: rank %d %s: peak growth %.2f MiB above %.1f MiB resident (its pieces: %.2f MiB of "
+           "master+m+v; staging %zu MiB)\n", utils_rank(), what, peak - rss_before, rss_before,
+           (double)t->state_bytes / (1 << 20), checkpoint_staging_bytes() >> 20);
+    fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+// What the trainers call
+
+// Collective: writes DIR/checkpoint_<step>/ (DIR = out_dir) from every rank's pieces.
+static inline void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s) {
+    double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
+    int rank = utils_rank();
+    char tmp[PATH_MAX_LEN], final_path[PATH_MAX_LEN], path[PATH_MAX_LEN];
+    checkpoint_path(tmp, sizeof(tmp), out_dir, s->step, 1);
+    checkpoint_path(final_path, sizeof(final_path), out_dir, s->step, 0);
+    if (rank == 0) {
+        make_dir_or_die(out_dir);
+        checkpoint_remove_stale_temporaries(out_dir);
+        if (mkdir(tmp, 0755) != 0) fatal("cannot create %s: %s", tmp, strerror(errno));
+    }
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // the directory exists before any rank opens a file in it
+    CheckpointTransfer t;
+    checkpoint_transfer(&t, tmp, cfg, o, s->step, 1);
+    // Every rank has synced and closed both files (their reports reached rank 0 after that).
+    if (rank == 0) {
+        CheckpointManifest m;
+        for (int k = 0; k < 2; k++) {
+            m.bytes[t.plans[k].file] = t.plans[k].size;
+            m.crc[t.plans[k].file] = t.crc[t.plans[k].file];
+        }
+        path_format(path, sizeof(path), "%s/%s", tmp, CHECKPOINT_FILES[CHECKPOINT_STATE]);
+        checkpoint_write_state(path, s);
+        checkpoint_fsync(path);
+        size_t bytes;
+        m.crc[CHECKPOINT_STATE] = crc32c_file(path, &bytes);
+        m.bytes[CHECKPOINT_STATE] = bytes;
+        checkpoint_write_manifest(tmp, &m);
+        checkpoint_fsync(tmp);
+        // A checkpoint of the same step from an earlier run in this directory gives way.
+        if (!checkpoint_remove_dir(final_path)) fatal("cannot replace %s (see the warning above)", final_path);
+        if (rename(tmp, final_path) != 0) fatal("cannot rename %s to %s: %s", tmp, final_path, strerror(errno));
+        checkpoint_fsync(out_dir);
+        printf("checkpoint: step %d saved in %s (%.1f MiB by %d ranks in %.2f s)\n", s->step, final_path, t.mib_moved,
+               o->world, (wall_ms() - t0) / 1e3);
+    }
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // nobody runs ahead of a checkpoint being renamed into place
+    checkpoint_memcheck_end(rss_before, "save", &t);
+}
+
+// Collective: loads every rank's pieces of checkpoint dir (opened and checked by
+// checkpoint_open_for_resume) into the optimizer, verifying both large files' CRC32C.
+static inline void checkpoint_load(const char* dir, const GPT2Config* cfg, Optimizer* o,
+                                   const CheckpointManifest* manifest, int step, CheckpointTransfer* t) {
+    checkpoint_transfer(t, dir, cfg, o, step, 0);
+    int verdict[2] = {-1, 0};  // the first damaged file, and its CRC
+    if (utils_rank() == 0) {
+        for (int k = 0; k < 2 && verdict[0] < 0; k++) {
+            int file = t->plans[k].file;
+            if (t->crc[file] != manifest->crc[file]) {
+                verdict[0] = file;
+                verdict[1] = (int)t->crc[file];
+            }
+        }
+    }
+    mpiCheck(MPI_Bcast(verdict, 2, MPI_INT, 0, MPI_COMM_WORLD));  // every rank stops alike
+    if (verdict[0] >= 0) {
+        char path[PATH_MAX_LEN];
+        path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[verdict[0]]);
+        checkpoint_checksum_mismatch(path, (uint32_t)verdict[1], manifest->crc[verdict[0]]);
+    }
+    o->ops->finish_import(o);
+}
+
+// -y 1, before the trainer is built: the newest checkpoint in -o, checked (manifest,
+// sizes, headers, state.txt) against the shape of -e. With one, cfg->model becomes its
+// model.bin, whose shape the trainer is built for; the weights come from
+// checkpoint_restore, piece by piece. With none yet, the run starts from step 0 as if -y
+// were 0. r must outlive cfg.
+typedef struct {
+    char dir[PATH_MAX_LEN];
+    char model_path[PATH_MAX_LEN];
+    CheckpointState state;
+    CheckpointManifest manifest;
+} CheckpointResume;
+
+static inline void checkpoint_find_resume(TrainConfig* cfg, CheckpointResume* r) {
+    if (cfg->output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
+    GPT2Config run_shape;
+    model_shape_of(cfg->model, &run_shape);
+    if (!checkpoint_open_for_resume(cfg->output_dir, &run_shape, cfg->model, r->dir, sizeof(r->dir), &r->state,
+                                    &r->manifest)) {
+        cfg->resume = 0;
+        return;
+    }
+    path_format(r->model_path, sizeof(r->model_path), "%s/%s", r->dir, CHECKPOINT_FILES[CHECKPOINT_MODEL]);
+    cfg->model = r->model_path;
+}
+
+// The training loop's checkpoint: every -n steps and at the end (collective).
+static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config* mc, Optimizer* o,
+                                       int grad_accum_steps, int steps_done, const DataLoader* train,
+                                       uint64_t sample_rng) {
+    CheckpointState s = {steps_done, 0, 0, sample_rng, o->world, cfg->B, cfg->T, grad_accum_steps};
+    dataloader_position(train, &s.shard, &s.shard_tokens_done);
+    checkpoint_save(cfg->output_dir, mc, o, &s);
+}
+
+// After the trainer is built for the checkpoint's shape (collective): weights and AdamW
+// state from the files, then the data position and the sampling RNG.
+static inline void checkpoint_restore(const CheckpointResume* r, const GPT2Config* mc, Optimizer* o, DataLoader* train,
+                                      uint64_t* sample_rng) {
+    double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
+    CheckpointTransfer t;
+    checkpoint_load(r->dir, mc, o, &r->manifest, r->state.step, &t);
+    dataloader_seek(train, r->state.shard, r->state.shard_tokens_done);
+    *sample_rng = r->state.sample_rng;
+    if (utils_rank() == 0) {
+        printf("resumed from %s: step %d (saved by %d ranks x B=%d x T=%d x %d micro-steps; %.1f MiB read and verified "
+               "in %.2f s)\n", r->dir, r->state.step, r->state.world, r->state.B, r->state.T,
+               r->state.grad_accum_steps, t.mib_moved, (wall_ms() - t0) / 1e3);
+    }
+    checkpoint_memcheck_end(rss_before, "load", &t);
+}
+
+// Where a run starts (collective on a resume): the checkpoint's step, weights, AdamW
+// state, data position and sampling RNG (checkpoint_restore); else step 0, the trainer's
+// initial weights and the RNG of --seed.
+static inline int checkpoint_start_step(const TrainConfig* cfg, const CheckpointResume* r, const GPT2Config* mc,
+                                        Optimizer* o, DataLoader* train, uint64_t* sample_rng) {
+    *sample_rng = rng_seed((uint64_t)cfg->seed + 1337);
+    if (!cfg->resume) return 0;
+    checkpoint_restore(r, mc, o, train, sample_rng);
+    return r->state.step;
+}
+
+// Collective, for a replicated optimizer's finish_import: rank r holds its part of buf
+// (optimizer_split_range of total elements); afterwards every rank holds all of it. One
+// broadcast per part, in pieces an int count can carry.
+static inline void checkpoint_share_split(float* buf, size_t total, int world) {
+    const size_t max_count = (size_t)1 << 30;
+    for (int root = 0; root < world; root++) {
+        size_t lo, hi;
+        optimizer_split_range(total, root, world, &lo, &hi);
+        for (size_t at = lo; at < hi; at += max_count) {
+            size_t n = hi - at < max_count ? hi - at : max_count;
+            mpiCheck(MPI_Bcast(buf + at, (int)n, MPI_FLOAT, root, MPI_COMM_WORLD));
+        }
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
