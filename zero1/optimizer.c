@@ -100,6 +100,7 @@ static void op_sync_params(Optimizer* o) {
 }
 static int op_checkpoint_pieces(Optimizer* o, OptimizerPiece* out, int max) {
     Zero1Runtime* rt = impl(o)->rt;
+    if (!zero1_holds_checkpoint_pieces(rt)) return 0;  // instances: group 0 saves and loads for all
     int count = zero1_checkpoint_pieces(rt, NULL, 0);
     Zero1Piece* pieces = (Zero1Piece*)mallocCheck((size_t)count * sizeof(Zero1Piece));
     zero1_checkpoint_pieces(rt, pieces, count);
@@ -124,7 +125,10 @@ static void op_read_piece(Optimizer* o, OptimizerState which, const OptimizerPie
 static void op_write_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* r, const float* host) {
     zero1_write_state(impl(o)->rt, zero1_state_of(which), r->param, piece_range(r), host);
 }
-static void op_finish_import(Optimizer* o) { zero1_finish_import(impl(o)->rt); }
+static void op_finish_import(Optimizer* o) {
+    zero1_share_state_across(impl(o)->rt);
+    zero1_finish_import(impl(o)->rt);
+}
 static size_t op_state_bytes(const Optimizer* o) { return zero1_state_bytes(((const Zero1Optimizer*)o)->rt); }
 
 // Rank 0: the bucket table and the per-rank memory ledger of this run.

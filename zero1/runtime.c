@@ -320,6 +320,45 @@ float zero1_read_norm(Zero1Runtime* rt) {
     return rt->norm_host[0];
 }
 
+// ---------------------------------------------------------------------------- instances and checkpoints
+
+int zero1_holds_checkpoint_pieces(const Zero1Runtime* rt) { return !rt->cross || rt->cross->rank == 0; }
+
+// n floats of -0.0 into device memory, through a bounded host buffer.
+static void fill_negative_zero(Zero1Runtime* rt, float* p, size_t n) {
+    size_t chunk = n < ((size_t)1 << 20) ? n : ((size_t)1 << 20);
+    float* host = (float*)rt->dev.ops->alloc_host(rt->dev.ctx, chunk * sizeof(float));
+    for (size_t i = 0; i < chunk; i++) host[i] = -0.0f;
+    for (size_t at = 0; at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        rt->dev.ops->from_host(rt->dev.ctx, rt->dev.compute, p + at, host, k * sizeof(float));
+    }
+    rt_sync(rt);  // the device is done with host
+    rt->dev.ops->free_host(rt->dev.ctx, host);
+}
+
+// Group 0's values of n floats at p on every rank of cross.
+static void copy_from_group0(Zero1Runtime* rt, float* p, size_t n, int bucket) {
+    if (n == 0) return;
+    if (rt->cross->rank != 0) fill_negative_zero(rt, p, n);
+    rt->cross->wait(rt->cross, rt->cross->all_reduce(rt->cross, p, n, ZERO1_FP32, bucket));
+}
+
+void zero1_share_state_across(Zero1Runtime* rt) {
+    if (!rt->cross) return;
+    zero1_sync_params(rt);  // nothing may still be gathering into the param buffer
+    copy_from_group0(rt, rt->adam_m, rt->owned_numel, ZERO1_LABEL_NONE);
+    copy_from_group0(rt, rt->adam_v, rt->owned_numel, ZERO1_LABEL_NONE);
+    if (rt->master) {
+        copy_from_group0(rt, rt->master, rt->owned_numel, ZERO1_LABEL_NONE);
+        return;
+    }
+    for (int b = 0; b < rt->shards.num_buckets; b++) {  // fp32 params are the master: the owned slots
+        const Zero1Range* sh = &rt->shards.buckets[b].shard;
+        copy_from_group0(rt, (float*)param_at(rt, sh->start), sh->end - sh->start, b);
+    }
+}
+
 // ---------------------------------------------------------------------------- set-up
 
 void zero1_load_weights(Zero1Runtime* rt, const float* dense, const size_t* dense_offsets) {

@@ -133,6 +133,14 @@ void zero1_write_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range
 // from the master pieces and all-gathered, so every rank computes with the complete
 // weights; replicated, m, v and the master are all-gathered too (every rank keeps all).
 void zero1_finish_import(Zero1Runtime* rt);
+// Distributed-optimizer instances: every group holds the same state, so only group 0 (the
+// ranks whose cross rank is 0) saves and loads pieces (the others have none: over all
+// ranks the pieces still cover every parameter once). Collective, after a load and before
+// zero1_finish_import: the ranks of the other groups get the state group 0 loaded, by an
+// all-reduce across instances to which they contribute -0.0 (x + -0.0 == x for every
+// float, -0.0 and NaN included, so it is a copy bit for bit). Nothing without instances.
+int zero1_holds_checkpoint_pieces(const Zero1Runtime* rt);
+void zero1_share_state_across(Zero1Runtime* rt);
 
 // Bytes of optimizer state this rank allocated (master + m + v), and its owned elements.
 size_t zero1_state_bytes(const Zero1Runtime* rt);

@@ -3,8 +3,9 @@
 #   1. same DP, same flags: resuming at step 3 reproduces the straight run's step-6
 #      checkpoint byte for byte (model.bin, optimizer.bin), ZeRO-1 fp32 and bf16 storage;
 #   2. other rank counts (np=1 B=4, np=4 B=1, same global batch), another bucket size, the
-#      plain replicated build, and ZeRO-1 resuming a checkpoint of the plain build: the
-#      step 4-6 losses match the straight run within 1e-5;
+#      plain replicated build, 2 distributed-optimizer instances, and ZeRO-1 resuming a
+#      checkpoint of the plain build: the step 4-6 losses match the straight run within
+#      1e-5; with instances, a same-flags resume is also bit-identical;
 #   3. a stale temporary directory is never taken for a checkpoint; -n without -o is a
 #      clear error;
 #   4. the life cycle of a requeued job: -y 1 before the first checkpoint starts from step
@@ -64,9 +65,26 @@ for dtype in fp32 bf16; do
     fi
 done
 
+# Distributed-optimizer instances (np=4 as 2 groups of 2): group 0 saves and loads the
+# pieces, the other group gets the loaded state across the instances.
+inst=$work/straight_inst
+if train ./train_gpt2 4 1 "$inst" -z 1 --bucket-size 20000 --dist-opt-instances 2 -n 3; then
+    resumed=$work/resumed_inst
+    resume_from "$inst" "$resumed"
+    if train ./train_gpt2 4 1 "$resumed" -z 1 --bucket-size 20000 --dist-opt-instances 2 -n 3 -y 1 &&
+       same_checkpoint "$inst/checkpoint_00000006" "$resumed/checkpoint_00000006" &&
+       grep -q "parameters identical on all 4 ranks: yes" "$resumed.log"; then
+        ok "same-flags resume with 2 distributed-optimizer instances continues bit-identically"
+    else
+        bad "resume with 2 distributed-optimizer instances differs from the straight run"; tail -5 "$resumed.log"
+    fi
+else
+    bad "straight run with 2 distributed-optimizer instances"; tail -5 "$inst.log"
+fi
+
 S=$work/straight_fp32
 for cfg in "./train_gpt2 1 4 -z 1" "./train_gpt2 4 1 -z 1 --bucket-size 5000" "./train_gpt2 2 2 -z 0" \
-           "./train_gpt2_plain 4 1 -z 0"; do
+           "./train_gpt2_plain 4 1 -z 0" "./train_gpt2 4 1 -z 1 --bucket-size 5000 --dist-opt-instances 2"; do
     read -r bin np b flags <<<"$cfg"
     dir=$work/other_$((passed + failed))
     resume_from "$S" "$dir"
