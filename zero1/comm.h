@@ -91,7 +91,7 @@ struct Zero1Comm {
 };
 
 // "zero1: reduce-scatter of bucket 1 at step 5" (step 1-based, as the step lines count),
-// "zero1: all-reduce across instances of the grad norm at step 5": for messages.
+// "zero1: all-reduce across instances of the non-finite gradient flags at step 5".
 static inline const char* zero1_describe_collective(const Zero1Comm* c, const char* kind, int bucket, char* buf,
                                                     size_t n) {
     char what[64];
