@@ -49,7 +49,7 @@ make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL test_faults: cannot bu
 
 # d2 in 2M-element buckets: several reduce-scatters and all-gathers per step; many steps,
 # so the run is still going when the fault comes.
-ARGS=(-e d2 -i "$DATA" -b 1 -t 64 -x 2000 -v 0 -s 0 -z 1 --bucket-size 2000000 --comm-timeout $TIMEOUT)
+ARGS=(-e d2 -i "$DATA" -b 1 -t 64 -x 2000 -v 0 -s 0 -z 1 --bucket-size 2000000 --comm-timeout "$TIMEOUT")
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
