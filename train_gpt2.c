@@ -87,7 +87,7 @@ static void check_grads_finite(const ReplicatedOptimizer* r, int step) {
 static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms) {
     ReplicatedOptimizer* r = replicated(o);
     double t0 = wall_ms();
-    if (o->world > 1) mpi_allreduce_sum_armed(r->grads, (int)r->numel, MPI_FLOAT, "gradient all-reduce", step + 1);
+    if (o->world > 1) mpi_allreduce_sum_deadline(r->grads, r->numel, MPI_FLOAT, "gradient all-reduce", step + 1);
     *blocked_ms += wall_ms() - t0;
     if (r->cfg.check_nan) check_grads_finite(r, step);
     double sumsq = 0.0;

@@ -24,10 +24,10 @@
  *   error: [rank 2] zero1: reduce-scatter of bucket 1 at step 5 did not complete within
  *   10 s (a rank stopped or its network is gone); aborting the job
  *
- * A call that must block (a large MPI_Allreduce, whose blocking algorithm Open MPI runs
- * twice as fast as the non-blocking one) is bracketed by zero1_deadline_arm/disarm instead:
- * a timer whose signal handler prints the same line and ends the process (the launcher
- * then ends the job, as it does for any rank that exits with an error).
+ * Time this process did not run does not count: a gap of more than 1 s between two polls
+ * means it was stopped (SIGSTOP, a scheduler's suspend) or not scheduled, and the deadline
+ * moves by the gap. Otherwise a job suspended and resumed as a whole would abort at once,
+ * and a rank that was itself stopped would blame the others when it is continued.
  *
  * zero1_abort_job prints that line, arms an alarm that ends this process a few seconds
  * later whatever happens, and calls end_job (MPI_Abort): MPI_Abort itself can block when
@@ -42,7 +42,6 @@
 
 #include <signal.h>
 #include <stdio.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,6 +56,7 @@ extern "C" {
 #define ZERO1_POLL_SPIN_S 0.25     // polls back to back this long, then naps
 #define ZERO1_POLL_FIRST_US 20
 #define ZERO1_POLL_MAX_US 1000
+#define ZERO1_STOPPED_GAP_S 1.0     // a longer gap between polls: this process did not run
 
 static inline double zero1_monotonic_s(void) {
     struct timespec ts;
@@ -113,61 +113,14 @@ static inline void zero1_abort_job(const char* message, void (*end_job)(void)) {
     _exit(1);
 }
 
-static inline void zero1_timeout_message_(char* buf, size_t n, const char* what, double timeout_s) {
-    snprintf(buf, n, "%s did not complete within %g s (a rank stopped or its network is gone); aborting the job",
-             what, timeout_s);
-}
-
 // "<what> did not complete within T s (...); aborting the job", then zero1_abort_job.
 static inline void zero1_timeout_abort(const char* what, double timeout_s, void (*end_job)(void)) LLMC_NORETURN;
 static inline void zero1_timeout_abort(const char* what, double timeout_s, void (*end_job)(void)) {
     char message[512];
-    zero1_timeout_message_(message, sizeof(message), what, timeout_s);
+    snprintf(message, sizeof(message),
+             "%s did not complete within %g s (a rank stopped or its network is gone); aborting the job", what,
+             timeout_s);
     zero1_abort_job(message, end_job);
-}
-
-// The armed deadline's line and delay, composed when armed: the handler may only use
-// async-signal-safe calls, so it exits instead of calling MPI_Abort, and Open MPI's mpirun
-// ends the other ranks only about 1 s after such an exit (measured): here a lower rank's
-// lead is 2 s a rank (at most 6 s).
-static char zero1_armed_line_[640];
-static size_t zero1_armed_length_;
-static long zero1_armed_delay_us_;
-
-static void zero1_armed_expired_(int sig) {
-    (void)sig;
-    zero1_sleep_us(zero1_armed_delay_us_);
-    ssize_t written = write(STDERR_FILENO, zero1_armed_line_, zero1_armed_length_);
-    (void)written;
-    _exit(1);
-}
-
-// A deadline on a call that blocks: if it has not been disarmed after timeout_s (<= 0:
-// never), the process prints the timeout line naming `what` and exits 1.
-static inline void zero1_deadline_arm(const char* what, double timeout_s) {
-    if (timeout_s <= 0) return;
-    char message[512];
-    zero1_timeout_message_(message, sizeof(message), what, timeout_s);
-    int rank = utils_rank();
-    int n = snprintf(zero1_armed_line_, sizeof(zero1_armed_line_), "error: [rank %d] %s\n", rank, message);
-    zero1_armed_length_ = n < (int)sizeof(zero1_armed_line_) ? (size_t)n : sizeof(zero1_armed_line_) - 1;
-    zero1_armed_delay_us_ = 2000000L * (rank < 3 ? rank : 3);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = zero1_armed_expired_;
-    sigaction(SIGALRM, &sa, NULL);
-    struct itimerval timer;
-    memset(&timer, 0, sizeof(timer));
-    timer.it_value.tv_sec = (time_t)timeout_s;
-    timer.it_value.tv_usec = (suseconds_t)((timeout_s - (double)timer.it_value.tv_sec) * 1e6);
-    setitimer(ITIMER_REAL, &timer, NULL);
-}
-
-static inline void zero1_deadline_disarm(double timeout_s) {
-    if (timeout_s <= 0) return;
-    struct itimerval off;
-    memset(&off, 0, sizeof(off));
-    setitimer(ITIMER_REAL, &off, NULL);
 }
 
 // Polls done(ctx) until it returns 1 (the schedule above); past timeout_s (<= 0: never)
@@ -177,13 +130,17 @@ static inline void zero1_poll_until(int (*done)(void* ctx), void* ctx, double ti
                                     const char* (*describe)(void* ctx, char* buf, size_t n), void (*end_job)(void)) {
     if (done(ctx)) return;
     Zero1Deadline deadline = zero1_deadline_start(timeout_s);
+    double last_poll = deadline.start_s;
     long sleep_us = ZERO1_POLL_FIRST_US;
     while (!done(ctx)) {
+        double now = zero1_monotonic_s();
+        if (now - last_poll > ZERO1_STOPPED_GAP_S) deadline.start_s += now - last_poll;  // we were not running
+        last_poll = now;
         if (zero1_deadline_expired(&deadline)) {
             char what[256];
             zero1_timeout_abort(describe(ctx, what, sizeof(what)), timeout_s, end_job);
         }
-        if (zero1_monotonic_s() - deadline.start_s < ZERO1_POLL_SPIN_S) continue;
+        if (now - deadline.start_s < ZERO1_POLL_SPIN_S) continue;
         zero1_sleep_us(sleep_us);
         sleep_us = sleep_us * 2 < ZERO1_POLL_MAX_US ? sleep_us * 2 : ZERO1_POLL_MAX_US;
     }

@@ -1,14 +1,17 @@
 /*
  * llmc/mpi_wait.h under mpirun (dev/test/test_faults.sh runs it):
- *   test_mpi_wait values                 every helper's result against the sums and the
- *                                        gathered values computed here (exit 0, PASS line)
- *   test_mpi_wait stall-polled|stall-armed SECONDS
- *                                        the last rank never joins (it sleeps); the others
- *                                        wait in mpi_allreduce_sum_deadline (polled) or
- *                                        mpi_allreduce_sum_armed (blocking under a timer)
- *                                        with a deadline of SECONDS, so they must print the
- *                                        timeout line ("gradient all-reduce at step 7") and
- *                                        end the job; reaching the end is a failure (exit 3).
+ *   test_mpi_wait values          every helper's result against the sums and the gathered
+ *                                 values computed here, the all-reduce also over several
+ *                                 pieces (exit 0 and a PASS line)
+ *   test_mpi_wait stall SECONDS   the last rank never joins (it sleeps); the others wait in
+ *                                 a multi-piece all-reduce with a deadline of SECONDS, so
+ *                                 they must print the timeout line ("gradient all-reduce
+ *                                 at step 7") and end the job; getting past it is a failure
+ *   test_mpi_wait loop SECONDS N  N small all-reduces under a deadline of SECONDS, rank 0
+ *                                 10 ms late to each (so the others are mostly waiting in
+ *                                 one), then a PASS line: the test stops every rank for
+ *                                 longer than SECONDS and continues them one by one, which
+ *                                 must not count as waiting
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,16 +22,13 @@
 
 static int check_values(int rank, int world) {
     int failures = 0;
-    enum { N = 1000 };
-    float sum[N], big[N];
-    for (int i = 0; i < N; i++) sum[i] = big[i] = (float)(rank + 1) * (float)i;
-    mpi_allreduce_sum_deadline(sum, N, MPI_FLOAT, "test all-reduce", 1);
-    mpi_allreduce_sum_armed(big, N, MPI_FLOAT, "test armed all-reduce", 1);
+    const size_t n = 3 * (size_t)MPI_WAIT_ALLREDUCE_PIECE + 7;  // four pieces, the last a short one
+    float* sum = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) sum[i] = (float)(rank + 1) * (float)(i % 1000);
+    mpi_allreduce_sum_deadline(sum, n, MPI_FLOAT, "test all-reduce", 1);
     float ranks_sum = (float)(world * (world + 1) / 2);
-    for (int i = 0; i < N; i++) {
-        failures += sum[i] != ranks_sum * (float)i;  // small integers: exact in any order
-        failures += big[i] != ranks_sum * (float)i;
-    }
+    for (size_t i = 0; i < n; i++) failures += sum[i] != ranks_sum * (float)(i % 1000);  // exact: small integers
+    free(sum);
     double mine = 1.5 * rank, all[64];
     if (world > 64) fatal("test_mpi_wait: at most 64 ranks");
     mpi_allgather_deadline(&mine, all, 1, MPI_DOUBLE, "test all-gather", -1);
@@ -45,22 +45,34 @@ static int check_values(int rank, int world) {
 int main(int argc, char** argv) {
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
-    if (argc >= 2 && strcmp(argv[1], "values") == 0) {
+    const char* mode = argc >= 2 ? argv[1] : "";
+    if (strcmp(mode, "values") == 0) {
         int rc = check_values(rank, world);
         MPI_Finalize();
         return rc;
     }
-    if (argc != 3 || (strcmp(argv[1], "stall-polled") != 0 && strcmp(argv[1], "stall-armed") != 0)) {
-        fatal("usage: %s values | stall-polled SECONDS | stall-armed SECONDS", argv[0]);
+    if (!((strcmp(mode, "stall") == 0 && argc == 3) || (strcmp(mode, "loop") == 0 && argc == 4))) {
+        fatal("usage: %s values | stall SECONDS | loop SECONDS N", argv[0]);
     }
     mpi_wait_set_timeout(atof(argv[2]));
-    float x[4] = {1, 2, 3, 4};
+    if (strcmp(mode, "loop") == 0) {
+        int n = atoi(argv[3]);
+        for (int i = 0; i < n; i++) {
+            float x = 1.0f;
+            mpi_allreduce_sum_deadline(&x, 1, MPI_FLOAT, "loop all-reduce", i + 1);
+            if (x != (float)world) fatal("loop all-reduce %d: %g, want %d", i + 1, x, world);
+            if (rank == 0) zero1_sleep_us(10000);  // the others are mostly waiting in the all-reduce
+        }
+        if (rank == 0) printf("PASS test_mpi_wait loop: %d all-reduces\n", n);
+        MPI_Finalize();
+        return 0;
+    }
+    const size_t n = 2 * (size_t)MPI_WAIT_ALLREDUCE_PIECE + 3;
+    float* x = (float*)callocCheck(n, sizeof(float));
     if (rank == world - 1) {
         sleep(60);  // never joins: the job must end before this
-    } else if (strcmp(argv[1], "stall-armed") == 0) {
-        mpi_allreduce_sum_armed(x, 4, MPI_FLOAT, "gradient all-reduce", 7);
     } else {
-        mpi_allreduce_sum_deadline(x, 4, MPI_FLOAT, "gradient all-reduce", 7);
+        mpi_allreduce_sum_deadline(x, n, MPI_FLOAT, "gradient all-reduce", 7);
     }
     fprintf(stderr, "test_mpi_wait: rank %d got past the stalled all-reduce\n", rank);
     return 3;
