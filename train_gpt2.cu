@@ -29,6 +29,7 @@
 #include "llmc/gpt2_spec.h"
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
+#include "llmc/mpi_wait.h"
 #include "llmc/optimizer.h"
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
@@ -336,9 +337,9 @@ static void trainer_free(Trainer* tr) {
 
 // The loss summed on the device since it was zeroed, summed over ranks on the host (one
 // float); read with whatever the stream already synced.
-static float loss_over_ranks(Trainer* tr) {
-    float local = tr->loss_host[0], total = local;
-    if (tr->world > 1) mpiCheck(MPI_Allreduce(&local, &total, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+static float loss_over_ranks(Trainer* tr, const char* what, int step) {
+    float total = tr->loss_host[0];
+    if (tr->world > 1) mpi_allreduce_sum_deadline(&total, 1, MPI_FLOAT, what, step);
     return total;
 }
 
@@ -372,7 +373,7 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
     opt->ops->finish_step(opt, step, lr, &r.comm_blocked_ms);
     r.grad_norm = opt->ops->read_norm(opt);  // the one sync of the step; the loss copy is before it
-    r.loss = loss_over_ranks(tr) / ((float)k * tr->world);
+    r.loss = loss_over_ranks(tr, "loss all-reduce", step + 1) / ((float)k * tr->world);
     return r;
 }
 
@@ -409,7 +410,7 @@ static float evaluate(Trainer* tr, DataLoader* val) {
     }
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, tr->gpu->stream));
     cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
-    return loss_over_ranks(tr) / ((float)tr->cfg.val_steps * tr->world);
+    return loss_over_ranks(tr, "validation loss all-reduce", -1) / ((float)tr->cfg.val_steps * tr->world);
 }
 
 // The logits of the last position of tokens[0..n) (the sampler's forward), as fp32 on the host.

@@ -34,6 +34,7 @@
 #include "llmc/cli.h"
 #include "llmc/crc32c.h"
 #include "llmc/dataloader.h"
+#include "llmc/mpi_wait.h"
 #include "llmc/optimizer.h"
 #include "llmc/rng.h"
 #include "llmc/train_loop.h"
@@ -202,12 +203,17 @@ static inline void checkpoint_move_file(const CheckpointFilePlan* f, Optimizer* 
     int mode = saving ? MPI_MODE_CREATE | MPI_MODE_WRONLY : MPI_MODE_RDONLY;
     checkpoint_io_check(MPI_File_open(MPI_COMM_WORLD, f->path, mode, MPI_INFO_NULL, &fh), f->path, "MPI_File_open");
     int rounds = f->num_rounds, max_rounds = 0;
-    mpiCheck(MPI_Allreduce(&rounds, &max_rounds, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    MPI_Request request;
+    mpiCheck(MPI_Iallreduce(&rounds, &max_rounds, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &request));
+    mpi_wait_deadline(&request, "checkpoint round count", -1);
     for (int k = 0; k < max_rounds; k++) {
         const CheckpointRound* r = k < rounds ? &f->rounds[k] : NULL;
         MPI_Offset at = r ? (MPI_Offset)r->offset : 0;
         int bytes = r ? (int)r->bytes : 0;  // at most the staging size, 1 GiB
         if (r && saving) checkpoint_stage_round(f, r, o, staging, 1);
+        // Blocking collective I/O: the only waits here without a deadline (Open MPI 4's
+        // non-blocking MPI_File_iwrite_at_all crashed on a full disk, where this one reports
+        // the error). The round count before it was agreed under the deadline.
         MPI_Status status;
         int rc = saving ? MPI_File_write_at_all(fh, at, staging, bytes, MPI_BYTE, &status)
                         : MPI_File_read_at_all(fh, at, staging, bytes, MPI_BYTE, &status);
@@ -268,7 +274,9 @@ static inline CheckpointCrc* checkpoint_gather_crcs(const CheckpointCrc* mine, i
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int* counts = (int*)mallocCheck((size_t)world * sizeof(int));
     int* displs = (int*)mallocCheck((size_t)world * sizeof(int));
-    mpiCheck(MPI_Gather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    MPI_Request request;
+    mpiCheck(MPI_Igather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD, &request));
+    mpi_wait_deadline(&request, "checkpoint checksum gather", -1);
     CheckpointCrc* all = NULL;
     *total = 0;
     if (rank == 0) {
@@ -280,7 +288,8 @@ static inline CheckpointCrc* checkpoint_gather_crcs(const CheckpointCrc* mine, i
         *total = sum / (int)sizeof(CheckpointCrc);
         all = (CheckpointCrc*)mallocCheck((size_t)sum);
     }
-    mpiCheck(MPI_Gatherv(mine, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD));
+    mpiCheck(MPI_Igatherv(mine, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD, &request));
+    mpi_wait_deadline(&request, "checkpoint checksum gather", -1);
     free(counts);
     free(displs);
     return all;
@@ -388,7 +397,7 @@ static inline void checkpoint_save(const char* out_dir, const GPT2Config* cfg, O
         checkpoint_remove_stale_temporaries(out_dir);
         if (mkdir(tmp, 0755) != 0) fatal("cannot create %s: %s", tmp, strerror(errno));
     }
-    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // the directory exists before any rank opens a file in it
+    mpi_barrier_deadline("checkpoint barrier", s->step);  // the directory exists before any rank opens a file in it
     CheckpointTransfer t;
     checkpoint_transfer(&t, tmp, cfg, o, s->step, 1);
     // Every rank has synced and closed both files (their reports reached rank 0 after that).
@@ -413,7 +422,7 @@ static inline void checkpoint_save(const char* out_dir, const GPT2Config* cfg, O
         printf("checkpoint: step %d saved in %s (%.1f MiB by %d ranks in %.2f s)\n", s->step, final_path, t.mib_moved,
                o->world, (wall_ms() - t0) / 1e3);
     }
-    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // nobody runs ahead of a checkpoint being renamed into place
+    mpi_barrier_deadline("checkpoint barrier", s->step);  // nobody runs ahead of a checkpoint being renamed into place
     checkpoint_memcheck_end(rss_before, "save", &t);
 }
 
@@ -432,7 +441,9 @@ static inline void checkpoint_load(const char* dir, const GPT2Config* cfg, Optim
             }
         }
     }
-    mpiCheck(MPI_Bcast(verdict, 2, MPI_INT, 0, MPI_COMM_WORLD));  // every rank stops alike
+    MPI_Request request;  // every rank stops alike
+    mpiCheck(MPI_Ibcast(verdict, 2, MPI_INT, 0, MPI_COMM_WORLD, &request));
+    mpi_wait_deadline(&request, "checkpoint verdict", step);
     if (verdict[0] >= 0) {
         char path[PATH_MAX_LEN];
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[verdict[0]]);
@@ -513,7 +524,9 @@ static inline void checkpoint_share_split(float* buf, size_t total, int world) {
         optimizer_split_range(total, root, world, &lo, &hi);
         for (size_t at = lo; at < hi; at += max_count) {
             size_t n = hi - at < max_count ? hi - at : max_count;
-            mpiCheck(MPI_Bcast(buf + at, (int)n, MPI_FLOAT, root, MPI_COMM_WORLD));
+            MPI_Request request;
+            mpiCheck(MPI_Ibcast(buf + at, (int)n, MPI_FLOAT, root, MPI_COMM_WORLD, &request));
+            mpi_wait_deadline(&request, "checkpoint state broadcast", -1);
         }
     }
 }

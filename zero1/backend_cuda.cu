@@ -12,8 +12,10 @@
 
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
+#include "llmc/mpi_wait.h"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
+#include "zero1/watchdog_cuda.h"
 
 // 1 when the ranks on this node run on distinct GPUs. Compares device UUIDs, so it also
 // holds where every process is shown only its own GPU (CUDA_VISIBLE_DEVICES per task).
@@ -41,9 +43,41 @@ static int gpus_distinct_on_node(void) {
 
 static void destroy_cuda_device(Zero1Device* d) { zero1_device_cuda_destroy(d); }
 
+static int is_nccl(const Zero1Comm* c) { return c && strcmp(c->name, "nccl") == 0; }
+
+// The step's one host wait, under --comm-timeout: NCCL's asynchronous errors end the job at
+// once, a deadline ends it if a peer never arrives; either way the NCCL communicators are
+// aborted first (their kernels would spin forever).
+static void sync_compute_deadline(const Zero1Backend* be, int step) {
+    Zero1Comm* comms[2];
+    int n = 0;
+    if (is_nccl(be->comm)) comms[n++] = be->comm;
+    if (is_nccl(be->cross)) comms[n++] = be->cross;
+    Zero1CudaWatch watch = {be->comm->timeout_s, comms, n, NULL, 0, mpi_abort_world};
+    zero1_cuda_sync_deadline((cudaStream_t)be->device.compute, &watch, "zero1: the GPU step", step);
+}
+
+// A communicator over the ranks of one color (< 0: all): NCCL or staged MPI.
+static Zero1Comm* make_comm(const TrainConfig* cfg, const Zero1Device* dev, int nccl, int color, const char* label) {
+    Zero1Comm* c;
+    if (nccl) {
+        Zero1NcclBootstrap boot;
+        memset(&boot, 0, sizeof(boot));
+        boot.mode = ZERO1_NCCL_BOOT_MPI;
+        boot.color = color;
+        c = zero1_comm_nccl_create(dev, &boot);
+    } else {
+        c = zero1_comm_mpi_create(dev, color);  // staged: GPU memory is not host-addressable
+    }
+    c->timeout_s = cfg->comm_timeout;
+    c->label = label;
+    return c;
+}
+
 Zero1Backend* zero1_backend_cuda(const TrainConfig* cfg, cudaStream_t compute, int local_rank, int local_world) {
-    int world;
+    int world, rank;
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     Zero1Backend* be = (Zero1Backend*)callocCheck(1, sizeof(Zero1Backend));
     be->device = zero1_device_cuda_create(compute);
     be->destroy_device = destroy_cuda_device;
@@ -53,18 +87,20 @@ Zero1Backend* zero1_backend_cuda(const TrainConfig* cfg, cudaStream_t compute, i
         fatal("--comm nccl: %d ranks on this node share GPUs, which NCCL refuses; use --comm mpi (or auto)", local_world);
     }
     int nccl = strcmp(want, "nccl") == 0 || (strcmp(want, "auto") == 0 && world > 1 && distinct);
-    if (nccl) {
-        Zero1NcclBootstrap boot;
-        memset(&boot, 0, sizeof(boot));
-        boot.mode = ZERO1_NCCL_BOOT_MPI;
-        boot.color = -1;
-        be->comm = zero1_comm_nccl_create(&be->device, &boot);
-    } else if (world > 1) {
-        be->comm = zero1_comm_mpi_create(&be->device, -1);  // staged: GPU memory is not host-addressable
+    int group = zero1_instance_group_size(cfg, world);
+    if (group < world) {
+        be->comm = make_comm(cfg, &be->device, nccl, rank / group, NULL);
+        be->cross = make_comm(cfg, &be->device, nccl, rank % group, "across instances");
+    } else if (world > 1 || nccl) {
+        be->comm = make_comm(cfg, &be->device, nccl, -1, NULL);
     } else {
         be->comm = zero1_comm_single_create(&be->device);
     }
-    if (cfg->test_hazard) be->comm = zero1_comm_hazard_create(be->comm, &be->device, (unsigned)cfg->seed);
+    if (cfg->test_hazard) {
+        be->comm = zero1_comm_hazard_create(be->comm, &be->device, (unsigned)cfg->seed);
+        if (be->cross) be->cross = zero1_comm_hazard_create(be->cross, &be->device, (unsigned)cfg->seed + 1);
+    }
     be->host_model = 0;
+    be->sync_compute = sync_compute_deadline;
     return be;
 }

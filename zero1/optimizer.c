@@ -19,6 +19,7 @@ typedef struct {
     size_t* offsets;             // buffer offset of every parameter
     size_t* dense_offsets;       // offset of every parameter in the dense canonical arrays
     size_t model_numel;          // parameters (unpadded)
+    int step;                    // of the step in progress (0-based)
     double block_start_us;       // host clock (host model)
     Zero1Event block_start;      // device clock (a model queued on a device)
 } Zero1Optimizer;
@@ -88,12 +89,19 @@ static void hook_grad_done(void* ctx, int tensor) { zero1_grad_done(((Zero1Optim
 static void op_load_weights(Optimizer* o, const float* dense) {
     zero1_load_weights(impl(o)->rt, dense, impl(o)->dense_offsets);
 }
-static void op_begin_step(Optimizer* o, int step) { zero1_begin_step(impl(o)->rt, step); }
+static void op_begin_step(Optimizer* o, int step) {
+    impl(o)->step = step;
+    zero1_begin_step(impl(o)->rt, step);
+}
 static void op_begin_micro_step(Optimizer* o, int is_last) { zero1_begin_micro_step(impl(o)->rt, is_last); }
 static void op_finish_step(Optimizer* o, int step, float lr, double* blocked_ms) {
     zero1_finish_step(impl(o)->rt, step, lr, blocked_ms);
 }
-static float op_read_norm(Optimizer* o) { return zero1_read_norm(impl(o)->rt); }
+static float op_read_norm(Optimizer* o) {
+    Zero1Optimizer* z = impl(o);
+    if (z->backend->sync_compute) z->backend->sync_compute(z->backend, z->step + 1);
+    return zero1_read_norm(z->rt);
+}
 static void op_sync_params(Optimizer* o) {
     zero1_sync_params(impl(o)->rt);
     sync_for_host_model(impl(o));

@@ -30,7 +30,7 @@ extern "C" {
 // comm: the ranks that shard the optimizer state among them (all of them, or with
 // --dist-opt-instances K the W/K consecutive ranks of this rank's group); cross: with K > 1,
 // the K ranks at this rank's position in every group (the shard all-reduce), else NULL.
-typedef struct {
+typedef struct Zero1Backend_ {
     Zero1Device device;
     void (*destroy_device)(Zero1Device* d);
     Zero1Comm* comm;
@@ -39,6 +39,10 @@ typedef struct {
     // For a host model on a device whose pointers the host cannot use (the deferred test
     // device): the host address of a device range. NULL: device pointers are host pointers.
     void* (*host_view)(const Zero1Device* d, const void* p, size_t bytes);
+    // Where the host waits for the step's device work (read_norm), for a device whose
+    // work can hang on a stuck peer (a GPU with NCCL): waits under --comm-timeout and
+    // ends the job naming it. NULL: the device op's plain sync.
+    void (*sync_compute)(const struct Zero1Backend_* be, int step);
 } Zero1Backend;
 
 // compute_dtype: what the model reads (the param buffer itself, or an fp32 copy of it).
