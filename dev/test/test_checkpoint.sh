@@ -202,7 +202,10 @@ header = np.zeros(256, "<i4"); header[:3] = [20240520, 1, 30000]
 with open(sys.argv[2], "wb") as f:
     f.write(header.tobytes()); f.write(rng.integers(0, V, 30000).astype("<u2").tobytes())
 EOF
-KILL_RUN=(-np 2 ./train_gpt2 -e "$work/small.bin" -i "$work/small_tokens.bin" -t 64 -b 2 -x 40 -v 0 -s 0 -l 1e-3
+# 120 steps: long enough that four kills (each at most 10 steps after the last) always land
+# before the job ends, whatever the machine's speed.
+KILL_STEPS=120
+KILL_RUN=(-np 2 ./train_gpt2 -e "$work/small.bin" -i "$work/small_tokens.bin" -t 64 -b 2 -x $KILL_STEPS -v 0 -s 0 -l 1e-3
           -u 2 -q 0.1 -c 0.1 -z 1 --bucket-size 20000 -n 1 -nk 3 -y 1)
 kill_session() {  # kill -9 every process of session $1 (a job started with setsid), then wait for them
     local pids
@@ -255,9 +258,10 @@ done 2>/dev/null  # the shell's "Killed" notices
 timeout 300 "${MPIRUN[@]}" "${KILL_RUN[@]}" -o "$dir" >>"$dir.log" 2>&1
 rc=$?
 echo "kills (seed $seed): $story"
-if [ $rc = 0 ] && [ $hits = 4 ] && [ "$(last_losses "$dir" | wc -l)" = 40 ] &&
+final=$(printf 'checkpoint_%08d' $KILL_STEPS)
+if [ $rc = 0 ] && [ $hits = 4 ] && [ "$(last_losses "$dir" | wc -l)" = $KILL_STEPS ] &&
    [ "$(last_losses "$dir")" = "$(last_losses "$straight")" ] &&
-   same_checkpoint "$straight/checkpoint_00000040" "$dir/checkpoint_00000040"; then
+   same_checkpoint "$straight/$final" "$dir/$final"; then
     ok "$hits kill -9s at random moments (np=2, a checkpoint every step): the finished run equals the uninterrupted one bitwise"
 else
     bad "random kills (seed $seed, rc $rc, $hits hits)"; diff <(last_losses "$straight") <(last_losses "$dir") | head
