@@ -198,12 +198,14 @@ typedef struct {
     RequestSlot* s;
 } PendingRequest;
 
-static int request_done(void* ctx) {
-    PendingRequest* p = (PendingRequest*)ctx;
+// 1 when the slot's MPI request has completed (it never blocks).
+static int request_complete(RequestSlot* s) {
     int done = 0;
-    mpi_fail(MPI_Test(&p->s->request, &done, MPI_STATUS_IGNORE), "Test");
+    mpi_fail(MPI_Test(&s->request, &done, MPI_STATUS_IGNORE), "Test");
     return done;
 }
+
+static int request_done(void* ctx) { return request_complete(((PendingRequest*)ctx)->s); }
 
 static const char* describe_request(void* ctx, char* buf, size_t n) {
     PendingRequest* p = (PendingRequest*)ctx;
@@ -232,9 +234,7 @@ static int mpi_test(Zero1Comm* c, Zero1Handle h) {
     MpiImpl* m = (MpiImpl*)c->impl;
     RequestSlot* s = &m->slots[h];
     if (s->state == SLOT_ACTIVE) {
-        int done = 0;
-        mpi_fail(MPI_Test(&s->request, &done, MPI_STATUS_IGNORE), "Test");
-        if (!done) return 0;
+        if (!request_complete(s)) return 0;
         finish_slot(m, s);
     }
     release(m, s);
@@ -245,10 +245,7 @@ static void mpi_progress(Zero1Comm* c) {
     MpiImpl* m = (MpiImpl*)c->impl;
     for (int i = 0; i < m->num_slots; i++) {
         RequestSlot* s = &m->slots[i];
-        if (s->state != SLOT_ACTIVE) continue;
-        int done = 0;
-        mpi_fail(MPI_Test(&s->request, &done, MPI_STATUS_IGNORE), "Test");
-        if (done) finish_slot(m, s);
+        if (s->state == SLOT_ACTIVE && request_complete(s)) finish_slot(m, s);
     }
 }
 

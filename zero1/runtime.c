@@ -312,8 +312,6 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
     *blocked_ms += rt->blocked_ms;
 }
 
-const float* zero1_norm_device(const Zero1Runtime* rt) { return rt->norm; }
-
 float zero1_read_norm(Zero1Runtime* rt) {
     rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, rt->norm_host, rt->norm, 2 * sizeof(float));
     rt_sync(rt);

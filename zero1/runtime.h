@@ -102,8 +102,6 @@ void zero1_grad_done(Zero1Runtime* rt, int param);
 void zero1_poke(Zero1Runtime* rt);
 // Queues the rest of the step; adds the ms the host blocked on communication.
 void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms);
-// The last step's global grad norm (before clipping) and clip factor, in device memory.
-const float* zero1_norm_device(const Zero1Runtime* rt);
 // The last step's grad norm on the host: syncs the compute stream.
 float zero1_read_norm(Zero1Runtime* rt);
 // Orders what the compute stream runs next after every all-gather in flight: afterwards
