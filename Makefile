@@ -5,6 +5,8 @@
 #   make test_watchdog_cuda           the GPU step's deadline (zero1/watchdog_cuda.h; runs on a GPU)
 #   make zero1_plan                   the ZeRO-1 layout planner
 #   make test / test_gpu / bench / demo
+#   make ... CUDA_ON_CPU=1            the same GPU targets, built to run on the CPU (dev/cuda_cpu/: the
+#                                     CPU execution layer for CUDA; no GPU, no NVIDIA library needed)
 # Other toolchains: MPICC=mpicc.mpich (any MPI's compiler wrapper: Open MPI 4/5, MPICH),
 # CUDA_HOME=/opt/cuda (nvcc, headers, libraries; NVCC=... overrides nvcc alone),
 # NCCL_HOME=/opt/nccl (include/ and lib/ of an NCCL outside the CUDA toolkit).
@@ -18,6 +20,13 @@ ifeq ($(CUDA_HOME),)
 CUDA_HOME := $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,$(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)))
 endif
 NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
+# CUDA_ON_CPU=1: dev/cuda_cpu/nvcc takes nvcc's place (g++ on rewritten sources, linked with
+# the layer's runtime, cuBLAS and NCCL instead of NVIDIA's).
+CUDA_ON_CPU ?= 0
+ifeq ($(CUDA_ON_CPU),1)
+NVCC := dev/cuda_cpu/nvcc
+CUDA_CPU_LIB := build/cuda_cpu/libcuda_cpu.a
+endif
 USE_ZERO1 ?= 0
 PRECISION ?= BF16
 GPU_ARCH ?= 90
@@ -57,13 +66,13 @@ HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard zero1/*.h)
 CPU_STAMP := .build-cpu.stamp
 GPU_STAMP := .build-gpu.stamp
 CPU_BUILD := USE_ZERO1=$(USE_ZERO1) CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC))
-GPU_BUILD := USE_ZERO1=$(USE_ZERO1) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
+GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) USE_ZERO1=$(USE_ZERO1) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
              MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC))
 $(shell echo "$(CPU_BUILD)" | cmp -s - $(CPU_STAMP) || echo "$(CPU_BUILD)" > $(CPU_STAMP))
 $(shell echo "$(GPU_BUILD)" | cmp -s - $(GPU_STAMP) || echo "$(GPU_BUILD)" > $(GPU_STAMP))
-CUDA_HEADERS = $(wildcard llmc/*.cuh)
+CUDA_HEADERS = $(wildcard llmc/*.cuh) $(CUDA_CPU_LIB)
 
-.PHONY: all test test_gpu bench demo clean data cuda
+.PHONY: all test test_gpu bench demo clean data cuda cuda_cpu
 
 all: train_gpt2 zero1_plan prepro_text
 
@@ -169,6 +178,20 @@ test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS)
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
 
+# ---- the CPU execution layer for CUDA (dev/cuda_cpu/) ----
+# Its own sources are plain C++ against the toolkit's headers (their types and prototypes);
+# NCCL_HOME's nccl.h first, as for the GPU build.
+CUDA_CPU_SRC = $(wildcard dev/cuda_cpu/*.cpp)
+CUDA_CPU_OBJ = $(patsubst dev/cuda_cpu/%.cpp,build/cuda_cpu/%.o,$(CUDA_CPU_SRC))
+CUDA_CPU_CXXFLAGS = -std=c++17 -O2 -g -pthread -Wall -Wno-unused-function -I. $(if $(BLAS_INC),-I$(BLAS_INC)) \
+  $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
+build/cuda_cpu/%.o: dev/cuda_cpu/%.cpp dev/cuda_cpu/internal.h dev/cuda_cpu/cuda_cpu.h
+	@mkdir -p build/cuda_cpu
+	g++ $(CUDA_CPU_CXXFLAGS) -c $< -o $@
+build/cuda_cpu/libcuda_cpu.a: $(CUDA_CPU_OBJ)
+	rm -f $@ && ar rcs $@ $^
+cuda_cpu: build/cuda_cpu/libcuda_cpu.a
+
 # ---- tasks ----
 data: prepro_text
 	./scripts/prepare_data.sh
@@ -186,5 +209,6 @@ demo:
 	./scripts/demo.sh
 
 clean:
+	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
 	  test_zero1_cuda test_watchdog_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait

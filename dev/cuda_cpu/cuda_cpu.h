@@ -1,0 +1,294 @@
+/*
+ * dev/cuda_cpu/cuda_cpu.h: what a .cu file needs to compile as host C++ on the CPU
+ * execution layer. dev/cuda_cpu/nvcc force-includes it ahead of every CUDA source
+ * (g++ -include), after dev/cuda_cpu/rewrite.py has turned `k<<<g, b, s, st>>>(args)`
+ * into `cudacpu_kernel(k, "k", __FILE__, __LINE__).config(g, b, s, st).launch(args)` and
+ * each `__shared__` declaration into a block-shared one (same lines, same columns before).
+ *
+ * Device code runs as plain C++: the threads of a block are fibers on one worker thread
+ * (dev/cuda_cpu/kernel.cpp), threadIdx & co. are that fiber's, __shared__ variables are
+ * thread_local statics (one copy per worker, poisoned at every block start), and the
+ * barriers and warp collectives switch fibers. The CUDA toolkit's own headers provide the
+ * types (dim3, uint3, __nv_bfloat16 with its host arithmetic); this file the rest.
+ */
+#ifndef CUDA_CPU_H
+#define CUDA_CPU_H
+
+// Function-space qualifiers mean nothing on the host; defined before the toolkit's
+// host_defines.h, which keeps a definition it finds.
+#define __host__
+#define __device__
+#define __global__
+#define __shared__ static thread_local
+#define __constant__ static
+#define __managed__
+#define __launch_bounds__(...)
+#define __CUDA_CPU__ 1
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace cudacpu {
+
+// The running fiber's coordinates (kernel.cpp sets them before every switch).
+struct ThreadCoords {
+    uint3 thread_idx, block_idx;
+    dim3 block_dim, grid_dim;
+};
+extern thread_local ThreadCoords coords;
+
+void block_barrier(void);
+int block_barrier_count(int predicate);  // __syncthreads_count; _and/_or from it
+// Warp collectives: every lane named in mask meets here; kind and argument decide what
+// each gets back (see kernel.cpp).
+enum WarpOp { WARP_SYNC, WARP_SHFL, WARP_SHFL_UP, WARP_SHFL_DOWN, WARP_SHFL_XOR, WARP_BALLOT, WARP_ANY, WARP_ALL };
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
+unsigned active_mask(void);
+// A __shared__ variable's first declaration in a block (rewrite.py emits the calls).
+void shared_declared(void* address, size_t bytes, const char* name);
+void* dynamic_shared(void);  // extern __shared__ arrays
+long long clock_cycles(void);
+
+// ---- launches ------------------------------------------------------------------------
+struct LaunchSite {
+    const char* kernel;
+    const char* file;
+    int line;
+};
+// One pointer argument of a launch, checked against the device allocations at launch.
+struct PointerArg {
+    int index;
+    const void* value;
+};
+// Queues a launch (kernel.cpp): run(payload) runs the kernel body for the current fiber.
+void launch(const LaunchSite& site, const void* func, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
+            void (*run)(void*), std::shared_ptr<void> payload, const PointerArg* pointers, int num_pointers);
+
+template <typename... P>
+struct KernelCall {
+    void (*func)(P...);
+    LaunchSite site;
+    dim3 grid, block;
+    size_t shmem;
+    cudaStream_t stream;
+
+    // The arguments are copied now (as CUDA copies them at launch), converted to the
+    // kernel's parameter types; every thread calls the kernel with these values.
+    template <typename... A>
+    void launch(A&&... args) const {
+        static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
+        using Args = std::tuple<std::decay_t<P>...>;
+        struct Payload {
+            void (*func)(P...);
+            Args args;
+        };
+        auto p = std::make_shared<Payload>(Payload{func, Args(std::forward<A>(args)...)});
+        PointerArg pointers[sizeof...(P) + 1];
+        int n = 0;
+        collect_pointers(p->args, pointers, &n, std::index_sequence_for<P...>{});
+        cudacpu::launch(site, (const void*)func, grid, block, shmem, stream, &run_body<Payload>, p, pointers, n);
+    }
+
+   private:
+    template <typename Tuple, size_t... I>
+    static void collect_pointers(const Tuple& t, PointerArg* out, int* n, std::index_sequence<I...>) {
+        (void)t;
+        (void)out;
+        (void)n;
+        (add_pointer(std::get<I>(t), (int)I, out, n), ...);
+    }
+    template <typename T>
+    static void add_pointer(const T& v, int index, PointerArg* out, int* n) {
+        if constexpr (std::is_pointer<T>::value) out[(*n)++] = PointerArg{index, (const void*)v};
+    }
+    template <typename Payload>
+    static void run_body(void* raw) {
+        Payload* p = (Payload*)raw;
+        std::apply(p->func, p->args);
+    }
+};
+
+template <typename... P>
+struct KernelRef {
+    void (*func)(P...);
+    LaunchSite site;
+    KernelCall<P...> config(dim3 grid, dim3 block, size_t shmem = 0, cudaStream_t stream = 0) const {
+        return KernelCall<P...>{func, site, grid, block, shmem, stream};
+    }
+};
+
+}  // namespace cudacpu
+
+template <typename... P>
+static inline cudacpu::KernelRef<P...> cudacpu_kernel(void (*func)(P...), const char* name, const char* file,
+                                                      int line) {
+    return cudacpu::KernelRef<P...>{func, {name, file, line}};
+}
+
+// ---- built-in variables ---------------------------------------------------------------
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+#define threadIdx (::cudacpu::coords.thread_idx)
+#define blockIdx (::cudacpu::coords.block_idx)
+#define blockDim (::cudacpu::coords.block_dim)
+#define gridDim (::cudacpu::coords.grid_dim)
+constexpr int warpSize = 32;
+
+// ---- synchronization ------------------------------------------------------------------
+static inline void __syncthreads(void) { cudacpu::block_barrier(); }
+static inline int __syncthreads_count(int p) { return cudacpu::block_barrier_count(p); }
+static inline int __syncthreads_and(int p) {
+    return cudacpu::block_barrier_count(p) == (int)(blockDim.x * blockDim.y * blockDim.z);
+}
+static inline int __syncthreads_or(int p) { return cudacpu::block_barrier_count(p) != 0; }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { cudacpu::warp_collective(cudacpu::WARP_SYNC, mask, 0, 0, 32); }
+static inline unsigned __activemask(void) { return cudacpu::active_mask(); }
+static inline unsigned __ballot_sync(unsigned mask, int p) {
+    return (unsigned)cudacpu::warp_collective(cudacpu::WARP_BALLOT, mask, p != 0, 0, 32);
+}
+static inline int __any_sync(unsigned mask, int p) { return (int)cudacpu::warp_collective(cudacpu::WARP_ANY, mask, p != 0, 0, 32); }
+static inline int __all_sync(unsigned mask, int p) { return (int)cudacpu::warp_collective(cudacpu::WARP_ALL, mask, p != 0, 0, 32); }
+
+namespace cudacpu {
+template <typename T>
+static inline T shuffle(WarpOp op, unsigned mask, T v, int arg, int width) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a type wider than 8 bytes");
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof(T));
+    bits = warp_collective(op, mask, bits, arg, width);
+    T out;
+    memcpy(&out, &bits, sizeof(T));
+    return out;
+}
+}  // namespace cudacpu
+template <typename T>
+static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    return cudacpu::shuffle(cudacpu::WARP_SHFL, mask, v, src, width);
+}
+template <typename T>
+static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return cudacpu::shuffle(cudacpu::WARP_SHFL_UP, mask, v, (int)delta, width);
+}
+template <typename T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return cudacpu::shuffle(cudacpu::WARP_SHFL_DOWN, mask, v, (int)delta, width);
+}
+template <typename T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    return cudacpu::shuffle(cudacpu::WARP_SHFL_XOR, mask, v, lane_mask, width);
+}
+
+static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_block(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline long long clock64(void) { return cudacpu::clock_cycles(); }
+static inline void __nanosleep(unsigned ns) { (void)ns; }
+template <typename T>
+static inline T __ldg(const T* p) { return *p; }
+
+// ---- atomics (blocks run one after another on one worker, but keep them atomic) -------------
+template <typename T>
+static inline T cudacpu_atomic_update(T* p, T (*f)(T, T), T v) {
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(p, &old, f(old, v), false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+static inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+static inline float atomicAdd(float* p, float v) {
+    uint32_t* u = (uint32_t*)p;
+    uint32_t old = __atomic_load_n(u, __ATOMIC_RELAXED), next;
+    do {
+        float f;
+        memcpy(&f, &old, 4);
+        f += v;
+        memcpy(&next, &f, 4);
+    } while (!__atomic_compare_exchange_n(u, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    float r;
+    memcpy(&r, &old, 4);
+    return r;
+}
+static inline double atomicAdd(double* p, double v) {
+    uint64_t* u = (uint64_t*)p;
+    uint64_t old = __atomic_load_n(u, __ATOMIC_RELAXED), next;
+    do {
+        double f;
+        memcpy(&f, &old, 8);
+        f += v;
+        memcpy(&next, &f, 8);
+    } while (!__atomic_compare_exchange_n(u, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    double r;
+    memcpy(&r, &old, 8);
+    return r;
+}
+static inline int cudacpu_max_int(int a, int b) { return a > b ? a : b; }
+static inline int cudacpu_min_int(int a, int b) { return a < b ? a : b; }
+static inline unsigned cudacpu_max_uint(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline int atomicMax(int* p, int v) { return cudacpu_atomic_update(p, cudacpu_max_int, v); }
+static inline int atomicMin(int* p, int v) { return cudacpu_atomic_update(p, cudacpu_min_int, v); }
+static inline unsigned atomicMax(unsigned* p, unsigned v) { return cudacpu_atomic_update(p, cudacpu_max_uint, v); }
+static inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+static inline int atomicCAS(int* p, int cmp, int v) {
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+static inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) {
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+static inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v) {
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+
+// ---- intrinsics with exact host equivalents ---------------------------------------------
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
+static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+// The fast-math intrinsics are computed exactly here (documented: no approximations);
+// __expf and __logf are glibc's own (declared by math.h), which are expf and logf.
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+
+// CUDA's integer min and max overloads exist in host code too (the kernels use them).
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+static inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+static inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+static inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+static inline long min(long a, long b) { return a < b ? a : b; }
+static inline long max(long a, long b) { return a > b ? a : b; }
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+
+#endif

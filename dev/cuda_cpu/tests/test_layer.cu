@@ -1,0 +1,406 @@
+/*
+ * The CPU execution layer's own tests (kernels, launches, memory, streams, events), as
+ * CUDA source compiled like the project's: make test_cuda_cpu_layer CUDA_ON_CPU=1.
+ *
+ *   test_layer           every check; the cases that must end in a fault run as child
+ *                        processes (a fault is sticky, as on a GPU), their stderr checked
+ *   test_layer CASE      one such case alone
+ * Expected values are worked out by hand in the comments (the CUDA documentation's
+ * definitions of each intrinsic), never taken from the layer itself. Prints PASS/FAIL
+ * lines and "N passed, M failed"; exits 1 on any failure.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+static int passed = 0, failed = 0;
+static void check(int ok, const char* what) {
+    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
+    fflush(stdout);
+    if (ok) passed++;
+    else failed++;
+}
+
+// ---- kernels under test ---------------------------------------------------------------------
+// Each lane gets the value of lane (lane ^ 1), (lane + 3) if < 32 else its own, (lane - 2) if
+// >= 0 else its own, lane 5 (shfl), and the ballot of odd lanes.
+__global__ void shuffles(int* out) {
+    int lane = threadIdx.x;
+    out[lane] = __shfl_xor_sync(0xffffffffu, lane * 10, 1);
+    out[32 + lane] = __shfl_down_sync(0xffffffffu, lane * 10, 3);
+    out[64 + lane] = __shfl_up_sync(0xffffffffu, lane * 10, 2);
+    out[96 + lane] = __shfl_sync(0xffffffffu, lane * 10, 5);
+    out[128 + lane] = (int)__ballot_sync(0xffffffffu, lane & 1);
+    out[160 + lane] = __shfl_xor_sync(0xffffffffu, lane * 10, 4, 8);  // width 8: segments of 8
+    out[192 + lane] = __any_sync(0xffffffffu, lane == 31) + 2 * __all_sync(0xffffffffu, lane < 32);
+}
+
+// Sum over a block through shared memory, with (or without) the barrier between the writes
+// and the reads.
+__global__ void block_sum(float* out, const float* in, int with_barrier) {
+    __shared__ float partial[256];
+    partial[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+    if (with_barrier) __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < (int)blockDim.x; i++) s += partial[i];
+        out[blockIdx.x] = s;
+    }
+}
+
+__global__ void count_barrier(int* out) { out[0] = __syncthreads_count(threadIdx.x % 3 == 0); }
+
+// Thread i of block b writes b * 1000 + i (dim3 blocks and grids, all three axes).
+__global__ void coordinates(int* out) {
+    int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    out[b * blockDim.x * blockDim.y * blockDim.z + t] = b * 1000 + t;
+}
+
+__global__ void copy_kernel(float* dst, const float* src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+
+__global__ void dynamic_shared_kernel(int* out, int n) {
+    extern __shared__ int buf[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = i;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0;
+        for (int i = 0; i < n; i++) s += buf[i];
+        out[0] = s;
+    }
+}
+
+__global__ void big_static_shared(int* out) {
+    __shared__ int big[13000];  // 52,000 bytes > 48 KiB
+    big[threadIdx.x] = 1;
+    out[0] = big[0];
+}
+
+__global__ void spin_ms(int ms) {
+    long long start = clock64();
+    while (clock64() - start < (long long)ms * 1980000) {
+    }
+}
+
+// Fault cases.
+__global__ void divergent_barrier(float* out) {
+    if (threadIdx.x >= 32) return;  // warp 1 leaves, warp 0 waits forever on a GPU
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+
+__global__ void early_return_before_shuffle(float* out) {
+    float v = threadIdx.x;
+    if (threadIdx.x == 7) return;
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+
+__global__ void write_past_end(float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) out[i] = 0.0f;  // off by one
+}
+
+// ---- helpers ------------------------------------------------------------------------------------
+static int* device_ints(int n) {
+    int* d;
+    cudaMalloc(&d, n * sizeof(int));
+    cudaMemset(d, 0, n * sizeof(int));
+    return d;
+}
+
+// Eager execution finishes every operation before its call returns: nothing is ever pending.
+static int eager(void) {
+    const char* e = getenv("CUDA_CPU_EXEC");
+    return e && strcmp(e, "eager") == 0;
+}
+static void check_async(int ok, const char* what) {
+    if (eager()) printf("SKIPPED (CUDA_CPU_EXEC=eager: nothing is ever pending) %s\n", what);
+    else check(ok, what);
+}
+
+static void fetch(void* host, const void* dev, size_t bytes) { cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost); }
+
+// Runs this program with one fault case in a child; returns its exit status and stderr.
+static int run_case(const char* self, const char* name, const char* env, char* err, size_t n) {
+    char path[] = "/tmp/test_layer_stderr.XXXXXX";
+    int fd = mkstemp(path);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd, 2);
+    char* argv[] = {(char*)self, (char*)name, NULL};
+    // The child's environment: ours plus env (one NAME=value, or NULL).
+    int count = 0;
+    while (environ[count]) count++;
+    char** envp = (char**)calloc(count + 2, sizeof(char*));
+    for (int i = 0; i < count; i++) envp[i] = environ[i];
+    if (env) envp[count] = (char*)env;
+    pid_t pid;
+    int status = -1;
+    if (posix_spawn(&pid, self, &fa, NULL, argv, envp) == 0) waitpid(pid, &status, 0);
+    free(envp);
+    lseek(fd, 0, SEEK_SET);
+    ssize_t got = read(fd, err, n - 1);
+    err[got > 0 ? got : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// ---- fault cases (child processes) ----------------------------------------------------------------
+static int fault_case(const char* name) {
+    float* out;
+    cudaMalloc(&out, 1024 * sizeof(float));
+    if (strcmp(name, "divergent_barrier") == 0) divergent_barrier<<<2, 64>>>(out);
+    else if (strcmp(name, "early_return") == 0) early_return_before_shuffle<<<1, 32>>>(out);
+    else if (strcmp(name, "write_past_end") == 0) {
+        float* small;
+        cudaMalloc(&small, 256 * sizeof(float));  // 1024 bytes: ends at the guard page
+        write_past_end<<<3, 128>>>(small, 256);
+    } else if (strcmp(name, "static_shared") == 0) {
+        big_static_shared<<<1, 32>>>((int*)out);
+    } else if (strcmp(name, "host_touch") == 0) {  // CUDA_CPU_PROTECT=1
+        cudaDeviceSynchronize();
+        printf("read %f\n", out[0]);
+        return 0;
+    } else {
+        fprintf(stderr, "unknown case %s\n", name);
+        return 2;
+    }
+    cudaError_t launch = cudaGetLastError();
+    cudaError_t sync = cudaDeviceSynchronize();
+    fprintf(stderr, "launch=%s sync=%s after=%s\n", cudaGetErrorName(launch), cudaGetErrorName(sync),
+            cudaGetErrorName(cudaMemset(out, 0, 4)));
+    return sync == cudaSuccess ? 0 : 3;
+}
+
+static void expect_fault(const char* self, const char* name, const char* env, int want_exit, const char* needle,
+                         const char* what) {
+    char err[4096];
+    int code = run_case(self, name, env, err, sizeof(err));
+    int ok = code == want_exit && strstr(err, needle) != NULL;
+    check(ok, what);
+    if (!ok) printf("    exit %d, stderr:\n%s\n", code, err);
+}
+
+// ---- checks --------------------------------------------------------------------------------------
+static void test_shuffles(void) {
+    int* d = device_ints(224);
+    shuffles<<<1, 32>>>(d);
+    int h[224];
+    fetch(h, d, sizeof(h));
+    int ok = 1;
+    for (int l = 0; l < 32; l++) {
+        ok &= h[l] == (l ^ 1) * 10;
+        ok &= h[32 + l] == (l + 3 < 32 ? l + 3 : l) * 10;
+        ok &= h[64 + l] == (l - 2 >= 0 ? l - 2 : l) * 10;
+        ok &= h[96 + l] == 50;
+        ok &= (unsigned)h[128 + l] == 0xaaaaaaaau;  // odd lanes: bits 1, 3, 5, ...
+        ok &= h[160 + l] == (l ^ 4) * 10;           // l ^ 4 stays within l's segment of 8
+        ok &= h[192 + l] == 3;                      // any (lane 31) + 2 * all (every lane < 32)
+    }
+    check(ok, "warp collectives: xor, down, up, idx, ballot, width 8, any/all give the documented lanes' values");
+    cudaFree(d);
+}
+
+static void test_barriers(void) {
+    const int blocks = 4, threads = 256;
+    float h[blocks * threads], sums[blocks], *in, *out;
+    for (int i = 0; i < blocks * threads; i++) h[i] = (float)(i % 7);
+    cudaMalloc(&in, sizeof(h));
+    cudaMalloc(&out, sizeof(sums));
+    cudaMemcpy(in, h, sizeof(h), cudaMemcpyHostToDevice);
+    block_sum<<<blocks, threads>>>(out, in, 1);
+    fetch(sums, out, sizeof(sums));
+    int ok = 1;
+    for (int b = 0; b < blocks; b++) {
+        float want = 0.0f;
+        for (int i = 0; i < threads; i++) want += (float)((b * threads + i) % 7);
+        ok &= sums[b] == want;
+    }
+    check(ok, "__syncthreads: a block sum through shared memory is exact");
+    // Without the barrier, thread 0 reads partial[] before the others wrote it (in forward
+    // order they have not run yet; in reverse order thread 0 runs last, so the race hides).
+    block_sum<<<blocks, threads>>>(out, in, 0);
+    fetch(sums, out, sizeof(sums));
+    const char* order = getenv("CUDA_CPU_ORDER");
+    if (order && strcmp(order, "reverse") == 0) {
+        printf("SKIPPED the missing-barrier check: reverse order runs thread 0 last, where the race does not show\n");
+    } else {
+        check(isnan(sums[0]), "a missing __syncthreads shows: the reads see shared memory's poison (NaN)");
+    }
+    int* c = device_ints(1);
+    count_barrier<<<1, 96>>>(c);
+    int count;
+    fetch(&count, c, sizeof(int));
+    check(count == 32, "__syncthreads_count: 32 of 96 threads have threadIdx.x % 3 == 0");
+    cudaFree(in);
+    cudaFree(out);
+    cudaFree(c);
+}
+
+static void test_coordinates(void) {
+    dim3 grid(3, 2, 2), block(4, 2, 3);  // 12 blocks of 24 threads
+    int n = 12 * 24, *d = device_ints(n), h[12 * 24];
+    coordinates<<<grid, block>>>(d);
+    fetch(h, d, sizeof(h));
+    int ok = 1;
+    for (int b = 0; b < 12; b++) {
+        for (int t = 0; t < 24; t++) ok &= h[b * 24 + t] == b * 1000 + t;
+    }
+    check(ok, "threadIdx/blockIdx/blockDim/gridDim over three axes");
+    cudaFree(d);
+}
+
+static void test_launch_checks(void) {
+    float* d;
+    cudaMalloc(&d, 64);
+    (void)cudaGetLastError();
+    copy_kernel<<<1, 1025>>>(d, d, 1);
+    check(cudaGetLastError() == cudaErrorInvalidConfiguration, "1025 threads per block: cudaErrorInvalidConfiguration");
+    copy_kernel<<<dim3(1, 65536), 32>>>(d, d, 1);
+    check(cudaGetLastError() == cudaErrorInvalidConfiguration, "grid.y = 65536: cudaErrorInvalidConfiguration");
+    check(cudaGetLastError() == cudaSuccess, "cudaGetLastError resets the error");
+    int* s = device_ints(1);
+    dynamic_shared_kernel<<<1, 64, 60000>>>(s, 15000);
+    check(cudaGetLastError() == cudaErrorInvalidValue, "60000 bytes of dynamic shared memory without the attribute: refused");
+    cudaFuncSetAttribute((const void*)dynamic_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 60000);
+    dynamic_shared_kernel<<<1, 64, 60000>>>(s, 15000);
+    int sum = 0;
+    check(cudaGetLastError() == cudaSuccess, "with cudaFuncSetAttribute: accepted");
+    fetch(&sum, s, sizeof(int));
+    check(sum == 15000 * 14999 / 2, "dynamic shared memory holds what the block wrote (sum 0..14999)");
+    float host[16];
+    copy_kernel<<<1, 16>>>(host, d, 16);
+    check(cudaGetLastError() == cudaErrorInvalidValue, "a pageable host pointer as a kernel argument: refused at launch");
+    cudaFree(d);
+    cudaFree(s);
+}
+
+static void test_memory(void) {
+    float* d;
+    cudaMalloc(&d, 10 * sizeof(float));
+    float h[10];
+    fetch(h, d, sizeof(h));
+    check(isnan(h[0]) && isnan(h[9]), "fresh device memory reads as NaN (0xff bytes)");
+    float src[11] = {0};
+    check(cudaMemcpy(d, src, sizeof(src), cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+          "a copy of 44 bytes into a 40-byte allocation: cudaErrorInvalidValue");
+    check(cudaMemcpy(d, src, 40, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
+          "DeviceToHost with the directions swapped: cudaErrorInvalidValue");
+    (void)cudaGetLastError();
+    size_t free_b, total;
+    cudaMemGetInfo(&free_b, &total);
+    void* big;
+    cudaMalloc(&big, 1 << 30);
+    size_t free_after, total_after;
+    cudaMemGetInfo(&free_after, &total_after);
+    check(total == total_after && free_b - free_after == (1u << 30), "cudaMemGetInfo: a 1 GiB allocation takes 1 GiB");
+    cudaFree(big);
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    check(p.multiProcessorCount == 132 && p.major == 9 && p.maxThreadsPerBlock == 1024 && strstr(p.name, "NVIDIA H"),
+          "device properties: an H100/H200 (132 SMs, sm_90, 1024 threads per block)");
+    cudaFree(d);
+}
+
+static void test_streams(void) {
+    // Pageable source: staged at the call, so changing it right after does not matter.
+    float *d, *pinned, h[4] = {1, 2, 3, 4};
+    cudaMalloc(&d, sizeof(h));
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMemcpyAsync(d, h, sizeof(h), cudaMemcpyHostToDevice, s);
+    h[0] = 100;
+    cudaMallocHost((void**)&pinned, sizeof(h));
+    cudaMemcpyAsync(pinned, d, sizeof(h), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    check(pinned[0] == 1 && pinned[3] == 4, "cudaMemcpyAsync from pageable memory copies what it held at the call");
+    // An event on a long kernel: a query says not ready, and that is the last error.
+    cudaEvent_t e;
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    spin_ms<<<1, 1, 0, s>>>(300);
+    cudaEventRecord(e, s);
+    (void)cudaGetLastError();
+    cudaError_t q = cudaEventQuery(e);
+    check_async(q == cudaErrorNotReady && cudaGetLastError() == cudaErrorNotReady,
+          "cudaEventQuery on unfinished work: cudaErrorNotReady, also left as the last error (documented)");
+    check(cudaEventSynchronize(e) == cudaSuccess && cudaEventQuery(e) == cudaSuccess, "after cudaEventSynchronize: done");
+    cudaEvent_t never;
+    cudaEventCreate(&never);
+    check(cudaEventQuery(never) == cudaSuccess, "an event never recorded is complete");
+    // Another stream waits for the event; the pinned destination reads 0xff until the copy ran.
+    cudaStream_t s2;
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    spin_ms<<<1, 1, 0, s>>>(200);
+    cudaEventRecord(e, s);
+    cudaStreamWaitEvent(s2, e, 0);
+    cudaMemcpyAsync(pinned, d, sizeof(h), cudaMemcpyDeviceToHost, s2);
+    check_async(isnan(pinned[0]), "a pinned destination is undefined (NaN here) until its copy has run");
+    check_async(cudaStreamQuery(s2) == cudaErrorNotReady, "the waiting stream is not done while the event is pending");
+    cudaStreamSynchronize(s2);
+    check(pinned[1] == 2 && cudaStreamQuery(s) == cudaSuccess, "cudaStreamWaitEvent: the copy ran after the event");
+    (void)cudaGetLastError();
+    // Timing events.
+    cudaEvent_t t0, t1;
+    cudaEventCreate(&t0);
+    cudaEventCreate(&t1);
+    cudaEventRecord(t0, s);
+    spin_ms<<<1, 1, 0, s>>>(50);
+    cudaEventRecord(t1, s);
+    cudaEventSynchronize(t1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t0, t1);
+    check(ms >= 45 && ms < 5000, "cudaEventElapsedTime around a 50 ms kernel");
+    check(cudaEventElapsedTime(&ms, e, e) == cudaErrorInvalidResourceHandle,
+          "cudaEventElapsedTime of an event made with cudaEventDisableTiming: refused");
+    (void)cudaGetLastError();
+    cudaStreamDestroy(s2);
+    check(cudaMemsetAsync(d, 0, 4, s2) == cudaErrorInvalidResourceHandle, "a destroyed stream cannot take work");
+    (void)cudaGetLastError();
+    // Legacy default stream and a blocking stream: implicitly ordered.
+    cudaStream_t blocking;
+    cudaStreamCreate(&blocking);
+    spin_ms<<<1, 1, 0, blocking>>>(100);
+    cudaMemsetAsync(d, 0, sizeof(h), 0);  // waits for the blocking stream's kernel
+    cudaStreamSynchronize(0);
+    check(cudaStreamQuery(blocking) == cudaSuccess, "the legacy default stream waits for a blocking stream's earlier work");
+    (void)cudaGetLastError();
+    cudaFreeHost(pinned);
+    cudaFree(d);
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1) return fault_case(argv[1]);
+    test_shuffles();
+    test_barriers();
+    test_coordinates();
+    test_launch_checks();
+    test_memory();
+    test_streams();
+    expect_fault(argv[0], "divergent_barrier", NULL, 3,
+                 "kernel divergent_barrier (launched at dev/cuda_cpu/tests/test_layer.cu",
+                 "a __syncthreads some threads return before: a fault naming the kernel (no hang)");
+    expect_fault(argv[0], "divergent_barrier", NULL, 3, "threads 0-31, but threads 32-63 returned",
+                 "  ... naming the block's threads on each side");
+    expect_fault(argv[0], "early_return", NULL, 3, "lane 7 (thread 7) returned before the __shfl_xor_sync",
+                 "a lane that returns before a shuffle its warp-mates wait in: a fault naming it");
+    expect_fault(argv[0], "write_past_end", NULL, 3, "0 bytes past the end of an allocation of 1024 bytes",
+                 "an off-by-one write faults at the guard page: cudaErrorIllegalAddress naming the allocation");
+    expect_fault(argv[0], "write_past_end", NULL, 3, "after=cudaErrorIllegalAddress", "  ... and the error is sticky");
+    expect_fault(argv[0], "static_shared", NULL, 3, "exceeds the 48 KiB", "static __shared__ over 48 KiB: a fault");
+    expect_fault(argv[0], "host_touch", "CUDA_CPU_PROTECT=1", 139, "host code touched device memory",
+                 "CUDA_CPU_PROTECT=1: host code reading device memory crashes, as on a GPU");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
