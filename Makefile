@@ -174,6 +174,15 @@ test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c $(ZERO1_CUDA_OB
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
 
+# Every CUDA kernel of llmc/ against plain C double references (dev/test/test_kernels_cuda.cu).
+test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(check_mpi_flags)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_kernels_cuda.cu -o $@ $(NVCC_LIBS)
+
+# The CPU execution layer's own tests (CUDA_ON_CPU=1 only).
+test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_layer.cu -o $@ $(NVCC_LIBS)
+
 test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
@@ -211,4 +220,4 @@ demo:
 clean:
 	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait
+	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait

@@ -65,9 +65,11 @@ static void gpu_setup(GpuSetup* g, int rank, int world) {
     cudaCheck(cudaStreamCreate(&g->stream));
 }
 
+// The libraries first: their handles are bound to the stream (cublasSetStream) and may still
+// use it while they are destroyed.
 static void gpu_teardown(GpuSetup* g) {
-    cudaCheck(cudaStreamDestroy(g->stream));
     cuda_libs_free();
+    cudaCheck(cudaStreamDestroy(g->stream));
 }
 
 // --test-plant-nan: poisons h0.qkvb's gradient (all-ones bytes are a float NaN) on the

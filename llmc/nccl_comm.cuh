@@ -36,7 +36,33 @@ static int mpi_local_rank(int* local_world) {
     return local_rank;
 }
 
-// Call after cuda_select_device(local_rank).
+// 1 when the ranks on this node run on distinct GPUs (collective over the node's ranks).
+// Compares device UUIDs, so it also holds where every process is shown only its own GPU
+// (CUDA_VISIBLE_DEVICES per task).
+static int gpus_distinct_on_node(void) {
+    MPI_Comm node;
+    int n;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_size(node, &n));
+    int device;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
+    char* all = (char*)mallocCheck((size_t)n * sizeof(prop.uuid));
+    mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof(prop.uuid), MPI_BYTE, all, (int)sizeof(prop.uuid), MPI_BYTE, node));
+    int distinct = 1;
+    for (int i = 0; i < n && distinct; i++) {
+        for (int j = i + 1; j < n; j++) {
+            if (memcmp(all + i * sizeof(prop.uuid), all + j * sizeof(prop.uuid), sizeof(prop.uuid)) == 0) distinct = 0;
+        }
+    }
+    free(all);
+    mpiCheck(MPI_Comm_free(&node));
+    return distinct;
+}
+
+// Call after cuda_select_device(local_rank). NCCL needs a GPU per rank: with more ranks
+// than GPUs on a node it would refuse with a bare "invalid usage", so say what is wrong.
 static void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_world) {
     c->rank = rank;
     c->world = world;
@@ -44,6 +70,11 @@ static void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int
     c->local_world = local_world;
     c->comm = NULL;
     if (world == 1) return;
+    if (!gpus_distinct_on_node()) {
+        fatal("%d ranks on this node share GPUs, and the replicated optimizer's NCCL all-reduce needs one GPU per "
+              "rank: start at most one rank per GPU, or use the zero1/ build (`make train_gpt2cu USE_ZERO1=1`), "
+              "whose --comm mpi (or auto) runs ranks that share a GPU", local_world);
+    }
     ncclUniqueId id;
     if (rank == 0) ncclCheck(ncclGetUniqueId(&id));
     mpiCheck(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));

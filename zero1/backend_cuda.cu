@@ -13,33 +13,10 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
 #include "llmc/mpi_wait.h"
+#include "llmc/nccl_comm.cuh"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
 #include "zero1/watchdog_cuda.h"
-
-// 1 when the ranks on this node run on distinct GPUs. Compares device UUIDs, so it also
-// holds where every process is shown only its own GPU (CUDA_VISIBLE_DEVICES per task).
-static int gpus_distinct_on_node(void) {
-    MPI_Comm node;
-    int n;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    mpiCheck(MPI_Comm_size(node, &n));
-    int device;
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaGetDeviceProperties(&prop, device));
-    char* all = (char*)mallocCheck((size_t)n * sizeof(prop.uuid));
-    mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof(prop.uuid), MPI_BYTE, all, (int)sizeof(prop.uuid), MPI_BYTE, node));
-    int distinct = 1;
-    for (int i = 0; i < n && distinct; i++) {
-        for (int j = i + 1; j < n; j++) {
-            if (memcmp(all + i * sizeof(prop.uuid), all + j * sizeof(prop.uuid), sizeof(prop.uuid)) == 0) distinct = 0;
-        }
-    }
-    free(all);
-    mpiCheck(MPI_Comm_free(&node));
-    return distinct;
-}
 
 static void destroy_cuda_device(Zero1Device* d) { zero1_device_cuda_destroy(d); }
 

@@ -28,7 +28,11 @@
  *    answers 0 before). Groups do not nest.
  *  - Every rank issues the same collectives in the same order (bucket is a label for
  *    traces and messages, not a matching key; a negative one names what a collective that
- *    moves no bucket is for: ZERO1_LABEL_*).
+ *    moves no bucket is for: ZERO1_LABEL_*). With issue_order_matters set (NCCL: one GPU
+ *    runs the collectives of all its communicators in the order they were issued, so ranks
+ *    that interleave two communicators differently can deadlock), the order must also be
+ *    the same across communicators: the runtime then issues nothing from a test() that
+ *    happened to see a collective complete, only at fixed points of the step.
  *  - Timeouts. timeout_s (seconds; 0: none) bounds every wait the host makes: a wait that
  *    has not completed after timeout_s names the collective (zero1_describe_collective:
  *    kind, bucket, step) and ends the job (zero1/watchdog.h), so that a rank that stopped
@@ -78,6 +82,7 @@ struct Zero1Comm {
     const char* label; // for messages: what sets this communicator apart ("across instances"), or NULL
     Zero1Tracer* tracer;
     int traces_itself;
+    int issue_order_matters;  // see "Every rank issues the same collectives" above
     void* impl;
     Zero1Handle (*reduce_scatter)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
     Zero1Handle (*all_gather)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);

@@ -190,6 +190,11 @@ Zero1Comm* zero1_comm_hazard_create(Zero1Comm* inner, const Zero1Device* dev, un
     c->rank = inner->rank;
     c->size = inner->size;
     c->traces_itself = inner->traces_itself;
+    c->issue_order_matters = inner->issue_order_matters;
+    // The wrapper is what the runtime and the backends see: it carries the inner one's
+    // deadline and label (without them a hazard run would wait forever on a stopped rank).
+    c->timeout_s = inner->timeout_s;
+    c->label = inner->label;
     c->name = h->name;
     c->impl = h;
     c->reduce_scatter = hazard_reduce_scatter;

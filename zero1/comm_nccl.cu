@@ -441,6 +441,7 @@ Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, const Zero1NcclBootstr
     c->size = size;
     c->name = "nccl";
     c->traces_itself = 1;  // its collectives run on its own stream: device-time spans
+    c->issue_order_matters = 1;  // NCCL kernels of all communicators queue on one GPU
     c->impl = im;
     c->reduce_scatter = nccl_reduce_scatter;
     c->all_gather = nccl_all_gather;

@@ -120,7 +120,9 @@ static void reduce_completed(Zero1Runtime* rt, int b) {
         return;
     }
     s->awaiting_cross = 1;
-    launch_ready_cross(rt);
+    // Where the issue order across communicators matters (comm.h), a test() during the
+    // backward only notes the completion; zero1_finish_step issues them, in firing order.
+    if (!rt->cross->issue_order_matters || rt->finishing) launch_ready_cross(rt);
 }
 
 static void cross_completed(Zero1Runtime* rt, int b) {
@@ -256,6 +258,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
     const Zero1DeviceOps* ops = rt->dev.ops;
     int nb = rt->layout.num_buckets;
     if (rt->opt.overlap_grad_reduce) check_all_fired(rt);
+    rt->finishing = 1;
     rt->comm->group_begin(rt->comm);
     for (int b = 0; b < nb; b++) {
         if (!rt->buckets[b].reduce_fired) fire_bucket(rt, b);
@@ -271,6 +274,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
         }
         if (!rt->cross) ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
     }
+    if (rt->cross) launch_ready_cross(rt);  // those a test() saw complete and left for now
     for (int b = 0; rt->cross && b < nb; b++) {
         BucketState* s = &rt->buckets[b];
         if (s->cross_in_flight) {
@@ -279,6 +283,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
         }
         ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
     }
+    rt->finishing = 0;
     if (rt->opt.check_nan) stop_on_nonfinite(rt);
     // Every group holds the same reduced grads: the norm is the group's.
     if (stage1(rt)) {

@@ -65,6 +65,7 @@ struct Zero1Runtime {
     int* seen;                   // contributions seen per param in the last micro-step
     int* fire_order;             // buckets in the order they fired this step (the cross all-reduces follow it)
     int num_fired, num_crossed;
+    int finishing;  // inside zero1_finish_step (where all-reduces across instances may go out)
     int** block_buckets;         // per forward block: buckets first read there, forward order
     int* block_num_buckets;
     int is_last_micro;

@@ -16,7 +16,8 @@
  * (zero1/comm_nccl.h), aborted with zero1_comm_nccl_abort; their asynchronous errors are
  * reported by their progress(), which ends the process with its own error line.
  *
- * Never run: there is no GPU where it was written; compiled by nvcc only.
+ * Runs on the CPU execution layer for CUDA (dev/cuda_cpu/, dev/test/test_watchdog_cuda.cu);
+ * never run on a GPU yet.
  */
 #ifndef ZERO1_WATCHDOG_CUDA_H
 #define ZERO1_WATCHDOG_CUDA_H
@@ -78,7 +79,12 @@ static inline int zero1_cuda_stream_done_(void* ctx) {
     const Zero1CudaPending* p = (const Zero1CudaPending*)ctx;
     zero1_cuda_check_nccl_(p);
     cudaError_t status = cudaStreamQuery(p->stream);
-    if (status == cudaErrorNotReady) return 0;
+    // "Not ready" is an answer, yet the runtime also keeps it as the last error: clear it,
+    // or the next launch check (cudaGetLastError) reports "device not ready".
+    if (status == cudaErrorNotReady) {
+        if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+        return 0;
+    }
     cudaCheck(status);
     return 1;
 }

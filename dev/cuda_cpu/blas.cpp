@@ -1,35 +1,32 @@
 /*
  * dev/cuda_cpu/blas.cpp: cuBLAS and cuBLASLt for the CPU execution layer, on OpenBLAS.
+ * Every definition has the toolkit header's exact prototype.
  *
- * Modelled (every definition has the toolkit header's exact prototype):
- *  - cuBLAS handles: cublasCreate/Destroy, Set/GetStream, SetWorkspace, Set/GetMathMode,
- *    cublasGetStatusName/String; cublasGemmStridedBatchedEx (and with it any single gemm).
- *  - cuBLASLt: handles, matmul / matrix-layout / preference descriptors with every attribute
- *    the header lists (sizes checked as the docs say), cublasLtMatmulAlgoGetHeuristic (one
- *    algorithm) and cublasLtMatmul with the epilogues DEFAULT, BIAS, GELU, GELU_AUX,
- *    GELU_BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADA, BGRADB; strided batches.
- *  - Types: A/B CUDA_R_32F or CUDA_R_16BF (the same), C/D CUDA_R_32F or CUDA_R_16BF (the
- *    same), per the docs' table; compute CUBLAS_COMPUTE_32F[_PEDANTIC]; scale CUDA_R_32F.
- *    CUBLAS_COMPUTE_32F_FAST_TF32 (all-fp32 only) and the TF32 math mode are accepted but
- *    computed in plain fp32: TF32's input rounding is not modelled.
- *  - The documented argument rules and statuses (see resolve() and the entry points),
- *    device-memory checks of every operand at call time, and the alignment contract: an
- *    algorithm from the heuristic handles only pointers as aligned as the preference's
- *    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES (default 256) promised, and the bias/aux
- *    pointers as aligned as they were at the query (the docs say the heuristic looks at
- *    them); a less aligned pointer at cublasLtMatmul gets CUBLAS_STATUS_NOT_SUPPORTED.
- *  - Host pointer mode only: alpha and beta are read when the call is made. beta == 0
- *    means C is not read (NaNs in it do not propagate), as documented.
+ * Modelled:
+ *  - cuBLAS: cublasCreate/Destroy, Set/GetStream, SetWorkspace, Set/GetMathMode, status
+ *    names, cublasGemmStridedBatchedEx. cuBLASLt: handles; matmul, layout and preference
+ *    descriptors with every attribute the header lists (sizes checked); the heuristic (one
+ *    algorithm); cublasLtMatmul with epilogues DEFAULT, BIAS, GELU, GELU_AUX, GELU_BIAS,
+ *    GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADA, BGRADB, and strided batches.
+ *  - Types from the docs' table: A = B in {fp32, bf16}, C = D in {fp32, bf16}, bf16 -> bf16
+ *    or fp32, fp32 -> fp32; compute CUBLAS_COMPUTE_32F[_PEDANTIC], scale CUDA_R_32F. The
+ *    FAST_TF32/_16BF/_16F compute types (fp32 only) and every math mode are accepted and
+ *    computed in plain fp32 (their reduced-precision input rounding is not modelled).
+ *  - The documented argument rules and statuses (resolve() and the entry points), device
+ *    memory checks of every operand at call time, and the alignment contract: an algorithm
+ *    from the heuristic handles pointers only as aligned as the preference's
+ *    MIN_ALIGNMENT_*_BYTES (default 256) promised, and bias/aux pointers as aligned as the
+ *    heuristic saw them; a less aligned pointer gets CUBLAS_STATUS_NOT_SUPPORTED.
+ *  - Host pointer mode: alpha and beta are read at call time; beta == 0 leaves C unread.
  *
- * Arithmetic: operands are converted exactly to fp32 (bf16 -> fp32 is exact), op(A) op(B)
- * is one cblas_sgemm (fp32, OpenBLAS's accumulation order), then beta*C, bias and the
- * epilogue in fp32, then one rounding to the output type (round to nearest even). Real
- * cuBLAS algorithms, split-K, tensor-core accumulation order and workspace use are not
- * modelled, so results equal an fp32 gemm with one final rounding, not a GPU's bits.
+ * Arithmetic: operands converted exactly to fp32, op(A) op(B) by one cblas_sgemm (fp32, in
+ * OpenBLAS's order), then beta*C, bias and epilogue in fp32 and one rounding to the output
+ * type (nearest even). Not modelled: cuBLAS's algorithms, split-K, tensor-core accumulation
+ * order, workspace use; results equal an fp32 gemm with one final rounding, not GPU bits.
  *
- * Execution: each call validates and checks pointers on the calling thread, then queues
- * one closure (pointers, dims and scalar values copied) with cudacpu::enqueue on the
- * stream: the handle's for cuBLAS (default 0), the argument for cuBLASLt.
+ * Execution: validation and pointer checks on the calling thread, then one closure (plain
+ * values: pointers, dims, scalars) queued with cudacpu::enqueue on the stream: the
+ * handle's for cuBLAS (default 0), the argument for cuBLASLt.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -98,73 +95,47 @@ struct Slot {
     size_t offset, size;
 };
 #define SLOT(T, a, f) Slot{a, offsetof(T, f), sizeof(((T*)nullptr)->f)}
+#define LS(a, f) SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_##a, f)
 const Slot kLayoutSlots[] = {
-    SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_TYPE, type), SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_ORDER, order),
-    SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_ROWS, rows), SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_COLS, cols),
-    SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_LD, ld), SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, batch),
-    SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride),
-    SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_PLANE_OFFSET, plane_offset),
-    SLOT(Layout, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, batch_mode),
+    LS(TYPE, type), LS(ORDER, order), LS(ROWS, rows), LS(COLS, cols), LS(LD, ld), LS(BATCH_COUNT, batch),
+    LS(STRIDED_BATCH_OFFSET, stride), LS(PLANE_OFFSET, plane_offset), LS(BATCH_MODE, batch_mode),
 };
+#define DS(a, f) SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_##a, f)
 const Slot kDescSlots[] = {
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, compute),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, scale),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_POINTER_MODE, pointer_mode),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_TRANSA, transa), SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_TRANSB, transb),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_TRANSC, transc), SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_FILL_MODE, fill),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, bias_stride),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, aux_stride),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE, alpha_stride),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, sm_target),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_C_SCALE_POINTER, c_scale),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, d_scale),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax_d),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, aux_type),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER, aux_scale),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER, aux_amax),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_scale_mode),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_scale_mode),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_C_SCALE_MODE, c_scale_mode),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_D_SCALE_MODE, d_scale_mode),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE, aux_scale_mode),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_D_OUT_SCALE_POINTER, d_out_scale),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_D_OUT_SCALE_MODE, d_out_scale_mode),
-    SLOT(MatmulDesc, CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR, emulation),
+    DS(COMPUTE_TYPE, compute), DS(SCALE_TYPE, scale), DS(POINTER_MODE, pointer_mode), DS(TRANSA, transa),
+    DS(TRANSB, transb), DS(TRANSC, transc), DS(FILL_MODE, fill), DS(EPILOGUE, epilogue), DS(BIAS_POINTER, bias),
+    DS(BIAS_BATCH_STRIDE, bias_stride), DS(EPILOGUE_AUX_POINTER, aux), DS(EPILOGUE_AUX_LD, aux_ld),
+    DS(EPILOGUE_AUX_BATCH_STRIDE, aux_stride), DS(ALPHA_VECTOR_BATCH_STRIDE, alpha_stride),
+    DS(SM_COUNT_TARGET, sm_target), DS(A_SCALE_POINTER, a_scale), DS(B_SCALE_POINTER, b_scale),
+    DS(C_SCALE_POINTER, c_scale), DS(D_SCALE_POINTER, d_scale), DS(AMAX_D_POINTER, amax_d),
+    DS(EPILOGUE_AUX_DATA_TYPE, aux_type), DS(EPILOGUE_AUX_SCALE_POINTER, aux_scale),
+    DS(EPILOGUE_AUX_AMAX_POINTER, aux_amax), DS(FAST_ACCUM, fast_accum), DS(BIAS_DATA_TYPE, bias_type),
+    DS(A_SCALE_MODE, a_scale_mode), DS(B_SCALE_MODE, b_scale_mode), DS(C_SCALE_MODE, c_scale_mode),
+    DS(D_SCALE_MODE, d_scale_mode), DS(EPILOGUE_AUX_SCALE_MODE, aux_scale_mode),
+    DS(D_OUT_SCALE_POINTER, d_out_scale), DS(D_OUT_SCALE_MODE, d_out_scale_mode),
+    DS(EMULATION_DESCRIPTOR, emulation),
 };
+#define PS(a, f) SLOT(Preference, CUBLASLT_MATMUL_PREF_##a, f)
 const Slot kPrefSlots[] = {
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_SEARCH_MODE, search_mode),
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, max_workspace),
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reduction_mask),
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]),
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]),
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]),
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[3]),
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT, max_waves),
-    SLOT(Preference, CUBLASLT_MATMUL_PREF_IMPL_MASK, impl_mask),
+    PS(SEARCH_MODE, search_mode), PS(MAX_WORKSPACE_BYTES, max_workspace), PS(REDUCTION_SCHEME_MASK, reduction_mask),
+    PS(MIN_ALIGNMENT_A_BYTES, align[0]), PS(MIN_ALIGNMENT_B_BYTES, align[1]), PS(MIN_ALIGNMENT_C_BYTES, align[2]),
+    PS(MIN_ALIGNMENT_D_BYTES, align[3]), PS(MAX_WAVES_COUNT, max_waves), PS(IMPL_MASK, impl_mask),
 };
+#undef LS
+#undef DS
+#undef PS
 #undef SLOT
 
 const char* status_name(cublasStatus_t s) {
+#define NAME(x) \
+    case x: return #x;
     switch (s) {
-        case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-        case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-        case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-        case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-        case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-        case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-        case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-        case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-        case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-        case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+        NAME(CUBLAS_STATUS_SUCCESS) NAME(CUBLAS_STATUS_NOT_INITIALIZED) NAME(CUBLAS_STATUS_ALLOC_FAILED)
+        NAME(CUBLAS_STATUS_INVALID_VALUE) NAME(CUBLAS_STATUS_ARCH_MISMATCH) NAME(CUBLAS_STATUS_MAPPING_ERROR)
+        NAME(CUBLAS_STATUS_EXECUTION_FAILED) NAME(CUBLAS_STATUS_INTERNAL_ERROR) NAME(CUBLAS_STATUS_NOT_SUPPORTED)
+        NAME(CUBLAS_STATUS_LICENSE_ERROR)
     }
+#undef NAME
     return "CUBLAS_STATUS_UNKNOWN";
 }
 
@@ -259,10 +230,14 @@ bool epi_uses_bias(uint32_t e) { return epi_adds_bias(e) || epi_bias_grad(e); }
 bool epi_uses_aux(uint32_t e) { return epi_writes_aux(e) || epi_dgelu(e); }
 bool epi_known(uint32_t e) { return e == CUBLASLT_EPILOGUE_DEFAULT || epi_uses_bias(e) || epi_gelu(e) || epi_dgelu(e); }
 
-// The docs' datatype table for CUBLAS_COMPUTE_32F: bf16 -> bf16 or fp32, fp32 -> fp32;
-// the FAST compute types take fp32 only.
-bool types_supported(int ab, int cd, bool fp32_only) {
-    if (fp32_only) return ab == CUDA_R_32F && cd == CUDA_R_32F;
+// The docs' datatype tables (gemmEx and cublasLtMatmul): CUBLAS_COMPUTE_32F[_PEDANTIC]
+// takes bf16 -> bf16 or fp32 and fp32 -> fp32; the FAST_* types fp32 only (computed here in
+// plain fp32). Other compute types are not modelled.
+bool types_supported(int compute, int ab, int cd) {
+    if (compute == CUBLAS_COMPUTE_32F_FAST_TF32 || compute == CUBLAS_COMPUTE_32F_FAST_16BF ||
+        compute == CUBLAS_COMPUTE_32F_FAST_16F)
+        return ab == CUDA_R_32F && cd == CUDA_R_32F;
+    if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC) return false;
     return (ab == CUDA_R_16BF && (cd == CUDA_R_16BF || cd == CUDA_R_32F)) || (ab == CUDA_R_32F && cd == CUDA_R_32F);
 }
 bool valid_op(int op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }  // C == T for reals
@@ -272,11 +247,14 @@ bool same_layout(const Layout& x, const Layout& y) {
            x.batch == y.batch && x.stride == y.stride;
 }
 
-Mat mat_of(const Layout& l) { return Mat{nullptr, (cudaDataType)l.type, (int64_t)l.rows, (int64_t)l.cols, l.ld, l.stride}; }
+Mat mat_of(const Layout& l) {
+    return Mat{nullptr, (cudaDataType)l.type, (int64_t)l.rows, (int64_t)l.cols, l.ld, l.stride};
+}
 
 cublasStatus_t check_layout(const char* fn, char name, const Layout& l, bool may_broadcast) {
     if (l.order != CUBLASLT_ORDER_COL)
-        return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "%c: only CUBLASLT_ORDER_COL is modelled (order %d)", name, l.order);
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "%c: order %d, only CUBLASLT_ORDER_COL is modelled", name,
+                    l.order);
     if (l.batch_mode != CUBLASLT_BATCH_MODE_STRIDED || l.plane_offset != 0)
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "%c: only strided batches of real matrices are modelled", name);
     if (l.rows > INT32_MAX || l.cols > INT32_MAX || l.ld > INT32_MAX)  // "usually only int32_t values"
@@ -298,13 +276,10 @@ cublasStatus_t resolve(const char* fn, cublasLtMatmulDesc_t dh, cublasLtMatrixLa
     if (!dh || !ah || !bh || !dlh) return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "a descriptor is NULL");
     const MatmulDesc& desc = *M(dh);
     const Layout &A = *L(ah), &B = *L(bh), &D = *L(dlh), &C = ch ? *L(ch) : D;  // no Cdesc: Cdesc == Ddesc
-    bool fp32_only = desc.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-    if (desc.compute != CUBLAS_COMPUTE_32F && desc.compute != CUBLAS_COMPUTE_32F_PEDANTIC && !fp32_only)
-        return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "compute type %d is not modelled", desc.compute);
-    if (desc.scale != CUDA_R_32F) return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "scale type %d is not CUDA_R_32F", desc.scale);
-    if (A.type != B.type || C.type != D.type || !types_supported((int)A.type, (int)D.type, fp32_only))
-        return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "types A %u B %u C %u D %u (compute %d) are not in the table",
-                    A.type, B.type, C.type, D.type, desc.compute);
+    if (desc.scale != CUDA_R_32F || A.type != B.type || C.type != D.type ||
+        !types_supported(desc.compute, (int)A.type, (int)D.type))
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "types A %u B %u C %u D %u, compute %d, scale %d: not modelled",
+                    A.type, B.type, C.type, D.type, desc.compute, desc.scale);
     if (desc.pointer_mode != CUBLASLT_POINTER_MODE_HOST)
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "only CUBLASLT_POINTER_MODE_HOST is modelled");
     if (!valid_op(desc.transa) || !valid_op(desc.transb))
@@ -370,14 +345,14 @@ void store(const Mat& x, char* base, int64_t i, float v) {
     else
         ((uint16_t*)base)[i] = cudacpu::float_to_bf16_bits(v);  // the one rounding
 }
-char* entry(const Mat& x, int b) { return x.ptr + (int64_t)b * x.stride * (int64_t)elem_size(x.type); }
+char* entry(const Mat& x, int b) {  // batch entry b
+    return x.ptr ? x.ptr + (int64_t)b * x.stride * (int64_t)elem_size(x.type) : nullptr;
+}
 
-// An operand as fp32 for cblas: fp32 storage is used as it is, bf16 converted (exactly).
+// An operand packed into host fp32 (bf16 -> fp32 is exact), leading dimension max(1, rows).
+// Always a copy, fp32 too: OpenBLAS's own threads must not touch device memory (in
+// CUDA_CPU_PROTECT mode only the layer's workers may).
 const float* as_fp32(const Mat& x, const char* base, std::vector<float>& buf, int64_t* ld) {
-    if (x.type == CUDA_R_32F) {
-        *ld = x.ld;
-        return (const float*)base;
-    }
     buf.resize((size_t)(x.rows * x.cols));
     for (int64_t j = 0; j < x.cols; j++)
         for (int64_t i = 0; i < x.rows; i++) buf[(size_t)(i + j * x.rows)] = load(x, base, i + j * x.ld);
@@ -440,12 +415,8 @@ cublasStatus_t check_operands(const char* fn, const Plan& p, const uint32_t need
         const char* name;
         const Mat* m;
         bool used;
-    } uses[6] = {{"A", &p.a, true},
-                 {"B", &p.b, true},
-                 {"C", &p.c, p.beta != 0.0f},
-                 {"D", &p.d, true},
-                 {"bias", &p.bias, epi_uses_bias(p.epilogue)},
-                 {"aux", &p.aux, epi_uses_aux(p.epilogue)}};
+    } uses[6] = {{"A", &p.a, true}, {"B", &p.b, true}, {"C", &p.c, p.beta != 0.0f}, {"D", &p.d, true},
+                 {"bias", &p.bias, epi_uses_bias(p.epilogue)}, {"aux", &p.aux, epi_uses_aux(p.epilogue)}};
     for (int u = 0; u < 6; u++) {
         size_t bytes = mat_bytes(*uses[u].m, p.batch);
         if (!uses[u].used || bytes == 0) continue;
@@ -467,7 +438,8 @@ cublasStatus_t check_operands(const char* fn, const Plan& p, const uint32_t need
 
 cublasStatus_t submit(const char* fn, cudaStream_t stream, const Plan& p) {
     cudaError_t err = cudacpu::enqueue(stream, fn, [p] { run_plan(p); });
-    if (err != cudaSuccess) return fail(CUBLAS_STATUS_EXECUTION_FAILED, fn, "could not queue on the stream (cudaError %d)", (int)err);
+    if (err != cudaSuccess)
+        return fail(CUBLAS_STATUS_EXECUTION_FAILED, fn, "could not queue on the stream (cudaError %d)", (int)err);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -477,6 +449,14 @@ const uint64_t kAlgoTag = 0x6370752d626c6173ull;  // "cpu-blas"
 uint64_t type_key(const Plan& p, const MatmulDesc& d) {
     return (uint64_t)p.a.type | (uint64_t)p.d.type << 8 | (uint64_t)(uint32_t)d.compute << 16 |
            (uint64_t)(uint32_t)d.scale << 32;
+}
+
+// The *Create functions: storage for the header's opaque struct, then its *Init.
+template <typename Opaque, typename Init>
+cublasStatus_t create(const char* fn, Opaque** out, Init init) {
+    if (!out) return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "output pointer is NULL");
+    *out = new (std::nothrow) Opaque;
+    return *out ? init(*out) : CUBLAS_STATUS_ALLOC_FAILED;
 }
 
 }  // namespace
@@ -517,7 +497,7 @@ cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* streamId)
 cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes) {
     if (!handle) return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasSetWorkspace", "handle is NULL");
     if ((uintptr_t)workspace % 256)
-        return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasSetWorkspace", "workspace %p is not 256-byte aligned", workspace);
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasSetWorkspace", "workspace %p not 256-byte aligned", workspace);
     handle->workspace = workspace;
     handle->workspace_size = workspaceSizeInBytes;
     return CUBLAS_STATUS_SUCCESS;
@@ -562,13 +542,10 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
     int rows_a = ta ? k : m, rows_b = tb ? n : k;
     if (lda < (rows_a > 1 ? rows_a : 1) || ldb < (rows_b > 1 ? rows_b : 1) || ldc < (m > 1 ? m : 1))
-        return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "lda %d (needs >= max(1, %d)), ldb %d (>= max(1, %d)), ldc %d (>= max(1, %d))",
-                    lda, rows_a, ldb, rows_b, ldc, m);
+        return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "lda %d ldb %d ldc %d: each must be >= max(1, %d / %d / %d)", lda,
+                    ldb, ldc, rows_a, rows_b, m);
     if (!alpha || !beta) return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "alpha or beta is NULL");
-    bool fp32_only = computeType == CUBLAS_COMPUTE_32F_FAST_TF32 || computeType == CUBLAS_COMPUTE_32F_FAST_16BF ||
-                     computeType == CUBLAS_COMPUTE_32F_FAST_16F;
-    if ((computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_PEDANTIC && !fp32_only) ||
-        Atype != Btype || !types_supported(Atype, Ctype, fp32_only))
+    if (Atype != Btype || !types_supported(computeType, Atype, Ctype))
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "types A %d B %d C %d with compute %d are not in the table",
                     (int)Atype, (int)Btype, (int)Ctype, (int)computeType);
     if (algo != CUBLAS_GEMM_DEFAULT && algo != CUBLAS_GEMM_DEFAULT_TENSOR_OP)
@@ -622,14 +599,13 @@ cublasStatus_t cublasLtMatrixLayoutInit_internal(cublasLtMatrixLayout_t matLayou
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
-    if (!matLayout) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutCreate", "matLayout is NULL");
-    *matLayout = new (std::nothrow) cublasLtMatrixLayoutOpaque_t;
-    if (!*matLayout) return CUBLAS_STATUS_ALLOC_FAILED;
-    return cublasLtMatrixLayoutInit_internal(*matLayout, sizeof(**matLayout), type, rows, cols, ld);
+    return create("cublasLtMatrixLayoutCreate", matLayout, [&](cublasLtMatrixLayout_t l) {
+        return cublasLtMatrixLayoutInit_internal(l, sizeof(*l), type, rows, cols, ld);
+    });
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
-    delete matLayout;
+    delete matLayout;  // NULL is fine
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -658,14 +634,13 @@ cublasStatus_t cublasLtMatmulDescInit_internal(cublasLtMatmulDesc_t matmulDesc, 
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc, cublasComputeType_t computeType,
                                         cudaDataType_t scaleType) {
-    if (!matmulDesc) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescCreate", "matmulDesc is NULL");
-    *matmulDesc = new (std::nothrow) cublasLtMatmulDescOpaque_t;
-    if (!*matmulDesc) return CUBLAS_STATUS_ALLOC_FAILED;
-    return cublasLtMatmulDescInit_internal(*matmulDesc, sizeof(**matmulDesc), computeType, scaleType);
+    return create("cublasLtMatmulDescCreate", matmulDesc, [&](cublasLtMatmulDesc_t d) {
+        return cublasLtMatmulDescInit_internal(d, sizeof(*d), computeType, scaleType);
+    });
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
-    delete matmulDesc;
+    delete matmulDesc;  // NULL is fine
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -684,19 +659,18 @@ cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t matmulDesc, c
 cublasStatus_t cublasLtMatmulPreferenceInit_internal(cublasLtMatmulPreference_t pref, size_t size) {
     if (!pref || size < sizeof(Preference)) return CUBLAS_STATUS_ALLOC_FAILED;
     // Documented defaults: best fit, no workspace, every reduction scheme, 256-byte alignment.
-    new (pref) Preference{0, ~0ull, CUBLASLT_SEARCH_BEST_FIT, CUBLASLT_REDUCTION_SCHEME_MASK, {256, 256, 256, 256}, 0.0f};
+    new (pref) Preference{0, ~0ull, CUBLASLT_SEARCH_BEST_FIT, CUBLASLT_REDUCTION_SCHEME_MASK, {256, 256, 256, 256}, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
-    if (!pref) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceCreate", "pref is NULL");
-    *pref = new (std::nothrow) cublasLtMatmulPreferenceOpaque_t;
-    if (!*pref) return CUBLAS_STATUS_ALLOC_FAILED;
-    return cublasLtMatmulPreferenceInit_internal(*pref, sizeof(**pref));
+    return create("cublasLtMatmulPreferenceCreate", pref, [](cublasLtMatmulPreference_t p) {
+        return cublasLtMatmulPreferenceInit_internal(p, sizeof(*p));
+    });
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-    delete pref;
+    delete pref;  // NULL is fine
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -733,8 +707,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     if (st) return st;
     const Preference& pref = *P(preference);
     const MatmulDesc& desc = *M(operationDesc);
-    uint64_t impl = CUBLASLT_NUMERICAL_IMPL_FLAGS_FMA | CUBLASLT_NUMERICAL_IMPL_FLAGS_ACCUMULATOR_32F |
-                    (p.a.type == CUDA_R_16BF ? CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_16BF : CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_32F);
+    uint64_t impl = CUBLASLT_NUMERICAL_IMPL_FLAGS_FMA | CUBLASLT_NUMERICAL_IMPL_FLAGS_ACCUMULATOR_32F;
+    impl |= p.a.type == CUDA_R_16BF ? CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_16BF
+                                    : CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_32F;
     if (pref.search_mode != CUBLASLT_SEARCH_BEST_FIT || (impl & ~pref.impl_mask) ||
         (pref.max_waves > 0.0f && pref.max_waves < 1.0f))
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "the preference excludes the one algorithm (fp32 FMA, 1 wave)");
@@ -742,7 +717,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     // reads them); below an element's size no algorithm can work.
     const Mat* mats[6] = {&p.a, &p.b, &p.c, &p.d, &p.bias, &p.aux};
     const char* names[6] = {"A", "B", "C", "D", "bias", "aux"};
-    uint32_t al[6] = {pref.align[0], pref.align[1], pref.align[2], pref.align[3], align_of(desc.bias), align_of(desc.aux)};
+    uint32_t al[6] = {pref.align[0], pref.align[1], pref.align[2], pref.align[3],
+                      align_of(desc.bias), align_of(desc.aux)};
     for (int u = 0; u < 6; u++) {
         if (al[u] > 256) al[u] = 256;
         bool used = u < 4 || (u == 4 ? epi_uses_bias(p.epilogue) : epi_uses_aux(p.epilogue));
@@ -798,7 +774,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         if (!workspace || (uintptr_t)workspace % 256)
             return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "workspace %p is NULL or not 256-byte aligned", workspace);
         if (!cudacpu::check_device_range(workspace, workspaceSizeInBytes, "cublasLtMatmul workspace", true))
-            return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "workspace is not %zu bytes of device memory", workspaceSizeInBytes);
+            return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "workspace: not %zu bytes of device memory",
+                        workspaceSizeInBytes);
     }
     if (epi_uses_bias(p.epilogue) && !desc.bias)
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "epilogue %u needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", p.epilogue);

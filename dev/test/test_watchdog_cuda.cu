@@ -35,6 +35,13 @@ __global__ void spin_until_set(volatile int* flag) {
     }
 }
 
+// Busy for about `ms` milliseconds of the GPU's clock (cudaDevAttrClockRate, kHz).
+__global__ void spin_for(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
 __global__ void short_work(float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = x[i] * 2.0f + 1.0f;
@@ -47,8 +54,10 @@ static void child_stuck_sync(double timeout_s, const char* err_path) {
     int* flag;
     cudaStream_t s;
     cudaCheck(cudaMalloc(&flag, sizeof(int)));
-    cudaCheck(cudaMemset(flag, 0, sizeof(int)));
     cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    // On the kernel's own stream: a plain cudaMemset runs on the legacy default stream, which
+    // a non-blocking stream is not ordered with, and the kernel could read the flag first.
+    cudaCheck(cudaMemsetAsync(flag, 0, sizeof(int), s));
     spin_until_set<<<1, 1, 0, s>>>(flag);
     cudaCheck(cudaGetLastError());
     Zero1CudaWatch watch = {timeout_s, NULL, 0, NULL, 0, NULL};
@@ -119,8 +128,8 @@ int main(void) {
     float* x;
     cudaStream_t s;
     cudaCheck(cudaMalloc(&x, 1024 * sizeof(float)));
-    cudaCheck(cudaMemset(x, 0, 1024 * sizeof(float)));
     cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaCheck(cudaMemsetAsync(x, 0, 1024 * sizeof(float), s));
     short_work<<<4, 256, 0, s>>>(x, 1024);
     cudaCheck(cudaGetLastError());
     Zero1CudaWatch watch = {5.0, NULL, 0, NULL, 0, NULL};
@@ -131,6 +140,17 @@ int main(void) {
     cudaCheck(cudaMemcpy(host, x, sizeof(host), cudaMemcpyDeviceToHost));
     EXPECT(cudaStreamQuery(s) == cudaSuccess && host[1023] == 1.0f && took < 1.0,
            "finished work: the watched sync returned after %.4f s with the result in place", took);
+
+    // Work that is still running when the sync starts: its polls see "not ready", which the
+    // runtime also keeps as the last error; the sync must not leave that for the next launch check.
+    int clock_khz = 0;
+    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    spin_for<<<1, 1, 0, s>>>((long long)clock_khz * 200);  // 200 ms
+    cudaCheck(cudaGetLastError());
+    zero1_cuda_sync_deadline(s, &watch, "zero1: the GPU step", 2);
+    cudaError_t left = cudaGetLastError();
+    EXPECT(left == cudaSuccess, "a sync that waited leaves no error behind for the next launch check (%s)",
+           cudaGetErrorName(left));
     cudaCheck(cudaStreamDestroy(s));
     cudaCheck(cudaFree(x));
     printf("%s test_watchdog_cuda\n", failures ? "FAIL" : "PASS");

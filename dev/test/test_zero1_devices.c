@@ -642,11 +642,15 @@ static int finish_by_test(Zero1Comm* c, Zero1Handle h, const char* label) {
 // Every kind and dtype, finished by wait or by test; then several collectives in flight at
 // once inside a group, finished in reverse order.
 static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* label) {
+    inner->timeout_s = 7.5;
+    inner->label = "across instances";
     Zero1Comm* c = zero1_comm_hazard_create(inner, d, 1234);
     char name[80];
     snprintf(name, sizeof(name), "hazard(%s)", inner->name);
     CHECK(strcmp(c->name, name) == 0 && c->rank == inner->rank && c->size == inner->size, "%s: name '%s' rank %d size %d",
           label, c->name, c->rank, c->size);
+    CHECK(c->timeout_s == 7.5 && c->label == inner->label, "%s: the wrapper keeps the deadline (%.1f s) and the label",
+          label, c->timeout_s);
     size_t n = (size_t)c->size * 24;
     int not_yet = 0, by_test = 0;
     for (int t = 0; t < 3; t++) {
