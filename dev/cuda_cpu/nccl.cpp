@@ -32,9 +32,10 @@
  * Ordering: a GPU runs the NCCL kernels of all its communicators in launch order, so each
  * process (device) hands out a ticket per launch and runs them in ticket order (not under
  * CUDA_CPU_EXEC=lazy, where the host decides what runs). A rank that waits on a peer for
- * over 2 s looks at what the peer runs: a collective on another communicator that this
- * rank issued but cannot start yet is an order inversion (a real deadlock): device fault,
- * ncclInvalidUsage. A slow or stopped peer is just waited for. Waits also give up on
+ * over 2 s looks at what the peer runs: a collective on another communicator of this
+ * device that this rank has not begun (issued after the one it is blocked in, or not yet)
+ * is an order inversion, a certain deadlock: device fault, ncclInvalidUsage. A slow or
+ * stopped peer is just waited for. Waits also give up on
  * ncclCommAbort (local), a peer's abort or error, or a peer that exited (ncclRemoteError).
  * Groups: calls between ncclGroupStart/End are validated, recorded and launched at the
  * outermost ncclGroupEnd, in call order, one queued operation per (communicator, stream).
@@ -481,18 +482,21 @@ struct Run {  // the unit a stream worker runs now
     double next_liveness = 0, next_inversion = 0;
 };
 
-// The peer runs a collective on another communicator that this process issued but has
-// not begun: it waits behind the one this rank is blocked in, so neither can finish.
+// The peer runs a collective on another communicator of this device that this rank has
+// not begun: issued or not, it can only run after the one this rank is blocked in (ticket
+// order), and the peer cannot leave it without this rank: neither can finish. Under
+// CUDA_CPU_EXEC=lazy the host decides what runs, so no order is assumed there.
 bool inversion(Run& x, int peer, std::string* why) {
     CommState& c = *x.c;
     PeerRun p = read_running(c.slot(peer));
-    if (p.kind != RUN_COLL || p.comm == c.id) return false;
+    if (lazy_mode() || p.kind != RUN_COLL || p.comm == c.id) return false;
     std::shared_ptr<CommState> other = find_live(p.comm);
-    if (!other || other->device != c.device) return false;
-    if (other->launched.load() < p.seq || other->started.load() >= p.seq) return false;
+    if (!other || other->device != c.device || other->started.load() >= p.seq) return false;
+    bool issued = other->launched.load() >= p.seq;
     *why = format("ranks issued collectives on two communicators in different orders (NCCL can deadlock): rank %d "
-                  "runs %s on communicator %s while rank %d runs %s on communicator %s, which rank %d issued after it",
-                  c.rank, x.text.c_str(), c.name, peer, p.text, other->name, c.rank);
+                  "runs %s on communicator %s while rank %d runs %s on communicator %s, which rank %d %s", c.rank,
+                  x.text.c_str(), c.name, peer, p.text, other->name, c.rank,
+                  issued ? "issued after it" : "has not issued yet (it would run after this one)");
     return true;
 }
 
