@@ -39,10 +39,11 @@
 
 namespace cudacpu {
 
-// The running fiber's coordinates (kernel.cpp sets them before every switch).
+// The running fiber's coordinates (kernel.cpp sets them before every switch). Plain
+// uint3 (blockDim and gridDim are dim3 in CUDA, which converts from uint3), so that the
+// thread_local is constant-initialized and read without a TLS init call.
 struct ThreadCoords {
-    uint3 thread_idx, block_idx;
-    dim3 block_dim, grid_dim;
+    uint3 thread_idx, block_idx, block_dim, grid_dim;
 };
 extern thread_local ThreadCoords coords;
 

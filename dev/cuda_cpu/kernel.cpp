@@ -43,9 +43,10 @@ namespace cudacpu {
 thread_local ThreadCoords coords;
 
 // ---- fibers ---------------------------------------------------------------------------
-// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack,
-// stores the stack pointer in *save and continues on the stack `next` (as saved by an
-// earlier switch, or laid out by fiber_prepare).
+// Saves the callee-saved registers on the current stack, stores the stack pointer in *save
+// and continues on the stack `next` (as saved by an earlier switch, or laid out by
+// fiber_prepare). The floating-point control state (MXCSR, x87 control word) is not
+// switched: every fiber of a worker shares it, and device code never changes it.
 extern "C" void cudacpu_switch_context(void** save, void* next);
 #if defined(__x86_64__)
 asm(R"(
@@ -59,14 +60,8 @@ cudacpu_switch_context:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -85,8 +80,9 @@ cudacpu_switch_context:
 static const size_t kStackBytes = 128 << 10;
 static const size_t kPage = 4096;
 static const int kMaxThreads = 1024;
+static const int kStacks = kMaxThreads + 1;  // every thread suspended, plus the runner starting the next
 
-enum FiberState { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+enum FiberState { NOT_STARTED, RUNNABLE, AT_BARRIER, AT_WARP, DONE };
 
 struct Fiber {
     void* sp;
@@ -117,13 +113,24 @@ struct BlockRun {
     int current;
     void* scheduler_sp;
     int barrier_result;
+    // Counts kept as fibers change state, so that a wait completes the moment its last
+    // participant arrives (and that one goes on without a switch).
+    int done, at_barrier, at_warps;
+    int at_warp[kMaxThreads / 32];
+    // Threads start on runners: a runner fiber runs one thread after another (in the start
+    // order) on its stack until one of them blocks; that one keeps the stack, and a new
+    // runner starts the rest. So a thread that never waits costs a call, not a switch.
+    std::vector<int> start_order;
+    int next_start;
+    int free_stacks[kStacks], num_free;
+    int new_runner_stack;  // the stack the runner being started runs on
     std::vector<std::pair<void*, size_t>> shared;  // static __shared__ seen this block
     size_t shared_bytes;
     std::string fault;  // set when the block cannot go on
 };
 
 struct WorkerState {
-    char* stacks = nullptr;  // kMaxThreads stacks, each with a guard page below it
+    char* stacks = nullptr;  // kStacks stacks, each with a guard page below it
     Fiber fibers[kMaxThreads];
     std::vector<char> dynamic_shared;
     BlockRun* block = nullptr;
@@ -136,13 +143,13 @@ static WorkerState* worker_state() {
     if (worker) return worker;
     WorkerState* w = new WorkerState();
     size_t slot = kStackBytes + kPage;
-    void* m = mmap(nullptr, slot * kMaxThreads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* m = mmap(nullptr, slot * kStacks, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
         fprintf(stderr, "error: cuda_cpu: cannot map fiber stacks\n");
         abort();
     }
     w->stacks = (char*)m;
-    for (int i = 0; i < kMaxThreads; i++) mprotect(w->stacks + i * slot, kPage, PROT_NONE);
+    for (int i = 0; i < kStacks; i++) mprotect(w->stacks + i * slot, kPage, PROT_NONE);
     worker = w;
     return w;
 }
@@ -151,12 +158,12 @@ bool address_in_fiber_guard(const void* p) {
     WorkerState* w = worker;
     if (!w) return false;
     size_t off = (size_t)((const char*)p - w->stacks), slot = kStackBytes + kPage;
-    return (const char*)p >= w->stacks && off < slot * kMaxThreads && off % slot < kPage;
+    return (const char*)p >= w->stacks && off < slot * kStacks && off % slot < kPage;
 }
 
 static void fiber_main();
 
-// Lays out a fresh stack so that switching to it enters fiber_main.
+// Lays out stack i afresh so that switching to it enters fiber_main.
 static void* fiber_prepare(int i) {
     WorkerState* w = worker;
     char* top = w->stacks + (size_t)(i + 1) * (kStackBytes + kPage);
@@ -164,10 +171,6 @@ static void* fiber_prepare(int i) {
     *--sp = 0;                           // fiber_main's return address: it never returns
     *--sp = (uint64_t)(void*)&fiber_main;  // where the switch's `ret` goes
     for (int r = 0; r < 6; r++) *--sp = 0;  // rbp rbx r12 r13 r14 r15
-    uint32_t csr[2] = {0, 0};
-    asm volatile("stmxcsr %0" : "=m"(csr[0]));
-    asm volatile("fnstcw %0" : "=m"(csr[1]));
-    *--sp = (uint64_t)csr[0] | ((uint64_t)(csr[1] & 0xffff) << 32);
     return sp;
 }
 
@@ -188,9 +191,19 @@ static void yield_to_scheduler(BlockRun* b) {
 
 static void fiber_main() {
     BlockRun* b = worker->block;
-    b->launch->run(b->launch->payload.get());
-    b->fibers[b->current].state = DONE;
-    yield_to_scheduler(b);
+    int stack = b->new_runner_stack;
+    void* idle_sp;
+    while (b->next_start < b->count) {
+        int i = b->start_order[b->next_start++];
+        b->current = i;
+        coords.thread_idx = b->fibers[i].tid;
+        b->fibers[i].state = RUNNABLE;
+        b->launch->run(b->launch->payload.get());
+        b->fibers[b->current].state = DONE;
+        b->done++;
+    }
+    b->free_stacks[b->num_free++] = stack;  // nothing left to start: the stack is free again
+    cudacpu_switch_context(&idle_sp, b->scheduler_sp);
 }
 
 // ---- what a waiting fiber is doing, for messages ------------------------------------
@@ -271,18 +284,17 @@ static uint64_t collective_result(const BlockRun* b, int warp_base, int lane, un
     return b->fibers[warp_base + src].value;
 }
 
-// Completes the collectives whose lanes have all arrived; false when none could.
-static bool resolve_warps(BlockRun* b) {
-    bool progress = false;
-    for (int i = 0; i < b->count && b->fault.empty(); i++) {
+// Completes the collective fiber i waits in if every lane of its mask has arrived: 1 done,
+// 0 not yet, -1 a fault (recorded in b->fault).
+static int resolve_group(BlockRun* b, int i) {
+    {
         Fiber& f = b->fibers[i];
-        if (f.state != AT_WARP) continue;
         int warp_base = i & ~31, lane = i & 31;
         unsigned mask = f.mask;
         if (!(mask >> lane & 1)) {
             block_fault(b, "lane %d (thread %d) calls %s with mask 0x%08x, which does not name it", lane, i,
                         op_name(f.op), mask);
-            return false;
+            return -1;
         }
         bool ready = true;
         for (int l = 0; l < 32 && ready; l++) {
@@ -291,7 +303,7 @@ static bool resolve_warps(BlockRun* b) {
             if (t >= b->count) {
                 block_fault(b, "%s with mask 0x%08x names lane %d of warp %d, which does not exist (block of %d threads)",
                             op_name(f.op), mask, l, warp_base / 32, b->count);
-                return false;
+                return -1;
             }
             const Fiber& g = b->fibers[t];
             if (g.state == DONE) {
@@ -299,21 +311,21 @@ static bool resolve_warps(BlockRun* b) {
                             op_name(f.op), thread_list(b, [&](int k) {
                                 return k / 32 == warp_base / 32 && b->fibers[k].state == AT_WARP;
                             }).c_str());
-                return false;
+                return -1;
             }
             if (g.state == AT_BARRIER) {
                 block_fault(b, "lane %d (thread %d) waits in __syncthreads while lane %d waits in %s (mask 0x%08x)", l, t,
                             lane, op_name(f.op), mask);
-                return false;
+                return -1;
             }
-            if (g.state == RUNNABLE) ready = false;  // cannot happen between rounds; be safe
+            if (g.state == RUNNABLE || g.state == NOT_STARTED) ready = false;  // still on its way
             else if (g.op != f.op || g.mask != mask || g.width != f.width) {
                 block_fault(b, "lanes of warp %d disagree: lane %d is in %s (mask 0x%08x), lane %d in %s (mask 0x%08x)",
                             warp_base / 32, lane, op_name(f.op), mask, l, op_name(g.op), g.mask);
-                return false;
+                return -1;
             }
         }
-        if (!ready) continue;
+        if (!ready) return 0;
         for (int l = 0; l < 32; l++) {
             if (!(mask >> l & 1)) continue;
             bool bad = false;
@@ -322,14 +334,27 @@ static bool resolve_warps(BlockRun* b) {
             if (bad) {
                 block_fault(b, "lane %d (thread %d) in %s reads lane %d, which is not in the mask 0x%08x", l, warp_base + l,
                             op_name(f.op), src, mask);
-                return false;
+                return -1;
             }
             b->fibers[warp_base + l].result = r;
         }
         for (int l = 0; l < 32; l++) {
             if (mask >> l & 1) b->fibers[warp_base + l].state = RUNNABLE;
         }
-        progress = true;
+        b->at_warp[warp_base / 32] -= __builtin_popcount(mask);
+        b->at_warps -= __builtin_popcount(mask);
+        return 1;
+    }
+}
+
+// Completes the collectives whose lanes have all arrived; false when none could.
+static bool resolve_warps(BlockRun* b) {
+    bool progress = false;
+    for (int i = 0; i < b->count && b->fault.empty(); i++) {
+        if (b->fibers[i].state != AT_WARP) continue;
+        int r = resolve_group(b, i);
+        if (r < 0) return false;
+        progress |= r > 0;
     }
     return progress;
 }
@@ -351,6 +376,7 @@ static bool resolve_barrier(BlockRun* b) {
     for (int i = 0; i < b->count; i++) count += b->fibers[i].value != 0;
     b->barrier_result = count;
     for (int i = 0; i < b->count; i++) b->fibers[i].state = RUNNABLE;
+    b->at_barrier = 0;
     return true;
 }
 
@@ -397,29 +423,43 @@ static void run_block(BlockRun* b, uint64_t seed) {
     const dim3& bd = b->launch->block;
     for (int i = 0; i < b->count; i++) {
         Fiber& f = w->fibers[i];
-        f.sp = fiber_prepare(i);
-        f.state = RUNNABLE;
+        f.state = NOT_STARTED;
         f.tid = make_uint3(i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y));
         f.value = 0;
     }
+    b->done = b->at_barrier = b->at_warps = 0;
+    memset(b->at_warp, 0, sizeof(b->at_warp));
+    b->num_free = 0;
+    for (int k = kStacks - 1; k >= 0; k--) b->free_stacks[b->num_free++] = k;
     if (b->launch->shmem) memset(w->dynamic_shared.data(), 0xff, b->launch->shmem);
     std::vector<int> order;
     coords.block_idx = b->block;
+    make_order(b->start_order, b->count, seed * 1000003u);
+    b->next_start = 0;
     for (uint64_t round = 0;; round++) {
-        make_order(order, b->count, seed * 1000003u + round);
-        for (int i : order) {
-            Fiber& f = b->fibers[i];
-            if (f.state != RUNNABLE) continue;
-            b->current = i;
-            coords.thread_idx = f.tid;
-            cudacpu_switch_context(&b->scheduler_sp, f.sp);
+        if (round == 0) {  // start every thread, in the start order
+            while (b->next_start < b->count) {
+                b->new_runner_stack = b->free_stacks[--b->num_free];
+                cudacpu_switch_context(&b->scheduler_sp, fiber_prepare(b->new_runner_stack));
+            }
+        } else {
+            Order o = order_setting();
+            if (o == ORDER_RANDOM) make_order(order, b->count, seed * 1000003u + round);
+            for (int k = 0; k < b->count; k++) {
+                int i = o == ORDER_FORWARD ? k : o == ORDER_REVERSE ? b->count - 1 - k : order[k];
+                Fiber& f = b->fibers[i];
+                if (f.state != RUNNABLE) continue;
+                b->current = i;
+                coords.thread_idx = f.tid;
+                cudacpu_switch_context(&b->scheduler_sp, f.sp);
+            }
         }
-        int done = 0;
-        for (int i = 0; i < b->count; i++) done += b->fibers[i].state == DONE;
-        if (done == b->count) return;
-        bool progress = resolve_warps(b);
+        if (b->done == b->count) return;
+        // Released during the round (a wait its last participant completed): just go on.
+        bool progress = b->done + b->at_barrier + b->at_warps < b->count;
+        if (!progress && b->at_warps) progress = resolve_warps(b);
         if (!b->fault.empty()) return;
-        if (!progress) progress = resolve_barrier(b);
+        if (!progress && b->at_barrier) progress = resolve_barrier(b);
         if (!b->fault.empty()) return;
         if (!progress) {
             block_fault(b, "no thread can go on: threads %s wait in __syncthreads, %s in warp collectives, %s returned",
@@ -488,19 +528,28 @@ void kernel_fault_escape(const char* message) {
 bool in_kernel() { return worker && worker->block; }
 
 // ---- device-side entry points ---------------------------------------------------------------
-void block_barrier() {
+// The last thread to arrive completes the barrier and goes on; the others wait.
+static int arrive_at_barrier(int predicate) {
     BlockRun* b = running_block("__syncthreads");
     b->fibers[b->current].state = AT_BARRIER;
-    b->fibers[b->current].value = 0;
-    yield_to_scheduler(b);
+    b->fibers[b->current].value = predicate != 0;
+    if (++b->at_barrier == b->count) resolve_barrier(b);
+    else yield_to_scheduler(b);
+    return b->barrier_result;
 }
 
-int block_barrier_count(int predicate) {
-    BlockRun* b = running_block("__syncthreads_count");
-    b->fibers[b->current].state = AT_BARRIER;
-    b->fibers[b->current].value = predicate != 0;
-    yield_to_scheduler(b);
-    return b->barrier_result;
+void block_barrier() { arrive_at_barrier(0); }
+int block_barrier_count(int predicate) { return arrive_at_barrier(predicate); }
+
+// Whether every lane named in the current fiber's mask waits in the same collective.
+static bool warp_complete(const BlockRun* b, int warp_base, const Fiber& f) {
+    for (int l = 0; l < 32; l++) {
+        if (!(f.mask >> l & 1)) continue;
+        if (warp_base + l >= b->count) return false;
+        const Fiber& g = b->fibers[warp_base + l];
+        if (g.state != AT_WARP || g.op != f.op || g.mask != f.mask || g.width != f.width) return false;
+    }
+    return true;
 }
 
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
@@ -516,6 +565,15 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
     f.value = value;
     f.arg = arg;
     f.width = width;
+    int warp_base = b->current & ~31;
+    // The last lane to arrive completes the collective for all and goes on; any other
+    // outcome (a lane missing or disagreeing) is sorted out between rounds (resolve_warps).
+    int arrived = ++b->at_warp[warp_base / 32];
+    b->at_warps++;
+    if (arrived == __builtin_popcount(mask) && (mask >> (b->current & 31) & 1) && warp_complete(b, warp_base, f) &&
+        resolve_group(b, b->current) > 0) {
+        if (b->fibers[b->current].state == RUNNABLE) return b->fibers[b->current].result;
+    }
     yield_to_scheduler(b);
     return b->fibers[b->current].result;
 }
