@@ -83,16 +83,15 @@ struct KernelCall {
     cudaStream_t stream;
 
     // The arguments are copied now (as CUDA copies them at launch), converted to the
-    // kernel's parameter types; every thread calls the kernel with these values.
-    template <typename... A>
-    void launch(A&&... args) const {
-        static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
+    // kernel's parameter types by the call itself (so NULL becomes a pointer, as in a plain
+    // call); every thread calls the kernel with these values.
+    void launch(std::decay_t<P>... args) const {
         using Args = std::tuple<std::decay_t<P>...>;
         struct Payload {
             void (*func)(P...);
             Args args;
         };
-        auto p = std::make_shared<Payload>(Payload{func, Args(std::forward<A>(args)...)});
+        auto p = std::make_shared<Payload>(Payload{func, Args(args...)});
         PointerArg pointers[sizeof...(P) + 1];
         int n = 0;
         collect_pointers(p->args, pointers, &n, std::index_sequence_for<P...>{});

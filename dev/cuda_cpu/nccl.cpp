@@ -35,8 +35,10 @@
  * over 2 s looks at what the peer runs: a collective on another communicator of this
  * device that this rank has not begun (issued after the one it is blocked in, or not yet)
  * is an order inversion, a certain deadlock: device fault, ncclInvalidUsage. A slow or
- * stopped peer is just waited for. Waits also give up on
- * ncclCommAbort (local), a peer's abort or error, or a peer that exited (ncclRemoteError).
+ * stopped peer is just waited for. Waits also give up on ncclCommAbort (local), a peer's
+ * abort or error, or a peer that exited (ncclRemoteError); a rank whose device faulted
+ * (the runtime then refuses its launches) tells its peers the same way. Device faults
+ * raised here use cudaErrorLaunchFailure; the message says what went wrong.
  * Groups: calls between ncclGroupStart/End are validated, recorded and launched at the
  * outermost ncclGroupEnd, in call order, one queued operation per (communicator, stream).
  * A group in which a call failed launches nothing and ncclGroupEnd returns that error.
@@ -186,30 +188,14 @@ struct WireHead {
     uint64_t nops;
 };
 
-const char* type_name(int t) {
-    switch (t) {
-        case ncclInt8: return "int8";
-        case ncclUint8: return "uint8";
-        case ncclInt32: return "int32";
-        case ncclUint32: return "uint32";
-        case ncclInt64: return "int64";
-        case ncclUint64: return "uint64";
-        case ncclFloat16: return "half";
-        case ncclFloat32: return "float";
-        case ncclFloat64: return "double";
-        case ncclBfloat16: return "bfloat16";
-    }
-    return nullptr;
-}
-
-size_t type_size(int t) {
-    switch (t) {
-        case ncclInt8: case ncclUint8: return 1;
-        case ncclFloat16: case ncclBfloat16: return 2;
-        case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-        default: return 8;
-    }
-}
+// By ncclDataType_t value; fp8 (10, 11) is not emulated.
+const struct {
+    const char* name;
+    size_t size;
+} kTypes[] = {{"int8", 1},   {"uint8", 1}, {"int32", 4}, {"uint32", 4}, {"int64", 8},
+              {"uint64", 8}, {"half", 2},  {"float", 4}, {"double", 8}, {"bfloat16", 2}};
+const char* type_name(int t) { return t >= 0 && t < 10 ? kTypes[t].name : nullptr; }
+size_t type_size(int t) { return kTypes[t].size; }
 
 WireOp wire(const Op& o) {
     WireOp w;
@@ -275,11 +261,11 @@ struct alignas(64) RankSlot {
     char run_text[224];
 };
 
-struct alignas(64) Channel {  // data from src to dst
-    atomic<uint64_t> sends, recvs;        // ops posted by each side
-    atomic<uint64_t> written, consumed;   // chunks through the slot
-    uint64_t scount[2], rcount[2];        // descriptors of ops k (slot k & 1): a side can be
-    int32_t stype[2], rtype[2];           // at most one op ahead of the other
+struct alignas(64) Channel {             // data from src to dst
+    atomic<uint64_t> sends, recvs;       // ops posted by each side
+    atomic<uint64_t> written, consumed;  // chunks through the slot
+    uint64_t scount[2], rcount[2];       // descriptors of ops k (slot k & 1): a side can be
+    int32_t stype[2], rtype[2];          // at most one op ahead of the other
 };
 
 static_assert(atomic<uint64_t>::is_always_lock_free && atomic<uint32_t>::is_always_lock_free,
@@ -321,6 +307,7 @@ struct CommState {
     int pending = 0;  // queued units not finished
     std::condition_variable pending_cv;
     std::set<cudaStream_t> streams;
+    double next_host_liveness = 0;  // ncclCommGetAsyncError probes the peers at most every 50 ms
 
     RankSlot& slot(int r) { return slots[r]; }
     Channel& chan(int src, int dst) { return chans[(size_t)src * nranks + dst]; }
@@ -332,7 +319,8 @@ struct CommState {
 
 void ring(CommState& c) {
     c.hdr->doorbell.fetch_add(1);
-    if (c.hdr->sleepers.load()) syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c.hdr->doorbell), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    if (c.hdr->sleepers.load())
+        syscall(SYS_futex, reinterpret_cast<uint32_t*>(&c.hdr->doorbell), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 // The first error wins; publish: tell the peers (an error of this rank's own making).
@@ -366,7 +354,8 @@ ncclResult_t resolve(ncclComm_t comm, const char* call, std::shared_ptr<CommStat
     if (!comm) return fail(ncclInvalidArgument, "%s: comm is NULL", call);
     if (!g_handles.count(comm)) return fail(ncclInvalidArgument, "%s: %p is not a communicator", call, (void*)comm);
     if (comm->state != H_LIVE) {
-        return fail(ncclInvalidArgument, "%s: the communicator was %s", call, comm->state == H_DESTROYED ? "destroyed" : "aborted");
+        return fail(ncclInvalidArgument, "%s: the communicator was %s", call,
+                    comm->state == H_DESTROYED ? "destroyed" : "aborted");
     }
     CommState& c = *comm->st;
     if (!allow_error && c.async.load() != ncclSuccess) {
@@ -493,10 +482,11 @@ bool inversion(Run& x, int peer, std::string* why) {
     std::shared_ptr<CommState> other = find_live(p.comm);
     if (!other || other->device != c.device || other->started.load() >= p.seq) return false;
     bool issued = other->launched.load() >= p.seq;
-    *why = format("ranks issued collectives on two communicators in different orders (NCCL can deadlock): rank %d "
-                  "runs %s on communicator %s while rank %d runs %s on communicator %s, which rank %d %s", c.rank,
-                  x.text.c_str(), c.name, peer, p.text, other->name, c.rank,
-                  issued ? "issued after it" : "has not issued yet (it would run after this one)");
+    *why = format(
+        "ranks issued collectives on two communicators in different orders (NCCL can deadlock): rank %d "
+        "runs %s on communicator %s while rank %d runs %s on communicator %s, which rank %d %s",
+        c.rank, x.text.c_str(), c.name, peer, p.text, other->name, c.rank,
+        issued ? "issued after it" : "has not issued yet (it would run after this one)");
     return true;
 }
 
@@ -644,15 +634,19 @@ A mul(A a, A b) {
     else return a * b;
 }
 
+// A left fold over the ranks, rank 0 first: per element the same operations in the same
+// order on every rank (so the same bits), one pass per rank (so the loops vectorise).
 template <class T, class Tr, class F>
 void reduce_loop(char* dst, const char* const* src, int n, size_t count, bool avg, F f) {
-    using A = typename Tr::Acc;
-    for (size_t i = 0; i < count; i++) {
-        T v = ((const T*)src[0])[i];
-        for (int q = 1; q < n; q++) v = Tr::store(f(Tr::load(v), Tr::load(((const T*)src[q])[i])));
-        if (avg) v = Tr::store(Tr::load(v) / (A)n);
-        ((T*)dst)[i] = v;
+    T* d = (T*)dst;
+    memcpy(d, src[0], count * sizeof(T));
+    for (int q = 1; q < n; q++) {
+        const T* s = (const T*)src[q];
+        for (size_t i = 0; i < count; i++) d[i] = Tr::store(f(Tr::load(d[i]), Tr::load(s[i])));
     }
+    using A = typename Tr::Acc;
+    if (avg)
+        for (size_t i = 0; i < count; i++) d[i] = Tr::store(Tr::load(d[i]) / (A)n);
 }
 
 template <class T, class Tr>
@@ -691,7 +685,8 @@ std::string mismatch_text(CommState& c, uint64_t seq, const WireHead* h0, const 
         for (uint64_t i = 0; i < h0->nops; i++) {
             if (memcmp(&a[i], &b[i], sizeof(WireOp)) == 0) continue;
             if (h0->nops > 1) where += format("call %llu of its group: ", (unsigned long long)i + 1);
-            return where + format("rank 0 issued %s, rank %d issued %s", describe(a[i]).c_str(), q, describe(b[i]).c_str());
+            return where +
+                   format("rank 0 issued %s, rank %d issued %s", describe(a[i]).c_str(), q, describe(b[i]).c_str());
         }
     }
     return where + format("rank 0 issued %s, rank %d issued %s", describe_list(a, h0->nops).c_str(), q,
@@ -746,7 +741,8 @@ ncclResult_t exec_reduce_scatter(Run& x, const Op& o) {
     std::vector<const char*> src(c.nranks);
     for (size_t off = 0; off < o.count; off += per) {
         size_t m = std::min(per, o.count - off);
-        for (int d = 0; d < c.nranks; d++) memcpy(c.stage(c.rank) + d * m * es, o.send + (d * o.count + off) * es, m * es);
+        for (int d = 0; d < c.nranks; d++)
+            memcpy(c.stage(c.rank) + d * m * es, o.send + (d * o.count + off) * es, m * es);
         if (ncclResult_t r = barrier(x)) return r;
         for (int q = 0; q < c.nranks; q++) src[q] = c.stage(q) + c.rank * m * es;
         reduce_into(o.recv + off * es, src.data(), c.nranks, m, o.type, o.red);
@@ -828,9 +824,11 @@ bool p2p_step(Run& x, P2p& t, ncclResult_t* err) {
         uint64_t sc = ch.scount[t.k & 1], rc = ch.rcount[t.k & 1];
         int32_t st = ch.stype[t.k & 1], rt = ch.rtype[t.k & 1];
         if (sc != rc || st != rt) {
-            std::string why = format("ncclSend/ncclRecv #%llu from rank %d to rank %d on communicator %s: rank %d sends "
-                                     "%llu %s, rank %d receives %llu %s", (unsigned long long)t.k + 1, src, dst, c.name,
-                                     src, (unsigned long long)sc, type_name(st), dst, (unsigned long long)rc, type_name(rt));
+            std::string why = format(
+                "ncclSend/ncclRecv #%llu from rank %d to rank %d on communicator %s: rank %d sends "
+                "%llu %s, rank %d receives %llu %s",
+                (unsigned long long)t.k + 1, src, dst, c.name, src, (unsigned long long)sc, type_name(st), dst,
+                (unsigned long long)rc, type_name(rt));
             cudacpu::device_fault(cudaErrorLaunchFailure, "%s", why.c_str());
             set_async(c, ncclInvalidUsage, true, why);
             *err = ncclInvalidUsage;
@@ -856,7 +854,8 @@ bool p2p_step(Run& x, P2p& t, ncclResult_t* err) {
     }
     if (t.state == 2 && t.done == bytes) t.state = 3;
     // The sender's staging area must be free before its next unit uses it.
-    if (t.state == 3 && (!send || ch.consumed.load(std::memory_order_acquire) == ch.written.load(std::memory_order_relaxed))) {
+    if (t.state == 3 &&
+        (!send || ch.consumed.load(std::memory_order_acquire) == ch.written.load(std::memory_order_relaxed))) {
         t.finished = moved = true;
     }
     return moved;
@@ -911,8 +910,8 @@ Unit::~Unit() {
     if (ran.load()) return;
     end_ticket(c->device, ticket);
     if (!cancelled) {
-        std::string why = format("a queued NCCL operation on communicator %s never ran (its stream was destroyed or the "
-                                 "device faulted)", c->name);
+        std::string why = format("a queued NCCL operation on communicator %s never ran (its stream was destroyed "
+                                 "or the device faulted)", c->name);
         set_async(*c, ncclUnhandledCudaError, true, why);
     }
     unit_finished(*c);
@@ -929,7 +928,8 @@ void run_unit(Unit& u) {
         Run x{&c, "", 0, 0};
         std::vector<WireOp> w;
         for (const Op* o : coll) w.push_back(wire(*o));
-        x.text = u.seq ? format("collective #%llu (%s)", (unsigned long long)u.seq, describe_list(w.data(), w.size()).c_str())
+        x.text = u.seq ? format("collective #%llu (%s)", (unsigned long long)u.seq,
+                                describe_list(w.data(), w.size()).c_str())
                        : format("%zu ncclSend/ncclRecv", p2p.size());
         publish_running(c.device, u.seq ? RUN_COLL : RUN_P2P, c.id, u.seq, x.text);
         ncclResult_t r = coll.empty() ? ncclSuccess : post_and_compare(x, coll, u.seq);
@@ -947,8 +947,10 @@ ncclResult_t launch(const std::shared_ptr<CommState>& c, cudaStream_t s, std::ve
     u->ops = std::move(ops);
     size_t ncoll = std::count_if(u->ops.begin(), u->ops.end(), [](const Op& o) { return !is_p2p(o.kind); });
     if (sizeof(WireHead) + ncoll * sizeof(WireOp) > c->stage_bytes) {  // the descriptors go through staging
-        return fail(ncclInvalidUsage, "%s: %zu collectives in one group on communicator %s: cuda_cpu takes at most %zu "
-                    "(raise CUDA_CPU_NCCL_STAGE_BYTES)", label, ncoll, c->name, (c->stage_bytes - sizeof(WireHead)) / sizeof(WireOp));
+        return fail(ncclInvalidUsage,
+                    "%s: %zu collectives in one group on communicator %s: cuda_cpu takes at most %zu "
+                    "(raise CUDA_CPU_NCCL_STAGE_BYTES)",
+                    label, ncoll, c->name, (c->stage_bytes - sizeof(WireHead)) / sizeof(WireOp));
     }
     bool coll = ncoll > 0;
     {
@@ -969,6 +971,11 @@ ncclResult_t launch(const std::shared_ptr<CommState>& c, cudaStream_t s, std::ve
             if (u->seq) c->launched--;
             u->cancelled = true;
         }
+    }
+    if (e == cudacpu::sticky_error()) {  // the device faulted: this rank is out; its peers must not wait for it
+        set_async(*c, ncclUnhandledCudaError, true,
+                  format("%s on communicator %s was not queued: the device has faulted (%s)", label, c->name,
+                         cudaGetErrorString(e)));
     }
     return fail(ncclUnhandledCudaError, "%s: cannot queue on stream %p: %s", label, (void*)s, cudaGetErrorString(e));
 }
@@ -1028,10 +1035,12 @@ ncclResult_t validate(CommState& c, const Op& o) {
     const char* call = kKindNames[o.kind];
     if (!type_name(o.type)) {
         return fail(ncclInvalidArgument, "%s: datatype %d is %s", call, (int)o.type,
-                    o.type == ncclFloat8e4m3 || o.type == ncclFloat8e5m2 ? "an fp8 type, not emulated by cuda_cpu" : "not an ncclDataType_t");
+                    o.type == ncclFloat8e4m3 || o.type == ncclFloat8e5m2 ? "an fp8 type, not emulated by cuda_cpu"
+                                                                         : "not an ncclDataType_t");
     }
     if (reduces(o.kind) && ((int)o.red < 0 || (int)o.red >= (int)ncclNumOps)) {
-        return fail(ncclInvalidArgument, "%s: reduction %d is not ncclSum, ncclProd, ncclMax, ncclMin or ncclAvg", call, (int)o.red);
+        return fail(ncclInvalidArgument, "%s: reduction %d is not ncclSum, ncclProd, ncclMax, ncclMin or ncclAvg", call,
+                    (int)o.red);
     }
     if ((rooted(o.kind) || is_p2p(o.kind)) && (o.root < 0 || o.root >= c.nranks)) {
         return fail(ncclInvalidArgument, "%s: %s %d is not a rank of communicator %s (%d ranks)", call,
@@ -1044,10 +1053,22 @@ ncclResult_t validate(CommState& c, const Op& o) {
     bool is_root = c.rank == o.root;
     size_t sb = 0, rb = 0;  // bytes read from sendbuff, written to recvbuff
     switch (o.kind) {
-        case K_REDUCE_SCATTER: sb = all; rb = one; break;
-        case K_ALL_GATHER: sb = one; rb = all; break;
-        case K_BROADCAST: sb = is_root ? one : 0; rb = one; break;
-        case K_REDUCE: sb = one; rb = is_root ? one : 0; break;
+        case K_REDUCE_SCATTER:
+            sb = all;
+            rb = one;
+            break;
+        case K_ALL_GATHER:
+            sb = one;
+            rb = all;
+            break;
+        case K_BROADCAST:
+            sb = is_root ? one : 0;
+            rb = one;
+            break;
+        case K_REDUCE:
+            sb = one;
+            rb = is_root ? one : 0;
+            break;
         case K_SEND: sb = one; break;
         case K_RECV: rb = one; break;
         default: sb = rb = one;
@@ -1073,9 +1094,10 @@ ncclResult_t validate(CommState& c, const Op& o) {
         expected = (ptrdiff_t)mine;
     }
     if (actual == expected) return ncclSuccess;
-    return fail(ncclInvalidArgument, "%s: sendbuff and recvbuff overlap but not in NCCL's in-place form (%s, rank %d): "
-                "%s is %td bytes (%td elements), expected %td bytes (%td elements)", call, rule, c.rank, diff, actual,
-                actual / (ptrdiff_t)es, expected, expected / (ptrdiff_t)es);
+    return fail(ncclInvalidArgument,
+                "%s: sendbuff and recvbuff overlap but not in NCCL's in-place form (%s, rank %d): "
+                "%s is %td bytes (%td elements), expected %td bytes (%td elements)",
+                call, rule, c.rank, diff, actual, actual / (ptrdiff_t)es, expected, expected / (ptrdiff_t)es);
 }
 
 ncclResult_t call(ncclComm_t comm, cudaStream_t s, const Op& o) {
@@ -1112,8 +1134,9 @@ ncclResult_t create_segment(CommState& c, const IdPayload& id, const Layout& L, 
     int fd = shm_open(id.shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) return fail(ncclSystemError, "%s: shm_open(%s): %s", call, id.shm_name, strerror(errno));
     int e = ftruncate(fd, (off_t)L.total) != 0 ? errno : posix_fallocate(fd, 0, (off_t)L.total);
-    ncclResult_t r = e ? fail(ncclSystemError, "%s: cannot reserve %zu bytes of shared memory for communicator %s: %s (is "
-                              "/dev/shm full?)", call, L.total, c.name, strerror(e))
+    ncclResult_t r = e ? fail(ncclSystemError,
+                              "%s: cannot reserve %zu bytes of shared memory for communicator %s: %s "
+                              "(is /dev/shm full?)", call, L.total, c.name, strerror(e))
                        : map_segment(c, fd, L.total, call);
     close(fd);
     if (r != ncclSuccess) {
@@ -1140,8 +1163,9 @@ ncclResult_t open_segment(CommState& c, const IdPayload& id, const Layout& L, do
             while (!c.hdr->ready.load(std::memory_order_acquire) && now_s() < deadline) usleep(1000);
             if (!c.hdr->ready.load()) break;
             if (c.hdr->nranks != c.nranks || c.bytes != L.total) {
-                return fail(ncclInvalidUsage, "%s: rank %d was given nranks %d, but rank 0 created communicator %s for %d",
-                            call, c.rank, c.nranks, c.name, c.hdr->nranks);
+                return fail(ncclInvalidUsage,
+                            "%s: rank %d was given nranks %d, but rank 0 created communicator %s for %d", call, c.rank,
+                            c.nranks, c.name, c.hdr->nranks);
             }
             point_into(c, L);
             return ncclSuccess;
@@ -1150,8 +1174,9 @@ ncclResult_t open_segment(CommState& c, const IdPayload& id, const Layout& L, do
         if (now_s() >= deadline) break;
         usleep(10000);
     }
-    return fail(ncclSystemError, "%s: rank %d waited %.0f s (CUDA_CPU_NCCL_INIT_TIMEOUT) for rank 0 to create communicator %s",
-                call, c.rank, env_double("CUDA_CPU_NCCL_INIT_TIMEOUT", 600), c.name);
+    return fail(ncclSystemError,
+                "%s: rank %d waited %.0f s (CUDA_CPU_NCCL_INIT_TIMEOUT) for rank 0 to create communicator %s", call,
+                c.rank, env_double("CUDA_CPU_NCCL_INIT_TIMEOUT", 600), c.name);
 }
 
 std::string uuid_text(const unsigned char* u) {
@@ -1165,8 +1190,8 @@ ncclResult_t join(CommState& c, const IdPayload& id, double deadline, const char
     RankSlot& me = c.slot(c.rank);
     uint32_t zero = 0;
     if (!me.claimed.compare_exchange_strong(zero, 1)) {
-        return fail(ncclInvalidUsage, "%s: rank %d of communicator %s was already taken (by pid %d)", call, c.rank, c.name,
-                    me.pid.load());
+        return fail(ncclInvalidUsage, "%s: rank %d of communicator %s was already taken (by pid %d)", call, c.rank,
+                    c.name, me.pid.load());
     }
     cudacpu::device_uuid(c.device, me.uuid);
     me.pid.store(getpid());
@@ -1174,18 +1199,21 @@ ncclResult_t join(CommState& c, const IdPayload& id, double deadline, const char
     ring(c);
     while (c.hdr->joined.load(std::memory_order_acquire) < c.nranks) {
         for (int q = 0; q < c.nranks; q++) {
-            if (!process_alive(c.slot(q).pid.load())) {
-                return fail(ncclRemoteError, "%s: rank %d (pid %d) exited while communicator %s was being set up", call, q,
-                            c.slot(q).pid.load(), c.name);
+            // One that joined and left already is for the operations to report.
+            if (!process_alive(c.slot(q).pid.load()) && c.hdr->joined.load() < c.nranks) {
+                return fail(ncclRemoteError, "%s: rank %d (pid %d) exited while communicator %s was being set up", call,
+                            q, c.slot(q).pid.load(), c.name);
             }
         }
         if (now_s() >= deadline) {
             std::string missing;
             for (int q = 0; q < c.nranks; q++)
                 if (!c.slot(q).claimed.load()) missing += format(missing.empty() ? "%d" : ", %d", q);
-            return fail(ncclSystemError, "%s: only %d of %d ranks joined communicator %s in %.0f s "
-                        "(CUDA_CPU_NCCL_INIT_TIMEOUT); missing ranks: %s", call, c.hdr->joined.load(), c.nranks, c.name,
-                        env_double("CUDA_CPU_NCCL_INIT_TIMEOUT", 600), missing.c_str());
+            return fail(ncclSystemError,
+                        "%s: only %d of %d ranks joined communicator %s in %.0f s "
+                        "(CUDA_CPU_NCCL_INIT_TIMEOUT); missing ranks: %s",
+                        call, c.hdr->joined.load(), c.nranks, c.name, env_double("CUDA_CPU_NCCL_INIT_TIMEOUT", 600),
+                        missing.c_str());
         }
         uint32_t seen = c.hdr->doorbell.load();
         c.hdr->sleepers.fetch_add(1);
@@ -1196,9 +1224,11 @@ ncclResult_t join(CommState& c, const IdPayload& id, double deadline, const char
     for (int a = 0; a < c.nranks; a++) {
         for (int b = a + 1; b < c.nranks; b++) {
             if (memcmp(c.slot(a).uuid, c.slot(b).uuid, 16) != 0) continue;
-            return fail(ncclInvalidUsage, "%s: ranks %d (pid %d) and %d (pid %d) of communicator %s use the same GPU (%s); "
-                        "NCCL needs a GPU of its own for each rank", call, a, c.slot(a).pid.load(), b,
-                        c.slot(b).pid.load(), c.name, uuid_text(c.slot(a).uuid).c_str());
+            return fail(ncclInvalidUsage,
+                        "%s: ranks %d (pid %d) and %d (pid %d) of communicator %s use the same GPU (%s); "
+                        "NCCL needs a GPU of its own for each rank",
+                        call, a, c.slot(a).pid.load(), b, c.slot(b).pid.load(), c.name,
+                        uuid_text(c.slot(a).uuid).c_str());
         }
     }
     return ncclSuccess;
@@ -1239,6 +1269,14 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& uid, int
     g_handles.insert(h);
     g_live.push_back(c);
     *out = h;
+    return ncclSuccess;
+}
+
+ncclResult_t query(ncclComm_t comm, const char* call, int* out, int CommState::*field) {
+    std::shared_ptr<CommState> c;
+    if (ncclResult_t r = resolve(comm, call, &c, true)) return r;
+    if (!out) return fail(ncclInvalidArgument, "%s: the result pointer is NULL", call);
+    *out = (*c).*field;
     return ncclSuccess;
 }
 
@@ -1353,13 +1391,22 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
     if (c->async.load() == ncclSuccess && ab && ab - 1 != c->rank) {
         set_async(*c, ncclRemoteError, false, format("rank %d aborted communicator %s", ab - 1, c->name));
     } else if (c->async.load() == ncclSuccess && ew && (ew >> 8) - 1 != c->rank) {
-        set_async(*c, ncclRemoteError, false, format("rank %d of communicator %s failed (%s)", (ew >> 8) - 1, c->name,
-                                                     ncclGetErrorString((ncclResult_t)(ew & 0xff))));
+        set_async(*c, ncclRemoteError, false,
+                  format("rank %d of communicator %s failed (%s)", (ew >> 8) - 1, c->name,
+                         ncclGetErrorString((ncclResult_t)(ew & 0xff))));
     }
-    for (int q = 0; q < c->nranks && c->async.load() == ncclSuccess; q++) {
+    bool probe;
+    {
+        std::lock_guard<std::mutex> l(c->mu);
+        double t = now_s();
+        probe = t >= c->next_host_liveness;
+        if (probe) c->next_host_liveness = t + 0.05;
+    }
+    for (int q = 0; probe && q < c->nranks && c->async.load() == ncclSuccess; q++) {
         RankSlot& s = c->slot(q);
         if (q != c->rank && !s.departed.load() && !process_alive(s.pid.load())) {
-            set_async(*c, ncclRemoteError, false, format("rank %d (pid %d) of communicator %s has exited", q, s.pid.load(), c->name));
+            set_async(*c, ncclRemoteError, false,
+                      format("rank %d (pid %d) of communicator %s has exited", q, s.pid.load(), c->name));
         }
     }
     *asyncError = (ncclResult_t)c->async.load();
@@ -1367,27 +1414,13 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-    std::shared_ptr<CommState> c;
-    if (ncclResult_t r = resolve(comm, "ncclCommCount", &c, true)) return r;
-    if (!count) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
-    *count = c->nranks;
-    return ncclSuccess;
+    return query(comm, "ncclCommCount", count, &CommState::nranks);
 }
-
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-    std::shared_ptr<CommState> c;
-    if (ncclResult_t r = resolve(comm, "ncclCommCuDevice", &c, true)) return r;
-    if (!device) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
-    *device = c->device;
-    return ncclSuccess;
+    return query(comm, "ncclCommCuDevice", device, &CommState::device);
 }
-
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-    std::shared_ptr<CommState> c;
-    if (ncclResult_t r = resolve(comm, "ncclCommUserRank", &c, true)) return r;
-    if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
-    *rank = c->rank;
-    return ncclSuccess;
+    return query(comm, "ncclCommUserRank", rank, &CommState::rank);
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
@@ -1410,7 +1443,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
     return call(comm, stream, {K_BROADCAST, datatype, ncclSum, root, count, (const char*)sendbuff, (char*)recvbuff});
 }
 
-ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream) {
     return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 

@@ -15,8 +15,8 @@
  *  3. adamw over span lists with empty, tiny, unaligned and large (4M) spans, gaps
  *     between them and owned positions in another order; fp32 params with and without
  *     a master, bf16 params; 3 steps; every array bitwise equal to the CPU device
- *  4. sum_squares: same bits twice, "+=" semantics, within 1e-12 of the CPU's double
- *     sum; both against a long double sum
+ *  4. sum_squares: same bits twice, "+=" semantics, both it and the CPU's double sum within
+ *     the rounding bound of n additions (n * 2^-53) of a long double sum
  *  5. nonfinite_flags: NaN/Inf at span edges and inside, one in a gap (not flagged)
  *  6. norm_and_clip on edge cases, bitwise equal to the CPU device
  *  7. events between two streams; the same launch without the event is seen to race
@@ -376,10 +376,20 @@ static void test_sum_squares(const SpanSet* set) {
             ref += g * g;
         }
     }
+    // Both sum n + 1 non-negative doubles (the squares of floats are exact in double), each
+    // in its own order; any order's relative error is at most n * 2^-53 (every addition
+    // rounds once, relative to a partial sum no larger than the total). So the two differ by
+    // at most twice that: the bound, not a guess (a fixed 1e-12 was once tighter than the
+    // CPU's own measured 2.2e-12 error on the 4M-element edge spans).
+    size_t n = 0;
+    for (int i = 0; i < set->count; i++) n += set->spans[i].n;
+    double bound = (double)(n + 1) * ldexp(1.0, -53);
     double rel_cpu = fabs(first - cpu_acc) / fabs(cpu_acc);
+    double rel_gpu_ref = (double)(fabsl(first - ref) / ref), rel_cpu_ref = (double)(fabsl(cpu_acc - ref) / ref);
     check(memcmp(&first, &second, sizeof(double)) == 0, "sum_squares %s: same bits twice (%.17g)", set->name, first);
-    check(rel_cpu <= 1e-12, "sum_squares %s: within 1e-12 of the CPU (rel %.2e; vs long double: gpu %.2e, cpu %.2e)",
-          set->name, rel_cpu, (double)(fabsl(first - ref) / ref), (double)(fabsl(cpu_acc - ref) / ref));
+    check(rel_cpu <= 2 * bound && rel_gpu_ref <= bound && rel_cpu_ref <= bound,
+          "sum_squares %s: within the summation bound %.2e of the exact sum, so within %.2e of the CPU (rel %.2e; vs "
+          "long double: gpu %.2e, cpu %.2e)", set->name, bound, 2 * bound, rel_cpu, rel_gpu_ref, rel_cpu_ref);
     // From 0, one call gives S exactly as summed and a second adds S again: 2S exactly.
     double once = gpu_sum_squares(&gpu_list, d_grads, 0.0, 1), twice = gpu_sum_squares(&gpu_list, d_grads, 0.0, 2);
     check(twice == 2.0 * once && once > 0.0, "sum_squares %s: accumulates into acc[0] (%.17g = 2 x %.17g)", set->name,
@@ -475,12 +485,12 @@ static void test_norm_and_clip(void) {
 // ----------------------------------------------------------------------------
 // 7. events; 8. NCCL
 
-__global__ void spin_kernel(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
+// Busy for `cycles` of the SM clock (clock64: no inline PTX, so this also runs on the CPU
+// execution layer for CUDA).
+__global__ void spin_kernel(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
 }
 
 __global__ void pattern_kernel(float* buf, size_t n, float base) {
@@ -493,7 +503,9 @@ __global__ void pattern_kernel(float* buf, size_t n, float base) {
 #define PATTERN_N (1u << 20)
 
 static void spin(Zero1Stream s) {
-    spin_kernel<<<1, 1, 0, (cudaStream_t)s>>>(SPIN_NS);
+    int clock_khz = 0;
+    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    spin_kernel<<<1, 1, 0, (cudaStream_t)s>>>((long long)clock_khz * (long long)(SPIN_NS / 1000000));
     cudaCheckLaunch();
 }
 static void pattern(Zero1Stream s, float* buf, float base) {

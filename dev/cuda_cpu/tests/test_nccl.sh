@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# dev/cuda_cpu/tests/test_nccl.sh: runs every mode of test_nccl (the layer's NCCL) and checks
+# the exit codes and, for the expected failures, the messages on stderr.
+#
+#   dev/cuda_cpu/tests/test_nccl.sh [path/to/test_nccl]     (default ./test_nccl)
+#
+# Prints one line per run and "N passed, M failed"; exits 1 when any failed. Each run is
+# under a 60 s timeout: a hang fails, it does not block CI. About 20 s on 2 cores.
+set -uo pipefail
+BIN=${1:-./test_nccl}
+[ -x "$BIN" ] || { echo "test_nccl.sh: $BIN is not an executable (build test_nccl first)" >&2; exit 2; }
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
+LOG=$(mktemp -d)
+trap 'rm -rf "$LOG"' EXIT
+passed=0 failed=0
+
+# expect NAME RC [+TEXT|-TEXT]... -- COMMAND...: COMMAND exits with RC; its stderr holds each
+# +TEXT and no -TEXT; its stdout has no FAIL line.
+expect() {
+    local name=$1 want=$2 musts=() nots=()
+    shift 2
+    while [ "$1" != "--" ]; do
+        case "$1" in +*) musts+=("${1#+}") ;; -*) nots+=("${1#-}") ;; esac
+        shift
+    done
+    shift
+    local rc=0 why=""
+    timeout 60 "$@" >"$LOG/out" 2>"$LOG/err" || rc=$?
+    [ "$rc" = 124 ] && why="timed out (a hang)"
+    [ -z "$why" ] && [ "$rc" != "$want" ] && why="exit code $rc, expected $want"
+    [ -z "$why" ] && grep -q '^FAIL' "$LOG/out" && why="a check failed: $(grep -m1 '^FAIL' "$LOG/out")"
+    for t in ${musts[@]+"${musts[@]}"}; do
+        [ -z "$why" ] && ! grep -qF -- "$t" "$LOG/err" && why="stderr lacks: $t"
+    done
+    for t in ${nots[@]+"${nots[@]}"}; do
+        [ -z "$why" ] && grep -qF -- "$t" "$LOG/err" && why="stderr has: $t"
+    done
+    if [ -z "$why" ]; then
+        passed=$((passed + 1))
+        echo "PASS: $name ($(grep -c '^PASS' "$LOG/out") checks)"
+    else
+        failed=$((failed + 1))
+        echo "FAIL: $name: $why"
+        sed 's/^/    | /' "$LOG/out" "$LOG/err" | grep -v '^    | PASS' | tail -20
+    fi
+}
+
+INVERSION="ranks issued collectives on two communicators in different orders (NCCL can deadlock): rank "
+for n in 2 3 4; do
+    expect "basic, $n ranks" 0 -"$INVERSION" -- "${MPIRUN[@]}" -np $n "$BIN" basic
+done
+for mode in eager lazy; do
+    expect "basic, 2 ranks, CUDA_CPU_EXEC=$mode" 0 -- env CUDA_CPU_EXEC=$mode "${MPIRUN[@]}" -x CUDA_CPU_EXEC -np 2 "$BIN" basic
+done
+expect "basic, 3 ranks, CUDA_CPU_PROTECT=1" 0 -- env CUDA_CPU_PROTECT=1 "${MPIRUN[@]}" -x CUDA_CPU_PROTECT -np 3 "$BIN" basic
+expect "mismatch: a fault naming both sides, exit 2" 2 \
+    +"error: cuda_cpu: collective #1 on communicator " \
+    +"rank 0 issued ncclReduceScatter of 4096 float sum, rank 1 issued ncclAllGather of 2048 bfloat16" \
+    -- "${MPIRUN[@]}" -np 2 "$BIN" mismatch
+expect "inversion: two communicators in different orders, exit 2" 2 +"error: cuda_cpu: $INVERSION" \
+    -- "${MPIRUN[@]}" -np 2 "$BIN" inversion
+expect "inversion, CUDA_CPU_EXEC=eager" 2 +"error: cuda_cpu: $INVERSION" \
+    -- env CUDA_CPU_EXEC=eager "${MPIRUN[@]}" -x CUDA_CPU_EXEC -np 2 "$BIN" inversion
+# (abort needs a host thread that is not inside the collective: not under eager execution)
+expect "abort while a peer never arrives" 0 +"abandoned: ncclCommAbort was called" +"rank 0 aborted the communicator" \
+    -- "${MPIRUN[@]}" -np 2 "$BIN" abort
+expect "same order on two communicators, one rank late: no inversion" 0 -"$INVERSION" -- "${MPIRUN[@]}" -np 2 "$BIN" order
+expect "two ranks on one GPU: ncclInvalidUsage" 0 +"use the same GPU" \
+    -- env CUDA_CPU_SHARED_GPU=1 "${MPIRUN[@]}" -x CUDA_CPU_SHARED_GPU -np 2 "$BIN" shared_gpu
+expect "a peer that exits: ncclRemoteError" 0 +"has exited" -- "$BIN" dead
+expect "a stopped peer (SIGSTOP) is waited for" 0 -"$INVERSION" -- "$BIN" stopped
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

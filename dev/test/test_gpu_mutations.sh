@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The GPU suite must catch these bugs (make test runs this on the CPU execution layer for
+# CUDA). Each mutation is applied to a copy of the source tree, the binary that exercises
+# it is rebuilt with CUDA_ON_CPU=1, and its check must FAIL, for the reason named:
+#   1. block_reduce_sum without the __syncthreads between the warp sums' writes and reads
+#   2. a lane of layernorm_forward_kernel returning before its warp's shuffle
+#   3. gelu_forward_kernel's bound off by one (i > n)
+#   4. matmul_forward's cuBLASLt call with transA swapped
+#   5. zero1's NCCL reduce-scatter at the wrong in-place offset
+#   6. zero1's NCCL collectives without cudaStreamWaitEvent on the compute stream
+# A mutation whose text is not found in the source is a failure too (the test would have
+# rotted). Prints "N passed, M failed".
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+ROOT=$PWD
+WORK=$(mktemp -d /tmp/llmc_mutations.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+passed=0
+failed=0
+
+make -s cuda_cpu CUDA_ON_CPU=1 >/dev/null || { echo "FAIL: cannot build the CPU layer"; exit 1; }
+$PY dev/test/gpt2_oracle.py make --out-model "$WORK/model.bin" --out-state "$WORK/state.bin" --dtype fp32 --steps 2 \
+    >/dev/null || { echo "FAIL: oracle"; exit 1; }
+
+# mutate NAME FILE OLD NEW: a fresh copy of the tree in $WORK/NAME with OLD replaced by NEW in FILE.
+mutate() {
+    local dir=$WORK/$1
+    mkdir -p "$dir"
+    (cd "$ROOT" && git ls-files -co --exclude-standard | grep -v '^build/' | tar -cf - -T -) | tar -xf - -C "$dir"
+    mkdir -p "$dir/build" && cp -rp "$ROOT/build/cuda_cpu" "$dir/build/"  # the layer itself is not mutated
+    rm -rf "$dir/build/cuda_cpu/src"
+    $PY - "$dir/$2" "$3" "$4" <<'PYEOF'
+import sys
+path, old, new = sys.argv[1:4]
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit("mutation text found %d times in %s" % (text.count(old), path))
+open(path, "w").write(text.replace(old, new))
+PYEOF
+}
+
+# expect_caught NAME FILE OLD NEW TARGET USE_ZERO1 REASON COMMAND...: COMMAND (run in the
+# mutated tree) must fail, and its output must contain REASON.
+expect_caught() {
+    local name=$1 file=$2 old=$3 new=$4 target=$5 z=$6 reason=$7
+    shift 7
+    local dir=$WORK/$name log=$WORK/$name.log
+    if ! mutate "$name" "$file" "$old" "$new" >"$log" 2>&1; then
+        echo "FAIL $name: the mutation could not be applied: $(tail -n 1 "$log")"
+        failed=$((failed + 1))
+        return
+    fi
+    if ! (cd "$dir" && make "$target" CUDA_ON_CPU=1 PRECISION=FP32 USE_ZERO1="$z") >>"$log" 2>&1; then
+        echo "FAIL $name: the mutated tree does not build (see $log)"
+        failed=$((failed + 1))
+        return
+    fi
+    (cd "$dir" && timeout 300 "$@") >>"$log" 2>&1
+    local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE -- "$reason" "$log"; then
+        echo "PASS $name: caught (exit $rc): $(grep -m1 -E -- "$reason" "$log" | cut -c1-200)"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name: NOT caught (exit $rc, no line matching '$reason')"
+        tail -n 15 "$log" | sed 's/^/    | /'
+        failed=$((failed + 1))
+    fi
+}
+
+KERNELS=(./test_kernels_cuda)
+expect_caught no_barrier llmc/cuda_common.cuh \
+    "    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : 0.0f;" \
+    "    if (lane == 0) shared[warp] = v;
+    v = lane < nwarps ? shared[lane] : 0.0f;" \
+    test_kernels_cuda 0 "^FAIL" "${KERNELS[@]}"
+expect_caught lane_returns llmc/layernorm.cuh \
+    "    float m = warp_reduce_sum(sum) / C;" \
+    "    if (lane == 31) return;
+    float m = warp_reduce_sum(sum) / C;" \
+    test_kernels_cuda 0 "lane 31 \(thread [0-9]+\) returned before the __shfl_xor_sync" "${KERNELS[@]}"
+expect_caught off_by_one llmc/gelu.cuh \
+    "    if (i >= n) return;
+    float x = to_float(inp[i]);
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    out[i]" \
+    "    if (i > n) return;
+    float x = to_float(inp[i]);
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    out[i]" \
+    test_kernels_cuda 0 "FAIL.*gelu|past the end" "${KERNELS[@]}"
+expect_caught swapped_transpose llmc/matmul.cuh \
+    "matmul_cublaslt(out, CUBLAS_FLOATX, weight, inp, bias, OC, BT, C, 1, 0, 0.0f, stream);" \
+    "matmul_cublaslt(out, CUBLAS_FLOATX, weight, inp, bias, OC, BT, C, 0, 0, 0.0f, stream);" \
+    test_kernels_cuda 0 "FAIL.*matmul|cuBLAS" "${KERNELS[@]}"
+ZERO1_NP2=("${MPIRUN[@]}" -np 2 ./test_gpt2cu "$WORK/model.bin" "$WORK/state.bin" -z 1 --bucket-size 4096 --comm nccl)
+expect_caught wrong_inplace_offset zero1/comm_nccl.cu \
+    "char* mine = whole + (size_t)c->rank * count * zero1_dtype_size(t);" \
+    "char* mine = whole + (size_t)((c->rank + 1) % c->size) * count * zero1_dtype_size(t);" \
+    test_gpt2cu 1 "in-place" "${ZERO1_NP2[@]}"
+expect_caught no_stream_wait zero1/comm_nccl.cu \
+    "    cudaCheck(cudaStreamWaitEvent(im->stream, im->compute_ready, 0));
+    s->trace_start" \
+    "    s->trace_start" \
+    test_gpt2cu 1 "^FAIL" env CUDA_CPU_EXEC=lazy "${ZERO1_NP2[@]}"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
