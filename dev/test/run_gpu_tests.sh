@@ -10,7 +10,7 @@
 # On the layer the runs are shorter (smaller models, fewer steps) and some run under more
 # than one execution mode (CUDA_CPU_EXEC=async|eager|lazy) and thread order
 # (CUDA_CPU_ORDER=forward|random); the checks are the same.
-#   1. oracle files (fp32 and bf16 models, L=2 C=64, B=4 T=64, 10 AdamW steps)
+#   1. oracle files (fp32 and bf16 models, L=2 C=64, B=4 T=64, 10 AdamW steps; 4 on the layer)
 #   2. every CUDA kernel against plain C double references (test_kernels_cuda), FP32 and BF16
 #   3. test_gpt2cu, FP32 (oracle tolerances) and BF16 (stated bf16 tolerances), each with a
 #      bitwise rerun in process; on the layer both async and eager
@@ -77,8 +77,13 @@ on_layer() {
 SHARED=(CUDA_CPU_SHARED_GPU=1)   # ranks that share one GPU (staged MPI); a no-op on a real GPU
 
 echo "GPU tests on $WHERE; work dir $OUT"
-check oracle_fp32 $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_fp32.bin" --out-state "$OUT/state_fp32.bin" --dtype fp32
-check oracle_bf16 $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_bf16.bin" --out-state "$OUT/state_bf16.bin" --dtype bf16
+# On the layer 4 AdamW steps instead of 10 (same model, same tolerances): each costs seconds there.
+ORACLE_STEPS=10
+[ $LAYER = 1 ] && ORACLE_STEPS=4
+for p in fp32 bf16; do
+    check "oracle_$p" $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_$p.bin" --out-state "$OUT/state_$p.bin" \
+        --dtype $p --steps $ORACLE_STEPS
+done
 
 # One output name per Makefile rule: build, then move the binary aside per variant. The
 # stamp files make a switch of PRECISION or USE_ZERO1 rebuild what depends on it.
@@ -153,6 +158,9 @@ if [ "$NUM_GPUS" -ge 2 ]; then
 fi
 check build_watchdog_cuda build test_watchdog_cuda BF16
 check watchdog_cuda "$OUT/test_watchdog_cuda_BF16"
+# Lazy execution runs nothing until it is waited for: an initialisation on a stream the
+# kernel is not ordered with shows (the kernel would read poison).
+layer_only && check watchdog_cuda_lazy on_layer CUDA_CPU_EXEC=lazy "$OUT/test_watchdog_cuda_BF16"
 
 # ---- ZeRO-1 on the GPU ----
 for P in FP32 BF16; do
