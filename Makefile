@@ -179,9 +179,18 @@ test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS)
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_kernels_cuda.cu -o $@ $(NVCC_LIBS)
 
-# The CPU execution layer's own tests (CUDA_ON_CPU=1 only).
+# The CPU execution layer's own tests (CUDA_ON_CPU=1 only): kernels, launches, memory and
+# streams (test_layer.cu), cuBLAS/cuBLASLt (test_blas.cpp), NCCL (test_nccl.cpp, under mpirun),
+# and its speed (bench_layer.cu, make bench).
 test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_layer.cu -o $@ $(NVCC_LIBS)
+test_cuda_cpu_blas: dev/cuda_cpu/tests/test_blas.cpp $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) -O2 $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_blas.cpp -o $@
+test_cuda_cpu_nccl: dev/cuda_cpu/tests/test_nccl.cpp $(CUDA_HEADERS) $(GPU_STAMP)
+	$(check_mpi_flags)
+	$(NVCC) -O2 $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/cuda_cpu/tests/test_nccl.cpp -o $@ $(MPI_NVCC_LDFLAGS)
+bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
 
 test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
 	$(check_mpi_flags)
@@ -220,4 +229,5 @@ demo:
 clean:
 	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait
+	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer \
+	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The CPU execution layer's own tests (make test runs this): builds them with CUDA_ON_CPU=1,
+# then runs
+#   test_layer  kernels (barriers, warp collectives, faults), launch checks, memory, streams
+#               and events, in every thread order (forward, reverse, random) and execution
+#               mode (async, eager, lazy), and under CUDA_CPU_PROTECT=1
+#   test_blas   cuBLAS and cuBLASLt on hand-worked examples and the documented errors
+#   test_nccl   NCCL at 2, 3 and 4 ranks, its rules and its failures (test_nccl.sh)
+# Prints "N passed, M failed".
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../test/env.sh"
+passed=0
+failed=0
+run() {  # run NAME COMMAND...: counts the result of one run, showing its tail on failure
+    local name=$1 log
+    shift
+    log=$(mktemp)
+    if "$@" >"$log" 2>&1; then
+        echo "PASS $name ($(grep -c '^PASS' "$log") checks)"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name"
+        grep -E '^FAIL' "$log" | head -n 20
+        tail -n 15 "$log" | sed 's/^/    | /'
+        failed=$((failed + 1))
+    fi
+    rm -f "$log"
+}
+run build make -s test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl CUDA_ON_CPU=1
+for order in forward reverse random; do
+    run "test_layer order=$order" env CUDA_CPU_ORDER=$order ./test_cuda_cpu_layer
+done
+for exec in eager lazy; do
+    run "test_layer exec=$exec" env CUDA_CPU_EXEC=$exec CUDA_CPU_ORDER=random ./test_cuda_cpu_layer
+done
+run "test_layer protect" env CUDA_CPU_PROTECT=1 ./test_cuda_cpu_layer
+run test_blas ./test_cuda_cpu_blas
+run "test_blas protect" env CUDA_CPU_PROTECT=1 CUDA_CPU_EXEC=lazy ./test_cuda_cpu_blas
+run test_nccl bash dev/cuda_cpu/tests/test_nccl.sh ./test_cuda_cpu_nccl
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,1000 @@
+/*
+ * dev/test/test_kernels_cuda.cu: every CUDA kernel of llmc/*.cuh, forward and backward,
+ * through its host wrapper, against double-precision references written here from the
+ * math (never llmc/*.h's CPU code), in the precision the build chose:
+ *   make test_kernels_cuda PRECISION=FP32|BF16 [CUDA_ON_CPU=1] && ./test_kernels_cuda
+ * One "PASS|FAIL name [shape] (max err X, tol Y)" line per checked buffer, a final
+ * "N passed, M failed"; exit 1 on any failure.
+ *
+ * Inputs. The reference is computed from the exact values the kernel reads: every input
+ * is rounded to its device type (floatX, float) on the host first, and the reference
+ * takes those values converted to double. So the only differences left are the kernels'
+ * own roundings, which the tolerances below bound.
+ *
+ * Tolerances: first-order error bounds, element by element, never a blanket epsilon.
+ *   U  = 2^-24, fp32's unit roundoff: every kernel computes in fp32 (cuBLAS with
+ *        CUBLAS_COMPUTE_32F), in both builds. A float sum of k terms in any order (warp
+ *        trees, chunked column sums, blocked gemms, FMAs) is within sum_err(k) times the
+ *        sum of the terms' magnitudes of the exact sum: gam(k) = kU/(1-kU) in the worst
+ *        case (Higham, Accuracy and Stability of Numerical Algorithms, Thm. 3.1) for up to
+ *        100 terms, the probabilistic 10 sqrt(k) U beyond (see sum_err). So each reference
+ *        also computes that magnitude ("mass") next to its value, and the tolerance is
+ *        sum_err(length) * mass plus a few U per elementwise operation on the way. Real
+ *        errors sit 10-100x below these bounds; an indexing or masking bug moves a result
+ *        by about one term's size or more, well above them for the lengths used here.
+ *   XR = 2^-8 in the BF16 build (bf16's unit roundoff), 0 in FP32: the cost of storing
+ *        an fp32 result as floatX, once per output, and once more wherever the kernels
+ *        keep a floatX intermediate (attention's probabilities and dpreatt).
+ *   FAST, FAST_TANH: the BF16 build on a GPU compiles with --use_fast_math, whose expf,
+ *        logf, division and sqrt are approximations (relative error below 2^-19 for the
+ *        arguments used here; CUDA Programming Guide, "Intrinsic Functions") and whose
+ *        tanhf is tanh.approx (relative error 2^-11). 0 in the FP32 build. The CPU
+ *        execution layer computes IEEE math either way; the bounds hold for both.
+ * Bounds are first order (products of two rounding errors dropped); check() multiplies
+ * them by 1.05 for that. Outputs that must be exact (masked zeros, floatX(master)) get 0.
+ *
+ * Buffers. Every device buffer has GUARD elements of a sentinel byte pattern before and
+ * after it (checked after each kernel: an off-by-one in a bound shows even where no guard
+ * page is hit), and its body starts as 0xff bytes (NaN in fp32 and bf16, -1 as int), so an
+ * output element a kernel fails to write fails the comparison. Accumulating outputs (+=)
+ * are pre-filled with known values instead, and the reference adds to them.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <initializer_list>
+#include <vector>
+
+#include "llmc/cuda_common.cuh"
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/residual.cuh"
+
+typedef std::vector<double> Vec;
+
+// ---- the error model (see the header comment) --------------------------------------------
+static const double U = 0x1p-24;
+static const double XR = FLOATX_IS_BF16 ? 0x1p-8 : 0.0;
+static const double FAST = FLOATX_IS_BF16 ? 0x1p-19 : 0.0;
+static const double FAST_TANH = FLOATX_IS_BF16 ? 0x1p-11 : 0.0;
+static double gam(double k) { return k * U / (1.0 - k * U); }
+// The error of a float sum of k terms, in any order, over the sum of the terms' magnitudes:
+// the worst case gam(k) for up to 100 terms; beyond, Higham & Mary's probabilistic bound
+// (SIAM J. Sci. Comput. 41(5), 2019, Thm. 3.1 and its sums/inner products corollary)
+// lambda sqrt(k) U with lambda = 10, which fails with probability below 2k exp(-50) (1e-17
+// for the lengths here) when the roundings are independent and of mean zero, as with
+// random inputs. Without it a 16415-row column sum's bound, gam(16415) = 1e-3 of the mass,
+// would be larger than one row's contribution: a dropped row would pass.
+static double sum_err(double k) { return k <= 100 ? gam(k) : 10.0 * sqrt(k) * U; }
+
+// ---- host conversions ----------------------------------------------------------------------
+// bf16 by its bits (round to nearest even, as __float2bfloat16_rn): the test's own, so
+// that the expected rounding does not come from the library under test.
+static uint16_t bf16_round_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf16_bits_value(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// inline, not static: in the FP32 build the bf16 overloads go unused (no warning).
+inline void put(float* p, double d) { *p = (float)d; }
+inline void put(int* p, double d) { *p = (int)d; }
+inline void put(__nv_bfloat16* p, double d) {
+    uint16_t b = bf16_round_bits((float)d);
+    memcpy((void*)p, &b, 2);
+}
+inline double get(float x) { return x; }
+inline double get(int x) { return x; }
+inline double get(__nv_bfloat16 x) {
+    uint16_t b;
+    memcpy(&b, (const void*)&x, 2);
+    return bf16_bits_value(b);
+}
+// The floatX value a float f becomes (exact for FP32).
+static double round_x(float f) {
+    floatX t;
+    put(&t, f);
+    return get(t);
+}
+
+// ---- deterministic inputs ------------------------------------------------------------------
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+static uint64_t next_u64(void) {  // splitmix64
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double uni(double lo, double hi) { return lo + (hi - lo) * (double)(next_u64() >> 11) * 0x1p-53; }
+static int rand_int(int n) { return (int)(next_u64() % (uint64_t)n); }
+static Vec rand_vec(size_t n, double lo, double hi) {
+    Vec v(n);
+    for (size_t i = 0; i < n; i++) v[i] = uni(lo, hi);
+    return v;
+}
+
+// ---- device errors ---------------------------------------------------------------------------
+static int n_pass = 0, n_fail = 0;
+static char where[160];  // the case under test, printed with every line
+
+// A device fault is sticky (as on a GPU): report it as a failure of the case, and stop.
+static void die_on_error(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    printf("FAIL %s [%s]: %s\n", what, where, cudaGetErrorString(e));
+    printf("%d passed, %d failed (stopped at a device error)\n", n_pass, n_fail + 1);
+    fflush(stdout);
+    exit(1);
+}
+
+// ---- device buffers with sentinels ---------------------------------------------------------
+#define GUARD 64
+static const unsigned char SENTINEL = 0xA5;
+
+template <typename T>
+struct Buf {
+    T* base;  // the allocation: GUARD + skew sentinel elements, n elements, GUARD sentinels
+    T* p;     // what the kernels get
+    size_t n, head;
+    // skew > 0 moves p off the 128/256-byte alignment the allocator gives, as the views
+    // into the trainer's flat parameter and gradient buffers are.
+    explicit Buf(size_t n_, size_t skew = 0) : n(n_), head(GUARD + skew) {
+        cudaCheck(cudaMalloc((void**)&base, (head + n + GUARD) * sizeof(T)));
+        p = base + head;
+        cudaCheck(cudaMemset(base, SENTINEL, head * sizeof(T)));
+        if (n) cudaCheck(cudaMemset(p, 0xff, n * sizeof(T)));
+        cudaCheck(cudaMemset(p + n, SENTINEL, GUARD * sizeof(T)));
+    }
+    // cudaFree checks the allocation's canary (the CPU layer): a write past the end shows.
+    ~Buf() { die_on_error(cudaFree(base), "cudaFree (a write past a buffer's end?)"); }
+    Buf(const Buf&) = delete;
+    Buf& operator=(const Buf&) = delete;
+};
+
+// Rounds `want` to T, uploads it, returns the exact values uploaded.
+template <typename T>
+static Vec upload(Buf<T>& b, const Vec& want) {
+    std::vector<T> h(b.n);
+    Vec exact(b.n);
+    for (size_t i = 0; i < b.n; i++) {
+        put(&h[i], want[i]);
+        exact[i] = get(h[i]);
+    }
+    if (b.n) cudaCheck(cudaMemcpy(b.p, h.data(), b.n * sizeof(T), cudaMemcpyHostToDevice));
+    return exact;
+}
+
+template <typename T>
+static Vec download(const Buf<T>& b) {
+    std::vector<T> h(b.n);
+    if (b.n) cudaCheck(cudaMemcpy(h.data(), b.p, b.n * sizeof(T), cudaMemcpyDeviceToHost));
+    Vec v(b.n);
+    for (size_t i = 0; i < b.n; i++) v[i] = get(h[i]);
+    return v;
+}
+
+// Whether both sentinel regions are intact; else *at = the first damaged element's index
+// relative to p (negative: before the buffer, >= n: after it).
+template <typename T>
+static bool guards_intact(const Buf<T>& b, long* at) {
+    size_t bytes = (b.head + b.n + GUARD) * sizeof(T);
+    std::vector<unsigned char> h(bytes);
+    cudaCheck(cudaMemcpy(h.data(), b.base, bytes, cudaMemcpyDeviceToHost));
+    size_t body0 = b.head * sizeof(T), body1 = (b.head + b.n) * sizeof(T);
+    for (size_t i = 0; i < bytes; i++) {
+        if (i >= body0 && i < body1) continue;
+        if (h[i] != SENTINEL) {
+            *at = (long)(i / sizeof(T)) - (long)b.head;
+            return false;
+        }
+    }
+    return true;
+}
+
+// ---- reporting -----------------------------------------------------------------------------
+static void set_case(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(where, sizeof(where), fmt, ap);
+    va_end(ap);
+}
+
+static void report(bool ok, const char* name, const char* fmt, ...) {
+    printf("%s %s [%s] ", ok ? "PASS" : "FAIL", name, where);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+// Second-order slack of the first-order bounds (header comment).
+#define TOL_SLACK 1.05
+
+// The buffer against ref element by element (|got - ref| <= tol, NaN fails), and its
+// sentinels. One line: the largest error and the tolerance of that element; on failure
+// the first element out of tolerance as well.
+template <typename T>
+static void check(const char* name, const Buf<T>& b, const Vec& ref, const Vec& tol) {
+    Vec got = download(b);
+    double max_err = 0.0, tol_at_max = tol.empty() ? 0.0 : tol[0] * TOL_SLACK;
+    long bad = -1;
+    for (size_t i = 0; i < b.n; i++) {
+        double t = tol[i] * TOL_SLACK, e = fabs(got[i] - ref[i]);
+        if (!(e <= t) && bad < 0) bad = (long)i;
+        double ek = isnan(e) ? INFINITY : e;
+        if (ek > max_err) {
+            max_err = ek;
+            tol_at_max = t;
+        }
+    }
+    long at = 0;
+    bool intact = guards_intact(b, &at);
+    if (bad < 0 && intact) {
+        report(true, name, "(max err %.3g, tol %.3g)", max_err, tol_at_max);
+    } else if (bad >= 0) {
+        report(false, name, "(max err %.3g, tol %.3g): element %ld is %.9g, want %.9g +- %.3g%s", max_err, tol_at_max, bad,
+               got[bad], ref[bad], tol[bad] * TOL_SLACK, intact ? "" : "; sentinel overwritten too");
+    } else {
+        report(false, name, "(max err %.3g, tol %.3g): sentinel overwritten at element %ld of %zu", max_err, tol_at_max,
+               at, b.n);
+    }
+}
+
+// Scratch buffers are not compared, but nothing may be written outside them: one line per
+// kernel for all of its scratch buffers, naming the first damaged one.
+struct Scratch {
+    const char* name;
+    bool ok;
+    long at;
+};
+template <typename T>
+static Scratch scratch(const char* name, const Buf<T>& b) {
+    Scratch s = {name, true, 0};
+    s.ok = guards_intact(b, &s.at);
+    return s;
+}
+static void report_scratch(const char* what, std::initializer_list<Scratch> list) {
+    for (const Scratch& s : list) {
+        if (!s.ok) {
+            report(false, what, "(sentinel of %s overwritten at element %ld)", s.name, s.at);
+            return;
+        }
+    }
+    report(true, what, "(sentinels intact)");
+}
+
+// Waits for the stream; a device fault ends the test (it is sticky, as on a GPU).
+static void sync(cudaStream_t st, const char* what) {
+    cudaError_t e = cudaStreamSynchronize(st);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    die_on_error(e, what);
+}
+
+static Vec zeros(size_t n) { return Vec(n, 0.0); }
+
+// ============================================================================================
+// LayerNorm: y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + 1e-5), biased variance.
+// ============================================================================================
+static void test_layernorm(int B, int T, int C, cudaStream_t st) {
+    set_case("B=%d T=%d C=%d", B, T, C);
+    const int N = B * T;
+    const size_t NC = (size_t)N * C;
+    Buf<floatX> inp(NC), w(C), bias(C), out(NC), dout(NC), dinp(NC);
+    Buf<float> mean(N), rstd(N), dw(C), db(C);
+    // Rows with their own offset and spread, so that the mean subtraction and the variance
+    // matter; row 0 constant (variance 0: rstd = 1/sqrt(eps)).
+    Vec want(NC);
+    for (int r = 0; r < N; r++) {
+        double off = uni(-2, 2), spread = r == 0 ? 0.0 : uni(0.2, 3.0);
+        for (int c = 0; c < C; c++) want[(size_t)r * C + c] = off + spread * uni(-1, 1);
+    }
+    Vec x = upload(inp, want), wv = upload(w, rand_vec(C, -1.5, 1.5)), bv = upload(bias, rand_vec(C, -1, 1));
+
+    layernorm_forward(out.p, mean.p, rstd.p, inp.p, w.p, bias.p, B, T, C, st);
+    sync(st, "layernorm_forward");
+
+    Vec ro(NC), to(NC), rm(N), tm(N), rs(N), ts(N);
+    const double eps = 1e-5;
+    for (int r = 0; r < N; r++) {
+        const double* xr = &x[(size_t)r * C];
+        double sum = 0, asum = 0;
+        for (int c = 0; c < C; c++) sum += xr[c], asum += fabs(xr[c]);
+        double m = sum / C, var = 0;
+        for (int c = 0; c < C; c++) var += (xr[c] - m) * (xr[c] - m);
+        var /= C;
+        double s = 1.0 / sqrt(var + eps);
+        // The float mean is off by dm; the float variance then is var + dm^2 (the first-order
+        // cross term is the mean of x - m, 0) plus its own sum's rounding; rstd's relative
+        // error is half the variance's, plus sqrtf and the division (and 1e-5f != 1e-5).
+        double dm = sum_err(C + 1) * asum / C + FAST * fabs(m);
+        double ds = 0.5 * (sum_err(C + 4) * (var + eps) + dm * dm + 1e-12) / (var + eps) + 2 * U + 2 * FAST;
+        rm[r] = m, tm[r] = dm;
+        rs[r] = s, ts[r] = s * ds;
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)r * C + c;
+            double norm = (xr[c] - m) * s, y = norm * wv[c] + bv[c];
+            ro[i] = y;
+            // dm and rstd's error through the formula, 3 roundings, the +b rounding, floatX
+            to[i] = fabs(wv[c]) * s * dm + fabs(norm * wv[c]) * (ds + 3 * U) + (U + XR) * fabs(y);
+        }
+    }
+    check("layernorm_forward out", out, ro, to);
+    check("layernorm_forward mean", mean, rm, tm);
+    check("layernorm_forward rstd", rstd, rs, ts);
+
+    // Backward at the reference statistics (as floats, what the kernel reads), so that it is
+    // tested on its own. dinp, dweight and dbias accumulate: pre-filled, the reference adds.
+    Vec mf = upload(mean, rm), sf = upload(rstd, rs);
+    Vec dy = upload(dout, rand_vec(NC, -1, 1));
+    Vec pre_dx = upload(dinp, rand_vec(NC, -1, 1));
+    Vec pre_dw = upload(dw, rand_vec(C, -1, 1)), pre_db = upload(db, rand_vec(C, -1, 1));
+    const int chunks = colreduce_num_chunks(N);
+    Buf<float> partials((size_t)2 * chunks * C);  // exactly what layernorm_backward documents
+    layernorm_backward(dinp.p, dw.p, db.p, partials.p, dout.p, inp.p, w.p, mean.p, rstd.p, B, T, C, st);
+    sync(st, "layernorm_backward");
+
+    Vec rdx(NC), tdx(NC), rdw(pre_dw), mdw(C), rdb(pre_db), mdb(C);
+    for (int c = 0; c < C; c++) mdw[c] = fabs(pre_dw[c]), mdb[c] = fabs(pre_db[c]);
+    for (int r = 0; r < N; r++) {
+        double m = mf[r], s = sf[r], A = 0, Bm = 0, aA = 0, aB = 0;
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)r * C + c;
+            double norm = (x[i] - m) * s, dn = wv[c] * dy[i];
+            A += dn, Bm += dn * norm, aA += fabs(dn), aB += fabs(dn * norm);
+            rdw[c] += dy[i] * norm, mdw[c] += fabs(dy[i] * norm);
+            rdb[c] += dy[i], mdb[c] += fabs(dy[i]);
+        }
+        A /= C, Bm /= C, aA /= C, aB /= C;
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)r * C + c;
+            double norm = (x[i] - m) * s, dn = wv[c] * dy[i];
+            double g = (dn - A - norm * Bm) * s;
+            rdx[i] = pre_dx[i] + g;
+            // the two row means (gam of the row length, over their magnitudes), the
+            // elementwise chain, then dinp + g rounded in fp32 and stored as floatX
+            tdx[i] = s * (sum_err(C + 8) + FAST) * (fabs(dn) + aA + fabs(norm) * (fabs(Bm) + aB)) + gam(4) * fabs(g) +
+                     (U + XR) * fabs(rdx[i]);
+        }
+    }
+    Vec tdw(C), tdb(C);
+    // column sums over N rows (any chunking) plus the pre-filled value; each dy*norm term
+    // carries 3 roundings of its own
+    for (int c = 0; c < C; c++) tdw[c] = sum_err(N + 6) * mdw[c], tdb[c] = sum_err(N + 2) * mdb[c];
+    check("layernorm_backward dinp (+=)", dinp, rdx, tdx);
+    check("layernorm_backward dweight (+=)", dw, rdw, tdw);
+    check("layernorm_backward dbias (+=)", db, rdb, tdb);
+    report_scratch("layernorm_backward scratch", {scratch("partials", partials)});
+}
+
+// ============================================================================================
+// Linear: out = inp @ W^T + bias; dinp = dout @ W; dW += dout^T @ inp; db += colsum(dout).
+// ============================================================================================
+static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStream_t st) {
+    set_case("BT=%d C=%d OC=%d bias=%d skew=%d", BT, C, OC, (int)with_bias, skew);
+    Buf<floatX> inp((size_t)BT * C), weight((size_t)OC * C, skew), bias(OC, skew), out((size_t)BT * OC, skew);
+    Vec x = upload(inp, rand_vec((size_t)BT * C, -1, 1));
+    Vec W = upload(weight, rand_vec((size_t)OC * C, -1, 1));
+    Vec bv = upload(bias, rand_vec(OC, -1, 1));
+    matmul_forward(out.p, inp.p, weight.p, with_bias ? bias.p : NULL, BT, C, OC, st);
+    sync(st, "matmul_forward");
+    Vec ro((size_t)BT * OC), to((size_t)BT * OC);
+    for (int r = 0; r < BT; r++) {
+        for (int o = 0; o < OC; o++) {
+            double s = with_bias ? bv[o] : 0.0, mass = fabs(s);
+            for (int c = 0; c < C; c++) {
+                s += x[(size_t)r * C + c] * W[(size_t)o * C + c];
+                mass += fabs(x[(size_t)r * C + c] * W[(size_t)o * C + c]);
+            }
+            ro[(size_t)r * OC + o] = s;
+            to[(size_t)r * OC + o] = sum_err(C + 2) * mass + XR * fabs(s);  // fp32 dot + bias, one floatX store
+        }
+    }
+    check(with_bias ? "matmul_forward out (bias)" : "matmul_forward out (no bias)", out, ro, to);
+
+    Buf<floatX> dout((size_t)BT * OC), dinp((size_t)BT * C);  // dinp: poison, must be overwritten
+    Buf<float> dW((size_t)OC * C, skew), db(OC, skew);
+    const int chunks = colreduce_num_chunks(BT);
+    Buf<float> partials((size_t)chunks * OC);  // exactly what matmul_backward documents
+    Vec dy = upload(dout, rand_vec((size_t)BT * OC, -1, 1));
+    Vec pre_dW = upload(dW, rand_vec((size_t)OC * C, -1, 1)), pre_db = upload(db, rand_vec(OC, -1, 1));
+    matmul_backward(dinp.p, dW.p, with_bias ? db.p : NULL, partials.p, dout.p, inp.p, weight.p, BT, C, OC, st);
+    sync(st, "matmul_backward");
+
+    Vec rdx((size_t)BT * C), tdx((size_t)BT * C);
+    for (int r = 0; r < BT; r++) {
+        for (int c = 0; c < C; c++) {
+            double s = 0, mass = 0;
+            for (int o = 0; o < OC; o++) {
+                s += dy[(size_t)r * OC + o] * W[(size_t)o * C + c];
+                mass += fabs(dy[(size_t)r * OC + o] * W[(size_t)o * C + c]);
+            }
+            rdx[(size_t)r * C + c] = s;
+            tdx[(size_t)r * C + c] = sum_err(OC + 1) * mass + XR * fabs(s);
+        }
+    }
+    Vec rdW((size_t)OC * C), tdW((size_t)OC * C);
+    for (int o = 0; o < OC; o++) {
+        for (int c = 0; c < C; c++) {
+            double s = pre_dW[(size_t)o * C + c], mass = fabs(s);
+            for (int r = 0; r < BT; r++) {
+                s += dy[(size_t)r * OC + o] * x[(size_t)r * C + c];
+                mass += fabs(dy[(size_t)r * OC + o] * x[(size_t)r * C + c]);
+            }
+            rdW[(size_t)o * C + c] = s;
+            tdW[(size_t)o * C + c] = sum_err(BT + 2) * mass;  // fp32 output: no floatX rounding
+        }
+    }
+    check("matmul_backward dinp", dinp, rdx, tdx);
+    check("matmul_backward dweight (+=)", dW, rdW, tdW);
+    if (with_bias) {
+        Vec rdb(OC), tdb(OC);
+        for (int o = 0; o < OC; o++) {
+            double s = pre_db[o], mass = fabs(s);
+            for (int r = 0; r < BT; r++) s += dy[(size_t)r * OC + o], mass += fabs(dy[(size_t)r * OC + o]);
+            rdb[o] = s;
+            tdb[o] = sum_err(BT + 2) * mass;
+        }
+        check("matmul_backward dbias (+=)", db, rdb, tdb);
+    } else {
+        // dbias NULL (the tied classifier): nothing may touch the buffer.
+        check("matmul_backward dbias untouched (NULL)", db, pre_db, zeros(OC));
+    }
+    report_scratch("matmul_backward scratch", {scratch("partials", partials)});
+}
+
+// ============================================================================================
+// Causal self-attention: per (b, h): P = softmax_causal(q k^T / sqrt(hs)), out = P v.
+// ============================================================================================
+static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
+    set_case("B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    const int hs = C / NH;
+    const size_t btc = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    const double scale = 1.0 / sqrt((double)hs);
+    Buf<floatX> qkv(3 * btc), out(btc), att(natt), qkvr(3 * btc), vaccum(btc);
+    Buf<float> preatt(natt);
+    Vec X = upload(qkv, rand_vec(3 * btc, -1.5, 1.5));
+    auto at_qkv = [&](int b, int t, int part, int h, int d) {
+        return ((size_t)(b * T + t) * 3 + part) * C + (size_t)h * hs + d;
+    };
+    auto at_att = [&](int b, int h, int t1, int t2) { return (((size_t)b * NH + h) * T + t1) * T + t2; };
+    auto at_out = [&](int b, int t, int h, int d) { return (size_t)(b * T + t) * C + (size_t)h * hs + d; };
+
+    attention_forward(out.p, qkvr.p, vaccum.p, preatt.p, att.p, qkv.p, B, T, C, NH, st);
+    sync(st, "attention_forward");
+
+    Vec rp(natt, 0.0), tp(natt, 0.0), ro(btc), to(btc);
+    std::vector<double> pre(T), S(T);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                double mx = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    double s = 0, a = 0;
+                    for (int d = 0; d < hs; d++) {
+                        double qk = X[at_qkv(b, t, 0, h, d)] * X[at_qkv(b, t2, 1, h, d)];
+                        s += qk, a += fabs(qk);
+                    }
+                    pre[t2] = scale * s, S[t2] = a;
+                    mx = fmax(mx, pre[t2]);
+                }
+                // Each exponent's argument: the gemm (sum_err(hs) * mass, times the scale), the
+                // float scale (1.0f/sqrtf: 2U) and its product (U), the max subtracted (U of
+                // the difference), expf (2 ulp = 4U). A probability's relative error is at
+                // most its own argument's plus the weighted mean of all (the normaliser),
+                // plus the float sum and the division.
+                double sum = 0, E = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    sum += exp(pre[t2] - mx);
+                    double e = 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + 4 * U + FAST;
+                    E = fmax(E, e);
+                }
+                double relp = 2 * E + sum_err(t + 5) + 2 * FAST;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    double p = exp(pre[t2] - mx) / sum;
+                    rp[at_att(b, h, t, t2)] = p;
+                    tp[at_att(b, h, t, t2)] = (relp + XR) * p;  // att is stored as floatX
+                }
+                // Above the diagonal: exactly 0 (rp, tp already 0).
+                for (int d = 0; d < hs; d++) {
+                    double s = 0, M = 0;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        double p = rp[at_att(b, h, t, t2)], v = X[at_qkv(b, t2, 2, h, d)];
+                        s += p * v, M += p * fabs(v);
+                    }
+                    ro[at_out(b, t, h, d)] = s;
+                    // the probabilities' errors (float and, in BF16, the floatX att the gemm
+                    // reads: XR * sum p|v|, i.e. up to 2^-8 max|v|), the gemm over T, the store
+                    to[at_out(b, t, h, d)] = (relp + XR + sum_err(T + 3)) * M + XR * fabs(s);
+                }
+            }
+        }
+    }
+    check("attention_forward out", out, ro, to);
+    check("attention_forward att", att, rp, tp);
+    report_scratch("attention_forward scratch",
+                   {scratch("qkvr", qkvr), scratch("vaccum", vaccum), scratch("preatt", preatt)});
+
+    // Backward, on its own: att is the reference softmax stored as floatX (what the
+    // forward keeps), and the reference uses those stored values, as the kernel does.
+    Buf<floatX> att_in(natt), dout(btc), dqkv(3 * btc), dqkvr(3 * btc), dout_perm(btc), dpreatt(natt);
+    Buf<float> datt(natt);
+    Vec A = upload(att_in, rp);
+    Vec dy = upload(dout, rand_vec(btc, -1, 1));
+    attention_backward(dqkv.p, qkvr.p, dqkvr.p, dout_perm.p, datt.p, dpreatt.p, dout.p, qkv.p, att_in.p, B, T, C, NH,
+                       st);
+    sync(st, "attention_backward");
+
+    Vec rd(3 * btc, 0.0), td(3 * btc, 0.0);
+    Vec dpre((size_t)T * T), Ed((size_t)T * T);  // one (b, h): dpreatt and its error bound
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t1 = 0; t1 < T; t1++) {
+                std::vector<double> da(t1 + 1), Sdv(t1 + 1);
+                double dot = 0, Adot = 0, Edot = 0;
+                for (int t2 = 0; t2 <= t1; t2++) {
+                    double s = 0, a = 0;
+                    for (int d = 0; d < hs; d++) {
+                        double dv = dy[at_out(b, t1, h, d)] * X[at_qkv(b, t2, 2, h, d)];
+                        s += dv, a += fabs(dv);
+                    }
+                    da[t2] = s, Sdv[t2] = a;
+                    double p = A[at_att(b, h, t1, t2)];
+                    dot += p * s, Adot += p * fabs(s), Edot += p * sum_err(hs) * a;
+                }
+                Edot += sum_err(t1 + 2) * Adot;  // datt's gemm errors through the dot, and its sum
+                for (int t2 = 0; t2 < T; t2++) {
+                    size_t k = (size_t)t1 * T + t2;
+                    if (t2 > t1) {
+                        dpre[k] = 0, Ed[k] = 0;
+                        continue;
+                    }
+                    double p = A[at_att(b, h, t1, t2)];
+                    dpre[k] = scale * p * (da[t2] - dot);
+                    // datt's gemm, the dot, the subtraction; the float scale, 3 products; the
+                    // floatX store of dpreatt (an intermediate the next gemms read)
+                    Ed[k] = scale * p * (sum_err(hs) * Sdv[t2] + Edot + U * fabs(da[t2] - dot)) +
+                            (gam(5) + FAST + XR) * fabs(dpre[k]);
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                for (int d = 0; d < hs; d++) {
+                    double q = 0, qm = 0, qe = 0, kk = 0, km = 0, ke = 0, v = 0, vm = 0;
+                    for (int o = 0; o < T; o++) {
+                        // dq[t] = sum_o dpre[t,o] k[o]; dk[t] = sum_o dpre[o,t] q[o]; dv[t] = sum_o att[o,t] dout[o]
+                        double kv = X[at_qkv(b, o, 1, h, d)], qv = X[at_qkv(b, o, 0, h, d)];
+                        q += dpre[(size_t)t * T + o] * kv, qm += fabs(dpre[(size_t)t * T + o] * kv);
+                        qe += Ed[(size_t)t * T + o] * fabs(kv);
+                        kk += dpre[(size_t)o * T + t] * qv, km += fabs(dpre[(size_t)o * T + t] * qv);
+                        ke += Ed[(size_t)o * T + t] * fabs(qv);
+                        double p = A[at_att(b, h, o, t)], g = dy[at_out(b, o, h, d)];
+                        v += p * g, vm += fabs(p * g);
+                    }
+                    rd[at_qkv(b, t, 0, h, d)] = q, td[at_qkv(b, t, 0, h, d)] = qe + sum_err(T + 2) * qm + XR * fabs(q);
+                    rd[at_qkv(b, t, 1, h, d)] = kk, td[at_qkv(b, t, 1, h, d)] = ke + sum_err(T + 2) * km + XR * fabs(kk);
+                    rd[at_qkv(b, t, 2, h, d)] = v, td[at_qkv(b, t, 2, h, d)] = sum_err(T + 2) * vm + XR * fabs(v);
+                }
+            }
+        }
+    }
+    check("attention_backward dqkv", dqkv, rd, td);
+    report_scratch("attention_backward scratch", {scratch("qkvr", qkvr), scratch("dqkvr", dqkvr),
+                                                  scratch("dout_perm", dout_perm), scratch("datt", datt),
+                                                  scratch("dpreatt", dpreatt)});
+}
+
+// ============================================================================================
+// GELU, tanh approximation: y = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+// ============================================================================================
+static void test_gelu(size_t n, cudaStream_t st) {
+    set_case("n=%zu", n);
+    Buf<floatX> inp(n), out(n), grad(n);
+    Vec want = rand_vec(n, -6, 6);
+    const double special[] = {0.0, -0.0, 1.0, -1.0, 0.5, -3.0, 6.0, -6.0, 1e-4, -1e-4};
+    for (size_t i = 0; i < n && i < sizeof(special) / sizeof(special[0]); i++) want[i] = special[i];
+    Vec x = upload(inp, want);
+    gelu_forward(out.p, inp.p, n, st);
+    sync(st, "gelu_forward");
+
+    const double GS = sqrt(2.0 / M_PI), K = 0.044715;
+    Vec ry(n), ty(n), rg(n), tg(n);
+    Vec dy = upload(grad, rand_vec(n, -1, 1));  // dout, overwritten in place by dinp
+    for (size_t i = 0; i < n; i++) {
+        double xi = x[i], u = GS * (xi + K * xi * xi * xi), th = tanh(u);
+        double y = 0.5 * xi * (1 + th);
+        // u in float: 6 roundings (constants included); tanhf: 2 ulp = 4U (or tanh.approx)
+        double dth = (1 - th * th) * 6 * U * fabs(u) + (4 * U + FAST_TANH) * fabs(th);
+        ry[i] = y;
+        ty[i] = 0.5 * fabs(xi) * dth + (3 * U + XR) * fabs(y);
+        // d/dx: (1 + tanh u)/2 + x/2 sech^2(u) du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+        double sech2 = 1 - th * th, dudx = GS * (1 + 3 * K * xi * xi);
+        double t1 = 0.5 * (1 + th), t2 = 0.5 * xi * sech2 * dudx, g = t1 + t2;
+        // sech2 = 1 - th*th in float: 2|th| dth + 2U absolute; the second term: 8 roundings
+        double dg = 0.5 * dth + U * t1 + 8 * U * fabs(t2) + fabs(0.5 * xi * dudx) * (2 * fabs(th) * dth + 2 * U) +
+                    U * fabs(g);
+        rg[i] = g * dy[i];
+        tg[i] = dg * fabs(dy[i]) + (U + XR) * fabs(rg[i]);
+    }
+    check("gelu_forward out", out, ry, ty);
+    // In place, as the trainer calls it: dinp == dout.
+    gelu_backward(grad.p, inp.p, grad.p, n, st);
+    sync(st, "gelu_backward");
+    check("gelu_backward dinp (aliasing dout)", grad, rg, tg);
+}
+
+// ============================================================================================
+// Embeddings: out[b,t] = wte[tok[b,t]] + wpe[t]; dwte[v] += sum over positions of token v,
+// dwpe[t] += sum over b.
+// ============================================================================================
+static void test_encoder(int B, int T, int C, int V, cudaStream_t st) {
+    set_case("B=%d T=%d C=%d V=%d", B, T, C, V);
+    const int BT = B * T;
+    const size_t n = (size_t)BT * C;
+    Buf<floatX> wte((size_t)V * C), wpe((size_t)T * C), out(n), dout(n);
+    Buf<int> tok(BT);
+    Buf<float> dwte((size_t)V * C), dwpe((size_t)T * C);
+    std::vector<int> h_tok(BT);
+    // Few distinct tokens for many positions (repeats), the last row of wte used.
+    for (int i = 0; i < BT; i++) h_tok[i] = rand_int(V < 8 ? V : V / 4);
+    h_tok[BT - 1] = V - 1;
+    Vec tv(BT);
+    for (int i = 0; i < BT; i++) tv[i] = h_tok[i];
+    upload(tok, tv);
+    Vec E = upload(wte, rand_vec((size_t)V * C, -1, 1)), P = upload(wpe, rand_vec((size_t)T * C, -1, 1));
+    encoder_forward(out.p, tok.p, wte.p, wpe.p, B, T, C, st);
+    sync(st, "encoder_forward");
+    Vec ro(n), to(n);
+    for (int bt = 0; bt < BT; bt++) {
+        for (int c = 0; c < C; c++) {
+            double y = E[(size_t)h_tok[bt] * C + c] + P[(size_t)(bt % T) * C + c];
+            ro[(size_t)bt * C + c] = y;
+            to[(size_t)bt * C + c] = (U + XR) * fabs(y);
+        }
+    }
+    check("encoder_forward out", out, ro, to);
+
+    // Backward as the model runs it: one plan, rebuilt every micro-step; two micro-steps
+    // with different tokens accumulate into the same gradients.
+    Vec rwte = upload(dwte, rand_vec((size_t)V * C, -1, 1)), rwpe = upload(dwpe, rand_vec((size_t)T * C, -1, 1));
+    Vec mwte(rwte.size()), mwpe(rwpe.size());
+    std::vector<int> cnt_wte(V, 0);
+    for (size_t i = 0; i < rwte.size(); i++) mwte[i] = fabs(rwte[i]);
+    for (size_t i = 0; i < rwpe.size(); i++) mwpe[i] = fabs(rwpe[i]);
+    EncoderBackwardPlan plan;
+    encoder_plan_init(&plan, BT);
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) {
+            for (int i = 0; i < BT; i++) h_tok[i] = rand_int(V);
+            h_tok[0] = V - 1;
+        }
+        Vec dy = upload(dout, rand_vec(n, -1, 1));
+        encoder_plan_build(&plan, h_tok.data(), BT, st);
+        encoder_backward(dwte.p, dwpe.p, dout.p, &plan, B, T, C, st);
+        sync(st, "encoder_backward");
+        for (int bt = 0; bt < BT; bt++) {
+            cnt_wte[h_tok[bt]]++;
+            for (int c = 0; c < C; c++) {
+                double g = dy[(size_t)bt * C + c];
+                rwte[(size_t)h_tok[bt] * C + c] += g, mwte[(size_t)h_tok[bt] * C + c] += fabs(g);
+                rwpe[(size_t)(bt % T) * C + c] += g, mwpe[(size_t)(bt % T) * C + c] += fabs(g);
+            }
+        }
+        // Each accumulated element: a float sum of (its count + the pre-fill + one add per
+        // micro-step) terms. Rows of unused tokens must come back bit for bit.
+        Vec twte(rwte.size()), twpe(rwpe.size());
+        for (int v = 0; v < V; v++)
+            for (int c = 0; c < C; c++) twte[(size_t)v * C + c] = sum_err(cnt_wte[v] + 2 * (step + 1)) * mwte[(size_t)v * C + c];
+        for (size_t i = 0; i < twpe.size(); i++) twpe[i] = sum_err(B * (step + 1) + 2 * (step + 1)) * mwpe[i];
+        check(step == 0 ? "encoder_backward dwte (+=)" : "encoder_backward dwte (+=, 2nd micro-step)", dwte, rwte, twte);
+        check(step == 0 ? "encoder_backward dwpe (+=)" : "encoder_backward dwpe (+=, 2nd micro-step)", dwpe, rwpe, twpe);
+    }
+    encoder_plan_free(&plan);
+}
+
+// ============================================================================================
+// Softmax cross-entropy over the V real columns of Vp: lse = log sum exp, loss = lse - x[target];
+// dlogits = (softmax - onehot) * dloss, 0 in the padding.
+// ============================================================================================
+static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st) {
+    set_case("BT=%d V=%d Vp=%d", BT, V, Vp);
+    const size_t n = (size_t)BT * Vp;
+    Buf<floatX> logits(n);
+    Buf<int> targets(BT);
+    Buf<float> losses(BT), lse(BT), mean(1);
+    std::vector<int> tgt(BT);
+    Vec tv(BT), want(n);
+    for (int r = 0; r < BT; r++) {
+        tgt[r] = r == 0 ? V - 1 : r == 1 ? 0 : rand_int(V);
+        tv[r] = tgt[r];
+        for (int v = 0; v < Vp; v++) {
+            // Padding holds a large value: included anywhere, it would dominate.
+            double x = v >= V ? 50.0 : r % 7 == 3 ? 0.75 : uni(-4, 4);  // row 3: all equal
+            if (v == tgt[r] && r % 5 == 2) x = 9.0;                      // peaked rows: loss ~ 0
+            want[(size_t)r * Vp + v] = x;
+        }
+    }
+    upload(targets, tv);
+    Vec X = upload(logits, want);
+
+    Vec rl(BT), tl(BT), rlse(BT), tlse(BT);
+    for (int r = 0; r < BT; r++) {
+        const double* x = &X[(size_t)r * Vp];
+        double mx = -INFINITY, mn = INFINITY;
+        for (int v = 0; v < V; v++) mx = fmax(mx, x[v]), mn = fmin(mn, x[v]);
+        double S = 0;
+        for (int v = 0; v < V; v++) S += exp(x[v] - mx);
+        double L = mx + log(S);
+        rlse[r] = L, rl[r] = L - x[tgt[r]];
+        // The sum of exps: each term's argument rounding (U of x - max), expf (4U), the
+        // float sum over V; logf (2U of its result); the final + (U); __logf's absolute error.
+        double dS = U * (mx - mn) + 4 * U + FAST + sum_err(V);
+        tlse[r] = dS + 2 * U * fabs(log(S)) + FAST * (1 + fabs(log(S))) + U * fabs(L);
+        tl[r] = tlse[r] + U * fabs(rl[r]);
+    }
+    // Call 1 overwrites the mean (pre-filled with NaN); call 2 adds to it, as the model does.
+    for (int call = 0; call < 2; call++) {
+        Vec prev = download(mean);
+        crossentropy_forward(losses.p, lse.p, mean.p, call, logits.p, targets.p, BT, V, Vp, st);
+        sync(st, "crossentropy_forward");
+        check("crossentropy_forward losses", losses, rl, tl);
+        check("crossentropy_forward lse", lse, rlse, tlse);
+        // The mean of the losses the kernel wrote (so this checks mean_loss alone): summed
+        // in double, rounded to float (U), then added in float (U).
+        Vec got = download(losses);
+        double m = 0;
+        for (int r = 0; r < BT; r++) m += got[r];
+        m /= BT;
+        Vec rm(1, call ? prev[0] + m : m), tm(1, U * fabs(m) + (call ? U * fabs(rm[0]) : 0.0));
+        check(call ? "crossentropy_forward mean loss (accumulate=1)" : "crossentropy_forward mean loss (accumulate=0)",
+              mean, rm, tm);
+    }
+    check("crossentropy_forward leaves logits intact", logits, X, zeros(n));
+
+    // Backward in place, from the reference lse (as float, what the kernel reads).
+    Vec L = upload(lse, rlse);
+    const float dloss = 1.0f / (float)BT;
+    crossentropy_backward(logits.p, lse.p, targets.p, dloss, BT, V, Vp, st);
+    sync(st, "crossentropy_backward");
+    Vec rg(n, 0.0), tg(n, 0.0);  // padding: exactly 0
+    for (int r = 0; r < BT; r++) {
+        for (int v = 0; v < V; v++) {
+            size_t i = (size_t)r * Vp + v;
+            double p = exp(X[i] - L[r]), ind = v == tgt[r] ? 1.0 : 0.0, g = (p - ind) * (double)dloss;
+            rg[i] = g;
+            // x - lse rounded (U of it), expf, the subtraction, the product, the store
+            tg[i] = (double)dloss * (p * (U * fabs(X[i] - L[r]) + 4 * U + FAST) + U * fabs(p - ind)) + (U + XR) * fabs(g);
+        }
+    }
+    check("crossentropy_backward dlogits (in place, padding 0)", logits, rg, tg);
+}
+
+// ============================================================================================
+// Residual: out = a + b.
+// ============================================================================================
+static void test_residual(size_t n, cudaStream_t st) {
+    set_case("n=%zu", n);
+    Buf<floatX> a(n), b(n), out(n);
+    Vec A = upload(a, rand_vec(n, -2, 2)), Bv = upload(b, rand_vec(n, -2, 2));
+    residual_forward(out.p, a.p, b.p, n, st);
+    sync(st, "residual_forward");
+    Vec r(n), t(n);
+    for (size_t i = 0; i < n; i++) r[i] = A[i] + Bv[i], t[i] = (U + XR) * fabs(r[i]);
+    check("residual_forward out", out, r, t);
+}
+
+// ============================================================================================
+// Global L2 norm of the fp32 gradients and the clip factor clip/norm (1 when norm <= clip or
+// clip <= 0).
+// ============================================================================================
+static void test_global_norm(size_t n, cudaStream_t st) {
+    set_case("n=%zu", n);
+    Buf<float> g(n), norm(1), factor(1);
+    Buf<double> partials(GLOBAL_NORM_BLOCKS);
+    Vec want = rand_vec(n, -1, 1);
+    for (size_t i = 0; i < n; i += 97) want[i] *= 1e-3;  // magnitudes that differ
+    Vec G = upload(g, want);
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += G[i] * G[i];
+    const double ref_norm = sqrt(ss);
+    // clip off; clip active (half the norm); clip inactive (twice the norm)
+    const float clips[3] = {0.0f, n ? (float)(0.5 * ref_norm) : 1.0f, (float)(2 * ref_norm + 1)};
+    const char* names[3] = {"clip off", "clip active", "clip inactive"};
+    for (int k = 0; k < 3; k++) {
+        global_norm(norm.p, factor.p, partials.p, g.p, n, clips[k], st);
+        sync(st, "global_norm");
+        // Double accumulation (error ~ n 2^-53, negligible), one rounding to float.
+        Vec rn(1, ref_norm), tn(1, U * ref_norm + n * 0x1p-52 * ref_norm);
+        char name[96];
+        snprintf(name, sizeof(name), "global_norm norm (%s)", names[k]);
+        check(name, norm, rn, tn);
+        bool active = clips[k] > 0.0f && ref_norm > clips[k];
+        // clip / norm in float: the norm's rounding and the division's; exactly 1 otherwise
+        Vec rf(1, active ? clips[k] / ref_norm : 1.0), tf(1, active ? (3 * U + FAST) * rf[0] : 0.0);
+        snprintf(name, sizeof(name), "global_norm clip factor (%s)", names[k]);
+        check(name, factor, rf, tf);
+        snprintf(name, sizeof(name), "global_norm scratch (%s)", names[k]);
+        report_scratch(name, {scratch("partials", partials)});
+    }
+}
+
+// ============================================================================================
+// AdamW (PyTorch's torch.optim.AdamW, decoupled weight decay, bias correction), written from
+// the definition: g *= clip factor; p -= lr wd p (decaying tensors); m = b1 m + (1-b1) g;
+// v = b2 v + (1-b2) g^2; p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps);
+// params = floatX(p) (round to nearest even).
+// ============================================================================================
+static void test_adamw(size_t n, int decays, float grad_scale, cudaStream_t st) {
+    set_case("n=%zu decays=%d grad_scale=%g", n, decays, grad_scale);
+    Buf<floatX> params(n);
+    Buf<float> master(n), grads(n), m(n), v(n), gscale(1);
+    const float lr = 0.01f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    Vec P = upload(master, rand_vec(n, -1, 1));
+    Vec M = upload(m, rand_vec(n, -0.1, 0.1));
+    Vec Vv = upload(v, rand_vec(n, 0, 0.01));
+    upload(gscale, Vec(1, grad_scale));
+    for (int t = 3; t <= 4; t++) {  // two consecutive steps, the second from the first's state
+        Vec want = rand_vec(n, -1, 1);
+        for (size_t i = 0; i < n; i += 5) want[i] *= 1e-6;  // tiny gradients: eps matters
+        if (n > 3) want[3] = 0.0;
+        Vec G = upload(grads, want);
+        // The step's fields by their meaning in llmc/adamw.h (not through its helper).
+        AdamWStep s;
+        s.lr = lr, s.beta1 = b1, s.beta2 = b2, s.eps = eps, s.weight_decay = wd;
+        s.beta1_correction = (float)(1.0 - pow((double)b1, t));
+        s.beta2_correction = (float)(1.0 - pow((double)b2, t));
+        s.grad_scale = NAN;  // the kernel must take the factor from device memory
+        adamw_update(params.p, master.p, grads.p, m.p, v.p, n, &s, gscale.p, decays, st);
+        sync(st, "adamw_update");
+
+        const double c1 = 1.0 - pow((double)b1, t), c2 = 1.0 - pow((double)b2, t);
+        const double LR = lr, B1 = b1, B2 = b2, EPS = eps, WD = wd;
+        Vec rp(n), tp(n), rm(n), tm(n), rv(n), tv(n);
+        for (size_t i = 0; i < n; i++) {
+            double g = G[i] * (double)grad_scale;
+            double p = P[i], dec = decays ? LR * WD * p : 0.0;
+            p -= dec;
+            double mn = B1 * M[i] + (1 - B1) * g, vn = B2 * Vv[i] + (1 - B2) * g * g;
+            double denom = sqrt(vn / c2) + EPS, upd = LR * (mn / c1) / denom;
+            rm[i] = mn, rv[i] = vn, rp[i] = p - upd;
+            // m, v: the scaled gradient, two products, the sum (v's terms are >= 0: no
+            // cancellation, so v is relatively accurate; m may cancel: absolute bound).
+            tm[i] = 4 * U * (fabs(B1 * M[i]) + fabs((1 - B1) * g));
+            tv[i] = 6 * U * (fabs(B2 * Vv[i]) + fabs((1 - B2) * g * g));
+            // p: the decay (3 roundings), m's absolute error through the update, the update's
+            // relative error (the float corrections, v/2 through sqrt, divisions, eps, lr:
+            // 12U), the final subtraction.
+            tp[i] = U * fabs(p) + 2 * U * fabs(dec) + LR * tm[i] / (c1 * denom) + (12 * U + 4 * FAST) * fabs(upd) +
+                    U * fabs(rp[i]);
+        }
+        char name[64];
+        snprintf(name, sizeof(name), "adamw_update master (t=%d)", t);
+        check(name, master, rp, tp);
+        snprintf(name, sizeof(name), "adamw_update m (t=%d)", t);
+        check(name, m, rm, tm);
+        snprintf(name, sizeof(name), "adamw_update v (t=%d)", t);
+        check(name, v, rv, tv);
+        // params: exactly the kernel's own master rounded to floatX (nearest even).
+        P = download(master), M = download(m), Vv = download(v);
+        Vec rx(n);
+        for (size_t i = 0; i < n; i++) rx[i] = round_x((float)P[i]);
+        snprintf(name, sizeof(name), "adamw_update params = floatX(master) (t=%d)", t);
+        check(name, params, rx, zeros(n));
+    }
+}
+
+// floatX(master), round to nearest even: ties both ways, carries into the exponent, signs.
+static void test_copy_master(size_t n, cudaStream_t st) {
+    set_case("n=%zu", n);
+    Buf<float> master(n);
+    Buf<floatX> params(n);
+    Vec want(n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t hi = 0x3c00u + (uint32_t)rand_int(0x0600);  // |x| in about [2^-7, 2^5)
+        uint32_t lo;
+        switch (i % 6) {
+            case 0: lo = 0x8000u; break;                           // tie: to even
+            case 1: lo = 0x7fffu; break;                           // just below a tie
+            case 2: lo = 0x8001u; break;                           // just above
+            case 3: lo = 0xffffu; hi |= 0x7fu; break;              // rounds up into the exponent
+            default: lo = (uint32_t)rand_int(0x10000); break;
+        }
+        uint32_t bits = (hi << 16) | lo | (i % 4 == 1 ? 0x80000000u : 0u);
+        float f;
+        memcpy(&f, &bits, 4);
+        want[i] = f;
+    }
+    Vec Mv = upload(master, want);
+    copy_master_to_params(params.p, master.p, n, st);
+    sync(st, "copy_master_to_params");
+    Vec r(n);
+    for (size_t i = 0; i < n; i++) r[i] = round_x((float)Mv[i]);
+    check("copy_master_to_params params = floatX(master)", params, r, zeros(n));
+}
+
+int main(void) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cuda_select_device(0);
+    cuda_libs_init();
+    cudaStream_t st;
+    cudaCheck(cudaStreamCreate(&st));
+    printf("test_kernels_cuda: floatX = %s, device %s\n", PRECISION_NAME, cuda_libs.device_name);
+
+    // Shapes: sizes that are not multiples of the warps per block (8), the 32-column
+    // tiles, the 256-thread blocks or the 64-row chunks; the last LayerNorm / matmul case
+    // has more than 256 * 64 rows, so the column reductions cap their chunk count.
+    test_layernorm(2, 37, 72, st);
+    test_layernorm(1, 5, 200, st);
+    test_layernorm(1, 1, 32, st);
+    test_layernorm(3, 45, 768, st);
+    test_layernorm(7, 2345, 40, st);
+
+    test_matmul(37, 72, 200, true, 0, st);
+    test_matmul(37, 72, 200, false, 0, st);
+    test_matmul(130, 64, 96, true, 8, st);  // views 16 (bf16) or 32 (fp32) bytes aligned, not 128
+    test_matmul(5, 33, 17, true, 0, st);
+    test_matmul(1, 1, 1, true, 0, st);
+    test_matmul(16, 768, 50, false, 0, st);
+    test_matmul(16415, 8, 40, true, 0, st);
+
+    test_attention(2, 37, 72, 3, st);
+    test_attention(1, 128, 64, 4, st);
+    test_attention(3, 1, 32, 2, st);
+    test_attention(1, 9, 12, 2, st);
+    test_attention(2, 65, 48, 1, st);
+
+    test_gelu(1, st);
+    test_gelu(255, st);
+    test_gelu(257, st);
+    test_gelu(4099, st);
+
+    test_encoder(2, 37, 72, 50, st);
+    test_encoder(4, 64, 300, 3, st);
+    test_encoder(1, 1, 8, 5, st);
+
+    test_crossentropy(37, 200, 256, st);
+    test_crossentropy(5, 3001, 3072, st);
+    test_crossentropy(6, 65, 72, st);
+    test_crossentropy(1, 1, 8, st);
+
+    test_residual(1, st);
+    test_residual(257, st);
+    test_residual(4099, st);
+
+    test_global_norm(0, st);
+    test_global_norm(1, st);
+    test_global_norm(1000, st);
+    test_global_norm((size_t)GLOBAL_NORM_BLOCKS * GLOBAL_NORM_THREADS + 37, st);  // beyond one grid-stride round
+
+    test_adamw(1, 1, 1.0f, st);
+    test_adamw(257, 1, 1.0f, st);
+    test_adamw(1000, 0, 0.37f, st);
+    test_copy_master(1, st);
+    test_copy_master(1000, st);
+
+    cudaCheck(cudaStreamDestroy(st));
+    cuda_libs_free();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("%d passed, %d failed (%.1f s)\n", n_pass, n_fail, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+    return n_fail ? 1 : 0;
+}
