@@ -120,10 +120,11 @@ struct BlockRun {
     // Threads start on runners: a runner fiber runs one thread after another (in the start
     // order) on its stack until one of them blocks; that one keeps the stack, and a new
     // runner starts the rest. So a thread that never waits costs a call, not a switch.
-    std::vector<int> start_order;
+    std::vector<int> start_order;  // empty in forward order (thread k starts k-th)
     int next_start;
-    int free_stacks[kStacks], num_free;
+    int free_stacks[kStacks], num_free, fresh_stacks;  // given back, and never used yet
     int new_runner_stack;  // the stack the runner being started runs on
+    const uint3* tids;     // each thread's threadIdx (the same for every block)
     std::vector<std::pair<void*, size_t>> shared;  // static __shared__ seen this block
     size_t shared_bytes;
     std::string fault;  // set when the block cannot go on
@@ -194,9 +195,10 @@ static void fiber_main() {
     int stack = b->new_runner_stack;
     void* idle_sp;
     while (b->next_start < b->count) {
-        int i = b->start_order[b->next_start++];
+        int k = b->next_start++;
+        int i = b->start_order.empty() ? k : b->start_order[k];
         b->current = i;
-        coords.thread_idx = b->fibers[i].tid;
+        coords.thread_idx = b->tids[i];
         b->fibers[i].state = RUNNABLE;
         b->launch->run(b->launch->payload.get());
         b->fibers[b->current].state = DONE;
@@ -420,26 +422,25 @@ static uint64_t launch_counter;
 
 static void run_block(BlockRun* b, uint64_t seed) {
     WorkerState* w = worker;
-    const dim3& bd = b->launch->block;
     for (int i = 0; i < b->count; i++) {
         Fiber& f = w->fibers[i];
         f.state = NOT_STARTED;
-        f.tid = make_uint3(i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y));
+        f.tid = b->tids[i];
         f.value = 0;
     }
     b->done = b->at_barrier = b->at_warps = 0;
     memset(b->at_warp, 0, sizeof(b->at_warp));
-    b->num_free = 0;
-    for (int k = kStacks - 1; k >= 0; k--) b->free_stacks[b->num_free++] = k;
+    b->num_free = b->fresh_stacks = 0;
     if (b->launch->shmem) memset(w->dynamic_shared.data(), 0xff, b->launch->shmem);
     std::vector<int> order;
     coords.block_idx = b->block;
-    make_order(b->start_order, b->count, seed * 1000003u);
+    if (order_setting() == ORDER_FORWARD) b->start_order.clear();
+    else make_order(b->start_order, b->count, seed * 1000003u);
     b->next_start = 0;
     for (uint64_t round = 0;; round++) {
         if (round == 0) {  // start every thread, in the start order
             while (b->next_start < b->count) {
-                b->new_runner_stack = b->free_stacks[--b->num_free];
+                b->new_runner_stack = b->num_free ? b->free_stacks[--b->num_free] : b->fresh_stacks++;
                 cudacpu_switch_context(&b->scheduler_sp, fiber_prepare(b->new_runner_stack));
             }
         } else {
@@ -482,6 +483,11 @@ static void run_kernel(const Launch* L) {
     b.launch = L;
     b.fibers = w->fibers;
     b.count = count;
+    std::vector<uint3> tids(count);
+    for (int i = 0; i < count; i++) {
+        tids[i] = make_uint3(i % L->block.x, (i / L->block.x) % L->block.y, i / (L->block.x * L->block.y));
+    }
+    b.tids = tids.data();
     sigjmp_buf escape;
     if (sigsetjmp(escape, 1) != 0) {  // a memory fault inside the kernel (see kernel_fault_escape)
         w->block = nullptr;
