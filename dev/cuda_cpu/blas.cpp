@@ -474,6 +474,12 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
 
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
     if (!handle) return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasDestroy", "handle is NULL");
+    // The handle still uses its stream while it is released (its workspace is freed in
+    // stream order): a stream destroyed first is a use after free on a GPU.
+    if (!cudacpu::stream_alive(handle->stream)) {
+        return fail(CUBLAS_STATUS_INTERNAL_ERROR, "cublasDestroy",
+                    "the handle is bound to a stream that was destroyed (cublasSetStream): destroy the handle first");
+    }
     cudaDeviceSynchronize();  // documented: destroying a handle synchronizes the device
     delete handle;
     return CUBLAS_STATUS_SUCCESS;

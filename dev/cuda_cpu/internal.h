@@ -75,6 +75,8 @@ struct DeviceAccess {
 cudaError_t enqueue(cudaStream_t s, const char* label, std::function<void()> fn);
 // The stream whose operation the calling thread is running now (NULL when not inside one).
 cudaStream_t current_stream();
+// Whether h names a stream that can take work (the default streams always can).
+bool stream_alive(cudaStream_t h);
 
 // ---- devices ------------------------------------------------------------------------
 // The device the calling host thread has selected (cudaSetDevice), 0 by default.

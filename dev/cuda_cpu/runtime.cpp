@@ -401,6 +401,12 @@ static Stream* resolve_locked(cudaStream_t h) {
     return s;
 }
 
+bool stream_alive(cudaStream_t h) {
+    streams();
+    std::lock_guard<std::mutex> g(S->mu);
+    return resolve_locked(h) != nullptr;
+}
+
 // Lets a lazy stream run up to seq, and what that work waits for (its deps do it as they come).
 static void release_locked(Stream* s, uint64_t seq) {
     if (seq > s->released) {

@@ -459,6 +459,14 @@ int main(void) {
     test_errors(lt);
     test_helpers(h);
     check(cublasLtDestroy(lt) == CUBLAS_STATUS_SUCCESS && cublasDestroy(h) == CUBLAS_STATUS_SUCCESS, "destroy handles");
+    // A handle outliving the stream it is bound to (train_gpt2.cu's teardown once did this).
+    cublasHandle_t bound = nullptr;
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    cublasCreate(&bound);
+    cublasSetStream(bound, st);
+    cudaStreamDestroy(st);
+    check(cublasDestroy(bound) == CUBLAS_STATUS_INTERNAL_ERROR, "cublasDestroy of a handle whose stream was destroyed first: refused");
     printf("%s\n", g_failed ? "test_blas: FAILED" : "test_blas: all passed");
     return g_failed;
 }
