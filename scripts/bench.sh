@@ -7,6 +7,8 @@
 #  2. ZeRO-1 vs replicated at np=2 (train_gpt2 built with USE_ZERO1=1):
 #     step time ratio, optimizer-state bytes per rank ratio, and the milliseconds per step
 #     blocked on communication with overlap on vs off.
+#  3. the CPU execution layer for CUDA: emulated device threads per second (elementwise,
+#     barrier-heavy, shuffle-heavy kernels), elementwise against a plain host loop.
 # Runs alternate (A B A B ...) so that drift in machine load hits both sides alike;
 # medians over the repeats. Environment: BENCH_REPEATS (default 3), BENCH_STEPS (default 8).
 set -eu
@@ -69,3 +71,10 @@ printf "  optimizer state ZeRO-1 %10d B  replicated %10d B  ratio %.4f (1/DP = %
     "$(awk -v a="$s1" -v b="$s0" 'BEGIN { print a / b }')" "$(awk -v n=$NP 'BEGIN { print 1 / n }')"
 printf "  blocked on comm overlap on %7.2f ms/step   overlap off %7.2f ms/step   ratio %.3f\n" "$on" "$off" \
     "$(awk -v a="$on" -v b="$off" 'BEGIN { if (b > 0) print a / b; else print 0 }')"
+
+# ---- 3. the CPU execution layer for CUDA ---------------------------------------------------
+# Device threads per second for a kernel that never waits, one full of __syncthreads and one
+# full of warp shuffles, and the elementwise one against a plain host loop (dev/cuda_cpu/).
+echo "== 3. CPU execution layer for CUDA: emulated device threads (one worker thread)"
+make -s bench_cuda_cpu CUDA_ON_CPU=1 >/dev/null
+./bench_cuda_cpu

@@ -266,8 +266,8 @@ stopped_rank() {
     local lines
     lines=$(grep -c "did not complete within $timeout_s s" "$log")
     grep -m1 "did not complete within" "$log"
-    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $secs -le $((timeout_s + 5)) ] && [ "$lines" -ge 1 ] &&
-        grep -q "error: \[rank 0\] zero1: the GPU step at step [0-9]* did not complete within $timeout_s s" "$log" &&
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $secs -le $((timeout_s + 5)) ] && [ "$lines" = 1 ] &&
+        grep -qE "^error: \[rank 0\] (zero1: the GPU step|loss all-reduce) at step [0-9]+ did not complete within $timeout_s s" "$log" &&
         echo "PASS the job ended (exit $rc) $secs s after rank 1 stopped (timeout $timeout_s s)"
 }
 if [ "$NUM_GPUS" -ge 2 ]; then check zero1_stopped_rank stopped_rank; else skip zero1_stopped_rank "fewer than 2 GPUs"; fi
@@ -315,5 +315,6 @@ demo_job() {
 }
 if [ "$NUM_GPUS" -ge 4 ]; then check demo_gpu demo_job; else skip demo_gpu "fewer than 4 GPUs"; fi
 
+echo "GPU suite on $WHERE: $SECONDS s in all"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
