@@ -209,32 +209,22 @@ static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetc
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
-static inline float atomicAdd(float* p, float v) {
-    uint32_t* u = (uint32_t*)p;
-    uint32_t old = __atomic_load_n(u, __ATOMIC_RELAXED), next;
+// Floating-point adds through compare-and-swap on the bits (U: the same-sized integer).
+template <typename F, typename U>
+static inline F cudacpu_atomic_add_float(F* p, F v) {
+    U* u = (U*)p;
+    U old = __atomic_load_n(u, __ATOMIC_RELAXED), next;
+    F f;
     do {
-        float f;
-        memcpy(&f, &old, 4);
-        f += v;
-        memcpy(&next, &f, 4);
+        memcpy(&f, &old, sizeof(F));
+        F sum = f + v;
+        memcpy(&next, &sum, sizeof(F));
     } while (!__atomic_compare_exchange_n(u, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-    float r;
-    memcpy(&r, &old, 4);
-    return r;
+    memcpy(&f, &old, sizeof(F));
+    return f;
 }
-static inline double atomicAdd(double* p, double v) {
-    uint64_t* u = (uint64_t*)p;
-    uint64_t old = __atomic_load_n(u, __ATOMIC_RELAXED), next;
-    do {
-        double f;
-        memcpy(&f, &old, 8);
-        f += v;
-        memcpy(&next, &f, 8);
-    } while (!__atomic_compare_exchange_n(u, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-    double r;
-    memcpy(&r, &old, 8);
-    return r;
-}
+static inline float atomicAdd(float* p, float v) { return cudacpu_atomic_add_float<float, uint32_t>(p, v); }
+static inline double atomicAdd(double* p, double v) { return cudacpu_atomic_add_float<double, uint64_t>(p, v); }
 static inline int cudacpu_max_int(int a, int b) { return a > b ? a : b; }
 static inline int cudacpu_min_int(int a, int b) { return a < b ? a : b; }
 static inline unsigned cudacpu_max_uint(unsigned a, unsigned b) { return a > b ? a : b; }

@@ -34,8 +34,13 @@ cudaError_t sticky_error();
 // A runtime call's result: a failure (cudaErrorNotReady included, as the real runtime
 // does) becomes the calling thread's last error (cudaGetLastError / cudaPeekAtLastError).
 cudaError_t result(cudaError_t err);
-// Environment settings: CUDA_CPU_<name> as an integer, or def when unset.
+// Environment settings: CUDA_CPU_<name> as an integer, or def when unset; or as one of
+// choices (its index; 0 when unset; anything else ends the program with a message).
 long env_long(const char* name, long def);
+int env_choice(const char* name, const char* const* choices, int count);
+// CUDA_CPU_EXEC: how device work runs (see the top of this file).
+enum ExecMode { EXEC_ASYNC, EXEC_EAGER, EXEC_LAZY };
+ExecMode exec_mode();
 
 // ---- memory -------------------------------------------------------------------------
 enum MemKind { MEM_HOST = 0, MEM_DEVICE = 1, MEM_PINNED = 2 };

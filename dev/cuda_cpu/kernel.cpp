@@ -385,14 +385,8 @@ static bool resolve_barrier(BlockRun* b) {
 // ---- orders ------------------------------------------------------------------------------
 enum Order { ORDER_FORWARD, ORDER_REVERSE, ORDER_RANDOM };
 static Order order_setting() {
-    static Order order = [] {
-        const char* s = getenv("CUDA_CPU_ORDER");
-        if (!s || !*s || strcmp(s, "forward") == 0) return ORDER_FORWARD;
-        if (strcmp(s, "reverse") == 0) return ORDER_REVERSE;
-        if (strcmp(s, "random") == 0) return ORDER_RANDOM;
-        fprintf(stderr, "error: cuda_cpu: CUDA_CPU_ORDER=%s: use forward, reverse or random\n", s);
-        exit(1);
-    }();
+    static const char* const names[] = {"forward", "reverse", "random"};
+    static Order order = (Order)env_choice("ORDER", names, 3);
     return order;
 }
 

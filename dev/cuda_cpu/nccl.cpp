@@ -390,13 +390,7 @@ std::mutex g_tmu;
 std::condition_variable g_tcv;
 std::map<int, TicketQueue> g_tickets;
 
-bool lazy_mode() {
-    static const bool lazy = [] {
-        const char* e = getenv("CUDA_CPU_EXEC");
-        return e && strcmp(e, "lazy") == 0;
-    }();
-    return lazy;
-}
+bool lazy_mode() { return cudacpu::exec_mode() == cudacpu::EXEC_LAZY; }
 
 void end_ticket(int device, uint64_t t) {
     std::lock_guard<std::mutex> l(g_tmu);

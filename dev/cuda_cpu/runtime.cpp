@@ -70,16 +70,23 @@ long env_long(const char* name, long def) {
     return x;
 }
 
-enum ExecMode { EXEC_ASYNC, EXEC_EAGER, EXEC_LAZY };
-static ExecMode exec_mode() {
-    static ExecMode mode = [] {
-        const char* s = getenv("CUDA_CPU_EXEC");
-        if (!s || !*s || strcmp(s, "async") == 0) return EXEC_ASYNC;
-        if (strcmp(s, "eager") == 0) return EXEC_EAGER;
-        if (strcmp(s, "lazy") == 0) return EXEC_LAZY;
-        fprintf(stderr, "error: cuda_cpu: CUDA_CPU_EXEC=%s: use async, eager or lazy\n", s);
-        exit(1);
-    }();
+int env_choice(const char* name, const char* const* choices, int count) {
+    char key[96];
+    snprintf(key, sizeof(key), "CUDA_CPU_%s", name);
+    const char* v = getenv(key);
+    if (!v || !*v) return 0;
+    for (int i = 0; i < count; i++) {
+        if (strcmp(v, choices[i]) == 0) return i;
+    }
+    fprintf(stderr, "error: cuda_cpu: %s=%s: use one of", key, v);
+    for (int i = 0; i < count; i++) fprintf(stderr, " %s", choices[i]);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+ExecMode exec_mode() {
+    static const char* const names[] = {"async", "eager", "lazy"};
+    static ExecMode mode = (ExecMode)env_choice("EXEC", names, 3);
     return mode;
 }
 
@@ -576,40 +583,37 @@ cudaError_t cudaGetLastError(void) {
 
 cudaError_t cudaPeekAtLastError(void) { return sticky_error() != cudaSuccess ? sticky_error() : last_error; }
 
+// The runtime's names and messages for the errors the layer returns.
+static const struct {
+    cudaError_t err;
+    const char *name, *text;
+} kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+};
+
 const char* cudaGetErrorName(cudaError_t e) {
-    switch (e) {
-        case cudaSuccess: return "cudaSuccess";
-        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-        case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
-        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-        case cudaErrorNotReady: return "cudaErrorNotReady";
-        case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-        case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-        case cudaErrorNoDevice: return "cudaErrorNoDevice";
-        case cudaErrorNotSupported: return "cudaErrorNotSupported";
-        default: return "cudaErrorUnknown";
+    for (const auto& k : kErrors) {
+        if (k.err == e) return k.name;
     }
+    return "cudaErrorUnknown";
 }
 
 const char* cudaGetErrorString(cudaError_t e) {
-    switch (e) {
-        case cudaSuccess: return "no error";
-        case cudaErrorInvalidValue: return "invalid argument";
-        case cudaErrorMemoryAllocation: return "out of memory";
-        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-        case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
-        case cudaErrorInvalidDevice: return "invalid device ordinal";
-        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-        case cudaErrorNotReady: return "device not ready";
-        case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-        case cudaErrorLaunchFailure: return "unspecified launch failure";
-        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-        case cudaErrorNotSupported: return "operation not supported";
-        default: return "unknown error";
+    for (const auto& k : kErrors) {
+        if (k.err == e) return k.text;
     }
+    return "unknown error";
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {
