@@ -23,8 +23,9 @@
  *
  * Copies (the documented behaviour, taken strictly): from pageable memory the source is
  * staged when the call is made; to pageable memory the call returns when the copy is
- * done; to pinned memory it does not, and the destination reads as 0xff until the copy
- * has run. Every copy checks its direction and that both ranges lie in one allocation.
+ * done; to pinned memory it does not (the destination keeps what it held until the copy
+ * runs, which in lazy mode is when something waits for it). Every copy checks its
+ * direction and that both ranges lie in one allocation.
  */
 #include <atomic>
 #include <chrono>
@@ -966,7 +967,6 @@ static cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind
         auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
         e = enqueue(h, call, [dst, staged, bytes] { memcpy(dst, staged->data(), bytes); });
     } else {
-        if (!dst_dev && !dst_pageable) memset(dst, 0xff, bytes);  // pinned: undefined until the copy has run
         e = enqueue(h, call, [dst, src, bytes] { memmove(dst, src, bytes); });
     }
     if (e != cudaSuccess) return result(e);

@@ -326,6 +326,17 @@ static void test_streams(void) {
     cudaMemcpyAsync(pinned, d, sizeof(h), cudaMemcpyDeviceToHost, s);
     cudaStreamSynchronize(s);
     check(pinned[0] == 1 && pinned[3] == 4, "cudaMemcpyAsync from pageable memory copies what it held at the call");
+    // Stream order: a copy from a pinned buffer queued before a copy into the same buffer
+    // reads what the buffer held before (this once failed: a destination poisoned early).
+    float *d2;
+    cudaMalloc(&d2, sizeof(h));
+    pinned[0] = 11.0f;
+    cudaMemcpyAsync(d2, pinned, sizeof(float), cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(pinned, d, sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaMemcpyAsync(pinned + 1, d2, sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    check(pinned[0] == 1 && pinned[1] == 11.0f, "pinned copies in and out of one buffer keep stream order");
+    cudaFree(d2);
     // An event on a long kernel: a query says not ready, and that is the last error.
     cudaEvent_t e;
     cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
@@ -339,14 +350,16 @@ static void test_streams(void) {
     cudaEvent_t never;
     cudaEventCreate(&never);
     check(cudaEventQuery(never) == cudaSuccess, "an event never recorded is complete");
-    // Another stream waits for the event; the pinned destination reads 0xff until the copy ran.
+    // Another stream waits for the event; the pinned destination keeps what it held until
+    // the copy has run (an earlier operation in the stream may still read it).
     cudaStream_t s2;
     cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
     spin_ms<<<1, 1, 0, s>>>(200);
     cudaEventRecord(e, s);
     cudaStreamWaitEvent(s2, e, 0);
+    pinned[0] = -7.0f;
     cudaMemcpyAsync(pinned, d, sizeof(h), cudaMemcpyDeviceToHost, s2);
-    check_async(isnan(pinned[0]), "a pinned destination is undefined (NaN here) until its copy has run");
+    check_async(pinned[0] == -7.0f, "a pinned destination keeps its contents until its copy has run");
     check_async(cudaStreamQuery(s2) == cudaErrorNotReady, "the waiting stream is not done while the event is pending");
     cudaStreamSynchronize(s2);
     check(pinned[1] == 2 && cudaStreamQuery(s) == cudaSuccess, "cudaStreamWaitEvent: the copy ran after the event");
