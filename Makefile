@@ -26,6 +26,11 @@ CUDA_ON_CPU ?= 0
 ifeq ($(CUDA_ON_CPU),1)
 NVCC := dev/cuda_cpu/nvcc
 CUDA_CPU_LIB := build/cuda_cpu/libcuda_cpu.a
+# The layer needs the toolkit's headers only: without them, those of NVIDIA's PyPI wheels
+# (dev/cuda_cpu/cuda_headers.sh, cached in ~/.cache/llmc-cuda-headers; CUDA_HOME as it was if
+# that fails, with its "SKIPPED:" line on stderr). dev/cuda_cpu/nvcc reads it from the environment.
+CUDA_HOME := $(or $(shell CUDA_HOME='$(CUDA_HOME)' bash dev/cuda_cpu/cuda_headers.sh),$(CUDA_HOME))
+export CUDA_HOME
 endif
 USE_ZERO1 ?= 0
 PRECISION ?= BF16

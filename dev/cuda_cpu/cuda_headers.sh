@@ -53,8 +53,8 @@ trap 'rm -rf "$TMP"' EXIT
 trap 'exit 2' INT TERM HUP
 echo "cuda_headers.sh: no CUDA headers in $CUDA_HOME/include; fetching them into $D from PyPI:" \
     "${WL[*]} (about 600 MB of wheels, deleted afterwards)" >&2
-python3 -m pip download --no-deps --quiet --timeout 60 --retries 1 -d "$TMP/whl" "${WL[@]}" >&2 \
-    || skip "pip download failed (no network, or no such wheel): ${WL[*]}"
+python3 -m pip download --no-deps --no-cache-dir --quiet --timeout 60 --retries 1 \
+    -d "$TMP/whl" "${WL[@]}" >&2 || skip "pip download failed (no network, or no such wheel): ${WL[*]}"
 echo "cuda_headers.sh: downloaded $(du -sm "$TMP/whl" | cut -f1) MB in ${SECONDS}s" >&2
 mkdir -p "$TMP/x" "$TMP/include"
 echo "$WANT" >"$TMP/stamp"

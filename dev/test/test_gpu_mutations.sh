@@ -12,6 +12,11 @@
 # rotted). Prints "N passed, M failed".
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+# Without CUDA headers (no toolkit, and no PyPI wheels to take them from) nothing here can build.
+if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
+    echo "SKIPPED: no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
+    exit 0
+fi
 ROOT=$PWD
 WORK=$(mktemp -d /tmp/llmc_mutations.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
