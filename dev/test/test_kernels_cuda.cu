@@ -992,8 +992,8 @@ int main(void) {
     test_copy_master(1, st);
     test_copy_master(1000, st);
 
+    cuda_libs_free();  // first: the cuBLAS handle is bound to the stream
     cudaCheck(cudaStreamDestroy(st));
-    cuda_libs_free();
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("%d passed, %d failed (%.1f s)\n", n_pass, n_fail, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
     return n_fail ? 1 : 0;
