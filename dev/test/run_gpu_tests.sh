@@ -174,6 +174,8 @@ for P in FP32 BF16; do
     M=("$OUT/model_$p.bin" "$OUT/state_$p.bin" -z 1 --bucket-size 4096)
     check "zero1_oracle_${p}_np1_nccl" "$T" "${M[@]}" --comm nccl
     for np in 2 4; do
+        # On the layer np 4 runs in FP32 only (BF16 takes the same paths; CI time is bounded).
+        if [ $LAYER = 1 ] && [ $P = BF16 ] && [ $np = 4 ]; then continue; fi
         if [ "$NUM_GPUS" -ge $np ]; then
             check "zero1_oracle_${p}_np${np}_nccl" "${MPIRUN[@]}" -np $np "$T" "${M[@]}" --comm nccl
         else
