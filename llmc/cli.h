@@ -73,6 +73,7 @@ typedef struct {
 } OptionSpec;
 
 #define CLI_FIELD(f) offsetof(TrainConfig, f)
+#define CLI_MIN_COMM_TIMEOUT_S 1.0  // --comm-timeout: 0 (none), or at least this
 
 static const OptionSpec TRAIN_OPTIONS[] = {
     {"-i", "--train-data", OPT_STR, CLI_FIELD(train_pattern), 0, 0, "train token shards (glob pattern)"},
@@ -123,7 +124,7 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--test-plant-nan", OPT_INT, CLI_FIELD(plant_nan_step), -1, INT_MAX,
      "test only: poison one gradient at this step"},
     {NULL, "--comm-timeout", OPT_FLOAT, CLI_FIELD(comm_timeout), 0, 1e9,
-     "seconds a rank waits on any collective before it names it and aborts the job (0: forever)"},
+     "seconds a rank waits on any collective before it names it and aborts the job (0: forever, else >= 1)"},
     {NULL, "--dist-opt-instances", OPT_INT, CLI_FIELD(dist_opt_instances), 1, 1 << 20,
      "ZeRO-1 in K groups of ranks/K consecutive ranks: shard within a group, all-reduce shards across groups"},
     {NULL, "--comm", OPT_STR, CLI_FIELD(comm_backend), 0, 0,
@@ -214,7 +215,10 @@ static inline double cli_number(const char* flag, const char* value, int integer
     if (end == value || *end != '\0' || errno != 0) {
         fatal("%s expects %s, got '%s'", flag, integer ? "an integer" : "a number", value);
     }
-    if (!(x >= min && x <= max)) fatal("%s %s is out of range [%g, %g]", flag, value, min, max);  // NaN too
+    if (!(x >= min && x <= max)) {  // NaN too
+        if (integer) fatal("%s %s is out of range [%.0f, %.0f]", flag, value, min, max);
+        fatal("%s %s is out of range [%g, %g]", flag, value, min, max);
+    }
     return x;
 }
 
@@ -267,6 +271,12 @@ static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
                 break;
             default: break;
         }
+    }
+    // A deadline shorter than a healthy collective can take would blame a network fault
+    // that does not exist.
+    if (c->comm_timeout > 0.0f && c->comm_timeout < CLI_MIN_COMM_TIMEOUT_S) {
+        fatal("--comm-timeout %g: use 0 (wait forever) or at least %g s (a working job's collectives can take "
+              "that long)", c->comm_timeout, CLI_MIN_COMM_TIMEOUT_S);
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
     cli_choice("--test-device", c->test_device, "cpu|deferred");

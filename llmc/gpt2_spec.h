@@ -105,12 +105,15 @@ static inline int gpt2_file_index(const GPT2Config* c, int idx) {
 
 // Fills cfg from a descriptor "dN": the GPT-2 family by depth (d12 = 124M with C=768,
 // d24 = 350M, d36 = 774M, d48 = 1558M); any other depth N gets C = 64*N. Heads are
-// always 64 channels wide. Returns 0 on success, -1 if s is not a descriptor.
+// always 64 channels wide. Returns 0 on success, -1 if s is not a descriptor, -2 if it
+// is "d" and digits with a depth outside 1..GPT2_MAX_DESCRIPTOR_DEPTH.
+#define GPT2_MAX_DESCRIPTOR_DEPTH 1024  // a model file's L bound
 static inline int gpt2_config_from_descriptor(const char* s, int vocab_size, int max_seq_len, GPT2Config* cfg) {
-    if (s == NULL || s[0] != 'd') return -1;
+    if (s == NULL || s[0] != 'd' || s[1] < '0' || s[1] > '9') return -1;
     char* end = NULL;
     long depth = strtol(s + 1, &end, 10);
-    if (end == s + 1 || *end != '\0' || depth < 1 || depth > 1000) return -1;
+    if (*end != '\0') return -1;
+    if (depth < 1 || depth > GPT2_MAX_DESCRIPTOR_DEPTH) return -2;
     int C;
     if (depth == 12) C = 768;
     else if (depth == 24) C = 1024;

@@ -57,11 +57,21 @@ typedef void (*BatchFn)(void* ctx, int micro, const int** inputs, const int** ta
 #define DESCRIPTOR_VOCAB 50257
 #define DESCRIPTOR_MAX_SEQ_LEN 1024
 
+// 1 when -e is a descriptor dN (mc filled and checked), 0 when it names a file; a "dN"
+// whose depth is out of range is an error, not a file name to look for.
+static inline int model_descriptor(const char* model, GPT2Config* mc) {
+    int r = gpt2_config_from_descriptor(model, DESCRIPTOR_VOCAB, DESCRIPTOR_MAX_SEQ_LEN, mc);
+    if (r == -2) {
+        fatal("-e %s: a descriptor dN (a random GPT-2 of depth N; d12 is the 124M model) takes N from 1 to %d",
+              model, GPT2_MAX_DESCRIPTOR_DEPTH);
+    }
+    if (r == 0) gpt2_config_check(mc, model);
+    return r == 0;
+}
+
 // The shape of -e without its weights: a descriptor's, or a model file's header (checked).
 static inline void model_shape_of(const char* model, GPT2Config* mc) {
-    if (gpt2_config_from_descriptor(model, DESCRIPTOR_VOCAB, DESCRIPTOR_MAX_SEQ_LEN, mc) == 0) {
-        gpt2_config_check(mc, model);
-    } else {
+    if (!model_descriptor(model, mc)) {
         gpt2_model_file_shape(model, mc);
     }
 }
@@ -75,8 +85,7 @@ static inline float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc
         model_shape_of(cfg->model, mc);
         return NULL;
     }
-    if (gpt2_config_from_descriptor(cfg->model, DESCRIPTOR_VOCAB, DESCRIPTOR_MAX_SEQ_LEN, mc) == 0) {
-        gpt2_config_check(mc, cfg->model);
+    if (model_descriptor(cfg->model, mc)) {
         float* dense = (float*)mallocCheck(gpt2_num_parameters(mc) * sizeof(float));
         gpt2_init_random(mc, dense, (uint64_t)cfg->seed);
         return dense;

@@ -81,6 +81,10 @@ check lr_nan               1 "-l nan"                   -- -l nan
 check eps_nan              1 "--eps nan"                -- --eps nan
 check output_not_a_dir     1 "not_a_dir"                -- -o "$TMP/not_a_dir"
 check timeout_negative     1 "--comm-timeout -1 is out of range"     -- --comm-timeout -1
+check timeout_tiny         1 "--comm-timeout 1e-09: use 0 (wait forever) or at least 1 s" -- --comm-timeout 1e-9
+check int_range_printed    1 "-b 0 is out of range [1, 1048576]"     -- -b 0
+check descriptor_depth_0   1 "-e d0: a descriptor dN"  -- -e d0
+check descriptor_too_deep  1 "takes N from 1 to 1024"   -- -e d5000
 check instances_zero       1 "--dist-opt-instances 0 is out of range" -- --dist-opt-instances 0
 # -z 1 on a build without the plugin (make train_gpt2_plain builds one under its own name).
 make -s train_gpt2_plain >/dev/null 2>&1 || bad "could not build ./train_gpt2_plain"
