@@ -22,6 +22,12 @@ typedef struct {
 
 static inline void make_dir_or_die(const char* dir) {
     struct stat st;
+    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && stat(dir, &st) != 0) {
+        char target[PATH_MAX_LEN];
+        ssize_t n = readlink(dir, target, sizeof(target) - 1);
+        target[n > 0 ? n : 0] = '\0';
+        fatal("output path '%s' is a symbolic link to '%s', which does not exist", dir, target);
+    }
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) fatal("output path '%s' exists and is not a directory", dir);
         return;

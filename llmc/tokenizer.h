@@ -39,6 +39,8 @@ static inline int tokenizer_ok(const Tokenizer* t) { return t->init_ok; }
 
 static void tokenizer_init(Tokenizer* t, const char* path) {
     memset(t, 0, sizeof(*t));
+    const char* kind = not_regular_file_kind(path);
+    if (kind) fatal("tokenizer '%s' is %s, not a regular file: pass a file", path, kind);
     FILE* f = fopen(path, "rb");
     if (f == NULL) {
         fprintf(stderr, "warning: no tokenizer file at '%s'; samples will print as token ids "

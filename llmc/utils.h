@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef __cplusplus
@@ -108,7 +109,23 @@ static inline void* calloc_check(size_t n, size_t size, const char* file, int li
 }
 #define callocCheck(n, size) calloc_check((n), (size), __FILE__, __LINE__)
 
+// What a path is when it is not a regular file, for messages ("a directory"), or NULL.
+static inline const char* not_regular_file_kind(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return NULL;
+    if (S_ISDIR(st.st_mode)) return "a directory";
+    if (S_ISFIFO(st.st_mode)) return "a pipe or FIFO (such as <(...))";
+    if (S_ISCHR(st.st_mode)) return "a character device";
+    if (S_ISBLK(st.st_mode)) return "a block device";
+    if (S_ISSOCK(st.st_mode)) return "a socket";
+    return "not a regular file";
+}
+
+// Inputs and outputs are regular files: every rank reads them, some more than once and at
+// offsets, and opening a FIFO would block forever.
 static inline FILE* fopen_check(const char* path, const char* mode, const char* file, int line) {
+    const char* kind = not_regular_file_kind(path);
+    if (kind) fatal("'%s' is %s, not a regular file: pass a file (%s:%d)", path, kind, file, line);
     FILE* f = fopen(path, mode);
     if (f == NULL) {
         fatal("cannot open '%s' for %s: %s (%s:%d)", path, mode[0] == 'r' ? "reading" : "writing",

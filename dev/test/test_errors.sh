@@ -85,6 +85,17 @@ check timeout_tiny         1 "--comm-timeout 1e-09: use 0 (wait forever) or at l
 check int_range_printed    1 "-b 0 is out of range [1, 1048576]"     -- -b 0
 check descriptor_depth_0   1 "-e d0: a descriptor dN"  -- -e d0
 check descriptor_too_deep  1 "takes N from 1 to 1024"   -- -e d5000
+# inputs that are not regular files: one error naming the path and what it is (a FIFO used
+# to block forever)
+mkfifo "$TMP/fifo_model" "$TMP/fifo_shard"
+mkdir -p "$TMP/a_dir"
+ln -sf "$TMP/no_such_dir" "$TMP/dangling_out"
+check model_is_fifo        1 "fifo_model' is a pipe or FIFO" -- -e "$TMP/fifo_model"
+check model_is_directory   1 "a_dir' is a directory"   -- -e "$TMP/a_dir"
+check model_is_pipe        1 "is a pipe or FIFO"        -- -e <(cat "$TMP/good.bin")
+check shard_is_fifo        1 "fifo_shard' is a pipe or FIFO" -- -i "$TMP/fifo_shard"
+check tokenizer_is_fifo    1 "tokenizer '$TMP/fifo_model' is a pipe" -- -s 1 --tokenizer "$TMP/fifo_model"
+check output_dangling_link 1 "symbolic link to '$TMP/no_such_dir', which does not exist" -- -o "$TMP/dangling_out"
 check instances_zero       1 "--dist-opt-instances 0 is out of range" -- --dist-opt-instances 0
 # -z 1 on a build without the plugin (make train_gpt2_plain builds one under its own name).
 make -s train_gpt2_plain >/dev/null 2>&1 || bad "could not build ./train_gpt2_plain"
