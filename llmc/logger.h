@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "llmc/dir_lock.h"
 #include "llmc/utils.h"
 
 #ifdef __cplusplus
@@ -18,6 +19,7 @@ extern "C" {
 
 typedef struct {
     FILE* file;
+    int lock_fd;  // DIR/.lock, held for the run (llmc/dir_lock.h); -1 when none
 } Logger;
 
 static inline void make_dir_or_die(const char* dir) {
@@ -37,8 +39,10 @@ static inline void make_dir_or_die(const char* dir) {
 
 static inline void logger_init(Logger* lg, const char* dir, int rank, int append) {
     lg->file = NULL;
+    lg->lock_fd = -1;
     if (dir == NULL || rank != 0) return;
     make_dir_or_die(dir);
+    lg->lock_fd = dir_lock_take(dir);
     char path[PATH_MAX_LEN];
     path_format(path, sizeof(path), "%s/main.log", dir);
     lg->file = fopenCheck(path, append ? "a" : "w");
@@ -59,6 +63,8 @@ static inline void logger_log_val(Logger* lg, int step, float loss) {
 static inline void logger_close(Logger* lg) {
     if (lg->file) fclose(lg->file);
     lg->file = NULL;
+    if (lg->lock_fd >= 0) close(lg->lock_fd);  // the directory is free for the next job
+    lg->lock_fd = -1;
 }
 
 #ifdef __cplusplus

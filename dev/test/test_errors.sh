@@ -97,6 +97,21 @@ check shard_is_fifo        1 "fifo_shard' is a pipe or FIFO" -- -i "$TMP/fifo_sh
 check tokenizer_is_fifo    1 "tokenizer '$TMP/fifo_model' is a pipe" -- -s 1 --tokenizer "$TMP/fifo_model"
 check output_dangling_link 1 "symbolic link to '$TMP/no_such_dir', which does not exist" -- -o "$TMP/dangling_out"
 check instances_zero       1 "--dist-opt-instances 0 is out of range" -- --dist-opt-instances 0
+# One job per output directory: while a job runs in D, a second one on D stops at once naming
+# the holder; once the first is gone (kill -9 too: the lock is the kernel's), D is free again.
+rm -rf "$TMP/busy_out"
+$BIN "${BASE[@]}" -x 100000 -o "$TMP/busy_out" >"$TMP/holder.log" 2>&1 &
+holder=$!
+for _ in $(seq 100); do [ -s "$TMP/busy_out/main.log" ] && break; sleep 0.1; done
+check output_dir_in_use 1 "is in use by another job (host $(hostname), pid $holder, started" -- -o "$TMP/busy_out"
+kill -9 $holder 2>/dev/null
+wait $holder 2>/dev/null
+if timeout 60 $BIN "${BASE[@]}" -o "$TMP/busy_out" >"$TMP/after_holder.log" 2>&1; then
+    ok "output_dir_free_after_kill: after the holder was killed (-9) a new job runs in the same directory"
+else
+    bad "output_dir_free_after_kill: exit $?"; tail -n 5 "$TMP/after_holder.log" | sed 's/^/       | /'
+fi
+
 # -z 1 on a build without the plugin (make train_gpt2_plain builds one under its own name).
 make -s train_gpt2_plain >/dev/null 2>&1 || bad "could not build ./train_gpt2_plain"
 if [ -x ./train_gpt2_plain ]; then
