@@ -469,6 +469,17 @@ static void wait_locked(std::unique_lock<std::mutex>& lk, Stream* s, uint64_t se
     S->cv.wait(lk, [&] { return s->completed >= seq; });
 }
 
+// Appends op to s's queue, starting the stream's worker on first use.
+static void queue_locked(Stream* s, Op op) {
+    s->queue.push_back(std::move(op));
+    if (!s->worker_started) {
+        s->worker_started = true;
+        s->worker = std::thread(worker_loop, s);
+        s->worker.detach();  // never joined: at exit a worker may still be inside a kernel
+    }
+    S->cv.notify_all();
+}
+
 static cudaError_t enqueue_at(cudaStream_t h, const char* label, std::function<void()> fn, Stream** on,
                               uint64_t* seq);
 cudaError_t enqueue(cudaStream_t h, const char* label, std::function<void()> fn) {
@@ -512,13 +523,7 @@ static cudaError_t enqueue_at(cudaStream_t h, const char* label, std::function<v
         S->cv.notify_all();
         return cudaSuccess;
     }
-    s->queue.push_back(std::move(op));
-    if (!s->worker_started) {
-        s->worker_started = true;
-        s->worker = std::thread(worker_loop, s);
-        s->worker.detach();  // never joined: at exit a worker may still be inside a kernel
-    }
-    S->cv.notify_all();
+    queue_locked(s, std::move(op));
     return cudaSuccess;
 }
 
@@ -536,13 +541,7 @@ cudaError_t enqueue_wait(cudaStream_t h, Stream* on, uint64_t seq) {
         s->completed = op.seq;
         return cudaSuccess;
     }
-    s->queue.push_back(std::move(op));
-    if (!s->worker_started) {
-        s->worker_started = true;
-        s->worker = std::thread(worker_loop, s);
-        s->worker.detach();
-    }
-    S->cv.notify_all();
+    queue_locked(s, std::move(op));
     return cudaSuccess;
 }
 
