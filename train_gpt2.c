@@ -46,7 +46,7 @@ static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config
 // ----------------------------------------------------------------------------
 // The plain replicated optimizer: one dense buffer in canonical order, one all-reduce of
 // the whole gradient (under --comm-timeout), the full AdamW on every rank. No zero1/ code
-// at all (only the deadline of zero1/watchdog.h, which moves no data): tests use it as the
+// at all (only the deadline of llmc/watchdog.h, which moves no data): tests use it as the
 // independent reference for the plugin.
 
 typedef struct {
@@ -337,6 +337,7 @@ int main(int argc, char** argv) {
     TrainConfig cfg;
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
     train_parse_args(&cfg, argc, argv);
+    mpi_wait_set_timeout(cfg.comm_timeout);  // every host collective from here on, a resume's load too
 
     // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
     CheckpointResume resume;

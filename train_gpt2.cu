@@ -450,6 +450,7 @@ int main(int argc, char** argv) {
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
     cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
     train_parse_args(&cfg, argc, argv);
+    mpi_wait_set_timeout(cfg.comm_timeout);  // every host collective from here on, a resume's load too
     // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
     CheckpointResume resume;
     if (cfg.resume) checkpoint_find_resume(&cfg, &resume);

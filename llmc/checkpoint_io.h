@@ -21,13 +21,18 @@
  * and, once every rank has synced and closed the large files, the manifest, then renames
  * the temporary directory into place.
  *
- * MPI calls live in the few functions marked "collective" below. Bad input is fatal()
- * with the file's name; so is any MPI-IO error code, which names the call and the file.
+ * MPI calls live in the few functions marked "collective" below, every one under
+ * --comm-timeout: the non-blocking ones through llmc/mpi_wait.h, MPI-IO's blocking ones
+ * through its watchdog thread, so a rank that stops in a save or a load ends the job with
+ * one message naming the call, the file and the step (the earlier checkpoints are left
+ * whole). Bad input is fatal() with the file's name; so is any MPI-IO error code, which
+ * names the call and the file.
  */
 #ifndef LLMC_CHECKPOINT_IO_H
 #define LLMC_CHECKPOINT_IO_H
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "llmc/checkpoint.h"
@@ -78,6 +83,7 @@ typedef struct {
     CheckpointRound* rounds;
     int num_rounds;
     int header[MODEL_HEADER_INTS];  // rank 0 writes it (on load, read with the rest for the CRC)
+    int step;                // the checkpoint's, for messages
 } CheckpointFilePlan;
 
 // ----------------------------------------------------------------------------
@@ -125,6 +131,7 @@ static inline void checkpoint_plan_file(CheckpointFilePlan* f, int file, const c
                                         size_t staging, int with_header, int step) {
     memset(f, 0, sizeof(*f));
     f->file = file;
+    f->step = step;
     path_format(f->path, sizeof(f->path), "%s/%s", dir, CHECKPOINT_FILES[file]);
     size_t n = gpt2_num_parameters(cfg);
     f->size = checkpoint_file_bytes(file, n, f->path);
@@ -169,6 +176,38 @@ static inline void checkpoint_free_plan(CheckpointFilePlan* f) {
 // ----------------------------------------------------------------------------
 // Moving the rounds
 
+// Collective MPI-IO calls block until every rank joins; the watchdog thread bounds each
+// by --comm-timeout ("checkpoint save: MPI_File_write_at_all of DIR/model.bin at step 4").
+static inline void checkpoint_io_begin(const CheckpointFilePlan* f, int saving, const char* call) {
+    char what[PATH_MAX_LEN + 96];
+    snprintf(what, sizeof(what), "checkpoint %s: %s of %s at step %d", saving ? "save" : "load", call, f->path,
+             f->step);
+    mpi_blocking_begin(what);
+}
+
+// One collective MPI-IO call under the deadline; an error code is fatal, naming it and the file.
+#define CHECKPOINT_IO(f, saving, name, call)          \
+    do {                                              \
+        checkpoint_io_begin(f, saving, name);         \
+        int rc_ = (call);                             \
+        mpi_blocking_end();                           \
+        checkpoint_io_check(rc_, (f)->path, name);    \
+    } while (0)
+
+// Test only: LLMC_TEST_STOP=save:R:S (or load:R:S) makes rank R stop itself (SIGSTOP) in
+// the save (or the load) of step S's checkpoint, before its first collective call on
+// model.bin, as a rank whose host hangs there would: the test that its peers end the job.
+static inline void checkpoint_test_stop(const CheckpointFilePlan* f, int saving) {
+    const char* spec = getenv("LLMC_TEST_STOP");
+    char phase[8];
+    int rank, step;
+    if (!spec || sscanf(spec, "%7[a-z]:%d:%d", phase, &rank, &step) != 3) return;
+    if (strcmp(phase, saving ? "save" : "load") != 0 || rank != utils_rank() || step != f->step) return;
+    if (f->file != CHECKPOINT_MODEL) return;
+    fprintf(stderr, "test: rank %d stops itself in the checkpoint %s of step %d (LLMC_TEST_STOP)\n", rank, phase, step);
+    raise(SIGSTOP);
+}
+
 static inline void checkpoint_io_check(int rc, const char* path, const char* call) {
     if (rc == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
@@ -201,28 +240,29 @@ static inline void checkpoint_move_file(const CheckpointFilePlan* f, Optimizer* 
                                         CheckpointCrc* crcs) {
     MPI_File fh;
     int mode = saving ? MPI_MODE_CREATE | MPI_MODE_WRONLY : MPI_MODE_RDONLY;
-    checkpoint_io_check(MPI_File_open(MPI_COMM_WORLD, f->path, mode, MPI_INFO_NULL, &fh), f->path, "MPI_File_open");
+    if (!saving) checkpoint_test_stop(f, saving);
+    CHECKPOINT_IO(f, saving, "MPI_File_open", MPI_File_open(MPI_COMM_WORLD, f->path, mode, MPI_INFO_NULL, &fh));
     int rounds = f->num_rounds, max_rounds = 0;
     MPI_Request request;
     mpiCheck(MPI_Iallreduce(&rounds, &max_rounds, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &request));
-    mpi_wait_deadline(&request, "checkpoint round count", -1);
+    mpi_wait_deadline(&request, "checkpoint round count", f->step);
     for (int k = 0; k < max_rounds; k++) {
         const CheckpointRound* r = k < rounds ? &f->rounds[k] : NULL;
         MPI_Offset at = r ? (MPI_Offset)r->offset : 0;
         int bytes = r ? (int)r->bytes : 0;  // at most the staging size, 1 GiB
         if (r && saving) checkpoint_stage_round(f, r, o, staging, 1);
-        // Blocking collective I/O: the only waits here without a deadline (Open MPI 4's
-        // non-blocking MPI_File_iwrite_at_all crashed on a full disk, where this one reports
-        // the error). The round count before it was agreed under the deadline.
+        if (saving && k == 0) checkpoint_test_stop(f, saving);
+        // Blocking collective I/O (Open MPI 4's non-blocking MPI_File_iwrite_at_all crashed
+        // on a full disk, where this one reports the error), under the watchdog thread.
+        const char* call = saving ? "MPI_File_write_at_all" : "MPI_File_read_at_all";
         MPI_Status status;
-        int rc = saving ? MPI_File_write_at_all(fh, at, staging, bytes, MPI_BYTE, &status)
-                        : MPI_File_read_at_all(fh, at, staging, bytes, MPI_BYTE, &status);
-        checkpoint_io_check(rc, f->path, saving ? "MPI_File_write_at_all" : "MPI_File_read_at_all");
+        CHECKPOINT_IO(f, saving, call,
+                      saving ? MPI_File_write_at_all(fh, at, staging, bytes, MPI_BYTE, &status)
+                             : MPI_File_read_at_all(fh, at, staging, bytes, MPI_BYTE, &status));
         int moved = 0;
         mpiCheck(MPI_Get_count(&status, MPI_BYTE, &moved));
         if (moved != bytes) {
-            fatal("%s: %s moved %d of %d bytes at offset %lld (%s)", f->path,
-                  saving ? "MPI_File_write_at_all" : "MPI_File_read_at_all", moved, bytes, (long long)at,
+            fatal("%s: %s moved %d of %d bytes at offset %lld (%s)", f->path, call, moved, bytes, (long long)at,
                   saving ? "is the disk full?" : "was the file cut short?");
         }
         if (!r) continue;
@@ -231,8 +271,8 @@ static inline void checkpoint_move_file(const CheckpointFilePlan* f, Optimizer* 
         if (!saving) checkpoint_stage_round(f, r, o, staging, 0);
     }
     // Everything on stable storage before the manifest can say the checkpoint is whole.
-    if (saving) checkpoint_io_check(MPI_File_sync(fh), f->path, "MPI_File_sync");
-    checkpoint_io_check(MPI_File_close(&fh), f->path, "MPI_File_close");
+    if (saving) CHECKPOINT_IO(f, saving, "MPI_File_sync", MPI_File_sync(fh));
+    CHECKPOINT_IO(f, saving, "MPI_File_close", MPI_File_close(&fh));
 }
 
 static inline int checkpoint_compare_crcs(const void* a, const void* b) {

@@ -3,11 +3,13 @@
  * the replicated optimizer's gradient all-reduce) with a deadline.
  *
  * A blocking MPI call waits forever for a rank that stopped. These post the non-blocking
- * form and wait for it through zero1/watchdog.h (the deadline the zero1/ communicators use
+ * form and wait for it through llmc/watchdog.h (the deadline the zero1/ communicators use
  * too): past --comm-timeout the rank names the collective and the step and aborts the job
  * (`error: [rank 2] loss all-reduce at step 5 did not complete within 10 s (...)`).
- * The deadline is the job's, set once from the command line (mpi_wait_set_timeout);
- * until then it is ZERO1_DEFAULT_TIMEOUT_S.
+ * The deadline is the job's, set once from the command line (mpi_wait_set_timeout, right
+ * after the flags are parsed, so a resume's load has it too); until then it is
+ * WATCHDOG_DEFAULT_TIMEOUT_S. Calls that cannot be polled (MPI-IO's collective reads and
+ * writes) run between mpi_blocking_begin and mpi_blocking_end, under the same deadline.
  */
 #ifndef LLMC_MPI_WAIT_H
 #define LLMC_MPI_WAIT_H
@@ -16,18 +18,23 @@
 #include <stdio.h>
 
 #include "llmc/utils.h"
-#include "zero1/watchdog.h"
+#include "llmc/watchdog.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-static double mpi_wait_timeout_s_ = ZERO1_DEFAULT_TIMEOUT_S;
+static double mpi_wait_timeout_s_ = WATCHDOG_DEFAULT_TIMEOUT_S;
 
 // Seconds a host collective may wait (0: forever).
 static inline void mpi_wait_set_timeout(double seconds) { mpi_wait_timeout_s_ = seconds; }
 
 static inline void mpi_abort_world(void) { MPI_Abort(MPI_COMM_WORLD, 1); }
+
+// Around one collective call that can only block (MPI-IO): the same deadline, kept by the
+// watchdog thread of llmc/watchdog.h; `what` names the call, the file and the phase.
+static inline void mpi_blocking_begin(const char* what) { watchdog_arm(what, mpi_wait_timeout_s_, mpi_abort_world); }
+static inline void mpi_blocking_end(void) { watchdog_disarm(); }
 
 typedef struct {
     MPI_Request* requests;
@@ -54,7 +61,7 @@ static inline const char* mpi_pending_describe(void* ctx, char* buf, size_t n) {
 // `step`, 1-based as the step lines count; < 0: none).
 static inline void mpi_wait_all_deadline(int count, MPI_Request* requests, const char* what, int step) {
     MpiPending p = {requests, count, what, step};
-    zero1_poll_until(mpi_pending_done, &p, mpi_wait_timeout_s_, mpi_pending_describe, mpi_abort_world);
+    watchdog_poll_until(mpi_pending_done, &p, mpi_wait_timeout_s_, mpi_pending_describe, mpi_abort_world);
 }
 
 static inline void mpi_wait_deadline(MPI_Request* request, const char* what, int step) {

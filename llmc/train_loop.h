@@ -233,7 +233,6 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
     DataLoader* val = io->has_val ? &io->val : NULL;
     const Tokenizer* tok = &io->tok;
     Logger* logger = &io->logger;
-    mpi_wait_set_timeout(cfg->comm_timeout);  // the trainers' own collectives from here on
     if (cfg->overfit_single_batch) dataloader_next_batch(train);
     double total_ms = 0.0;
     int timed_steps = 0;

@@ -35,9 +35,9 @@
  *    happened to see a collective complete, only at fixed points of the step.
  *  - Timeouts. timeout_s (seconds; 0: none) bounds every wait the host makes: a wait that
  *    has not completed after timeout_s names the collective (zero1_describe_collective:
- *    kind, bucket, step) and ends the job (zero1/watchdog.h), so that a rank that stopped
+ *    kind, bucket, step) and ends the job (llmc/watchdog.h), so that a rank that stopped
  *    or lost its network cannot hang the others. Whoever creates a communicator sets it
- *    (zero1_comm_mpi_create starts at ZERO1_DEFAULT_TIMEOUT_S); a wrapper leaves it to the
+ *    (zero1_comm_mpi_create starts at WATCHDOG_DEFAULT_TIMEOUT_S); a wrapper leaves it to the
  *    communicator it wraps. A backend whose wait does not block the host (NCCL) is watched
  *    where the host does block: zero1/watchdog_cuda.h.
  *  - Traces: when tracer is set, a backend whose collectives run on a device stream records

@@ -15,7 +15,7 @@
  * queued on this communicator's stream after an event on the compute stream, then synced).
  * Staged results go back on the communicator's stream, and wait() orders the compute stream
  * after that copy with an event; a slot's host buffers are reused only once it has run.
- * wait() polls MPI_Test under the communicator's deadline (zero1/watchdog.h) instead of
+ * wait() polls MPI_Test under the communicator's deadline (llmc/watchdog.h) instead of
  * blocking in MPI_Wait, so that a rank that stopped ends the job instead of hanging it.
  */
 #include <limits.h>
@@ -25,7 +25,7 @@
 #include "llmc/bf16.h"
 #include "llmc/utils.h"
 #include "zero1/comm.h"
-#include "zero1/watchdog.h"
+#include "llmc/watchdog.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_DONE };
 enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE };
@@ -215,7 +215,7 @@ static const char* describe_request(void* ctx, char* buf, size_t n) {
 // MPI_Wait with the communicator's deadline.
 static void wait_request(Zero1Comm* c, RequestSlot* s) {
     PendingRequest p = {c, s};
-    zero1_poll_until(request_done, &p, c->timeout_s, describe_request, abort_world);
+    watchdog_poll_until(request_done, &p, c->timeout_s, describe_request, abort_world);
 }
 
 static void mpi_wait(Zero1Comm* c, Zero1Handle h) {
@@ -297,7 +297,7 @@ Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
         m->produced = dev->ops->event_create(dev->ctx);
     }
     c->name = m->staged ? "mpi-staged" : "mpi";
-    c->timeout_s = ZERO1_DEFAULT_TIMEOUT_S;
+    c->timeout_s = WATCHDOG_DEFAULT_TIMEOUT_S;
     c->impl = m;
     c->reduce_scatter = mpi_reduce_scatter;
     c->all_gather = mpi_all_gather;

@@ -1,15 +1,15 @@
 /*
- * zero1/watchdog_cuda.h: zero1/watchdog.h's deadline where a GPU trainer's host waits.
+ * zero1/watchdog_cuda.h: llmc/watchdog.h's deadline where a GPU trainer's host waits.
  *
  * On a GPU nothing in the step blocks the host until it reads what it prints (the loss and
  * the grad norm, one sync per step): zero1's wait() only makes the compute stream wait on
  * an NCCL event. So a peer that stopped or lost its network shows as that one sync never
  * returning, with NCCL kernels spinning on the GPU. zero1_cuda_sync_deadline replaces the
- * cudaStreamSynchronize there: it polls cudaStreamQuery (zero1_poll_until's schedule) and,
+ * cudaStreamSynchronize there: it polls cudaStreamQuery (watchdog_poll_until's schedule) and,
  * each time, asks the NCCL communicators for an asynchronous error (NCCL notices a dead
  * peer's socket before any deadline). On an error or past the deadline it prints which,
  * aborts the communicators (ncclCommAbort: their kernels would otherwise spin forever and
- * keep the process from exiting), then ends the job (zero1_abort_job; its alarm also covers
+ * keep the process from exiting), then ends the job (watchdog_abort_job; its alarm also covers
  * an ncclCommAbort that blocks).
  *
  * Communicators: raw ncclComm_t (the replicated trainer's), and zero1 NCCL communicators
@@ -29,7 +29,7 @@
 #include "llmc/utils.h"
 #include "zero1/comm.h"
 #include "zero1/comm_nccl.h"
-#include "zero1/watchdog.h"
+#include "llmc/watchdog.h"
 
 typedef struct {
     double timeout_s;               // --comm-timeout; 0: wait forever (errors still end the job)
@@ -40,7 +40,7 @@ typedef struct {
     void (*end_job)(void);          // after the communicators are aborted: MPI_Abort, or NULL
 } Zero1CudaWatch;
 
-// The watch whose job is ending: zero1_abort_job's end_job takes no argument.
+// The watch whose job is ending: watchdog_abort_job's end_job takes no argument.
 static const Zero1CudaWatch* zero1_cuda_ending_watch_ = NULL;
 
 static void zero1_cuda_end_job_(void) {
@@ -71,7 +71,7 @@ static inline void zero1_cuda_check_nccl_(const Zero1CudaPending* p) {
         snprintf(message, sizeof(message), "%s at step %d: NCCL reported %s (a rank stopped or its network is gone); "
                  "aborting the job", p->what, p->step, ncclGetErrorString(async_error));
         zero1_cuda_ending_watch_ = w;
-        zero1_abort_job(message, zero1_cuda_end_job_);
+        watchdog_abort_job(message, zero1_cuda_end_job_);
     }
 }
 
@@ -101,7 +101,7 @@ static inline void zero1_cuda_sync_deadline(cudaStream_t stream, const Zero1Cuda
                                             int step) {
     Zero1CudaPending p = {stream, watch, what, step};
     zero1_cuda_ending_watch_ = watch;
-    zero1_poll_until(zero1_cuda_stream_done_, &p, watch->timeout_s, zero1_cuda_describe_, zero1_cuda_end_job_);
+    watchdog_poll_until(zero1_cuda_stream_done_, &p, watch->timeout_s, zero1_cuda_describe_, zero1_cuda_end_job_);
 }
 
 #endif

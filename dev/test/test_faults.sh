@@ -12,6 +12,10 @@
 #      no process of the run is left, the stopped one included; while they wait, the live
 #      ranks sleep between polls instead of spinning (CPU time measured during the stall).
 #      With ZeRO-1, and with the plain trainer's replicated optimizer (-z 0);
+#   1b. 2 ranks: rank 1 stops in a checkpoint save (its peer waits inside MPI-IO), then in
+#      a resume's load (its peer waits in MPI_File_open): each time the job ends within the
+#      timeout with one `error:` naming the phase, the call, the file and the step; nothing
+#      is left; the earlier checkpoint then resumes (CRCs verified) and the run completes;
 #   2. two hosts x 2 ranks (dev/test/multihost.sh): host 1's link is taken down mid-run
 #      (`ip link set eth0 down` in its namespace): the same assertions (host 1's ranks end
 #      through their own timeout and the fallback alarm; their messages cannot reach the
@@ -172,6 +176,49 @@ stop_run stop "$BIN" "${ARGS[@]}"
 # The plain trainer's replicated optimizer: its gradient and loss all-reduces.
 make -s train_gpt2_plain >/dev/null || bad "cannot build ./train_gpt2_plain"
 [ -x ./train_gpt2_plain ] && stop_run stop_plain ./train_gpt2_plain "${ARGS[@]}" -z 0
+
+# ---- 1b. a rank that stops in a checkpoint save, then in a resume's load -------------------
+# LLMC_TEST_STOP=save:R:S makes rank R stop itself (SIGSTOP) in the save of step S, before
+# its first collective write (load:R:S: before the resume's first MPI_File_open): its peers
+# sit in a blocking MPI-IO call, which the watchdog thread must bound by --comm-timeout.
+CK_ARGS=(-e d2 -i "$DATA" -b 1 -t 64 -x 6 -v 0 -s 0 -z 1 -n 2 --comm-timeout "$TIMEOUT" -o "$TMP/ck")
+ck_fault() {  # ck_fault NAME PHASE STEP [ARGS...]: 2 ranks, rank 1 stops in PHASE of STEP
+    local name=$1 phase=$2 step=$3 t_start rc secs msg left
+    shift 3
+    t_start=$(now)
+    LLMC_TEST_STOP=$phase:1:$step timeout 120 "${MPIRUN[@]}" -x LLMC_TEST_STOP -np 2 "$BIN" "${CK_ARGS[@]}" "$@" \
+        >"$TMP/$name.log" 2>&1
+    rc=$? secs=$(elapsed "$t_start" "$(now)")
+    if ! grep -q "^test: rank 1 stops itself in the checkpoint $phase of step $step" "$TMP/$name.log"; then
+        bad "$name: rank 1 never reached the checkpoint $phase of step $step"; tail -n 15 "$TMP/$name.log" | sed 's/^/       | /'
+        return
+    fi
+    msg=$(grep "error:" "$TMP/$name.log")
+    local re="^error: \[rank 0\] checkpoint $phase: MPI_File_[a-z_]+ of $TMP/ck/\.?checkpoint_0*$step(\.tmp)?/model\.bin"
+    re+=" at step $step did not complete within $TIMEOUT s \(a rank stopped or its network is gone\); aborting the job$"
+    # The run takes a few seconds to reach the fault; the rest is the deadline.
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && awk -v s="$secs" -v l=$((TIMEOUT + SLACK + 10)) 'BEGIN { exit !(s <= l) }' &&
+       [ "$(grep -c 'error:' "$TMP/$name.log")" = 1 ] && [[ $msg =~ $re ]]; then
+        ok "$name: exit $rc after $secs s, one message: $msg"
+    else
+        bad "$name: exit $rc after $secs s; expected a non-zero exit within the timeout and one message naming the call"
+        tail -n 15 "$TMP/$name.log" | sed 's/^/       | /'
+    fi
+    sleep 1
+    left=$(run_pids ck | tr '\n' ' ')
+    if [ -z "${left// /}" ]; then ok "$name: no process of the run is left (the stopped rank included)"
+    else bad "$name: processes left behind: $left"; fi
+}
+ck_fault ck_save save 4
+ck_fault ck_load load 2 -y 1
+# The checkpoint of step 2 is still whole: a resume verifies both CRCs and trains to the end.
+if timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" "${CK_ARGS[@]}" -y 1 >"$TMP/ck_resume.log" 2>&1 &&
+   grep -q "^resumed from $TMP/ck/checkpoint_00000002: step 2 " "$TMP/ck_resume.log" &&
+   grep -q "^checkpoint: step 6 saved" "$TMP/ck_resume.log" && [ ! -e "$TMP/ck/.checkpoint_00000004.tmp" ]; then
+    ok "ck_resume: after both faults checkpoint 2 loads (CRC32C verified) and the run completes; the stale temporary is gone"
+else
+    bad "ck_resume: the resume from checkpoint 2 failed"; tail -n 15 "$TMP/ck_resume.log" | sed 's/^/       | /'
+fi
 
 # ---- 2, 3. two hosts ---------------------------------------------------------------------
 mh_setup 2

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
             float x = 1.0f;
             mpi_allreduce_sum_deadline(&x, 1, MPI_FLOAT, "loop all-reduce", i + 1);
             if (x != (float)world) fatal("loop all-reduce %d: %g, want %d", i + 1, x, world);
-            if (rank == 0) zero1_sleep_us(10000);  // the others are mostly waiting in the all-reduce
+            if (rank == 0) watchdog_sleep_us(10000);  // the others are mostly waiting in the all-reduce
         }
         if (rank == 0) printf("PASS test_mpi_wait loop: %d all-reduces\n", n);
         MPI_Finalize();

@@ -68,16 +68,16 @@ static void child_stuck_sync(double timeout_s, const char* err_path) {
 // Runs child_stuck_sync in a child; returns its wait status, -1 if still running after
 // wait_s (it is then killed), and the seconds it took.
 static int run_child(double timeout_s, double wait_s, const char* err_path, double* secs) {
-    double t0 = zero1_monotonic_s();
+    double t0 = watchdog_monotonic_s();
     pid_t pid = fork();
     if (pid == 0) child_stuck_sync(timeout_s, err_path);
     int status = -1;
-    while (zero1_monotonic_s() - t0 < wait_s) {
+    while (watchdog_monotonic_s() - t0 < wait_s) {
         if (waitpid(pid, &status, WNOHANG) == pid) break;
         status = -1;
-        zero1_sleep_us(50000);
+        watchdog_sleep_us(50000);
     }
-    *secs = zero1_monotonic_s() - t0;
+    *secs = watchdog_monotonic_s() - t0;
     if (status == -1) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -133,9 +133,9 @@ int main(void) {
     short_work<<<4, 256, 0, s>>>(x, 1024);
     cudaCheck(cudaGetLastError());
     Zero1CudaWatch watch = {5.0, NULL, 0, NULL, 0, NULL};
-    double t0 = zero1_monotonic_s();
+    double t0 = watchdog_monotonic_s();
     zero1_cuda_sync_deadline(s, &watch, "zero1: the GPU step", 1);
-    double took = zero1_monotonic_s() - t0;
+    double took = watchdog_monotonic_s() - t0;
     float host[1024];
     cudaCheck(cudaMemcpy(host, x, sizeof(host), cudaMemcpyDeviceToHost));
     EXPECT(cudaStreamQuery(s) == cudaSuccess && host[1023] == 1.0f && took < 1.0,
