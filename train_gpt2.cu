@@ -436,9 +436,10 @@ static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
     Trainer* tr = (Trainer*)t;
     print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
-static void loop_checkpoint(void* t, int steps_done, const DataLoader* train, uint64_t rng) {
+static void loop_checkpoint(void* t, int steps_done, int max_steps, const DataLoader* train, uint64_t rng) {
     Trainer* tr = (Trainer*)t;
-    checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, train, rng);
+    checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, max_steps, train,
+                        rng);
 }
 
 #ifndef TESTING
@@ -465,7 +466,7 @@ int main(int argc, char** argv) {
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
     int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
-    if (cfg.resume && checkpoint_run_is_complete(resume.dir, resume.state.step, max_steps)) {
+    if (cfg.resume && checkpoint_resume_check(&cfg, &resume, tokens_per_step, max_steps)) {
         run_io_close(&io);
         trainer_free(&tr);
         gpu_teardown(&gpu);
@@ -481,7 +482,7 @@ int main(int argc, char** argv) {
     tr.opt->ops->print_start(tr.opt);
 
     uint64_t sample_rng;
-    int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io.train, &sample_rng);
+    int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io, &sample_rng);
     TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
     run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
     if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", tr.opt->ops->state_bytes(tr.opt));

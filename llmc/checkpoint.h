@@ -32,6 +32,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stddef.h>
@@ -64,6 +65,12 @@ typedef struct {
     size_t shard_tokens_done;   // ... and tokens of it consumed (a multiple of ranks*B*T)
     uint64_t sample_rng;
     int world, B, T, grad_accum_steps;  // the run that saved it
+    // What a step means: the global batch (world*B*T*grad_accum_steps), T and these; a
+    // resume that changes any of them is refused (llmc/checkpoint_io.h). Checkpoints of
+    // earlier versions lack them (has_step_meaning 0) and resume with the batch checked only.
+    int max_steps, warmup_steps, overfit_single_batch;
+    float lr, final_lr_fraction, weight_decay, beta1, beta2, eps, grad_clip;
+    int has_step_meaning;
 } CheckpointState;
 
 // ----------------------------------------------------------------------------
@@ -259,17 +266,20 @@ static inline void checkpoint_fsync(const char* path) {
 }
 
 // ----------------------------------------------------------------------------
-// state.txt: "key value" lines, every value a non-negative integer in a stated range.
+// state.txt: "key value" lines, every value a non-negative integer in a stated range, or
+// a finite non-negative float written with the 9 digits that give back its exact bits.
 
-enum { STATE_INT, STATE_SIZE, STATE_U64 };
+enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32 };
 typedef struct {
     const char* key;
     size_t offset;
     int kind;
-    uint64_t min, max;
+    uint64_t min, max;  // integers only
+    int meaning;        // one of what a step means: absent from earlier versions' files
 } CheckpointStateField;
 
-#define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max}
+#define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 0}
+#define STATE_MEANING(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 1}
 static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_FIELD("step", step, STATE_INT, 1, INT_MAX),  // saved after a step, never before the first
     STATE_FIELD("shard", shard, STATE_SIZE, 0, INT_MAX),
@@ -279,6 +289,16 @@ static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_FIELD("B", B, STATE_INT, 1, 1 << 20),  // the command line's bounds for -b, -t
     STATE_FIELD("T", T, STATE_INT, 1, 1 << 20),
     STATE_FIELD("grad_accum_steps", grad_accum_steps, STATE_INT, 1, INT_MAX),
+    STATE_MEANING("max_steps", max_steps, STATE_INT, 1, INT_MAX),
+    STATE_MEANING("warmup_steps", warmup_steps, STATE_INT, 0, INT_MAX),
+    STATE_MEANING("overfit_single_batch", overfit_single_batch, STATE_INT, 0, 1),
+    STATE_MEANING("lr", lr, STATE_F32, 0, 0),
+    STATE_MEANING("final_lr_fraction", final_lr_fraction, STATE_F32, 0, 0),
+    STATE_MEANING("weight_decay", weight_decay, STATE_F32, 0, 0),
+    STATE_MEANING("beta1", beta1, STATE_F32, 0, 0),
+    STATE_MEANING("beta2", beta2, STATE_F32, 0, 0),
+    STATE_MEANING("eps", eps, STATE_F32, 0, 0),
+    STATE_MEANING("grad_clip", grad_clip, STATE_F32, 0, 0),
 };
 #define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
 
@@ -287,11 +307,25 @@ static inline void checkpoint_write_state(const char* path, const CheckpointStat
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
         const CheckpointStateField* fd = &CHECKPOINT_STATE_FIELDS[i];
         const char* p = (const char*)s + fd->offset;
+        if (fd->kind == STATE_F32) {
+            fprintf(f, "%s %.9g\n", fd->key, (double)*(const float*)p);
+            continue;
+        }
         uint64_t v = fd->kind == STATE_INT ? (uint64_t)*(const int*)p
                    : fd->kind == STATE_SIZE ? (uint64_t)*(const size_t*)p : *(const uint64_t*)p;
         fprintf(f, "%s %" PRIu64 "\n", fd->key, v);
     }
     fcloseCheck(f, path);
+}
+
+// A float field's value: finite, non-negative, the whole text a number.
+static inline int checkpoint_parse_f32(const char* text, float* out) {
+    char* end = NULL;
+    errno = 0;
+    float v = strtof(text, &end);
+    if (end == text || *end != '\0' || errno != 0 || !(v >= 0.0f) || v > FLT_MAX) return 0;
+    *out = v;
+    return 1;
 }
 
 static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
@@ -308,17 +342,29 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
         if (i == CHECKPOINT_NUM_STATE_FIELDS) fatal("%s: unknown field '%s'", path, key);
         const CheckpointStateField* fd = &CHECKPOINT_STATE_FIELDS[i];
         if (seen[i]++) fatal("%s: field %s appears twice", path, key);
+        char* p = (char*)s + fd->offset;
+        if (fd->kind == STATE_F32) {
+            if (!checkpoint_parse_f32(value, (float*)p)) {
+                fatal("%s: field %s = '%s' is not a finite non-negative number", path, key, value);
+            }
+            continue;
+        }
         uint64_t v;
         if (!parse_u64_strict(value, &v) || v < fd->min || v > fd->max) {
             fatal("%s: field %s = '%s' is not an integer in %" PRIu64 "..%" PRIu64, path, key, value, fd->min, fd->max);
         }
-        char* p = (char*)s + fd->offset;
         if (fd->kind == STATE_INT) *(int*)p = (int)v;
         else if (fd->kind == STATE_SIZE) *(size_t*)p = (size_t)v;
         else *(uint64_t*)p = v;
     }
+    // The fields of what a step means come all together (this version) or not at all.
+    int meanings_seen = 0;
+    for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) meanings_seen += CHECKPOINT_STATE_FIELDS[i].meaning && seen[i];
+    s->has_step_meaning = meanings_seen > 0;
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
-        if (!seen[i]) fatal("%s: field %s is missing", path, CHECKPOINT_STATE_FIELDS[i].key);
+        if (!seen[i] && (!CHECKPOINT_STATE_FIELDS[i].meaning || meanings_seen)) {
+            fatal("%s: field %s is missing", path, CHECKPOINT_STATE_FIELDS[i].key);
+        }
     }
 }
 

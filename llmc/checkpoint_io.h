@@ -517,13 +517,100 @@ static inline void checkpoint_find_resume(TrainConfig* cfg, CheckpointResume* r)
     cfg->model = r->model_path;
 }
 
+// What a step of this run means, beyond its batch: the schedule, -a and AdamW's settings.
+static inline void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps, CheckpointState* s) {
+    s->max_steps = max_steps;
+    s->warmup_steps = cfg->warmup_steps;
+    s->overfit_single_batch = cfg->overfit_single_batch;
+    s->lr = cfg->lr;
+    s->final_lr_fraction = cfg->final_lr_fraction;
+    s->weight_decay = cfg->weight_decay;
+    s->beta1 = cfg->beta1;
+    s->beta2 = cfg->beta2;
+    s->eps = cfg->eps;
+    s->grad_clip = cfg->grad_clip;
+    s->has_step_meaning = 1;
+}
+
 // The training loop's checkpoint: every -n steps and at the end (collective).
 static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config* mc, Optimizer* o,
-                                       int grad_accum_steps, int steps_done, const DataLoader* train,
+                                       int grad_accum_steps, int steps_done, int max_steps, const DataLoader* train,
                                        uint64_t sample_rng) {
-    CheckpointState s = {steps_done, 0, 0, sample_rng, o->world, cfg->B, cfg->T, grad_accum_steps};
+    CheckpointState s;
+    memset(&s, 0, sizeof(s));
+    s.step = steps_done;
+    s.sample_rng = sample_rng;
+    s.world = o->world;
+    s.B = cfg->B;
+    s.T = cfg->T;
+    s.grad_accum_steps = grad_accum_steps;
+    checkpoint_step_meaning(cfg, max_steps, &s);
     dataloader_position(train, &s.shard, &s.shard_tokens_done);
     checkpoint_save(cfg->output_dir, mc, o, &s);
+}
+
+// Appends ", NAME SAVED -> NOW" to the list of differences when the two differ.
+static inline void checkpoint_note_change(char* list, size_t n, const char* name, double saved, double now) {
+    if (saved == now) return;
+    char a[32], b[32];
+    snprintf(a, sizeof(a), "%g", saved);
+    snprintf(b, sizeof(b), "%g", now);
+    if (strcmp(a, b) == 0) {  // they differ beyond %g's 6 digits
+        snprintf(a, sizeof(a), "%.9g", saved);
+        snprintf(b, sizeof(b), "%.9g", now);
+    }
+    size_t at = strlen(list);
+    snprintf(list + at, n - at, "%s%s %s -> %s", at ? ", " : "", name, a, b);
+}
+
+// -y 1, once the run's batch and length are known (every rank alike): a resume continues
+// the saved run's steps exactly, so what a step means must not change. The rank count,
+// -b and the accumulation may (a run saved on 4 ranks resumes on 2 with twice the
+// micro-steps), the global batch (tokens per step), -t, -a, the schedule (-l -u -q, and -x
+// where the learning rate decays) and AdamW's settings may not, unless
+// --allow-resume-change says the change is meant. Returns 1 when the checkpoint is already
+// at -x (nothing left to do).
+static inline int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r,
+                                          long long tokens_per_step, int max_steps) {
+    const CheckpointState* saved = &r->state;
+    if (saved->step > max_steps) {
+        fatal("resume: %s is at step %d, beyond -x %d: raise -x, or use another -o for a shorter run", r->dir,
+              saved->step, max_steps);
+    }
+    char changes[1024] = "";
+    long long saved_tokens = (long long)saved->world * saved->B * saved->T * saved->grad_accum_steps;
+    checkpoint_note_change(changes, sizeof(changes), "tokens per step (ranks x B x T x accumulation)",
+                           (double)saved_tokens, (double)tokens_per_step);
+    checkpoint_note_change(changes, sizeof(changes), "-t", saved->T, cfg->T);
+    if (saved->has_step_meaning) {
+        CheckpointState now;
+        checkpoint_step_meaning(cfg, max_steps, &now);
+        checkpoint_note_change(changes, sizeof(changes), "-a", saved->overfit_single_batch, now.overfit_single_batch);
+        checkpoint_note_change(changes, sizeof(changes), "-l", saved->lr, now.lr);
+        checkpoint_note_change(changes, sizeof(changes), "-u", saved->warmup_steps, now.warmup_steps);
+        checkpoint_note_change(changes, sizeof(changes), "-q", saved->final_lr_fraction, now.final_lr_fraction);
+        // -x sets the length of the cosine decay; with a constant rate (-q 1) it is only where the run stops.
+        if (saved->final_lr_fraction != 1.0f || now.final_lr_fraction != 1.0f) {
+            checkpoint_note_change(changes, sizeof(changes), "-x", saved->max_steps, now.max_steps);
+        }
+        checkpoint_note_change(changes, sizeof(changes), "-c", saved->weight_decay, now.weight_decay);
+        checkpoint_note_change(changes, sizeof(changes), "--beta1", saved->beta1, now.beta1);
+        checkpoint_note_change(changes, sizeof(changes), "--beta2", saved->beta2, now.beta2);
+        checkpoint_note_change(changes, sizeof(changes), "--eps", saved->eps, now.eps);
+        checkpoint_note_change(changes, sizeof(changes), "--grad-clip", saved->grad_clip, now.grad_clip);
+    }
+    if (changes[0] && !cfg->allow_resume_change) {
+        fatal("resume: this run's steps would not mean what %s's did (saved -> now: %s): resume with the saved "
+              "settings, or pass --allow-resume-change to continue with the new ones", r->dir, changes);
+    }
+    if (changes[0] && utils_rank() == 0) {
+        printf("resume: --allow-resume-change: continuing %s with changed settings (saved -> now: %s)\n", r->dir,
+               changes);
+    }
+    if (!saved->has_step_meaning && utils_rank() == 0) {
+        printf("resume: %s predates the saved schedule and AdamW settings; only the batch was checked\n", r->dir);
+    }
+    return checkpoint_run_is_complete(r->dir, saved->step, max_steps);
 }
 
 // After the trainer is built for the checkpoint's shape (collective): weights and AdamW
@@ -547,10 +634,11 @@ static inline void checkpoint_restore(const CheckpointResume* r, const GPT2Confi
 // state, data position and sampling RNG (checkpoint_restore); else step 0, the trainer's
 // initial weights and the RNG of --seed.
 static inline int checkpoint_start_step(const TrainConfig* cfg, const CheckpointResume* r, const GPT2Config* mc,
-                                        Optimizer* o, DataLoader* train, uint64_t* sample_rng) {
+                                        Optimizer* o, RunIO* io, uint64_t* sample_rng) {
     *sample_rng = rng_seed((uint64_t)cfg->seed + 1337);
     if (!cfg->resume) return 0;
-    checkpoint_restore(r, mc, o, train, sample_rng);
+    checkpoint_restore(r, mc, o, &io->train, sample_rng);
+    logger_resume_at(&io->logger, r->state.step);
     return r->state.step;
 }
 

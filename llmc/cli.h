@@ -42,6 +42,7 @@ typedef struct {
     int checkpoint_every;       // -n
     int checkpoints_keep;       // -nk (0: keep all)
     int resume;                 // -y
+    int allow_resume_change;    // resume even where what a step means differs from the checkpoint's
     int zero_stage;             // -z
     int master_weights;         // -w
     int overfit_single_batch;   // -a
@@ -101,6 +102,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
      "keep the newest N checkpoints, removing older ones once a newer one is complete (0: keep all)"},
     {"-y", "--resume", OPT_INT, CLI_FIELD(resume), 0, 1,
      "1: resume from the newest checkpoint in -o (any rank count; none yet: start at step 0)"},
+    {NULL, "--allow-resume-change", OPT_FLAG, CLI_FIELD(allow_resume_change), 0, 0,
+     "with -y 1: continue even if the tokens per step, -t, -a, the schedule or AdamW's settings differ from the "
+     "checkpoint's"},
     {"-z", "--zero-stage", OPT_INT, CLI_FIELD(zero_stage), 0, 1, "0: replicated AdamW, 1: ZeRO-1 (zero1/ plugin)"},
     {"-w", "--master-weights", OPT_INT, CLI_FIELD(master_weights), 0, 1,
      "1: keep fp32 master weights for bf16 params (0 is not supported)"},

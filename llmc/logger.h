@@ -2,11 +2,16 @@
  * main.log in the output directory, written by rank 0 only, one line per event, in
  * llm.c's format plus extra fields:  "s:12 trl:4.123456 norm:1.2345 lr:3.00e-04 ms:812.3"
  * for a train step and "s:12 tel:4.2345" for a validation loss. Flushed per line, so a
- * crashed run keeps what it logged. On resume the log is appended to.
+ * crashed run keeps what it logged. On resume the log is appended to, once the entries
+ * of the steps the resumed run repeats (those after its checkpoint) are dropped, so every
+ * step appears once. A write that fails (a full disk) is remembered, not ignored: the
+ * training loop ends the job naming the file once the step's checkpoint, if one is due,
+ * has been tried (logger_check).
  */
 #ifndef LLMC_LOGGER_H
 #define LLMC_LOGGER_H
 
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -19,7 +24,9 @@ extern "C" {
 
 typedef struct {
     FILE* file;
-    int lock_fd;  // DIR/.lock, held for the run (llmc/dir_lock.h); -1 when none
+    char path[PATH_MAX_LEN];
+    int write_errno;  // the first failed write's errno; 0 while every write succeeded
+    int lock_fd;      // DIR/.lock, held for the run (llmc/dir_lock.h); -1 when none
 } Logger;
 
 static inline void make_dir_or_die(const char* dir) {
@@ -37,31 +44,80 @@ static inline void make_dir_or_die(const char* dir) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create output directory '%s': %s", dir, strerror(errno));
 }
 
+// A run resumed at `step` logs again the train entries after it and the validation entry
+// at it: those of the run that saved the checkpoint go (written to a temporary file that
+// replaces the log, so a crash leaves the old log or the new one, never half of one).
+static inline void logger_drop_repeated(const char* path, int step) {
+    FILE* in = fopen(path, "r");
+    if (!in) return;  // no log yet
+    char tmp[PATH_MAX_LEN], line[1024], kind[4];
+    path_format(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* out = fopenCheck(tmp, "w");
+    int dropped = 0, s;
+    while (fgets(line, sizeof(line), in)) {
+        if (sscanf(line, "s:%d %3[a-z]:", &s, kind) == 2 && (strcmp(kind, "tel") == 0 ? s >= step : s > step)) {
+            dropped++;
+            continue;
+        }
+        if (fputs(line, out) < 0) break;  // reported by the close
+    }
+    fclose(in);
+    fcloseCheck(out, tmp);
+    if (rename(tmp, path) != 0) fatal("cannot replace %s with %s: %s", path, tmp, strerror(errno));
+    if (dropped) printf("main.log: dropped %d entries after step %d, which this resumed run repeats\n", dropped, step);
+}
+
+// append: a resumed run's log (logger_resume_at then drops what the run repeats).
 static inline void logger_init(Logger* lg, const char* dir, int rank, int append) {
     lg->file = NULL;
+    lg->write_errno = 0;
     lg->lock_fd = -1;
     if (dir == NULL || rank != 0) return;
     make_dir_or_die(dir);
     lg->lock_fd = dir_lock_take(dir);
-    char path[PATH_MAX_LEN];
-    path_format(path, sizeof(path), "%s/main.log", dir);
-    lg->file = fopenCheck(path, append ? "a" : "w");
+    path_format(lg->path, sizeof(lg->path), "%s/main.log", dir);
+    lg->file = fopenCheck(lg->path, append ? "a" : "w");
+}
+
+// Once a resume from `step` is accepted (rank 0's log only).
+static inline void logger_resume_at(Logger* lg, int step) {
+    if (!lg->file) return;
+    fcloseCheck(lg->file, lg->path);
+    logger_drop_repeated(lg->path, step);
+    lg->file = fopenCheck(lg->path, "a");
+}
+
+static inline void logger_line(Logger* lg, const char* fmt, ...) LLMC_PRINTF(2, 3);
+static inline void logger_line(Logger* lg, const char* fmt, ...) {
+    if (!lg->file || lg->write_errno) return;  // after a failure, nothing more (the job is ending)
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfprintf(lg->file, fmt, ap);
+    va_end(ap);
+    if (rc < 0 || fflush(lg->file) != 0) lg->write_errno = errno ? errno : EIO;
 }
 
 static inline void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms) {
-    if (!lg->file) return;
-    fprintf(lg->file, "s:%d trl:%.6f norm:%.4f lr:%.2e ms:%.1f\n", step, loss, norm, lr, ms);
-    fflush(lg->file);
+    logger_line(lg, "s:%d trl:%.6f norm:%.4f lr:%.2e ms:%.1f\n", step, loss, norm, lr, ms);
 }
 
-static inline void logger_log_val(Logger* lg, int step, float loss) {
-    if (!lg->file) return;
-    fprintf(lg->file, "s:%d tel:%.6f\n", step, loss);
-    fflush(lg->file);
+static inline void logger_log_val(Logger* lg, int step, float loss) { logger_line(lg, "s:%d tel:%.6f\n", step, loss); }
+
+// Ends the job when a write to the log failed.
+static inline void logger_check(const Logger* lg) {
+    if (lg->write_errno) {
+        fatal("cannot write %s: %s (its last lines are lost; free space and resume with -y 1)", lg->path,
+              strerror(lg->write_errno));
+    }
 }
 
 static inline void logger_close(Logger* lg) {
-    if (lg->file) fclose(lg->file);
+    if (lg->file) {
+        int failed = ferror(lg->file);
+        if ((fclose(lg->file) != 0 || failed) && !lg->write_errno) lg->write_errno = errno ? errno : EIO;
+        lg->file = NULL;
+        logger_check(lg);
+    }
     lg->file = NULL;
     if (lg->lock_fd >= 0) close(lg->lock_fd);  // the directory is free for the next job
     lg->lock_fd = -1;

@@ -209,7 +209,7 @@ typedef struct {
     StepResult (*step)(void* trainer, int step, float lr, BatchFn next_batch, void* batch_ctx);
     float (*evaluate)(void* trainer, DataLoader* val);
     void (*sample)(void* trainer, const Tokenizer* tok, uint64_t* rng_state);
-    void (*checkpoint)(void* trainer, int steps_done, const DataLoader* train, uint64_t rng_state);
+    void (*checkpoint)(void* trainer, int steps_done, int max_steps, const DataLoader* train, uint64_t rng_state);
 } TrainLoop;
 
 // -x -1: one pass over the first train shard.
@@ -233,7 +233,12 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
     DataLoader* val = io->has_val ? &io->val : NULL;
     const Tokenizer* tok = &io->tok;
     Logger* logger = &io->logger;
-    if (cfg->overfit_single_batch) dataloader_next_batch(train);
+    // -a 1: every step trains on the run's first batch, a resumed run's too (its loader
+    // was moved to the saved position).
+    if (cfg->overfit_single_batch) {
+        dataloader_reset(train);
+        dataloader_next_batch(train);
+    }
     double total_ms = 0.0;
     int timed_steps = 0;
     for (int step = start_step; step <= max_steps; step++) {
@@ -263,9 +268,10 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
         logger_log_train(logger, step + 1, r.loss, r.grad_norm, lr, ms);
         if (loop->checkpoint && cfg->checkpoint_every > 0 &&
             ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == max_steps)) {
-            loop->checkpoint(loop->trainer, step + 1, train, *sample_rng);
+            loop->checkpoint(loop->trainer, step + 1, max_steps, train, *sample_rng);
             if (rank == 0) checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, step + 1);  // -nk
         }
+        logger_check(logger);  // a failed write ends the job, once this step's checkpoint was tried
     }
     if (rank == 0 && timed_steps > 0) {
         printf("average step %.1f ms, %.0f tok/s\n", total_ms / timed_steps,

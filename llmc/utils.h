@@ -154,8 +154,11 @@ static inline void fwrite_check(const void* src, size_t size, size_t count, FILE
 }
 #define fwriteCheck(src, size, count, f, what) fwrite_check((src), (size), (count), (f), (what), __FILE__, __LINE__)
 
+// A write that failed earlier (a full disk) leaves the stream's error flag set, and
+// fclose then reports only its own last flush: both count.
 static inline void fclose_check(FILE* f, const char* what, const char* file, int line) {
-    if (fclose(f) != 0) fatal("%s: close failed: %s (%s:%d)", what, strerror(errno), file, line);
+    int failed = ferror(f);
+    if (fclose(f) != 0 || failed) fatal("%s: write or close failed: %s (%s:%d)", what, strerror(errno), file, line);
 }
 #define fcloseCheck(f, what) fclose_check((f), (what), __FILE__, __LINE__)
 

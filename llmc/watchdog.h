@@ -130,7 +130,7 @@ static inline void watchdog_abort_job(const char* message, void (*end_job)(void)
 // "<what> did not complete within T s (...); aborting the job", then watchdog_abort_job.
 static inline void watchdog_timeout_abort(const char* what, double timeout_s, void (*end_job)(void)) LLMC_NORETURN;
 static inline void watchdog_timeout_abort(const char* what, double timeout_s, void (*end_job)(void)) {
-    char message[512];
+    char message[PATH_MAX_LEN + 256];
     snprintf(message, sizeof(message),
              "%s did not complete within %g s (a rank stopped or its network is gone); aborting the job", what,
              timeout_s);
@@ -168,7 +168,7 @@ static inline void watchdog_poll_until(int (*done)(void* ctx), void* ctx, double
 typedef struct {
     pthread_mutex_t lock;
     int started, armed;
-    char what[384];
+    char what[PATH_MAX_LEN + 128];
     WatchdogDeadline deadline;
     double last_tick;
     void (*end_job)(void);

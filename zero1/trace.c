@@ -1,6 +1,7 @@
 /* zero1/trace.c: see trace.h. */
 #include "zero1/trace.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,7 +118,15 @@ int zero1_tracer_write(const Zero1Tracer* t, const char* path) {
                 t->rank, e->lane, e->start_us - t0, e->end_us - e->start_us);
     }
     fprintf(f, "\n], \"displayTimeUnit\": \"ms\"}\n");
-    if (fclose(f) != 0) return -1;
+    // A write that failed on the way (a full disk) sets the stream's error flag; the
+    // close reports only the last flush. Either way no half-written trace is left.
+    int failed = ferror(f);
+    if (fclose(f) != 0 || failed) {
+        int why = errno ? errno : EIO;
+        remove(tmp);
+        errno = why;
+        return -1;
+    }
     return rename(tmp, path) == 0 ? 0 : -1;
 }
 

@@ -2,6 +2,10 @@
 # Checkpoints (-n, -y): written atomically, in model space, resumable at another DP.
 #   1. same DP, same flags: resuming at step 3 reproduces the straight run's step-6
 #      checkpoint byte for byte (model.bin, optimizer.bin), ZeRO-1 fp32 and bf16 storage;
+#      So do gradient accumulation and -a 1; main.log then holds every step once (the
+#      entries the resumed run repeats are dropped). A resume that changes the tokens per
+#      step, -t, -a, the schedule or AdamW's settings is refused with the saved and the new
+#      values (nothing written), unless --allow-resume-change;
 #   2. other rank counts (np=1 B=4, np=4 B=1, same global batch), another bucket size, the
 #      plain replicated build, 2 distributed-optimizer instances, and ZeRO-1 resuming a
 #      checkpoint of the plain build: the step 4-6 losses match the straight run within
@@ -64,6 +68,67 @@ for dtype in fp32 bf16; do
         bad "same-DP resume ($dtype params) differs from the straight run"
     fi
 done
+
+# Every mode that changes which data a step reads resumes exactly: gradient accumulation
+# (-d: 2 micro-steps) and -a 1 (the run's first batch every step, a resumed run's too). The
+# resumed directory gets the straight run's whole main.log, as a job killed after its last
+# step leaves it: after the resume every step appears once, with the straight run's values.
+log_values() { sed 's/ ms:[0-9.]*$//' "$1/main.log"; }   # main.log without the timings
+exact_resume() {  # exact_resume NAME FLAGS...
+    local name=$1 straight=$work/straight_$1 resumed=$work/resumed_$1
+    shift
+    if ! train ./train_gpt2 2 2 "$straight" -z 1 --bucket-size 20000 -n 3 "$@"; then
+        bad "straight run ($name)"; tail -5 "$straight.log"; return
+    fi
+    mkdir -p "$resumed"
+    cp -r "$straight/checkpoint_00000003" "$resumed/"
+    cp "$straight/main.log" "$resumed/"
+    if train ./train_gpt2 2 2 "$resumed" -z 1 --bucket-size 20000 -n 3 "$@" -y 1 &&
+       same_checkpoint "$straight/checkpoint_00000006" "$resumed/checkpoint_00000006" &&
+       grep -q "^main.log: dropped 3 entries after step 3, which this resumed run repeats$" "$resumed.log" &&
+       [ "$(log_values "$resumed")" = "$(log_values "$straight")" ] && [ "$(losses "$resumed" | wc -l)" = 6 ]; then
+        ok "same-DP resume ($name) continues bit-identically; main.log has each step once, as the straight run's"
+    else
+        bad "resume ($name) differs from the straight run"; tail -5 "$resumed.log"
+        diff <(log_values "$straight") <(log_values "$resumed") | head -5
+    fi
+}
+exact_resume accumulation -d 512
+exact_resume overfit -a 1
+
+# A resume that changes what a step means is refused with the saved and the new values,
+# touching nothing, unless --allow-resume-change says it is meant. (Another rank count
+# or -b with the same tokens per step is a legitimate resume: the loops below.)
+refused() {  # refused NAME WANT NP B FLAGS...: one error naming the change, nothing written
+    local name=$1 want=$2 np=$3 b=$4 dir=$work/refused_$1
+    shift 4
+    resume_from "$work/straight_fp32" "$dir"
+    local before
+    before=$(cd "$dir" && find . -type f | sort | xargs md5sum)
+    train ./train_gpt2 "$np" "$b" "$dir" -z 1 "$@" -y 1
+    local rc=$? msg
+    msg=$(grep "error:" "$dir.log")
+    if [ $rc -ne 0 ] && [ "$(grep -c "error:" "$dir.log")" = 1 ] && [[ $msg == *"(saved -> now: $want)"* ]] &&
+       [[ $msg == *"--allow-resume-change"* ]] && [ "$(cd "$dir" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$before" ]; then
+        ok "resume with $name is refused: $want"
+    else
+        bad "resume with $name: exit $rc, expected one error naming '$want' and no file changed"; tail -3 "$dir.log"
+    fi
+}
+refused global_batch "tokens per step (ranks x B x T x accumulation) 256 -> 512" 2 4
+refused seq_len "-t 64 -> 32" 2 4 -t 32
+refused overfit "-a 0 -> 1" 2 2 -a 1
+refused schedule "-l 0.001 -> 0.0003, -x 6 -> 8" 2 2 -l 3e-4 -x 8
+refused adamw "-c 0.1 -> 0, --beta2 0.95 -> 0.99" 2 2 -c 0 --beta2 0.99
+dir=$work/allowed_change
+resume_from "$work/straight_fp32" "$dir"
+if train ./train_gpt2 2 2 "$dir" -z 1 -l 3e-4 -y 1 --allow-resume-change &&
+   grep -q "^resume: --allow-resume-change: continuing .* (saved -> now: -l 0.001 -> 0.0003)$" "$dir.log" &&
+   [ "$(losses "$dir" | wc -l)" = 6 ]; then
+    ok "--allow-resume-change continues with a new -l, saying so"
+else
+    bad "--allow-resume-change"; tail -5 "$dir.log"
+fi
 
 # Distributed-optimizer instances (np=4 as 2 groups of 2): group 0 saves and loads the
 # pieces, the other group gets the loaded state across the instances.

@@ -112,6 +112,51 @@ else
     bad "output_dir_free_after_kill: exit $?"; tail -n 5 "$TMP/after_holder.log" | sed 's/^/       | /'
 fi
 
+# A full disk (a 64 KiB tmpfs in a private mount namespace, root only): main.log fills
+# after some steps. The job must stop at that step with one error naming the file, not
+# run on with lines missing and exit 0; a trace that does not fit is an error too.
+# on_full_disk LOG ARGS...: the run with -o on a disk with one 4 KiB page left for main.log.
+on_full_disk() {
+    local log=$1
+    shift
+    mkdir -p "$TMP/fs"
+    unshare -m --propagation private bash -c '
+        fs=$1; shift
+        mount -t tmpfs -o size=64k tmpfs "$fs" || exit 97
+        mkdir "$fs/out" && head -c 100 /dev/zero >"$fs/out/.lock"  # the lock file holds its page already
+        dd if=/dev/zero of="$fs/fill" bs=4096 count=14 status=none
+        timeout 60 "$@" -o "$fs/out"
+        rc=$?
+        cp "$fs/out/main.log" "$fs.main.log" 2>/dev/null
+        exit $rc' _ "$TMP/fs" "$BIN" "$@" >"$log" 2>&1
+}
+if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
+    echo "SKIPPED full_disk: needs root and unshare -m for a small tmpfs (not run here)"
+else
+    rm -f "$TMP/fs.main.log"
+    on_full_disk "$TMP/full_disk.log" "${BASE[@]}" -x 1000
+    rc=$?
+    full=$(grep -c "^s:[0-9]* trl:.*ms:[0-9.]*$" "$TMP/fs.main.log" 2>/dev/null)
+    last=$(sed -n 's/^step *\([0-9]*\)\/1000 .*/\1/p' "$TMP/full_disk.log" | tail -n 1)
+    msg=$(grep "error:" "$TMP/full_disk.log")
+    if [ $rc -ne 0 ] && [ $rc -ne 97 ] && [ $rc -ne 124 ] && [ "$(grep -c "error:" "$TMP/full_disk.log")" = 1 ] &&
+       [[ $msg == *"cannot write $TMP/fs/out/main.log: No space left on device"* ]] &&
+       [ -n "$last" ] && [ "$full" -gt 10 ] && [ "$last" = $((full + 1)) ]; then
+        ok "full_disk: main.log full after $full steps: the job stopped at step $last (exit $rc): $msg"
+    else
+        bad "full_disk: exit $rc, $full whole lines in main.log, last step $last; expected a stop at the step that failed"
+        tail -n 5 "$TMP/full_disk.log" | sed 's/^/       | /'
+    fi
+    on_full_disk "$TMP/full_trace.log" "${BASE[@]}" -x 2 -z 1 --trace "$TMP/fs/out/trace"
+    rc=$?
+    if [ $rc -ne 0 ] && [ "$(grep -c "error:" "$TMP/full_trace.log")" = 1 ] &&
+       grep -q "error: cannot write trace $TMP/fs/out/trace.rank0.json: No space left on device" "$TMP/full_trace.log"; then
+        ok "full_trace: a trace that does not fit: one error naming it, exit $rc"
+    else
+        bad "full_trace: exit $rc"; tail -n 5 "$TMP/full_trace.log" | sed 's/^/       | /'
+    fi
+fi
+
 # -z 1 on a build without the plugin (make train_gpt2_plain builds one under its own name).
 make -s train_gpt2_plain >/dev/null 2>&1 || bad "could not build ./train_gpt2_plain"
 if [ -x ./train_gpt2_plain ]; then
