@@ -16,6 +16,7 @@
 
 #include "llmc/adamw.h"
 #include "llmc/checkpoint_io.h"
+#include "llmc/ranks_agree.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_cpu.h"
@@ -343,6 +344,8 @@ int main(int argc, char** argv) {
     // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
     CheckpointResume resume;
     if (cfg.resume) checkpoint_find_resume(&cfg, &resume);
+    const char* build = plugin_optimizer ? "train_gpt2, CPU fp32, zero1/ in" : "train_gpt2, CPU fp32, no zero1/";
+    ranks_agree(&cfg, build, cfg.resume ? resume.state.step : -1);  // one job on every rank (llmc/ranks_agree.h)
 
     Trainer tr;
     trainer_init(&tr, &cfg, rank, world);

@@ -5,6 +5,7 @@
 # appends what it breaks, later flags win).
 #
 #   check NAME NP KEYWORD... -- EXTRA_ARGS...
+#   check NAME mpmd KEYWORD... -- -np 1 BIN ARGS : -np 1 BIN ARGS   (ranks given different jobs)
 #
 # passes when `$BIN "${BASE[@]}" EXTRA_ARGS` (under mpirun -np NP when NP > 1) exits != 0
 # by itself (no timeout within 60 s, no signal, no crash text) with exactly one `error:`
@@ -25,6 +26,8 @@ check() {
     local log="$TMP/$name.np$np.log" rc
     if [ "$np" = 1 ]; then
         timeout --kill-after=5 60 $BIN "${BASE[@]}" "$@" >"$log" 2>&1
+    elif [ "$np" = mpmd ]; then  # "$@" is mpirun's whole MPMD command line: -np 1 A : -np 1 B
+        timeout --kill-after=5 60 "${MPIRUN[@]}" "$@" >"$log" 2>&1
     else
         timeout --kill-after=5 60 "${MPIRUN[@]}" -np "$np" $BIN "${BASE[@]}" "$@" >"$log" 2>&1
     fi

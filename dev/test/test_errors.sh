@@ -165,6 +165,23 @@ if [ -x ./train_gpt2_plain ]; then
         --dist-opt-instances 2
 fi
 
+# Ranks given different jobs (mpirun's MPMD form: each rank its own command line, or its
+# own working directory): one message from rank 0 naming the first field that differs
+# and both values (llmc/ranks_agree.h), not an MPI abort with a backtrace.
+mkdir -p "$TMP/host_a" "$TMP/host_b"
+cp "$TMP/good.bin" "$TMP/host_a/shard.bin"
+write_shard "$TMP/host_b/shard.bin" 8192
+cp $BIN "$TMP/train_gpt2_other" && printf 'x' >>"$TMP/train_gpt2_other"  # another build: it runs the same
+RUN=(-np 1 "$PWD/${BIN#./}" "${BASE[@]}")
+check ranks_differ_flag  mpmd "the ranks disagree on --lr: rank 0 has '0.0003', rank 1 has '0.001'" -- \
+    "${RUN[@]}" : "${RUN[@]}" -l 1e-3
+check ranks_differ_data  mpmd "the ranks disagree on --train-data: rank 0 has '$TMP/good.bin', rank 1 has '$TMP/badmagic.bin'" -- \
+    "${RUN[@]}" : "${RUN[@]}" -i "$TMP/badmagic.bin"
+check ranks_differ_file  mpmd "the ranks disagree on train file 0: rank 0 has 'shard.bin, 9216 bytes', rank 1 has 'shard.bin, 17408 bytes'" -- \
+    -wdir "$TMP/host_a" "${RUN[@]}" -i shard.bin : -wdir "$TMP/host_b" "${RUN[@]}" -i shard.bin
+check ranks_differ_build mpmd "the ranks disagree on build" "program" -- \
+    "${RUN[@]}" : -np 1 "$TMP/train_gpt2_other" "${BASE[@]}"
+
 # under mpirun -np 2: one message, from rank 0
 check missing_model        2 "nope.bin"                 -- -e "$TMP/nope.bin"
 check model_truncated      2 "truncated"                -- -e "$TMP/trunc_model.bin"
