@@ -107,6 +107,10 @@ test_zero1_devices: dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) $(HOST_HE
 test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/test_kernels.c -o $@ $(LDLIBS)
 
+# OpenBLAS sgemm GFLOP/s with the kernels llmc/blas_cores.h picks (make bench).
+bench_sgemm: dev/test/bench_sgemm.c $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/test/bench_sgemm.c -o $@ $(LDLIBS)
+
 # ZeRO-1 vs replicated, step by step (always with the plugin).
 test_zero1: dev/test/test_zero1.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_CPU_SRC)
 	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CPU_SRC) -o $@ $(LDLIBS)
@@ -235,4 +239,4 @@ clean:
 	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
 	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer \
-	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait
+	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm

@@ -15,12 +15,14 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
+#include "llmc/blas_cores.h"
 #include "llmc/checkpoint_io.h"
 #include "llmc/ranks_agree.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_cpu.h"
 #include "llmc/logger.h"
+#include "llmc/memory_check.h"
 #include "llmc/model_file.h"
 #include "llmc/mpi_wait.h"
 #include "llmc/optimizer.h"
@@ -221,11 +223,13 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     tr->rank = rank;
     tr->world = world;
     GPT2Config mc;
-    float* dense = load_initial_weights(cfg, &mc);
+    model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
     tr->grad_accum_steps = check_config(cfg, &mc, world);
-    gpt2_init(&tr->model, &mc, cfg->B, cfg->T);
     int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
                                       cfg->grad_dtype == DTYPE_BF16);
+    memory_check_cpu(cfg, &mc, world, plugin);
+    float* dense = load_initial_weights(cfg, &mc);
+    gpt2_init(&tr->model, &mc, cfg->B, cfg->T);
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, world) : replicated_optimizer(cfg, &mc, world);
     gpt2_bind_buffers(&tr->model, (float*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;
@@ -333,6 +337,7 @@ static void loop_checkpoint(void* t, int steps_done, int max_steps, const DataLo
 
 #ifndef TESTING
 int main(int argc, char** argv) {
+    blas_pick_kernels(argv);  // may restart the program with better OpenBLAS kernels
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
 

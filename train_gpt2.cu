@@ -29,6 +29,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/logger.h"
+#include "llmc/memory_check.h"
 #include "llmc/model_file.h"
 #include "llmc/mpi_wait.h"
 #include "llmc/optimizer.h"
@@ -308,6 +309,19 @@ static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world)
     return grad_accum_steps;
 }
 
+// Refuses a job that cannot fit this GPU (or the host) before allocating (llmc/memory_check.h):
+// the GPU's free bytes, and its UUID to tell which ranks share it.
+static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GpuSetup* gpu, int plugin) {
+    size_t free_bytes, total_bytes;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    int device;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
+    uint64_t id = fnv1a(FNV1A_START, &prop.uuid, sizeof(prop.uuid));
+    memory_check_gpu(cfg, mc, gpu->world, plugin, (int)sizeof(floatX), id, (double)free_bytes);
+}
+
 // use_plugin: through zero1/ (the default when built in), else the plain replicated optimizer.
 static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetup* gpu, int use_plugin) {
     memset(tr, 0, sizeof(*tr));
@@ -316,10 +330,12 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     tr->world = gpu->world;
     tr->gpu = gpu;
     GPT2Config mc;
-    float* dense = load_initial_weights(cfg, &mc);
+    model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
     tr->grad_accum_steps = check_config(cfg, &mc, gpu->world);
-    gpt2_init(&tr->model, &mc, cfg->B, cfg->T, gpu->stream);
     int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16);
+    check_memory(cfg, &mc, gpu, plugin);
+    float* dense = load_initial_weights(cfg, &mc);
+    gpt2_init(&tr->model, &mc, cfg->B, cfg->T, gpu->stream);
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, gpu) : replicated_optimizer(cfg, &mc, gpu);
     gpt2_bind_buffers(&tr->model, (floatX*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;

@@ -9,6 +9,9 @@
 #     blocked on communication with overlap on vs off.
 #  3. the CPU execution layer for CUDA: emulated device threads per second (elementwise,
 #     barrier-heavy, shuffle-heavy kernels), elementwise against a plain host loop.
+#  4. OpenBLAS kernels: sgemm GFLOP/s and a C trainer step with the Prescott kernels forced
+#     (what cloud VMs with a generic CPU model got) against the automatic choice
+#     (llmc/blas_cores.h), and with that fault faked and repaired by the restart.
 # Runs alternate (A B A B ...) so that drift in machine load hits both sides alike;
 # medians over the repeats. Environment: BENCH_REPEATS (default 3), BENCH_STEPS (default 8).
 set -eu
@@ -78,3 +81,37 @@ printf "  blocked on comm overlap on %7.2f ms/step   overlap off %7.2f ms/step  
 echo "== 3. CPU execution layer for CUDA: emulated device threads (one worker thread)"
 make -s bench_cuda_cpu CUDA_ON_CPU=1 >/dev/null
 ./bench_cuda_cpu
+
+# ---- 4. OpenBLAS kernels: the cloud-VM fault against the automatic choice ----------------
+# "forced": OPENBLAS_CORETYPE=Prescott, which llmc/blas_cores.h respects as the user's choice;
+# "auto": no OPENBLAS_CORETYPE; "repaired": LLMC_TEST_BLAS_CORENAME=Prescott makes the
+# program believe OpenBLAS chose Prescott, so it restarts itself with the right kernels.
+echo "== 4. OpenBLAS kernels, one thread: Prescott forced vs the automatic choice"
+make -s bench_sgemm >/dev/null
+B4=1
+declare -A core_of
+: >"$work/gf_forced"; : >"$work/gf_auto"; : >"$work/gf_repaired"; : >"$work/st_forced"; : >"$work/st_auto"
+for r in $(seq "$REPEATS"); do
+    for side in forced auto repaired; do
+        case $side in
+        forced) envs=(OPENBLAS_CORETYPE=Prescott) ;;
+        auto) envs=() ;;
+        repaired) envs=(LLMC_TEST_BLAS_CORENAME=Prescott) ;;
+        esac
+        env -u OPENBLAS_CORETYPE -u LLMC_TEST_BLAS_CORENAME "${envs[@]}" ./bench_sgemm 0.5 >"$work/sgemm.out"
+        awk '/^sgemm_gflops/ { print $2 }' "$work/sgemm.out" >>"$work/gf_$side"
+        core_of[$side]=$(awk '/^sgemm_gflops/ { print $4 }' "$work/sgemm.out")
+        [ $side = repaired ] && continue  # the trainer's restart is the same call as bench_sgemm's
+        env -u OPENBLAS_CORETYPE -u LLMC_TEST_BLAS_CORENAME "${envs[@]}" \
+            ./train_gpt2 -z 0 -e "$work/model.bin" -b $B4 -t $T -x 3 -v 0 -s 0 -l 1e-4 >"$work/st.log"
+        step_ms "$work/st.log" >>"$work/st_$side"
+    done
+done
+for side in forced auto repaired; do
+    printf "  sgemm 512x3072x768  %-8s %-9s %7.1f GFLOP/s\n" "$side" "${core_of[$side]}" "$(median <"$work/gf_$side")"
+done
+awk -v a="$(median <"$work/gf_auto")" -v b="$(median <"$work/gf_forced")" -v c="$(median <"$work/gf_repaired")" \
+    'BEGIN { printf "  sgemm ratio auto / forced = %.2f, repaired / auto = %.2f (goal ~1.0)\n", a / b, c / a }'
+sf=$(median <"$work/st_forced"); sa=$(median <"$work/st_auto")
+printf "  C trainer step (L=$L C=$C, B=$B4 T=$T)  forced %8.1f ms   auto %8.1f ms   ratio forced / auto %.2f\n" \
+    "$sf" "$sa" "$(awk -v a="$sf" -v b="$sa" 'BEGIN { print a / b }')"

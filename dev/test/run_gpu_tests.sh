@@ -155,6 +155,33 @@ same_losses() {
 }
 check determinism same_losses
 
+# Memory is checked before it is allocated (llmc/memory_check.h). A GPU too small for the
+# job refuses it at once, before any training, with one error naming the device need and
+# cudaMemGetInfo's free bytes: on the layer a 100 MiB GPU (CUDA_CPU_MEMORY_MIB), on a GPU a
+# job no GPU holds (d48 at B 64, T 1024: 150 GiB of attention scores alone).
+gpu_memory_refused() {
+    local log=$OUT/gpu_memory_refused.out t0=$SECONDS big=(-e d48 -b 64 -t 1024 -d 65536)
+    [ $LAYER = 1 ] && big=()
+    CUDA_CPU_MEMORY_MIB=100 timeout 60 "$OUT/train_gpt2cu_BF16" "${FLAGS[@]}" "${big[@]}" >"$log" 2>&1
+    local rc=$? secs=$((SECONDS - t0))
+    grep 'error:' "$log"
+    [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ "$(grep -c 'error:' "$log")" = 1 ] && ! grep -q '^step' "$log" &&
+        grep -qE '^error: .* needs about .* of GPU memory .* but cudaMemGetInfo reports [0-9.]+ [MG]iB free$' "$log" &&
+        [ $secs -le 30 ] && echo "PASS refused in $secs s (exit $rc)"
+}
+check gpu_memory_refused gpu_memory_refused
+# The device estimate of train_run1 against what it took: the GPU memory in use at the end
+# less what was in use at the check, within [0.9, 2] of it (as test_memory_check.sh's host
+# check: below it would let through jobs that do not fit, above refuse jobs that do).
+gpu_memory_honest() {
+    awk '/^memory: need about .* of GPU memory/ { est = $4; for (i = 3; i <= NF; i++) if ($i == "free") free = $(i - 2) }
+         /^GPU memory in use at the end:/ { used = $8; total = $11 }
+         END { growth = used - (total - free); if (!(est > 0 && growth > 0)) { print "FAIL no estimate or use"; exit 1 }
+               r = est / growth; printf "estimate %d MiB, growth %.1f MiB: %.2f x\n", est, growth, r
+               if (r >= 0.9 && r <= 2) print "PASS estimate within [0.9, 2] x the growth"; else exit 1 }' "$OUT/train_run1.log"
+}
+check gpu_memory_honest gpu_memory_honest
+
 check build_zero1_cuda build test_zero1_cuda BF16
 check zero1_cuda "$OUT/test_zero1_cuda_BF16"
 if [ "$NUM_GPUS" -ge 2 ]; then

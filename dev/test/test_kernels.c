@@ -20,6 +20,7 @@
 #include <omp.h>
 
 #include "llmc/utils.h"
+#include "llmc/blas_cores.h"
 #include "llmc/encoder.h"
 #include "llmc/layernorm.h"
 #include "llmc/matmul.h"
@@ -606,7 +607,8 @@ static void test_classifier(void) {
     free(rl); free(rp); free(dlogits); free(fd);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    blas_pick_kernels(argv);
     omp_set_num_threads(1);
     openblas_set_num_threads(1);
     test_encoder();
