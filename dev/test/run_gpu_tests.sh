@@ -319,7 +319,8 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
     check build_train_cpu make train_gpt2 USE_ZERO1=1
     CKPT_FLAGS=(-e "$OUT/model_fp32.bin" -i "$OUT/random_tokens.bin" -t 64 -v 0 -s 0)
     # resumes_exactly NAME "NP WRITER FLAGS..." "NP READER FLAGS...": the writer saves step 2, the
-    # reader resumes it for one step at learning rate 0; model.bin of step 3 == that of step 2.
+    # reader resumes it for one step at learning rate 0 (a deliberate change of the schedule:
+    # --allow-resume-change); model.bin of step 3 == that of step 2.
     resumes_exactly() {
         local a=$OUT/ckpt_$1_a b=$OUT/ckpt_$1_b np bin flags
         read -r np bin flags <<<"$2"
@@ -328,7 +329,7 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
         mkdir -p "$b" && cp -r "$a/checkpoint_00000002" "$b/" || return 1
         read -r np bin flags <<<"$3"
         # shellcheck disable=SC2086
-        "${MPIRUN[@]}" -np "$np" "$bin" "${CKPT_FLAGS[@]}" -b $((4 / np)) -x 3 -n 1 -l 0 -y 1 -o "$b" $flags || return 1
+        "${MPIRUN[@]}" -np "$np" "$bin" "${CKPT_FLAGS[@]}" -b $((4 / np)) -x 3 -n 1 -l 0 -y 1 --allow-resume-change -o "$b" $flags || return 1
         cmp "$a/checkpoint_00000002/model.bin" "$b/checkpoint_00000003/model.bin" && echo "PASS $1: master exact"
     }
     GPU=$OUT/train_gpt2cu_FP32 GPU_Z1=$OUT/train_gpt2cu_z_FP32
