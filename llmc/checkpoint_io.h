@@ -186,12 +186,12 @@ static inline void checkpoint_io_begin(const CheckpointFilePlan* f, int saving, 
 }
 
 // One collective MPI-IO call under the deadline; an error code is fatal, naming it and the file.
-#define CHECKPOINT_IO(f, saving, name, call)          \
-    do {                                              \
-        checkpoint_io_begin(f, saving, name);         \
-        int rc_ = (call);                             \
-        mpi_blocking_end();                           \
-        checkpoint_io_check(rc_, (f)->path, name);    \
+#define CHECKPOINT_IO(f, saving, name, call)               \
+    do {                                                   \
+        checkpoint_io_begin(f, saving, name);              \
+        int rc_ = (call);                                  \
+        mpi_blocking_end();                                \
+        checkpoint_io_check(rc_, (f)->path, name, saving); \
     } while (0)
 
 // Test only: LLMC_TEST_STOP=save:R:S (or load:R:S) makes rank R stop itself (SIGSTOP) in
@@ -208,12 +208,15 @@ static inline void checkpoint_test_stop(const CheckpointFilePlan* f, int saving)
     raise(SIGSTOP);
 }
 
-static inline void checkpoint_io_check(int rc, const char* path, const char* call) {
+// MPI's error classes rarely say why a write failed (a full disk can come back as
+// MPI_ERR_OTHER, depending on which rank aggregated the write), so a failed save says
+// what usually causes it.
+static inline void checkpoint_io_check(int rc, const char* path, const char* call, int saving) {
     if (rc == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof(text), "MPI error %d", rc);
-    fatal("%s: %s failed: %s", path, call, text);
+    fatal("%s: %s failed: %s%s", path, call, text, saving ? " (is the disk full?)" : "");
 }
 
 // Saving: the round's slices from the optimizer (and the header) into the staging buffer.

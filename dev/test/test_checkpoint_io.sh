@@ -140,7 +140,7 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=4m tmpfs "$work/full" 2>/dev/nul
        [ ! -e "$mnt/run/checkpoint_00000001" ]; then
         ok "disk full during a save: $(grep 'error:' "$work/full.log" | cut -c1-150); nothing renamed into place"
     else
-        bad "disk full during a save (exit $rc)"; tail -8 "$work/full.log"; ls -la "$mnt/run"
+        bad "disk full during a save (exit $rc)"; grep -v '^ *$' "$work/full.log" | tail -n 25; ls -la "$mnt/run"
     fi
 else
     echo "SKIPPED disk-full case: needs root and a tmpfs mount"
