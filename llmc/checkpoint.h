@@ -529,18 +529,6 @@ static inline int checkpoint_open_for_resume(const char* out_dir, const GPT2Conf
     return 1;
 }
 
-// A resumed run whose checkpoint is at step max_steps has nothing left to do: says so and
-// returns 1 (every rank alike, so all of them can exit 0). Beyond max_steps is an error.
-static inline int checkpoint_run_is_complete(const char* dir, int step, int max_steps) {
-    if (step > max_steps) {
-        fatal("resume: %s is at step %d, beyond -x %d: raise -x, or use another -o for a shorter run", dir, step,
-              max_steps);
-    }
-    if (step < max_steps) return 0;
-    if (utils_rank() == 0) printf("resume: %s is at step %d = -x: the run is already complete\n", dir, step);
-    return 1;
-}
-
 #ifdef __cplusplus
 }
 #endif

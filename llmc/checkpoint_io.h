@@ -39,6 +39,7 @@
 #include "llmc/cli.h"
 #include "llmc/crc32c.h"
 #include "llmc/dataloader.h"
+#include "llmc/memory_check.h"
 #include "llmc/mpi_wait.h"
 #include "llmc/optimizer.h"
 #include "llmc/rng.h"
@@ -392,15 +393,7 @@ static inline void checkpoint_transfer(CheckpointTransfer* t, const char* dir, c
 // reset, so this is for tests, not for production runs.
 
 static inline double checkpoint_status_mib(const char* field) {
-    FILE* f = fopen("/proc/self/status", "r");
-    if (!f) fatal("%s: cannot read /proc/self/status: %s", CHECKPOINT_MEMCHECK_ENV, strerror(errno));
-    char line[256];
-    double kib = -1.0;
-    size_t len = strlen(field);
-    while (fgets(line, sizeof(line), f)) {
-        if (strncmp(line, field, len) == 0 && line[len] == ':') kib = atof(line + len + 1);
-    }
-    fclose(f);
+    double kib = memory_read_key("/proc/self/status", field);  // llmc/memory_check.h
     if (kib < 0) fatal("%s: /proc/self/status has no %s", CHECKPOINT_MEMCHECK_ENV, field);
     return kib / 1024.0;
 }
@@ -613,7 +606,9 @@ static inline int checkpoint_resume_check(const TrainConfig* cfg, const Checkpoi
     if (!saved->has_step_meaning && utils_rank() == 0) {
         printf("resume: %s predates the saved schedule and AdamW settings; only the batch was checked\n", r->dir);
     }
-    return checkpoint_run_is_complete(r->dir, saved->step, max_steps);
+    if (saved->step < max_steps) return 0;
+    if (utils_rank() == 0) printf("resume: %s is at step %d = -x: the run is already complete\n", r->dir, saved->step);
+    return 1;
 }
 
 // After the trainer is built for the checkpoint's shape (collective): weights and AdamW
