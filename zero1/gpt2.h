@@ -4,8 +4,8 @@
  *
  * Runtime forward blocks: 0 = embeddings, 1..L = transformer blocks, L+1 = final
  * LayerNorm + classifier (which reads wte, gathered for block 0 already): the model's
- * block number + 1. wte's gradient is final after two contributions (classifier and
- * encoder); every other tensor's after one.
+ * block number + 1. wte's gradient gets two contributions (classifier and encoder) and
+ * every other tensor's one; the runtime learns these counts on the first step.
  */
 #ifndef ZERO1_GPT2_H
 #define ZERO1_GPT2_H
@@ -23,20 +23,17 @@ static inline Optimizer* zero1_gpt2_optimizer(const TrainConfig* cfg, const GPT2
     int NT = gpt2_num_tensors(c);
     size_t* numels = (size_t*)mallocCheck(NT * sizeof(size_t));
     int* decays = (int*)mallocCheck(NT * sizeof(int));
-    int* contributions = (int*)mallocCheck(NT * sizeof(int));
     int* first_block = (int*)mallocCheck(NT * sizeof(int));
     for (int i = 0; i < NT; i++) {
         numels[i] = gpt2_tensor_numel(c, i);
         decays[i] = gpt2_tensor_decays(c, i);
-        contributions[i] = i == gpt2_idx_wte() ? 2 : 1;
         first_block[i] = gpt2_tensor_layer(c, i) + 1;
     }
-    Zero1ModelSpec spec = {NT, numels, decays, contributions, first_block, c->num_layers + 2, zero1_gpt2_tensor_name,
+    Zero1ModelSpec spec = {NT, numels, decays, first_block, c->num_layers + 2, zero1_gpt2_tensor_name,
                            (void*)c};
     Optimizer* o = zero1_optimizer_create(cfg, &spec, backend, compute_dtype);
     free(numels);
     free(decays);
-    free(contributions);
     free(first_block);
     return o;
 }

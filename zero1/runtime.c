@@ -2,7 +2,8 @@
  * zero1/runtime.c: the ZeRO-1 step as a small state machine over buckets.
  *
  * Per bucket, two round trips (Megatron's grad sync and param sync):
- *   grad:  contributions counted down during the last micro-step's backward -> the
+ *   grad:  contributions counted down during the last micro-step's backward (to the counts
+ *          the first step learned) -> the
  *          bucket fires (reduce-scatter; all-reduce when replicated) -> waited for in
  *          zero1_finish_step -> the owned shard holds the summed gradient. With
  *          distributed-optimizer instances the reduce-scatter sums over the group only;
@@ -135,28 +136,50 @@ static void cross_completed(Zero1Runtime* rt, int b) {
     reduction_done(rt, b);
 }
 
+// Gradient readiness is learned, not declared: the first step only counts each parameter's
+// contributions in its last micro-step (no bucket fires during that backward: its finish fires
+// them all, in order), and from then on a bucket fires as soon as every parameter in it has
+// had the counted number. So the model never has to say that wte gets two (classifier and
+// encoder), and a model that changes what it reports is caught instead of firing early.
 void zero1_grad_done(Zero1Runtime* rt, int p) {
     if (!rt->is_last_micro) return;
     rt->seen[p]++;
+    if (!rt->counts_learned) return;
+    if (rt->seen[p] > rt->learned[p]) {  // its bucket may already be reducing: stop now
+        char name[64];
+        fatal("zero1: %s had %d gradient contributions at step %d, but %d at the first step, which set when its "
+              "bucket fires", name_of(rt, p, name, sizeof(name)), rt->seen[p], rt->step + 1, rt->learned[p]);
+    }
     if (!rt->opt.overlap_grad_reduce) return;
     int b = rt->layout.params[p].bucket;
     BucketState* s = &rt->buckets[b];
     if (--s->contributions_left == 0) fire_bucket(rt, b);
 }
 
-// Every bucket must have fired by the end of backward; otherwise name what never became final.
-static void check_all_fired(Zero1Runtime* rt) {
+// The end of the first step's backward: its counts become the readiness rule.
+static void learn_counts(Zero1Runtime* rt) {
+    memcpy(rt->learned, rt->seen, rt->num_params * sizeof(int));
     for (int b = 0; b < rt->layout.num_buckets; b++) {
-        if (rt->buckets[b].contributions_left == 0) continue;
         const Zero1Bucket* bk = &rt->layout.buckets[b];
-        char names[1024] = "", one[64];
-        for (int p = bk->first_param; p <= bk->last_param; p++) {
-            if (rt->seen[p] == rt->contributions[p]) continue;
-            size_t len = strlen(names);
-            snprintf(names + len, sizeof(names) - len, "%s%s (%d of %d)", len ? ", " : "", name_of(rt, p, one, 64),
-                     rt->seen[p], rt->contributions[p]);
-        }
-        fatal("zero1: bucket %d did not fire at step %d: gradients never became final: %s", b, rt->step, names);
+        rt->buckets[b].contributions_total = 0;
+        for (int p = bk->first_param; p <= bk->last_param; p++) rt->buckets[b].contributions_total += rt->learned[p];
+    }
+    rt->counts_learned = 1;
+}
+
+// Every later step must see the learned counts; a missing contribution (its bucket never
+// fired, or fired without it) is named with both counts.
+static void check_counts(Zero1Runtime* rt) {
+    char names[1024] = "", one[64];
+    for (int p = 0; p < rt->num_params; p++) {
+        if (rt->seen[p] == rt->learned[p]) continue;
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof(names) - len, "%s%s (%d, the first step %d)", len ? ", " : "",
+                 name_of(rt, p, one, sizeof(one)), rt->seen[p], rt->learned[p]);
+    }
+    if (names[0]) {
+        fatal("zero1: gradient contributions at step %d differ from the first step's, which set when each bucket "
+              "fires: %s", rt->step + 1, names);
     }
 }
 
@@ -257,7 +280,8 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
 void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms) {
     const Zero1DeviceOps* ops = rt->dev.ops;
     int nb = rt->layout.num_buckets;
-    if (rt->opt.overlap_grad_reduce) check_all_fired(rt);
+    if (rt->counts_learned) check_counts(rt);
+    else learn_counts(rt);
     rt->finishing = 1;
     rt->comm->group_begin(rt->comm);
     for (int b = 0; b < nb; b++) {
@@ -479,8 +503,8 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
         return NULL;
     }
     for (int p = 0; p < model->num_params; p++) {
-        if (model->first_block[p] < 0 || model->first_block[p] >= model->num_blocks || model->contributions[p] < 1) {
-            fail(err, err_len, "invalid model description (block or contribution count)");
+        if (model->first_block[p] < 0 || model->first_block[p] >= model->num_blocks) {
+            fail(err, err_len, "invalid model description (a parameter's first block)");
             return NULL;
         }
     }
@@ -490,7 +514,6 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     rt->num_blocks = model->num_blocks;
     rt->numels = (size_t*)dup_array(model->numels, model->num_params * sizeof(size_t));
     rt->decays = (int*)dup_array(model->decays, model->num_params * sizeof(int));
-    rt->contributions = (int*)dup_array(model->contributions, model->num_params * sizeof(int));
     rt->first_block = (int*)dup_array(model->first_block, model->num_params * sizeof(int));
     rt->param_name = model->param_name;
     rt->name_ctx = model->name_ctx;
@@ -523,8 +546,6 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     size_t owned = 0;
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         BucketState* s = &rt->buckets[b];
-        const Zero1Bucket* bk = &rt->layout.buckets[b];
-        for (int p = bk->first_param; p <= bk->last_param; p++) s->contributions_total += rt->contributions[p];
         s->owned_offset = owned;
         owned += rt->shards.buckets[b].shard.end - rt->shards.buckets[b].shard.start;
         s->reduce = s->gather = s->cross = -1;
@@ -532,6 +553,7 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     }
     build_spans(rt);
     rt->seen = (int*)callocCheck(rt->num_params, sizeof(int));
+    rt->learned = (int*)callocCheck(rt->num_params, sizeof(int));
     build_block_buckets(rt);
     return rt;
 }
@@ -563,11 +585,11 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
     free(rt->buckets);
     free(rt->fire_order);
     free(rt->seen);
+    free(rt->learned);
     zero1_shards_free(&rt->shards);
     zero1_layout_free(&rt->layout);
     free(rt->numels);
     free(rt->decays);
-    free(rt->contributions);
     free(rt->first_block);
     free(rt);
 }

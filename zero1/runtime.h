@@ -8,7 +8,9 @@
  *   zero1_begin_step          zero the grad buffer
  *   zero1_begin_micro_step    (is_last: buckets may fire during this backward)
  *   zero1_forward_block       before a block runs: wait for the all-gathers of its buckets
- *   zero1_grad_done           one gradient contribution of a parameter is complete
+ *   zero1_grad_done           one gradient contribution of a parameter is complete (the
+ *                             first step learns how many make it final; later steps
+ *                             fire a bucket when they are all in, and stop on a mismatch)
  *   zero1_poke                at layer boundaries: let the backend progress
  *   zero1_finish_step         wait for the reductions, norm, clip, AdamW on the shard,
  *                             launch the all-gathers for the next forward
@@ -52,14 +54,14 @@ typedef struct {
     float beta1, beta2, eps, weight_decay, grad_clip;
 } Zero1Options;
 
-// What the runtime needs to know about the model: sizes, weight decay, how many gradient
-// contributions make a parameter final in one micro-step, which forward block first reads
-// it (blocks run 0..num_blocks-1), and a name for messages.
+// What the runtime needs to know about the model: sizes, weight decay, which forward block
+// first reads each parameter (blocks run 0..num_blocks-1), and a name for messages. How many
+// gradient contributions make a parameter final is not declared: the runtime counts them on
+// the first step (zero1_grad_done).
 typedef struct {
     int num_params;
     const size_t* numels;
     const int* decays;
-    const int* contributions;
     const int* first_block;
     int num_blocks;
     const char* (*param_name)(void* ctx, int param, char* buf, size_t n);

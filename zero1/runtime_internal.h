@@ -11,7 +11,7 @@ typedef enum { GATHER_DONE = 0, GATHER_PENDING, GATHER_IN_FLIGHT } GatherState;
 
 typedef struct {
     int contributions_left;      // in the last micro-step, before this bucket may fire
-    int contributions_total;
+    int contributions_total;     // learned on the first step (zero1_grad_done)
     int reduce_in_flight;
     int reduce_fired;            // this step
     Zero1Handle reduce;
@@ -33,7 +33,6 @@ struct Zero1Runtime {
     int num_params, num_blocks;
     size_t* numels;
     int* decays;
-    int* contributions;
     int* first_block;
     const char* (*param_name)(void*, int, char*, size_t);
     void* name_ctx;
@@ -63,6 +62,8 @@ struct Zero1Runtime {
 
     BucketState* buckets;
     int* seen;                   // contributions seen per param in the last micro-step
+    int* learned;                // seen at the first step: what makes each param final
+    int counts_learned;
     int* fire_order;             // buckets in the order they fired this step (the cross all-reduces follow it)
     int num_fired, num_crossed;
     int finishing;  // inside zero1_finish_step (where all-reduces across instances may go out)

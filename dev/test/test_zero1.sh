@@ -102,7 +102,9 @@ for run in "2" "3" "2 ${HAZARD[*]}" "4 --dist-opt-instances 2"; do
 done
 # --trace: one Chrome trace per rank with per-layer compute, every bucket's reduce-scatter
 # and all-gather (with 2 instances also its shard's all-reduce across them), and the step
-# lines report the time blocked on communication.
+# lines report the time blocked on communication. The reduce-scatters also show the
+# readiness counts learned on the first step: none fires during its backward, some during
+# the second's.
 for run in "2 1" "4 2"; do
     read -r np k <<<"$run"
     rm -f "$work"/trace.rank*.json
@@ -124,6 +126,13 @@ for rank in range(np_):
         cross = names.count(f"all-reduce across instances b{b}")
         assert cross == (3 if k > 1 else 0), ("all-reduce across instances", b, cross)
     assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")
+    # Readiness is learned on the first step: no bucket fires during its backward; from the
+    # second step on, some fire before the encoder's backward (the last layer) begins.
+    spans = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events if e.get("ph") == "X")
+    encoder = [s for s in spans if s[2] == "backward -1"]
+    reduces = [s for s in spans if s[2].startswith("reduce-scatter b")]
+    assert all(r[0] >= encoder[0][1] for r in reduces[:buckets]), "a bucket fired during the first backward"
+    assert any(r[0] < encoder[1][0] for r in reduces[buckets:2 * buckets]), "no bucket fired early at step 2"
 PYEOF
     then
         passed=$((passed + 1)); echo "PASS np=$np --trace ($k instance(s)): per-layer compute, per-bucket collectives"

@@ -6,9 +6,10 @@
  *
  *   test_zero1_runtime            AdamW through the buckets and views == dense AdamW,
  *                                 for several bucket sizes and both param dtypes
- *   test_zero1_runtime unfired    a step whose gradients never all became final: the
- *                                 runtime must stop naming the parameters (exit 1);
- *                                 the shell test checks the message
+ *   test_zero1_runtime missing    a second step that reports fewer gradient contributions
+ *   test_zero1_runtime extra      or more than the first (from which the runtime learns
+ *                                 them): the runtime must stop naming the parameters and
+ *                                 both counts (exit 1); the shell test checks the message
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +24,7 @@
 #define NP 5
 static const size_t NUMELS[NP] = {1000, 37, 4096, 130, 777};
 static const int DECAYS[NP] = {1, 0, 1, 0, 1};
-static const int CONTRIBUTIONS[NP] = {2, 1, 1, 1, 1};  // param 0 is "tied": two contributions
+static const int REPORTS[NP] = {2, 1, 1, 1, 1};  // contributions the made-up model reports: p0 is "tied"
 static const int FIRST_BLOCK[NP] = {0, 0, 1, 1, 2};
 
 static const char* name_param(void* ctx, int p, char* buf, size_t n) {
@@ -48,7 +49,7 @@ static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype,
     opt.eps = 1e-8f;
     opt.weight_decay = 0.1f;
     opt.grad_clip = 1.0f;
-    Zero1ModelSpec spec = {NP, NUMELS, DECAYS, CONTRIBUTIONS, FIRST_BLOCK, 3, name_param, NULL};
+    Zero1ModelSpec spec = {NP, NUMELS, DECAYS, FIRST_BLOCK, 3, name_param, NULL};
     char err[256];
     Zero1Runtime* rt = zero1_runtime_create(&opt, &spec, comm, NULL, dev, NULL, err, sizeof(err));
     if (!rt) fatal("runtime: %s", err);
@@ -85,7 +86,7 @@ static int check_against_dense(long long bucket_size, Zero1Dtype param_dtype, Ze
         for (int p = NP - 1; p >= 0; p--) {
             ops->from_host(dev.ctx, dev.compute, zero1_grad_buffer(rt) + zero1_param_offset(rt, p), grads + offs[p],
                            NUMELS[p] * sizeof(float));
-            for (int k = 0; k < CONTRIBUTIONS[p]; k++) zero1_grad_done(rt, p);
+            for (int k = 0; k < REPORTS[p]; k++) zero1_grad_done(rt, p);
         }
         double blocked = 0.0;
         zero1_finish_step(rt, step, 1e-2f, &blocked);
@@ -126,25 +127,34 @@ static int check_against_dense(long long bucket_size, Zero1Dtype param_dtype, Ze
     return ok;
 }
 
-// p1 and p0's second contribution are never reported: the bucket cannot fire.
-static void unfired(void) {
+// One step whose backward reports contributions[p] for each parameter, last parameter first.
+static void step_reporting(Zero1Runtime* rt, int step, const int* contributions) {
+    zero1_begin_step(rt, step);
+    zero1_begin_micro_step(rt, 1);
+    for (int p = NP - 1; p >= 0; p--) {
+        for (int k = 0; k < contributions[p]; k++) zero1_grad_done(rt, p);
+    }
+    double blocked = 0.0;
+    zero1_finish_step(rt, step, 1e-3f, &blocked);
+}
+
+// The first step teaches the runtime REPORTS; the second reports other counts.
+static void mismatch(const int* second) {
     Zero1Device dev = zero1_device_cpu();
     Zero1Comm* comm = zero1_comm_single_create(&dev);
     Zero1Runtime* rt = make_runtime(0, ZERO1_FP32, comm, &dev);
-    zero1_begin_step(rt, 0);
-    zero1_begin_micro_step(rt, 1);
-    zero1_grad_done(rt, 4);
-    zero1_grad_done(rt, 3);
-    zero1_grad_done(rt, 2);
-    zero1_grad_done(rt, 0);
-    double blocked = 0.0;
-    zero1_finish_step(rt, 0, 1e-3f, &blocked);
+    step_reporting(rt, 0, REPORTS);
+    printf("first step done\n");
+    step_reporting(rt, 1, second);
     printf("FAIL: the runtime did not stop\n");
     exit(0);  // a zero exit here fails the shell check
 }
 
 int main(int argc, char** argv) {
-    if (argc > 1 && strcmp(argv[1], "unfired") == 0) unfired();
+    static const int MISSING[NP] = {1, 0, 1, 1, 1};  // p1 and p0's second contribution never come
+    static const int EXTRA[NP] = {3, 1, 1, 1, 1};    // p0 reported once more
+    if (argc > 1 && strcmp(argv[1], "missing") == 0) mismatch(MISSING);
+    if (argc > 1 && strcmp(argv[1], "extra") == 0) mismatch(EXTRA);
     int ok = 1;
     long long sizes[] = {0, 1, 200, 5000};
     for (int i = 0; i < 4; i++) {
