@@ -18,7 +18,7 @@
 static const char* USAGE =
     "usage: zero1_plan (--numels a,b,c | --model dN [--vocab V] [--max-seq T] [--heads H])\n"
     "                  [--dp N] [--instances K] [--bucket-size N|none] [--pad-busbw] [--shared-embedding I|none]\n"
-    "                  [--json] [--shards]\n"
+    "                  [--split-embedding] [--json] [--shards]\n"
     "       zero1_plan --batch FILE   (one argument list per line; prints one JSON per line)\n"
     "  --numels a,b,c       parameter sizes in definition order (each >= 1)\n"
     "  --model dN           GPT-2 of depth N in canonical order (wte, wpe, layers, lnf);\n"
@@ -33,6 +33,8 @@ static const char* USAGE =
     "  --pad-busbw          pad buckets to lcm(DP,128,65536) instead of lcm(DP,128)\n"
     "  --shared-embedding I give parameter I a bucket of its own (default none; Megatron\n"
     "                       does this only for a tied embedding split across pipeline stages)\n"
+    "  --split-embedding    (--model) wte's dense (classifier) gradient part reduced as soon as the\n"
+    "                       classifier's backward is done; its encoder rows exchanged sparsely\n"
     "  --json               print one JSON object instead of tables\n"
     "  --shards             include every (rank, bucket) shard and its four views\n";
 
@@ -47,6 +49,7 @@ typedef struct {
     long long bucket_size;  // -1 default, 0 none
     int pad_busbw;
     int shared_embedding;
+    int split_embedding;
     int json, shards, help;
     const char* batch_file;
 } PlanOptions;
@@ -130,6 +133,7 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
         if (strcmp(a, "--pad-busbw") == 0) { o->pad_busbw = 1; continue; }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
         if (strcmp(a, "--shards") == 0) { o->shards = 1; continue; }
+        if (strcmp(a, "--split-embedding") == 0) { o->split_embedding = 1; continue; }
         int takes_value = strcmp(a, "--numels") == 0 || strcmp(a, "--model") == 0 || strcmp(a, "--vocab") == 0 ||
                           strcmp(a, "--max-seq") == 0 || strcmp(a, "--heads") == 0 || strcmp(a, "--dp") == 0 ||
                           strcmp(a, "--instances") == 0 ||
@@ -169,6 +173,7 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
                           argv_value(argc, argv, "--dp"), argv_value(argc, argv, "--instances"));
     if ((numels_arg == NULL) == (o->model == NULL))
         return plan_error(err, n, "give exactly one of --numels and --model%s%s", "", "");
+    if (o->split_embedding && !o->model) return plan_error(err, n, "--split-embedding needs --model%s%s", "", "");
     if (numels_arg) return parse_numels(numels_arg, o, err, n);
     if (gpt2_config_from_descriptor(o->model, o->vocab, o->max_seq, &o->cfg) != 0)
         return plan_error(err, n, "bad --model '%s' (want dN, e.g. d12)%s", o->model, "");
@@ -181,6 +186,33 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
     if (o->numels == NULL) return plan_error(err, n, "out of memory%s%s", "", "");
     for (int i = 0; i < o->num_params; i++) o->numels[i] = gpt2_tensor_numel(&o->cfg, i);
     return 0;
+}
+
+// ---------------------------------------------------------------------------- timing
+
+// When a bucket's collectives can start, for --model, in llmc/model_hooks.h's block numbers
+// (-1 embeddings, 0..L-1 transformer blocks, L final LayerNorm + classifier). The backward
+// runs blocks L down to -1, so a bucket's gradients are final after the backward of the
+// lowest block that contributes to one of them: wte gets the classifier's (L) and the
+// encoder's (-1) contributions, and with --split-embedding only the classifier's is dense.
+// Its params are needed by the forward of the lowest block that reads one of them. This
+// holds from step 2 on: the runtime learns the contribution counts on step 1, whose buckets
+// all fire at its finish.
+static void bucket_timing(const PlanOptions* o, const Zero1Bucket* k, int* grads_final_after, int* needed_by) {
+    *grads_final_after = *needed_by = o->cfg.num_layers;
+    for (int p = k->first_param; p <= k->last_param; p++) {
+        int layer = gpt2_tensor_layer(&o->cfg, p);
+        int final_after = p == gpt2_idx_wte() && o->split_embedding ? o->cfg.num_layers : layer;
+        if (final_after < *grads_final_after) *grads_final_after = final_after;
+        if (layer < *needed_by) *needed_by = layer;
+    }
+}
+
+static const char* block_name(const PlanOptions* o, int block, char* buf, size_t n) {
+    if (block < 0) snprintf(buf, n, "embeddings");
+    else if (block == o->cfg.num_layers) snprintf(buf, n, "lnf+classifier");
+    else snprintf(buf, n, "h%d", block);
+    return buf;
 }
 
 // ---------------------------------------------------------------------------- JSON
@@ -206,7 +238,8 @@ static void json_ledger(FILE* f, const Zero1Ledger* g) {
 }
 
 // Returns 0, or -1 (message in err) if a shard could not be built.
-static int print_json(FILE* f, const Zero1Layout* L, int instances, int with_shards, char* err, size_t n) {
+static int print_json(FILE* f, const PlanOptions* o, const Zero1Layout* L, char* err, size_t n) {
+    int instances = o->instances, with_shards = o->shards;
     fprintf(f, "{\"dp\":%d,\"instances\":%d,\"group_size\":%d,\"bucket_size\":", L->dp * instances, instances, L->dp);
     if (L->bucket_size == 0) fprintf(f, "null");
     else fprintf(f, "%zu", L->bucket_size);
@@ -217,8 +250,15 @@ static int print_json(FILE* f, const Zero1Layout* L, int instances, int with_sha
             zero1_bucket_divisor(L->dp, L->pad_busbw), L->numel, L->numel_unpadded);
     for (int b = 0; b < L->num_buckets; b++) {
         const Zero1Bucket* k = &L->buckets[b];
-        fprintf(f, "%s{\"start\":%zu,\"end\":%zu,\"numel_unpadded\":%zu,\"first_param\":%d,\"last_param\":%d}",
+        fprintf(f, "%s{\"start\":%zu,\"end\":%zu,\"numel_unpadded\":%zu,\"first_param\":%d,\"last_param\":%d",
                 b ? "," : "", k->start, k->end, k->numel_unpadded, k->first_param, k->last_param);
+        if (o->model) {
+            int final_after, needed_by;
+            bucket_timing(o, k, &final_after, &needed_by);
+            fprintf(f, ",\"grads_final_after_backward_of\":%d,\"params_needed_by_forward_of\":%d", final_after,
+                    needed_by);
+        }
+        fputc('}', f);
     }
     fprintf(f, "],\"params\":[");
     for (int i = 0; i < L->num_params; i++) {
@@ -319,6 +359,19 @@ static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
             L->numel, sum_numels, pad, 100.0 * (double)pad / (double)L->numel, L->numel_unpadded - sum_numels,
             L->numel - L->numel_unpadded);
 
+    if (o->model) {
+        fprintf(f, "when each bucket's collectives can start (from step 2; step 1 learns the gradient counts and "
+                   "fires every bucket at its finish)%s:\n",
+                o->split_embedding ? ", wte split (its encoder rows go sparsely after the embeddings' backward)" : "");
+        fprintf(f, "%-6s %-34s %s\n", "bucket", "gradient reduction: after backward of", "all-gather: before forward of");
+        for (int b = 0; b < L->num_buckets; b++) {
+            int final_after, needed_by;
+            char a[32], c[32];
+            bucket_timing(o, &L->buckets[b], &final_after, &needed_by);
+            fprintf(f, "%-6d %-34s %s\n", b, block_name(o, final_after, a, sizeof(a)), block_name(o, needed_by, c, sizeof(c)));
+        }
+        fprintf(f, "\n");
+    }
     fprintf(f, "memory and communication, bf16 params + fp32 grads (GPU default):\n");
     Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, o->instances, 2, 4);
     zero1_ledger_print(f, &g);
@@ -369,7 +422,7 @@ static int run_plan(PlanOptions* o, int force_json) {
         fprintf(stderr, "zero1_plan: %s\n", err);
         return 2;
     }
-    int rc = (o->json || force_json) ? print_json(stdout, &L, o->instances, o->shards, err, sizeof(err))
+    int rc = (o->json || force_json) ? print_json(stdout, o, &L, err, sizeof(err))
                                      : print_text(stdout, o, &L, err, sizeof(err));
     zero1_layout_free(&L);
     if (rc != 0) {

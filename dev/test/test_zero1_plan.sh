@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # zero1_plan end to end:
 #   1. 2000 random configurations vs the independent Python oracle (dev/test/layout_oracle.py);
-#   2. the GPT-2 124M layout and ledger at DP=8 vs arithmetic done by hand below, also as
-#      2 distributed-optimizer instances of 4 ranks;
+#   2. the GPT-2 124M layout, ledger and bucket timing at DP=8 vs arithmetic and reasoning done
+#      by hand below, also as 2 distributed-optimizer instances of 4 ranks;
 #   3. bad arguments -> usage and exit code 2;
 #   4. the zero1 headers compile as C++ (nvcc includes them).
 # Run from anywhere; builds zero1_plan with make. Prints one PASS/FAIL line.
@@ -53,6 +53,23 @@ for n in $((6 * NUMEL + 12 * OWNED)) $((18 * NUMEL)) $(((DP - 1) * OWNED * 4)); 
     echo "$text" | grep -q " $n " || fail "text output lacks $n"
 done
 echo "  d12 DP=8: numel $NUMEL, buckets $B0/$B1/$B2, ZeRO-1 $((6 * NUMEL + 12 * OWNED)) B vs replicated $((18 * NUMEL)) B per rank"
+
+# 2a. When each bucket's collectives can start (model blocks: -1 embeddings, 0..11, 12 lnf +
+# classifier). Bucket 0 reaches down into h6 and bucket 1 into h0, so their gradients are final
+# after those blocks' backward and their params are needed by those blocks' forward; bucket 2
+# holds wte, whose encoder contribution comes last (-1). With wte in its own bucket and split,
+# its dense part is final after the classifier (12), though the forward needs it first (-1).
+timing() {  # timing ARGS...: "ready,needed" per bucket
+    ./zero1_plan --model d12 --dp $DP --json "$@" | $PY -c '
+import json, sys
+print(" ".join("%d,%d" % (b["grads_final_after_backward_of"], b["params_needed_by_forward_of"])
+               for b in json.load(sys.stdin)["buckets"]))'
+}
+got=$(timing) || fail "timing JSON"
+[ "$got" == "6,6 0,0 -1,-1" ] || fail "d12 DP=8 bucket timing: got '$got'"
+got=$(timing --shared-embedding 0 --split-embedding) || fail "timing JSON (split)"
+[ "$got" == "6,6 0,0 -1,-1 12,-1" ] || fail "d12 DP=8 split-embedding bucket timing: got '$got'"
+echo "  d12 DP=8: buckets' gradients final after the backward of h6, h0, embeddings (split wte: the classifier)"
 
 # 2b. The same 8 ranks as K=2 instances of G=4: the layout is DP=4's (d12 needs no padding at
 # lcm(4,128) either, and the 40e6 default holds), each rank owns numel/4 and sends, per step,
@@ -110,6 +127,7 @@ bad_cases=(
     "--numels 1,2 --dp 4 --instances 0"
     "--numels 1,2 --instances 2"
     "--numels 1,2 --dp 4 --instances x"
+    "--numels 1,2 --split-embedding"
 )
 for args in "${bad_cases[@]}"; do
     # shellcheck disable=SC2086
