@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
     trainer_init(&tr, &cfg, rank, world);
     const GPT2Config* mc = &tr.model.config;
     RunIO io;
-    run_io_open(&io, &cfg, rank, world, mc->vocab_size);
+    run_io_open(&io, &cfg, rank, world, mc->vocab_size, tr.grad_accum_steps);
 
     long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
     int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);

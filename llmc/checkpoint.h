@@ -61,7 +61,8 @@ static const char* const CHECKPOINT_FILES[CHECKPOINT_NUM_FILES] = {"model.bin", 
 
 typedef struct {
     int step;                   // optimizer steps completed
-    size_t shard;               // train data position: shard index ...
+    size_t epoch;               // train data position: the epoch, ...
+    size_t shard;               // ... shard index ...
     size_t shard_tokens_done;   // ... and tokens of it consumed (a multiple of ranks*B*T)
     uint64_t sample_rng;
     int world, B, T, grad_accum_steps;  // the run that saved it
@@ -71,6 +72,10 @@ typedef struct {
     int max_steps, warmup_steps, overfit_single_batch;
     float lr, final_lr_fraction, weight_decay, beta1, beta2, eps, grad_clip;
     int has_step_meaning;
+    // The data order (--shuffle and its --seed) and the epoch, the same way: absent from
+    // earlier checkpoints (has_data_order 0), which ran in file order.
+    int shuffle, data_seed;
+    int has_data_order;
 } CheckpointState;
 
 // ----------------------------------------------------------------------------
@@ -275,11 +280,15 @@ typedef struct {
     size_t offset;
     int kind;
     uint64_t min, max;  // integers only
-    int meaning;        // one of what a step means: absent from earlier versions' files
+    int group;          // 0: always there; a later group: all of its fields or none (earlier versions)
 } CheckpointStateField;
 
+enum { STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_NUM_GROUPS };
 #define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 0}
-#define STATE_MEANING(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 1}
+#define STATE_MEANING(key, member, kind, min, max) \
+    {key, offsetof(CheckpointState, member), kind, min, max, STATE_GROUP_STEP_MEANING}
+#define STATE_ORDER(key, member, kind, min, max) \
+    {key, offsetof(CheckpointState, member), kind, min, max, STATE_GROUP_DATA_ORDER}
 static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_FIELD("step", step, STATE_INT, 1, INT_MAX),  // saved after a step, never before the first
     STATE_FIELD("shard", shard, STATE_SIZE, 0, INT_MAX),
@@ -299,6 +308,9 @@ static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_MEANING("beta2", beta2, STATE_F32, 0, 0),
     STATE_MEANING("eps", eps, STATE_F32, 0, 0),
     STATE_MEANING("grad_clip", grad_clip, STATE_F32, 0, 0),
+    STATE_ORDER("shuffle", shuffle, STATE_INT, 0, 1),
+    STATE_ORDER("data_seed", data_seed, STATE_INT, 0, INT_MAX),
+    STATE_ORDER("epoch", epoch, STATE_SIZE, 0, INT64_MAX),
 };
 #define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
 
@@ -357,12 +369,14 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
         else if (fd->kind == STATE_SIZE) *(size_t*)p = (size_t)v;
         else *(uint64_t*)p = v;
     }
-    // The fields of what a step means come all together (this version) or not at all.
-    int meanings_seen = 0;
-    for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) meanings_seen += CHECKPOINT_STATE_FIELDS[i].meaning && seen[i];
-    s->has_step_meaning = meanings_seen > 0;
+    // A group of later fields comes all together (this version) or not at all (earlier ones).
+    int group_seen[STATE_NUM_GROUPS] = {0};
+    for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) group_seen[CHECKPOINT_STATE_FIELDS[i].group] += seen[i];
+    s->has_step_meaning = group_seen[STATE_GROUP_STEP_MEANING] > 0;
+    s->has_data_order = group_seen[STATE_GROUP_DATA_ORDER] > 0;
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
-        if (!seen[i] && (!CHECKPOINT_STATE_FIELDS[i].meaning || meanings_seen)) {
+        int group = CHECKPOINT_STATE_FIELDS[i].group;
+        if (!seen[i] && (group == STATE_GROUP_ALWAYS || group_seen[group])) {
             fatal("%s: field %s is missing", path, CHECKPOINT_STATE_FIELDS[i].key);
         }
     }

@@ -526,6 +526,9 @@ static inline void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps
     s->eps = cfg->eps;
     s->grad_clip = cfg->grad_clip;
     s->has_step_meaning = 1;
+    s->shuffle = cfg->shuffle;
+    s->data_seed = cfg->seed;
+    s->has_data_order = 1;
 }
 
 // The training loop's checkpoint: every -n steps and at the end (collective).
@@ -541,7 +544,10 @@ static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config*
     s.T = cfg->T;
     s.grad_accum_steps = grad_accum_steps;
     checkpoint_step_meaning(cfg, max_steps, &s);
-    dataloader_position(train, &s.shard, &s.shard_tokens_done);
+    DataPosition at = dataloader_position(train);
+    s.epoch = at.epoch;
+    s.shard = at.shard;
+    s.shard_tokens_done = at.tokens_done;
     checkpoint_save(cfg->output_dir, mc, o, &s);
 }
 
@@ -595,6 +601,12 @@ static inline int checkpoint_resume_check(const TrainConfig* cfg, const Checkpoi
         checkpoint_note_change(changes, sizeof(changes), "--eps", saved->eps, now.eps);
         checkpoint_note_change(changes, sizeof(changes), "--grad-clip", saved->grad_clip, now.grad_clip);
     }
+    // The data order: a checkpoint from before --shuffle read the data in file order.
+    checkpoint_note_change(changes, sizeof(changes), "--shuffle", saved->has_data_order && saved->shuffle, cfg->shuffle);
+    if (saved->has_data_order && saved->shuffle && cfg->shuffle) {
+        checkpoint_note_change(changes, sizeof(changes), "--seed (which sets the --shuffle order)", saved->data_seed,
+                               cfg->seed);
+    }
     if (changes[0] && !cfg->allow_resume_change) {
         fatal("resume: this run's steps would not mean what %s's did (saved -> now: %s): resume with the saved "
               "settings, or pass --allow-resume-change to continue with the new ones", r->dir, changes);
@@ -618,7 +630,8 @@ static inline void checkpoint_restore(const CheckpointResume* r, const GPT2Confi
     double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
     CheckpointTransfer t;
     checkpoint_load(r->dir, mc, o, &r->manifest, r->state.step, &t);
-    dataloader_seek(train, r->state.shard, r->state.shard_tokens_done);
+    DataPosition at = {r->state.epoch, r->state.shard, r->state.shard_tokens_done};
+    dataloader_seek(train, at);
     *sample_rng = r->state.sample_rng;
     if (utils_rank() == 0) {
         printf("resumed from %s: step %d (saved by %d ranks x B=%d x T=%d x %d micro-steps; %.1f MiB read and verified "

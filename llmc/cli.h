@@ -46,6 +46,7 @@ typedef struct {
     int zero_stage;             // -z
     int master_weights;         // -w
     int overfit_single_batch;   // -a
+    int shuffle;                // --shuffle: the train data's order per epoch, from --seed
     float beta1, beta2, eps, grad_clip;
     int seed;
     long long bucket_size;      // -1: default max(40M, 1M*DP); 0: one bucket
@@ -113,7 +114,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--beta2", OPT_FLOAT, CLI_FIELD(beta2), 0, 0.999999, "AdamW beta2"},
     {NULL, "--eps", OPT_FLOAT, CLI_FIELD(eps), 1e-30, 1, "AdamW epsilon"},
     {NULL, "--grad-clip", OPT_FLOAT, CLI_FIELD(grad_clip), 0, 1e30, "clip the global grad norm to this (0: off)"},
-    {NULL, "--seed", OPT_INT, CLI_FIELD(seed), 0, INT_MAX, "seed for init and sampling"},
+    {NULL, "--seed", OPT_INT, CLI_FIELD(seed), 0, INT_MAX, "seed for init, sampling and --shuffle"},
+    {NULL, "--shuffle", OPT_FLAG, CLI_FIELD(shuffle), 0, 0,
+     "permute the train shards, and the rows of T tokens in each, every epoch (from --seed; resumable)"},
     {NULL, "--bucket-size", OPT_BUCKET, CLI_FIELD(bucket_size), 0, 0,
      "ZeRO-1 bucket size in elements, or none (default max(40M, 1M*DP))"},
     {NULL, "--pad-busbw", OPT_FLAG, CLI_FIELD(pad_busbw), 0, 0, "pad buckets to lcm(DP,128,65536) for NCCL bus bandwidth"},

@@ -2,10 +2,19 @@
  * Data loader for llm.c token shards: int32 header[256] (magic 20240520, version 1,
  * token count), then uint16 tokens.
  *
- * Rank-strided like llm.c: with N ranks, window i of rank r starts at token (i*N + r)*B*T
- * of the current shard and holds B*T+1 tokens (inputs, and targets shifted by one). When
- * the next round of windows would run past the end, the loader moves to the next shard
- * (in sorted file-name order, wrapping around to the first).
+ * A shard is read as rows of T tokens: row j holds tokens [j*T, j*T+T+1) (inputs, and the
+ * targets shifted by one). With N ranks, micro-step i of rank r takes rows (i*N + r)*B ..
+ * +B-1 of the shard's order, so every optimizer step reads the next ranks*B*accumulation
+ * rows whatever their split over ranks, -b and micro-steps (what lets a run resume at
+ * another rank count). An epoch is one pass over the shards; when the next micro-step would
+ * run past a shard's last whole round, the loader moves to the next shard, and after the
+ * last, to the next epoch.
+ *
+ * The order, llm.c's without --shuffle: the shards in sorted file-name order, the rows in
+ * file order (a rank's B rows are then contiguous: one read). With --shuffle (the train
+ * data), every epoch permutes the shards and the rows of each shard, from (--seed, epoch,
+ * shard), identically on every rank; a shard then ends at a whole optimizer step, so which
+ * rows a step reads depends only on the seed and the step.
  *
  * Every shard is checked completely when it is opened (header, size, every token id <
  * vocab size). All ranks open the same shards, so they all reach the same verdict, and a
@@ -17,6 +26,7 @@
 #include <glob.h>
 #include <stdint.h>
 
+#include "llmc/rng.h"
 #include "llmc/untrusted.h"
 #include "llmc/utils.h"
 
@@ -32,13 +42,22 @@ typedef struct {
     int B, T, rank, world, vocab_size;
     glob_t files;
     size_t num_shards;
-    size_t shard_index;       // current shard
-    size_t window_index;      // i: next window of this rank is (i*world + rank)*B*T
+    size_t shard_index;       // current shard (a file index)
+    size_t window_index;      // i: micro-steps taken from this shard
     size_t shard_tokens;      // tokens in the current shard
     FILE* file;               // current shard
     uint16_t* window;         // B*T+1 tokens
     int* inputs;              // B*T
     int* targets;             // B*T
+    // The order (see the top). shard_order and row_order are NULL without --shuffle.
+    size_t epoch;             // passes over the shards completed
+    size_t order_pos;         // the current shard's place in this epoch's order
+    size_t* shard_order;      // this epoch's shard order
+    uint32_t* row_order;      // the current shard's rows, in this epoch's order
+    size_t rows_used;         // rows of the current shard this epoch reads
+    size_t rows_per_step;     // --shuffle: rows of one optimizer step (ranks x B x accumulation)
+    uint64_t seed;
+    FILE* trace;              // tests: "epoch shard row" of every row read (dataloader_trace)
 } DataLoader;
 
 // Reads and checks a shard header; returns its token count. The count (a non-negative
@@ -80,19 +99,62 @@ static inline void shard_check_tokens(FILE* f, const char* path, size_t ntok, in
     free(buf);
 }
 
+// A permutation of 0..n-1 (Fisher-Yates) from the stream of (seed, epoch, what): the same
+// on every rank and in every run with the seed.
+static inline void dataloader_permutation(uint64_t seed, size_t epoch, uint64_t what, size_t n, void* out,
+                                          int wide) {
+    uint64_t state = rng_seed(rng_seed(rng_seed(seed) ^ epoch) ^ what);
+    for (size_t i = 0; i < n; i++) {
+        if (wide) ((size_t*)out)[i] = i;
+        else ((uint32_t*)out)[i] = (uint32_t)i;
+    }
+    for (size_t i = n; i > 1; i--) {
+        uint64_t r = ((uint64_t)rng_u32(&state) << 32) | rng_u32(&state);
+        size_t j = (size_t)(r % i);  // the modulo bias is below 2^-30 for any shard
+        if (wide) {
+            size_t* a = (size_t*)out;
+            size_t t = a[i - 1]; a[i - 1] = a[j]; a[j] = t;
+        } else {
+            uint32_t* a = (uint32_t*)out;
+            uint32_t t = a[i - 1]; a[i - 1] = a[j]; a[j] = t;
+        }
+    }
+}
+
+static inline size_t dataloader_rows_per_micro_step(const DataLoader* d) { return (size_t)d->world * d->B; }
+
 static inline void dataloader_open_shard(DataLoader* d, size_t index) {
     if (d->file) fcloseCheck(d->file, "token shard");
     const char* path = d->files.gl_pathv[index];
     d->file = fopenCheck(path, "rb");
     d->shard_tokens = shard_check_header(d->file, path);
     shard_check_tokens(d->file, path, d->shard_tokens, d->vocab_size);
-    size_t needed = (size_t)d->world * d->B * d->T + 1;
-    if (d->shard_tokens < needed) {
+    size_t rows = d->shard_tokens > 0 ? (d->shard_tokens - 1) / d->T : 0;
+    size_t round = d->row_order ? d->rows_per_step : dataloader_rows_per_micro_step(d);
+    if (rows < round && !d->row_order) {
         fatal("%s: %zu tokens, but one step of %d ranks x B=%d x T=%d needs %zu; use a larger shard or smaller -b/-t",
-              path, d->shard_tokens, d->world, d->B, d->T, needed);
+              path, d->shard_tokens, d->world, d->B, d->T, round * d->T + 1);
+    }
+    if (rows < round) {
+        fatal("%s: %zu tokens, but --shuffle reads whole optimizer steps, and one of %zu rows of T=%d needs %zu; use a "
+              "larger shard or a smaller batch", path, d->shard_tokens, round, d->T, round * d->T + 1);
+    }
+    d->rows_used = rows / round * round;
+    if (d->row_order) {
+        free(d->row_order);
+        d->row_order = (uint32_t*)mallocCheck(rows * sizeof(uint32_t));
+        dataloader_permutation(d->seed, d->epoch, 1 + (uint64_t)index, rows, d->row_order, 0);
     }
     d->shard_index = index;
     d->window_index = 0;
+}
+
+// The shard at place pos of epoch e's order.
+static inline void dataloader_enter(DataLoader* d, size_t epoch, size_t pos) {
+    if (d->shard_order && epoch != d->epoch) dataloader_permutation(d->seed, epoch, 0, d->num_shards, d->shard_order, 1);
+    d->epoch = epoch;
+    d->order_pos = pos;
+    dataloader_open_shard(d, d->shard_order ? d->shard_order[pos] : pos);
 }
 
 static inline void dataloader_init(DataLoader* d, const char* pattern, int B, int T, int rank, int world,
@@ -114,57 +176,118 @@ static inline void dataloader_init(DataLoader* d, const char* pattern, int B, in
     dataloader_open_shard(d, 0);
 }
 
-// Number of whole steps (of all ranks together) one pass over the current shard gives.
+// --shuffle: from here on the order of the top, for steps of rows_per_step rows (ranks x B
+// x accumulation), from seed; starts at epoch 0's first shard.
+static inline void dataloader_shuffle(DataLoader* d, uint64_t seed, size_t rows_per_step) {
+    d->seed = seed;
+    d->rows_per_step = rows_per_step;
+    d->shard_order = (size_t*)mallocCheck(d->num_shards * sizeof(size_t));
+    d->row_order = (uint32_t*)mallocCheck(sizeof(uint32_t));  // grown by dataloader_open_shard
+    dataloader_permutation(seed, 0, 0, d->num_shards, d->shard_order, 1);
+    d->epoch = 0;
+    d->order_pos = 0;
+    dataloader_open_shard(d, d->shard_order[0]);
+}
+
+// Number of micro-steps (of all ranks together) one pass over the current shard gives.
 static inline size_t dataloader_windows_per_shard(const DataLoader* d) {
-    return (d->shard_tokens - 1) / ((size_t)d->world * d->B * d->T);
+    return d->rows_used / dataloader_rows_per_micro_step(d);
+}
+
+static inline void dataloader_read(DataLoader* d, size_t token, size_t count, uint16_t* out) {
+    fseekCheck(d->file, (long)(SHARD_HEADER_INTS * sizeof(int) + token * sizeof(uint16_t)), SEEK_SET, "token shard");
+    freadCheck(out, sizeof(uint16_t), count, d->file, d->files.gl_pathv[d->shard_index]);
 }
 
 static inline void dataloader_next_batch(DataLoader* d) {
     if (d->window_index >= dataloader_windows_per_shard(d)) {
-        dataloader_open_shard(d, (d->shard_index + 1) % d->num_shards);
+        size_t pos = d->order_pos + 1, epoch = d->epoch;
+        if (pos == d->num_shards) {
+            pos = 0;
+            epoch++;
+        }
+        dataloader_enter(d, epoch, pos);
     }
-    size_t BT = (size_t)d->B * d->T;
-    size_t start = (d->window_index * d->world + d->rank) * BT;
-    fseekCheck(d->file, (long)(SHARD_HEADER_INTS * sizeof(int) + start * sizeof(uint16_t)), SEEK_SET, "token shard");
-    freadCheck(d->window, sizeof(uint16_t), BT + 1, d->file, d->files.gl_pathv[d->shard_index]);
-    for (size_t i = 0; i < BT; i++) {
-        d->inputs[i] = d->window[i];
-        d->targets[i] = d->window[i + 1];
+    size_t T = (size_t)d->T, first_row = (d->window_index * d->world + d->rank) * d->B;
+    for (int b = 0; b < d->B; b++) {
+        uint16_t* row = d->window + (size_t)b * T;  // row b's T+1 tokens; b > 0 overwrites row b-1's extra one
+        if (!d->row_order) {  // file order: the B rows are contiguous, one read
+            if (b == 0) dataloader_read(d, first_row * T, (size_t)d->B * T + 1, d->window);
+            row = d->window + (size_t)b * T;
+        } else {
+            dataloader_read(d, (size_t)d->row_order[first_row + b] * T, T + 1, row);
+        }
+        if (d->trace) {
+            size_t index = d->row_order ? d->row_order[first_row + b] : first_row + b;
+            fprintf(d->trace, "%zu %zu %zu\n", d->epoch, d->shard_index, index);
+        }
+        for (size_t t = 0; t < T; t++) {
+            d->inputs[b * T + t] = row[t];
+            d->targets[b * T + t] = row[t + 1];
+        }
     }
     d->window_index++;
 }
 
+// Test hook: with LLMC_TEST_DATA_TRACE=PREFIX, every row this rank reads is appended to
+// PREFIX.rankN as "epoch shard row", so a test can check which rows each step read.
+static inline void dataloader_trace(DataLoader* d) {
+    const char* prefix = getenv("LLMC_TEST_DATA_TRACE");
+    if (!prefix) return;
+    char path[PATH_MAX_LEN];
+    path_format(path, sizeof(path), "%s.rank%d", prefix, d->rank);
+    d->trace = fopenCheck(path, "a");
+    setvbuf(d->trace, NULL, _IOLBF, 0);  // a killed run's lines are there
+}
+
+// Back to the first rows of epoch 0 (-a 1 trains on them only).
 static inline void dataloader_reset(DataLoader* d) {
-    if (d->shard_index != 0) dataloader_open_shard(d, 0);
+    if (d->epoch != 0 || d->order_pos != 0) dataloader_enter(d, 0, 0);
     d->window_index = 0;
 }
 
-// The position to save in a checkpoint: the shard, and how many of its tokens the steps so
-// far consumed (all ranks together). In tokens rather than windows, so that a run resumed
-// with another number of ranks or batch size continues at the same place.
-static inline void dataloader_position(const DataLoader* d, size_t* shard, size_t* tokens_done) {
-    *shard = d->shard_index;
-    *tokens_done = d->window_index * (size_t)d->world * d->B * d->T;
+// The position to save in a checkpoint: the epoch, the shard (a file index), and how many
+// of its tokens the steps so far consumed (rows x T, all ranks together). In tokens rather
+// than windows, so that a run resumed with another number of ranks or batch size continues
+// at the same place.
+typedef struct {
+    size_t epoch, shard, tokens_done;
+} DataPosition;
+
+static inline DataPosition dataloader_position(const DataLoader* d) {
+    DataPosition p = {d->epoch, d->shard_index, d->window_index * dataloader_rows_per_micro_step(d) * d->T};
+    return p;
 }
 
-static inline void dataloader_seek(DataLoader* d, size_t shard, size_t tokens_done) {
-    size_t per_window = (size_t)d->world * d->B * d->T;
-    if (shard >= d->num_shards) fatal("data position names shard %zu but only %zu match", shard, d->num_shards);
-    if (shard != d->shard_index) dataloader_open_shard(d, shard);
-    // A saved position is always inside its shard; beyond it, the data changed since.
-    if (tokens_done >= d->shard_tokens) {
-        fatal("data position: token %zu of shard %zu (%s), which has only %zu tokens: not the data of the saved run",
-              tokens_done, shard, d->files.gl_pathv[shard], d->shard_tokens);
+static inline void dataloader_seek(DataLoader* d, DataPosition p) {
+    size_t per_window = dataloader_rows_per_micro_step(d) * d->T;
+    if (p.shard >= d->num_shards) fatal("data position names shard %zu but only %zu match", p.shard, d->num_shards);
+    size_t pos = p.shard;
+    if (d->shard_order) {  // the shard's place in the saved epoch's order
+        dataloader_permutation(d->seed, p.epoch, 0, d->num_shards, d->shard_order, 1);
+        for (pos = 0; d->shard_order[pos] != p.shard; pos++) {}
     }
-    if (tokens_done % per_window != 0) {
+    d->epoch = p.epoch;
+    d->order_pos = pos;
+    dataloader_open_shard(d, p.shard);
+    // A saved position is always inside its shard's rows (at most at their end: the move to
+    // the next shard comes with the next batch); beyond them, the data changed since.
+    if (p.tokens_done > d->rows_used * d->T) {
+        fatal("data position: token %zu of shard %zu (%s), which has only %zu tokens in whole rounds: not the data of "
+              "the saved run", p.tokens_done, p.shard, d->files.gl_pathv[p.shard], d->rows_used * d->T);
+    }
+    if (p.tokens_done % per_window != 0) {
         fatal("cannot resume at token %zu of shard %zu with ranks*B*T = %zu tokens per micro-step: "
-              "choose -b/-t/ranks so that it divides", tokens_done, shard, per_window);
+              "choose -b/-t/ranks so that it divides", p.tokens_done, p.shard, per_window);
     }
-    d->window_index = tokens_done / per_window;
+    d->window_index = p.tokens_done / per_window;
 }
 
 static inline void dataloader_free(DataLoader* d) {
     if (d->file) fclose(d->file);
+    if (d->trace) fclose(d->trace);
+    free(d->shard_order);
+    free(d->row_order);
     globfree(&d->files);
     free(d->window);
     free(d->inputs);

@@ -102,6 +102,8 @@ static inline void logger_log_train(Logger* lg, int step, float loss, float norm
 }
 
 static inline void logger_log_val(Logger* lg, int step, float loss) { logger_line(lg, "s:%d tel:%.6f\n", step, loss); }
+// The train data's epoch (0-based) began with step's batch.
+static inline void logger_log_epoch(Logger* lg, int step, size_t epoch) { logger_line(lg, "s:%d epoch:%zu\n", step, epoch); }
 
 // Ends the job when a write to the log failed.
 static inline void logger_check(const Logger* lg) {

@@ -187,9 +187,12 @@ typedef struct {
     Logger logger;
 } RunIO;
 
-static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int world, int vocab_size) {
+static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int world, int vocab_size,
+                               int grad_accum_steps) {
     memset(io, 0, sizeof(*io));
     dataloader_init(&io->train, cfg->train_pattern, cfg->B, cfg->T, rank, world, vocab_size);
+    if (cfg->shuffle) dataloader_shuffle(&io->train, (uint64_t)cfg->seed, (size_t)world * cfg->B * grad_accum_steps);
+    dataloader_trace(&io->train);
     io->has_val = cfg->val_every > 0;
     if (io->has_val) dataloader_init(&io->val, cfg->val_pattern, cfg->B, cfg->T, rank, world, vocab_size);
     if (cfg->sample_every > 0) tokenizer_init(&io->tok, cfg->tokenizer_path);
@@ -241,6 +244,7 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
     }
     double total_ms = 0.0;
     int timed_steps = 0;
+    size_t epoch = train->epoch;
     for (int step = start_step; step <= max_steps; step++) {
         int last = step == max_steps;
         if (val && (step % cfg->val_every == 0 || last)) {
@@ -266,6 +270,11 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
             fflush(stdout);
         }
         logger_log_train(logger, step + 1, r.loss, r.grad_norm, lr, ms);
+        if (train->epoch != epoch) {  // this step's batch began a pass over the train data
+            epoch = train->epoch;
+            if (rank == 0) printf("epoch %zu of the train data began with step %d\n", epoch + 1, step + 1);
+            logger_log_epoch(logger, step + 1, epoch);
+        }
         if (loop->checkpoint && cfg->checkpoint_every > 0 &&
             ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == max_steps)) {
             loop->checkpoint(loop->trainer, step + 1, max_steps, train, *sample_rng);
