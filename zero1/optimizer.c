@@ -260,6 +260,12 @@ static void op_print_end(Optimizer* o) {
         }
     }
     free(all);
+    size_t rows = zero1_embedding_rows_sent(z->rt);
+    if (z->cfg.split_embedding && world_rank(z) == 0 && z->step >= 0) {
+        double per_step = (double)rows / (z->step + 1);
+        printf("zero1: split embedding: rank 0 sent %.1f rows per step to other ranks (%.1f KiB per step)\n", per_step,
+               per_step * z->embedding_width * sizeof(float) / 1024.0);
+    }
     if (z->tracer) {
         zero1_tracer_resolve(z->tracer);
         write_trace(z);

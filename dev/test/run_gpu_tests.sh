@@ -23,8 +23,9 @@
 #   7. ZeRO-1 on the GPU trainer (USE_ZERO1=1 builds) against the oracle: np 1 (NCCL), np 2
 #      and 4 through NCCL (a GPU per rank) and through staged MPI (one shared GPU); np 4 with
 #      --dist-opt-instances 2 over NCCL; a hazard run; --split-embedding at np 2 over NCCL;
-#      ZeRO-1 against replicated; a planted NaN; a trace whose gradient collectives start before backward ends (np 1 all-reduces,
-#      np 2 reduce-scatters); a stopped rank ends the job within --comm-timeout + a few s
+#      ZeRO-1 against replicated; a planted NaN; a trace whose gradient collectives start
+#      before backward ends (np 1 all-reduces, np 2 reduce-scatters); a stopped rank ends the
+#      job within --comm-timeout + a few s
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact
 #      (needs OpenBLAS for the CPU trainer: SKIPPED without it)
 #   9. the demo's job on the GPU trainer: -e d2, ZeRO-1 on 4 GPUs, the loss falls
