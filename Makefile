@@ -47,7 +47,7 @@ LDLIBS = -lopenblas -lm
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
-  zero1/device_cpu.c zero1/trace.c
+  zero1/device_cpu.c zero1/trace.c zero1/split_embedding.c
 # The CPU trainer's backend brings the test-only deferred device and hazard communicator.
 ZERO1_TEST_SRC = zero1/device_deferred.c zero1/comm_hazard.c
 ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c $(ZERO1_TEST_SRC)
@@ -93,7 +93,7 @@ test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $
 	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
 
 # The zero1 runtime alone (one rank, no MPI) against dense AdamW.
-ZERO1_NO_MPI_SRC = zero1/runtime.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_TEST_SRC)
+ZERO1_NO_MPI_SRC = zero1/runtime.c zero1/split_embedding.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_TEST_SRC)
 test_zero1_runtime: dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) -o $@ -lm
 

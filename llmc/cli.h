@@ -57,6 +57,7 @@ typedef struct {
     int param_dtype, grad_dtype;
     int plant_nan_step;         // test-only: poison one gradient at this step (-1 = never)
     float comm_timeout;         // seconds a rank waits on a collective before aborting the job (0: forever)
+    int split_embedding;        // ZeRO-1: reduce wte's classifier part at once, its encoder part as sparse rows
     int dist_opt_instances;     // ZeRO-1 shards within W/K consecutive ranks, all-reduced across the K groups
     const char* comm_backend;   // GPU: auto|nccl|mpi
     const char* test_device;    // test-only: "deferred" runs zero1/ on the deferred CPU device
@@ -134,6 +135,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
      "seconds a rank waits on any collective before it names it and aborts the job (0: forever, else >= 1)"},
     {NULL, "--dist-opt-instances", OPT_INT, CLI_FIELD(dist_opt_instances), 1, 1 << 20,
      "ZeRO-1 in K groups of ranks/K consecutive ranks: shard within a group, all-reduce shards across groups"},
+    {NULL, "--split-embedding", OPT_FLAG, CLI_FIELD(split_embedding), 0, 0,
+     "ZeRO-1: reduce wte's classifier gradient as soon as it is final and send the encoder's rows sparsely to their "
+     "owners (off: wte's bucket waits for the encoder)"},
     {NULL, "--comm", OPT_STR, CLI_FIELD(comm_backend), 0, 0,
      "GPU zero1/ communication: auto (NCCL, or MPI staged through host memory when ranks share a GPU), nccl, mpi"},
     {NULL, "--test-device", OPT_STR, CLI_FIELD(test_device), 0, 0,
@@ -284,6 +288,9 @@ static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
     if (c->comm_timeout > 0.0f && c->comm_timeout < CLI_MIN_COMM_TIMEOUT_S) {
         fatal("--comm-timeout %g: use 0 (wait forever) or at least %g s (a working job's collectives can take "
               "that long)", c->comm_timeout, CLI_MIN_COMM_TIMEOUT_S);
+    }
+    if (c->split_embedding && c->zero_stage != 1) {
+        fatal("--split-embedding needs ZeRO-1 (-z 1): it sends the embedding's rows to the owners of its shards");
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
     cli_choice("--test-device", c->test_device, "cpu|deferred");

@@ -37,12 +37,13 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
     dwpe[idx] += sum;
 }
 
-// Block u handles distinct token tokens[u]: positions order[starts[u] .. starts[u+1]).
+// Block u handles distinct token tokens[u]: positions order[starts[u] .. starts[u+1]),
+// into row tokens[u] of dwte, or (compact) into row u: the distinct tokens in ascending order.
 __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* tokens, const int* starts,
-                                            const int* order, int C) {
+                                            const int* order, int C, int compact) {
     int u = blockIdx.x;
     int begin = starts[u], end = starts[u + 1];
-    float* row = dwte + (size_t)tokens[u] * C;
+    float* row = dwte + (size_t)(compact ? u : tokens[u]) * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float sum = 0.0f;
         for (int j = begin; j < end; j++) sum += to_float(dout[(size_t)order[j] * C + c]);
@@ -111,15 +112,16 @@ static void encoder_plan_build(EncoderBackwardPlan* p, const int* inp, int BT, c
     cudaCheck(cudaMemcpyAsync(p->d_order, p->h_order, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
 }
 
-// dwte and dwpe are fp32 grad-buffer views; both accumulate (+=).
+// dwte and dwpe are fp32 grad-buffer views; both accumulate (+=). compact: dwte holds
+// one row per distinct token of the plan, ascending (llmc/model_hooks.h's embedding_grad_rows).
 static void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const EncoderBackwardPlan* plan, int B, int T,
-                             int C, cudaStream_t stream) {
+                             int C, int compact, cudaStream_t stream) {
     size_t n = (size_t)T * C;
     encoder_backward_wpe_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
     cudaCheckLaunch();
     if (plan->num_unique > 0) {
         encoder_backward_wte_kernel<<<plan->num_unique, 256, 0, stream>>>(dwte, dout, plan->d_tokens, plan->d_starts,
-                                                                         plan->d_order, C);
+                                                                         plan->d_order, C, compact);
         cudaCheckLaunch();
     }
 }

@@ -285,7 +285,16 @@ static inline void gpt2_backward(GPT2* m, float loss_scale) {
         HOOK(m, backward_block_end, l);
     }
     HOOK(m, backward_block_begin, -1);
-    encoder_backward(m->grad[wte], m->grad[wpe], s->dresidual, m->inputs, B, T, C);
+    // An optimizer may take the encoder's part of dwte as compact rows (llmc/model_hooks.h):
+    // the same scatter, with each position's row index in place of its token.
+    const int* row_of = m->inputs;
+    float* dwte = m->grad[wte];
+    if (m->hooks.embedding_grad_rows) {
+        float* rows = m->hooks.embedding_grad_rows(m->hooks.ctx, wte, m->inputs, (int)BT, &row_of);
+        if (rows) dwte = rows;
+        else row_of = m->inputs;
+    }
+    encoder_backward(dwte, m->grad[wpe], s->dresidual, row_of, B, T, C);
     HOOK(m, grad_contribution_done, wte);
     HOOK(m, grad_contribution_done, wpe);
     HOOK(m, backward_block_end, -1);

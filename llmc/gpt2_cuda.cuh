@@ -289,7 +289,14 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
         HOOK(m, backward_block_end, l);
     }
     HOOK(m, backward_block_begin, -1);
-    encoder_backward(m->grad[wte], m->grad[wpe], s->dresidual, &m->enc_plan, B, T, C, st);
+    // An optimizer may take the encoder's part of dwte as compact rows (llmc/model_hooks.h),
+    // in the plan's order of distinct tokens; the position map is the plan's own.
+    float* rows = NULL;
+    if (m->hooks.embedding_grad_rows) {
+        const int* row_of_position = NULL;
+        rows = m->hooks.embedding_grad_rows(m->hooks.ctx, wte, m->inputs, (int)BT, &row_of_position);
+    }
+    encoder_backward(rows ? rows : m->grad[wte], m->grad[wpe], s->dresidual, &m->enc_plan, B, T, C, rows != NULL, st);
     HOOK(m, grad_contribution_done, wte);
     HOOK(m, grad_contribution_done, wpe);
     HOOK(m, backward_block_end, -1);

@@ -20,6 +20,14 @@ typedef struct {
     void (*backward_block_end)(void* ctx, int block);
     // One contribution to a tensor's gradient is queued (wte gets two per micro-step).
     void (*grad_contribution_done)(void* ctx, int tensor);
+    // Called right before the encoder's backward with the host's token ids of the n
+    // positions. NULL (or a NULL result): the encoder accumulates into the tensor's dense
+    // gradient as usual. Otherwise the encoder accumulates into the returned zeroed rows
+    // instead, one row of C floats per distinct token in ascending token order (the order
+    // of the GPU encoder's plan), and *row_of_position (n ints) maps each position to its
+    // row; both live where the model's kernels write (device memory on the GPU). The
+    // grad_contribution_done for the tensor that follows then means "the rows are ready".
+    float* (*embedding_grad_rows)(void* ctx, int tensor, const int* host_tokens, int n, const int** row_of_position);
 } ModelHooks;
 
 #define HOOK(m, name, ...) \

@@ -53,6 +53,18 @@
  *  - all_gather(buf, n): this rank's slot of buf is its contribution; on completion all
  *    of buf holds every rank's slot.
  *  - all_reduce(buf, n): element-wise sum, in place.
+ *  - all_to_all_v(send, send_counts, send_offsets, recv, recv_counts, recv_offsets): the
+ *    only collective with two regions, both in flight (ordering in covers send; neither
+ *    may be touched until the handle is finished). The count and offset arrays are host
+ *    memory of size entries, in elements, read during the call only: to rank o goes
+ *    send[send_offsets[o], +send_counts[o]), from rank s comes recv[recv_offsets[s],
+ *    +recv_counts[s]). Send ranges may overlap (they are only read); recv ranges may not.
+ *    Every pair of ranks agrees on its counts (the caller plans them on the host). send
+ *    is unchanged afterwards. No arithmetic: the dtype only sizes the elements.
+ *  - host_all_gather(mine, all, bytes): blocking, host memory, for small metadata (token
+ *    ids): every rank passes `bytes` bytes; on return all[r*bytes, +bytes) holds rank
+ *    r's. It touches no device buffer and no stream, so it may be called while the
+ *    collectives above are in flight; it counts as one collective in the issue order.
  * Sums of bf16 are rounded to bf16 after each addition; fp64 is for small scalars (norms).
  */
 #ifndef ZERO1_COMM_H
@@ -87,6 +99,10 @@ struct Zero1Comm {
     Zero1Handle (*reduce_scatter)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
     Zero1Handle (*all_gather)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
     Zero1Handle (*all_reduce)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
+    Zero1Handle (*all_to_all_v)(Zero1Comm* c, const void* send, const size_t* send_counts, const size_t* send_offsets,
+                                void* recv, const size_t* recv_counts, const size_t* recv_offsets, Zero1Dtype t,
+                                int bucket);
+    void (*host_all_gather)(Zero1Comm* c, const void* mine, void* all, size_t bytes);
     void (*wait)(Zero1Comm* c, Zero1Handle h);
     int (*test)(Zero1Comm* c, Zero1Handle h);
     void (*progress)(Zero1Comm* c);
@@ -94,6 +110,15 @@ struct Zero1Comm {
     void (*group_end)(Zero1Comm* c);
     void (*destroy)(Zero1Comm* c);
 };
+
+// The extent of an all_to_all_v region: the largest offset + count over the size ranks.
+static inline size_t zero1_extent(const size_t* counts, const size_t* offsets, int size) {
+    size_t end = 0;
+    for (int r = 0; r < size; r++) {
+        if (counts[r] && offsets[r] + counts[r] > end) end = offsets[r] + counts[r];
+    }
+    return end;
+}
 
 // "zero1: reduce-scatter of bucket 1 at step 5" (step 1-based, as the step lines count),
 // "zero1: all-reduce across instances of the non-finite gradient flags at step 5".

@@ -13,6 +13,10 @@
  * rank; the hazard never reorders or postpones them. It also holds the runtime to the
  * group rule: a handle issued inside group_begin/group_end is not waited for before
  * group_end (an error), and test() answers 0 for it until then.
+ *
+ * all_to_all_v has two regions: both are snapshotted and poisoned (the recv region gets
+ * its result and the send region its own bytes back when the handle is finished).
+ * host_all_gather moves host memory only and is passed through.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,7 +24,7 @@
 #include "llmc/utils.h"
 #include "zero1/comm.h"
 
-typedef enum { REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE } CollectiveKind;
+typedef enum { REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE, ALL_TO_ALL } CollectiveKind;
 
 // One collective in flight; a free slot keeps its snapshot for the next one.
 typedef struct {
@@ -33,6 +37,10 @@ typedef struct {
     size_t bytes;
     void* snapshot;        // device memory, snapshot_cap bytes
     size_t snapshot_cap;
+    char* send;            // all_to_all_v: the send region and its snapshot (buf is recv)
+    size_t send_bytes;
+    void* send_snapshot;
+    size_t send_snapshot_cap;
 } HazardSlot;
 
 typedef struct {
@@ -45,7 +53,7 @@ typedef struct {
     char name[64];
 } Hazard;
 
-static const char* const KIND_NAMES[3] = {"reduce-scatter", "all-gather", "all-reduce"};
+static const char* const KIND_NAMES[4] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all"};
 
 static uint64_t splitmix64(uint64_t* state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -74,32 +82,76 @@ static int take_slot(Hazard* h) {
     return first;
 }
 
-static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    Hazard* h = hazard_of(c);
+// Device memory of at least bytes, kept in the slot for the next collective.
+static void* ensure(Hazard* h, void** p, size_t* cap, size_t bytes) {
+    if (*cap < bytes) {
+        h->dev->ops->free(h->dev->ctx, *p);
+        *p = h->dev->ops->alloc(h->dev->ctx, bytes);
+        *cap = bytes;
+    }
+    return *p;
+}
+
+// The caller's bytes at buf go to the snapshot, queued on the compute stream; the region is
+// poisoned behind the copy.
+static void snapshot_and_poison(Hazard* h, void* snapshot, void* buf, size_t bytes) {
     const Zero1DeviceOps* ops = h->dev->ops;
+    if (bytes == 0) return;
+    ops->copy(h->dev->ctx, h->dev->compute, snapshot, buf, bytes);
+    ops->fill(h->dev->ctx, h->dev->compute, buf, 0xFF, bytes);
+}
+
+static HazardSlot* start_slot(Hazard* h, CollectiveKind kind, void* buf, size_t bytes, int bucket, int* index) {
     int i = take_slot(h);
     HazardSlot* s = &h->slots[i];
-    size_t bytes = n * zero1_dtype_size(t);
-    if (s->snapshot_cap < bytes) {
-        ops->free(h->dev->ctx, s->snapshot);
-        s->snapshot = ops->alloc(h->dev->ctx, bytes);
-        s->snapshot_cap = bytes;
-    }
+    ensure(h, &s->snapshot, &s->snapshot_cap, bytes);
     s->in_flight = 1;
     s->in_open_group = h->in_group;
     s->kind = kind;
     s->bucket = bucket;
     s->buf = (char*)buf;
     s->bytes = bytes;
+    s->send_bytes = 0;
+    *index = i;
+    return s;
+}
+
+static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n, Zero1Dtype t, int bucket) {
+    Hazard* h = hazard_of(c);
+    int i;
+    size_t bytes = n * zero1_dtype_size(t);
+    HazardSlot* s = start_slot(h, kind, buf, bytes, bucket, &i);
     // The caller's data, as ordering-in defines it, goes to the snapshot; the region is
     // poisoned behind it; the inner collective's own ordering-in sees the copied snapshot.
-    ops->copy(h->dev->ctx, h->dev->compute, s->snapshot, buf, bytes);
-    ops->fill(h->dev->ctx, h->dev->compute, buf, 0xFF, bytes);
+    snapshot_and_poison(h, s->snapshot, buf, bytes);
     Zero1Comm* inner = h->inner;
     if (kind == REDUCE_SCATTER) s->inner = inner->reduce_scatter(inner, s->snapshot, n, t, bucket);
     else if (kind == ALL_GATHER) s->inner = inner->all_gather(inner, s->snapshot, n, t, bucket);
     else s->inner = inner->all_reduce(inner, s->snapshot, n, t, bucket);
     return i;
+}
+
+static Zero1Handle hazard_all_to_all_v(Zero1Comm* c, const void* send, const size_t* send_counts,
+                                       const size_t* send_offsets, void* recv, const size_t* recv_counts,
+                                       const size_t* recv_offsets, Zero1Dtype t, int bucket) {
+    Hazard* h = hazard_of(c);
+    int i;
+    size_t e = zero1_dtype_size(t);
+    size_t recv_bytes = zero1_extent(recv_counts, recv_offsets, c->size) * e;
+    HazardSlot* s = start_slot(h, ALL_TO_ALL, recv, recv_bytes, bucket, &i);
+    s->send = (char*)send;
+    s->send_bytes = zero1_extent(send_counts, send_offsets, c->size) * e;
+    ensure(h, &s->send_snapshot, &s->send_snapshot_cap, s->send_bytes);
+    snapshot_and_poison(h, s->send_snapshot, s->send, s->send_bytes);
+    snapshot_and_poison(h, s->snapshot, recv, recv_bytes);
+    s->inner = h->inner->all_to_all_v(h->inner, s->send_snapshot, send_counts, send_offsets, s->snapshot, recv_counts,
+                                      recv_offsets, t, bucket);
+    return i;
+}
+
+static void hazard_host_all_gather(Zero1Comm* c, const void* mine, void* all, size_t bytes) {
+    Hazard* h = hazard_of(c);
+    h->inner->host_all_gather(h->inner, mine, all, bytes);
 }
 
 static Zero1Handle hazard_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
@@ -126,7 +178,8 @@ static void publish(Hazard* h, HazardSlot* s) {
         bytes = s->bytes / (size_t)h->inner->size;
         offset = (size_t)h->inner->rank * bytes;
     }
-    h->dev->ops->copy(h->dev->ctx, h->dev->compute, s->buf + offset, (char*)s->snapshot + offset, bytes);
+    if (bytes) h->dev->ops->copy(h->dev->ctx, h->dev->compute, s->buf + offset, (char*)s->snapshot + offset, bytes);
+    if (s->send_bytes) h->dev->ops->copy(h->dev->ctx, h->dev->compute, s->send, s->send_snapshot, s->send_bytes);
     s->in_flight = 0;
 }
 
@@ -173,7 +226,10 @@ static void hazard_group_end(Zero1Comm* c) {
 static void hazard_destroy(Zero1Comm* c) {
     Hazard* h = (Hazard*)c->impl;
     h->inner->destroy(h->inner);  // first: it may still be using snapshots
-    for (int i = 0; i < h->num_slots; i++) h->dev->ops->free(h->dev->ctx, h->slots[i].snapshot);
+    for (int i = 0; i < h->num_slots; i++) {
+        h->dev->ops->free(h->dev->ctx, h->slots[i].snapshot);
+        h->dev->ops->free(h->dev->ctx, h->slots[i].send_snapshot);
+    }
     free(h->slots);
     free(h);
     free(c);
@@ -200,6 +256,8 @@ Zero1Comm* zero1_comm_hazard_create(Zero1Comm* inner, const Zero1Device* dev, un
     c->reduce_scatter = hazard_reduce_scatter;
     c->all_gather = hazard_all_gather;
     c->all_reduce = hazard_all_reduce;
+    c->all_to_all_v = hazard_all_to_all_v;
+    c->host_all_gather = hazard_host_all_gather;
     c->wait = hazard_wait;
     c->test = hazard_test;
     c->progress = hazard_progress;

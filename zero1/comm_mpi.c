@@ -28,8 +28,9 @@
 #include "llmc/watchdog.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_DONE };
-enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE };
-static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce"};
+enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE, OP_ALL_TO_ALL, OP_HOST_ALL_GATHER };
+static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all",
+                                       "all-gather of host metadata"};
 
 typedef struct {
     int state;
@@ -185,6 +186,60 @@ static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype 
     return mpi_collective(c, OP_ALL_REDUCE, buf, n, t, bucket);
 }
 
+static void wait_request(Zero1Comm* c, RequestSlot* s);
+
+// int counts and displacements for MPI's v-collectives.
+static int* int_array(const Zero1Comm* c, const size_t* x) {
+    int* out = (int*)mallocCheck((size_t)c->size * sizeof(int));
+    for (int r = 0; r < c->size; r++) out[r] = count_of(x[r]);
+    return out;
+}
+
+// Ialltoallv: the send region is staged in whole (staged mode), the result is the recv
+// region, received into host scratch (staged) or straight into recv (direct).
+static Zero1Handle mpi_all_to_all_v(Zero1Comm* c, const void* send, const size_t* send_counts,
+                                    const size_t* send_offsets, void* recv, const size_t* recv_counts,
+                                    const size_t* recv_offsets, Zero1Dtype t, int bucket) {
+    MpiImpl* m = (MpiImpl*)c->impl;
+    int h;
+    RequestSlot* s = take_slot(m, &h);
+    size_t elem = zero1_dtype_size(t);
+    size_t send_bytes = zero1_extent(send_counts, send_offsets, c->size) * elem;
+    size_t recv_bytes = zero1_extent(recv_counts, recv_offsets, c->size) * elem;
+    s->bucket = bucket;
+    s->buf = recv;
+    s->state = SLOT_ACTIVE;
+    s->op = OP_ALL_TO_ALL;
+    void* host_send = stage_in(m, s, (void*)send, send_bytes, 0, send_bytes);
+    s->result = recv;
+    if (m->staged) s->result = s->scratch = grow(m, s->scratch, &s->scratch_cap, recv_bytes, 1);
+    s->result_offset = 0;
+    s->result_bytes = recv_bytes;
+    int *sc = int_array(c, send_counts), *so = int_array(c, send_offsets);
+    int *rc = int_array(c, recv_counts), *ro = int_array(c, recv_offsets);
+    mpi_fail(MPI_Ialltoallv(host_send, sc, so, mpi_type(t), s->result, rc, ro, mpi_type(t), m->comm, &s->request),
+             "Ialltoallv");
+    free(sc);
+    free(so);
+    free(rc);
+    free(ro);
+    return h;
+}
+
+// Blocking, host memory only; polled under the deadline like every other wait.
+static void mpi_host_all_gather(Zero1Comm* c, const void* mine, void* all, size_t bytes) {
+    MpiImpl* m = (MpiImpl*)c->impl;
+    int h;
+    RequestSlot* s = take_slot(m, &h);
+    s->op = OP_HOST_ALL_GATHER;
+    s->bucket = ZERO1_LABEL_NONE;
+    s->state = SLOT_ACTIVE;
+    mpi_fail(MPI_Iallgather(mine, count_of(bytes), MPI_BYTE, all, count_of(bytes), MPI_BYTE, m->comm, &s->request),
+             "Iallgather");
+    wait_request(c, s);
+    s->state = SLOT_FREE;
+}
+
 // The handle is finished: the compute stream is ordered after the result, the slot freed.
 static void release(MpiImpl* m, RequestSlot* s) {
     if (m->staged) m->dev->ops->wait_event(m->dev->ctx, m->dev->compute, s->done);
@@ -302,6 +357,8 @@ Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
     c->reduce_scatter = mpi_reduce_scatter;
     c->all_gather = mpi_all_gather;
     c->all_reduce = mpi_all_reduce;
+    c->all_to_all_v = mpi_all_to_all_v;
+    c->host_all_gather = mpi_host_all_gather;
     c->wait = mpi_wait;
     c->test = mpi_test;
     c->progress = mpi_progress;

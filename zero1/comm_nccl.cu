@@ -35,8 +35,8 @@
 
 enum { SLOT_FREE = 0, SLOT_GROUPED, SLOT_LAUNCHED };
 
-typedef enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE } CollectiveOp;
-static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce"};
+typedef enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE, OP_ALL_TO_ALL } CollectiveOp;
+static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all"};
 
 typedef struct {
     int state;
@@ -54,6 +54,12 @@ typedef struct {
     NcclSlot* slots;
     int num_slots;
     int in_group;
+    // host_all_gather: over MPI where MPI bootstrapped the communicator (the host never
+    // waits for the GPU then), else through NCCL and a device scratch buffer.
+    int has_mpi;
+    MPI_Comm host_comm;
+    void* scratch;
+    size_t scratch_cap;
 } NcclImpl;
 
 static NcclImpl* impl_of(Zero1Comm* c) { return (NcclImpl*)c->impl; }
@@ -147,6 +153,32 @@ static void mark_launched(Zero1Comm* c, NcclSlot* s) {
     s->state = SLOT_LAUNCHED;
 }
 
+// A slot for a collective about to be queued on the comm stream, ordered after what the
+// compute stream was given so far (ordering in).
+static int start_collective(Zero1Comm* c, CollectiveOp op, int bucket) {
+    NcclImpl* im = impl_of(c);
+    int h = take_slot(im);
+    NcclSlot* s = &im->slots[h];
+    s->op = op;
+    s->bucket = bucket;
+    s->step = c->step;
+    cudaCheck(cudaEventRecord(im->compute_ready, im->compute));
+    cudaCheck(cudaStreamWaitEvent(im->stream, im->compute_ready, 0));
+    s->trace_start = bucket >= 0 ? zero1_trace_begin(c->tracer, (Zero1Stream)im->stream) : NULL;
+    return h;
+}
+
+// The collective is queued (or, inside a group, recorded for group_end).
+static void end_collective(Zero1Comm* c, int h) {
+    NcclImpl* im = impl_of(c);
+    NcclSlot* s = &im->slots[h];
+    if (im->in_group) {
+        s->state = SLOT_GROUPED;  // recorded at group_end, after NCCL has queued the work
+    } else {
+        mark_launched(c, s);
+    }
+}
+
 static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, size_t n, Zero1Dtype t, int bucket) {
     NcclImpl* im = impl_of(c);
     if (im->comm == NULL) fatal("zero1 nccl: %s after the communicator was aborted", OP_NAMES[op]);
@@ -158,17 +190,7 @@ static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, siz
     size_t count = n / (size_t)c->size;
     char* whole = (char*)buf;
     char* mine = whole + (size_t)c->rank * count * zero1_dtype_size(t);
-
-    int h = take_slot(im);
-    NcclSlot* s = &im->slots[h];
-    s->op = op;
-    s->bucket = bucket;
-    s->step = c->step;
-
-    // Ordering in: the collective sees buf after what the compute stream was given so far.
-    cudaCheck(cudaEventRecord(im->compute_ready, im->compute));
-    cudaCheck(cudaStreamWaitEvent(im->stream, im->compute_ready, 0));
-    s->trace_start = bucket >= 0 ? zero1_trace_begin(c->tracer, (Zero1Stream)im->stream) : NULL;
+    int h = start_collective(c, op, bucket);
 
     ncclResult_t r = ncclSuccess;
     if (op == OP_REDUCE_SCATTER) r = ncclReduceScatter(whole, mine, count, type, ncclSum, im->comm, im->stream);
@@ -179,12 +201,56 @@ static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, siz
         snprintf(what, sizeof(what), "%s of bucket %d (step %d)", OP_NAMES[op], bucket, c->step);
         nccl_fail(r, im->comm, what, __FILE__, __LINE__);
     }
-    if (im->in_group) {
-        s->state = SLOT_GROUPED;  // recorded at group_end, after NCCL has queued the work
-    } else {
-        mark_launched(c, s);
-    }
+    end_collective(c, h);
     return h;
+}
+
+// One NCCL group of point-to-point calls (to itself too), so that all pairs progress at once.
+static Zero1Handle nccl_all_to_all_v(Zero1Comm* c, const void* send, const size_t* send_counts,
+                                     const size_t* send_offsets, void* recv, const size_t* recv_counts,
+                                     const size_t* recv_offsets, Zero1Dtype t, int bucket) {
+    NcclImpl* im = impl_of(c);
+    if (im->comm == NULL) fatal("zero1 nccl: all-to-all after the communicator was aborted");
+    ncclDataType_t type = nccl_type(t);
+    size_t e = zero1_dtype_size(t);
+    int h = start_collective(c, OP_ALL_TO_ALL, bucket);
+    ncclCheckCall(ncclGroupStart(), im->comm, "all-to-all group start");
+    for (int r = 0; r < c->size; r++) {
+        if (send_counts[r]) {
+            ncclCheckCall(ncclSend((const char*)send + send_offsets[r] * e, send_counts[r], type, r, im->comm,
+                                   im->stream), im->comm, "all-to-all send");
+        }
+        if (recv_counts[r]) {
+            ncclCheckCall(ncclRecv((char*)recv + recv_offsets[r] * e, recv_counts[r], type, r, im->comm, im->stream),
+                          im->comm, "all-to-all receive");
+        }
+    }
+    ncclCheckCall(ncclGroupEnd(), im->comm, "all-to-all group end");
+    end_collective(c, h);
+    return h;
+}
+
+static void nccl_host_all_gather(Zero1Comm* c, const void* mine, void* all, size_t bytes) {
+    NcclImpl* im = impl_of(c);
+    if (im->has_mpi) {
+        if (bytes > INT_MAX) fatal("zero1 nccl: a host all-gather of %zu bytes", bytes);
+        mpiCheck(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, im->host_comm));
+        return;
+    }
+    if (im->in_group) fatal("zero1 nccl: host all-gather inside a group");
+    size_t total = bytes * (size_t)c->size;
+    if (total == 0) return;
+    if (im->scratch_cap < total) {  // grows to the largest metadata once, in the first steps
+        cudaCheck(cudaFree(im->scratch));
+        im->scratch = cudaMallocCheck(total);
+        im->scratch_cap = total;
+    }
+    char* scratch = (char*)im->scratch;
+    cudaCheck(cudaMemcpyAsync(scratch + (size_t)c->rank * bytes, mine, bytes, cudaMemcpyHostToDevice, im->stream));
+    ncclCheckCall(ncclAllGather(scratch + (size_t)c->rank * bytes, scratch, bytes, ncclUint8, im->comm, im->stream),
+                  im->comm, "host all-gather");
+    cudaCheck(cudaMemcpyAsync(all, scratch, total, cudaMemcpyDeviceToHost, im->stream));
+    cudaCheck(cudaStreamSynchronize(im->stream));
 }
 
 static Zero1Handle nccl_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
@@ -241,6 +307,8 @@ static void nccl_destroy(Zero1Comm* c) {
         if (im->slots[i].done) cudaCheck(cudaEventDestroy(im->slots[i].done));
     }
     free(im->slots);
+    if (im->has_mpi) mpiCheck(MPI_Comm_free(&im->host_comm));
+    if (im->scratch) cudaCheck(cudaFree(im->scratch));
     cudaCheck(cudaEventDestroy(im->compute_ready));
     cudaCheck(cudaStreamDestroy(im->stream));
     free(im);
@@ -270,7 +338,7 @@ int zero1_nccl_usable(int local_rank, int local_world) {
 // ----------------------------------------------------------------------------
 // Bootstrap of the ncclUniqueId
 
-static void bootstrap_mpi(int color, ncclUniqueId* id, int* rank, int* size) {
+static void bootstrap_mpi(int color, ncclUniqueId* id, int* rank, int* size, MPI_Comm* host_comm) {
     int initialized = 0;
     mpiCheck(MPI_Initialized(&initialized));
     if (!initialized) fatal("zero1 nccl: the MPI bootstrap needs MPI_Init first");
@@ -284,6 +352,7 @@ static void bootstrap_mpi(int color, ncclUniqueId* id, int* rank, int* size) {
     mpiCheck(MPI_Comm_size(group, size));
     if (*rank == 0) ncclCheckCall(ncclGetUniqueId(id), NULL, "get unique id");
     mpiCheck(MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, group));
+    mpiCheck(MPI_Comm_dup(group, host_comm));  // the same ranks in the same order, for host metadata
     if (group != MPI_COMM_WORLD) mpiCheck(MPI_Comm_free(&group));
 }
 
@@ -404,9 +473,10 @@ Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, const Zero1NcclBootstr
     }
     int rank = 0, size = 0;
     ncclUniqueId id;
+    MPI_Comm host_comm = MPI_COMM_NULL;
     char token[MAX_TOKEN + 64];
     if (boot->mode == ZERO1_NCCL_BOOT_MPI) {
-        bootstrap_mpi(boot->color, &id, &rank, &size);
+        bootstrap_mpi(boot->color, &id, &rank, &size, &host_comm);
     } else if (boot->mode == ZERO1_NCCL_BOOT_FILE) {
         if (!boot->id_file || !*boot->id_file) fatal("zero1 nccl: the file bootstrap needs a path for the id file");
         rank = rank_or_env(boot->rank, "SLURM_PROCID", "rank");
@@ -426,6 +496,8 @@ Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, const Zero1NcclBootstr
 
     NcclImpl* im = (NcclImpl*)callocCheck(1, sizeof(NcclImpl));
     im->compute = (cudaStream_t)dev->compute;
+    im->has_mpi = host_comm != MPI_COMM_NULL;
+    im->host_comm = host_comm;
     cudaCheck(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&im->compute_ready, cudaEventDisableTiming));
     ncclCheckCall(ncclCommInitRank(&im->comm, size, id, rank), NULL, "communicator init");
@@ -446,6 +518,8 @@ Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, const Zero1NcclBootstr
     c->reduce_scatter = nccl_reduce_scatter;
     c->all_gather = nccl_all_gather;
     c->all_reduce = nccl_all_reduce;
+    c->all_to_all_v = nccl_all_to_all_v;
+    c->host_all_gather = nccl_host_all_gather;
     c->wait = nccl_wait;
     c->test = nccl_test;
     c->progress = nccl_progress;

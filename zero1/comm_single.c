@@ -1,14 +1,31 @@
 /*
  * The single-rank communicator: with one rank every collective is the identity, so
  * nothing is moved and every handle is complete at once (ordering holds trivially: the
- * buffer already is the result, in compute-stream order).
+ * buffer already is the result, in compute-stream order). all_to_all_v is a copy from
+ * send to recv, queued on the compute stream, so it too is complete at once.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "llmc/utils.h"
 #include "zero1/comm.h"
 
 static Zero1Handle single_noop(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) { return -1; }
+static Zero1Handle single_all_to_all_v(Zero1Comm* c, const void* send, const size_t* send_counts,
+                                       const size_t* send_offsets, void* recv, const size_t* recv_counts,
+                                       const size_t* recv_offsets, Zero1Dtype t, int bucket) {
+    const Zero1Device* dev = (const Zero1Device*)c->impl;
+    size_t e = zero1_dtype_size(t);
+    if (send_counts[0] != recv_counts[0]) fatal("zero1 single: all_to_all_v sends %zu and receives %zu", send_counts[0], recv_counts[0]);
+    if (send_counts[0]) {
+        dev->ops->copy(dev->ctx, dev->compute, (char*)recv + recv_offsets[0] * e,
+                       (const char*)send + send_offsets[0] * e, send_counts[0] * e);
+    }
+    return -1;
+}
+static void single_host_all_gather(Zero1Comm* c, const void* mine, void* all, size_t bytes) {
+    if (bytes) memmove(all, mine, bytes);
+}
 static void single_wait(Zero1Comm* c, Zero1Handle h) {}
 static int single_test(Zero1Comm* c, Zero1Handle h) { return 1; }
 static void single_nothing(Zero1Comm* c) {}
@@ -19,9 +36,12 @@ Zero1Comm* zero1_comm_single_create(const Zero1Device* dev) {
     c->rank = 0;
     c->size = 1;
     c->name = "single";
+    c->impl = (void*)dev;
     c->reduce_scatter = single_noop;
     c->all_gather = single_noop;
     c->all_reduce = single_noop;
+    c->all_to_all_v = single_all_to_all_v;
+    c->host_all_gather = single_host_all_gather;
     c->wait = single_wait;
     c->test = single_test;
     c->progress = single_nothing;

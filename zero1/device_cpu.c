@@ -94,6 +94,19 @@ static void cpu_nonfinite_flags(void* ctx, Zero1Stream st, const Zero1SpanList* 
     }
 }
 
+// One entry per destination row; each element sums its source rows in plan order.
+static void cpu_add_rows(void* ctx, Zero1Stream st, float* grads, const float* rows, const Zero1RowPlan* plan) {
+    for (int e = 0; e < plan->count; e++) {
+        const Zero1RowAdd* a = &plan->adds[e];
+        const int* src = plan->sources + a->first;
+        for (int i = 0; i < a->len; i++) {
+            float sum = 0.0f;
+            for (int j = 0; j < a->count; j++) sum += rows[(size_t)src[j] * plan->width + a->skip + i];
+            grads[a->dst + i] += sum;
+        }
+    }
+}
+
 static void cpu_norm_and_clip(void* ctx, Zero1Stream st, const double* sumsq, float max_norm, float* out) {
     float norm = (float)sqrt(sumsq[0]);
     out[0] = norm;
@@ -106,7 +119,7 @@ const Zero1DeviceOps zero1_device_cpu_ops = {
     cpu_stream_create, cpu_stream_destroy, cpu_event_create, cpu_event_destroy,
     cpu_record, cpu_wait_event, cpu_sync_event, cpu_query_event, cpu_sync_stream,
     cpu_fill, cpu_copy, cpu_copy, cpu_copy,
-    cpu_convert, cpu_upload_spans, cpu_adamw, cpu_sum_squares, cpu_nonfinite_flags, cpu_norm_and_clip,
+    cpu_convert, cpu_upload_spans, cpu_adamw, cpu_sum_squares, cpu_nonfinite_flags, cpu_add_rows, cpu_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
 };
 

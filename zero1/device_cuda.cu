@@ -183,6 +183,18 @@ static __global__ void norm_and_clip_kernel(const double* sumsq, float max_norm,
     out[1] = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
 }
 
+// One block per entry; each thread sums its elements' source rows in plan order, as
+// zero1/device_cpu.c does, so the bits agree.
+static __global__ void add_rows_kernel(float* grads, const float* rows, Zero1RowPlan plan) {
+    Zero1RowAdd a = plan.adds[blockIdx.x];
+    const int* src = plan.sources + a.first;
+    for (int i = threadIdx.x; i < a.len; i += blockDim.x) {
+        float sum = 0.0f;
+        for (int j = 0; j < a.count; j++) sum += rows[(size_t)src[j] * plan.width + a.skip + i];
+        grads[a.dst + i] += sum;
+    }
+}
+
 // ----------------------------------------------------------------------------
 // Memory, streams, events
 
@@ -393,13 +405,20 @@ static void cuda_norm_and_clip(void* ctx, Zero1Stream st, const double* sumsq, f
     cudaCheckLaunch();
 }
 
+static void cuda_add_rows(void* ctx, Zero1Stream st, float* grads, const float* rows, const Zero1RowPlan* plan) {
+    if (plan->count == 0) return;
+    add_rows_kernel<<<plan->count, FLAT_THREADS, 0, stream_of(st)>>>(grads, rows, *plan);
+    cudaCheckLaunch();
+}
+
 const Zero1DeviceOps zero1_device_cuda_ops = {
     "cuda", 0,
     cuda_alloc, cuda_free, cuda_alloc_host, cuda_free_host,
     cuda_stream_create, cuda_stream_destroy, cuda_event_create, cuda_event_destroy,
     cuda_record, cuda_wait_event, cuda_sync_event, cuda_query_event, cuda_sync_stream,
     cuda_fill, cuda_copy, cuda_to_host, cuda_from_host,
-    cuda_convert, cuda_upload_spans, cuda_adamw, cuda_sum_squares, cuda_nonfinite_flags, cuda_norm_and_clip,
+    cuda_convert, cuda_upload_spans, cuda_adamw, cuda_sum_squares, cuda_nonfinite_flags, cuda_add_rows,
+    cuda_norm_and_clip,
     cuda_event_create_timed, cuda_elapsed_ms,
 };
 

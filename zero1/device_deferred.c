@@ -51,6 +51,7 @@ struct DeferredOp {
         } adamw;
         struct { Zero1SpanList spans; const float* grads; void* out; } span_reduce;  // sum_squares, nonfinite_flags
         struct { const double* sumsq; float max_norm; float* out; } norm;
+        struct { float* grads; const float* rows; Zero1RowPlan plan; } add_rows;
         struct { int stream_id; size_t seq; } wait;  // an event's point, captured when queued
     } a;
 };
@@ -450,6 +451,36 @@ static void deferred_nonfinite_flags(void* ctx, Zero1Stream s, const Zero1SpanLi
                         "nonfinite_flags");
 }
 
+// The plan's arrays are read from their device copies when the op runs (as a kernel
+// would), and every entry is checked against the bounds the caller gave.
+static void run_add_rows(Deferred* d, const DeferredOp* op) {
+    const Zero1RowPlan* p = &op->a.add_rows.plan;
+    for (int e = 0; e < p->count; e++) {
+        const Zero1RowAdd* a = &p->adds[e];
+        if (a->dst + a->len > p->grads_n || a->skip + a->len > (int)p->width || a->first + a->count > p->num_sources)
+            fatal("deferred device: add_rows entry %d reaches outside its buffers", e);
+        for (int j = 0; j < a->count; j++) {
+            if ((size_t)(p->sources[a->first + j] + 1) * p->width > p->rows_n)
+                fatal("deferred device: add_rows entry %d reads a row outside the rows buffer", e);
+        }
+    }
+    zero1_device_cpu_ops.add_rows(NULL, NULL, op->a.add_rows.grads, op->a.add_rows.rows, p);
+}
+
+static void deferred_add_rows(void* ctx, Zero1Stream s, float* grads, const float* rows, const Zero1RowPlan* plan) {
+    Deferred* d = (Deferred*)ctx;
+    DeferredOp op;
+    op.run = run_add_rows;
+    op.a.add_rows.grads = (float*)device_range(d, grads, plan->grads_n * 4, "add_rows grads");
+    op.a.add_rows.rows = (const float*)device_range(d, rows, plan->rows_n * 4, "add_rows rows");
+    op.a.add_rows.plan = *plan;
+    op.a.add_rows.plan.adds = (const Zero1RowAdd*)device_range(d, plan->adds, (size_t)plan->count * sizeof(Zero1RowAdd),
+                                                               "add_rows entries");
+    op.a.add_rows.plan.sources = (const int*)device_range(d, plan->sources, (size_t)plan->num_sources * sizeof(int),
+                                                          "add_rows sources");
+    enqueue(s, &op);
+}
+
 static void run_norm_and_clip(Deferred* d, const DeferredOp* op) {
     zero1_device_cpu_ops.norm_and_clip(NULL, NULL, op->a.norm.sumsq, op->a.norm.max_norm, op->a.norm.out);
 }
@@ -471,7 +502,7 @@ const Zero1DeviceOps zero1_device_deferred_ops = {
     deferred_record, deferred_wait_event, deferred_sync_event, deferred_query_event, deferred_sync_stream,
     deferred_fill, deferred_copy, deferred_to_host, deferred_from_host,
     deferred_convert, deferred_upload_spans, deferred_adamw, deferred_sum_squares, deferred_nonfinite_flags,
-    deferred_norm_and_clip,
+    deferred_add_rows, deferred_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
 };
 

@@ -57,6 +57,26 @@ typedef struct {
     const void* device;      // NULL when count == 0
 } Zero1SpanList;
 
+// Sparse rows added into the grads (the split embedding, zero1/runtime.h): one entry
+// per destination row, CSR over `sources` (row indices into the received rows).
+typedef struct {
+    size_t dst;      // first grads element this entry adds to
+    int skip;        // ... which is element `skip` of each source row
+    int len;         // elements added (a row cut by the end of a shard adds part of itself)
+    int first;       // sources[first, first + count): the rows summed, in this order
+    int count;
+} Zero1RowAdd;
+
+// One add_rows launch. adds and sources are device memory (uploaded by the caller);
+// grads_n and rows_n bound what the launch may touch (elements), for checking.
+typedef struct {
+    int count, num_sources;
+    size_t width;              // elements per source row
+    const Zero1RowAdd* adds;
+    const int* sources;
+    size_t grads_n, rows_n;
+} Zero1RowPlan;
+
 typedef struct {
     const char* name;        // "cpu", "deferred", "cuda"
     int host_addressable;    // 1: device pointers are host pointers (MPI may use them directly)
@@ -105,6 +125,10 @@ typedef struct {
     void (*sum_squares)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads, double* acc);
     // flags[span.param] = 1 for every span holding a non-finite grad; other flags untouched.
     void (*nonfinite_flags)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads, float* flags);
+    // For every entry a: grads[a.dst + i] += sum over j in order of rows[sources[a.first + j]
+    // * width + a.skip + i], for i < a.len: the sum in fp32 first, then one add.
+    // Deterministic (a fixed order, no atomics); entries touch disjoint grads.
+    void (*add_rows)(void* ctx, Zero1Stream s, float* grads, const float* rows, const Zero1RowPlan* plan);
     // out[0] = sqrt(sumsq[0]); out[1] = max_norm / out[0] if max_norm > 0 and out[0] > max_norm, else 1.
     void (*norm_and_clip)(void* ctx, Zero1Stream s, const double* sumsq, float max_norm, float* out);
 

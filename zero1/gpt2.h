@@ -5,7 +5,8 @@
  * Runtime forward blocks: 0 = embeddings, 1..L = transformer blocks, L+1 = final
  * LayerNorm + classifier (which reads wte, gathered for block 0 already): the model's
  * block number + 1. wte's gradient gets two contributions (classifier and encoder) and
- * every other tensor's one; the runtime learns these counts on the first step.
+ * every other tensor's one; the runtime learns these counts on the first step. wte is the
+ * embedding whose encoder part may travel as sparse rows of C elements (--split-embedding).
  */
 #ifndef ZERO1_GPT2_H
 #define ZERO1_GPT2_H
@@ -30,7 +31,7 @@ static inline Optimizer* zero1_gpt2_optimizer(const TrainConfig* cfg, const GPT2
         first_block[i] = gpt2_tensor_layer(c, i) + 1;
     }
     Zero1ModelSpec spec = {NT, numels, decays, first_block, c->num_layers + 2, zero1_gpt2_tensor_name,
-                           (void*)c};
+                           (void*)c, gpt2_idx_wte(), (size_t)c->channels};
     Optimizer* o = zero1_optimizer_create(cfg, &spec, backend, compute_dtype);
     free(numels);
     free(decays);

@@ -20,6 +20,7 @@ typedef struct {
     size_t* dense_offsets;       // offset of every parameter in the dense canonical arrays
     size_t model_numel;          // parameters (unpadded)
     int step;                    // of the step in progress (0-based)
+    size_t embedding_width;  // the split embedding's row width (host views of its rows)
     double block_start_us;       // host clock (host model)
     Zero1Event block_start;      // device clock (a model queued on a device)
 } Zero1Optimizer;
@@ -83,6 +84,22 @@ static void hook_backward_end(void* ctx, int block) {
 }
 
 static void hook_grad_done(void* ctx, int tensor) { zero1_grad_done(((Zero1Optimizer*)ctx)->rt, tensor); }
+
+// The split embedding's compact rows; a host model reaches them through host views once
+// the runtime's zero-fill and upload have run.
+static float* hook_embedding_grad_rows(void* ctx, int tensor, const int* tokens, int n, const int** row_of_position) {
+    Zero1Optimizer* z = (Zero1Optimizer*)ctx;
+    float* rows = zero1_embedding_rows(z->rt, tensor, tokens, n, row_of_position);
+    if (!rows || !z->backend->host_model) return rows;
+    sync_for_host_model(z);
+    const Zero1Backend* be = z->backend;
+    if (be->host_view) {
+        size_t width = z->embedding_width;
+        rows = (float*)be->host_view(&be->device, rows, (size_t)n * width * sizeof(float));
+        *row_of_position = (const int*)be->host_view(&be->device, *row_of_position, (size_t)n * sizeof(int));
+    }
+    return rows;
+}
 
 // ---------------------------------------------------------------------------- the table
 
@@ -243,6 +260,12 @@ static void op_print_end(Optimizer* o) {
         }
     }
     free(all);
+    size_t rows = zero1_embedding_rows_sent(z->rt);
+    if (z->cfg.split_embedding && world_rank(z) == 0 && z->step >= 0) {
+        double per_step = (double)rows / (z->step + 1);
+        printf("zero1: split embedding: rank 0 sent %.1f rows per step to other ranks (%.1f KiB per step)\n", per_step,
+               per_step * z->embedding_width * sizeof(float) / 1024.0);
+    }
     if (z->tracer) {
         zero1_tracer_resolve(z->tracer);
         write_trace(z);
@@ -275,13 +298,16 @@ int zero1_instance_group_size(const TrainConfig* cfg, int world) {
     return world / k;
 }
 
-static Zero1Options options_from(const TrainConfig* cfg, Zero1Dtype compute_dtype) {
+static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* spec, Zero1Dtype compute_dtype) {
     Zero1Options opt;
     memset(&opt, 0, sizeof(opt));
     opt.zero_stage = cfg->zero_stage;
     opt.bucket_size = cfg->bucket_size;
     opt.pad_busbw = cfg->pad_busbw;
-    opt.shared_embedding = -1;
+    // The split embedding needs its tensor in a bucket of its own (Megatron's shared-embedding bucket).
+    opt.split_embedding = cfg->split_embedding;
+    opt.shared_embedding = cfg->split_embedding ? spec->embedding : -1;
+    opt.max_positions = cfg->B * cfg->T;
     opt.overlap_grad_reduce = cfg->overlap_grad_reduce;
     opt.overlap_param_gather = cfg->overlap_param_gather;
     opt.check_nan = cfg->check_nan;
@@ -315,7 +341,8 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     }
     z->tracer = cfg->trace_file ? zero1_tracer_create(world_rank(z)) : NULL;
     if (!backend->host_model) zero1_tracer_use_device(z->tracer, &backend->device);
-    Zero1Options opt = options_from(cfg, compute_dtype);
+    Zero1Options opt = options_from(cfg, spec, compute_dtype);
+    z->embedding_width = spec->embedding_width;
     char err[256];
     z->rt = zero1_runtime_create(&opt, spec, comm, backend->cross, &backend->device, z->tracer, err, sizeof(err));
     if (!z->rt) fatal("zero1: %s", err);
@@ -337,7 +364,8 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     }
     o->offsets = z->offsets;
     o->numel = zero1_layout(z->rt)->numel;
-    ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_done};
+    ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_done,
+                        hook_embedding_grad_rows};
     o->hooks = hooks;
     o->name = "zero1";
     o->world = comm->size * instances_of(backend);

@@ -66,6 +66,8 @@ static void* dup_array(const void* src, size_t bytes) {
 
 // ---------------------------------------------------------------------------- grad path
 
+static int is_split_bucket(const Zero1Runtime* rt, int b) { return rt->split && rt->split->bucket == b; }
+
 static void fire_bucket(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     const Zero1Bucket* bk = &rt->layout.buckets[b];
@@ -80,7 +82,8 @@ static void fire_bucket(Zero1Runtime* rt, int b) {
                            : rt->comm->all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, b);
     s->reduce_in_flight = 1;
     s->reduce_fired = 1;
-    rt->fire_order[rt->num_fired++] = b;
+    // The split embedding's bucket takes its place in the firing order when its rows go out.
+    if (!is_split_bucket(rt, b)) rt->fire_order[rt->num_fired++] = b;
 }
 
 // Bucket b's reduction is complete, across instances too: bring a bf16 result back into
@@ -108,6 +111,22 @@ static void launch_ready_cross(Zero1Runtime* rt) {
     }
 }
 
+// Bucket b is reduced inside the group, its split rows (if any) included: bring a bf16
+// result back, or go across instances (fp32 there: the rows join before the all-reduce).
+static void group_reduced(Zero1Runtime* rt, int b) {
+    BucketState* s = &rt->buckets[b];
+    if (!rt->cross) {
+        reduction_done(rt, b);
+        if (is_split_bucket(rt, b)) split_add(rt);
+        return;
+    }
+    if (is_split_bucket(rt, b)) split_add(rt);
+    s->awaiting_cross = 1;
+    // Where the issue order across communicators matters (comm.h), a test() during the
+    // backward only notes the completion; zero1_finish_step issues them, in firing order.
+    if (!rt->cross->issue_order_matters || rt->finishing) launch_ready_cross(rt);
+}
+
 // The reduction of bucket b inside the group is complete (waited for, or tested complete).
 static void reduce_completed(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
@@ -116,14 +135,20 @@ static void reduce_completed(Zero1Runtime* rt, int b) {
         zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->reduce_start_us, zero1_now_us(), "%s b%d",
                     stage1(rt) ? "reduce-scatter" : "all-reduce", b);
     }
-    if (!rt->cross) {
-        reduction_done(rt, b);
-        return;
+    if (is_split_bucket(rt, b) && !rt->split->arrived) return;  // split_completed goes on
+    group_reduced(rt, b);
+}
+
+// The split embedding's rows have arrived; they are added once the dense part is reduced.
+static void split_completed(Zero1Runtime* rt) {
+    SplitEmbedding* sp = rt->split;
+    BucketState* s = &rt->buckets[sp->bucket];
+    sp->in_flight = 0;
+    sp->arrived = 1;
+    if (!rt->comm->traces_itself) {
+        zero1_trace(rt->tracer, TRACE_GRAD_COMM, sp->start_us, zero1_now_us(), "all-to-all b%d", sp->bucket);
     }
-    s->awaiting_cross = 1;
-    // Where the issue order across communicators matters (comm.h), a test() during the
-    // backward only notes the completion; zero1_finish_step issues them, in firing order.
-    if (!rt->cross->issue_order_matters || rt->finishing) launch_ready_cross(rt);
+    if (s->reduce_fired && !s->reduce_in_flight) group_reduced(rt, sp->bucket);
 }
 
 static void cross_completed(Zero1Runtime* rt, int b) {
@@ -143,6 +168,11 @@ static void cross_completed(Zero1Runtime* rt, int b) {
 // encoder), and a model that changes what it reports is caught instead of firing early.
 void zero1_grad_done(Zero1Runtime* rt, int p) {
     if (!rt->is_last_micro) return;
+    // The split embedding's encoder rows are ready: they travel sparsely, not a dense contribution.
+    if (rt->split && rt->split->param == p && rt->split->active) {
+        if (rt->opt.overlap_grad_reduce) split_launch(rt);
+        return;
+    }
     rt->seen[p]++;
     if (!rt->counts_learned) return;
     if (rt->seen[p] > rt->learned[p]) {  // its bucket may already be reducing: stop now
@@ -234,6 +264,7 @@ void zero1_poke(Zero1Runtime* rt) {
         if (s->cross_in_flight && rt->cross->test(rt->cross, s->cross)) cross_completed(rt, b);
         if (s->gather_state == GATHER_IN_FLIGHT && rt->comm->test(rt->comm, s->gather)) gather_completed(rt, b);
     }
+    if (rt->split && rt->split->in_flight && rt->comm->test(rt->comm, rt->split->exchange)) split_completed(rt);
 }
 
 // ---------------------------------------------------------------------------- the step
@@ -251,6 +282,7 @@ void zero1_begin_step(Zero1Runtime* rt, int step) {
     }
     rt->num_fired = rt->num_crossed = 0;
     memset(rt->seen, 0, rt->num_params * sizeof(int));
+    if (rt->split) rt->split->active = rt->split->arrived = 0;
 }
 
 void zero1_begin_micro_step(Zero1Runtime* rt, int is_last) { rt->is_last_micro = is_last; }
@@ -280,6 +312,11 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
 void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms) {
     const Zero1DeviceOps* ops = rt->dev.ops;
     int nb = rt->layout.num_buckets;
+    if (rt->split && !rt->split->active) {
+        char name[64];
+        fatal("zero1: --split-embedding: the model did not ask for %s's rows (embedding_grad_rows) in the last "
+              "micro-step of step %d", name_of(rt, rt->split->param, name, sizeof(name)), step + 1);
+    }
     if (rt->counts_learned) check_counts(rt);
     else learn_counts(rt);
     rt->finishing = 1;
@@ -287,6 +324,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
     for (int b = 0; b < nb; b++) {
         if (!rt->buckets[b].reduce_fired) fire_bucket(rt, b);
     }
+    if (rt->split && !rt->opt.overlap_grad_reduce) split_launch(rt);
     rt->comm->group_end(rt->comm);
     // Each bucket's share of the norm is queued as soon as its reduction is waited for
     // (with instances: every group reduction first, which issues the ones across them).
@@ -295,6 +333,10 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
         if (s->reduce_in_flight) {
             wait_blocked(rt, rt->comm, s->reduce, stage1(rt) ? "reduce-scatter" : "all-reduce", b);
             reduce_completed(rt, b);
+        }
+        if (is_split_bucket(rt, b) && rt->split->in_flight) {
+            wait_blocked(rt, rt->comm, rt->split->exchange, "all-to-all", b);
+            split_completed(rt);
         }
         if (!rt->cross) ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
     }
@@ -540,6 +582,10 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
         return NULL;
     }
     rt->owned_numel = rt->shards.owned_numel;
+    if (opt->split_embedding && split_create(rt, model, err, err_len) != 0) {
+        zero1_runtime_destroy(rt);
+        return NULL;
+    }
     allocate_buffers(rt);
     rt->buckets = (BucketState*)callocCheck(rt->layout.num_buckets, sizeof(BucketState));
     rt->fire_order = (int*)callocCheck(rt->layout.num_buckets, sizeof(int));
@@ -573,6 +619,7 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
             span_list_free(rt, &rt->buckets[b].whole);
         }
     }
+    split_destroy(rt);
     if (rt->compute != rt->param_buffer) rt_free(rt, rt->compute);
     void* device[] = {rt->param_buffer, rt->grads, rt->grad_comm, rt->master, rt->adam_m, rt->adam_v,
                       rt->sumsq, rt->norm, rt->nan_flags};

@@ -51,13 +51,20 @@ typedef struct {
     Zero1Dtype param_dtype;      // storage of the param buffer (fp32: master == params)
     Zero1Dtype compute_dtype;    // what the model reads: param_dtype (the buffer itself) or fp32 (a copy)
     Zero1Dtype grad_dtype;       // dtype of the gradient reduction
+    // The split embedding (ZeRO-1; shared_embedding must name the model's embedding): its
+    // gradient's dense part (the classifier's) is reduced as soon as it is final, and the
+    // last micro-step's encoder part travels as sparse rows to the shards' owners
+    // (zero1_embedding_rows). max_positions (tokens per micro-step) sizes its buffers.
+    int split_embedding;
+    int max_positions;
     float beta1, beta2, eps, weight_decay, grad_clip;
 } Zero1Options;
 
 // What the runtime needs to know about the model: sizes, weight decay, which forward block
-// first reads each parameter (blocks run 0..num_blocks-1), and a name for messages. How many
-// gradient contributions make a parameter final is not declared: the runtime counts them on
-// the first step (zero1_grad_done).
+// first reads each parameter (blocks run 0..num_blocks-1), a name for messages, and the
+// token embedding whose encoder part may travel as sparse rows (rows of embedding_width
+// elements; -1: none). How many gradient contributions make a parameter final is not
+// declared: the runtime counts them on the first step (zero1_grad_done).
 typedef struct {
     int num_params;
     const size_t* numels;
@@ -66,6 +73,8 @@ typedef struct {
     int num_blocks;
     const char* (*param_name)(void* ctx, int param, char* buf, size_t n);
     void* name_ctx;
+    int embedding;
+    size_t embedding_width;
 } Zero1ModelSpec;
 
 typedef struct Zero1Runtime Zero1Runtime;
@@ -101,6 +110,16 @@ void zero1_begin_step(Zero1Runtime* rt, int step);
 void zero1_begin_micro_step(Zero1Runtime* rt, int is_last);
 void zero1_forward_block(Zero1Runtime* rt, int block);
 void zero1_grad_done(Zero1Runtime* rt, int param);
+// The split embedding, in the last micro-step, right before the encoder's backward: the
+// zeroed device rows (one per distinct token of tokens[0..n), ascending) that the encoder
+// accumulates into instead of the dense gradient, and in *row_of_position (device, n ints)
+// each position's row. One small blocking host all-gather of every rank's token ids
+// plans the exchange, so nothing more is exchanged for it. The param's next
+// zero1_grad_done then sends the rows. NULL where the dense path applies (no split,
+// another parameter, an earlier micro-step).
+float* zero1_embedding_rows(Zero1Runtime* rt, int param, const int* tokens, int n, const int** row_of_position);
+// Rows of the split embedding this rank sent to other ranks, summed over the steps so far.
+size_t zero1_embedding_rows_sent(const Zero1Runtime* rt);
 void zero1_poke(Zero1Runtime* rt);
 // Queues the rest of the step; adds the ms the host blocked on communication.
 void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms);

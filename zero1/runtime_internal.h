@@ -28,6 +28,40 @@ typedef struct {
     Zero1SpanList whole;         // every parameter of the bucket, whole: the NaN flags
 } BucketState;
 
+// The split embedding (zero1/split_embedding.c). Device buffers sized once for the worst
+// case; the host arrays that are uploaded are page-locked and rewritten only after the
+// upload event of the step before has completed.
+typedef struct {
+    int param, bucket;
+    size_t width;                // elements per row
+    int max_positions, max_recv_rows, max_adds;
+    // This step's state.
+    int active;                  // the rows were handed to the model (last micro-step)
+    int in_flight, arrived;      // the all-to-all
+    Zero1Handle exchange;
+    double start_us;
+    int num_rows;                // this rank's distinct tokens
+    size_t rows_sent;            // to other ranks, over all steps
+    size_t *send_counts, *send_offsets, *recv_counts, *recv_offsets;  // host, per rank, elements
+    Zero1RowPlan plan;           // the owner's add (device arrays)
+    // Device memory.
+    float* rows;                 // max_positions x width: the model's compact rows, sent from here
+    float* recv;                 // max_recv_rows x width
+    int* row_of_position;        // max_positions
+    Zero1RowAdd* adds;           // max_adds
+    int* sources;                // max_recv_rows
+    // Host memory.
+    int* host_map;               // page-locked, uploaded into row_of_position
+    Zero1RowAdd* host_adds;      // page-locked
+    int* host_sources;           // page-locked
+    int* ids;                    // this rank's distinct tokens (max_positions)
+    int* counts;                 // every rank's number of distinct tokens
+    int* all_ids;                // every rank's, size x max_positions
+    int* pairs;                  // scratch for sorting: (key, value) pairs
+    Zero1Event uploaded;
+    int upload_pending;
+} SplitEmbedding;
+
 struct Zero1Runtime {
     Zero1Options opt;
     int num_params, num_blocks;
@@ -69,6 +103,7 @@ struct Zero1Runtime {
     int finishing;  // inside zero1_finish_step (where all-reduces across instances may go out)
     int** block_buckets;         // per forward block: buckets first read there, forward order
     int* block_num_buckets;
+    SplitEmbedding* split;       // NULL unless opt.split_embedding
     int is_last_micro;
     int step;
     double blocked_ms;
@@ -99,5 +134,12 @@ static inline void* param_at(const Zero1Runtime* rt, size_t offset) {
 static inline void* compute_at(const Zero1Runtime* rt, size_t offset) {
     return (char*)rt->compute + offset * zero1_dtype_size(rt->opt.compute_dtype);
 }
+
+
+// zero1/split_embedding.c, for runtime.c.
+int split_create(Zero1Runtime* rt, const Zero1ModelSpec* model, char* err, size_t err_len);
+void split_destroy(Zero1Runtime* rt);
+void split_launch(Zero1Runtime* rt);   // the all-to-all of this step's rows
+void split_add(Zero1Runtime* rt);      // the received rows into this rank's reduced shard
 
 #endif

@@ -689,7 +689,7 @@ static void test_encoder(int B, int T, int C, int V, cudaStream_t st) {
         }
         Vec dy = upload(dout, rand_vec(n, -1, 1));
         encoder_plan_build(&plan, h_tok.data(), BT, st);
-        encoder_backward(dwte.p, dwpe.p, dout.p, &plan, B, T, C, st);
+        encoder_backward(dwte.p, dwpe.p, dout.p, &plan, B, T, C, 0, st);
         sync(st, "encoder_backward");
         for (int bt = 0; bt < BT; bt++) {
             cnt_wte[h_tok[bt]]++;

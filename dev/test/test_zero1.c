@@ -162,6 +162,7 @@ int main(int argc, char** argv) {
     ref_cfg.test_device = "cpu";
     ref_cfg.test_hazard = 0;
     ref_cfg.dist_opt_instances = 1;
+    ref_cfg.split_embedding = 0;
     int bf16 = cfg.param_dtype == DTYPE_BF16 || cfg.grad_dtype == DTYPE_BF16;
     if (rank == 0) {
         printf("test_zero1: %d ranks, %d steps, %d micro-steps of B=%d T=%d; candidate -z %d%s%s%s, bucket size %lld, "

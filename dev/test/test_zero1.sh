@@ -2,8 +2,9 @@
 # ZeRO-1 equals replicated AdamW under mpirun with 1-4 ranks, across bucket layouts,
 # dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run), with
 # distributed-optimizer instances at np 4 and 6, also on the
-# deferred device with the hazard communicator (zero1_hazard); ZeRO-1
-# matches the PyTorch oracle at np=2, B=2; a planted NaN stops every rank.
+# deferred device with the hazard communicator (zero1_hazard), and with the split
+# embedding (--split-embedding); ZeRO-1 matches the PyTorch oracle at np=2, B=2 (also
+# split); a planted NaN stops every rank.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
@@ -14,11 +15,15 @@ make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
 # A small model (vocab 1000) keeps 40 runs fast; its parameters still span many buckets.
 $PY dev/test/gpt2_oracle.py make --out-model "$work/small.bin" --out-state "$work/small_state.bin" \
     --vocab 1000 --max-seq 32 --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle"; exit 1; }
+# C = 48 for the split embedding: wte's shards then end inside rows at np 3 and 4, so a row
+# goes to two owners and each adds only its part.
+$PY dev/test/gpt2_oracle.py make --out-model "$work/c48.bin" --out-state "$work/c48_state.bin" \
+    --vocab 1000 --channels 48 --max-seq 32 --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle"; exit 1; }
 
 passed=0 failed=0
-check() {  # check NAME NP ARGS...: one test_zero1 run
+check() {  # check NAME NP ARGS...: one test_zero1 run (of $MODEL, default small.bin)
     local name=$1 np=$2; shift 2
-    if timeout 300 "${MPIRUN[@]}" -np "$np" ./test_zero1 "$work/small.bin" "$@" >"$work/log" 2>&1 &&
+    if timeout 300 "${MPIRUN[@]}" -np "$np" ./test_zero1 "${MODEL:-$work/small.bin}" "$@" >"$work/log" 2>&1 &&
        grep -q "^PASS test_zero1" "$work/log"; then
         passed=$((passed + 1)); echo "PASS np=$np $name"
     else
@@ -65,6 +70,17 @@ for np in 1 2 3 4; do
     check "zero1_hazard: bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16 "${HAZARD[@]}"
     check "zero1_hazard: -z 0 (bucketed all-reduce)" $np -z 0 --bucket-size 5000 "${HAZARD[@]}"
 done
+# The split embedding: wte's classifier part reduced as soon as it is final, the last
+# micro-step's encoder rows sent sparsely to their owners and added there (C = 48 model).
+SPLIT=(-z 1 --bucket-size 3000 --split-embedding)
+for np in 1 2 3 4; do
+    MODEL="$work/c48.bin" check "split embedding" $np "${SPLIT[@]}"
+done
+MODEL="$work/c48.bin" check "split embedding, accumulation" 2 --accum 2 --batch 24 "${SPLIT[@]}"
+MODEL="$work/c48.bin" check "split embedding, 2 instances" 4 "${SPLIT[@]}" --dist-opt-instances 2
+for np in 2 3; do
+    MODEL="$work/c48.bin" check "zero1_hazard: split embedding" $np "${SPLIT[@]}" "${HAZARD[@]}"
+done
 check "zero1_hazard: 2 instances" 4 -z 1 --bucket-size 3000 --dist-opt-instances 2 "${HAZARD[@]}"
 check "zero1_hazard: 3 instances, bf16 grad reduction" 6 -z 1 --bucket-size 5000 --grad-dtype bf16 \
     --dist-opt-instances 3 "${HAZARD[@]}"
@@ -72,8 +88,10 @@ check "zero1_hazard: 3 instances, bf16 grad reduction" 6 -z 1 --bucket-size 5000
 # ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4, on the
 # CPU device and (zero1_hazard) on the deferred device with the hazard communicator.
 $PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" >/dev/null
-for extra in "" "${HAZARD[*]}"; do
-    name="${extra:+zero1_hazard: }ZeRO-1 vs PyTorch oracle"
+for extra in "" "${HAZARD[*]}" "--split-embedding"; do
+    name="ZeRO-1 vs PyTorch oracle"
+    [ "$extra" = "${HAZARD[*]}" ] && name="zero1_hazard: $name"
+    [ "$extra" = --split-embedding ] && name="split embedding: $name"
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
     if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 $extra \
         >"$work/log" 2>&1 && grep -q "^PASS test_gpt2" "$work/log"; then

@@ -1,0 +1,262 @@
+/*
+ * zero1/split_embedding.c: the tied embedding's gradient in two parts (--split-embedding).
+ *
+ * wte is read twice, by the encoder and by the classifier, so its gradient has two
+ * contributions, and the classifier's is final at the very start of the backward while
+ * the encoder's comes last. With the split, wte's bucket (a bucket of its own) fires on
+ * the classifier's part alone, and the last micro-step's encoder part, which touches only
+ * the rows of this rank's tokens, goes to the owners of those rows only:
+ *
+ *   1. zero1_embedding_rows, before the encoder's backward: the distinct tokens U of this
+ *      rank, sorted; one blocking host all-gather of every rank's U (counts, then ids);
+ *      from that every rank plans the whole exchange on the host: what rank s sends owner
+ *      o is the contiguous run of U_s whose rows [start + id*C, +C) intersect o's slot of
+ *      the bucket (a row across two slots goes to both; each owner adds only its part).
+ *      The model accumulates into compact rows (one per element of U) instead of dwte.
+ *   2. The encoder's grad_done: all_to_all_v of those runs (comm.h), straight out of the
+ *      compact rows, since each run is contiguous there.
+ *   3. Once the bucket's dense reduction and the exchange are both complete: add_rows
+ *      (device_ops.h) sums, for each distinct id in this rank's slot, its received rows in
+ *      source-rank order, in fp32, into the reduced shard. Then (instances) the shard's
+ *      all-reduce across the groups.
+ *
+ * Earlier micro-steps accumulate their encoder part densely, as without the split:
+ * nothing is in flight then. The optimizer's math is unchanged; the sum over ranks is
+ * reassociated (classifier parts first, then encoder parts), so it agrees with the dense
+ * path to fp32 rounding, not bitwise.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "zero1/runtime_internal.h"
+
+static int split_fail(char* err, size_t err_len, const char* msg) {
+    if (err) snprintf(err, err_len, "%s", msg);
+    return -1;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+// Owner o's slot of the split bucket, in buffer elements.
+static void slot_of(const Zero1Runtime* rt, int o, size_t* lo, size_t* hi) {
+    const Zero1Bucket* bk = &rt->layout.buckets[rt->split->bucket];
+    size_t n = (bk->end - bk->start) / (size_t)rt->comm->size;
+    *lo = bk->start + (size_t)o * n;
+    *hi = *lo + n;
+}
+
+int split_create(Zero1Runtime* rt, const Zero1ModelSpec* model, char* err, size_t err_len) {
+    const Zero1Options* opt = &rt->opt;
+    if (opt->zero_stage != 1) return split_fail(err, err_len, "the split embedding needs ZeRO-1 (-z 1)");
+    if (model->embedding < 0 || model->embedding >= model->num_params || model->embedding_width == 0)
+        return split_fail(err, err_len, "the split embedding needs a model that names its token embedding");
+    if (opt->shared_embedding != model->embedding)
+        return split_fail(err, err_len, "the split embedding needs the embedding in a bucket of its own");
+    if (opt->max_positions < 1) return split_fail(err, err_len, "the split embedding needs the tokens per micro-step");
+    if (rt->cross && opt->grad_dtype == ZERO1_BF16)
+        return split_fail(err, err_len, "the split embedding with distributed-optimizer instances needs "
+                                        "--grad-dtype fp32 (the rows would have to join a bf16 shard before its "
+                                        "all-reduce across instances)");
+    SplitEmbedding* sp = (SplitEmbedding*)callocCheck(1, sizeof(SplitEmbedding));
+    rt->split = sp;
+    sp->param = model->embedding;
+    sp->bucket = rt->layout.params[sp->param].bucket;
+    sp->width = model->embedding_width;
+    sp->max_positions = opt->max_positions;
+    int size = rt->comm->size;
+    size_t lo, hi;
+    slot_of(rt, 0, &lo, &hi);
+    // A slot meets at most its length / width + 2 rows; each source sends it at most
+    // max_positions of them.
+    size_t slot_rows = (hi - lo) / sp->width + 2;
+    sp->max_adds = (int)min_size(slot_rows, (size_t)size * sp->max_positions);
+    sp->max_recv_rows = (int)((size_t)size * min_size(slot_rows, (size_t)sp->max_positions));
+    const Zero1DeviceOps* ops = rt->dev.ops;
+    void* c = rt->dev.ctx;
+    sp->rows = (float*)rt_alloc(rt, (size_t)sp->max_positions * sp->width * sizeof(float));
+    sp->recv = (float*)rt_alloc(rt, (size_t)sp->max_recv_rows * sp->width * sizeof(float));
+    sp->row_of_position = (int*)rt_alloc(rt, (size_t)sp->max_positions * sizeof(int));
+    sp->adds = (Zero1RowAdd*)rt_alloc(rt, (size_t)sp->max_adds * sizeof(Zero1RowAdd));
+    sp->sources = (int*)rt_alloc(rt, (size_t)sp->max_recv_rows * sizeof(int));
+    sp->host_map = (int*)ops->alloc_host(c, (size_t)sp->max_positions * sizeof(int));
+    sp->host_adds = (Zero1RowAdd*)ops->alloc_host(c, (size_t)sp->max_adds * sizeof(Zero1RowAdd));
+    sp->host_sources = (int*)ops->alloc_host(c, (size_t)sp->max_recv_rows * sizeof(int));
+    sp->ids = (int*)mallocCheck((size_t)sp->max_positions * sizeof(int));
+    sp->counts = (int*)mallocCheck((size_t)size * sizeof(int));
+    sp->all_ids = (int*)mallocCheck((size_t)size * sp->max_positions * sizeof(int));
+    size_t max_pairs = max_size((size_t)sp->max_positions, (size_t)sp->max_recv_rows);
+    sp->pairs = (int*)mallocCheck(2 * max_pairs * sizeof(int));
+    sp->send_counts = (size_t*)callocCheck(4 * (size_t)size, sizeof(size_t));
+    sp->send_offsets = sp->send_counts + size;
+    sp->recv_counts = sp->send_counts + 2 * size;
+    sp->recv_offsets = sp->send_counts + 3 * size;
+    sp->uploaded = ops->event_create(c);
+    sp->exchange = -1;
+    return 0;
+}
+
+void split_destroy(Zero1Runtime* rt) {
+    SplitEmbedding* sp = rt->split;
+    if (!sp) return;
+    const Zero1DeviceOps* ops = rt->dev.ops;
+    void* device[] = {sp->rows, sp->recv, sp->row_of_position, sp->adds, sp->sources};
+    for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++) rt_free(rt, device[i]);
+    ops->free_host(rt->dev.ctx, sp->host_map);
+    ops->free_host(rt->dev.ctx, sp->host_adds);
+    ops->free_host(rt->dev.ctx, sp->host_sources);
+    ops->event_destroy(rt->dev.ctx, sp->uploaded);
+    free(sp->ids);
+    free(sp->counts);
+    free(sp->all_ids);
+    free(sp->pairs);
+    free(sp->send_counts);
+    free(sp);
+    rt->split = NULL;
+}
+
+// (key, value) pairs, by key then value.
+static int compare_pairs(const void* a, const void* b) {
+    const int* x = (const int*)a;
+    const int* y = (const int*)b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+// This rank's distinct tokens, ascending, into sp->ids, and each position's row into
+// sp->host_map. Returns how many.
+static int distinct_tokens(Zero1Runtime* rt, const int* tokens, int n) {
+    SplitEmbedding* sp = rt->split;
+    size_t rows_total = rt->numels[sp->param] / sp->width;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (size_t)tokens[i] >= rows_total)
+            fatal("zero1: token %d at position %d is outside the embedding's %zu rows", tokens[i], i, rows_total);
+        sp->pairs[2 * i] = tokens[i];
+        sp->pairs[2 * i + 1] = i;
+    }
+    qsort(sp->pairs, (size_t)n, 2 * sizeof(int), compare_pairs);
+    int u = -1;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || sp->pairs[2 * i] != sp->pairs[2 * i - 2]) sp->ids[++u] = sp->pairs[2 * i];
+        sp->host_map[sp->pairs[2 * i + 1]] = u;
+    }
+    return u + 1;
+}
+
+// Every rank's distinct tokens: counts, then the ids, each rank's padded to the largest count.
+// Returns that largest count (the stride of sp->all_ids).
+static int gather_tokens(Zero1Runtime* rt) {
+    SplitEmbedding* sp = rt->split;
+    Zero1Comm* c = rt->comm;
+    c->host_all_gather(c, &sp->num_rows, sp->counts, sizeof(int));
+    int stride = 0;
+    for (int r = 0; r < c->size; r++) stride = sp->counts[r] > stride ? sp->counts[r] : stride;
+    c->host_all_gather(c, sp->ids, sp->all_ids, (size_t)stride * sizeof(int));
+    return stride;
+}
+
+// The run [*first, *first + *count) of the sorted ids whose rows meet [lo, hi).
+static void rows_meeting(const Zero1Runtime* rt, const int* ids, int n, size_t lo, size_t hi, int* first, int* count) {
+    size_t start = rt->layout.params[rt->split->param].start, w = rt->split->width;
+    int f = 0;
+    while (f < n && start + (size_t)(ids[f] + 1) * w <= lo) f++;
+    int e = f;
+    while (e < n && start + (size_t)ids[e] * w < hi) e++;
+    *first = f;
+    *count = e - f;
+}
+
+// What this rank sends each owner and receives from each source; the received rows'
+// ids go to sp->pairs as (id, received row), which are in source order.
+static int plan_exchange(Zero1Runtime* rt, int stride) {
+    SplitEmbedding* sp = rt->split;
+    int me = rt->comm->rank, received = 0, first, count;
+    size_t lo, hi, w = sp->width;
+    for (int o = 0; o < rt->comm->size; o++) {
+        slot_of(rt, o, &lo, &hi);
+        rows_meeting(rt, sp->ids, sp->num_rows, lo, hi, &first, &count);
+        sp->send_offsets[o] = (size_t)first * w;
+        sp->send_counts[o] = (size_t)count * w;
+        if (o != me) sp->rows_sent += (size_t)count;
+    }
+    slot_of(rt, me, &lo, &hi);
+    for (int s = 0; s < rt->comm->size; s++) {
+        const int* ids = sp->all_ids + (size_t)s * stride;
+        rows_meeting(rt, ids, sp->counts[s], lo, hi, &first, &count);
+        sp->recv_offsets[s] = (size_t)received * w;
+        sp->recv_counts[s] = (size_t)count * w;
+        for (int k = 0; k < count; k++, received++) {
+            sp->pairs[2 * received] = ids[first + k];
+            sp->pairs[2 * received + 1] = received;
+        }
+    }
+    if (received > sp->max_recv_rows) fatal("zero1: split embedding: %d rows to receive, room for %d", received,
+                                            sp->max_recv_rows);
+    return received;
+}
+
+// The owner's add: one entry per distinct received id, its rows in source order.
+static void plan_add(Zero1Runtime* rt, int received) {
+    SplitEmbedding* sp = rt->split;
+    size_t lo, hi, start = rt->layout.params[sp->param].start, w = sp->width;
+    slot_of(rt, rt->comm->rank, &lo, &hi);
+    qsort(sp->pairs, (size_t)received, 2 * sizeof(int), compare_pairs);  // by id, then source order
+    int count = 0;
+    for (int i = 0; i < received; i++) {
+        sp->host_sources[i] = sp->pairs[2 * i + 1];
+        if (i > 0 && sp->pairs[2 * i] == sp->pairs[2 * i - 2]) {
+            sp->host_adds[count - 1].count++;
+            continue;
+        }
+        size_t row = start + (size_t)sp->pairs[2 * i] * w;
+        size_t dst = max_size(row, lo), end = min_size(row + w, hi);
+        Zero1RowAdd a = {dst, (int)(dst - row), (int)(end - dst), i, 1};
+        if (count == sp->max_adds) fatal("zero1: split embedding: more than %d rows to add", sp->max_adds);
+        sp->host_adds[count++] = a;
+    }
+    Zero1RowPlan plan = {count, received, w, sp->adds, sp->sources, rt->layout.numel,
+                         (size_t)sp->max_recv_rows * w};
+    sp->plan = plan;
+}
+
+float* zero1_embedding_rows(Zero1Runtime* rt, int param, const int* tokens, int n, const int** row_of_position) {
+    SplitEmbedding* sp = rt->split;
+    if (!sp || param != sp->param || !rt->is_last_micro) return NULL;
+    if (sp->active) fatal("zero1: the embedding's rows were asked for twice in one step");
+    if (n > sp->max_positions) fatal("zero1: split embedding: %d positions, room for %d", n, sp->max_positions);
+    const Zero1DeviceOps* ops = rt->dev.ops;
+    void* c = rt->dev.ctx;
+    // The host arrays are uploaded from: last step's uploads must have run.
+    if (sp->upload_pending) ops->sync_event(c, sp->uploaded);
+    sp->num_rows = distinct_tokens(rt, tokens, n);
+    int received = plan_exchange(rt, gather_tokens(rt));
+    plan_add(rt, received);
+    Zero1Stream s = rt->dev.compute;
+    ops->from_host(c, s, sp->row_of_position, sp->host_map, (size_t)n * sizeof(int));
+    ops->from_host(c, s, sp->adds, sp->host_adds, (size_t)sp->plan.count * sizeof(Zero1RowAdd));
+    ops->from_host(c, s, sp->sources, sp->host_sources, (size_t)received * sizeof(int));
+    ops->record(c, sp->uploaded, s);
+    sp->upload_pending = 1;
+    rt_fill(rt, sp->rows, 0, (size_t)sp->num_rows * sp->width * sizeof(float));
+    sp->active = 1;
+    *row_of_position = sp->row_of_position;
+    return sp->rows;
+}
+
+void split_launch(Zero1Runtime* rt) {
+    SplitEmbedding* sp = rt->split;
+    sp->start_us = zero1_now_us();
+    sp->exchange = rt->comm->all_to_all_v(rt->comm, sp->rows, sp->send_counts, sp->send_offsets, sp->recv,
+                                          sp->recv_counts, sp->recv_offsets, ZERO1_FP32, sp->bucket);
+    sp->in_flight = 1;
+    // Its shard goes across instances (in firing order) only once the rows are in.
+    rt->fire_order[rt->num_fired++] = sp->bucket;
+}
+
+void split_add(Zero1Runtime* rt) {
+    SplitEmbedding* sp = rt->split;
+    rt->dev.ops->add_rows(rt->dev.ctx, rt->dev.compute, rt->grads, sp->recv, &sp->plan);
+}
+
+size_t zero1_embedding_rows_sent(const Zero1Runtime* rt) { return rt->split ? rt->split->rows_sent : 0; }
