@@ -6,7 +6,9 @@
  * back only when the handle is finished (wait, or a test that returns 1), queued on the
  * compute stream after the inner wait has ordered it. So whatever reads the region while
  * in flight, from the host or from the device, reads NaN; a reduce-scatter publishes only
- * this rank's slot, so its unspecified rest stays NaN too. test() answers "not yet" at
+ * this rank's slot, so its unspecified rest stays NaN too. An all_to_all poisons both its
+ * send and its recv region: the snapshot holds the send data followed by room for the
+ * received slices, and when finished send gets its data back and recv the slices. test() answers "not yet" at
  * random (seeded), so code that assumes an early completion is exercised.
  *
  * The inner collectives are issued at once and in call order, as MPI requires of every
@@ -20,7 +22,7 @@
 #include "llmc/utils.h"
 #include "zero1/comm.h"
 
-typedef enum { REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE } CollectiveKind;
+typedef enum { REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE, ALL_TO_ALL } CollectiveKind;
 
 // One collective in flight; a free slot keeps its snapshot for the next one.
 typedef struct {
@@ -29,7 +31,8 @@ typedef struct {
     Zero1Handle inner;
     CollectiveKind kind;
     int bucket;
-    char* buf;             // the caller's region (device memory)
+    char* buf;             // the caller's region (device memory); all_to_all: its send region
+    char* recv;            // all_to_all: the recv region (bytes long too), else NULL
     size_t bytes;
     void* snapshot;        // device memory, snapshot_cap bytes
     size_t snapshot_cap;
@@ -45,7 +48,7 @@ typedef struct {
     char name[64];
 } Hazard;
 
-static const char* const KIND_NAMES[3] = {"reduce-scatter", "all-gather", "all-reduce"};
+static const char* const KIND_NAMES[4] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all"};
 
 static uint64_t splitmix64(uint64_t* state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -74,42 +77,64 @@ static int take_slot(Hazard* h) {
     return first;
 }
 
-static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    Hazard* h = hazard_of(c);
+// A slot for a collective over `bytes` of buf (and as many of recv, for all_to_all): the
+// caller's data, as ordering-in defines it, goes to the snapshot, and its regions are
+// poisoned behind it; the inner collective's own ordering-in sees the copied snapshot.
+static HazardSlot* begin_slot(Hazard* h, CollectiveKind kind, void* buf, void* recv, size_t bytes, int bucket,
+                              int* index) {
     const Zero1DeviceOps* ops = h->dev->ops;
-    int i = take_slot(h);
-    HazardSlot* s = &h->slots[i];
-    size_t bytes = n * zero1_dtype_size(t);
-    if (s->snapshot_cap < bytes) {
+    *index = take_slot(h);
+    HazardSlot* s = &h->slots[*index];
+    size_t need = recv ? 2 * bytes : bytes;
+    if (s->snapshot_cap < need) {
         ops->free(h->dev->ctx, s->snapshot);
-        s->snapshot = ops->alloc(h->dev->ctx, bytes);
-        s->snapshot_cap = bytes;
+        s->snapshot = ops->alloc(h->dev->ctx, need);
+        s->snapshot_cap = need;
     }
     s->in_flight = 1;
     s->in_open_group = h->in_group;
     s->kind = kind;
     s->bucket = bucket;
     s->buf = (char*)buf;
+    s->recv = (char*)recv;
     s->bytes = bytes;
-    // The caller's data, as ordering-in defines it, goes to the snapshot; the region is
-    // poisoned behind it; the inner collective's own ordering-in sees the copied snapshot.
     ops->copy(h->dev->ctx, h->dev->compute, s->snapshot, buf, bytes);
     ops->fill(h->dev->ctx, h->dev->compute, buf, 0xFF, bytes);
+    if (recv) ops->fill(h->dev->ctx, h->dev->compute, recv, 0xFF, bytes);
+    return s;
+}
+
+static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
+                         int bucket) {
+    Hazard* h = hazard_of(c);
+    int i;
+    HazardSlot* s = begin_slot(h, kind, buf, NULL, n * zero1_dtype_size(t), bucket, &i);
     Zero1Comm* inner = h->inner;
-    if (kind == REDUCE_SCATTER) s->inner = inner->reduce_scatter(inner, s->snapshot, n, t, bucket);
+    if (kind == REDUCE_SCATTER) s->inner = inner->reduce_scatter(inner, s->snapshot, n, t, op, bucket);
     else if (kind == ALL_GATHER) s->inner = inner->all_gather(inner, s->snapshot, n, t, bucket);
-    else s->inner = inner->all_reduce(inner, s->snapshot, n, t, bucket);
+    else s->inner = inner->all_reduce(inner, s->snapshot, n, t, op, bucket);
     return i;
 }
 
-static Zero1Handle hazard_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return issue(c, REDUCE_SCATTER, buf, n, t, bucket);
+static Zero1Handle hazard_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
+                                         int bucket) {
+    return issue(c, REDUCE_SCATTER, buf, n, t, op, bucket);
 }
 static Zero1Handle hazard_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return issue(c, ALL_GATHER, buf, n, t, bucket);
+    return issue(c, ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
 }
-static Zero1Handle hazard_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return issue(c, ALL_REDUCE, buf, n, t, bucket);
+static Zero1Handle hazard_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return issue(c, ALL_REDUCE, buf, n, t, op, bucket);
+}
+// The inner one moves the snapshot's send half into its recv half.
+static Zero1Handle hazard_all_to_all(Zero1Comm* c, const void* send, void* recv, size_t n_per_rank, Zero1Dtype t,
+                                     int bucket) {
+    Hazard* h = hazard_of(c);
+    int i;
+    size_t bytes = (size_t)c->size * n_per_rank * zero1_dtype_size(t);
+    HazardSlot* s = begin_slot(h, ALL_TO_ALL, (void*)send, recv, bytes, bucket, &i);
+    s->inner = h->inner->all_to_all(h->inner, s->snapshot, (char*)s->snapshot + bytes, n_per_rank, t, bucket);
+    return i;
 }
 
 static HazardSlot* in_flight_slot(Hazard* h, Zero1Handle handle, const char* what) {
@@ -122,6 +147,9 @@ static HazardSlot* in_flight_slot(Hazard* h, Zero1Handle handle, const char* wha
 // caller's region, queued after that point. A reduce-scatter publishes only this rank's slot.
 static void publish(Hazard* h, HazardSlot* s) {
     size_t offset = 0, bytes = s->bytes;
+    if (s->kind == ALL_TO_ALL) {  // the received slices, and send as it was
+        h->dev->ops->copy(h->dev->ctx, h->dev->compute, s->recv, (char*)s->snapshot + bytes, bytes);
+    }
     if (s->kind == REDUCE_SCATTER) {
         bytes = s->bytes / (size_t)h->inner->size;
         offset = (size_t)h->inner->rank * bytes;
@@ -200,6 +228,7 @@ Zero1Comm* zero1_comm_hazard_create(Zero1Comm* inner, const Zero1Device* dev, un
     c->reduce_scatter = hazard_reduce_scatter;
     c->all_gather = hazard_all_gather;
     c->all_reduce = hazard_all_reduce;
+    c->all_to_all = hazard_all_to_all;
     c->wait = hazard_wait;
     c->test = hazard_test;
     c->progress = hazard_progress;

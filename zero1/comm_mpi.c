@@ -10,6 +10,11 @@
  *  - Open MPI does not progress non-blocking collectives in the background; progress()
  *    tests every outstanding request, and the runtime calls it at layer boundaries.
  *  - bf16 travels as MPI_UINT16_T with a user-defined sum (round to nearest even).
+ *  - MPI has no average: ZERO1_AVG sums as ZERO1_SUM does, into scratch, and the pass that
+ *    moves the result into the caller's region multiplies by 1/size (bf16: in fp32, then
+ *    rounded once); an averaging all-reduce therefore reduces out of place.
+ *  - all_to_all is MPI_Ialltoall: direct, straight between the caller's buffers; staged,
+ *    from the staged copy of send into scratch, copied into recv when it completes.
  * Ordering (zero1/comm.h): before posting, the host waits until the compute stream has
  * produced the buffer (direct: a sync of the compute stream; staged: the copy to host is
  * queued on this communicator's stream after an event on the compute stream, then synced).
@@ -28,8 +33,8 @@
 #include "llmc/watchdog.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_DONE };
-enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE };
-static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce"};
+enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE, OP_ALL_TO_ALL };
+static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all"};
 
 typedef struct {
     int state;
@@ -38,6 +43,8 @@ typedef struct {
     void* buf;                // the caller's (device) buffer
     size_t result_offset;     // bytes into buf where the result region starts
     size_t result_bytes;
+    Zero1Dtype type;
+    float scale;              // applied while the result is moved (ZERO1_AVG); 1: a plain move
     void* result;             // host memory holding the result: scratch, staged, or buf itself
     void* scratch;            // host: reduce-scatter output
     size_t scratch_cap;
@@ -118,15 +125,35 @@ static void* stage_in(MpiImpl* m, RequestSlot* s, void* buf, size_t total_bytes,
     return s->staged;
 }
 
-// MPI finished the request: put the result region into the caller's buffer.
+// dst = src * scale for n elements of t, in one pass (dst == src allowed). bf16 is scaled
+// in fp32 and rounded once.
+static void scale_into(void* dst, const void* src, size_t n, Zero1Dtype t, float scale) {
+    if (t == ZERO1_FP64) {
+        for (size_t i = 0; i < n; i++) ((double*)dst)[i] = ((const double*)src)[i] * (double)scale;
+    } else if (t == ZERO1_FP32) {
+        for (size_t i = 0; i < n; i++) ((float*)dst)[i] = ((const float*)src)[i] * scale;
+    } else {
+        const uint16_t* a = (const uint16_t*)src;
+        for (size_t i = 0; i < n; i++) ((uint16_t*)dst)[i] = float_to_bf16(bf16_to_float(a[i]) * scale);
+    }
+}
+
+// MPI finished the request: put the result region into the caller's buffer (scaled on
+// the way for an average).
 static void finish_slot(MpiImpl* m, RequestSlot* s) {
     void* dst = (char*)s->buf + s->result_offset;
+    size_t n = s->result_bytes / zero1_dtype_size(s->type);
+    if (s->scale != 1.0f && !m->staged) {
+        scale_into(dst, s->result, n, s->type, s->scale);
+    } else if (s->scale != 1.0f) {
+        scale_into(s->result, s->result, n, s->type, s->scale);  // host memory, before the copy back
+    }
     if (m->staged) {
         const Zero1DeviceOps* ops = m->dev->ops;
         if (s->result_bytes) ops->from_host(m->dev->ctx, m->stream, dst, s->result, s->result_bytes);
         ops->record(m->dev->ctx, s->done, m->stream);
         s->copy_back_pending = 1;
-    } else if (s->result != dst && s->result_bytes) {
+    } else if (s->result != dst && s->result_bytes && s->scale == 1.0f) {
         memcpy(dst, s->result, s->result_bytes);
     }
     s->state = SLOT_DONE;
@@ -137,7 +164,8 @@ static int count_of(size_t n) {
     return (int)n;
 }
 
-static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t, int bucket) {
+static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp rop,
+                                  int bucket) {
     MpiImpl* m = (MpiImpl*)c->impl;
     int h;
     RequestSlot* s = take_slot(m, &h);
@@ -147,6 +175,8 @@ static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zer
     s->buf = buf;
     s->state = SLOT_ACTIVE;
     s->op = op;
+    s->type = t;
+    s->scale = rop == ZERO1_AVG ? zero1_avg_scale(c->size) : 1.0f;
     if (op == OP_REDUCE_SCATTER) {
         void* host = stage_in(m, s, buf, total, 0, total);
         s->scratch = grow(m, s->scratch, &s->scratch_cap, slot_bytes, m->staged);
@@ -164,25 +194,58 @@ static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zer
         mpi_fail(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, count_of(slot), mpi_type(t), m->comm,
                                 &s->request),
                  "Iallgather");
-    } else {
+    } else if (s->scale == 1.0f) {
         void* host = stage_in(m, s, buf, total, 0, total);
         s->result = host;
         s->result_offset = 0;
         s->result_bytes = total;
         mpi_fail(MPI_Iallreduce(MPI_IN_PLACE, host, count_of(n), mpi_type(t), mpi_sum(m, t), m->comm, &s->request),
                  "Iallreduce");
+    } else {  // an average: the sum lands in scratch, scaled on its way back into buf
+        void* host = stage_in(m, s, buf, total, 0, total);
+        s->scratch = grow(m, s->scratch, &s->scratch_cap, total, m->staged);
+        s->result = s->scratch;
+        s->result_offset = 0;
+        s->result_bytes = total;
+        mpi_fail(MPI_Iallreduce(host, s->scratch, count_of(n), mpi_type(t), mpi_sum(m, t), m->comm, &s->request),
+                 "Iallreduce");
     }
     return h;
 }
 
-static Zero1Handle mpi_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_REDUCE_SCATTER, buf, n, t, bucket);
+static Zero1Handle mpi_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return mpi_collective(c, OP_REDUCE_SCATTER, buf, n, t, op, bucket);
 }
 static Zero1Handle mpi_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_ALL_GATHER, buf, n, t, bucket);
+    return mpi_collective(c, OP_ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
 }
-static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_ALL_REDUCE, buf, n, t, bucket);
+static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return mpi_collective(c, OP_ALL_REDUCE, buf, n, t, op, bucket);
+}
+
+// Direct: MPI moves the slices between the caller's buffers. Staged: from the staged copy
+// of send into scratch, which finish_slot copies into recv.
+static Zero1Handle mpi_all_to_all(Zero1Comm* c, const void* send, void* recv, size_t n_per_rank, Zero1Dtype t,
+                                  int bucket) {
+    MpiImpl* m = (MpiImpl*)c->impl;
+    int h;
+    RequestSlot* s = take_slot(m, &h);
+    size_t total = (size_t)c->size * n_per_rank * zero1_dtype_size(t);
+    s->bucket = bucket;
+    s->buf = recv;
+    s->state = SLOT_ACTIVE;
+    s->op = OP_ALL_TO_ALL;
+    s->type = t;
+    s->scale = 1.0f;
+    s->result_offset = 0;
+    s->result_bytes = total;
+    void* host_send = stage_in(m, s, (void*)send, total, 0, total);
+    if (m->staged) s->scratch = grow(m, s->scratch, &s->scratch_cap, total, 1);
+    s->result = m->staged ? s->scratch : recv;
+    mpi_fail(MPI_Ialltoall(host_send, count_of(n_per_rank), mpi_type(t), s->result, count_of(n_per_rank), mpi_type(t),
+                           m->comm, &s->request),
+             "Ialltoall");
+    return h;
 }
 
 // The handle is finished: the compute stream is ordered after the result, the slot freed.
@@ -302,6 +365,7 @@ Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
     c->reduce_scatter = mpi_reduce_scatter;
     c->all_gather = mpi_all_gather;
     c->all_reduce = mpi_all_reduce;
+    c->all_to_all = mpi_all_to_all;
     c->wait = mpi_wait;
     c->test = mpi_test;
     c->progress = mpi_progress;

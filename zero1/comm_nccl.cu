@@ -19,6 +19,9 @@
  *   all-reduce      sendbuff = recvbuff = buf
  * which are exactly NCCL's in-place forms (recvbuff == sendbuff + rank*recvcount for
  * reduce-scatter, sendbuff == recvbuff + rank*sendcount for all-gather).
+ * ZERO1_AVG is ncclAvg (for floating types NCCL pre-multiplies each input by 1/nranks:
+ * see zero1/comm.h). all_to_all is one NCCL group of an ncclSend and an ncclRecv per
+ * peer, this rank's own slice copied on the comm stream, ordered like the collectives.
  */
 #include <errno.h>
 #include <limits.h>
@@ -35,8 +38,8 @@
 
 enum { SLOT_FREE = 0, SLOT_GROUPED, SLOT_LAUNCHED };
 
-typedef enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE } CollectiveOp;
-static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce"};
+typedef enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE, OP_ALL_TO_ALL } CollectiveOp;
+static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all"};
 
 typedef struct {
     int state;
@@ -147,7 +150,38 @@ static void mark_launched(Zero1Comm* c, NcclSlot* s) {
     s->state = SLOT_LAUNCHED;
 }
 
-static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, size_t n, Zero1Dtype t, int bucket) {
+// A slot for a collective about to be queued on the comm stream, which is ordered after
+// what the compute stream was given so far (ordering in).
+static int begin_collective(Zero1Comm* c, CollectiveOp op, int bucket) {
+    NcclImpl* im = impl_of(c);
+    int h = take_slot(im);
+    NcclSlot* s = &im->slots[h];
+    s->op = op;
+    s->bucket = bucket;
+    s->step = c->step;
+    cudaCheck(cudaEventRecord(im->compute_ready, im->compute));
+    cudaCheck(cudaStreamWaitEvent(im->stream, im->compute_ready, 0));
+    s->trace_start = bucket >= 0 ? zero1_trace_begin(c->tracer, (Zero1Stream)im->stream) : NULL;
+    return h;
+}
+
+// The collective's NCCL calls returned r: name it on failure, else mark it queued (or
+// grouped: recorded at group_end, after NCCL has queued the work).
+static Zero1Handle end_collective(Zero1Comm* c, int h, ncclResult_t r) {
+    NcclImpl* im = impl_of(c);
+    NcclSlot* s = &im->slots[h];
+    if (r != ncclSuccess) {
+        char what[96];
+        snprintf(what, sizeof(what), "%s of bucket %d (step %d)", OP_NAMES[s->op], s->bucket, c->step);
+        nccl_fail(r, im->comm, what, __FILE__, __LINE__);
+    }
+    if (im->in_group) s->state = SLOT_GROUPED;
+    else mark_launched(c, s);
+    return h;
+}
+
+static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, size_t n, Zero1Dtype t,
+                                   Zero1ReduceOp rop, int bucket) {
     NcclImpl* im = impl_of(c);
     if (im->comm == NULL) fatal("zero1 nccl: %s after the communicator was aborted", OP_NAMES[op]);
     if (n == 0) return -1;  // every rank has the same n: nothing to do anywhere
@@ -155,46 +189,50 @@ static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, siz
         fatal("zero1 nccl: %s of bucket %d: %zu elements do not split over %d ranks", OP_NAMES[op], bucket, n, c->size);
     }
     ncclDataType_t type = nccl_type(t);
+    ncclRedOp_t red = rop == ZERO1_AVG ? ncclAvg : ncclSum;
     size_t count = n / (size_t)c->size;
     char* whole = (char*)buf;
     char* mine = whole + (size_t)c->rank * count * zero1_dtype_size(t);
-
-    int h = take_slot(im);
-    NcclSlot* s = &im->slots[h];
-    s->op = op;
-    s->bucket = bucket;
-    s->step = c->step;
-
-    // Ordering in: the collective sees buf after what the compute stream was given so far.
-    cudaCheck(cudaEventRecord(im->compute_ready, im->compute));
-    cudaCheck(cudaStreamWaitEvent(im->stream, im->compute_ready, 0));
-    s->trace_start = bucket >= 0 ? zero1_trace_begin(c->tracer, (Zero1Stream)im->stream) : NULL;
-
+    int h = begin_collective(c, op, bucket);
     ncclResult_t r = ncclSuccess;
-    if (op == OP_REDUCE_SCATTER) r = ncclReduceScatter(whole, mine, count, type, ncclSum, im->comm, im->stream);
+    if (op == OP_REDUCE_SCATTER) r = ncclReduceScatter(whole, mine, count, type, red, im->comm, im->stream);
     else if (op == OP_ALL_GATHER) r = ncclAllGather(mine, whole, count, type, im->comm, im->stream);
-    else r = ncclAllReduce(whole, whole, n, type, ncclSum, im->comm, im->stream);
-    if (r != ncclSuccess) {
-        char what[96];
-        snprintf(what, sizeof(what), "%s of bucket %d (step %d)", OP_NAMES[op], bucket, c->step);
-        nccl_fail(r, im->comm, what, __FILE__, __LINE__);
-    }
-    if (im->in_group) {
-        s->state = SLOT_GROUPED;  // recorded at group_end, after NCCL has queued the work
-    } else {
-        mark_launched(c, s);
-    }
-    return h;
+    else r = ncclAllReduce(whole, whole, n, type, red, im->comm, im->stream);
+    return end_collective(c, h, r);
 }
 
-static Zero1Handle nccl_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return nccl_collective(c, OP_REDUCE_SCATTER, buf, n, t, bucket);
+static Zero1Handle nccl_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return nccl_collective(c, OP_REDUCE_SCATTER, buf, n, t, op, bucket);
 }
 static Zero1Handle nccl_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return nccl_collective(c, OP_ALL_GATHER, buf, n, t, bucket);
+    return nccl_collective(c, OP_ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
 }
-static Zero1Handle nccl_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return nccl_collective(c, OP_ALL_REDUCE, buf, n, t, bucket);
+static Zero1Handle nccl_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return nccl_collective(c, OP_ALL_REDUCE, buf, n, t, op, bucket);
+}
+
+// One NCCL group (nested inside the caller's, if one is open) of a send and a receive per
+// peer; this rank's own slice is a device copy on the comm stream.
+static Zero1Handle nccl_all_to_all(Zero1Comm* c, const void* send, void* recv, size_t n_per_rank, Zero1Dtype t,
+                                   int bucket) {
+    NcclImpl* im = impl_of(c);
+    if (im->comm == NULL) fatal("zero1 nccl: all-to-all after the communicator was aborted");
+    if (n_per_rank == 0) return -1;
+    ncclDataType_t type = nccl_type(t);
+    size_t slice = n_per_rank * zero1_dtype_size(t);
+    const char* from = (const char*)send;
+    char* to = (char*)recv;
+    int h = begin_collective(c, OP_ALL_TO_ALL, bucket);
+    cudaCheck(cudaMemcpyAsync(to + (size_t)c->rank * slice, from + (size_t)c->rank * slice, slice,
+                              cudaMemcpyDeviceToDevice, im->stream));
+    ncclResult_t r = ncclGroupStart();
+    for (int j = 0; j < c->size && r == ncclSuccess; j++) {
+        if (j == c->rank) continue;
+        r = ncclSend(from + (size_t)j * slice, n_per_rank, type, j, im->comm, im->stream);
+        if (r == ncclSuccess) r = ncclRecv(to + (size_t)j * slice, n_per_rank, type, j, im->comm, im->stream);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return end_collective(c, h, r != ncclSuccess ? r : end);
 }
 
 static void nccl_group_begin(Zero1Comm* c) {
@@ -446,6 +484,7 @@ Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, const Zero1NcclBootstr
     c->reduce_scatter = nccl_reduce_scatter;
     c->all_gather = nccl_all_gather;
     c->all_reduce = nccl_all_reduce;
+    c->all_to_all = nccl_all_to_all;
     c->wait = nccl_wait;
     c->test = nccl_test;
     c->progress = nccl_progress;

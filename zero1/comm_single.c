@@ -1,14 +1,25 @@
 /*
- * The single-rank communicator: with one rank every collective is the identity, so
- * nothing is moved and every handle is complete at once (ordering holds trivially: the
- * buffer already is the result, in compute-stream order).
+ * The single-rank communicator: with one rank every collective is the identity (an
+ * average over one rank included), so nothing is moved and every handle is complete at
+ * once (ordering holds trivially: the buffer already is the result, in compute-stream
+ * order). all_to_all is the one exception: its result lives in another buffer, so the
+ * slice is copied there, queued on the compute stream.
  */
 #include <stdlib.h>
 
 #include "llmc/utils.h"
 #include "zero1/comm.h"
 
-static Zero1Handle single_noop(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) { return -1; }
+static Zero1Handle single_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return -1;
+}
+static Zero1Handle single_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) { return -1; }
+static Zero1Handle single_all_to_all(Zero1Comm* c, const void* send, void* recv, size_t n_per_rank, Zero1Dtype t,
+                                     int bucket) {
+    const Zero1Device* dev = (const Zero1Device*)c->impl;
+    dev->ops->copy(dev->ctx, dev->compute, recv, send, n_per_rank * zero1_dtype_size(t));
+    return -1;
+}
 static void single_wait(Zero1Comm* c, Zero1Handle h) {}
 static int single_test(Zero1Comm* c, Zero1Handle h) { return 1; }
 static void single_nothing(Zero1Comm* c) {}
@@ -19,9 +30,11 @@ Zero1Comm* zero1_comm_single_create(const Zero1Device* dev) {
     c->rank = 0;
     c->size = 1;
     c->name = "single";
-    c->reduce_scatter = single_noop;
-    c->all_gather = single_noop;
-    c->all_reduce = single_noop;
+    c->impl = (void*)dev;  // borrowed: the device outlives the communicator
+    c->reduce_scatter = single_reduce;
+    c->all_gather = single_gather;
+    c->all_reduce = single_reduce;
+    c->all_to_all = single_all_to_all;
     c->wait = single_wait;
     c->test = single_test;
     c->progress = single_nothing;
