@@ -193,6 +193,8 @@ check flag_out_of_range    2 "-z 7 is out of range"     -- -z 7
 check T_exceeds_maxT       2 "maximum sequence length"  -- -t 128
 check instances_not_divide 2 "--dist-opt-instances 3 does not divide the 2 ranks" -- -z 1 --dist-opt-instances 3
 check instances_with_z0    2 "needs ZeRO-1 (-z 1)"      -- -z 0 --dist-opt-instances 2
+check fp32acc_with_z0      2 "--fp32-accumulation" "needs --grad-dtype bf16 and -z 1" -- -z 0 --grad-dtype bf16 --fp32-accumulation
+check fp32acc_fp32_grads   2 "--fp32-accumulation" "(got --grad-dtype fp32, -z 1)" -- -z 1 --fp32-accumulation
 
 if [ $failed -eq 0 ]; then
     echo "PASS test_errors ($((SECONDS - t0)) s)"
