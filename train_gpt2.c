@@ -206,6 +206,7 @@ static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world)
             fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: %s", rebuild);
         }
         if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: %s", rebuild);
+        if (cfg->average_in_collective) fatal("--average-in-collective needs the zero1/ plugin: %s", rebuild);
         if (cfg->dist_opt_instances > 1) fatal("--dist-opt-instances needs the zero1/ plugin: %s", rebuild);
     }
     if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
@@ -226,7 +227,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
     tr->grad_accum_steps = check_config(cfg, &mc, world);
     int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
-                                      cfg->grad_dtype == DTYPE_BF16);
+                                      cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
     memory_check_cpu(cfg, &mc, world, plugin);
     float* dense = load_initial_weights(cfg, &mc);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T);
@@ -252,8 +253,9 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
-    // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions.
-    float loss_scale = 1.0f / ((float)B * T * k * tr->world);
+    // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions;
+    // with --average-in-collective the reduction divides by DP itself.
+    float loss_scale = 1.0f / ((float)B * T * k * (tr->cfg.average_in_collective ? 1 : tr->world));
     double loss_sum = 0.0;
     opt->ops->begin_step(opt, step);
     for (int micro = 0; micro < k; micro++) {

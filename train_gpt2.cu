@@ -298,6 +298,7 @@ static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world)
         if (cfg->zero_stage == 1) fatal("-z 1 needs the zero1/ plugin: %s", rebuild);
         if (cfg->grad_dtype != DTYPE_FP32) fatal("--grad-dtype bf16 needs the zero1/ plugin: %s", rebuild);
         if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: %s", rebuild);
+        if (cfg->average_in_collective) fatal("--average-in-collective needs the zero1/ plugin: %s", rebuild);
     }
     if (cfg->param_dtype != (FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32)) {
         fatal("--param-dtype %s: this train_gpt2cu is built with PRECISION=%s (its params are %s)",
@@ -332,7 +333,8 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     GPT2Config mc;
     model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
     tr->grad_accum_steps = check_config(cfg, &mc, gpu->world);
-    int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16);
+    int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16 ||
+                                      cfg->average_in_collective);
     check_memory(cfg, &mc, gpu, plugin);
     float* dense = load_initial_weights(cfg, &mc);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T, gpu->stream);
@@ -370,8 +372,9 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     Optimizer* opt = tr->opt;
     cudaStream_t st = tr->gpu->stream;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
-    // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions.
-    float loss_scale = 1.0f / ((float)B * T * k * tr->world);
+    // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions;
+    // with --average-in-collective the reduction divides by DP itself.
+    float loss_scale = 1.0f / ((float)B * T * k * (tr->cfg.average_in_collective ? 1 : tr->world));
     opt->ops->begin_step(opt, step);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
     for (int micro = 0; micro < k; micro++) {

@@ -55,6 +55,8 @@ typedef struct {
     int check_nan;
     const char* trace_file;
     int param_dtype, grad_dtype;
+    int fp32_accumulation;      // bf16 on the wire, the shard summed in fp32 (all-to-all instead of reduce-scatter)
+    int average_in_collective;  // the gradient reductions average; the loss scale drops its 1/world
     int plant_nan_step;         // test-only: poison one gradient at this step (-1 = never)
     float comm_timeout;         // seconds a rank waits on a collective before aborting the job (0: forever)
     int split_embedding;        // ZeRO-1: reduce wte's classifier part at once, its encoder part as sparse rows
@@ -129,6 +131,10 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--trace", OPT_STR, CLI_FIELD(trace_file), 0, 0, "write a Chrome trace per rank to FILE.rankN.json"},
     {NULL, "--param-dtype", OPT_DTYPE, CLI_FIELD(param_dtype), 0, 0, "fp32|bf16 storage of the param buffer"},
     {NULL, "--grad-dtype", OPT_DTYPE, CLI_FIELD(grad_dtype), 0, 0, "fp32|bf16 grad buffer / reduction dtype"},
+    {NULL, "--fp32-accumulation", OPT_FLAG, CLI_FIELD(fp32_accumulation), 0, 0,
+     "with --grad-dtype bf16 and -z 1: send bf16 (all-to-all), sum each rank's shard in fp32 in rank order"},
+    {NULL, "--average-in-collective", OPT_FLAG, CLI_FIELD(average_in_collective), 0, 0,
+     "the gradient reductions average over the ranks (ncclAvg) instead of each rank scaling by 1/ranks"},
     {NULL, "--test-plant-nan", OPT_INT, CLI_FIELD(plant_nan_step), -1, INT_MAX,
      "test only: poison one gradient at this step"},
     {NULL, "--comm-timeout", OPT_FLOAT, CLI_FIELD(comm_timeout), 0, 1e9,
@@ -291,6 +297,10 @@ static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
     }
     if (c->split_embedding && c->zero_stage != 1) {
         fatal("--split-embedding needs ZeRO-1 (-z 1): it sends the embedding's rows to the owners of its shards");
+    }
+    if (c->fp32_accumulation && (c->grad_dtype != DTYPE_BF16 || c->zero_stage != 1)) {
+        fatal("--fp32-accumulation sums the bf16 slices of a ZeRO-1 reduce-scatter in fp32: it needs --grad-dtype bf16 "
+              "and -z 1 (got --grad-dtype %s, -z %d)", c->grad_dtype == DTYPE_BF16 ? "bf16" : "fp32", c->zero_stage);
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
     cli_choice("--test-device", c->test_device, "cpu|deferred");

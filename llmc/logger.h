@@ -98,7 +98,7 @@ static inline void logger_line(Logger* lg, const char* fmt, ...) {
 }
 
 static inline void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms) {
-    logger_line(lg, "s:%d trl:%.6f norm:%.4f lr:%.2e ms:%.1f\n", step, loss, norm, lr, ms);
+    logger_line(lg, "s:%d trl:%.6f norm:%.9g lr:%.2e ms:%.1f\n", step, loss, norm, lr, ms);  // the norm to full float precision (dev/bench/)
 }
 
 static inline void logger_log_val(Logger* lg, int step, float loss) { logger_line(lg, "s:%d tel:%.6f\n", step, loss); }

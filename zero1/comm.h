@@ -11,8 +11,12 @@
  *    posting; staged MPI: the copy to pinned host memory is queued after it).
  *  - In flight. The call returns at once with a handle. Until the handle is waited for, or
  *    test() has returned 1, the caller must not read or write the buffer's region (n
- *    elements from buf) in any way: not from the host, not from work queued on the
- *    compute stream. zero1/comm_hazard.c poisons that region to prove the runtime never does.
+ *    elements from buf; for all_to_all_v both its send and its recv region) in any way: not
+ *    from the host, not from work queued on the compute stream. zero1/comm_hazard.c
+ *    poisons those regions to prove the runtime never does. Ordering in covers every
+ *    region a collective writes too: it writes them only after what the caller queued on
+ *    the compute stream before the call (a kernel still reading a recv buffer that a new
+ *    all_to_all_v reuses is safe if it was queued first).
  *  - wait(h): what the caller queues on the compute stream after the call runs after the
  *    collective has completed. The CPU backends block the host until then; NCCL makes the
  *    compute stream wait on an event and the host returns at once. The host itself may read
@@ -60,12 +64,28 @@
  *    send[send_offsets[o], +send_counts[o]), from rank s comes recv[recv_offsets[s],
  *    +recv_counts[s]). Send ranges may overlap (they are only read); recv ranges may not.
  *    Every pair of ranks agrees on its counts (the caller plans them on the host). send
- *    is unchanged afterwards. No arithmetic: the dtype only sizes the elements.
+ *    is unchanged afterwards. No arithmetic: the dtype only sizes the elements. Its uniform
+ *    case (every count n, slice j of send for rank j, rank j's slice for this rank at
+ *    recv[j*n]) is how --fp32-accumulation exchanges a bucket's bf16 slices, which the
+ *    receiver sums itself in fp32 (device_ops.h's sum_slices).
  *  - host_all_gather(mine, all, bytes): blocking, host memory, for small metadata (token
  *    ids): every rank passes `bytes` bytes; on return all[r*bytes, +bytes) holds rank
  *    r's. It touches no device buffer and no stream, so it may be called while the
  *    collectives above are in flight; it counts as one collective in the issue order.
  * Sums of bf16 are rounded to bf16 after each addition; fp64 is for small scalars (norms).
+ *
+ * Reduce ops (reduce_scatter, all_reduce): ZERO1_SUM, or ZERO1_AVG, the sum over the
+ * communicator's ranks times 1/size, where 1/size is the float nearest to it. Where the
+ * scaling happens differs by backend, which shows in the last bits unless size is a power
+ * of two (then scaling is exact, barring subnormals):
+ *  - NCCL: ncclAvg, which for floating types is NCCL's PreMulSum: every rank's input is
+ *    multiplied by 1/size rounded to the data type (bf16(1/size) for bf16), each product
+ *    rounded to the type, and the products are summed (NCCL's src/enqueue.cc,
+ *    hostToDevRedOp; src/device/reduce_kernel.h, FuncPreMulSum).
+ *  - MPI: MPI has no average: the sum is computed as for ZERO1_SUM and multiplied by
+ *    1/size on the receive side, in the pass that moves the result into the caller's
+ *    region (bf16: in fp32, rounded to bf16 once, after the bf16 sum).
+ *  - single: the identity (size 1).
  */
 #ifndef ZERO1_COMM_H
 #define ZERO1_COMM_H
@@ -82,6 +102,11 @@ extern "C" {
 
 typedef int Zero1Handle;  // -1: none
 
+typedef enum { ZERO1_SUM = 0, ZERO1_AVG = 1 } Zero1ReduceOp;
+
+// ZERO1_AVG's factor: the float nearest to 1/size (every backend uses this one).
+static inline float zero1_avg_scale(int size) { return (float)(1.0 / (double)size); }
+
 // Bucket labels of collectives that move no bucket.
 enum { ZERO1_LABEL_NONE = -1, ZERO1_LABEL_GRAD_NORM = -2, ZERO1_LABEL_NAN_FLAGS = -3, ZERO1_LABEL_REPORT = -4 };
 
@@ -96,9 +121,9 @@ struct Zero1Comm {
     int traces_itself;
     int issue_order_matters;  // see "Every rank issues the same collectives" above
     void* impl;
-    Zero1Handle (*reduce_scatter)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
+    Zero1Handle (*reduce_scatter)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket);
     Zero1Handle (*all_gather)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
-    Zero1Handle (*all_reduce)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
+    Zero1Handle (*all_reduce)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket);
     Zero1Handle (*all_to_all_v)(Zero1Comm* c, const void* send, const size_t* send_counts, const size_t* send_offsets,
                                 void* recv, const size_t* recv_counts, const size_t* recv_offsets, Zero1Dtype t,
                                 int bucket);

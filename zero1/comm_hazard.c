@@ -116,7 +116,8 @@ static HazardSlot* start_slot(Hazard* h, CollectiveKind kind, void* buf, size_t 
     return s;
 }
 
-static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n, Zero1Dtype t, int bucket) {
+static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
+                         int bucket) {
     Hazard* h = hazard_of(c);
     int i;
     size_t bytes = n * zero1_dtype_size(t);
@@ -125,9 +126,9 @@ static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n,
     // poisoned behind it; the inner collective's own ordering-in sees the copied snapshot.
     snapshot_and_poison(h, s->snapshot, buf, bytes);
     Zero1Comm* inner = h->inner;
-    if (kind == REDUCE_SCATTER) s->inner = inner->reduce_scatter(inner, s->snapshot, n, t, bucket);
+    if (kind == REDUCE_SCATTER) s->inner = inner->reduce_scatter(inner, s->snapshot, n, t, op, bucket);
     else if (kind == ALL_GATHER) s->inner = inner->all_gather(inner, s->snapshot, n, t, bucket);
-    else s->inner = inner->all_reduce(inner, s->snapshot, n, t, bucket);
+    else s->inner = inner->all_reduce(inner, s->snapshot, n, t, op, bucket);
     return i;
 }
 
@@ -154,16 +155,16 @@ static void hazard_host_all_gather(Zero1Comm* c, const void* mine, void* all, si
     h->inner->host_all_gather(h->inner, mine, all, bytes);
 }
 
-static Zero1Handle hazard_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return issue(c, REDUCE_SCATTER, buf, n, t, bucket);
+static Zero1Handle hazard_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
+                                         int bucket) {
+    return issue(c, REDUCE_SCATTER, buf, n, t, op, bucket);
 }
 static Zero1Handle hazard_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return issue(c, ALL_GATHER, buf, n, t, bucket);
+    return issue(c, ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
 }
-static Zero1Handle hazard_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return issue(c, ALL_REDUCE, buf, n, t, bucket);
+static Zero1Handle hazard_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return issue(c, ALL_REDUCE, buf, n, t, op, bucket);
 }
-
 static HazardSlot* in_flight_slot(Hazard* h, Zero1Handle handle, const char* what) {
     if (handle >= h->num_slots || !h->slots[handle].in_flight)
         fatal("hazard communicator: %s of handle %d, which is not in flight (finished already?)", what, handle);

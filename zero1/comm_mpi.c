@@ -10,6 +10,12 @@
  *  - Open MPI does not progress non-blocking collectives in the background; progress()
  *    tests every outstanding request, and the runtime calls it at layer boundaries.
  *  - bf16 travels as MPI_UINT16_T with a user-defined sum (round to nearest even).
+ *  - MPI has no average: ZERO1_AVG sums as ZERO1_SUM does, into scratch, and the pass that
+ *    moves the result into the caller's region multiplies by 1/size (bf16: in fp32, then
+ *    rounded once); an averaging all-reduce therefore reduces out of place.
+ *  - all_to_all_v is MPI_Ialltoallv: direct, straight between the caller's buffers;
+ *    staged, from the staged copy of send into scratch, copied into recv when it completes.
+ *    Its int counts and displacements live in the request's slot until it completes.
  * Ordering (zero1/comm.h): before posting, the host waits until the compute stream has
  * produced the buffer (direct: a sync of the compute stream; staged: the copy to host is
  * queued on this communicator's stream after an event on the compute stream, then synced).
@@ -39,6 +45,8 @@ typedef struct {
     void* buf;                // the caller's (device) buffer
     size_t result_offset;     // bytes into buf where the result region starts
     size_t result_bytes;
+    Zero1Dtype type;
+    float scale;              // applied while the result is moved (ZERO1_AVG); 1: a plain move
     void* result;             // host memory holding the result: scratch, staged, or buf itself
     void* scratch;            // host: reduce-scatter output
     size_t scratch_cap;
@@ -46,6 +54,8 @@ typedef struct {
     size_t staged_cap;
     Zero1Event done;          // staged: the copy back into buf is queued before this
     int copy_back_pending;    // staged: done recorded, host buffers busy until it completes
+    int* v_arrays;            // all_to_all_v: MPI's int counts and displacements
+    int v_cap;
 } RequestSlot;
 
 typedef struct {
@@ -119,15 +129,35 @@ static void* stage_in(MpiImpl* m, RequestSlot* s, void* buf, size_t total_bytes,
     return s->staged;
 }
 
-// MPI finished the request: put the result region into the caller's buffer.
+// dst = src * scale for n elements of t, in one pass (dst == src allowed). bf16 is scaled
+// in fp32 and rounded once.
+static void scale_into(void* dst, const void* src, size_t n, Zero1Dtype t, float scale) {
+    if (t == ZERO1_FP64) {
+        for (size_t i = 0; i < n; i++) ((double*)dst)[i] = ((const double*)src)[i] * (double)scale;
+    } else if (t == ZERO1_FP32) {
+        for (size_t i = 0; i < n; i++) ((float*)dst)[i] = ((const float*)src)[i] * scale;
+    } else {
+        const uint16_t* a = (const uint16_t*)src;
+        for (size_t i = 0; i < n; i++) ((uint16_t*)dst)[i] = float_to_bf16(bf16_to_float(a[i]) * scale);
+    }
+}
+
+// MPI finished the request: put the result region into the caller's buffer (scaled on
+// the way for an average).
 static void finish_slot(MpiImpl* m, RequestSlot* s) {
     void* dst = (char*)s->buf + s->result_offset;
+    size_t n = s->result_bytes / zero1_dtype_size(s->type);
+    if (s->scale != 1.0f && !m->staged) {
+        scale_into(dst, s->result, n, s->type, s->scale);
+    } else if (s->scale != 1.0f) {
+        scale_into(s->result, s->result, n, s->type, s->scale);  // host memory, before the copy back
+    }
     if (m->staged) {
         const Zero1DeviceOps* ops = m->dev->ops;
         if (s->result_bytes) ops->from_host(m->dev->ctx, m->stream, dst, s->result, s->result_bytes);
         ops->record(m->dev->ctx, s->done, m->stream);
         s->copy_back_pending = 1;
-    } else if (s->result != dst && s->result_bytes) {
+    } else if (s->result != dst && s->result_bytes && s->scale == 1.0f) {
         memcpy(dst, s->result, s->result_bytes);
     }
     s->state = SLOT_DONE;
@@ -138,7 +168,8 @@ static int count_of(size_t n) {
     return (int)n;
 }
 
-static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t, int bucket) {
+static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp rop,
+                                  int bucket) {
     MpiImpl* m = (MpiImpl*)c->impl;
     int h;
     RequestSlot* s = take_slot(m, &h);
@@ -148,6 +179,8 @@ static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zer
     s->buf = buf;
     s->state = SLOT_ACTIVE;
     s->op = op;
+    s->type = t;
+    s->scale = rop == ZERO1_AVG ? zero1_avg_scale(c->size) : 1.0f;
     if (op == OP_REDUCE_SCATTER) {
         void* host = stage_in(m, s, buf, total, 0, total);
         s->scratch = grow(m, s->scratch, &s->scratch_cap, slot_bytes, m->staged);
@@ -165,34 +198,49 @@ static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zer
         mpi_fail(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, count_of(slot), mpi_type(t), m->comm,
                                 &s->request),
                  "Iallgather");
-    } else {
+    } else if (s->scale == 1.0f) {
         void* host = stage_in(m, s, buf, total, 0, total);
         s->result = host;
         s->result_offset = 0;
         s->result_bytes = total;
         mpi_fail(MPI_Iallreduce(MPI_IN_PLACE, host, count_of(n), mpi_type(t), mpi_sum(m, t), m->comm, &s->request),
                  "Iallreduce");
+    } else {  // an average: the sum lands in scratch, scaled on its way back into buf
+        void* host = stage_in(m, s, buf, total, 0, total);
+        s->scratch = grow(m, s->scratch, &s->scratch_cap, total, m->staged);
+        s->result = s->scratch;
+        s->result_offset = 0;
+        s->result_bytes = total;
+        mpi_fail(MPI_Iallreduce(host, s->scratch, count_of(n), mpi_type(t), mpi_sum(m, t), m->comm, &s->request),
+                 "Iallreduce");
     }
     return h;
 }
 
-static Zero1Handle mpi_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_REDUCE_SCATTER, buf, n, t, bucket);
+static Zero1Handle mpi_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return mpi_collective(c, OP_REDUCE_SCATTER, buf, n, t, op, bucket);
 }
 static Zero1Handle mpi_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_ALL_GATHER, buf, n, t, bucket);
+    return mpi_collective(c, OP_ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
 }
-static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_ALL_REDUCE, buf, n, t, bucket);
+static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return mpi_collective(c, OP_ALL_REDUCE, buf, n, t, op, bucket);
 }
 
 static void wait_request(Zero1Comm* c, RequestSlot* s);
 
-// int counts and displacements for MPI's v-collectives.
-static int* int_array(const Zero1Comm* c, const size_t* x) {
-    int* out = (int*)mallocCheck((size_t)c->size * sizeof(int));
-    for (int r = 0; r < c->size; r++) out[r] = count_of(x[r]);
-    return out;
+// int counts and displacements for MPI's v-collectives, kept in the slot: MPI may read
+// them until the request completes.
+static int* int_arrays(RequestSlot* s, int size, const size_t* const x[4]) {
+    if (s->v_cap < 4 * size) {
+        free(s->v_arrays);
+        s->v_arrays = (int*)mallocCheck(4 * (size_t)size * sizeof(int));
+        s->v_cap = 4 * size;
+    }
+    for (int k = 0; k < 4; k++) {
+        for (int r = 0; r < size; r++) s->v_arrays[k * size + r] = count_of(x[k][r]);
+    }
+    return s->v_arrays;
 }
 
 // Ialltoallv: the send region is staged in whole (staged mode), the result is the recv
@@ -210,19 +258,19 @@ static Zero1Handle mpi_all_to_all_v(Zero1Comm* c, const void* send, const size_t
     s->buf = recv;
     s->state = SLOT_ACTIVE;
     s->op = OP_ALL_TO_ALL;
+    s->type = t;
+    s->scale = 1.0f;
     void* host_send = stage_in(m, s, (void*)send, send_bytes, 0, send_bytes);
     s->result = recv;
     if (m->staged) s->result = s->scratch = grow(m, s->scratch, &s->scratch_cap, recv_bytes, 1);
     s->result_offset = 0;
     s->result_bytes = recv_bytes;
-    int *sc = int_array(c, send_counts), *so = int_array(c, send_offsets);
-    int *rc = int_array(c, recv_counts), *ro = int_array(c, recv_offsets);
-    mpi_fail(MPI_Ialltoallv(host_send, sc, so, mpi_type(t), s->result, rc, ro, mpi_type(t), m->comm, &s->request),
+    const size_t* const arrays[4] = {send_counts, send_offsets, recv_counts, recv_offsets};
+    int* v = int_arrays(s, c->size, arrays);
+    int n = c->size;
+    mpi_fail(MPI_Ialltoallv(host_send, v, v + n, mpi_type(t), s->result, v + 2 * n, v + 3 * n, mpi_type(t), m->comm,
+                            &s->request),
              "Ialltoallv");
-    free(sc);
-    free(so);
-    free(rc);
-    free(ro);
     return h;
 }
 
@@ -321,6 +369,7 @@ static void mpi_destroy(Zero1Comm* c) {
         } else {
             free(s->scratch);
         }
+        free(s->v_arrays);
     }
     if (m->staged) {
         ops->event_destroy(m->dev->ctx, m->produced);

@@ -19,6 +19,9 @@
  *   all-reduce      sendbuff = recvbuff = buf
  * which are exactly NCCL's in-place forms (recvbuff == sendbuff + rank*recvcount for
  * reduce-scatter, sendbuff == recvbuff + rank*sendcount for all-gather).
+ * ZERO1_AVG is ncclAvg (for floating types NCCL pre-multiplies each input by 1/nranks:
+ * see zero1/comm.h). all_to_all_v is one NCCL group of an ncclSend and an ncclRecv per
+ * peer (itself included), ordered like the collectives.
  */
 #include <errno.h>
 #include <limits.h>
@@ -153,9 +156,9 @@ static void mark_launched(Zero1Comm* c, NcclSlot* s) {
     s->state = SLOT_LAUNCHED;
 }
 
-// A slot for a collective about to be queued on the comm stream, ordered after what the
-// compute stream was given so far (ordering in).
-static int start_collective(Zero1Comm* c, CollectiveOp op, int bucket) {
+// A slot for a collective about to be queued on the comm stream, which is ordered after
+// what the compute stream was given so far (ordering in).
+static int begin_collective(Zero1Comm* c, CollectiveOp op, int bucket) {
     NcclImpl* im = impl_of(c);
     int h = take_slot(im);
     NcclSlot* s = &im->slots[h];
@@ -168,18 +171,23 @@ static int start_collective(Zero1Comm* c, CollectiveOp op, int bucket) {
     return h;
 }
 
-// The collective is queued (or, inside a group, recorded for group_end).
-static void end_collective(Zero1Comm* c, int h) {
+// The collective's NCCL calls returned r: name it on failure, else mark it queued (or
+// grouped: recorded at group_end, after NCCL has queued the work).
+static Zero1Handle end_collective(Zero1Comm* c, int h, ncclResult_t r) {
     NcclImpl* im = impl_of(c);
     NcclSlot* s = &im->slots[h];
-    if (im->in_group) {
-        s->state = SLOT_GROUPED;  // recorded at group_end, after NCCL has queued the work
-    } else {
-        mark_launched(c, s);
+    if (r != ncclSuccess) {
+        char what[96];
+        snprintf(what, sizeof(what), "%s of bucket %d (step %d)", OP_NAMES[s->op], s->bucket, c->step);
+        nccl_fail(r, im->comm, what, __FILE__, __LINE__);
     }
+    if (im->in_group) s->state = SLOT_GROUPED;
+    else mark_launched(c, s);
+    return h;
 }
 
-static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, size_t n, Zero1Dtype t, int bucket) {
+static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, size_t n, Zero1Dtype t,
+                                   Zero1ReduceOp rop, int bucket) {
     NcclImpl* im = impl_of(c);
     if (im->comm == NULL) fatal("zero1 nccl: %s after the communicator was aborted", OP_NAMES[op]);
     if (n == 0) return -1;  // every rank has the same n: nothing to do anywhere
@@ -187,22 +195,16 @@ static Zero1Handle nccl_collective(Zero1Comm* c, CollectiveOp op, void* buf, siz
         fatal("zero1 nccl: %s of bucket %d: %zu elements do not split over %d ranks", OP_NAMES[op], bucket, n, c->size);
     }
     ncclDataType_t type = nccl_type(t);
+    ncclRedOp_t red = rop == ZERO1_AVG ? ncclAvg : ncclSum;
     size_t count = n / (size_t)c->size;
     char* whole = (char*)buf;
     char* mine = whole + (size_t)c->rank * count * zero1_dtype_size(t);
-    int h = start_collective(c, op, bucket);
-
+    int h = begin_collective(c, op, bucket);
     ncclResult_t r = ncclSuccess;
-    if (op == OP_REDUCE_SCATTER) r = ncclReduceScatter(whole, mine, count, type, ncclSum, im->comm, im->stream);
+    if (op == OP_REDUCE_SCATTER) r = ncclReduceScatter(whole, mine, count, type, red, im->comm, im->stream);
     else if (op == OP_ALL_GATHER) r = ncclAllGather(mine, whole, count, type, im->comm, im->stream);
-    else r = ncclAllReduce(whole, whole, n, type, ncclSum, im->comm, im->stream);
-    if (r != ncclSuccess) {
-        char what[96];
-        snprintf(what, sizeof(what), "%s of bucket %d (step %d)", OP_NAMES[op], bucket, c->step);
-        nccl_fail(r, im->comm, what, __FILE__, __LINE__);
-    }
-    end_collective(c, h);
-    return h;
+    else r = ncclAllReduce(whole, whole, n, type, red, im->comm, im->stream);
+    return end_collective(c, h, r);
 }
 
 // One NCCL group of point-to-point calls (to itself too), so that all pairs progress at once.
@@ -213,7 +215,7 @@ static Zero1Handle nccl_all_to_all_v(Zero1Comm* c, const void* send, const size_
     if (im->comm == NULL) fatal("zero1 nccl: all-to-all after the communicator was aborted");
     ncclDataType_t type = nccl_type(t);
     size_t e = zero1_dtype_size(t);
-    int h = start_collective(c, OP_ALL_TO_ALL, bucket);
+    int h = begin_collective(c, OP_ALL_TO_ALL, bucket);
     ncclCheckCall(ncclGroupStart(), im->comm, "all-to-all group start");
     for (int r = 0; r < c->size; r++) {
         if (send_counts[r]) {
@@ -226,8 +228,7 @@ static Zero1Handle nccl_all_to_all_v(Zero1Comm* c, const void* send, const size_
         }
     }
     ncclCheckCall(ncclGroupEnd(), im->comm, "all-to-all group end");
-    end_collective(c, h);
-    return h;
+    return end_collective(c, h, ncclSuccess);
 }
 
 static void nccl_host_all_gather(Zero1Comm* c, const void* mine, void* all, size_t bytes) {
@@ -253,14 +254,14 @@ static void nccl_host_all_gather(Zero1Comm* c, const void* mine, void* all, size
     cudaCheck(cudaStreamSynchronize(im->stream));
 }
 
-static Zero1Handle nccl_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return nccl_collective(c, OP_REDUCE_SCATTER, buf, n, t, bucket);
+static Zero1Handle nccl_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return nccl_collective(c, OP_REDUCE_SCATTER, buf, n, t, op, bucket);
 }
 static Zero1Handle nccl_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return nccl_collective(c, OP_ALL_GATHER, buf, n, t, bucket);
+    return nccl_collective(c, OP_ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
 }
-static Zero1Handle nccl_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return nccl_collective(c, OP_ALL_REDUCE, buf, n, t, bucket);
+static Zero1Handle nccl_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return nccl_collective(c, OP_ALL_REDUCE, buf, n, t, op, bucket);
 }
 
 static void nccl_group_begin(Zero1Comm* c) {

@@ -1,8 +1,9 @@
 /*
- * The single-rank communicator: with one rank every collective is the identity, so
- * nothing is moved and every handle is complete at once (ordering holds trivially: the
- * buffer already is the result, in compute-stream order). all_to_all_v is a copy from
- * send to recv, queued on the compute stream, so it too is complete at once.
+ * The single-rank communicator: with one rank every collective is the identity (an
+ * average over one rank included), so nothing is moved and every handle is complete at
+ * once (ordering holds trivially: the buffer already is the result, in compute-stream
+ * order). all_to_all_v is the exception: its result lives in another buffer, so the
+ * slice is copied there, queued on the compute stream.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,10 @@
 #include "llmc/utils.h"
 #include "zero1/comm.h"
 
-static Zero1Handle single_noop(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) { return -1; }
+static Zero1Handle single_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    return -1;
+}
+static Zero1Handle single_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) { return -1; }
 static Zero1Handle single_all_to_all_v(Zero1Comm* c, const void* send, const size_t* send_counts,
                                        const size_t* send_offsets, void* recv, const size_t* recv_counts,
                                        const size_t* recv_offsets, Zero1Dtype t, int bucket) {
@@ -36,10 +40,10 @@ Zero1Comm* zero1_comm_single_create(const Zero1Device* dev) {
     c->rank = 0;
     c->size = 1;
     c->name = "single";
-    c->impl = (void*)dev;
-    c->reduce_scatter = single_noop;
-    c->all_gather = single_noop;
-    c->all_reduce = single_noop;
+    c->impl = (void*)dev;  // borrowed: the device outlives the communicator
+    c->reduce_scatter = single_reduce;
+    c->all_gather = single_gather;
+    c->all_reduce = single_reduce;
     c->all_to_all_v = single_all_to_all_v;
     c->host_all_gather = single_host_all_gather;
     c->wait = single_wait;

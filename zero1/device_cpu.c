@@ -49,6 +49,13 @@ static void cpu_convert(void* ctx, Zero1Stream st, void* dst, Zero1Dtype dst_typ
     }
 }
 
+static void cpu_sum_slices(void* ctx, Zero1Stream st, float* dst, const void* src, Zero1Dtype src_type, int count,
+                           size_t n, float scale) {
+    if (src_type != ZERO1_FP32 && src_type != ZERO1_BF16) fatal("zero1: sum_slices of dtype %d", (int)src_type);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) dst[i] = zero1_sum_slices_element(src, src_type, count, n, i, scale);
+}
+
 static void* cpu_upload_spans(void* ctx, const Zero1Span* spans, int count) {
     void* p = mallocCheck((size_t)count * sizeof(Zero1Span));
     if (count) memcpy(p, spans, (size_t)count * sizeof(Zero1Span));
@@ -119,7 +126,8 @@ const Zero1DeviceOps zero1_device_cpu_ops = {
     cpu_stream_create, cpu_stream_destroy, cpu_event_create, cpu_event_destroy,
     cpu_record, cpu_wait_event, cpu_sync_event, cpu_query_event, cpu_sync_stream,
     cpu_fill, cpu_copy, cpu_copy, cpu_copy,
-    cpu_convert, cpu_upload_spans, cpu_adamw, cpu_sum_squares, cpu_nonfinite_flags, cpu_add_rows, cpu_norm_and_clip,
+    cpu_convert, cpu_sum_slices, cpu_upload_spans, cpu_adamw, cpu_sum_squares, cpu_nonfinite_flags, cpu_add_rows,
+    cpu_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
 };
 

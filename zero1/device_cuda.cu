@@ -128,6 +128,14 @@ static __global__ void bf16_to_fp32_kernel(float* dst, const uint16_t* src, size
     }
 }
 
+// zero1_sum_slices_element for every element: one thread each, grid-stride.
+static __global__ void sum_slices_kernel(float* dst, const void* src, Zero1Dtype src_type, int count, size_t n,
+                                         float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        dst[i] = zero1_sum_slices_element(src, src_type, count, n, i, scale);
+    }
+}
+
 // With a master (kHasMaster): master, m and v at span.owned, the rounded result into
 // params at span.buffer. Without: fp32 params at span.buffer are the master.
 template <typename ParamT, bool kHasMaster>
@@ -343,6 +351,14 @@ static void cuda_convert(void* ctx, Zero1Stream st, void* dst, Zero1Dtype dst_ty
     cudaCheckLaunch();
 }
 
+static void cuda_sum_slices(void* ctx, Zero1Stream st, float* dst, const void* src, Zero1Dtype src_type, int count,
+                            size_t n, float scale) {
+    if (src_type != ZERO1_FP32 && src_type != ZERO1_BF16) fatal("zero1 cuda: sum_slices of dtype %d", (int)src_type);
+    if (n == 0) return;
+    sum_slices_kernel<<<flat_blocks(n), FLAT_THREADS, 0, stream_of(st)>>>(dst, src, src_type, count, n, scale);
+    cudaCheckLaunch();
+}
+
 static void* cuda_upload_spans(void* ctx, const Zero1Span* spans, int count) {
     if (count < 0) fatal("zero1 cuda: upload of %d spans", count);
     if (count == 0) return NULL;
@@ -417,8 +433,8 @@ const Zero1DeviceOps zero1_device_cuda_ops = {
     cuda_stream_create, cuda_stream_destroy, cuda_event_create, cuda_event_destroy,
     cuda_record, cuda_wait_event, cuda_sync_event, cuda_query_event, cuda_sync_stream,
     cuda_fill, cuda_copy, cuda_to_host, cuda_from_host,
-    cuda_convert, cuda_upload_spans, cuda_adamw, cuda_sum_squares, cuda_nonfinite_flags, cuda_add_rows,
-    cuda_norm_and_clip,
+    cuda_convert, cuda_sum_slices, cuda_upload_spans, cuda_adamw, cuda_sum_squares, cuda_nonfinite_flags,
+    cuda_add_rows, cuda_norm_and_clip,
     cuda_event_create_timed, cuda_elapsed_ms,
 };
 

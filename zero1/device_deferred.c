@@ -41,6 +41,7 @@ struct DeferredOp {
         struct { void* dst; const void* src; size_t bytes; } copy;  // copy, to_host, from_host
         struct { void* p; int byte; size_t bytes; } fill;
         struct { void* dst; Zero1Dtype dst_type; const void* src; Zero1Dtype src_type; size_t n; } convert;
+        struct { float* dst; const void* src; Zero1Dtype src_type; int count; size_t n; float scale; } sum_slices;
         struct {
             Zero1SpanList spans;
             void* params;
@@ -348,6 +349,26 @@ static void deferred_convert(void* ctx, Zero1Stream s, void* dst, Zero1Dtype dst
     enqueue(s, &op);
 }
 
+static void run_sum_slices(Deferred* d, const DeferredOp* op) {
+    zero1_device_cpu_ops.sum_slices(NULL, NULL, op->a.sum_slices.dst, op->a.sum_slices.src, op->a.sum_slices.src_type,
+                                    op->a.sum_slices.count, op->a.sum_slices.n, op->a.sum_slices.scale);
+}
+
+static void deferred_sum_slices(void* ctx, Zero1Stream s, float* dst, const void* src, Zero1Dtype src_type, int count,
+                                size_t n, float scale) {
+    Deferred* d = (Deferred*)ctx;
+    DeferredOp op;
+    op.run = run_sum_slices;
+    op.a.sum_slices.dst = (float*)device_range(d, dst, n * sizeof(float), "sum_slices destination");
+    op.a.sum_slices.src =
+        device_range(d, src, (size_t)(count > 0 ? count : 0) * n * zero1_dtype_size(src_type), "sum_slices source");
+    op.a.sum_slices.src_type = src_type;
+    op.a.sum_slices.count = count;
+    op.a.sum_slices.n = n;
+    op.a.sum_slices.scale = scale;
+    enqueue(s, &op);
+}
+
 static void* deferred_upload_spans(void* ctx, const Zero1Span* spans, int count) {
     size_t bytes = (size_t)count * sizeof(Zero1Span);
     void* p = deferred_alloc(ctx, bytes);
@@ -501,8 +522,8 @@ const Zero1DeviceOps zero1_device_deferred_ops = {
     deferred_stream_create, deferred_stream_destroy, deferred_event_create, deferred_event_destroy,
     deferred_record, deferred_wait_event, deferred_sync_event, deferred_query_event, deferred_sync_stream,
     deferred_fill, deferred_copy, deferred_to_host, deferred_from_host,
-    deferred_convert, deferred_upload_spans, deferred_adamw, deferred_sum_squares, deferred_nonfinite_flags,
-    deferred_add_rows, deferred_norm_and_clip,
+    deferred_convert, deferred_sum_slices, deferred_upload_spans, deferred_adamw, deferred_sum_squares,
+    deferred_nonfinite_flags, deferred_add_rows, deferred_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
 };
 

@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "llmc/adamw.h"
+#include "llmc/bf16.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,21 @@ extern "C" {
 typedef enum { ZERO1_FP32 = 0, ZERO1_BF16 = 1, ZERO1_FP64 = 2 } Zero1Dtype;
 
 static inline size_t zero1_dtype_size(Zero1Dtype t) { return t == ZERO1_FP64 ? 8 : t == ZERO1_FP32 ? 4 : 2; }
+
+// sum_slices' arithmetic, one formula for every device: element i of `count` slices of n
+// elements (fp32 or bf16) summed in fp32 in slice order, slice 0 first (the first term
+// is taken as it is, so a lone -0.0 stays -0.0), then multiplied by scale once (scale 1:
+// exactly the sum).
+LLMC_HOST_DEVICE static inline float zero1_sum_slices_element(const void* src, Zero1Dtype src_type, int count,
+                                                              size_t n, size_t i, float scale) {
+    float acc = 0.0f;
+    for (int r = 0; r < count; r++) {
+        size_t k = (size_t)r * n + i;
+        float x = src_type == ZERO1_BF16 ? bf16_to_float(((const uint16_t*)src)[k]) : ((const float*)src)[k];
+        acc = r == 0 ? x : acc + x;
+    }
+    return acc * scale;
+}
 
 typedef struct Zero1StreamImpl* Zero1Stream;  // cudaStream_t on the GPU
 typedef struct Zero1EventImpl* Zero1Event;    // cudaEvent_t on the GPU
@@ -109,6 +125,11 @@ typedef struct {
     // dst[i] = src[i] for n elements, converting between fp32 and bf16 (round to nearest even).
     void (*convert)(void* ctx, Zero1Stream s, void* dst, Zero1Dtype dst_type, const void* src, Zero1Dtype src_type,
                     size_t n);
+    // dst[i] = zero1_sum_slices_element(src, src_type, count, n, i, scale) for i < n: the
+    // fp32 sum of the count slices src[r*n, (r+1)*n) in slice order, scaled once. dst does
+    // not overlap src. (The fp32 accumulation of an all_to_all's received slices.)
+    void (*sum_slices)(void* ctx, Zero1Stream s, float* dst, const void* src, Zero1Dtype src_type, int count,
+                       size_t n, float scale);
     // A device copy of spans for the launches below (synchronous); release with free().
     void* (*upload_spans)(void* ctx, const Zero1Span* spans, int count);
     // AdamW over every span in one launch, with llmc/adamw.h's adamw_element. The clip

@@ -21,6 +21,12 @@
  * position in the other groups: 2 * (K-1)/K * owned * grad_bytes (rounded down to a
  * byte). The replicated column is the same job without sharding: an all-reduce over all W
  * ranks, 2 * (W-1)/W * numel * grad_bytes.
+ *
+ * fp32 accumulation (--fp32-accumulation): the reduce-scatter is an all-to-all of the same
+ * bf16 bucket, which sends each peer its slice: (DP-1)/DP * numel * 2 bytes, the ring
+ * reduce-scatter's count; the shard crosses instances in fp32 (grad_bytes 4 for that row).
+ * Its receive temporaries, 2 x the largest bucket x 2 B, are added to ZeRO-1's memory
+ * (zero1_ledger_add_recv_temporaries).
  */
 #ifndef ZERO1_LEDGER_H
 #define ZERO1_LEDGER_H
@@ -44,6 +50,7 @@ typedef struct {
     uint64_t sent_reduce_scatter, sent_all_gather;  // ZeRO-1, inside the group
     uint64_t sent_cross_all_reduce;            // ZeRO-1, the owned shard across instances (0 for one)
     uint64_t sent_zero1;                       // all of ZeRO-1's
+    uint64_t recv_temporaries;                 // fp32 accumulation: receive temporaries (bytes), else 0
 
     int overflow;                              // 1 if a byte count exceeded 64 bits (values invalid)
 } Zero1Ledger;
@@ -102,8 +109,21 @@ static inline Zero1Ledger zero1_ledger_compute_instances(uint64_t numel, int dp,
     g.sent_cross_all_reduce = zero1_ledger_ring_all_reduce_(g.owned_numel, grad_bytes, instances, &of);
     g.sent_zero1 = zero1_ledger_add_(zero1_ledger_add_(g.sent_reduce_scatter, g.sent_all_gather, &of),
                                      g.sent_cross_all_reduce, &of);
+    g.recv_temporaries = 0;
     g.overflow = of;
     return g;
+}
+
+// fp32 accumulation: the two all-to-all receive temporaries (2 x largest bucket x 2 B) join
+// ZeRO-1's memory, and the shard's all-reduce across instances runs in fp32.
+static inline void zero1_ledger_add_recv_temporaries(Zero1Ledger* g, uint64_t largest_bucket) {
+    int of = g->overflow;
+    g->recv_temporaries = zero1_ledger_mul_(largest_bucket, 4, &of);
+    g->total_zero1 = zero1_ledger_add_(g->total_zero1, g->recv_temporaries, &of);
+    uint64_t cross = zero1_ledger_ring_all_reduce_(g->owned_numel, 4, g->instances, &of);
+    g->sent_zero1 = zero1_ledger_add_(g->sent_zero1 - g->sent_cross_all_reduce, cross, &of);
+    g->sent_cross_all_reduce = cross;
+    g->overflow = of;
 }
 
 static inline Zero1Ledger zero1_ledger_compute(uint64_t numel, int dp, int param_bytes, int grad_bytes) {
@@ -156,16 +176,17 @@ static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
     zero1_ledger_row_(f, label, g->grad_buffer, g->grad_buffer);
     snprintf(label, sizeof(label), "%s (%d B/elem)", g->state_bytes == 12 ? "fp32 master+m+v" : "fp32 m+v", g->state_bytes);
     zero1_ledger_row_(f, label, g->state_replicated, g->state_zero1);
+    if (g->recv_temporaries) zero1_ledger_row_(f, "fp32-acc. recv temporaries (2 slots)", 0, g->recv_temporaries);
     zero1_ledger_row_(f, "total", g->total_replicated, g->total_zero1);
     fprintf(f, "  sent per rank per step (ring):\n");
     snprintf(label, sizeof(label), "grads (%s)", gdt);
     fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", label, (unsigned long long)g->sent_all_reduce, "all-reduce",
-            (unsigned long long)g->sent_reduce_scatter, "reduce-scat.");
+            (unsigned long long)g->sent_reduce_scatter, g->recv_temporaries ? "all-to-all" : "reduce-scat.");
     snprintf(label, sizeof(label), "params (%s)", pdt);
     fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", label, 0ULL, "-", (unsigned long long)g->sent_all_gather,
             "all-gather");
     if (g->instances > 1) {
-        snprintf(label, sizeof(label), "grad shard (%s) across instances", gdt);
+        snprintf(label, sizeof(label), "grad shard (%s) across instances", g->recv_temporaries ? "fp32" : gdt);
         fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", label, 0ULL, "-",
                 (unsigned long long)g->sent_cross_all_reduce, "all-reduce");
     }

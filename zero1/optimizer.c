@@ -167,11 +167,13 @@ static void op_print_start(Optimizer* o) {
         printf("zero1: %d distributed-optimizer instances of %d ranks: reduce-scatter and all-gather inside each, "
                "the shard all-reduced across them\n", instances, z->backend->comm->size);
     }
-    printf("zero1: %s, DP=%d, %d bucket%s (bucket_size %s%zu), param %s, grad reduce %s, overlap grad %s / param %s, "
-           "device %s, comm %s\n",
+    printf("zero1: %s, DP=%d, %d bucket%s (bucket_size %s%zu), param %s, grad reduce %s%s%s, overlap grad %s / "
+           "param %s, device %s, comm %s\n",
            cfg->zero_stage == 1 ? "ZeRO-1 sharded optimizer" : "replicated optimizer (bucketed all-reduce)", o->world,
            lay->num_buckets, lay->num_buckets == 1 ? "" : "s", lay->bucket_size ? "" : "none ", lay->bucket_size,
            cfg->param_dtype == DTYPE_BF16 ? "bf16" : "fp32", cfg->grad_dtype == DTYPE_BF16 ? "bf16" : "fp32",
+           zero1_recv_temporary_bytes(z->rt) ? " on the wire (all-to-all), fp32 sums" : "",
+           cfg->average_in_collective ? ", averaged in the collective" : "",
            cfg->overlap_grad_reduce ? "on" : "off", cfg->overlap_param_gather ? "on" : "off",
            z->backend->device.ops->name, z->backend->comm->name);
     printf("zero1: bucket      start        end   unpadded   padding  params\n");
@@ -185,6 +187,8 @@ static void op_print_start(Optimizer* o) {
     Zero1Ledger ledger = zero1_ledger_compute_instances(lay->numel, lay->dp, instances,
                                                         cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
                                                         cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
+    size_t temporaries = zero1_recv_temporary_bytes(z->rt);
+    if (temporaries) zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
     zero1_ledger_print(stdout, &ledger);
     checkpoint_print_bound();
 }
@@ -314,6 +318,8 @@ static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* s
     opt.param_dtype = cfg->param_dtype == DTYPE_BF16 ? ZERO1_BF16 : ZERO1_FP32;
     opt.compute_dtype = compute_dtype;
     opt.grad_dtype = cfg->grad_dtype == DTYPE_BF16 ? ZERO1_BF16 : ZERO1_FP32;
+    opt.fp32_accumulation = cfg->fp32_accumulation;
+    opt.average_in_collective = cfg->average_in_collective;
     opt.beta1 = cfg->beta1;
     opt.beta2 = cfg->beta2;
     opt.eps = cfg->eps;

@@ -12,6 +12,11 @@
  *          order on every rank (comm.h: the same collectives in the same order).
  *   param: AdamW writes the owned shard of the param buffer -> all-gather -> the next
  *          forward waits for the bucket just before the first block that reads it.
+ * With fp32 accumulation (Zero1Options.fp32_accumulation) a bucket's reduce-scatter is an
+ * all_to_all of its bf16 copy into a receive temporary instead, and its completion queues
+ * this rank's fp32 sum of the received slices into the fp32 grads (sum_slices); the
+ * exchanges are chained (each bucket's waits for the one fired before it, Megatron's
+ * previous_grad_reduce_bucket_group), so two temporaries serve every bucket.
  * Buckets are in buffer order, which is reverse model order; the forward therefore
  * needs them from the last bucket to the first, and each wait dispatches the next
  * bucket's gather before waiting (Megatron's chained param sync, start_param_sync).
@@ -58,6 +63,18 @@ static void* reduce_buffer_at(const Zero1Runtime* rt, size_t offset) {
     return rt->grad_comm ? grad_comm_at(rt, offset) : (void*)(rt->grads + offset);
 }
 
+// Across instances the shard is all-reduced where the group left it: in the bf16 copy for a
+// bf16 reduction, but with fp32 accumulation the fp32 grads already hold the group's sum
+// (the shard: 1/DP of the bucket), so it crosses in fp32.
+static Zero1Dtype cross_dtype(const Zero1Runtime* rt) { return fp32_accumulating(rt) ? ZERO1_FP32 : rt->opt.grad_dtype; }
+static void* cross_buffer_at(const Zero1Runtime* rt, size_t offset) {
+    return fp32_accumulating(rt) ? (void*)(rt->grads + offset) : reduce_buffer_at(rt, offset);
+}
+
+static const char* reduce_name(const Zero1Runtime* rt) {
+    return fp32_accumulating(rt) ? "all-to-all" : stage1(rt) ? "reduce-scatter" : "all-reduce";
+}
+
 static void* dup_array(const void* src, size_t bytes) {
     void* p = mallocCheck(bytes);
     memcpy(p, src, bytes);
@@ -68,6 +85,31 @@ static void* dup_array(const void* src, size_t bytes) {
 
 static int is_split_bucket(const Zero1Runtime* rt, int b) { return rt->split && rt->split->bucket == b; }
 
+static void reduce_completed(Zero1Runtime* rt, int b);
+
+// fp32 accumulation: the bucket fired before this one must be done exchanging (its sum
+// queued) before this one starts, so that its receive temporary is free for the bucket
+// after this one. Blocking here is accounted like any other wait.
+static void drain_previous_exchange(Zero1Runtime* rt) {
+    if (rt->num_fired == 0) return;
+    int prev = rt->fire_order[rt->num_fired - 1];
+    if (!rt->buckets[prev].reduce_in_flight) return;
+    wait_blocked(rt, rt->comm, rt->buckets[prev].reduce, "all-to-all", prev);
+    reduce_completed(rt, prev);
+}
+
+// fp32 accumulation's exchange: the uniform all_to_all_v, slice j of the bucket's bf16 copy
+// to rank j, and rank j's slice of this rank's shard into recv[j*n_per_rank].
+static Zero1Handle exchange_slices(Zero1Runtime* rt, const void* send, void* recv, size_t n_per_rank, int b) {
+    size_t* counts = rt->exchange_counts;
+    size_t* offsets = counts + rt->comm->size;
+    for (int j = 0; j < rt->comm->size; j++) {
+        counts[j] = n_per_rank;
+        offsets[j] = (size_t)j * n_per_rank;
+    }
+    return rt->comm->all_to_all_v(rt->comm, send, counts, offsets, recv, counts, offsets, ZERO1_BF16, b);
+}
+
 static void fire_bucket(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     const Zero1Bucket* bk = &rt->layout.buckets[b];
@@ -77,9 +119,17 @@ static void fire_bucket(Zero1Runtime* rt, int b) {
     }
     void* buf = reduce_buffer_at(rt, bk->start);
     if (rt->grad_comm) rt_convert(rt, buf, ZERO1_BF16, rt->grads + bk->start, ZERO1_FP32, n);
+    if (fp32_accumulating(rt)) drain_previous_exchange(rt);
     s->reduce_start_us = zero1_now_us();
-    s->reduce = stage1(rt) ? rt->comm->reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype, b)
-                           : rt->comm->all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, b);
+    Zero1ReduceOp op = grad_reduce_op(rt);
+    if (fp32_accumulating(rt)) {
+        s->recv_slot = rt->num_fired % 2;
+        s->reduce = exchange_slices(rt, buf, rt->recv_slots[s->recv_slot], n / (size_t)rt->comm->size, b);
+    } else if (stage1(rt)) {
+        s->reduce = rt->comm->reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
+    } else {
+        s->reduce = rt->comm->all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
+    }
     s->reduce_in_flight = 1;
     s->reduce_fired = 1;
     // The split embedding's bucket takes its place in the firing order when its rows go out.
@@ -89,7 +139,7 @@ static void fire_bucket(Zero1Runtime* rt, int b) {
 // Bucket b's reduction is complete, across instances too: bring a bf16 result back into
 // the fp32 grads.
 static void reduction_done(Zero1Runtime* rt, int b) {
-    if (!rt->grad_comm) return;
+    if (!rt->grad_comm || fp32_accumulating(rt)) return;  // fp32 accumulation: the grads hold it already
     const Zero1Range* sh = &rt->shards.buckets[b].shard;
     rt_convert(rt, rt->grads + sh->start, ZERO1_FP32, grad_comm_at(rt, sh->start), ZERO1_BF16, sh->end - sh->start);
 }
@@ -104,8 +154,8 @@ static void launch_ready_cross(Zero1Runtime* rt) {
         const Zero1Range* sh = &rt->shards.buckets[b].shard;
         s->awaiting_cross = 0;
         s->cross_start_us = zero1_now_us();
-        s->cross = rt->cross->all_reduce(rt->cross, reduce_buffer_at(rt, sh->start), sh->end - sh->start,
-                                         rt->opt.grad_dtype, b);
+        s->cross = rt->cross->all_reduce(rt->cross, cross_buffer_at(rt, sh->start), sh->end - sh->start,
+                                         cross_dtype(rt), grad_reduce_op(rt), b);
         s->cross_in_flight = 1;
         rt->num_crossed++;
     }
@@ -132,8 +182,13 @@ static void reduce_completed(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->reduce_in_flight = 0;
     if (!rt->comm->traces_itself) {
-        zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->reduce_start_us, zero1_now_us(), "%s b%d",
-                    stage1(rt) ? "reduce-scatter" : "all-reduce", b);
+        zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->reduce_start_us, zero1_now_us(), "%s b%d", reduce_name(rt), b);
+    }
+    if (fp32_accumulating(rt)) {  // the received slices of this rank's shard, summed in fp32 into the grads
+        const Zero1Range* sh = &rt->shards.buckets[b].shard;
+        float scale = rt->opt.average_in_collective ? zero1_avg_scale(rt->comm->size) : 1.0f;
+        rt->dev.ops->sum_slices(rt->dev.ctx, rt->dev.compute, rt->grads + sh->start, rt->recv_slots[s->recv_slot],
+                                ZERO1_BF16, rt->comm->size, sh->end - sh->start, scale);
     }
     if (is_split_bucket(rt, b) && !rt->split->arrived) return;  // split_completed goes on
     group_reduced(rt, b);
@@ -295,7 +350,7 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
     for (int i = 0; i < 2; i++) {
         Zero1Comm* c = comms[i];
         if (!c || c->size == 1) continue;
-        Zero1Handle h = c->all_reduce(c, rt->nan_flags, rt->num_params, ZERO1_FP32, ZERO1_LABEL_NAN_FLAGS);
+        Zero1Handle h = c->all_reduce(c, rt->nan_flags, rt->num_params, ZERO1_FP32, ZERO1_SUM, ZERO1_LABEL_NAN_FLAGS);
         wait_blocked(rt, c, h, "nan flags", ZERO1_LABEL_NAN_FLAGS);
     }
     rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, rt->nan_flags_host, rt->nan_flags,
@@ -320,18 +375,21 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
     if (rt->counts_learned) check_counts(rt);
     else learn_counts(rt);
     rt->finishing = 1;
-    rt->comm->group_begin(rt->comm);
+    // One group for the buckets still to fire, except with fp32 accumulation: there each
+    // exchange waits for the one before it, which no group allows.
+    int grouped = !fp32_accumulating(rt);
+    if (grouped) rt->comm->group_begin(rt->comm);
     for (int b = 0; b < nb; b++) {
         if (!rt->buckets[b].reduce_fired) fire_bucket(rt, b);
     }
     if (rt->split && !rt->opt.overlap_grad_reduce) split_launch(rt);
-    rt->comm->group_end(rt->comm);
+    if (grouped) rt->comm->group_end(rt->comm);
     // Each bucket's share of the norm is queued as soon as its reduction is waited for
     // (with instances: every group reduction first, which issues the ones across them).
     for (int b = 0; b < nb; b++) {
         BucketState* s = &rt->buckets[b];
         if (s->reduce_in_flight) {
-            wait_blocked(rt, rt->comm, s->reduce, stage1(rt) ? "reduce-scatter" : "all-reduce", b);
+            wait_blocked(rt, rt->comm, s->reduce, reduce_name(rt), b);
             reduce_completed(rt, b);
         }
         if (is_split_bucket(rt, b) && rt->split->in_flight) {
@@ -353,7 +411,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
     if (rt->opt.check_nan) stop_on_nonfinite(rt);
     // Every group holds the same reduced grads: the norm is the group's.
     if (stage1(rt)) {
-        Zero1Handle h = rt->comm->all_reduce(rt->comm, rt->sumsq, 1, ZERO1_FP64, ZERO1_LABEL_GRAD_NORM);
+        Zero1Handle h = rt->comm->all_reduce(rt->comm, rt->sumsq, 1, ZERO1_FP64, ZERO1_SUM, ZERO1_LABEL_GRAD_NORM);
         wait_blocked(rt, rt->comm, h, "norm", ZERO1_LABEL_GRAD_NORM);
     }
     ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
@@ -410,7 +468,7 @@ static void fill_negative_zero(Zero1Runtime* rt, float* p, size_t n) {
 static void copy_from_group0(Zero1Runtime* rt, float* p, size_t n, int bucket) {
     if (n == 0) return;
     if (rt->cross->rank != 0) fill_negative_zero(rt, p, n);
-    rt->cross->wait(rt->cross, rt->cross->all_reduce(rt->cross, p, n, ZERO1_FP32, bucket));
+    rt->cross->wait(rt->cross, rt->cross->all_reduce(rt->cross, p, n, ZERO1_FP32, ZERO1_SUM, bucket));
 }
 
 void zero1_share_state_across(Zero1Runtime* rt) {
@@ -518,6 +576,14 @@ static void allocate_buffers(Zero1Runtime* rt) {
                                                          : rt_alloc(rt, numel * zero1_dtype_size(opt->compute_dtype));
     if (opt->param_dtype != ZERO1_FP32) rt->master = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
     if (opt->grad_dtype == ZERO1_BF16) rt->grad_comm = rt_alloc(rt, numel * 2);
+    if (fp32_accumulating(rt)) {  // two receive temporaries, each the largest bucket in bf16
+        for (int b = 0; b < rt->layout.num_buckets; b++) {
+            size_t bytes = (rt->layout.buckets[b].end - rt->layout.buckets[b].start) * 2;
+            if (bytes > rt->recv_slot_bytes) rt->recv_slot_bytes = bytes;
+        }
+        for (int i = 0; i < 2; i++) rt->recv_slots[i] = rt_alloc(rt, rt->recv_slot_bytes);
+        rt->exchange_counts = (size_t*)mallocCheck(2 * (size_t)rt->comm->size * sizeof(size_t));
+    }
     rt->adam_m = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
     rt->adam_v = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
     rt->sumsq = (double*)rt_alloc(rt, sizeof(double));
@@ -542,6 +608,10 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     }
     if (opt->compute_dtype != opt->param_dtype && opt->compute_dtype != ZERO1_FP32) {
         fail(err, err_len, "the compute params are the param buffer itself or an fp32 copy of it");
+        return NULL;
+    }
+    if (opt->fp32_accumulation && (opt->grad_dtype != ZERO1_BF16 || opt->zero_stage != 1)) {
+        fail(err, err_len, "fp32 accumulation needs a bf16 grad reduction under ZeRO-1 (it sums bf16 slices in fp32)");
         return NULL;
     }
     for (int p = 0; p < model->num_params; p++) {
@@ -621,8 +691,8 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
     }
     split_destroy(rt);
     if (rt->compute != rt->param_buffer) rt_free(rt, rt->compute);
-    void* device[] = {rt->param_buffer, rt->grads, rt->grad_comm, rt->master, rt->adam_m, rt->adam_v,
-                      rt->sumsq, rt->norm, rt->nan_flags};
+    void* device[] = {rt->param_buffer, rt->grads, rt->grad_comm, rt->recv_slots[0], rt->recv_slots[1], rt->master,
+                      rt->adam_m, rt->adam_v, rt->sumsq, rt->norm, rt->nan_flags};
     for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++) rt_free(rt, device[i]);
     if (rt->norm_host) rt->dev.ops->free_host(rt->dev.ctx, rt->norm_host);
     if (rt->nan_flags_host) rt->dev.ops->free_host(rt->dev.ctx, rt->nan_flags_host);
@@ -631,6 +701,7 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
     free(rt->block_num_buckets);
     free(rt->buckets);
     free(rt->fire_order);
+    free(rt->exchange_counts);
     free(rt->seen);
     free(rt->learned);
     zero1_shards_free(&rt->shards);
@@ -647,6 +718,8 @@ float* zero1_grad_buffer(Zero1Runtime* rt) { return rt->grads; }
 void* zero1_compute_params(Zero1Runtime* rt) { return rt->compute; }
 size_t zero1_param_offset(const Zero1Runtime* rt, int p) { return rt->layout.params[p].start; }
 size_t zero1_owned_numel(const Zero1Runtime* rt) { return rt->owned_numel; }
+
+size_t zero1_recv_temporary_bytes(const Zero1Runtime* rt) { return 2 * rt->recv_slot_bytes; }
 
 size_t zero1_state_bytes(const Zero1Runtime* rt) {
     return rt->owned_numel * sizeof(float) * (rt->master ? 3 : 2);

@@ -57,6 +57,16 @@ typedef struct {
     // (zero1_embedding_rows). max_positions (tokens per micro-step) sizes its buffers.
     int split_embedding;
     int max_positions;
+    // bf16 on the wire, fp32 sums (Megatron's reduce_scatter_with_fp32_accumulation; needs
+    // grad_dtype bf16 and zero_stage 1): each bucket's reduce-scatter becomes an all_to_all
+    // of its bf16 copy into one of two receive temporaries, and this rank sums the DP
+    // received slices of its shard in fp32 (sum_slices, rank order) straight into the fp32
+    // grads. A bucket that fires while the previous one's exchange is in flight first
+    // waits for it, so at most two temporaries are ever in use. No-op at one rank.
+    int fp32_accumulation;
+    // The reductions average (ZERO1_AVG) instead of summing: the trainer then scales the
+    // loss without the 1/world factor. With instances: over the group, then over the K groups.
+    int average_in_collective;
     float beta1, beta2, eps, weight_decay, grad_clip;
 } Zero1Options;
 
@@ -160,6 +170,10 @@ void zero1_finish_import(Zero1Runtime* rt);
 // float, -0.0 and NaN included, so it is a copy bit for bit). Nothing without instances.
 int zero1_holds_checkpoint_pieces(const Zero1Runtime* rt);
 void zero1_share_state_across(Zero1Runtime* rt);
+
+// Bytes of the fp32-accumulation receive temporaries (2 x the largest bucket in bf16; 0
+// when the mode is off or does nothing).
+size_t zero1_recv_temporary_bytes(const Zero1Runtime* rt);
 
 // Bytes of optimizer state this rank allocated (master + m + v), and its owned elements.
 size_t zero1_state_bytes(const Zero1Runtime* rt);

@@ -14,6 +14,7 @@ typedef struct {
     int contributions_total;     // learned on the first step (zero1_grad_done)
     int reduce_in_flight;
     int reduce_fired;            // this step
+    int recv_slot;               // fp32 accumulation: the receive temporary of its exchange
     Zero1Handle reduce;
     double reduce_start_us;
     int awaiting_cross;          // instances: reduced in the group, its all-reduce across them not yet issued
@@ -81,6 +82,9 @@ struct Zero1Runtime {
     // Device memory.
     float* grads;                // fp32, layout numel
     void* grad_comm;             // bf16 copy for a bf16 reduction, else NULL
+    void* recv_slots[2];         // fp32 accumulation: the exchange's receive temporaries, else NULL
+    size_t* exchange_counts;     // host: its counts, then offsets (comm->size each)
+    size_t recv_slot_bytes;
     void* param_buffer;          // param_dtype, layout numel
     void* compute;               // compute_dtype (== param_buffer when the dtypes agree)
     float* master;               // fp32 master of the owned shards (bf16 storage only)
@@ -111,6 +115,11 @@ struct Zero1Runtime {
 
 // Sharded (ZeRO-1 with more than one rank), or every rank owns every bucket whole.
 static inline int stage1(const Zero1Runtime* rt) { return rt->opt.zero_stage == 1 && rt->comm->size > 1; }
+// Buckets are exchanged by all_to_all_v and summed here in fp32 (Zero1Options.fp32_accumulation).
+static inline int fp32_accumulating(const Zero1Runtime* rt) { return stage1(rt) && rt->opt.fp32_accumulation; }
+static inline Zero1ReduceOp grad_reduce_op(const Zero1Runtime* rt) {
+    return rt->opt.average_in_collective ? ZERO1_AVG : ZERO1_SUM;
+}
 
 // Device ops on the compute stream.
 static inline void rt_copy(const Zero1Runtime* rt, void* dst, const void* src, size_t bytes) {

@@ -28,7 +28,10 @@
  * ncclInvalidArgument. Two ranks on the same GPU UUID: ncclInvalidUsage at init.
  * Results: reductions in a fixed order, rank 0, 1, 2, ..., so every rank gets the same
  * bits; half and bf16 are rounded (to nearest even) after every addition, like per-hop
- * rounding; ncclAvg is the sum divided by nranks (integer division for integer types).
+ * rounding. ncclAvg follows NCCL (src/enqueue.cc, hostToDevRedOp): for floating types it
+ * is PreMulSum, every rank's input multiplied by 1/nranks rounded to the type (computed as
+ * float(1.0/nranks), then rounded to bf16 or half) with each product rounded to the type,
+ * then the products summed; for integer types the sum divided by nranks (SumPostDiv).
  * Ordering: a GPU runs the NCCL kernels of all its communicators in launch order, so each
  * process (device) hands out a ticket per launch and runs them in ticket order (not under
  * CUDA_CPU_EXEC=lazy, where the host decides what runs). A rank that waits on a peer for
@@ -643,6 +646,21 @@ void reduce_loop(char* dst, const char* const* src, int n, size_t count, bool av
         for (size_t i = 0; i < count; i++) d[i] = Tr::store(Tr::load(d[i]) / (A)n);
 }
 
+// ncclAvg of a floating type (NCCL's PreMulSum): each input times the type's 1/n, rounded
+// to the type, then summed rank 0 first (rounded after each addition, as the sums above).
+template <class T, class Tr>
+void premul_sum_loop(char* dst, const char* const* src, int n, size_t count) {
+    using A = typename Tr::Acc;
+    const A scalar = Tr::load(Tr::store((A)(float)(1.0 / n)));
+    T* d = (T*)dst;
+    const T* s0 = (const T*)src[0];
+    for (size_t i = 0; i < count; i++) d[i] = Tr::store(Tr::load(s0[i]) * scalar);
+    for (int q = 1; q < n; q++) {
+        const T* s = (const T*)src[q];
+        for (size_t i = 0; i < count; i++) d[i] = Tr::store(Tr::load(d[i]) + Tr::load(Tr::store(Tr::load(s[i]) * scalar)));
+    }
+}
+
 template <class T, class Tr>
 void reduce_typed(char* dst, const char* const* src, int n, size_t count, ncclRedOp_t op) {
     using A = typename Tr::Acc;
@@ -650,7 +668,11 @@ void reduce_typed(char* dst, const char* const* src, int n, size_t count, ncclRe
         case ncclProd: return reduce_loop<T, Tr>(dst, src, n, count, false, [](A a, A b) { return mul(a, b); });
         case ncclMax: return reduce_loop<T, Tr>(dst, src, n, count, false, [](A a, A b) { return b > a ? b : a; });
         case ncclMin: return reduce_loop<T, Tr>(dst, src, n, count, false, [](A a, A b) { return b < a ? b : a; });
-        default: return reduce_loop<T, Tr>(dst, src, n, count, op == ncclAvg, [](A a, A b) { return add(a, b); });
+        default:
+            if constexpr (!std::is_integral_v<A>) {
+                if (op == ncclAvg) return premul_sum_loop<T, Tr>(dst, src, n, count);
+            }
+            return reduce_loop<T, Tr>(dst, src, n, count, op == ncclAvg, [](A a, A b) { return add(a, b); });
     }
 }
 

@@ -22,10 +22,10 @@
 #      never finishes ends the process past --comm-timeout's deadline)
 #   7. ZeRO-1 on the GPU trainer (USE_ZERO1=1 builds) against the oracle: np 1 (NCCL), np 2
 #      and 4 through NCCL (a GPU per rank) and through staged MPI (one shared GPU); np 4 with
-#      --dist-opt-instances 2 over NCCL; a hazard run; --split-embedding at np 2 over NCCL;
-#      ZeRO-1 against replicated; a planted NaN; a trace whose gradient collectives start
-#      before backward ends (np 1 all-reduces, np 2 reduce-scatters); a stopped rank ends the
-#      job within --comm-timeout + a few s
+#      --dist-opt-instances 2 over NCCL; --fp32-accumulation, --average-in-collective and
+#      --split-embedding at np 2 over NCCL; a hazard run; ZeRO-1 against replicated; a planted
+#      NaN; a trace whose gradient collectives start before backward ends (np 1 all-reduces,
+#      np 2 reduce-scatters); a stopped rank ends the job within --comm-timeout + a few s
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact
 #      (needs OpenBLAS for the CPU trainer: SKIPPED without it)
 #   9. the demo's job on the GPU trainer: -e d2, ZeRO-1 on 4 GPUs, the loss falls
@@ -227,6 +227,13 @@ if [ "$NUM_GPUS" -ge 4 ]; then
     check zero1_oracle_fp32_np4_instances "${MPIRUN[@]}" -np 4 "${TZ[@]}" --comm nccl --dist-opt-instances 2
 else
     skip zero1_oracle_fp32_np4_instances "fewer than 4 GPUs"
+fi
+# bf16 on the wire with fp32 sums (an all-to-all of ncclSend/ncclRecv, then the sum_slices
+# kernel) and the average in the collective (ncclAvg), one run each at np 2 over NCCL.
+if [ "$NUM_GPUS" -ge 2 ]; then
+    check zero1_oracle_bf16_np2_nccl_fp32acc "${MPIRUN[@]}" -np 2 "$OUT/test_gpt2cu_z_BF16" "$OUT/model_bf16.bin" \
+        "$OUT/state_bf16.bin" -z 1 --bucket-size $BUCKET --comm nccl --grad-dtype bf16 --fp32-accumulation
+    check zero1_oracle_fp32_np2_nccl_average "${MPIRUN[@]}" -np 2 "${TZ[@]}" --comm nccl --average-in-collective
 fi
 check zero1_oracle_fp32_np2_hazard on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${TZ[@]}" --comm mpi --test-hazard
 # --split-embedding: wte's classifier part reduced at once, the encoder's rows sent to their

@@ -196,6 +196,8 @@ check instances_with_z0    2 "needs ZeRO-1 (-z 1)"      -- -z 0 --dist-opt-insta
 check split_with_z0         2 "--split-embedding needs ZeRO-1 (-z 1)" -- -z 0 --split-embedding
 check split_bf16_instances  2 "split embedding with distributed-optimizer instances needs" "--grad-dtype fp32" -- \
     -z 1 --dist-opt-instances 2 --grad-dtype bf16 --split-embedding
+check fp32acc_with_z0      2 "--fp32-accumulation" "needs --grad-dtype bf16 and -z 1" -- -z 0 --grad-dtype bf16 --fp32-accumulation
+check fp32acc_fp32_grads   2 "--fp32-accumulation" "(got --grad-dtype fp32, -z 1)" -- -z 1 --fp32-accumulation
 
 if [ $failed -eq 0 ]; then
     echo "PASS test_errors ($((SECONDS - t0)) s)"

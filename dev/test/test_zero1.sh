@@ -40,6 +40,8 @@ for np in 1 2 3 4; do
     check "overlap off" $np -z 1 --bucket-size 5000 --no-overlap-grad-reduce --no-overlap-param-gather
     check "bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16
     check "bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16
+    check "bf16 wire, fp32 accumulation" $np -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation
+    check "average in the collective" $np -z 1 --bucket-size 5000 --average-in-collective
     check "replicated through the runtime (bucketed all-reduce)" $np -z 0 --bucket-size 5000
 done
 
@@ -53,6 +55,13 @@ done
 check "2 instances, accumulation" 4 --accum 2 --batch 24 -z 1 --bucket-size 5000 --dist-opt-instances 2
 check "2 instances, bf16 grad reduction" 4 -z 1 --bucket-size 5000 --grad-dtype bf16 --dist-opt-instances 2
 check "2 instances, bf16 param storage" 4 -z 1 --bucket-size 5000 --param-dtype bf16 --dist-opt-instances 2
+check "2 instances, fp32 accumulation (the shard crosses in fp32)" 4 -z 1 --bucket-size 5000 --grad-dtype bf16 \
+    --fp32-accumulation --dist-opt-instances 2
+check "2 instances, average in the collective (over G, then over K)" 4 -z 1 --bucket-size 5000 \
+    --average-in-collective --dist-opt-instances 2
+check "average in the collective, replicated (-z 0)" 3 -z 0 --bucket-size 5000 --average-in-collective
+check "fp32 accumulation, averaged (the 1/DP inside sum_slices)" 3 -z 1 --bucket-size 5000 --grad-dtype bf16 \
+    --fp32-accumulation --average-in-collective
 
 # zero1_hazard: the candidate again on the deferred device (device pointers the host cannot
 # read, every op run as late as streams and events allow) with the hazard communicator
@@ -81,6 +90,10 @@ MODEL="$work/c48.bin" check "split embedding, 2 instances" 4 "${SPLIT[@]}" --dis
 for np in 2 3; do
     MODEL="$work/c48.bin" check "zero1_hazard: split embedding" $np "${SPLIT[@]}" "${HAZARD[@]}"
 done
+for np in 2 3; do
+    check "zero1_hazard: fp32 accumulation" $np -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation "${HAZARD[@]}"
+done
+check "zero1_hazard: average in the collective" 2 -z 1 --bucket-size 5000 --average-in-collective "${HAZARD[@]}"
 check "zero1_hazard: 2 instances" 4 -z 1 --bucket-size 3000 --dist-opt-instances 2 "${HAZARD[@]}"
 check "zero1_hazard: 3 instances, bf16 grad reduction" 6 -z 1 --bucket-size 5000 --grad-dtype bf16 \
     --dist-opt-instances 3 "${HAZARD[@]}"

@@ -577,9 +577,9 @@ static void test_nccl_identity(Zero1Comm* c, const char* boot) {
         }
         void* d = to_gpu(host, bytes);
         for (int op = 0; op < 3; op++) {
-            Zero1Handle h = op == 0   ? c->reduce_scatter(c, d, n, types[t], op)
+            Zero1Handle h = op == 0   ? c->reduce_scatter(c, d, n, types[t], ZERO1_SUM, op)
                             : op == 1 ? c->all_gather(c, d, n, types[t], op)
-                                      : c->all_reduce(c, d, n, types[t], op);
+                                      : c->all_reduce(c, d, n, types[t], ZERO1_SUM, op);
             c->wait(c, h);
         }
         char what[96];
@@ -601,7 +601,7 @@ static void test_nccl_ordering(Zero1Comm* c) {
     // Ordering in: the collective waits for the compute stream's (slow) write.
     spin(gpu.compute);
     pattern(gpu.compute, buf, 1.0f);
-    Zero1Handle h = c->all_reduce(c, buf, PATTERN_N, ZERO1_FP32, 0);
+    Zero1Handle h = c->all_reduce(c, buf, PATTERN_N, ZERO1_FP32, ZERO1_SUM, 0);
     usleep(50 * 1000);
     check(c->test(c, h) == 0, "nccl: a collective is not complete while the compute work before it runs");
     c->wait(c, h);
@@ -612,7 +612,7 @@ static void test_nccl_ordering(Zero1Comm* c) {
     // stream before the collective must be visible to the compute work after wait.
     spin(comm_stream);
     pattern(comm_stream, buf, 2.0f);
-    h = c->reduce_scatter(c, buf, PATTERN_N, ZERO1_FP32, 1);
+    h = c->reduce_scatter(c, buf, PATTERN_N, ZERO1_FP32, ZERO1_SUM, 1);
     c->wait(c, h);
     gpu.ops->copy(gpu.ctx, gpu.compute, out, buf, PATTERN_N * 4);
     gpu.ops->record(gpu.ctx, queued, gpu.compute);
@@ -625,7 +625,7 @@ static void test_nccl_ordering(Zero1Comm* c) {
     spin(gpu.compute);
     pattern(gpu.compute, buf, 4.0f);
     c->group_begin(c);
-    Zero1Handle g1 = c->reduce_scatter(c, buf, PATTERN_N, ZERO1_FP32, 0);
+    Zero1Handle g1 = c->reduce_scatter(c, buf, PATTERN_N, ZERO1_FP32, ZERO1_SUM, 0);
     Zero1Handle g2 = c->all_gather(c, more, PATTERN_N, ZERO1_FP32, 1);
     check(c->test(c, g1) == 0, "nccl group: a handle is not complete before group_end");
     c->group_end(c);
@@ -637,14 +637,14 @@ static void test_nccl_ordering(Zero1Comm* c) {
 
     // Many handles in flight at once (the handle table grows), finished by test or wait.
     Zero1Handle hs[40];
-    for (int i = 0; i < 40; i++) hs[i] = c->all_reduce(c, buf, PATTERN_N, ZERO1_FP32, i);
+    for (int i = 0; i < 40; i++) hs[i] = c->all_reduce(c, buf, PATTERN_N, ZERO1_FP32, ZERO1_SUM, i);
     c->progress(c);
     gpu.ops->sync_stream(gpu.ctx, comm_stream);
     int all_done = 1;
     for (int i = 0; i < 40; i += 2) all_done &= c->test(c, hs[i]) == 1;
     for (int i = 1; i < 40; i += 2) c->wait(c, hs[i]);
     check(all_done && holds_pattern(buf, 4.0f), "nccl: 40 handles in flight, finished by test and wait");
-    check(c->test(c, -1) == 1 && c->all_reduce(c, buf, 0, ZERO1_FP32, 0) == -1, "nccl: handle -1 and empty collectives");
+    check(c->test(c, -1) == 1 && c->all_reduce(c, buf, 0, ZERO1_FP32, ZERO1_SUM, 0) == -1, "nccl: handle -1 and empty collectives");
 
     gpu.ops->sync_stream(gpu.ctx, gpu.compute);
     gpu.ops->event_destroy(gpu.ctx, queued);
@@ -740,8 +740,8 @@ static int multirank_output_ok(int op, Zero1Dtype t, const void* d, size_t n, in
 }
 
 static Zero1Handle issue(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t) {
-    return op == RS ? c->reduce_scatter(c, buf, n, t, op) : op == AG ? c->all_gather(c, buf, n, t, op)
-                                                                  : c->all_reduce(c, buf, n, t, op);
+    return op == RS ? c->reduce_scatter(c, buf, n, t, ZERO1_SUM, op) : op == AG ? c->all_gather(c, buf, n, t, op)
+                                                                  : c->all_reduce(c, buf, n, t, ZERO1_SUM, op);
 }
 
 static void test_nccl_multirank(Zero1Comm* c, const char* boot) {

@@ -437,6 +437,46 @@ static void check_reductions(const Zero1Device* d) {
           cpu_r.flags[1], cpu_r.flags[2], cpu_r.flags[3], cpu_r.flags[4], cpu_r.flags[5]);
 }
 
+// sum_slices from fp32 and bf16 slices, with scale 1 and 1/3: the CPU device against the
+// fp32 fold in slice order written out here, the deferred device bitwise against the CPU.
+static void check_sum_slices(const Zero1Device* d) {
+    enum { COUNT = 5, N = 203 };
+    float f[COUNT * N];
+    uint16_t b[COUNT * N];
+    fill_uniform(f, COUNT * N, -3.0f, 3.0f);
+    f[0] = -0.0f;  // a lone -0.0 in slice 0 of a one-slice sum stays -0.0
+    for (int i = 0; i < COUNT * N; i++) b[i] = float_to_bf16(uniform(-3.0f, 3.0f));
+    const float scales[2] = {1.0f, 1.0f / 3.0f};
+    Zero1Device cpu = zero1_device_cpu();
+    for (int c = 0; c < 8; c++) {
+        Zero1Dtype t = c & 1 ? ZERO1_BF16 : ZERO1_FP32;
+        int count = c & 2 ? COUNT : 1;
+        float scale = scales[(c >> 2) & 1];
+        const void* src = t == ZERO1_BF16 ? (const void*)b : (const void*)f;
+        float out[2][N];
+        const Zero1Device* devs[2] = {&cpu, d};
+        for (int k = 0; k < 2; k++) {
+            const Zero1Device* dv = devs[k];
+            void* dsrc = upload(dv, src, (size_t)count * N * zero1_dtype_size(t));
+            float* ddst = (float*)dv->ops->alloc(dv->ctx, N * sizeof(float));
+            dv->ops->sum_slices(dv->ctx, dv->compute, ddst, dsrc, t, count, N, scale);
+            download(dv, dv->compute, out[k], ddst, N * sizeof(float));
+            dv->ops->free(dv->ctx, dsrc);
+            dv->ops->free(dv->ctx, ddst);
+        }
+        int wrong = 0;
+        for (int i = 0; i < N; i++) {
+            float acc = t == ZERO1_BF16 ? bf16_to_float(b[i]) : f[i];
+            for (int r = 1; r < count; r++) acc += t == ZERO1_BF16 ? bf16_to_float(b[r * N + i]) : f[r * N + i];
+            acc *= scale;
+            wrong += memcmp(&acc, &out[0][i], 4) != 0;
+        }
+        CHECK(wrong == 0, "sum_slices case %d: %d of %d CPU results differ from the slice-order fp32 sum", c, wrong, N);
+        CHECK(memcmp(out[0], out[1], sizeof(out[0])) == 0, "sum_slices case %d: the deferred device differs from the CPU",
+              c);
+    }
+}
+
 // convert in every supported direction, including NaN, infinities and ties.
 static void check_convert(const Zero1Device* d) {
     enum { N = 300 };
@@ -515,7 +555,7 @@ static void bad_wait_in_group(const Zero1Device* d) {
     void* buf;
     Zero1Comm* c = bad_hazard(d, &buf);
     c->group_begin(c);
-    c->wait(c, c->all_reduce(c, buf, 16, ZERO1_FP32, 3));
+    c->wait(c, c->all_reduce(c, buf, 16, ZERO1_FP32, ZERO1_SUM, 3));
 }
 static void bad_wait_twice(const Zero1Device* d) {
     void* buf;
@@ -575,10 +615,18 @@ static double load(const void* p, Zero1Dtype t, size_t i) {
     return t == ZERO1_FP64 ? ((const double*)p)[i] : t == ZERO1_FP32 ? ((const float*)p)[i] : bf16_to_float(((const uint16_t*)p)[i]);
 }
 
-static Zero1Handle issue(Zero1Comm* c, Kind kind, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    if (kind == REDUCE_SCATTER) return c->reduce_scatter(c, buf, n, t, bucket);
+static Zero1Handle issue(Zero1Comm* c, Kind kind, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+    if (kind == REDUCE_SCATTER) return c->reduce_scatter(c, buf, n, t, op, bucket);
     if (kind == ALL_GATHER) return c->all_gather(c, buf, n, t, bucket);
-    return c->all_reduce(c, buf, n, t, bucket);
+    return c->all_reduce(c, buf, n, t, op, bucket);
+}
+
+// ZERO1_AVG of a sum on the host backends: the sum (exact here: small integers) times the
+// float nearest 1/size, in the dtype (bf16: in fp32, rounded once).
+static double averaged(double sum, Zero1Dtype t, int size) {
+    if (t == ZERO1_FP64) return sum * (double)zero1_avg_scale(size);
+    float x = (float)sum * zero1_avg_scale(size);
+    return t == ZERO1_FP32 ? x : bf16_to_float(float_to_bf16(x));
 }
 
 // A collective's input on this rank; an all-gather's other slots hold junk to be overwritten.
@@ -597,7 +645,7 @@ static void* make_input(const Zero1Device* d, const Zero1Comm* c, Kind kind, siz
 // The region after the collective: the expected values where the result is defined, and
 // NaN bytes (the hazard's poison) in the rest of a reduce-scatter's buffer.
 static void check_result(const Zero1Device* d, const Zero1Comm* c, Kind kind, const void* buf, size_t n, Zero1Dtype t,
-                         const char* label) {
+                         Zero1ReduceOp op, const char* label) {
     size_t es = zero1_dtype_size(t), slot = n / (size_t)c->size;
     unsigned char* host = (unsigned char*)mallocCheck(n * es);
     download(d, d->compute, host, buf, n * es);
@@ -611,10 +659,11 @@ static void check_result(const Zero1Device* d, const Zero1Comm* c, Kind kind, co
         double want = 0;
         for (int r = 0; r < c->size; r++) want += contribution(r, i);
         if (kind == ALL_GATHER) want = contribution(owner, i);
+        else if (op == ZERO1_AVG) want = averaged(want, t, c->size);
         wrong += load(host, t, i) != want;
     }
-    CHECK(wrong == 0, "%s: %s %s on rank %d: %d of %zu elements wrong", label, KIND_NAMES[kind], DTYPE_NAMES[t], c->rank,
-          wrong, n);
+    CHECK(wrong == 0, "%s: %s%s %s on rank %d: %d of %zu elements wrong", label, KIND_NAMES[kind],
+          op == ZERO1_AVG ? " (avg)" : "", DTYPE_NAMES[t], c->rank, wrong, n);
     free(host);
 }
 
@@ -639,6 +688,93 @@ static int finish_by_test(Zero1Comm* c, Zero1Handle h, const char* label) {
     return not_yet;
 }
 
+// The uniform all_to_all_v (what --fp32-accumulation issues): `per` elements for every rank,
+// slice j of send for rank j, rank j's slice for this rank at recv[j*per].
+static Zero1Handle uniform_all_to_all(Zero1Comm* c, const void* send, void* recv, size_t per, Zero1Dtype t,
+                                      int bucket) {
+    size_t* counts = (size_t*)mallocCheck(2 * (size_t)c->size * sizeof(size_t));
+    size_t* offsets = counts + c->size;
+    for (int j = 0; j < c->size; j++) {
+        counts[j] = per;
+        offsets[j] = (size_t)j * per;
+    }
+    Zero1Handle h = c->all_to_all_v(c, send, counts, offsets, recv, counts, offsets, t, bucket);
+    free(counts);  // the contract: read during the call only
+    return h;
+}
+
+// all_to_all: what rank `from` sends rank `to` as element i of its slice (small integers,
+// exact in bf16), so every received element tells where it came from.
+static double a2a_value(int from, int to, size_t i) { return (double)((int)((i * 5 + (size_t)from * 7 + (size_t)to * 3) % 23) - 11); }
+
+// One all_to_all of `per` elements per rank: both regions NaN while in flight, then recv[j]
+// holds exactly what rank j sent this rank and send is unchanged. Returns test()'s "not yets".
+static int check_all_to_all(const Zero1Device* d, Zero1Comm* c, Zero1Dtype t, int use_test, const char* label) {
+    size_t per = 37, n = (size_t)c->size * per, es = zero1_dtype_size(t);
+    void* host = mallocCheck(n * es);
+    for (size_t k = 0; k < n; k++) store(host, t, k, a2a_value(c->rank, (int)(k / per), k % per));
+    void* send = upload(d, host, n * es);
+    void* recv = d->ops->alloc(d->ctx, n * es);
+    Zero1Handle h = uniform_all_to_all(c, send, recv, per, t, 7);
+    check_in_flight_is_poisoned(d, send, n * es, label);
+    check_in_flight_is_poisoned(d, recv, n * es, label);
+    int not_yet = 0;
+    if (use_test) not_yet = finish_by_test(c, h, label);
+    else c->wait(c, h);
+    unsigned char* got = (unsigned char*)mallocCheck(n * es);
+    download(d, d->compute, got, recv, n * es);
+    int wrong = 0;
+    for (size_t k = 0; k < n; k++) wrong += load(got, t, k) != a2a_value((int)(k / per), c->rank, k % per);
+    download(d, d->compute, got, send, n * es);
+    CHECK(wrong == 0 && memcmp(got, host, n * es) == 0, "%s: all-to-all %s on rank %d: %d of %zu received elements "
+          "wrong, send %s", label, DTYPE_NAMES[t], c->rank, wrong, n, memcmp(got, host, n * es) ? "changed" : "intact");
+    free(got);
+    free(host);
+    d->ops->free(d->ctx, send);
+    d->ops->free(d->ctx, recv);
+    return not_yet;
+}
+
+// An arbitrary fp32 gradient element of rank r at position k of a bucket.
+static float grad_value(int r, size_t k) {
+    uint64_t x = (uint64_t)(r + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)k * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return ((float)(x % 2000001) - 1000000.0f) * 1.37e-6f;
+}
+
+// The fp32-accumulation step end to end: a bucket converted to bf16 (the runtime does that
+// before firing), all_to_all, sum_slices with scale 1 and with 1/size, against the fp32
+// sum in rank order of the bf16-rounded contributions, computed here, bit for bit.
+static void check_exchange_and_sum(const Zero1Device* d, Zero1Comm* c, const char* label) {
+    size_t per = 301, n = (size_t)c->size * per;
+    uint16_t* bucket = (uint16_t*)mallocCheck(n * 2);
+    for (size_t k = 0; k < n; k++) bucket[k] = float_to_bf16(grad_value(c->rank, k));
+    void* send = upload(d, bucket, n * 2);
+    void* recv = d->ops->alloc(d->ctx, n * 2);
+    float* shard = (float*)d->ops->alloc(d->ctx, 2 * per * sizeof(float));
+    c->wait(c, uniform_all_to_all(c, send, recv, per, ZERO1_BF16, 0));
+    float scale = zero1_avg_scale(c->size);
+    d->ops->sum_slices(d->ctx, d->compute, shard, recv, ZERO1_BF16, c->size, per, 1.0f);
+    d->ops->sum_slices(d->ctx, d->compute, shard + per, recv, ZERO1_BF16, c->size, per, scale);
+    float* got = (float*)mallocCheck(2 * per * sizeof(float));
+    download(d, d->compute, got, shard, 2 * per * sizeof(float));
+    int wrong = 0;
+    for (size_t i = 0; i < per; i++) {
+        size_t k = (size_t)c->rank * per + i;  // this rank's element of the bucket
+        float sum = bf16_to_float(float_to_bf16(grad_value(0, k)));
+        for (int r = 1; r < c->size; r++) sum += bf16_to_float(float_to_bf16(grad_value(r, k)));
+        float avg = sum * scale;
+        wrong += memcmp(&got[i], &sum, 4) != 0;
+        wrong += memcmp(&got[per + i], &avg, 4) != 0;
+    }
+    CHECK(wrong == 0, "%s: all-to-all + sum_slices on rank %d: %d of %zu fp32 sums differ from the rank-order sum",
+          label, c->rank, wrong, 2 * per);
+    free(got);
+    free(bucket);
+    void* all[] = {send, recv, shard};
+    for (int i = 0; i < 3; i++) d->ops->free(d->ctx, all[i]);
+}
+
 // Every kind and dtype, finished by wait or by test; then several collectives in flight at
 // once inside a group, finished in reverse order.
 static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* label) {
@@ -655,10 +791,13 @@ static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* lab
     int not_yet = 0, by_test = 0;
     for (int t = 0; t < 3; t++) {
         for (int k = 0; k < 3; k++) {
-            for (int use_test = 0; use_test < 2; use_test++) {
+            for (int v = 0; v < 4; v++) {  // finished by wait or by test; sum or (not the gather) average
+                int use_test = v & 1;
+                Zero1ReduceOp op = v & 2 ? ZERO1_AVG : ZERO1_SUM;
+                if (k == ALL_GATHER && op == ZERO1_AVG) continue;
                 void* buf = make_input(d, c, (Kind)k, n, (Zero1Dtype)t);
                 c->step = 10 * t + k;
-                Zero1Handle h = issue(c, (Kind)k, buf, n, (Zero1Dtype)t, k);
+                Zero1Handle h = issue(c, (Kind)k, buf, n, (Zero1Dtype)t, op, k);
                 CHECK(inner->step == c->step, "%s: inner step %d, want %d", label, inner->step, c->step);
                 check_in_flight_is_poisoned(d, buf, n * zero1_dtype_size((Zero1Dtype)t), label);
                 if (use_test) {
@@ -667,11 +806,15 @@ static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* lab
                 } else {
                     c->wait(c, h);
                 }
-                check_result(d, c, (Kind)k, buf, n, (Zero1Dtype)t, label);
+                check_result(d, c, (Kind)k, buf, n, (Zero1Dtype)t, op, label);
                 d->ops->free(d->ctx, buf);
             }
         }
     }
+    for (int t = 0; t < 2; t++) {
+        for (int use_test = 0; use_test < 2; use_test++) not_yet += check_all_to_all(d, c, (Zero1Dtype)t, use_test, label);
+    }
+    check_exchange_and_sum(d, c, label);
     CHECK(not_yet > 0, "%s: in %d collectives finished by test(), it never said \"not yet\"", label, by_test);
 
     enum { IN_FLIGHT = 3 };
@@ -680,14 +823,14 @@ static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* lab
     c->group_begin(c);
     for (int i = 0; i < IN_FLIGHT; i++) {
         bufs[i] = make_input(d, c, (Kind)i, n * (i + 1), ZERO1_FP32);
-        handles[i] = issue(c, (Kind)i, bufs[i], n * (i + 1), ZERO1_FP32, i);
+        handles[i] = issue(c, (Kind)i, bufs[i], n * (i + 1), ZERO1_FP32, ZERO1_SUM, i);
     }
     CHECK(c->test(c, handles[0]) == 0, "%s: test() completed a handle before its group ended", label);
     c->group_end(c);
     for (int i = 0; i < IN_FLIGHT; i++) check_in_flight_is_poisoned(d, bufs[i], n * (i + 1) * 4, label);
     for (int i = IN_FLIGHT - 1; i >= 0; i--) {
         c->wait(c, handles[i]);
-        check_result(d, c, (Kind)i, bufs[i], n * (i + 1), ZERO1_FP32, label);
+        check_result(d, c, (Kind)i, bufs[i], n * (i + 1), ZERO1_FP32, ZERO1_SUM, label);
         d->ops->free(d->ctx, bufs[i]);
     }
     CHECK(c->test(c, -1) == 1, "%s: handle -1 is not complete", label);
@@ -740,6 +883,7 @@ int main(int argc, char** argv) {
     check_adamw(&d, ZERO1_BF16, 1);
     check_reductions(&d);
     check_convert(&d);
+    check_sum_slices(&d);
     check_bad_input(&d);
     Zero1Device cpu = zero1_device_cpu();
     check_hazard(&cpu, zero1_comm_single_create(&cpu), "hazard(single) on the CPU device");

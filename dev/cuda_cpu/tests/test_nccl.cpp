@@ -123,7 +123,7 @@ struct Ty<float> {
     static constexpr const char* name = "float";
     static float make(int r, size_t i) { return (float)(r + 1) * 0.37f + (float)(i % 97) * 0.013f - 1.1f; }
     static float add(float a, float b) { return a + b; }
-    static float avg(float a, int n) { return a / (float)n; }
+    static float premul(float a, int n) { return a * (float)(1.0 / n); }
 };
 template <>
 struct Ty<double> {
@@ -131,7 +131,7 @@ struct Ty<double> {
     static constexpr const char* name = "double";
     static double make(int r, size_t i) { return (double)(r + 1) * 0.37 + (double)(i % 89) * 0.0131 - 1.1; }
     static double add(double a, double b) { return a + b; }
-    static double avg(double a, int n) { return a / n; }
+    static double premul(double a, int n) { return a * (double)(float)(1.0 / n); }
 };
 template <>
 struct Ty<int32_t> {
@@ -149,15 +149,24 @@ struct Ty<bf16> {
     static bf16 b(float x) { return bf16{cudacpu::float_to_bf16_bits(x)}; }
     static bf16 make(int r, size_t i) { return b(Ty<float>::make(r, i) * 3.3f); }
     static bf16 add(bf16 a, bf16 c) { return b(f(a) + f(c)); }
-    static bf16 avg(bf16 a, int n) { return b(f(a) / (float)n); }
+    static bf16 premul(bf16 a, int n) { return b(f(a) * f(b((float)(1.0 / n)))); }
 };
 
+// Element i of the sum (or ncclAvg) of every rank's send. ncclAvg as real NCCL computes it
+// (src/enqueue.cc hostToDevRedOp, src/device/reduce_kernel.h FuncPreMulSum): for floating
+// types each input times float(1.0/nranks) rounded to the type, then summed; for integers
+// the sum divided by nranks.
 template <class T>
-static T expected_sum(int idx_rank_base, size_t i, bool avg = false) {  // element i of each rank's send
+static T expected_sum(int idx_rank_base, size_t i, bool avg = false) {
     (void)idx_rank_base;
-    T a = Ty<T>::make(0, i);
-    for (int q = 1; q < g_size; q++) a = Ty<T>::add(a, Ty<T>::make(q, i));
-    return avg ? Ty<T>::avg(a, g_size) : a;
+    auto input = [&](int q) {
+        if constexpr (std::is_integral_v<T>) return Ty<T>::make(q, i);
+        else return avg ? Ty<T>::premul(Ty<T>::make(q, i), g_size) : Ty<T>::make(q, i);
+    };
+    T a = input(0);
+    for (int q = 1; q < g_size; q++) a = Ty<T>::add(a, input(q));
+    if constexpr (std::is_integral_v<T>) return avg ? Ty<T>::avg(a, g_size) : a;
+    else return a;
 }
 
 template <class T>
