@@ -254,6 +254,7 @@ typedef struct {
     size_t n, cap;
     BpeIds* ids;  // one per worker
     atomic_size_t next;
+    long long text_end, stored_end;  // bytes read when the batch was complete (for progress)
 } Batch;
 
 static void batch_init(Batch* b, int workers) {
@@ -572,9 +573,9 @@ static void pool_stop(Pool* p) {
 static struct {
     double t0, last, every;
     int tty, shown;
-    const Reader* reader;
     long long total_stored;  // bytes of all inputs as stored, -1 when one is unknown
     long long documents, tokens, bad;
+    long long text_done, stored_done;  // bytes behind the documents written so far
 } progress;
 
 static void progress_clear(void) {
@@ -586,21 +587,16 @@ static void progress_tick(void) {
     double t = now_seconds();
     if (progress.every <= 0 || t - progress.last < progress.every) return;
     progress.last = t;
-    const Reader* r = progress.reader;
     double secs = t - progress.t0;
     char eta[64] = "";
-    if (progress.total_stored > 0) {
-        long long done = 0;
-        for (int k = 0; k < r->n_inputs; k++) done += r->inputs[k].raw_read;
-        double frac = (double)done / (double)progress.total_stored;
-        if (frac > 0) {
-            double left = secs * (1 - frac) / frac;
-            snprintf(eta, sizeof(eta), ", %.0f%%, ETA %dm%02ds", 100 * frac, (int)(left / 60), (int)left % 60);
-        }
+    if (progress.total_stored > 0 && progress.stored_done > 0) {
+        double frac = (double)progress.stored_done / (double)progress.total_stored;
+        double left = secs * (1 - frac) / frac;
+        snprintf(eta, sizeof(eta), ", %.0f%%, ETA %dm%02ds", 100 * frac, (int)(left / 60), (int)left % 60);
     }
     progress_clear();
     fprintf(stderr, "prepro_corpus: %.1f MB, %.1f MB/s, %lld documents, %lld tokens, %lld bad%s%s",
-            (double)r->text_bytes / 1e6, (double)r->text_bytes / 1e6 / secs, progress.documents, progress.tokens,
+            (double)progress.text_done / 1e6, (double)progress.text_done / 1e6 / secs, progress.documents, progress.tokens,
             progress.bad, eta, progress.tty ? "" : "\n");
     progress.shown = 1;
     fflush(stderr);
@@ -638,6 +634,13 @@ static void report_bad(const Emitter* e, const Record* r) {
     }
 }
 
+// Marks where the reader stood when b was complete: the progress of its documents.
+static void batch_mark(Batch* b, const Reader* r) {
+    b->text_end = r->text_bytes;
+    b->stored_end = 0;
+    for (int k = 0; k < r->n_inputs; k++) b->stored_end += r->inputs[k].raw_read;
+}
+
 static void emit_batch(Emitter* e, Batch* b, Input* inputs) {
     for (size_t k = 0; k < b->n; k++) {
         Record* r = &b->rec[k];
@@ -653,6 +656,8 @@ static void emit_batch(Emitter* e, Batch* b, Input* inputs) {
             report_bad(e, r);
         }
     }
+    progress.text_done = b->text_end;
+    progress.stored_done = b->stored_end;
 }
 
 // ----------------------------------------------------------------------------
@@ -774,7 +779,6 @@ int main(int argc, char** argv) {
     progress.t0 = progress.last = now_seconds();
     progress.every = progress_every;
     progress.tty = isatty(fileno(stderr));
-    progress.reader = &reader;
     progress.total_stored = total_stored;
 
     // Two batches: the workers tokenize one while the main thread writes the one before
@@ -789,11 +793,13 @@ int main(int argc, char** argv) {
     Emitter emitter = {stop_on_error, inputs, &writer};
     int cur = 0;
     int more = reader_fill(&reader, &batches[cur], target, progress_tick);
+    batch_mark(&batches[cur], &reader);
     if (more) pool_post(&pool, &batches[cur]);
     while (more) {
         Batch* next = &batches[1 - cur];
         batch_reset(next, threads);
         more = reader_fill(&reader, next, target, progress_tick) && next->n > 0;
+        batch_mark(next, &reader);
         pool_wait(&pool);
         if (more) pool_post(&pool, next);
         emit_batch(&emitter, &batches[cur], inputs);
