@@ -8,24 +8,11 @@
 # Exits 0 only if every check passes.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-ROOT=$(pwd)
-DATA_DIR=${LLMC_DATA_DIR:-$ROOT/dev/data}
-ENCODER=$DATA_DIR/gpt2/encoder.json
-MERGES=$DATA_DIR/gpt2/vocab.bpe
-PY=${LLMC_PYTHON:-/usr/bin/python3}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failed=0
-pass() { echo "  ok   $*"; }
-fail() { echo "  FAIL $*"; failed=$((failed + 1)); }
+source dev/test/data_checks.sh
 
-if ! make -s prepro_corpus >"$TMP/make.log" 2>&1; then
-    cat "$TMP/make.log"
-    echo "FAIL test_corpus: make prepro_corpus failed"
-    exit 1
-fi
+build_or_exit test_corpus prepro_corpus
 for tool in zstd gzip; do
     if ! command -v $tool >/dev/null; then
         echo "FAIL test_corpus: the $tool command is missing (scripts/install_deps.sh installs it)"
@@ -288,9 +275,4 @@ else
     fi
 fi
 
-if [ "$failed" -eq 0 ]; then
-    echo "PASS test_corpus"
-    exit 0
-fi
-echo "FAIL test_corpus: $failed checks failed"
-exit 1
+verdict test_corpus
