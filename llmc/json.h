@@ -189,7 +189,10 @@ static inline void json_parse_value(JsonParser* p, JsonValue* v, int depth) {
     json_skip_ws(p);
     if (p->i >= p->n) json_fail(p, "unexpected end");
     char c = p->s[p->i];
-    if (c == '{' || c == '[') return json_parse_container(p, v, depth);
+    if (c == '{' || c == '[') {
+        json_parse_container(p, v, depth);
+        return;
+    }
     if (c == '"') {
         v->type = JSON_STRING;
         v->string = json_parse_string(p);

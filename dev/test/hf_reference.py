@@ -14,6 +14,9 @@ code and no safetensors package), maps Hugging Face GPT-2 names to the oracle's 
       published* (the names of the `gpt2` checkpoint on the Hugging Face hub: no
       "transformer." prefix, sorted, with its attn.bias / attn.masked_bias buffers; F32,
       F16 and BF16), and bad ones (a missing, unknown, misshaped, duplicated tensor, ...).
+  transformers-save --out DIR [shape flags as fixtures] [--seed S]
+      (with transformers only) DIR/lm_head and DIR/base as transformers' save_pretrained
+      writes them for GPT2LMHeadModel (prefixed names) and GPT2Model (unprefixed).
   check [--pair M.bin HF_DIR]... [--pair-bf16 M.bin HF_DIR]... [--pair-mismatch M.bin HF_DIR]...
       the oracle's logits on each llm.c file against the oracle's on the HF file (and,
       when transformers is importable, GPT2LMHeadModel.from_pretrained(HF_DIR)'s) on a few
@@ -214,6 +217,24 @@ def cmd_fixtures(a):
     return 0
 
 
+def cmd_transformers_save(a):
+    """Directories written by transformers itself (save_pretrained, safetensors), from a
+    GPT-2 with transformers' own random init: OUT/lm_head (GPT2LMHeadModel: prefixed names)
+    and OUT/base (GPT2Model: unprefixed, as the published checkpoint)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(a.seed)
+    config = GPT2Config(vocab_size=a.vocab, n_positions=a.max_seq, n_embd=a.channels, n_layer=a.layers,
+                        n_head=a.heads)
+    model = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # transformers initialises biases to 0 and LayerNorm to 1: make them count
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn(p.shape))
+    model.save_pretrained(os.path.join(a.out, "lm_head"), safe_serialization=True)
+    model.transformer.save_pretrained(os.path.join(a.out, "base"), safe_serialization=True)
+    return 0
+
+
 def token_batches(cfg):
     g = torch.Generator().manual_seed(1234)
     T = min(cfg.maxT, 24)
@@ -281,6 +302,15 @@ def main():
     f.add_argument("--max-seq", type=int, default=32)
     f.add_argument("--seed", type=int, default=0)
     f.set_defaults(func=cmd_fixtures)
+    t = sub.add_parser("transformers-save")
+    t.add_argument("--out", required=True)
+    t.add_argument("--vocab", type=int, default=50257)
+    t.add_argument("--layers", type=int, default=2)
+    t.add_argument("--channels", type=int, default=32)
+    t.add_argument("--heads", type=int, default=4)
+    t.add_argument("--max-seq", type=int, default=32)
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(func=cmd_transformers_save)
     c = sub.add_parser("check")
     c.add_argument("--pair", nargs=2, action="append", metavar=("MODEL", "HF_DIR"))
     c.add_argument("--pair-bf16", nargs=2, action="append", metavar=("MODEL", "HF_DIR"))
