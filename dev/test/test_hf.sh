@@ -54,6 +54,8 @@ run import_ref $HC import "$F/canonical/model.safetensors" "$TMP/c.bin" && run e
 run export_bf16 $HC export "$M" "$TMP/eb1" --dtype bf16 && run import_bf16 $HC import "$TMP/eb1" "$TMP/bb1.bin" --dtype bf16 &&
     run export_bb1 $HC export "$TMP/bb1.bin" "$TMP/eb2" --dtype bf16 &&
     same "bf16: HF -> llm.c (version 5) -> HF is byte-identical" "$TMP/eb1/model.safetensors" "$TMP/eb2/model.safetensors"
+run import_eb2 $HC import "$TMP/eb2" "$TMP/bb2.bin" --dtype bf16 &&
+    same "bf16: llm.c (version 5) -> HF -> llm.c is byte-identical" "$TMP/bb1.bin" "$TMP/bb2.bin"
 if [ -f "$TMP/bb1.bin" ] && [ "$(od -An -tu4 -j4 -N4 "$TMP/bb1.bin" | tr -d ' ')" = 5 ]; then
     ok "--dtype bf16 import writes a version 5 model file"
 else
