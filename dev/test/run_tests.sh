@@ -17,7 +17,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM
 # Words are split on blanks (no quoting); a missing script, binary or command is a FAIL.
 STEPS=(
   "build           600 make -j2 train_gpt2 test_gpt2 test_zero1 USE_ZERO1=1"
-  "build_more      600 make -j2 train_gpt2_plain prepro_text prepro_corpus zero1_plan test_zero1_layout test_kernels test_crc32c test_zero1_devices test_mpi_wait"
+  "build_more      600 make -j2 train_gpt2_plain prepro_text prepro_corpus zero1_plan test_zero1_layout test_kernels test_crc32c test_zero1_devices test_mpi_wait hf_convert"
   "data            300 make data"
   "tokenizer       300 dev/test/test_tokenizer.sh"
   "corpus          120 dev/test/test_corpus.sh"
@@ -42,6 +42,7 @@ STEPS=(
   "multihost       300 dev/test/test_multihost.sh"
   "faults          180 dev/test/test_faults.sh"
   "plot_loss       120 dev/test/test_plot_loss.sh"
+  "hf              120 dev/test/test_hf.sh"
   "cuda_cpu_layer  600 dev/cuda_cpu/tests/run_layer_tests.sh"
   "gpu_on_cpu     1800 CUDA_ON_CPU=1 dev/test/run_gpu_tests.sh"
   "gpu_mutations   900 dev/test/test_gpu_mutations.sh"
