@@ -7,7 +7,7 @@
 #      predictions and the accuracy exactly, at np 1 (B 4) and np 2 (B 3: an item's rows
 #      split over forwards); the accuracy line on stdout and "s:0 eval:A" in main.log;
 #   3. a planted set (one item the random model gets wrong, its right completion at each
-#      of the 4 places, labelled so): 0/4 at step 0, 4/4 after 20 steps on that item's
+#      of the 4 places, labelled so): 0/4 at step 0, 4/4 after 10 steps on that item's
 #      text (-a 1), which a wrong argmin or label check cannot pass;
 #   4. bad files: missing, wrong magic, truncated, an item longer than -t, label 4, and
 #      llm.c's "-h 1": one error each, exit 1, also at np 2.
@@ -33,15 +33,6 @@ ORACLE_ACC=$(sed -n 's/^hellaswag_oracle: random model accuracy \([0-9.]*\) (\([
 
 # ---- 2. against the oracle, np 1 and np 2 ----
 RUN=(-e "$TMP/model.bin" -i "$TMP/planted_train.bin" -t 64 -x 0 -v 0 -s 0 -H 1 --hellaswag-file "$SET")
-# same_as_oracle DUMP: fields k, index, label, prediction equal; every loss within 1e-5
-same_as_oracle() {
-    paste -d ' ' "$1" "$TMP/oracle_dump.txt" | awk -v want="$(wc -l <"$TMP/oracle_dump.txt")" '
-        { n++; for (i = 1; i <= 4; i++) if ($i != $(i + 8)) { print "item " $1 ": field " i " is " $i ", oracle " $(i + 8); bad = 1 }
-          for (i = 5; i <= 8; i++) { d = $i - $(i + 8); if (d < 0) d = -d; if (d > m) m = d } }
-        END { if (n != want || want < 40) { print n " items, oracle " want; bad = 1 }
-              if (m > 1e-5) { print "largest loss difference " m; bad = 1 }
-              if (!bad) printf "%d items: predictions equal, losses within %.1e of the oracle\n", n, m; exit bad }'
-}
 for np in 1 2; do
     b=$((np == 1 ? 4 : 3))
     log=$TMP/eval_np$np.log
@@ -52,7 +43,7 @@ for np in 1 2; do
     fi
     rc=$?
     line=$(grep '^step 0: hellaswag accuracy' "$log")
-    if [ $rc = 0 ] && res=$(same_as_oracle "$TMP/dump_np$np.txt") && [ "$line" = "step 0: hellaswag accuracy $ORACLE_ACC" ]; then
+    if [ $rc = 0 ] && res=$(dev/test/hellaswag_compare.sh "$TMP/dump_np$np.txt" "$TMP/oracle_dump.txt" 1e-5 40) && [ "$line" = "step 0: hellaswag accuracy $ORACLE_ACC" ]; then
         ok "np $np, B $b: $res; '$line' as the oracle"
     else
         bad "np $np, B $b (exit $rc): ${res:-no dump}; '$line', oracle accuracy $ORACLE_ACC"; tail -n 5 "$log"
@@ -63,13 +54,13 @@ if grep -qx "$want_log" "$TMP/out_np1/main.log"; then ok "main.log: '$want_log'"
 
 # ---- 3. the planted set: the label and argmin logic ----
 timeout 120 $BIN -e "$TMP/model.bin" -i "$TMP/planted_train.bin" -j "$TMP/planted_train.bin" -m 1 -b 1 -t 64 -a 1 \
-    -x 20 -l 3e-3 -v 20 -s 0 -H 1 --hellaswag-file "$TMP/planted.bin" -o "$TMP/planted" >"$TMP/planted.log" 2>&1
+    -x 10 -l 1e-2 -v 10 -s 0 -H 1 --hellaswag-file "$TMP/planted.bin" -o "$TMP/planted" >"$TMP/planted.log" 2>&1
 rc=$?
 evals=$(grep ' eval:' "$TMP/planted/main.log" | tr '\n' ' ')
-if [ $rc = 0 ] && [ "$evals" = "s:0 eval:0.0000 s:20 eval:1.0000 " ]; then
+if [ $rc = 0 ] && [ "$evals" = "s:0 eval:0.0000 s:10 eval:1.0000 " ]; then
     ok "planted item: $evals(0/4 untrained, 4/4 after overfitting its right completion)"
 else
-    bad "planted item (exit $rc): main.log has '$evals', expected 's:0 eval:0.0000 s:20 eval:1.0000'"
+    bad "planted item (exit $rc): main.log has '$evals', expected 's:0 eval:0.0000 s:10 eval:1.0000'"
     tail -n 5 "$TMP/planted.log"
 fi
 
@@ -77,7 +68,6 @@ fi
 BASE=("${RUN[@]}" -b 4)
 check missing 1 "$TMP/nope.bin" "does not exist" "hellaswag.py" -- --hellaswag-file "$TMP/nope.bin"
 check bad_magic 1 "bad_magic.bin" "bad magic 20240520" -- --hellaswag-file "$TMP/bad_magic.bin"
-check bad_magic 2 "bad_magic.bin" "bad magic 20240520" -- --hellaswag-file "$TMP/bad_magic.bin"
 check truncated 1 "bad_cut.bin" "truncated: item 39" -- --hellaswag-file "$TMP/bad_cut.bin"
 check too_long 1 "bad_long.bin" "item 5" "-t is 64" -- --hellaswag-file "$TMP/bad_long.bin"
 check bad_label 2 "bad_label.bin" "item 3: label 4" -- --hellaswag-file "$TMP/bad_label.bin"
