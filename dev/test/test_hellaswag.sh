@@ -8,7 +8,8 @@
 #      split over forwards); the accuracy line on stdout and "s:0 eval:A" in main.log;
 #   3. a planted set (one item the random model gets wrong, its right completion at each
 #      of the 4 places, labelled so): 0/4 at step 0, 4/4 after 10 steps on that item's
-#      text (-a 1), which a wrong argmin or label check cannot pass;
+#      text (-a 1), which a wrong argmin or label check cannot pass; the run is resumed
+#      from a checkpoint at step 5 and main.log holds each eval once;
 #   4. bad files: missing, wrong magic, truncated, an item longer than -t, label 4, and
 #      llm.c's "-h 1": one error each, exit 1, also at np 2.
 set -u
@@ -52,15 +53,19 @@ done
 want_log="s:0 eval:${ORACLE_ACC%% *}"
 if grep -qx "$want_log" "$TMP/out_np1/main.log"; then ok "main.log: '$want_log'"; else bad "main.log lacks '$want_log'"; cat "$TMP/out_np1/main.log"; fi
 
-# ---- 3. the planted set: the label and argmin logic ----
-timeout 120 $BIN -e "$TMP/model.bin" -i "$TMP/planted_train.bin" -j "$TMP/planted_train.bin" -m 1 -b 1 -t 64 -a 1 \
-    -x 10 -l 1e-2 -v 10 -s 0 -H 1 --hellaswag-file "$TMP/planted.bin" -o "$TMP/planted" >"$TMP/planted.log" 2>&1
+# ---- 3. the planted set: the label and argmin logic; a resume logs each eval once ----
+# 5 steps with a checkpoint, then a resume to step 10 (-y 1): main.log must hold the evals
+# of steps 0, 5 (dropped and logged again by the resumed run) and 10, once each.
+PLANTED=(-e "$TMP/model.bin" -i "$TMP/planted_train.bin" -j "$TMP/planted_train.bin" -m 1 -b 1 -t 64 -a 1 -l 1e-2
+         -v 5 -s 0 -n 5 -H 1 --hellaswag-file "$TMP/planted.bin" -o "$TMP/planted")
+timeout 120 $BIN "${PLANTED[@]}" -x 5 >"$TMP/planted.log" 2>&1 &&
+    timeout 120 $BIN "${PLANTED[@]}" -x 10 -y 1 >>"$TMP/planted.log" 2>&1
 rc=$?
 evals=$(grep ' eval:' "$TMP/planted/main.log" | tr '\n' ' ')
-if [ $rc = 0 ] && [ "$evals" = "s:0 eval:0.0000 s:10 eval:1.0000 " ]; then
-    ok "planted item: $evals(0/4 untrained, 4/4 after overfitting its right completion)"
+if [ $rc = 0 ] && [[ $evals =~ ^s:0\ eval:0.0000\ s:5\ eval:[01].[0-9]{4}\ s:10\ eval:1.0000\ $ ]]; then
+    ok "planted item: $evals(0/4 untrained, 4/4 after overfitting its right completion; resumed at 5)"
 else
-    bad "planted item (exit $rc): main.log has '$evals', expected 's:0 eval:0.0000 s:10 eval:1.0000'"
+    bad "planted item (exit $rc): main.log has '$evals', expected 's:0 eval:0.0000 s:5 eval:A s:10 eval:1.0000'"
     tail -n 5 "$TMP/planted.log"
 fi
 
