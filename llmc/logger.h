@@ -1,7 +1,7 @@
 /*
  * main.log in the output directory, written by rank 0 only, one line per event, in
  * llm.c's format plus extra fields:  "s:12 trl:4.123456 norm:1.2345 lr:3.00e-04 ms:812.3"
- * for a train step, "s:12 tel:4.2345" for a validation loss and "s:12 eval:0.2875" for
+ * for a train step, "s:12 tel:4.2345" for a validation loss and "s:12 eval:0.2500" for
  * a HellaSwag-style accuracy (-H 1). Flushed per line, so a
  * crashed run keeps what it logged. On resume the log is appended to, once the entries
  * of the steps the resumed run repeats (those after its checkpoint) are dropped, so every

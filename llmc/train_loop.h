@@ -247,9 +247,8 @@ static inline void print_model_line(const GPT2Config* mc) {
 }
 
 // Steps start_step..max_steps-1: validation (and with -H 1 the HellaSwag-style eval) every
-// -v steps and at the end, a sample every
-// -s steps and at the end, the step line and main.log, checkpoints every -n steps and at
-// the end. Rank 0 prints.
+// -v steps and at the end, a sample every -s steps and at the end, the step line and
+// main.log, checkpoints every -n steps and at the end. Rank 0 prints.
 static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, int rank, int world, RunIO* io,
                                 int start_step, int max_steps, long long tokens_per_step, uint64_t* sample_rng) {
     DataLoader* train = &io->train;

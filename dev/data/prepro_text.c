@@ -318,6 +318,7 @@ static long long count_arg(const char* flag, const char* v, long long min, long 
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (errno != 0 || *end != '\0' || end == v || x < min || x > max) {
+        if (max == LLONG_MAX) fatal("%s wants a count >= %lld, got '%s'", flag, min, v);
         fatal("%s wants a count in %lld..%lld, got '%s'", flag, min, max, v);
     }
     return x;
@@ -360,7 +361,11 @@ int main(int argc, char** argv) {
         else if (strcmp(a, "--name") == 0) name = v;
         else if (strcmp(a, "--roundtrip") == 0) roundtrip_path = v;
         else if (strcmp(a, "--val-tokens") == 0) val_tokens = count_arg(a, v, 0, LLONG_MAX);
-        else if (strcmp(a, "--eval-items") == 0) eval_items = count_arg(a, v, 0, HELLASWAG_MAX_ITEMS);
+        else if (strcmp(a, "--eval-items") == 0) {
+            eval_items = count_arg(a, v, 0, HELLASWAG_MAX_ITEMS);
+            // each item's wrong completions are the right ones of three other items
+            if (eval_items > 0 && eval_items < HELLASWAG_COMPLETIONS) fatal("--eval-items: 0 (none) or at least %d", HELLASWAG_COMPLETIONS);
+        }
         else if (strcmp(a, "--eval-seq-len") == 0) eval_seq_len = count_arg(a, v, EVAL_MAX_COMPLETION_TOKENS + 1, 1 << 20);
         else {
             usage();
