@@ -315,6 +315,13 @@ static float evaluate(Trainer* tr, DataLoader* val) {
     return total / tr->world;
 }
 
+// The HellaSwag-style eval's forward (llmc/eval_hellaswag.h): the per-position losses.
+static void hellaswag_rows(void* ctx, const int* inputs, const int* targets, int rows, int T, float* losses) {
+    Trainer* tr = (Trainer*)ctx;
+    gpt2_forward(&tr->model, inputs, targets, rows, T);
+    memcpy(losses, tr->model.acts.losses, (size_t)rows * T * sizeof(float));
+}
+
 static void next_token_logits(void* ctx, const int* tokens, int n, float* logits) {
     Trainer* tr = (Trainer*)ctx;
     int window = n < tr->cfg.T ? n : tr->cfg.T;
@@ -378,8 +385,8 @@ int main(int argc, char** argv) {
 
     uint64_t sample_rng;
     int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io, &sample_rng);
-    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
-    run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
+    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint, hellaswag_rows};
+    run_training(&loop, &cfg, rank, world, &io, start_step, max_steps, tokens_per_step, &sample_rng);
     size_t state_bytes = tr.opt->ops->state_bytes(tr.opt);
     if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", state_bytes);
     int identical = trainer_replicas_identical(&tr);

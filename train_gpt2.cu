@@ -435,6 +435,16 @@ static float evaluate(Trainer* tr, DataLoader* val) {
     return loss_over_ranks(tr, "validation loss all-reduce", -1) / ((float)tr->cfg.val_steps * tr->world);
 }
 
+// The HellaSwag-style eval's forward (llmc/eval_hellaswag.h): the per-position fp32 losses,
+// read back (the forward's addition into d_loss is harmless: a step or evaluate zeroes it).
+static void hellaswag_rows(void* ctx, const int* inputs, const int* targets, int rows, int T, float* losses) {
+    Trainer* tr = (Trainer*)ctx;
+    gpt2_forward(&tr->model, inputs, targets, rows, T);
+    cudaCheck(cudaMemcpyAsync(losses, tr->model.acts.losses, (size_t)rows * T * sizeof(float), cudaMemcpyDeviceToHost,
+                              tr->gpu->stream));
+    cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
+}
+
 // The logits of the last position of tokens[0..n) (the sampler's forward), as fp32 on the host.
 static void next_token_logits(void* ctx, const int* tokens, int n, float* logits) {
     Trainer* tr = (Trainer*)ctx;
@@ -506,8 +516,8 @@ int main(int argc, char** argv) {
 
     uint64_t sample_rng;
     int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io, &sample_rng);
-    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint};
-    run_training(&loop, &cfg, rank, &io, start_step, max_steps, tokens_per_step, &sample_rng);
+    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint, hellaswag_rows};
+    run_training(&loop, &cfg, rank, world, &io, start_step, max_steps, tokens_per_step, &sample_rng);
     if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", tr.opt->ops->state_bytes(tr.opt));
     int identical = trainer_replicas_identical(&tr);
     if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");

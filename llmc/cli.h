@@ -38,6 +38,9 @@ typedef struct {
     float final_lr_fraction;    // -q
     float weight_decay;         // -c
     int val_every, val_steps;   // -v -m
+    int hellaswag;              // -H: the HellaSwag-style eval at every validation point and at the end
+    const char* hellaswag_path; // its file (llmc/hellaswag_file.h)
+    const char* hellaswag_dump; // test/debug: every item's completion losses, written by rank 0
     int sample_every, gen_tokens;  // -s -g
     int checkpoint_every;       // -n
     int checkpoints_keep;       // -nk (0: keep all)
@@ -98,6 +101,12 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {"-c", "--weight-decay", OPT_FLOAT, CLI_FIELD(weight_decay), 0, 10, "AdamW weight decay (2-D tensors only)"},
     {"-v", "--val-every", OPT_INT, CLI_FIELD(val_every), 0, INT_MAX, "validation loss every N steps (0: never)"},
     {"-m", "--val-steps", OPT_INT, CLI_FIELD(val_steps), 1, INT_MAX, "validation batches per evaluation"},
+    {"-H", "--hellaswag", OPT_INT, CLI_FIELD(hellaswag), 0, 1,
+     "1: HellaSwag-style accuracy at every validation point (-v) and at the end (-h is the help)"},
+    {NULL, "--hellaswag-file", OPT_STR, CLI_FIELD(hellaswag_path), 0, 0,
+     "the eval file for -H 1, llm.c's format (llm.c's hellaswag.py writes hellaswag_val.bin)"},
+    {NULL, "--hellaswag-dump", OPT_STR, CLI_FIELD(hellaswag_dump), 0, 0,
+     "with -H 1: write every item's 4 completion losses to FILE (rank 0, at each evaluation)"},
     {"-s", "--sample-every", OPT_INT, CLI_FIELD(sample_every), 0, INT_MAX, "print a sample every N steps (0: never)"},
     {"-g", "--gen-tokens", OPT_INT, CLI_FIELD(gen_tokens), 1, 1 << 16, "tokens per sample"},
     {"-n", "--checkpoint-every", OPT_INT, CLI_FIELD(checkpoint_every), 0, INT_MAX,
@@ -170,6 +179,7 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->weight_decay = 0.0f;
     c->val_every = 20;
     c->val_steps = 20;
+    c->hellaswag_path = "dev/data/hellaswag/hellaswag_val.bin";
     c->sample_every = 20;
     c->gen_tokens = 64;
     c->zero_stage = default_zero_stage;
@@ -256,6 +266,10 @@ static inline void cli_choice(const char* flag, const char* value, const char* c
 static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
     for (int a = 1; a < argc; a++) {
         const char* arg = argv[a];
+        // llm.c's "-h 1" (its HellaSwag flag) would print the help and exit 0 here: say so.
+        if (strcmp(arg, "-h") == 0 && a + 1 < argc && (strcmp(argv[a + 1], "0") == 0 || strcmp(argv[a + 1], "1") == 0)) {
+            fatal("-h is the help here; the HellaSwag eval is -H %s (llm.c's -h)", argv[a + 1]);
+        }
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             if (utils_rank() == 0) train_print_usage(stdout, argv[0], c);
             exit(0);

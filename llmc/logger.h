@@ -1,7 +1,8 @@
 /*
  * main.log in the output directory, written by rank 0 only, one line per event, in
  * llm.c's format plus extra fields:  "s:12 trl:4.123456 norm:1.2345 lr:3.00e-04 ms:812.3"
- * for a train step and "s:12 tel:4.2345" for a validation loss. Flushed per line, so a
+ * for a train step, "s:12 tel:4.2345" for a validation loss and "s:12 eval:0.2500" for
+ * a HellaSwag-style accuracy (-H 1). Flushed per line, so a
  * crashed run keeps what it logged. On resume the log is appended to, once the entries
  * of the steps the resumed run repeats (those after its checkpoint) are dropped, so every
  * step appears once. A write that fails (a full disk) is remembered, not ignored: the
@@ -44,18 +45,20 @@ static inline void make_dir_or_die(const char* dir) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create output directory '%s': %s", dir, strerror(errno));
 }
 
-// A run resumed at `step` logs again the train entries after it and the validation entry
-// at it: those of the run that saved the checkpoint go (written to a temporary file that
+// A run resumed at `step` logs again the train entries after it and the validation and
+// eval entries at it: those of the run that saved the checkpoint go (written to a temporary file that
 // replaces the log, so a crash leaves the old log or the new one, never half of one).
 static inline void logger_drop_repeated(const char* path, int step) {
     FILE* in = fopen(path, "r");
     if (!in) return;  // no log yet
-    char tmp[PATH_MAX_LEN], line[1024], kind[4];
+    char tmp[PATH_MAX_LEN], line[1024], kind[8];
     path_format(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* out = fopenCheck(tmp, "w");
     int dropped = 0, s;
     while (fgets(line, sizeof(line), in)) {
-        if (sscanf(line, "s:%d %3[a-z]:", &s, kind) == 2 && (strcmp(kind, "tel") == 0 ? s >= step : s > step)) {
+        if (sscanf(line, "s:%d %7[a-z]:", &s, kind) != 2) kind[0] = '\0';
+        int at_step = strcmp(kind, "tel") == 0 || strcmp(kind, "eval") == 0;  // logged before step s runs
+        if (kind[0] && (at_step ? s >= step : s > step)) {
             dropped++;
             continue;
         }
@@ -104,6 +107,10 @@ static inline void logger_log_train(Logger* lg, int step, float loss, float norm
 static inline void logger_log_val(Logger* lg, int step, float loss) { logger_line(lg, "s:%d tel:%.6f\n", step, loss); }
 // The train data's epoch (0-based) began with step's batch.
 static inline void logger_log_epoch(Logger* lg, int step, size_t epoch) { logger_line(lg, "s:%d epoch:%zu\n", step, epoch); }
+
+static inline void logger_log_eval(Logger* lg, int step, float accuracy) {
+    logger_line(lg, "s:%d eval:%.4f\n", step, accuracy);
+}
 
 // Ends the job when a write to the log failed.
 static inline void logger_check(const Logger* lg) {

@@ -94,6 +94,7 @@ static inline void job_text_describe(JobText* t, const TrainConfig* cfg, const c
     job_text_add(t, "resume from step: %d", resume_step);
     job_text_files(t, "train", cfg->train_pattern);
     if (cfg->val_every > 0) job_text_files(t, "validation", cfg->val_pattern);
+    if (cfg->hellaswag) job_text_files(t, "hellaswag", cfg->hellaswag_path);
     size_t bytes = 0;
     uint32_t crc = crc32c_file("/proc/self/exe", &bytes);
     job_text_add(t, "build: %s, program %zu bytes, crc32c %08x", build, bytes, crc);

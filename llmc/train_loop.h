@@ -15,6 +15,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
+#include "llmc/eval_hellaswag.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
@@ -178,11 +179,13 @@ static inline void print_sample(void* ctx, void (*next_logits)(void* ctx, const 
     free(logits);
 }
 
-// The run's inputs and outputs: train and validation data, the tokenizer for samples,
-// main.log (appended to on resume).
+// The run's inputs and outputs: train and validation data, the HellaSwag-style eval set
+// (-H 1), the tokenizer for samples, main.log (appended to on resume).
 typedef struct {
     DataLoader train, val;
     int has_val;
+    HellaswagSet hellaswag;
+    int has_hellaswag;
     Tokenizer tok;
     Logger logger;
 } RunIO;
@@ -195,6 +198,12 @@ static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int 
     dataloader_trace(&io->train);
     io->has_val = cfg->val_every > 0;
     if (io->has_val) dataloader_init(&io->val, cfg->val_pattern, cfg->B, cfg->T, rank, world, vocab_size);
+    io->has_hellaswag = cfg->hellaswag;
+    if (io->has_hellaswag) {  // every rank reads and checks it: a bad file stops every rank here
+        hellaswag_read(&io->hellaswag, cfg->hellaswag_path, vocab_size);
+        hellaswag_check_fits(&io->hellaswag, cfg->T);
+        if (rank == 0) printf("hellaswag: %s, %d items\n", cfg->hellaswag_path, io->hellaswag.num_items);
+    }
     if (cfg->sample_every > 0) tokenizer_init(&io->tok, cfg->tokenizer_path);
     logger_init(&io->logger, cfg->output_dir, rank, cfg->resume);
 }
@@ -204,16 +213,29 @@ static inline void run_io_close(RunIO* io) {
     tokenizer_free(&io->tok);
     dataloader_free(&io->train);
     if (io->has_val) dataloader_free(&io->val);
+    if (io->has_hellaswag) hellaswag_free(&io->hellaswag);
 }
 
-// A trainer as the loop sees it. checkpoint may be NULL (no checkpoints).
+// A trainer as the loop sees it. checkpoint may be NULL (no checkpoints). hellaswag_rows
+// is the eval's forward (llmc/eval_hellaswag.h), with the trainer as its context.
 typedef struct {
     void* trainer;
     StepResult (*step)(void* trainer, int step, float lr, BatchFn next_batch, void* batch_ctx);
     float (*evaluate)(void* trainer, DataLoader* val);
     void (*sample)(void* trainer, const Tokenizer* tok, uint64_t* rng_state);
     void (*checkpoint)(void* trainer, int steps_done, int max_steps, const DataLoader* train, uint64_t rng_state);
+    HellaswagForward hellaswag_rows;
 } TrainLoop;
+
+// -H 1 at a validation point: the accuracy on rank 0's stdout and in main.log.
+static inline void run_hellaswag(const TrainLoop* loop, const TrainConfig* cfg, int rank, int world, RunIO* io,
+                                 int step) {
+    HellaswagScore s = hellaswag_evaluate(&io->hellaswag, loop->hellaswag_rows, loop->trainer, cfg->B, cfg->T, rank,
+                                          world, cfg->hellaswag_dump);
+    float accuracy = (float)s.correct / (float)s.total;
+    if (rank == 0) printf("step %d: hellaswag accuracy %.4f (%d/%d)\n", step, accuracy, s.correct, s.total);
+    logger_log_eval(&io->logger, step, accuracy);
+}
 
 // -x -1: one pass over the first train shard.
 static inline int resolve_max_steps(const TrainConfig* cfg, const DataLoader* train, long long tokens_per_step) {
@@ -227,11 +249,11 @@ static inline void print_model_line(const GPT2Config* mc) {
            mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size, gpt2_num_parameters(mc));
 }
 
-// Steps start_step..max_steps-1: validation every -v steps and at the end, a sample every
-// -s steps and at the end, the step line and main.log, checkpoints every -n steps and at
-// the end. Rank 0 prints.
-static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, int rank, RunIO* io, int start_step,
-                                int max_steps, long long tokens_per_step, uint64_t* sample_rng) {
+// Steps start_step..max_steps-1: validation (and with -H 1 the HellaSwag-style eval) every
+// -v steps and at the end, a sample every -s steps and at the end, the step line and
+// main.log, checkpoints every -n steps and at the end. Rank 0 prints.
+static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, int rank, int world, RunIO* io,
+                                int start_step, int max_steps, long long tokens_per_step, uint64_t* sample_rng) {
     DataLoader* train = &io->train;
     DataLoader* val = io->has_val ? &io->val : NULL;
     const Tokenizer* tok = &io->tok;
@@ -251,6 +273,9 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
             float vl = loop->evaluate(loop->trainer, val);
             if (rank == 0) printf("val loss %.6f\n", vl);
             logger_log_val(logger, step, vl);
+        }
+        if (io->has_hellaswag && (last || (cfg->val_every > 0 && step % cfg->val_every == 0))) {
+            run_hellaswag(loop, cfg, rank, world, io, step);
         }
         if (cfg->sample_every > 0 && step > 0 && (step % cfg->sample_every == 0 || last)) {
             loop->sample(loop->trainer, tok, sample_rng);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Prepares the tinyshakespeare token shards and the GPT-2 tokenizer file in <repo>/data/:
+# Prepares the tinyshakespeare token shards, the GPT-2 tokenizer file and the small
+# HellaSwag-format eval set (-H 1) in <repo>/data/:
 #   data/tinyshakespeare_val.bin, data/tinyshakespeare_train.bin, data/gpt2_tokenizer.bin,
-#   data/tinyshakespeare_manifest.txt (tokens, bytes, CRC32C of each shard)
+#   data/tinyshakespeare_manifest.txt (tokens, bytes, CRC32C of each shard),
+#   data/tinyshakespeare_hellaswag.bin
 # Builds ./prepro_text (C, GPT-2 BPE; no Python) and runs it only when the outputs are not
 # those of the current inputs, so calling this before every run is cheap. "Current" is a
 # content stamp, data/.prepared: the checksums of the inputs, of the tool's sources and of
@@ -22,14 +24,15 @@ INPUT=$DATA_DIR/tinyshakespeare/input.txt
 make -s prepro_text
 
 outputs=("$OUT_DIR/tinyshakespeare_val.bin" "$OUT_DIR/tinyshakespeare_train.bin" "$OUT_DIR/gpt2_tokenizer.bin"
-         "$OUT_DIR/tinyshakespeare_manifest.txt")
+         "$OUT_DIR/tinyshakespeare_manifest.txt" "$OUT_DIR/tinyshakespeare_hellaswag.bin")
 STAMP=$OUT_DIR/.prepared
-TOOL_SOURCES=(dev/data/prepro_text.c llmc/bpe.h llmc/unicode_classes.h llmc/utils.h llmc/shard_writer.h llmc/crc32c.h)
+TOOL_SOURCES=(dev/data/prepro_text.c llmc/bpe.h llmc/unicode_classes.h llmc/utils.h llmc/shard_writer.h llmc/crc32c.h
+              llmc/hellaswag_file.h llmc/untrusted.h)
 # Checksums only, not names: the same inputs from another LLMC_DATA_DIR are the same inputs.
 fingerprint() { sha256sum "$ENCODER" "$MERGES" "$INPUT" "${TOOL_SOURCES[@]}" "${outputs[@]}" 2>/dev/null | cut -d' ' -f1; }
 
 if [ -f "$STAMP" ] && [ "$(fingerprint)" = "$(cat "$STAMP")" ]; then
-    echo "prepare_data: $OUT_DIR/ is up to date (tinyshakespeare shards, gpt2_tokenizer.bin)"
+    echo "prepare_data: $OUT_DIR/ is up to date (tinyshakespeare shards, gpt2_tokenizer.bin, tinyshakespeare_hellaswag.bin)"
     exit 0
 fi
 rm -f "$STAMP"

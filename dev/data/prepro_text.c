@@ -12,6 +12,17 @@
  *   DIR/gpt2_tokenizer.bin                 llm.c tokenizer file (llmc/tokenizer.h)
  *   DIR/NAME_manifest.txt                  tokens, bytes and CRC32C of each shard, written last
  * (llmc/shard_writer.h, shared with prepro_corpus, which reads JSONL corpora).
+ *   DIR/NAME_hellaswag.bin                 a small multiple-choice eval in llm.c's HellaSwag
+ *                                          format (llmc/hellaswag_file.h), --eval-items of them
+ *
+ * The eval items come from the documents of the val split (held out from training) that
+ * have a first line and three more: the context is those first three lines (in
+ * tinyshakespeare the speaker and two lines of the speech), the right completion the next
+ * line, the true continuation; the three wrong ones are the right completions of items a
+ * quarter, a half and three quarters of the set away (other speeches), and the label, the
+ * right one's place among the four, is pseudo-random. Context and completions are encoded
+ * on their own (the context ends with a newline, which BPE never merges across, so the
+ * tokens are those of the joined text). Every row fits --eval-seq-len positions.
  *
  * Test modes:
  *   --encode-stdin     print the ids of stdin (ordinary text, no <|endoftext|>), one line
@@ -22,6 +33,7 @@
  *                      each with its own end of text, in one run)
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +43,7 @@
 
 #include "llmc/bpe.h"
 #include "llmc/shard_writer.h"
+#include "llmc/hellaswag_file.h"
 #include "llmc/utils.h"
 
 static const char* DOWNLOAD_HINT =
@@ -76,6 +89,121 @@ static unsigned char* read_whole_file(const char* path, size_t* size) {
     return data;
 }
 
+// ----------------------------------------------------------------------------
+// The HellaSwag-format eval set
+
+#define EVAL_MAX_COMPLETION_TOKENS 16  // a longer line is not used as a completion
+#define EVAL_CONTEXT_LINES 3
+
+typedef struct {
+    size_t start, end;  // bytes of the text
+    size_t tokens_end;  // the tokens of the documents up to this one's end
+} DocSpan;
+
+typedef struct {
+    BpeIds ctx, end;  // the context and the right completion
+} EvalCandidate;
+
+// The end of the line starting at text[i] (just past its '\n', or n).
+static size_t line_end(const unsigned char* text, size_t n, size_t i) {
+    while (i < n && text[i] != '\n') i++;
+    return i < n ? i + 1 : n;
+}
+
+// A candidate from the document text[a..b): its first three lines and the next one, all
+// non-empty; 0 if it has fewer or they do not fit seq_len positions with any completion.
+static int eval_candidate(BpeEncoder* enc, const unsigned char* text, size_t a, size_t b, int seq_len,
+                          EvalCandidate* c) {
+    size_t cut[EVAL_CONTEXT_LINES + 2];
+    cut[0] = a;
+    for (int k = 1; k <= EVAL_CONTEXT_LINES + 1; k++) {
+        if (cut[k - 1] >= b || text[cut[k - 1]] == '\n') return 0;  // too few lines, or an empty one
+        cut[k] = line_end(text, b, cut[k - 1]);
+    }
+    memset(c, 0, sizeof(*c));
+    bpe_encode(enc, text + a, cut[EVAL_CONTEXT_LINES] - a, &c->ctx);
+    bpe_encode(enc, text + cut[EVAL_CONTEXT_LINES], cut[EVAL_CONTEXT_LINES + 1] - cut[EVAL_CONTEXT_LINES], &c->end);
+    // Any candidate's completion may become another's wrong one: all must fit any context.
+    int fits = c->end.len <= EVAL_MAX_COMPLETION_TOKENS && (int)(c->ctx.len + EVAL_MAX_COMPLETION_TOKENS) - 1 <= seq_len;
+    if (!fits) {
+        bpe_ids_free(&c->ctx);
+        bpe_ids_free(&c->end);
+    }
+    return fits;
+}
+
+static int same_ids(const BpeIds* x, const BpeIds* y) {
+    return x->len == y->len && memcmp(x->ids, y->ids, x->len * sizeof(int)) == 0;
+}
+
+static uint16_t* ids_to_u16(const BpeIds* ids) {
+    uint16_t* out = (uint16_t*)mallocCheck((ids->len ? ids->len : 1) * sizeof(uint16_t));
+    for (size_t k = 0; k < ids->len; k++) out[k] = (uint16_t)ids->ids[k];
+    return out;
+}
+
+// Item k of n from the candidates: the right completion at a pseudo-random place, the
+// others from the candidates a quarter, a half and three quarters away (the next one
+// after each whose completion differs from every one taken so far).
+static void eval_item(const EvalCandidate* cands, int n, int k, HellaswagItem* it) {
+    uint64_t h = (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull;
+    it->index = k;
+    it->label = (int)((h ^ (h >> 29)) % HELLASWAG_COMPLETIONS);
+    it->ctx = ids_to_u16(&cands[k].ctx);
+    it->ctx_len = (int)cands[k].ctx.len;
+    const BpeIds* taken[HELLASWAG_COMPLETIONS] = {&cands[k].end};
+    for (int w = 1; w < HELLASWAG_COMPLETIONS; w++) {
+        int from = (k + w * n / HELLASWAG_COMPLETIONS) % n, tries = 0;
+        for (;; from = (from + 1) % n) {
+            int dup = 0;
+            for (int q = 0; q < w; q++) dup |= same_ids(&cands[from].end, taken[q]);
+            if (!dup) break;
+            if (++tries == n) fatal("eval set: fewer than %d different completions", HELLASWAG_COMPLETIONS);
+        }
+        taken[w] = &cands[from].end;
+    }
+    // taken[0] is the right one: it goes to the label's place, the wrong ones in order around it.
+    for (int j = 0, w = 1; j < HELLASWAG_COMPLETIONS; j++) {
+        const BpeIds* e = j == it->label ? taken[0] : taken[w++];
+        it->end[j] = ids_to_u16(e);
+        it->end_len[j] = (int)e->len;
+    }
+}
+
+// Up to `want` items from the documents whose tokens lie in the first val_tokens (the val
+// split); writes path. Returns the number of items written.
+static int write_eval_set(BpeEncoder* enc, const unsigned char* text, const DocSpan* spans, size_t docs,
+                          size_t val_tokens, int want, int seq_len, const char* path) {
+    EvalCandidate* cands = (EvalCandidate*)callocCheck((size_t)want, sizeof(EvalCandidate));
+    int n = 0;
+    for (size_t d = 0; d < docs && spans[d].tokens_end <= val_tokens && n < want; d++) {
+        n += eval_candidate(enc, text, spans[d].start, spans[d].end, seq_len, &cands[n]);
+    }
+    if (n < HELLASWAG_COMPLETIONS) {
+        fprintf(stderr, "warning: the val split has %d documents fit for eval items; no %s\n", n, path);
+        n = 0;
+    } else {
+        if (n < want) fprintf(stderr, "warning: the val split has documents for %d eval items, not %d\n", n, want);
+        HellaswagItem* items = (HellaswagItem*)callocCheck((size_t)n, sizeof(HellaswagItem));
+        for (int k = 0; k < n; k++) eval_item(cands, n, k, &items[k]);
+        char tmp[PATH_MAX_LEN];
+        path_format(tmp, sizeof(tmp), "%s.tmp", path);
+        hellaswag_write(tmp, items, n);
+        if (rename(tmp, path) != 0) fatal("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        for (int k = 0; k < n; k++) {
+            free((void*)items[k].ctx);
+            for (int j = 0; j < HELLASWAG_COMPLETIONS; j++) free((void*)items[k].end[j]);
+        }
+        free(items);
+    }
+    for (int k = 0; k < want; k++) {
+        bpe_ids_free(&cands[k].ctx);
+        bpe_ids_free(&cands[k].end);
+    }
+    free(cands);
+    return n;
+}
+
 static void print_ids(const BpeIds* ids) {
     for (size_t k = 0; k < ids->len; k++) printf(k ? " %d" : "%d", ids->ids[k]);
     printf("\n");
@@ -113,14 +241,25 @@ static void for_each_record(const unsigned char* text, size_t n, int split,
     }
 }
 
+static long long count_arg(const char* flag, const char* v, long long min, long long max) {
+    char* end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno != 0 || *end != '\0' || end == v || x < min || x > max) {
+        if (max == LLONG_MAX) fatal("%s wants a count >= %lld, got '%s'", flag, min, v);
+        fatal("%s wants a count in %lld..%lld, got '%s'", flag, min, max, v);
+    }
+    return x;
+}
+
 static void usage(void) {
     fprintf(stderr,
             "usage: ./prepro_text [--encoder PATH] [--merges PATH] [--input PATH] [--out-dir DIR]\n"
-            "                     [--name NAME] [--val-tokens N]\n"
+            "                     [--name NAME] [--val-tokens N] [--eval-items N] [--eval-seq-len T]\n"
             "       ./prepro_text --encode-stdin | --pretokens-stdin [--records] | --roundtrip FILE\n"
             "defaults: --encoder dev/data/gpt2/encoder.json --merges dev/data/gpt2/vocab.bpe\n"
             "          --input dev/data/tinyshakespeare/input.txt --out-dir data\n"
-            "          --name tinyshakespeare --val-tokens 32768\n");
+            "          --name tinyshakespeare --val-tokens 32768 --eval-items 40 (0: none) --eval-seq-len 64\n");
 }
 
 int main(int argc, char** argv) {
@@ -131,6 +270,7 @@ int main(int argc, char** argv) {
     const char* name = "tinyshakespeare";
     const char* roundtrip_path = NULL;
     long long val_tokens = 32768;
+    long long eval_items = 40, eval_seq_len = 64;
     int encode_stdin = 0, pretokens_stdin = 0, records = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -148,12 +288,14 @@ int main(int argc, char** argv) {
         else if (strcmp(a, "--out-dir") == 0) out_dir = v;
         else if (strcmp(a, "--name") == 0) name = v;
         else if (strcmp(a, "--roundtrip") == 0) roundtrip_path = v;
-        else if (strcmp(a, "--val-tokens") == 0) {
-            char* end;
-            errno = 0;
-            val_tokens = strtoll(v, &end, 10);
-            if (errno != 0 || *end != '\0' || end == v || val_tokens < 0) fatal("--val-tokens wants a count >= 0, got '%s'", v);
-        } else {
+        else if (strcmp(a, "--val-tokens") == 0) val_tokens = count_arg(a, v, 0, LLONG_MAX);
+        else if (strcmp(a, "--eval-items") == 0) {
+            eval_items = count_arg(a, v, 0, HELLASWAG_MAX_ITEMS);
+            // each item's wrong completions are the right ones of three other items
+            if (eval_items > 0 && eval_items < HELLASWAG_COMPLETIONS) fatal("--eval-items: 0 (none) or at least %d", HELLASWAG_COMPLETIONS);
+        }
+        else if (strcmp(a, "--eval-seq-len") == 0) eval_seq_len = count_arg(a, v, EVAL_MAX_COMPLETION_TOKENS + 1, 1 << 20);
+        else {
             usage();
             fatal("unknown option '%s'", a);
         }
@@ -210,6 +352,8 @@ int main(int argc, char** argv) {
     // Documents end right after each "\n\n" (found left to right, without overlap, like
     // Python's str.replace), so the blank line stays with the section it closes.
     size_t doc_start = 0, docs = 0;
+    DocSpan* spans = NULL;  // every document's bytes and where its tokens end
+    size_t spans_cap = 0;
     while (1) {
         const unsigned char* hit = NULL;
         for (size_t k = doc_start; k + 1 < n; k++) {
@@ -218,6 +362,12 @@ int main(int argc, char** argv) {
         size_t doc_end = hit ? (size_t)(hit - text) + 2 : n;
         bpe_ids_push(&ids, enc.eot_token);
         bpe_encode(&enc, text + doc_start, doc_end - doc_start, &ids);
+        if (docs == spans_cap) {
+            spans_cap = spans_cap ? 2 * spans_cap : 1024;
+            spans = (DocSpan*)realloc(spans, spans_cap * sizeof(DocSpan));
+            if (!spans) fatal("out of memory recording %zu documents", spans_cap);
+        }
+        spans[docs] = (DocSpan){doc_start, doc_end, ids.len};
         docs++;
         if (!hit) break;
         doc_start = doc_end;
@@ -237,11 +387,18 @@ int main(int argc, char** argv) {
     path_format(tok_path, sizeof(tok_path), "%s/gpt2_tokenizer.bin", out_dir);
     tokenizer_file_write(&enc, tok_path);
     shard_writer_write_manifest(&w, "prepro_text", NULL);
+    char eval_path[PATH_MAX_LEN];
+    path_format(eval_path, sizeof(eval_path), "%s/%s_hellaswag.bin", out_dir, name);
+    int items = eval_items > 0 ? write_eval_set(&enc, text, spans, docs, n_val, (int)eval_items, (int)eval_seq_len,
+                                                eval_path)
+                               : 0;
     printf("prepro_text: %s: %zu bytes, %zu documents -> %zu tokens (vocab %d, %d merges; load %.2f s, encode %.2f s)\n",
            input_path, n, docs, ids.len, enc.vocab_size, enc.num_merges, t_load, t_enc);
     for (size_t k = 0; k < w.n_done; k++) printf("  %s: %zu tokens\n", w.done[k].path, w.done[k].tokens);
     printf("  %s: %d tokens\n", tok_path, enc.vocab_size);
+    if (items > 0) printf("  %s: %d eval items, every row within %lld positions\n", eval_path, items, eval_seq_len);
     shard_writer_free(&w);
+    free(spans);
     bpe_ids_free(&ids);
     free(text);
     bpe_free(&enc);

@@ -26,8 +26,9 @@
 #      --split-embedding at np 2 over NCCL; a hazard run; ZeRO-1 against replicated; a planted
 #      NaN; a trace whose gradient collectives start before backward ends (np 1 all-reduces,
 #      np 2 reduce-scatters); a stopped rank ends the job within --comm-timeout + a few s
-#   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact
-#      (needs OpenBLAS for the CPU trainer: SKIPPED without it)
+#   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact,
+#      and the HellaSwag-style eval (-H 1) of both trainers on one model: the same losses
+#      and accuracy (needs OpenBLAS for the CPU trainer: SKIPPED without it)
 #   9. the demo's job on the GPU trainer: -e d2, ZeRO-1 on 4 GPUs, the loss falls
 # Prints "N passed, M failed"; exits non-zero on any failure.
 set -uo pipefail
@@ -354,6 +355,24 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
         check ckpt_gpu_zero1_np2_to_cpu resumes_exactly gpu_zero1_np2_to_cpu "2 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 1"
         check ckpt_cpu_np2_to_gpu_np2 resumes_exactly cpu_np2_to_gpu_np2 "2 ./train_gpt2 -z 1" "2 $GPU -z 0"
     fi
+    # The HellaSwag-style eval (-H 1, llmc/eval_hellaswag.h): on the same model and file the
+    # GPU trainer's completion losses, predictions and accuracy are the CPU trainer's. On the
+    # layer 8 items of the small set (each forward costs seconds there), on a GPU all 40.
+    hellaswag_same() {
+        local d=$OUT/hellaswag items=40
+        [ $LAYER = 1 ] && items=8
+        mkdir -p "$d" && make -s prepro_text && ./prepro_text --out-dir "$d" --eval-items $items >"$d/prepro.log" || return 1
+        local flags=(-e "$OUT/model_fp32.bin" -i "$OUT/random_tokens.bin" -b 4 -t 64 -x 0 -v 0 -s 0 -H 1
+                     --hellaswag-file "$d/tinyshakespeare_hellaswag.bin")
+        ./train_gpt2 "${flags[@]}" --hellaswag-dump "$d/cpu.txt" >"$d/cpu.log" 2>&1 || { tail "$d/cpu.log"; return 1; }
+        "$GPU" "${flags[@]}" --hellaswag-dump "$d/gpu.txt" >"$d/gpu.log" 2>&1 || { tail "$d/gpu.log"; return 1; }
+        local cpu gpu
+        cpu=$(grep '^step 0: hellaswag accuracy' "$d/cpu.log") gpu=$(grep '^step 0: hellaswag accuracy' "$d/gpu.log")
+        echo "CPU '$cpu', GPU '$gpu'"
+        [ -n "$cpu" ] && [ "$cpu" = "$gpu" ] && dev/test/hellaswag_compare.sh "$d/gpu.txt" "$d/cpu.txt" 1e-4 $items &&
+            echo "PASS the GPU trainer's HellaSwag-style eval is the CPU trainer's"
+    }
+    check hellaswag_gpu_vs_cpu hellaswag_same
 else
     skip "checkpoints across trainers" "no OpenBLAS headers for the CPU trainer (a GPU machine without them)"
 fi

@@ -33,6 +33,7 @@ STEPS=(
   "multirank_z0    300 dev/test/test_multirank.sh"
   "multirank_z1    300 Z=1 dev/test/test_multirank.sh"
   "errors          300 dev/test/test_errors.sh"
+  "hellaswag       120 dev/test/test_hellaswag.sh"
   "memory_check    120 dev/test/test_memory_check.sh"
   "files           300 dev/test/test_files.sh"
   "zero1           600 dev/test/test_zero1.sh"
