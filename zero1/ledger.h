@@ -27,6 +27,14 @@
  * reduce-scatter's count; the shard crosses instances in fp32 (grad_bytes 4 for that row).
  * Its receive temporaries, 2 x the largest bucket x 2 B, are added to ZeRO-1's memory
  * (zero1_ledger_add_recv_temporaries).
+ *
+ * Split embedding (--split-embedding, P = tokens per micro-step per rank, C = the row
+ * width): wte's bucket is reduced as before, only earlier; the last micro-step's encoder
+ * rows add, per rank, the compact rows (P x C fp32) and the received rows
+ * (zero1_split_recv_rows x C fp32) to ZeRO-1's memory, and at most (P + DP - 1) x C x 4
+ * bytes sent (the rows of distinct tokens, each to the owner of its elements, a row that
+ * straddles two owners' slots to both), after the embeddings' backward
+ * (zero1_ledger_add_split). Averaging in the collective changes no byte count.
  */
 #ifndef ZERO1_LEDGER_H
 #define ZERO1_LEDGER_H
@@ -51,6 +59,8 @@ typedef struct {
     uint64_t sent_cross_all_reduce;            // ZeRO-1, the owned shard across instances (0 for one)
     uint64_t sent_zero1;                       // all of ZeRO-1's
     uint64_t recv_temporaries;                 // fp32 accumulation: receive temporaries (bytes), else 0
+    uint64_t split_rows;                       // split embedding: compact + received rows (bytes), else 0
+    uint64_t split_sent_max;                   // split embedding: bytes sent sparsely, at most
 
     int overflow;                              // 1 if a byte count exceeded 64 bits (values invalid)
 } Zero1Ledger;
@@ -109,7 +119,7 @@ static inline Zero1Ledger zero1_ledger_compute_instances(uint64_t numel, int dp,
     g.sent_cross_all_reduce = zero1_ledger_ring_all_reduce_(g.owned_numel, grad_bytes, instances, &of);
     g.sent_zero1 = zero1_ledger_add_(zero1_ledger_add_(g.sent_reduce_scatter, g.sent_all_gather, &of),
                                      g.sent_cross_all_reduce, &of);
-    g.recv_temporaries = 0;
+    g.recv_temporaries = g.split_rows = g.split_sent_max = 0;
     g.overflow = of;
     return g;
 }
@@ -123,6 +133,27 @@ static inline void zero1_ledger_add_recv_temporaries(Zero1Ledger* g, uint64_t la
     uint64_t cross = zero1_ledger_ring_all_reduce_(g->owned_numel, 4, g->instances, &of);
     g->sent_zero1 = zero1_ledger_add_(g->sent_zero1 - g->sent_cross_all_reduce, cross, &of);
     g->sent_cross_all_reduce = cross;
+    g->overflow = of;
+}
+
+// The split embedding's received rows per rank: from each of dp sources, at most the rows
+// of its distinct tokens that meet this rank's slot of wte's bucket (slot_numel / width + 2
+// rows meet a slot; a source has at most `tokens` distinct ones). zero1/split_embedding.c
+// sizes its receive buffer with it.
+static inline uint64_t zero1_split_recv_rows(int dp, uint64_t slot_numel, uint64_t width, uint64_t tokens) {
+    uint64_t slot_rows = slot_numel / width + 2;
+    return (uint64_t)dp * (slot_rows < tokens ? slot_rows : tokens);
+}
+
+// --split-embedding with `tokens` per micro-step per rank, rows of `width`, and wte's
+// bucket of bucket_numel elements (its slot: bucket_numel / dp).
+static inline void zero1_ledger_add_split(Zero1Ledger* g, uint64_t tokens, uint64_t width, uint64_t bucket_numel) {
+    int of = g->overflow;
+    uint64_t rows = zero1_ledger_add_(tokens, zero1_split_recv_rows(g->dp, bucket_numel / (uint64_t)g->dp, width,
+                                                                    tokens), &of);
+    g->split_rows = zero1_ledger_mul_(zero1_ledger_mul_(rows, width, &of), 4, &of);
+    g->total_zero1 = zero1_ledger_add_(g->total_zero1, g->split_rows, &of);
+    g->split_sent_max = zero1_ledger_mul_(zero1_ledger_mul_(tokens + (uint64_t)g->dp - 1, width, &of), 4, &of);
     g->overflow = of;
 }
 
@@ -177,6 +208,7 @@ static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
     snprintf(label, sizeof(label), "%s (%d B/elem)", g->state_bytes == 12 ? "fp32 master+m+v" : "fp32 m+v", g->state_bytes);
     zero1_ledger_row_(f, label, g->state_replicated, g->state_zero1);
     if (g->recv_temporaries) zero1_ledger_row_(f, "fp32-acc. recv temporaries (2 slots)", 0, g->recv_temporaries);
+    if (g->split_rows) zero1_ledger_row_(f, "split-emb. rows (compact + received)", 0, g->split_rows);
     zero1_ledger_row_(f, "total", g->total_replicated, g->total_zero1);
     fprintf(f, "  sent per rank per step (ring):\n");
     snprintf(label, sizeof(label), "grads (%s)", gdt);
@@ -189,6 +221,10 @@ static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
         snprintf(label, sizeof(label), "grad shard (%s) across instances", g->recv_temporaries ? "fp32" : gdt);
         fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", label, 0ULL, "-",
                 (unsigned long long)g->sent_cross_all_reduce, "all-reduce");
+    }
+    if (g->split_sent_max) {  // an upper bound: the rows of the step's distinct tokens
+        fprintf(f, "  %-34s %16llu %12s %16llu %12s\n", "wte encoder rows (fp32), at most", 0ULL, "-",
+                (unsigned long long)g->split_sent_max, "all-to-all-v");
     }
     zero1_ledger_row_(f, "total sent", g->sent_all_reduce, g->sent_zero1);
     if (g->instances > 1) {

@@ -189,6 +189,8 @@ static void op_print_start(Optimizer* o) {
                                                         cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
     size_t temporaries = zero1_recv_temporary_bytes(z->rt);
     if (temporaries) zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
+    size_t tokens, width, wte_bucket;
+    if (zero1_split_shape(z->rt, &tokens, &width, &wte_bucket)) zero1_ledger_add_split(&ledger, tokens, width, wte_bucket);
     zero1_ledger_print(stdout, &ledger);
     checkpoint_print_bound();
 }

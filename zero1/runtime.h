@@ -175,6 +175,10 @@ void zero1_share_state_across(Zero1Runtime* rt);
 // when the mode is off or does nothing).
 size_t zero1_recv_temporary_bytes(const Zero1Runtime* rt);
 
+// --split-embedding: the tokens per micro-step, the row width and the size of the
+// embedding's bucket (for the ledger); 0 without the split.
+int zero1_split_shape(const Zero1Runtime* rt, size_t* tokens, size_t* width, size_t* bucket_numel);
+
 // Bytes of optimizer state this rank allocated (master + m + v), and its owned elements.
 size_t zero1_state_bytes(const Zero1Runtime* rt);
 size_t zero1_owned_numel(const Zero1Runtime* rt);

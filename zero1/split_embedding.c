@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "llmc/utils.h"
+#include "zero1/ledger.h"
 #include "zero1/runtime_internal.h"
 
 static int split_fail(char* err, size_t err_len, const char* msg) {
@@ -72,7 +73,7 @@ int split_create(Zero1Runtime* rt, const Zero1ModelSpec* model, char* err, size_
     // max_positions of them.
     size_t slot_rows = (hi - lo) / sp->width + 2;
     sp->max_adds = (int)min_size(slot_rows, (size_t)size * sp->max_positions);
-    sp->max_recv_rows = (int)((size_t)size * min_size(slot_rows, (size_t)sp->max_positions));
+    sp->max_recv_rows = (int)zero1_split_recv_rows(size, hi - lo, sp->width, (uint64_t)sp->max_positions);
     const Zero1DeviceOps* ops = rt->dev.ops;
     void* c = rt->dev.ctx;
     sp->rows = (float*)rt_alloc(rt, (size_t)sp->max_positions * sp->width * sizeof(float));
@@ -260,3 +261,13 @@ void split_add(Zero1Runtime* rt) {
 }
 
 size_t zero1_embedding_rows_sent(const Zero1Runtime* rt) { return rt->split ? rt->split->rows_sent : 0; }
+
+int zero1_split_shape(const Zero1Runtime* rt, size_t* tokens, size_t* width, size_t* bucket_numel) {
+    const SplitEmbedding* sp = rt->split;
+    if (!sp) return 0;
+    const Zero1Bucket* bk = &rt->layout.buckets[sp->bucket];
+    *tokens = (size_t)sp->max_positions;
+    *width = sp->width;
+    *bucket_numel = bk->end - bk->start;
+    return 1;
+}

@@ -18,7 +18,8 @@
 static const char* USAGE =
     "usage: zero1_plan (--numels a,b,c | --model dN [--vocab V] [--max-seq T] [--heads H])\n"
     "                  [--dp N] [--instances K] [--bucket-size N|none] [--pad-busbw] [--shared-embedding I|none]\n"
-    "                  [--split-embedding] [--json] [--shards]\n"
+    "                  [--grad-dtype fp32|bf16] [--fp32-accumulation] [--average-in-collective]\n"
+    "                  [--split-embedding [--tokens P]] [--json] [--shards]\n"
     "       zero1_plan --batch FILE   (one argument list per line; prints one JSON per line)\n"
     "  --numels a,b,c       parameter sizes in definition order (each >= 1)\n"
     "  --model dN           GPT-2 of depth N in canonical order (wte, wpe, layers, lnf);\n"
@@ -33,8 +34,13 @@ static const char* USAGE =
     "  --pad-busbw          pad buckets to lcm(DP,128,65536) instead of lcm(DP,128)\n"
     "  --shared-embedding I give parameter I a bucket of its own (default none; Megatron\n"
     "                       does this only for a tied embedding split across pipeline stages)\n"
-    "  --split-embedding    (--model) wte's dense (classifier) gradient part reduced as soon as the\n"
-    "                       classifier's backward is done; its encoder rows exchanged sparsely\n"
+    "  --grad-dtype T       dtype of the gradient reduction (default fp32)\n"
+    "  --fp32-accumulation  (--grad-dtype bf16) bf16 on the wire, fp32 sums: each bucket an\n"
+    "                       all-to-all into one of two receive temporaries\n"
+    "  --average-in-collective  the reductions average (ncclAvg) instead of a 1/DP pre-scale\n"
+    "  --split-embedding    (--model) wte in a bucket of its own, reduced as soon as the\n"
+    "                       classifier's backward is done; its encoder rows exchanged sparsely,\n"
+    "                       --tokens P per micro-step per rank (default 16384 = 16 x 1024)\n"
     "  --json               print one JSON object instead of tables\n"
     "  --shards             include every (rank, bucket) shard and its four views\n";
 
@@ -50,6 +56,9 @@ typedef struct {
     int pad_busbw;
     int shared_embedding;
     int split_embedding;
+    int grad_bytes;         // --grad-dtype: 4 or 2
+    int fp32_accumulation, average_in_collective;
+    int tokens;             // --split-embedding: tokens per micro-step per rank
     int json, shards, help;
     const char* batch_file;
 } PlanOptions;
@@ -124,6 +133,8 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
     o->instances = 1;
     o->bucket_size = -1;
     o->shared_embedding = -1;
+    o->grad_bytes = 4;
+    o->tokens = 16 * 1024;
     const char* numels_arg = NULL;
     for (int i = 0; i < argc; i++) {
         const char* a = argv[i];
@@ -134,11 +145,13 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
         if (strcmp(a, "--shards") == 0) { o->shards = 1; continue; }
         if (strcmp(a, "--split-embedding") == 0) { o->split_embedding = 1; continue; }
+        if (strcmp(a, "--fp32-accumulation") == 0) { o->fp32_accumulation = 1; continue; }
+        if (strcmp(a, "--average-in-collective") == 0) { o->average_in_collective = 1; continue; }
         int takes_value = strcmp(a, "--numels") == 0 || strcmp(a, "--model") == 0 || strcmp(a, "--vocab") == 0 ||
                           strcmp(a, "--max-seq") == 0 || strcmp(a, "--heads") == 0 || strcmp(a, "--dp") == 0 ||
                           strcmp(a, "--instances") == 0 ||
                           strcmp(a, "--bucket-size") == 0 || strcmp(a, "--shared-embedding") == 0 ||
-                          strcmp(a, "--batch") == 0;
+                          strcmp(a, "--batch") == 0 || strcmp(a, "--grad-dtype") == 0 || strcmp(a, "--tokens") == 0;
         if (!takes_value) return plan_error(err, n, "unknown argument '%s'%s", a, "");
         if (!has_value) return plan_error(err, n, "%s needs a value%s", a, "");
         i++;
@@ -161,6 +174,12 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
             if (strcmp(v, "none") == 0) o->bucket_size = 0;
             else if (parse_u64(v, &b) && b <= (unsigned long long)(1ULL << 62)) o->bucket_size = (long long)b;
             else return plan_error(err, n, "bad --bucket-size '%s' (elements, or none)%s", v, "");
+        } else if (strcmp(a, "--grad-dtype") == 0) {
+            if (strcmp(v, "fp32") == 0) o->grad_bytes = 4;
+            else if (strcmp(v, "bf16") == 0) o->grad_bytes = 2;
+            else return plan_error(err, n, "bad --grad-dtype '%s' (fp32 or bf16)%s", v, "");
+        } else if (strcmp(a, "--tokens") == 0) {
+            if (!parse_int_range(v, 1, 1 << 30, &o->tokens)) return plan_error(err, n, "bad --tokens '%s'%s", v, "");
         } else if (strcmp(a, "--shared-embedding") == 0) {
             if (strcmp(v, "none") == 0) o->shared_embedding = -1;
             else if (!parse_int_range(v, 0, 1 << 30, &o->shared_embedding))
@@ -174,6 +193,9 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
     if ((numels_arg == NULL) == (o->model == NULL))
         return plan_error(err, n, "give exactly one of --numels and --model%s%s", "", "");
     if (o->split_embedding && !o->model) return plan_error(err, n, "--split-embedding needs --model%s%s", "", "");
+    if (o->split_embedding) o->shared_embedding = 0;  // wte gets a bucket of its own, as in the trainers
+    if (o->fp32_accumulation && o->grad_bytes != 2)
+        return plan_error(err, n, "--fp32-accumulation needs --grad-dtype bf16%s%s", "", "");
     if (numels_arg) return parse_numels(numels_arg, o, err, n);
     if (gpt2_config_from_descriptor(o->model, o->vocab, o->max_seq, &o->cfg) != 0)
         return plan_error(err, n, "bad --model '%s' (want dN, e.g. d12)%s", o->model, "");
@@ -215,6 +237,23 @@ static const char* block_name(const PlanOptions* o, int block, char* buf, size_t
     return buf;
 }
 
+// The ledger of this plan's options for param_bytes (2: bf16 params, 4: fp32).
+static Zero1Ledger plan_ledger(const PlanOptions* o, const Zero1Layout* L, int param_bytes) {
+    Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, o->instances, param_bytes, o->grad_bytes);
+    if (o->fp32_accumulation && L->dp > 1) {
+        size_t largest = 0;
+        for (int b = 0; b < L->num_buckets; b++) {
+            if (L->buckets[b].end - L->buckets[b].start > largest) largest = L->buckets[b].end - L->buckets[b].start;
+        }
+        zero1_ledger_add_recv_temporaries(&g, largest);
+    }
+    if (o->split_embedding) {
+        const Zero1Bucket* wte = &L->buckets[L->params[gpt2_idx_wte()].bucket];
+        zero1_ledger_add_split(&g, (uint64_t)o->tokens, (uint64_t)o->cfg.channels, wte->end - wte->start);
+    }
+    return g;
+}
+
 // ---------------------------------------------------------------------------- JSON
 
 static void json_range(FILE* f, const char* key, Zero1Range r) {
@@ -227,14 +266,16 @@ static void json_ledger(FILE* f, const Zero1Ledger* g) {
             "\"param_buffer\":%llu,\"grad_buffer\":%llu,\"state_replicated\":%llu,\"state_zero1\":%llu,"
             "\"total_replicated\":%llu,\"total_zero1\":%llu,\"sent_all_reduce\":%llu,"
             "\"sent_reduce_scatter\":%llu,\"sent_all_gather\":%llu,\"sent_cross_all_reduce\":%llu,"
-            "\"sent_zero1\":%llu,\"overflow\":%s}",
+            "\"sent_zero1\":%llu,\"recv_temporaries\":%llu,\"split_rows\":%llu,\"split_sent_max\":%llu,"
+            "\"overflow\":%s}",
             g->param_bytes, g->grad_bytes, g->state_bytes, (unsigned long long)g->owned_numel,
             (unsigned long long)g->param_buffer, (unsigned long long)g->grad_buffer,
             (unsigned long long)g->state_replicated, (unsigned long long)g->state_zero1,
             (unsigned long long)g->total_replicated, (unsigned long long)g->total_zero1,
             (unsigned long long)g->sent_all_reduce, (unsigned long long)g->sent_reduce_scatter,
             (unsigned long long)g->sent_all_gather, (unsigned long long)g->sent_cross_all_reduce,
-            (unsigned long long)g->sent_zero1, g->overflow ? "true" : "false");
+            (unsigned long long)g->sent_zero1, (unsigned long long)g->recv_temporaries,
+            (unsigned long long)g->split_rows, (unsigned long long)g->split_sent_max, g->overflow ? "true" : "false");
 }
 
 // Returns 0, or -1 (message in err) if a shard could not be built.
@@ -243,6 +284,9 @@ static int print_json(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
     fprintf(f, "{\"dp\":%d,\"instances\":%d,\"group_size\":%d,\"bucket_size\":", L->dp * instances, instances, L->dp);
     if (L->bucket_size == 0) fprintf(f, "null");
     else fprintf(f, "%zu", L->bucket_size);
+    fprintf(f, ",\"grad_dtype\":\"%s\",\"fp32_accumulation\":%s,\"average_in_collective\":%s,\"split_embedding\":%s,"
+               "\"tokens\":%d", o->grad_bytes == 2 ? "bf16" : "fp32", o->fp32_accumulation ? "true" : "false",
+            o->average_in_collective ? "true" : "false", o->split_embedding ? "true" : "false", o->tokens);
     fprintf(f, ",\"pad_busbw\":%s,\"shared_embedding\":", L->pad_busbw ? "true" : "false");
     if (L->shared_embedding < 0) fprintf(f, "null");
     else fprintf(f, "%d", L->shared_embedding);
@@ -267,10 +311,10 @@ static int print_json(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
                 p->bucket);
     }
     fprintf(f, "],\"ledger\":{\"bf16_params\":");
-    Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, instances, 2, 4);
+    Zero1Ledger g = plan_ledger(o, L, 2);
     json_ledger(f, &g);
     fprintf(f, ",\"fp32_params\":");
-    g = zero1_ledger_compute_instances(L->numel, L->dp, instances, 4, 4);
+    g = plan_ledger(o, L, 4);
     json_ledger(f, &g);
     fprintf(f, "}");
     if (with_shards) {
@@ -372,11 +416,26 @@ static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
         }
         fprintf(f, "\n");
     }
-    fprintf(f, "memory and communication, bf16 params + fp32 grads (GPU default):\n");
-    Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, o->instances, 2, 4);
+    const char* gdt = o->grad_bytes == 2 ? "bf16" : "fp32";
+    if (o->fp32_accumulation) {
+        fprintf(f, "fp32 accumulation: each bucket's bf16 slices go by all-to-all into one of two receive temporaries "
+                   "and are summed in fp32; a bucket's exchange starts once the one fired before it is done (at most "
+                   "two temporaries in use)\n");
+    }
+    if (o->average_in_collective) {
+        fprintf(f, "average in the collective: the reductions average (ncclAvg; MPI scales the result as it moves "
+                   "it) instead of a 1/DP pre-scale; no byte count changes\n");
+    }
+    if (o->split_embedding) {
+        fprintf(f, "split embedding: wte's encoder rows of the last micro-step (at most %d tokens per rank) go by a "
+                   "sparse all-to-all-v after the embeddings' backward\n", o->tokens);
+    }
+    if (o->fp32_accumulation || o->average_in_collective || o->split_embedding) fprintf(f, "\n");
+    fprintf(f, "memory and communication, bf16 params + %s grads (GPU default):\n", gdt);
+    Zero1Ledger g = plan_ledger(o, L, 2);
     zero1_ledger_print(f, &g);
-    fprintf(f, "\nmemory and communication, fp32 params + fp32 grads (CPU fp32; master == params):\n");
-    g = zero1_ledger_compute_instances(L->numel, L->dp, o->instances, 4, 4);
+    fprintf(f, "\nmemory and communication, fp32 params + %s grads (CPU fp32; master == params):\n", gdt);
+    g = plan_ledger(o, L, 4);
     zero1_ledger_print(f, &g);
     fprintf(f, "\nledger: replicated = param buffer + grad buffer + optimizer state on all numel elements;\n"
                "ZeRO-1 = same buffers + optimizer state on numel/DP owned elements. Sent per rank (ring):\n"

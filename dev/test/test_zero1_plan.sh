@@ -71,6 +71,38 @@ got=$(timing --shared-embedding 0 --split-embedding) || fail "timing JSON (split
 [ "$got" == "6,6 0,0 -1,-1 12,-1" ] || fail "d12 DP=8 split-embedding bucket timing: got '$got'"
 echo "  d12 DP=8: buckets' gradients final after the backward of h6, h0, embeddings (split wte: the classifier)"
 
+# 2c. The ledger of the reduction options. fp32 accumulation: bf16 on the wire (the all-to-all
+# sends each peer its slice: (DP-1) x owned x 2 bytes, as a bf16 reduce-scatter) and two
+# receive temporaries of the largest bucket (B2) in bf16. The split embedding (P = 1024
+# tokens per rank): wte alone in the last bucket (Vp x C), a slot of Vp*C/DP elements meets
+# Vp*C/DP/C + 2 rows, so each rank receives at most DP x min(that, P) rows and holds P
+# compact ones, fp32; it sends at most (P + DP - 1) rows of C fp32. Averaging changes no bytes.
+json=$(./zero1_plan --model d12 --dp $DP --grad-dtype bf16 --fp32-accumulation --average-in-collective --json) ||
+    fail "zero1_plan --fp32-accumulation --json exited $?"
+got=$(echo "$json" | $PY -c '
+import json, sys
+j = json.load(sys.stdin); b = j["ledger"]["bf16_params"]
+print(j["grad_dtype"], j["fp32_accumulation"], j["average_in_collective"], b["sent_reduce_scatter"],
+      b["recv_temporaries"], b["total_zero1"])') || fail "cannot parse the fp32-accumulation JSON"
+want="bf16 True True $(((DP - 1) * OWNED * 2)) $((4 * B2)) $((2 * NUMEL + 2 * NUMEL + 12 * OWNED + 4 * B2))"
+[ "$got" == "$want" ] || fail "d12 DP=8 fp32-accumulation ledger: got '$got', want '$want'"
+P=1024; WTE=$((VP * C)); SLOT_ROWS=$((WTE / DP / C + 2)); RECV=$((DP * (SLOT_ROWS < P ? SLOT_ROWS : P)))
+json=$(./zero1_plan --model d12 --dp $DP --split-embedding --tokens $P --json) || fail "zero1_plan --split-embedding --json"
+got=$(echo "$json" | $PY -c '
+import json, sys
+j = json.load(sys.stdin); b = j["ledger"]["fp32_params"]
+print(j["shared_embedding"], j["buckets"][-1]["end"] - j["buckets"][-1]["start"], b["split_rows"], b["split_sent_max"])') ||
+    fail "cannot parse the split JSON"
+want="0 $WTE $(((P + RECV) * C * 4)) $(((P + DP - 1) * C * 4))"
+[ "$got" == "$want" ] || fail "d12 DP=8 split-embedding ledger: got '$got', want '$want'"
+text=$(./zero1_plan --model d12 --dp $DP --grad-dtype bf16 --fp32-accumulation --split-embedding --tokens $P) ||
+    fail "zero1_plan with the options exited $?"
+for line in "fp32-acc. recv temporaries (2 slots)" "split-emb. rows (compact + received)" "wte encoder rows (fp32), at most" \
+            "all-to-all"; do
+    grep -qF "$line" <<<"$text" || fail "the options' text output lacks '$line'"
+done
+echo "  d12 DP=8: fp32 accumulation $((4 * B2)) B of receive temporaries; split embedding $(((P + RECV) * C * 4)) B of rows, at most $(((P + DP - 1) * C * 4)) B sent sparsely"
+
 # 2b. The same 8 ranks as K=2 instances of G=4: the layout is DP=4's (d12 needs no padding at
 # lcm(4,128) either, and the 40e6 default holds), each rank owns numel/4 and sends, per step,
 # reduce-scatter 3/4 numel fp32 + all-gather 3/4 numel bf16 inside its group, and the ring
@@ -128,6 +160,9 @@ bad_cases=(
     "--numels 1,2 --instances 2"
     "--numels 1,2 --dp 4 --instances x"
     "--numels 1,2 --split-embedding"
+    "--model d12 --fp32-accumulation"
+    "--model d12 --grad-dtype fp16"
+    "--model d12 --split-embedding --tokens 0"
 )
 for args in "${bad_cases[@]}"; do
     # shellcheck disable=SC2086
