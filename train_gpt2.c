@@ -87,7 +87,7 @@ static void check_grads_finite(const ReplicatedOptimizer* r, int step) {
     }
 }
 
-static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms) {
+static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
     ReplicatedOptimizer* r = replicated(o);
     double t0 = wall_ms();
     if (o->world > 1) mpi_allreduce_sum_deadline(r->grads, r->numel, MPI_FLOAT, "gradient all-reduce", step + 1);
@@ -97,6 +97,7 @@ static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms
 #pragma omp parallel for reduction(+ : sumsq)
     for (size_t i = 0; i < r->numel; i++) sumsq += (double)r->grads[i] * r->grads[i];
     r->norm = (float)sqrt(sumsq);
+    if (gate && gate->skip(gate->ctx, r->norm)) return;
     float clip = r->cfg.grad_clip;
     float grad_scale = (clip > 0.0f && r->norm > clip) ? clip / r->norm : 1.0f;
     AdamWStep s = adamw_step_params(lr, r->cfg.beta1, r->cfg.beta2, r->cfg.eps, r->cfg.weight_decay, step + 1,
@@ -248,19 +249,22 @@ static void trainer_free(Trainer* tr) {
 }
 
 // One optimizer step: k micro-steps of forward+backward, the gradient reduction, AdamW.
-static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_batch, void* batch_ctx) {
-    StepResult r = {step, 0.0f, 0.0f, lr, 0.0};
+static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_batch, void* batch_ctx,
+                               OutlierState* outliers) {
+    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, NAN, NAN};
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
     // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions;
     // with --average-in-collective the reduction divides by DP itself.
     float loss_scale = 1.0f / ((float)B * T * k * (tr->cfg.average_in_collective ? 1 : tr->world));
+    if (tr->cfg.spike_grad_step == step) loss_scale *= 1000.0f;  // test only: a grad-norm outlier
     double loss_sum = 0.0;
     opt->ops->begin_step(opt, step);
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
+        if (tr->cfg.spike_loss_step == step) targets = spiked_targets(tr->model.config.vocab_size, B * T);  // test only: a loss outlier
         opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         loss_sum += m->mean_loss;
@@ -277,8 +281,12 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     float loss = (float)(loss_sum / k);
     if (tr->world > 1) mpi_allreduce_sum_deadline(&loss, 1, MPI_FLOAT, "loss all-reduce", step + 1);
     r.loss = loss / tr->world;
-    opt->ops->finish_step(opt, step, lr, &r.comm_blocked_ms);
+    StepGate g;
+    UpdateGate gate;
+    opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, r.loss, &r),
+                          &r.comm_blocked_ms);
     r.grad_norm = opt->ops->read_norm(opt);
+    step_gate_end(&g, r.loss, r.grad_norm);
     return r;
 }
 
@@ -330,18 +338,19 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
     memcpy(logits, tr->model.acts.logits + (size_t)(window - 1) * Vp, (size_t)Vp * sizeof(float));
 }
 
-static StepResult loop_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx) {
-    return trainer_step((Trainer*)t, step, lr, next_batch, batch_ctx);
+static StepResult loop_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx, OutlierState* outliers) {
+    return trainer_step((Trainer*)t, step, lr, next_batch, batch_ctx, outliers);
 }
 static float loop_evaluate(void* t, DataLoader* val) { return evaluate((Trainer*)t, val); }
 static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
     Trainer* tr = (Trainer*)t;
     print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
-static void loop_checkpoint(void* t, int steps_done, int max_steps, const DataLoader* train, uint64_t rng) {
+static void loop_checkpoint(void* t, int steps_done, int max_steps, const DataLoader* train, uint64_t rng,
+                            const OutlierState* outliers) {
     Trainer* tr = (Trainer*)t;
     checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, max_steps, train,
-                        rng);
+                        rng, outliers);
 }
 
 #ifndef TESTING

@@ -155,7 +155,7 @@ static void report_non_finite_grad(ReplicatedOptimizer* r, int step) {
     fatal("non-finite gradient norm at step %d", step);
 }
 
-static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms) {
+static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
     ReplicatedOptimizer* r = replicated(o);
     cudaStream_t st = r->gpu->stream;
     nccl_all_reduce_sum(r->grads, r->numel, &r->nccl, st);
@@ -165,6 +165,11 @@ static void rep_finish_step(Optimizer* o, int step, float lr, double* blocked_ms
         cudaCheck(cudaStreamSynchronize(st));
         // step + 1: the 1-based step of the step line, as train_gpt2.c's message says
         if (!isfinite(r->norm_host[0])) report_non_finite_grad(r, step + 1);
+    }
+    if (gate) {  // -sl/-sg: the host decides from the norm, so this waits for it
+        cudaCheck(cudaMemcpyAsync(r->norm_host, r->norm, sizeof(float), cudaMemcpyDeviceToHost, st));
+        cudaCheck(cudaStreamSynchronize(st));
+        if (gate->skip(gate->ctx, r->norm_host[0])) return;
     }
     AdamWStep s = adamw_step_params(lr, r->cfg.beta1, r->cfg.beta2, r->cfg.eps, r->cfg.weight_decay, step + 1, 1.0f);
     for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
@@ -366,8 +371,9 @@ static float loss_over_ranks(Trainer* tr, const char* what, int step) {
 
 // One optimizer step: k micro-steps of forward+backward, then the optimizer (reduction,
 // norm, AdamW); the host reads the loss and the norm once, after everything is queued.
-static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_batch, void* batch_ctx) {
-    StepResult r = {step, 0.0f, 0.0f, lr, 0.0};
+static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_batch, void* batch_ctx,
+                               OutlierState* outliers) {
+    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, NAN, NAN};
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     cudaStream_t st = tr->gpu->stream;
@@ -375,11 +381,13 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions;
     // with --average-in-collective the reduction divides by DP itself.
     float loss_scale = 1.0f / ((float)B * T * k * (tr->cfg.average_in_collective ? 1 : tr->world));
+    if (tr->cfg.spike_grad_step == step) loss_scale *= 1000.0f;  // test only: a grad-norm outlier
     opt->ops->begin_step(opt, step);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
+        if (tr->cfg.spike_loss_step == step) targets = spiked_targets(tr->model.config.vocab_size, B * T);  // test only: a loss outlier
         opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
@@ -393,9 +401,18 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
         m->hooks = saved;
     }
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
-    opt->ops->finish_step(opt, step, lr, &r.comm_blocked_ms);
+    StepGate g;
+    UpdateGate gate;
+    float scale = 1.0f / ((float)k * tr->world);
+    if (step_gate_wanted(&tr->cfg, outliers)) {  // -sl/-sg decide before the update: one more wait, for the loss
+        cudaCheck(cudaStreamSynchronize(st));
+        r.loss = loss_over_ranks(tr, "loss all-reduce", step + 1) * scale;
+    }
+    opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, r.loss, &r),
+                          &r.comm_blocked_ms);
     r.grad_norm = opt->ops->read_norm(opt);  // the one sync of the step; the loss copy is before it
-    r.loss = loss_over_ranks(tr, "loss all-reduce", step + 1) / ((float)k * tr->world);
+    if (!step_gate_wanted(&tr->cfg, outliers)) r.loss = loss_over_ranks(tr, "loss all-reduce", step + 1) * scale;
+    step_gate_end(&g, r.loss, r.grad_norm);
     return r;
 }
 
@@ -458,18 +475,19 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
     free(row);
 }
 
-static StepResult loop_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx) {
-    return trainer_step((Trainer*)t, step, lr, next_batch, batch_ctx);
+static StepResult loop_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx, OutlierState* outliers) {
+    return trainer_step((Trainer*)t, step, lr, next_batch, batch_ctx, outliers);
 }
 static float loop_evaluate(void* t, DataLoader* val) { return evaluate((Trainer*)t, val); }
 static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
     Trainer* tr = (Trainer*)t;
     print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
 }
-static void loop_checkpoint(void* t, int steps_done, int max_steps, const DataLoader* train, uint64_t rng) {
+static void loop_checkpoint(void* t, int steps_done, int max_steps, const DataLoader* train, uint64_t rng,
+                            const OutlierState* outliers) {
     Trainer* tr = (Trainer*)t;
     checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, max_steps, train,
-                        rng);
+                        rng, outliers);
 }
 
 #ifndef TESTING

@@ -43,6 +43,7 @@
 #include "llmc/gpt2_spec.h"
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
+#include "llmc/outliers.h"
 #include "llmc/untrusted.h"
 #include "llmc/utils.h"
 
@@ -53,7 +54,7 @@ extern "C" {
 #define OPTIMIZER_MAGIC 20241129
 #define OPTIMIZER_VERSION 1
 #define CHECKPOINT_MANIFEST "manifest.txt"
-#define CHECKPOINT_TEXT_MAX 4096  // state.txt and manifest.txt are a few lines
+#define CHECKPOINT_TEXT_MAX 65536  // state.txt and manifest.txt: a few lines (the outlier windows the longest)
 
 // The files the manifest covers.
 enum { CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_STATE, CHECKPOINT_NUM_FILES };
@@ -76,6 +77,10 @@ typedef struct {
     // earlier checkpoints (has_data_order 0), which ran in file order.
     int shuffle, data_seed;
     int has_data_order;
+    // -sl/-sg's windows of recent losses and grad norms (llmc/outliers.h), so that a resume
+    // decides as the straight run would; absent from earlier checkpoints (has_outliers 0).
+    OutlierState outliers;
+    int has_outliers;
 } CheckpointState;
 
 // ----------------------------------------------------------------------------
@@ -274,7 +279,7 @@ static inline void checkpoint_fsync(const char* path) {
 // state.txt: "key value" lines, every value a non-negative integer in a stated range, or
 // a finite non-negative float written with the 9 digits that give back its exact bits.
 
-enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32 };
+enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32, STATE_WINDOW };
 typedef struct {
     const char* key;
     size_t offset;
@@ -283,7 +288,7 @@ typedef struct {
     int group;          // 0: always there; a later group: all of its fields or none (earlier versions)
 } CheckpointStateField;
 
-enum { STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_NUM_GROUPS };
+enum { STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_GROUP_OUTLIERS, STATE_NUM_GROUPS };
 #define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 0}
 #define STATE_MEANING(key, member, kind, min, max) \
     {key, offsetof(CheckpointState, member), kind, min, max, STATE_GROUP_STEP_MEANING}
@@ -311,6 +316,8 @@ static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_ORDER("shuffle", shuffle, STATE_INT, 0, 1),
     STATE_ORDER("data_seed", data_seed, STATE_INT, 0, INT_MAX),
     STATE_ORDER("epoch", epoch, STATE_SIZE, 0, INT64_MAX),
+    {"loss_window", offsetof(CheckpointState, outliers.loss), STATE_WINDOW, 0, 0, STATE_GROUP_OUTLIERS},
+    {"norm_window", offsetof(CheckpointState, outliers.norm), STATE_WINDOW, 0, 0, STATE_GROUP_OUTLIERS},
 };
 #define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
 
@@ -321,6 +328,12 @@ static inline void checkpoint_write_state(const char* path, const CheckpointStat
         const char* p = (const char*)s + fd->offset;
         if (fd->kind == STATE_F32) {
             fprintf(f, "%s %.9g\n", fd->key, (double)*(const float*)p);
+            continue;
+        }
+        if (fd->kind == STATE_WINDOW) {
+            fprintf(f, "%s ", fd->key);
+            outlier_window_format((const OutlierWindow*)p, f);
+            fputc('\n', f);
             continue;
         }
         uint64_t v = fd->kind == STATE_INT ? (uint64_t)*(const int*)p
@@ -348,13 +361,21 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
     memset(s, 0, sizeof(*s));
     while ((line = checkpoint_next_line(&rest)) != NULL) {
         char key[64], value[64], extra;
-        if (sscanf(line, "%63s %63s %c", key, value, &extra) != 2) fatal("%s: malformed line '%.80s'", path, line);
+        int at = 0;
+        if (sscanf(line, "%63s %n", key, &at) != 1) fatal("%s: malformed line '%.80s'", path, line);
         int i = 0;
         while (i < CHECKPOINT_NUM_STATE_FIELDS && strcmp(CHECKPOINT_STATE_FIELDS[i].key, key) != 0) i++;
         if (i == CHECKPOINT_NUM_STATE_FIELDS) fatal("%s: unknown field '%s'", path, key);
         const CheckpointStateField* fd = &CHECKPOINT_STATE_FIELDS[i];
         if (seen[i]++) fatal("%s: field %s appears twice", path, key);
         char* p = (char*)s + fd->offset;
+        if (fd->kind == STATE_WINDOW) {  // one long value: the rest of the line
+            if (!outlier_window_parse(line + at, (OutlierWindow*)p)) {
+                fatal("%s: field %s = '%.60s...' is not a window of finite values", path, key, line + at);
+            }
+            continue;
+        }
+        if (sscanf(line, "%63s %63s %c", key, value, &extra) != 2) fatal("%s: malformed line '%.80s'", path, line);
         if (fd->kind == STATE_F32) {
             if (!checkpoint_parse_f32(value, (float*)p)) {
                 fatal("%s: field %s = '%s' is not a finite non-negative number", path, key, value);
@@ -374,6 +395,7 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) group_seen[CHECKPOINT_STATE_FIELDS[i].group] += seen[i];
     s->has_step_meaning = group_seen[STATE_GROUP_STEP_MEANING] > 0;
     s->has_data_order = group_seen[STATE_GROUP_DATA_ORDER] > 0;
+    s->has_outliers = group_seen[STATE_GROUP_OUTLIERS] > 0;
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
         int group = CHECKPOINT_STATE_FIELDS[i].group;
         if (!seen[i] && (group == STATE_GROUP_ALWAYS || group_seen[group])) {

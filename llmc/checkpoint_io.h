@@ -534,7 +534,7 @@ static inline void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps
 // The training loop's checkpoint: every -n steps and at the end (collective).
 static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config* mc, Optimizer* o,
                                        int grad_accum_steps, int steps_done, int max_steps, const DataLoader* train,
-                                       uint64_t sample_rng) {
+                                       uint64_t sample_rng, const OutlierState* outliers) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
     s.step = steps_done;
@@ -548,6 +548,8 @@ static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config*
     s.epoch = at.epoch;
     s.shard = at.shard;
     s.shard_tokens_done = at.tokens_done;
+    s.outliers = *outliers;
+    s.has_outliers = 1;
     checkpoint_save(cfg->output_dir, mc, o, &s);
 }
 
@@ -649,6 +651,10 @@ static inline int checkpoint_start_step(const TrainConfig* cfg, const Checkpoint
     *sample_rng = rng_seed((uint64_t)cfg->seed + 1337);
     if (!cfg->resume) return 0;
     checkpoint_restore(r, mc, o, &io->train, sample_rng);
+    if (r->state.has_outliers) {  // -sl/-sg go on from the saved windows (at this run's --outlier-window)
+        io->outliers.loss = outlier_window_resized(&r->state.outliers.loss, cfg->outlier_window);
+        io->outliers.norm = outlier_window_resized(&r->state.outliers.norm, cfg->outlier_window);
+    }
     logger_resume_at(&io->logger, r->state.step);
     return r->state.step;
 }

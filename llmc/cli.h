@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmc/outliers.h"
 #include "llmc/utils.h"
 
 #ifdef __cplusplus
@@ -61,6 +62,9 @@ typedef struct {
     int fp32_accumulation;      // bf16 on the wire, the shard summed in fp32 (all-to-all instead of reduce-scatter)
     int average_in_collective;  // the gradient reductions average; the loss scale drops its 1/world
     int plant_nan_step;         // test-only: poison one gradient at this step (-1 = never)
+    float skip_loss_z, skip_norm_z;  // -sl / -sg: skip an update whose z-score exceeds this (0: off)
+    int outlier_window;         // steps in -sl/-sg's windows
+    int spike_grad_step, spike_loss_step;  // test-only: a gradient / loss outlier at this step (-1 = never)
     float comm_timeout;         // seconds a rank waits on a collective before aborting the job (0: forever)
     int split_embedding;        // ZeRO-1: reduce wte's classifier part at once, its encoder part as sparse rows
     int dist_opt_instances;     // ZeRO-1 shards within W/K consecutive ranks, all-reduced across the K groups
@@ -144,6 +148,16 @@ static const OptionSpec TRAIN_OPTIONS[] = {
      "with --grad-dtype bf16 and -z 1: send bf16 (all-to-all), sum each rank's shard in fp32 in rank order"},
     {NULL, "--average-in-collective", OPT_FLAG, CLI_FIELD(average_in_collective), 0, 0,
      "the gradient reductions average over the ranks (ncclAvg) instead of each rank scaling by 1/ranks"},
+    {"-sl", "--skip-loss-z", OPT_FLOAT, CLI_FIELD(skip_loss_z), 0, 1e6,
+     "skip the update when the loss's z-score over the last --outlier-window steps exceeds this (0: off)"},
+    {"-sg", "--skip-norm-z", OPT_FLOAT, CLI_FIELD(skip_norm_z), 0, 1e6,
+     "skip the update when the grad norm's z-score over the last --outlier-window steps exceeds this (0: off)"},
+    {NULL, "--outlier-window", OPT_INT, CLI_FIELD(outlier_window), 2, OUTLIER_MAX_WINDOW,
+     "steps whose losses and grad norms -sl/-sg compare with"},
+    {NULL, "--test-grad-spike", OPT_INT, CLI_FIELD(spike_grad_step), -1, INT_MAX,
+     "test only: scale the loss gradient by 1000 at this 0-based step (a grad-norm outlier)"},
+    {NULL, "--test-loss-spike", OPT_INT, CLI_FIELD(spike_loss_step), -1, INT_MAX,
+     "test only: every target of this 0-based step is the last token id (a loss outlier)"},
     {NULL, "--test-plant-nan", OPT_INT, CLI_FIELD(plant_nan_step), -1, INT_MAX,
      "test only: poison one gradient at this step"},
     {NULL, "--comm-timeout", OPT_FLOAT, CLI_FIELD(comm_timeout), 0, 1e9,
@@ -195,6 +209,8 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->param_dtype = DTYPE_FP32;
     c->grad_dtype = DTYPE_FP32;
     c->plant_nan_step = -1;
+    c->outlier_window = 128;
+    c->spike_grad_step = c->spike_loss_step = -1;
     c->comm_timeout = 600.0f;
     c->dist_opt_instances = 1;
     c->comm_backend = "auto";

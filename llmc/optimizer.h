@@ -46,6 +46,15 @@ typedef struct {
 
 typedef struct Optimizer Optimizer;
 
+// The update's last word (-sl/-sg): finish_step calls skip with the step's grad norm, once
+// the host has it and before any rank updates; 1 skips the update (the gradients are
+// dropped; weights, m and v stay as they were). Every rank passes the same gate and sees
+// the same all-reduced norm, so all decide alike. NULL: always update (and no host wait).
+typedef struct {
+    int (*skip)(void* ctx, float grad_norm);
+    void* ctx;
+} UpdateGate;
+
 // What an optimizer does; every implementation has one static table of these.
 typedef struct {
     // Sets the weights from a dense canonical fp32 host array (every rank the same): the
@@ -53,9 +62,9 @@ typedef struct {
     void (*load_weights)(Optimizer* o, const float* dense);
     void (*begin_step)(Optimizer* o, int step);             // zeroes the grads
     void (*begin_micro_step)(Optimizer* o, int is_last);
-    // After the last backward: reduce, norm, clip, AdamW. Adds the ms the host blocked on
-    // communication. On a GPU it only queues work.
-    void (*finish_step)(Optimizer* o, int step, float lr, double* comm_blocked_ms);
+    // After the last backward: reduce, norm, clip, AdamW (unless gate skips it). Adds the ms
+    // the host blocked on communication. On a GPU it only queues work (a gate waits for the norm).
+    void (*finish_step)(Optimizer* o, int step, float lr, const UpdateGate* gate, double* comm_blocked_ms);
     float (*read_norm)(Optimizer* o);   // the step's grad norm (before clipping); syncs the device
     void (*sync_params)(Optimizer* o);  // the params are complete for what the device runs next
     // Checkpoints (see the top of this file). checkpoint_pieces: this rank's pieces, the

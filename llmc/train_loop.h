@@ -20,6 +20,8 @@
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
 #include "llmc/mpi_wait.h"
+#include "llmc/optimizer.h"
+#include "llmc/outliers.h"
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
@@ -49,7 +51,61 @@ typedef struct {
     float grad_norm;           // global L2 norm before clipping
     float lr;
     double comm_blocked_ms;    // host time spent waiting on communication
+    int skipped;               // -sl/-sg: the update was skipped (an outlier)
+    double z_loss, z_norm;     // their z-scores (NaN while the windows fill)
 } StepResult;
+
+// -sl/-sg for one step (llmc/outliers.h). step_gate_begin returns the gate finish_step
+// consults (NULL with both off: no host wait); after finish_step, step_gate_end lets the
+// windows take the step's values where the gate did not run, so that they are the same
+// whatever the flags and a resume that turns them on decides as the straight run would.
+typedef struct {
+    OutlierState* state;       // NULL: no detection at all (tests that drive trainer_step)
+    float loss_z_max, norm_z_max;
+    double loss;
+    StepResult* result;
+    int decided;
+} StepGate;
+
+static inline int step_gate_skip(void* ctx, float grad_norm) {
+    StepGate* g = (StepGate*)ctx;
+    g->decided = 1;
+    g->result->skipped = outlier_step(g->state, g->loss, grad_norm, g->loss_z_max, g->norm_z_max,
+                                      &g->result->z_loss, &g->result->z_norm);
+    return g->result->skipped;
+}
+
+// Test only (--test-loss-spike): n targets that are all the last token id (a loss outlier).
+static inline const int* spiked_targets(int vocab_size, int n) {
+    static int* spiked = NULL;
+    static int capacity = 0;
+    if (capacity < n) {
+        free(spiked);
+        spiked = (int*)mallocCheck((size_t)n * sizeof(int));
+        capacity = n;
+    }
+    for (int i = 0; i < n; i++) spiked[i] = vocab_size - 1;
+    return spiked;
+}
+
+static inline int step_gate_wanted(const TrainConfig* cfg, const OutlierState* state) {
+    return state && (cfg->skip_loss_z > 0.0f || cfg->skip_norm_z > 0.0f);
+}
+
+static inline const UpdateGate* step_gate_begin(StepGate* g, UpdateGate* gate, OutlierState* state,
+                                                const TrainConfig* cfg, double loss, StepResult* r) {
+    *g = (StepGate){state, cfg->skip_loss_z, cfg->skip_norm_z, loss, r, 0};
+    r->z_loss = r->z_norm = NAN;
+    *gate = (UpdateGate){step_gate_skip, g};
+    return step_gate_wanted(cfg, state) ? gate : NULL;
+}
+
+static inline void step_gate_end(StepGate* g, double loss, float grad_norm) {
+    if (!g->state || g->decided) return;
+    g->loss = loss;
+    g->loss_z_max = g->norm_z_max = 0.0f;  // off: only the windows move
+    step_gate_skip(g, grad_norm);
+}
 
 // Supplies the inputs and targets (B*T each, host memory) of micro-step `micro`.
 typedef void (*BatchFn)(void* ctx, int micro, const int** inputs, const int** targets);
@@ -188,6 +244,7 @@ typedef struct {
     int has_hellaswag;
     Tokenizer tok;
     Logger logger;
+    OutlierState outliers;  // -sl/-sg's windows (saved in checkpoints)
 } RunIO;
 
 static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int world, int vocab_size,
@@ -196,6 +253,7 @@ static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int 
     dataloader_init(&io->train, cfg->train_pattern, cfg->B, cfg->T, rank, world, vocab_size);
     if (cfg->shuffle) dataloader_shuffle(&io->train, (uint64_t)cfg->seed, (size_t)world * cfg->B * grad_accum_steps);
     dataloader_trace(&io->train);
+    outlier_state_init(&io->outliers, cfg->outlier_window);
     io->has_val = cfg->val_every > 0;
     if (io->has_val) dataloader_init(&io->val, cfg->val_pattern, cfg->B, cfg->T, rank, world, vocab_size);
     io->has_hellaswag = cfg->hellaswag;
@@ -220,10 +278,11 @@ static inline void run_io_close(RunIO* io) {
 // is the eval's forward (llmc/eval_hellaswag.h), with the trainer as its context.
 typedef struct {
     void* trainer;
-    StepResult (*step)(void* trainer, int step, float lr, BatchFn next_batch, void* batch_ctx);
+    StepResult (*step)(void* trainer, int step, float lr, BatchFn next_batch, void* batch_ctx, OutlierState* outliers);
     float (*evaluate)(void* trainer, DataLoader* val);
     void (*sample)(void* trainer, const Tokenizer* tok, uint64_t* rng_state);
-    void (*checkpoint)(void* trainer, int steps_done, int max_steps, const DataLoader* train, uint64_t rng_state);
+    void (*checkpoint)(void* trainer, int steps_done, int max_steps, const DataLoader* train, uint64_t rng_state,
+                       const OutlierState* outliers);
     HellaswagForward hellaswag_rows;
 } TrainLoop;
 
@@ -283,18 +342,23 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
         if (last) break;
         float lr = lr_at_step(cfg->lr, cfg->warmup_steps, cfg->final_lr_fraction, step, max_steps);
         double t0 = wall_ms();
-        StepResult r = loop->step(loop->trainer, step, lr, cfg->overfit_single_batch ? fixed_batch : loader_batch, train);
+        StepResult r = loop->step(loop->trainer, step, lr, cfg->overfit_single_batch ? fixed_batch : loader_batch, train,
+                                  &io->outliers);
         double ms = wall_ms() - t0;
         if (step > start_step) {  // the first step warms caches, allocations, libraries
             total_ms += ms;
             timed_steps++;
         }
         if (rank == 0) {
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms\n",
-                   step + 1, max_steps, r.loss, r.grad_norm, lr, ms, tokens_per_step / (ms / 1e3), r.comm_blocked_ms);
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms%s\n",
+                   step + 1, max_steps, r.loss, r.grad_norm, lr, ms, tokens_per_step / (ms / 1e3), r.comm_blocked_ms,
+                   r.skipped ? " | update skipped (outlier)" : "");
+            if (r.skipped) printf("step %d: update skipped: loss z-score %.2f, grad norm z-score %.2f\n", step + 1,
+                                  r.z_loss, r.z_norm);
             fflush(stdout);
         }
         logger_log_train(logger, step + 1, r.loss, r.grad_norm, lr, ms);
+        if (r.skipped) logger_line(logger, "s:%d skp:1 zl:%.6g zn:%.6g\n", step + 1, r.z_loss, r.z_norm);
         if (train->epoch != epoch) {  // this step's batch began a pass over the train data
             epoch = train->epoch;
             if (rank == 0) printf("epoch %zu of the train data began with step %d\n", epoch + 1, step + 1);
@@ -302,7 +366,7 @@ static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, i
         }
         if (loop->checkpoint && cfg->checkpoint_every > 0 &&
             ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == max_steps)) {
-            loop->checkpoint(loop->trainer, step + 1, max_steps, train, *sample_rng);
+            loop->checkpoint(loop->trainer, step + 1, max_steps, train, *sample_rng, &io->outliers);
             if (rank == 0) checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, step + 1);  // -nk
         }
         logger_check(logger);  // a failed write ends the job, once this step's checkpoint was tried

@@ -111,8 +111,8 @@ static void op_begin_step(Optimizer* o, int step) {
     zero1_begin_step(impl(o)->rt, step);
 }
 static void op_begin_micro_step(Optimizer* o, int is_last) { zero1_begin_micro_step(impl(o)->rt, is_last); }
-static void op_finish_step(Optimizer* o, int step, float lr, double* blocked_ms) {
-    zero1_finish_step(impl(o)->rt, step, lr, blocked_ms);
+static void op_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
+    zero1_finish_step(impl(o)->rt, step, lr, gate ? gate->skip : NULL, gate ? gate->ctx : NULL, blocked_ms);
 }
 static float op_read_norm(Optimizer* o) {
     Zero1Optimizer* z = impl(o);

@@ -364,7 +364,8 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
     }
 }
 
-void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms) {
+void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* ctx, float grad_norm), void* skip_ctx,
+                       double* blocked_ms) {
     const Zero1DeviceOps* ops = rt->dev.ops;
     int nb = rt->layout.num_buckets;
     if (rt->split && !rt->split->active) {
@@ -415,6 +416,12 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, double* blocked_ms)
         wait_blocked(rt, rt->comm, h, "norm", ZERO1_LABEL_GRAD_NORM);
     }
     ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
+    // -sl/-sg: no AdamW, no all-gather; every bucket's params are current (the forward
+    // waited for them all), so the next forward reads them unchanged.
+    if (skip && skip(skip_ctx, zero1_read_norm(rt))) {
+        *blocked_ms += rt->blocked_ms;
+        return;
+    }
 
     // AdamW in the order the next forward reads the buckets, so that the first all-gather
     // can go out while the others are still being updated.

@@ -279,6 +279,18 @@ nan_stops() {
 }
 check zero1_check_nan nan_stops
 
+# -sg on the GPU trainer's own replicated AdamW (llmc/adamw.cuh path; zero1/'s gate is the
+# runtime's, tested on the CPU): a planted grad-norm spike at step 4 skips its update, so the
+# checkpoints before and after it hold the same weights.
+skip_update() {
+    "$OUT/train_gpt2cu_FP32" "${ZFLAGS[@]}" -x 4 -n 1 -nk 2 -o "$OUT/skip" --outlier-window 2 -sg 3 \
+        --test-grad-spike 3 >"$OUT/skip_run.log" 2>&1 || return 1
+    [ "$(grep -c '^step 4: update skipped' "$OUT/skip_run.log")" = 1 ] &&
+        cmp "$OUT/skip/checkpoint_00000003/model.bin" "$OUT/skip/checkpoint_00000004/model.bin" &&
+        echo "PASS step 4's update skipped, its weights unchanged"
+}
+check skip_outlier_update skip_update
+
 # --trace: device-time spans; a bucket's gradient collective starts on the communication
 # stream while backward still runs on the compute stream. At np 1 ZeRO-1 all-reduces (a
 # one-rank reduce-scatter is the identity), at np 2 it reduce-scatters.

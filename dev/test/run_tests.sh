@@ -39,6 +39,7 @@ STEPS=(
   "zero1           600 dev/test/test_zero1.sh"
   "checkpoint      300 dev/test/test_checkpoint.sh"
   "shuffle         300 dev/test/test_shuffle.sh"
+  "outliers        300 dev/test/test_outliers.sh"
   "checkpoint_io   300 dev/test/test_checkpoint_io.sh"
   "multihost       300 dev/test/test_multihost.sh"
   "faults          180 dev/test/test_faults.sh"

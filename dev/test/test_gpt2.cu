@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     int losses_ok = 1;
     StepResult* step_results = (StepResult*)mallocCheck((size_t)s.steps * sizeof(StepResult));
     for (int step = 0; step < s.steps; step++) {
-        StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice);
+        StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice, NULL);
         step_results[step] = r;
         double e = fabs(r.loss - s.step_losses[step]);
         worst_loss = fmax(worst_loss, e);
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     trainer_init(&tr, &cfg, &gpu);
     int same = 1;
     for (int step = 0; step < s.steps; step++) {
-        StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice);
+        StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice, NULL);
         StepResult ref = step_results[step];
         same &= memcmp(&r.loss, &ref.loss, sizeof(float)) == 0 && memcmp(&r.grad_norm, &ref.grad_norm, sizeof(float)) == 0;
     }

@@ -55,7 +55,7 @@ static RunResult run(const TrainConfig* cfg, SyntheticData* data, int steps, int
     r.norms = (float*)mallocCheck(steps * sizeof(float));
     for (int s = 0; s < steps; s++) {
         data->step = s;
-        StepResult sr = trainer_step(&tr, s, cfg->lr, synthetic_batch, data);
+        StepResult sr = trainer_step(&tr, s, cfg->lr, synthetic_batch, data, NULL);
         r.losses[s] = sr.loss;
         r.norms[s] = sr.grad_norm;
     }

@@ -89,7 +89,7 @@ static int check_against_dense(long long bucket_size, Zero1Dtype param_dtype, Ze
             for (int k = 0; k < REPORTS[p]; k++) zero1_grad_done(rt, p);
         }
         double blocked = 0.0;
-        zero1_finish_step(rt, step, 1e-2f, &blocked);
+        zero1_finish_step(rt, step, 1e-2f, NULL, NULL, &blocked);
         float norm = zero1_read_norm(rt);
         double sumsq = 0.0;
         for (size_t i = 0; i < total; i++) sumsq += (double)grads[i] * grads[i];
@@ -135,7 +135,7 @@ static void step_reporting(Zero1Runtime* rt, int step, const int* contributions)
         for (int k = 0; k < contributions[p]; k++) zero1_grad_done(rt, p);
     }
     double blocked = 0.0;
-    zero1_finish_step(rt, step, 1e-3f, &blocked);
+    zero1_finish_step(rt, step, 1e-3f, NULL, NULL, &blocked);
 }
 
 // The first step teaches the runtime REPORTS; the second reports other counts.

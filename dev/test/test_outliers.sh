@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# -sl / -sg: skip an update whose loss or grad norm is an outlier (llmc/outliers.h).
+#
+# A small model (vocab 1000) learns a repeating token pattern; at 0-based step 30 a test
+# hook plants an outlier (--test-grad-spike: the loss gradient x1000; --test-loss-spike:
+# every target the last token id). With --outlier-window 16 and a threshold of 3:
+#   - the step line and main.log say the update of step 31 was skipped, once, and the
+#     logged z-score equals the one computed here from main.log's last 16 norms;
+#   - the checkpoints before and after that step hold the same weights, m and v (byte for
+#     byte); without the flag the same spike changes them (the control);
+#   - at np 2 under ZeRO-1 both ranks skip (their parameters are identical at the end);
+#   - a run resumed from step 20 skips the same step and logs the straight run's losses
+#     (the windows are saved in the checkpoint; with empty ones nothing would be skipped).
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
+$PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" --vocab 1000 --max-seq 32 \
+    --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle make"; exit 1; }
+$PY - "$work/pattern.bin" <<'PYEOF' || { echo "FAIL shard"; exit 1; }
+import struct, sys
+n = 8192
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *((i * 7) % 50 for i in range(n))))
+PYEOF
+
+passed=0 failed=0
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }
+
+COMMON=(-e "$work/m.bin" -i "$work/pattern.bin" -b 2 -t 32 -v 0 -s 0 -l 1e-3 --outlier-window 16)
+run() {  # run NAME NP ARGS...
+    local name=$1 np=$2; shift 2
+    timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" -o "$work/out_$name" "$@" >"$work/log_$name" 2>&1
+}
+# same_state NAME: the checkpoints after steps 30 and 31 hold the same weights, m and v.
+same_state() {
+    local a=$work/out_$1/checkpoint_00000030 b=$work/out_$1/checkpoint_00000031
+    cmp -s "$a/model.bin" "$b/model.bin" && cmp -s <(tail -c +1025 "$a/optimizer.bin") <(tail -c +1025 "$b/optimizer.bin")
+}
+skips() { grep -c "update skipped" "$work/log_$1"; }
+
+for spec in "grad:-sg 3 --test-grad-spike 30" "loss:-sl 3 --test-loss-spike 30"; do
+    IFS=: read -r kind args <<<"$spec"
+    # shellcheck disable=SC2086  # $args: the flags, split on purpose
+    if run "$kind" 1 -x 31 -n 1 -nk 2 $args && [ "$(grep -c "^step 31: update skipped" "$work/log_$kind")" = 1 ] &&
+       [ "$(skips "$kind")" = 2 ] && same_state "$kind"; then
+        pass "a $kind outlier at step 31: the update is skipped (weights, m, v unchanged), once"
+    else fail "$kind outlier skip" "$work/log_$kind"; fi
+done
+if run control 1 -x 31 -n 1 -nk 2 --test-grad-spike 30 && [ "$(skips control)" = 0 ] && ! same_state control; then
+    pass "control: without -sg the same spike updates the weights"
+else fail "control" "$work/log_control"; fi
+if $PY - "$work/out_grad/main.log" <<'PYEOF'
+import sys
+norms, z_logged = {}, None
+for line in open(sys.argv[1]):
+    f = dict(x.split(":", 1) for x in line.split())
+    if "norm" in f: norms[int(f["s"])] = float(f["norm"])
+    if "skp" in f: z_logged = (int(f["s"]), float(f["zn"]))
+assert z_logged and z_logged[0] == 31, z_logged
+window = [norms[s] for s in range(15, 31)]
+mean = sum(window) / 16
+std = (sum((x - mean) ** 2 for x in window) / 16) ** 0.5
+z = (norms[31] - mean) / std
+assert abs(z - z_logged[1]) <= 1e-4 * abs(z), (z, z_logged)
+print(f"z-score {z_logged[1]} (recomputed {z:.6g})")
+PYEOF
+then pass "the logged z-score is the norm's against the 16 before it"; else fail "z-score"; fi
+
+if run zero1 2 -x 31 -n 1 -nk 2 -z 1 --bucket-size 20000 -sg 3 --test-grad-spike 30 && [ "$(skips zero1)" = 2 ] &&
+   same_state zero1 && grep -q "parameters identical on all 2 ranks: yes" "$work/log_zero1"; then
+    pass "np 2, ZeRO-1: both ranks skip the same update"
+else fail "np 2 ZeRO-1 skip" "$work/log_zero1"; fi
+
+RESUME=(-x 36 -n 20 -sg 3 --test-grad-spike 30)
+mkdir -p "$work/out_resumed"
+if run straight 1 "${RESUME[@]}" && cp -r "$work/out_straight/checkpoint_00000020" "$work/out_resumed/" &&
+   run resumed 1 "${RESUME[@]}" -y 1 && [ "$(skips resumed)" = 2 ] &&
+   diff <(grep -o "^s:[0-9]* trl:[^ ]* norm:[^ ]*" "$work/out_straight/main.log" | sed -n '21,$p') \
+        <(grep -o "^s:[0-9]* trl:[^ ]* norm:[^ ]*" "$work/out_resumed/main.log") >"$work/diff"; then
+    pass "resumed at step 20: the same skip at step 31 and the straight run's losses and norms"
+else fail "resume with the windows" "$work/log_resumed"; cat "$work/diff" 2>/dev/null | head -5; fi
+echo "test_outliers: $passed passed, $failed failed"
+[ $failed = 0 ]
