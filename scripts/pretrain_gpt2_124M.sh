@@ -7,7 +7,7 @@
 #   scripts/pretrain_gpt2_124M.sh --launcher hostfile --hostfile hosts.txt ...     # N nodes over ssh
 #   scripts/pretrain_gpt2_124M.sh --cpu-smoke --corpus c.jsonl.zst --shards D --out O   # the same recipe, CPU-sized
 #
-# Phases (a progress line each): build, inputs, shards (prepro_corpus, skipped when the
+# Phases (a progress line each): inputs (checked before anything is built), build, shards (prepro_corpus, skipped when the
 # shards' manifest is there), train (always -y 1: a rerun of the same command resumes
 # from the newest checkpoint, a finished run exits at once), export (hf_convert, once the
 # run has reached its last step). The 124M hyperparameters are llm.c's GPT-2 (124M)
@@ -40,6 +40,20 @@
 #   --dry-run          print every command instead of running it
 #   --cpu-smoke        the CPU-sized run above
 # Extra trainer flags after `--` are appended (later flags win in the trainer).
+# `--corpus -` reads JSON Lines on stdin (e.g. FineWeb-Edu's Parquet files through a reader).
+#
+# Under sbatch: the defaults below are 1 node x 8 GPUs; --nodes=N on the sbatch line for
+# more. The job runs this script on the first node (shards, export) and the trainer through
+# scripts/multi_node/train.sbatch (srun --mpi=pmix, one task per GPU). A requeued job runs
+# the same command, which resumes (-y 1). --time is a guess: no GPU has timed this run.
+#SBATCH --job-name=gpt2-124M
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-task=1
+#SBATCH --cpus-per-task=8
+#SBATCH --time=24:00:00
+#SBATCH --requeue
+#SBATCH --output=%x-%j.out
 set -euo pipefail
 die() { echo "pretrain: error: $*" >&2; exit 1; }
 
@@ -71,7 +85,7 @@ while [ $# -gt 0 ]; do
             esac
             shift ;;
         --) shift; EXTRA=("$@"); break ;;
-        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,/^#SBATCH/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option '$1' (see $0 --help)" ;;
     esac
     shift
@@ -82,7 +96,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ ! -f "$REPO/scripts/pretrain_gpt2_124M.sh" ] && [ -n "${SLURM_SUBMIT_DIR:-}" ]; then REPO=$SLURM_SUBMIT_DIR; fi
 # Paths given on the command line or in the environment are the caller's: made absolute
 # here, before the script moves to the repository root (where its defaults live).
-absolute() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s' "$PWD/$1" ;; esac; }
+absolute() { case $1 in /* | -) printf '%s' "$1" ;; *) printf '%s' "$PWD/$1" ;; esac; }
 for var in SHARDS_DIR OUT_DIR HF_DIR HELLASWAG_FILE HOSTFILE; do
     if [ -n "${!var:-}" ]; then printf -v "$var" '%s' "$(absolute "${!var}")"; fi
 done
@@ -208,17 +222,6 @@ echo "plan: $RANKS ranks ($LAUNCHER), $MODEL, -b $MICRO_BATCH -t $SEQ_LEN x $ACC
      "$STEPS steps = $((STEPS * TOKENS_PER_STEP)) tokens; lr $LR, warmup $WARMUP, cosine to $LR x $FINAL_LR_FRAC," \
      "weight decay $WEIGHT_DECAY; shards $SHARDS_DIR/${SHARDS_NAME}_*; run $OUT_DIR; export $HF_DIR"
 
-# ---- build ---------------------------------------------------------------------------------
-phase "build"
-if [ "$BUILD" = 1 ]; then
-    run make "${MAKE_TARGETS[@]}"
-else
-    echo "(--no-build: using the binaries as they are)"
-fi
-for bin in "$TRAIN_BIN" ./prepro_corpus ./hf_convert; do
-    [ "$DRY_RUN" = 1 ] || [ -x "$bin" ] || die "$bin is not built (make ${MAKE_TARGETS[*]})"
-done
-
 # ---- inputs --------------------------------------------------------------------------------
 phase "inputs"
 MANIFEST=$SHARDS_DIR/${SHARDS_NAME}_manifest.txt
@@ -235,6 +238,7 @@ else
     fi
     INPUTS=()
     for pattern in "${CORPUS_LIST[@]}"; do
+        if [ "$pattern" = - ]; then INPUTS+=(-); continue; fi  # JSON Lines on stdin
         shopt -s nullglob
         # shellcheck disable=SC2206  # the pattern is meant to expand
         matched=($pattern)
@@ -247,6 +251,17 @@ else
     done
     echo "corpus: ${#INPUTS[@]} input(s): ${INPUTS[*]:0:3}$([ ${#INPUTS[@]} -gt 3 ] && echo ' ...')"
 fi
+
+# ---- build ---------------------------------------------------------------------------------
+phase "build"
+if [ "$BUILD" = 1 ]; then
+    run make "${MAKE_TARGETS[@]}"
+else
+    echo "(--no-build: using the binaries as they are)"
+fi
+for bin in "$TRAIN_BIN" ./prepro_corpus ./hf_convert; do
+    [ "$DRY_RUN" = 1 ] || [ -x "$bin" ] || die "$bin is not built (make ${MAKE_TARGETS[*]})"
+done
 
 # ---- shards ------------------------------------------------------------------------------
 phase "shards"
