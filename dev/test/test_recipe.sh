@@ -12,6 +12,7 @@
 #   resume   the same command again: it must reuse the shards, resume from step 4 (-y 1),
 #            repeat steps 5..8 with the killed run's losses (to 1e-5), finish the 12 steps
 #            with every step in main.log once and the loss fallen, keep 2 checkpoints (-nk 2)
+#            whose state.txt holds the recipe's schedule, AdamW and --shuffle
 #   evals    the val loss (-v) and the HellaSwag-format accuracy (-H 1, the shipped 40-item
 #            set) at the end, in main.log and on stdout
 #   export   the final checkpoint as model.safetensors + config.json; the oracle's
@@ -153,6 +154,15 @@ echo "checkpoints and the export"
 kept=$(cd "$RUN" && for d in checkpoint_* .checkpoint_*; do [ -e "$d" ] && printf '%s ' "$d"; done)
 if [ "$kept" = "checkpoint_00000008 checkpoint_00000012 " ]; then ok "-nk 2 kept: $kept(no temporary left)"
 else bad "checkpoints left: '$kept', expected checkpoint_00000008 checkpoint_00000012"; fi
+# What the trainer saved of the recipe's flags (the schedule, AdamW, the data order, ranks).
+ST=$RUN/checkpoint_00000012/state.txt
+want="step 12|ranks 2|B 2|T 64|grad_accum_steps 1|max_steps 12|warmup_steps 2|final_lr_fraction 0|shuffle 1|data_seed 42"
+missing=$(tr '|' '\n' <<<"$want" | while read -r line; do grep -qx "$line" "$ST" 2>/dev/null || printf '[%s] ' "$line"; done)
+if [ -z "$missing" ] && grep -qx "lr 0.000600000028" "$ST" && grep -qx "weight_decay 0.100000001" "$ST"; then
+    ok "the final checkpoint saved the recipe's flags: --shuffle, -u 2 -q 0 -x 12, lr 6e-4, -c 0.1, 2 ranks x B 2 x T 64"
+else
+    bad "state.txt does not hold the recipe's flags: missing $missing"; cat "$ST" 2>/dev/null
+fi
 HF=$RUN/hf
 if [ -f "$HF/model.safetensors" ] && [ -f "$HF/config.json" ] && grep -q "^+ ./hf_convert export $RUN/checkpoint_00000012 $HF" "$LOG2"; then
     ok "hf_convert exported checkpoint 12 to $HF"
