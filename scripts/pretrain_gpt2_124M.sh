@@ -30,7 +30,8 @@
 #   --launcher KIND    local (mpirun on this node), hostfile (scripts/multi_node/launch.sh),
 #                      slurm (scripts/multi_node/train.sbatch's srun) [LAUNCHER; default:
 #                      slurm inside a Slurm job, else local]
-#   --gpus N           GPUs (ranks) per node [GPUS_PER_NODE; default 8]
+#   --gpus N           GPUs (ranks) per node [GPUS_PER_NODE; default 8, with --launcher
+#                      hostfile the first node's slots=]
 #   --nodes N          nodes, for the plan of a dry run outside Slurm [NODES; default 1]
 #   --hostfile FILE    for --launcher hostfile [HOSTFILE]
 #   --steps N          optimizer steps [STEPS; default 19073 = 10e9 tokens / 524,288]
@@ -130,6 +131,10 @@ else
     SHARD_TOKENS=100000000 VAL_TOKENS=100000000   # llm.c's FineWeb layout: shard 0 (100M tokens) is val
     HELLASWAG_FILE=${HELLASWAG_FILE:-dev/data/hellaswag/hellaswag_val.bin}
     SHARDS_DIR=${SHARDS_DIR:-data/pretrain_124M} OUT_DIR=${OUT_DIR:-out/gpt2_124M}
+    if [ -z "${GPUS_PER_NODE:-}" ] && [ "${LAUNCHER:-}" = hostfile ] && [ -r "${HOSTFILE:-}" ]; then
+        # as scripts/multi_node/launch.sh: the first node's slots
+        GPUS_PER_NODE=$(grep -vE '^[[:space:]]*(#|$)' "$HOSTFILE" | head -n 1 | sed -n 's/.*slots=\([0-9]*\).*/\1/p')
+    fi
     GPUS_PER_NODE=${GPUS_PER_NODE:-8}
     if [ -z "${LAUNCHER:-}" ]; then if [ -n "${SLURM_JOB_ID:-}" ]; then LAUNCHER=slurm; else LAUNCHER=local; fi; fi
 fi
