@@ -45,6 +45,7 @@ STEPS=(
   "faults          180 dev/test/test_faults.sh"
   "plot_loss       120 dev/test/test_plot_loss.sh"
   "hf              120 dev/test/test_hf.sh"
+  "recipe          120 dev/test/test_recipe.sh"
   "cuda_cpu_layer  600 dev/cuda_cpu/tests/run_layer_tests.sh"
   "gpu_on_cpu     1800 CUDA_ON_CPU=1 dev/test/run_gpu_tests.sh"
   "gpu_mutations   900 dev/test/test_gpu_mutations.sh"
