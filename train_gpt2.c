@@ -129,7 +129,7 @@ static void rep_write_piece(Optimizer* o, OptimizerState which, const OptimizerP
     memcpy(rep_state_at(replicated(o), which, range), host, range->n * sizeof(float));
 }
 // Every rank loaded its part of each array: share the parts.
-static void rep_finish_import(Optimizer* o) {
+static void rep_finish_import(Optimizer* o, int steps_done) {
     ReplicatedOptimizer* r = replicated(o);
     if (o->world == 1) return;
     float* arrays[] = {r->params, r->adam_m, r->adam_v};

@@ -124,10 +124,18 @@ typedef struct {
 
 static ReplicatedOptimizer* replicated(Optimizer* o) { return (ReplicatedOptimizer*)o; }
 
+// AdamW's step t (1-based) with this run's write-back rounding; t 0 (no step) rounds to nearest.
+static AdamWStep rep_adamw_step(const ReplicatedOptimizer* r, float lr, int t) {
+    AdamWStep s = adamw_step_params(lr, r->cfg.beta1, r->cfg.beta2, r->cfg.eps, r->cfg.weight_decay, t, 1.0f);
+    adamw_step_stochastic(&s, r->cfg.stochastic_rounding && t > 0, (uint64_t)r->cfg.seed);
+    return s;
+}
+
 static void rep_load_weights(Optimizer* o, const float* dense) {
     ReplicatedOptimizer* r = replicated(o);
     cudaCheck(cudaMemcpy(r->master, dense, r->numel * sizeof(float), cudaMemcpyHostToDevice));
-    copy_master_to_params(r->params, r->master, r->numel, r->gpu->stream);
+    AdamWStep initial = rep_adamw_step(r, 0.0f, 0);  // step 0: to nearest even (the stochastic bits are a step's)
+    copy_master_to_params(r->params, r->master, r->numel, &initial, r->gpu->stream);
     cudaCheck(cudaStreamSynchronize(r->gpu->stream));  // setup, not a training step
 }
 
@@ -171,11 +179,11 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
         cudaCheck(cudaStreamSynchronize(st));
         if (gate->skip(gate->ctx, r->norm_host[0])) return;
     }
-    AdamWStep s = adamw_step_params(lr, r->cfg.beta1, r->cfg.beta2, r->cfg.eps, r->cfg.weight_decay, step + 1, 1.0f);
+    AdamWStep s = rep_adamw_step(r, lr, step + 1);
     for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
-        size_t off = r->offsets[i];
+        size_t off = r->offsets[i];  // dense canonical: also the tensor's model-space index
         adamw_update(r->params + off, r->master + off, r->grads + off, r->adam_m + off, r->adam_v + off,
-                     gpt2_tensor_numel(&r->config, i), &s, r->norm + 1, gpt2_tensor_decays(&r->config, i), st);
+                     gpt2_tensor_numel(&r->config, i), off, &s, r->norm + 1, gpt2_tensor_decays(&r->config, i), st);
     }
 }
 
@@ -213,7 +221,7 @@ static void rep_write_piece(Optimizer* o, OptimizerState which, const OptimizerP
 }
 // Every rank loaded its part of master, m and v: each part is broadcast from its rank
 // (in place, one NCCL group), then the params are rounded from the master.
-static void rep_finish_import(Optimizer* o) {
+static void rep_finish_import(Optimizer* o, int steps_done) {
     ReplicatedOptimizer* r = replicated(o);
     cudaStream_t st = r->gpu->stream;
     if (o->world > 1) {
@@ -228,7 +236,8 @@ static void rep_finish_import(Optimizer* o) {
         }
         ncclCheck(ncclGroupEnd());
     }
-    copy_master_to_params(r->params, r->master, r->numel, st);
+    AdamWStep last = rep_adamw_step(r, 0.0f, steps_done);  // as the checkpoint's step wrote them back
+    copy_master_to_params(r->params, r->master, r->numel, &last, st);
     cudaCheck(cudaStreamSynchronize(st));
 }
 static size_t rep_state_bytes(const Optimizer* o) { return 3 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }

@@ -12,6 +12,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "llmc/bf16.h"
 
 #ifdef __CUDACC__
 #define LLMC_HOST_DEVICE __host__ __device__
@@ -30,6 +33,10 @@ typedef struct {
     float beta1_correction;   // 1 - beta1^t
     float beta2_correction;   // 1 - beta2^t
     float grad_scale;         // clipping factor (1 when not clipping)
+    // The write-back of the fp32 master into bf16 params (adamw_round_bf16):
+    int step;                 // t, the 1-based step (the stochastic rounding's bits depend on it)
+    int stochastic;           // 0: round to nearest even; 1: stochastic rounding
+    uint64_t rounding_seed;   // --seed, for the stochastic rounding's bits
 } AdamWStep;
 
 static inline AdamWStep adamw_step_params(float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -43,7 +50,25 @@ static inline AdamWStep adamw_step_params(float lr, float beta1, float beta2, fl
     s.beta1_correction = 1.0f - powf(beta1, (float)t);
     s.beta2_correction = 1.0f - powf(beta2, (float)t);
     s.grad_scale = grad_scale;
+    s.step = t;
+    s.stochastic = 0;
+    s.rounding_seed = 0;
     return s;
+}
+
+// --stochastic-rounding: the bf16 write-back of this step rounds stochastically.
+static inline void adamw_step_stochastic(AdamWStep* s, int stochastic, uint64_t seed) {
+    s->stochastic = stochastic;
+    s->rounding_seed = seed;
+}
+
+// The updated master x of the element at index `element` in model space (its parameter's
+// offset in definition order plus its index inside it), rounded into a bf16 param: to
+// nearest even, or stochastically with bits that depend only on (seed, step, element), so
+// that any DP, bucket layout, device or trainer, and a resume, store the same bits.
+LLMC_HOST_DEVICE static inline bf16_bits adamw_round_bf16(float x, const AdamWStep* s, size_t element) {
+    if (!s->stochastic) return float_to_bf16(x);
+    return float_to_bf16_stochastic(x, stochastic_rounding_bits(s->rounding_seed, (uint64_t)s->step, element));
 }
 
 // Returns the updated parameter; m and v are updated in place.

@@ -485,7 +485,7 @@ static inline void checkpoint_load(const char* dir, const GPT2Config* cfg, Optim
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[verdict[0]]);
         checkpoint_checksum_mismatch(path, (uint32_t)verdict[1], manifest->crc[verdict[0]]);
     }
-    o->ops->finish_import(o);
+    o->ops->finish_import(o, step);
 }
 
 // -y 1, before the trainer is built: the newest checkpoint in -o, checked (manifest,

@@ -59,6 +59,7 @@ typedef struct {
     int check_nan;
     const char* trace_file;
     int param_dtype, grad_dtype;
+    int stochastic_rounding;    // bf16 params: AdamW's write-back rounds stochastically (bits from seed, step, element)
     int fp32_accumulation;      // bf16 on the wire, the shard summed in fp32 (all-to-all instead of reduce-scatter)
     int average_in_collective;  // the gradient reductions average; the loss scale drops its 1/world
     int plant_nan_step;         // test-only: poison one gradient at this step (-1 = never)
@@ -143,6 +144,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--check-nan", OPT_FLAG, CLI_FIELD(check_nan), 0, 0, "stop on the first non-finite gradient"},
     {NULL, "--trace", OPT_STR, CLI_FIELD(trace_file), 0, 0, "write a Chrome trace per rank to FILE.rankN.json"},
     {NULL, "--param-dtype", OPT_DTYPE, CLI_FIELD(param_dtype), 0, 0, "fp32|bf16 storage of the param buffer"},
+    {NULL, "--stochastic-rounding", OPT_FLAG, CLI_FIELD(stochastic_rounding), 0, 0,
+     "round the fp32 master into the bf16 params stochastically after each AdamW step (unbiased; the bits depend only "
+     "on --seed, the step and the element, so any DP, bucket size or resume gives the same weights)"},
     {NULL, "--grad-dtype", OPT_DTYPE, CLI_FIELD(grad_dtype), 0, 0, "fp32|bf16 grad buffer / reduction dtype"},
     {NULL, "--fp32-accumulation", OPT_FLAG, CLI_FIELD(fp32_accumulation), 0, 0,
      "with --grad-dtype bf16 and -z 1: send bf16 (all-to-all), sum each rank's shard in fp32 in rank order"},
@@ -331,6 +335,10 @@ static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
     if (c->fp32_accumulation && (c->grad_dtype != DTYPE_BF16 || c->zero_stage != 1)) {
         fatal("--fp32-accumulation sums the bf16 slices of a ZeRO-1 reduce-scatter in fp32: it needs --grad-dtype bf16 "
               "and -z 1 (got --grad-dtype %s, -z %d)", c->grad_dtype == DTYPE_BF16 ? "bf16" : "fp32", c->zero_stage);
+    }
+    if (c->stochastic_rounding && c->param_dtype != DTYPE_BF16) {
+        fatal("--stochastic-rounding rounds the fp32 master into bf16 params, and these params are fp32 (train_gpt2: "
+              "add --param-dtype bf16; train_gpt2cu: build with PRECISION=BF16)");
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
     cli_choice("--test-device", c->test_device, "cpu|deferred");

@@ -79,8 +79,9 @@ typedef struct {
     // Collective, once every rank has written all its pieces: the state is complete where
     // the optimizer keeps it, and the weights the model computes with are refreshed on
     // every rank (ZeRO-1: the param buffer all-gathered; replicated: every rank gets the
-    // other ranks' parts).
-    void (*finish_import)(Optimizer* o);
+    // other ranks' parts). steps_done: the checkpoint's step, whose write-back rounding the
+    // rebuilt bf16 params repeat (--stochastic-rounding's bits depend on the step).
+    void (*finish_import)(Optimizer* o, int steps_done);
     size_t (*state_bytes)(const Optimizer* o);  // master + m + v this rank allocated
     void (*print_start)(Optimizer* o);          // rank 0: the layout and memory ledger
     void (*print_end)(Optimizer* o);            // every rank's state and peak memory; traces

@@ -74,7 +74,7 @@ static void gather_bucket(Zero1Runtime* rt, void* buf, int b, Zero1Dtype t) {
 
 // Each rank wrote its slot of every bucket (its io shard, zero1_checkpoint_pieces); the
 // all-gathers of comm.h fill in the other ranks' slots of the same buckets.
-void zero1_finish_import(Zero1Runtime* rt) {
+void zero1_finish_import(Zero1Runtime* rt, int steps_done) {
     int gather = rt->comm->size > 1;
     for (int b = 0; gather && !stage1(rt) && b < rt->layout.num_buckets; b++) {
         // Replicated: the owned arrays are laid out as the buffer, every bucket whole.
@@ -84,10 +84,12 @@ void zero1_finish_import(Zero1Runtime* rt) {
         gather_bucket(rt, rt->master ? (void*)(rt->master + owned) : param_at(rt, rt->layout.buckets[b].start), b,
                       ZERO1_FP32);
     }
-    for (int b = 0; rt->master && b < rt->shards.num_buckets; b++) {  // the stored weights from the master
-        const Zero1Range* sh = &rt->shards.buckets[b].shard;
-        rt_convert(rt, param_at(rt, sh->start), rt->opt.param_dtype, rt->master + rt->buckets[b].owned_offset,
-                   ZERO1_FP32, sh->end - sh->start);
+    // The stored weights from the master, rounded as the last step's AdamW wrote them back.
+    AdamWStep last = zero1_adamw_step(rt, 0.0f, steps_done);
+    if (steps_done == 0) last.stochastic = 0;  // no step yet: the initial load's rounding
+    for (int b = 0; rt->master && b < rt->shards.num_buckets; b++) {
+        rt->dev.ops->round_master(rt->dev.ctx, rt->dev.compute, &rt->buckets[b].owned, rt->param_buffer,
+                                  rt->opt.param_dtype, rt->master, &last);
     }
     for (int b = 0; gather && stage1(rt) && b < rt->layout.num_buckets; b++) {
         gather_bucket(rt, param_at(rt, rt->layout.buckets[b].start), b, rt->opt.param_dtype);

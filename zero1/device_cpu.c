@@ -62,6 +62,26 @@ static void* cpu_upload_spans(void* ctx, const Zero1Span* spans, int count) {
     return p;
 }
 
+// The write-back of one span: its master rounded into the params (adamw_round_bf16).
+static void round_span(void* params, Zero1Dtype param_type, const float* master, const Zero1Span* sp,
+                       const AdamWStep* s) {
+    if (param_type == ZERO1_FP32) {
+        memcpy((float*)params + sp->buffer, master, sp->n * sizeof(float));
+        return;
+    }
+    if (param_type != ZERO1_BF16) fatal("zero1: params of dtype %d", (int)param_type);
+    uint16_t* p = (uint16_t*)params + sp->buffer;
+#pragma omp parallel for
+    for (size_t j = 0; j < sp->n; j++) p[j] = adamw_round_bf16(master[j], s, sp->model + j);
+}
+
+static void cpu_round_master(void* ctx, Zero1Stream st, const Zero1SpanList* spans, void* params, Zero1Dtype param_type,
+                             const float* master, const AdamWStep* step) {
+    for (int i = 0; i < spans->count; i++) {
+        round_span(params, param_type, master + spans->host[i].owned, &spans->host[i], step);
+    }
+}
+
 static void cpu_adamw(void* ctx, Zero1Stream st, const Zero1SpanList* spans, void* params, Zero1Dtype param_type,
                       float* master, const float* grads, float* m, float* v, const AdamWStep* step,
                       const float* grad_scale) {
@@ -72,8 +92,7 @@ static void cpu_adamw(void* ctx, Zero1Stream st, const Zero1SpanList* spans, voi
         const Zero1Span* sp = &spans->host[i];
         float* p = master ? master + sp->owned : (float*)params + sp->buffer;
         adamw_update_range(p, grads + sp->buffer, m + sp->owned, v + sp->owned, sp->n, &s, sp->decays);
-        if (master) cpu_convert(ctx, st, (char*)params + sp->buffer * zero1_dtype_size(param_type), param_type, p,
-                                ZERO1_FP32, sp->n);
+        if (master) round_span(params, param_type, p, sp, &s);
     }
 }
 
@@ -126,7 +145,7 @@ const Zero1DeviceOps zero1_device_cpu_ops = {
     cpu_stream_create, cpu_stream_destroy, cpu_event_create, cpu_event_destroy,
     cpu_record, cpu_wait_event, cpu_sync_event, cpu_query_event, cpu_sync_stream,
     cpu_fill, cpu_copy, cpu_copy, cpu_copy,
-    cpu_convert, cpu_sum_slices, cpu_upload_spans, cpu_adamw, cpu_sum_squares, cpu_nonfinite_flags, cpu_add_rows,
+    cpu_convert, cpu_sum_slices, cpu_upload_spans, cpu_adamw, cpu_round_master, cpu_sum_squares, cpu_nonfinite_flags, cpu_add_rows,
     cpu_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
 };

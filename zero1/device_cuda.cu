@@ -113,8 +113,12 @@ __device__ static void for_each_span_element(const SpanTable& t, size_t begin, s
 // llmc/bf16.h's rounding itself (__float2bfloat16_rn would give a canonical NaN).
 __device__ static uint16_t bf16_round(float f) { return float_to_bf16(f); }
 
-__device__ static void store_param(float* p, float x) { *p = x; }
-__device__ static void store_param(uint16_t* p, float x) { *p = bf16_round(x); }
+// The write-back of an updated master into a param (llmc/adamw.h's adamw_round_bf16 for
+// bf16), element: its model-space index.
+__device__ static void store_param(float* p, float x, const AdamWStep& step, size_t element) { *p = x; }
+__device__ static void store_param(uint16_t* p, float x, const AdamWStep& step, size_t element) {
+    *p = adamw_round_bf16(x, &step, element);
+}
 
 static __global__ void fp32_to_bf16_kernel(uint16_t* dst, const float* src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -151,7 +155,16 @@ static __global__ void adamw_spans_kernel(SpanTable t, ParamT* params, float* ma
         m[o] = m_new;
         v[o] = v_new;
         *p = updated;
-        if (kHasMaster) store_param(params + b, updated);
+        if (kHasMaster) store_param(params + b, updated, step, span.model + j);
+    });
+}
+
+// The adamw kernel's write-back alone: master at span.owned into params at span.buffer.
+template <typename ParamT>
+static __global__ void round_master_kernel(SpanTable t, ParamT* params, const float* master, AdamWStep step) {
+    size_t begin = (size_t)blockIdx.x * SPAN_CHUNK;
+    for_each_span_element(t, begin, begin + SPAN_CHUNK, [&](const Zero1Span& span, size_t j) {
+        store_param(params + span.buffer + j, master[span.owned + j], step, span.model + j);
     });
 }
 
@@ -397,6 +410,21 @@ static void cuda_adamw(void* ctx, Zero1Stream st, const Zero1SpanList* spans, vo
     cudaCheckLaunch();
 }
 
+static void cuda_round_master(void* ctx, Zero1Stream st, const Zero1SpanList* spans, void* params,
+                              Zero1Dtype param_type, const float* master, const AdamWStep* step) {
+    SpanTable t = span_table(spans);
+    if (param_type != ZERO1_FP32 && param_type != ZERO1_BF16) fatal("zero1 cuda: params of dtype %d", (int)param_type);
+    if (t.numel == 0) return;
+    if (span_blocks(t.numel) > 0x7fffffffu) fatal("zero1 cuda: %zu elements in one launch", t.numel);
+    cudaStream_t s = stream_of(st);
+    if (param_type == ZERO1_FP32) {
+        round_master_kernel<float><<<span_blocks(t.numel), SPAN_THREADS, 0, s>>>(t, (float*)params, master, *step);
+    } else {
+        round_master_kernel<uint16_t><<<span_blocks(t.numel), SPAN_THREADS, 0, s>>>(t, (uint16_t*)params, master, *step);
+    }
+    cudaCheckLaunch();
+}
+
 static void cuda_sum_squares(void* ctx, Zero1Stream st, const Zero1SpanList* spans, const float* grads, double* acc) {
     SpanTable t = span_table(spans);
     if (t.numel == 0) return;  // acc[0] += 0
@@ -433,7 +461,7 @@ const Zero1DeviceOps zero1_device_cuda_ops = {
     cuda_stream_create, cuda_stream_destroy, cuda_event_create, cuda_event_destroy,
     cuda_record, cuda_wait_event, cuda_sync_event, cuda_query_event, cuda_sync_stream,
     cuda_fill, cuda_copy, cuda_to_host, cuda_from_host,
-    cuda_convert, cuda_sum_slices, cuda_upload_spans, cuda_adamw, cuda_sum_squares, cuda_nonfinite_flags,
+    cuda_convert, cuda_sum_slices, cuda_upload_spans, cuda_adamw, cuda_round_master, cuda_sum_squares, cuda_nonfinite_flags,
     cuda_add_rows, cuda_norm_and_clip,
     cuda_event_create_timed, cuda_elapsed_ms,
 };

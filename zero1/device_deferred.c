@@ -437,6 +437,27 @@ static void deferred_adamw(void* ctx, Zero1Stream s, const Zero1SpanList* spans,
     enqueue(s, &op);
 }
 
+// The adamw record without grads, m, v and grad_scale.
+static void run_round_master(Deferred* d, const DeferredOp* op) {
+    zero1_device_cpu_ops.round_master(NULL, NULL, &op->a.adamw.spans, op->a.adamw.params, op->a.adamw.param_type,
+                                      op->a.adamw.master, &op->a.adamw.step);
+}
+
+static void deferred_round_master(void* ctx, Zero1Stream s, const Zero1SpanList* spans, void* params,
+                                  Zero1Dtype param_type, const float* master, const AdamWStep* step) {
+    Deferred* d = (Deferred*)ctx;
+    SpanReach r;
+    DeferredOp op;
+    memset(&op, 0, sizeof(op));
+    op.run = run_round_master;
+    op.a.adamw.spans = launch_spans(d, spans, &r, "round_master spans");
+    op.a.adamw.params = device_range(d, params, r.buffer_end * zero1_dtype_size(param_type), "round_master params");
+    op.a.adamw.param_type = param_type;
+    op.a.adamw.master = (float*)device_range(d, master, r.owned_end * 4, "round_master master");
+    op.a.adamw.step = *step;
+    enqueue(s, &op);
+}
+
 static void run_sum_squares(Deferred* d, const DeferredOp* op) {
     zero1_device_cpu_ops.sum_squares(NULL, NULL, &op->a.span_reduce.spans, op->a.span_reduce.grads,
                                      (double*)op->a.span_reduce.out);
@@ -522,7 +543,8 @@ const Zero1DeviceOps zero1_device_deferred_ops = {
     deferred_stream_create, deferred_stream_destroy, deferred_event_create, deferred_event_destroy,
     deferred_record, deferred_wait_event, deferred_sync_event, deferred_query_event, deferred_sync_stream,
     deferred_fill, deferred_copy, deferred_to_host, deferred_from_host,
-    deferred_convert, deferred_sum_slices, deferred_upload_spans, deferred_adamw, deferred_sum_squares,
+    deferred_convert, deferred_sum_slices, deferred_upload_spans, deferred_adamw, deferred_round_master,
+    deferred_sum_squares,
     deferred_nonfinite_flags, deferred_add_rows, deferred_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
 };

@@ -56,13 +56,16 @@ typedef struct Zero1EventImpl* Zero1Event;    // cudaEvent_t on the GPU
 
 // A contiguous run of one parameter inside this rank's work (an owned view, or a whole
 // parameter of a bucket): where it sits in the param/grad buffers and in the owned arrays
-// (fp32 master, m, v), its length, and the parameter it belongs to.
+// (fp32 master, m, v), its length, the parameter it belongs to, and where it starts in
+// model space (the parameters back to back in definition order, no padding): the index
+// that the stochastic rounding's bits are counted by, the same for any DP or bucket size.
 typedef struct {
     size_t buffer;   // start in the param and grad buffers (elements)
     size_t owned;    // start in the owned arrays (elements); unused where no owned array is read
     size_t n;
     int param;       // definition index
     int decays;      // weight decay applies
+    size_t model;    // model-space index of the first element
 } Zero1Span;
 
 // Spans for one launch: the host array and the device's copy of it (upload_spans).
@@ -136,10 +139,16 @@ typedef struct {
     // factor is read from grad_scale[0] (device memory); s->grad_scale is ignored.
     // master NULL: fp32 params are the master (updated in place at span.buffer); otherwise
     // master/m/v are addressed at span.owned and params[span.buffer] receives the new
-    // master rounded to param_type.
+    // master rounded to param_type (bf16: adamw_round_bf16 with element span.model + j,
+    // so step->stochastic picks round-to-nearest or stochastic rounding).
     void (*adamw)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, void* params, Zero1Dtype param_type,
                   float* master, const float* grads, float* m, float* v, const AdamWStep* step,
                   const float* grad_scale);
+    // The adamw op's write-back alone: params[span.buffer + j] = master[span.owned + j]
+    // rounded to param_type exactly as adamw rounds it with this step (a resume rebuilds
+    // the params a run stored after step->step).
+    void (*round_master)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, void* params, Zero1Dtype param_type,
+                         const float* master, const AdamWStep* step);
     // acc[0] += sum over the spans of grads[i]^2, in double. Deterministic: the same
     // inputs give the same bits (fixed summation order). A span list may carry scratch
     // for this: one list is not summed on two streams at once.

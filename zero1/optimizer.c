@@ -150,9 +150,9 @@ static void op_read_piece(Optimizer* o, OptimizerState which, const OptimizerPie
 static void op_write_piece(Optimizer* o, OptimizerState which, const OptimizerPiece* r, const float* host) {
     zero1_write_state(impl(o)->rt, zero1_state_of(which), r->param, piece_range(r), host);
 }
-static void op_finish_import(Optimizer* o) {
+static void op_finish_import(Optimizer* o, int steps_done) {
     zero1_share_state_across(impl(o)->rt);
-    zero1_finish_import(impl(o)->rt);
+    zero1_finish_import(impl(o)->rt, steps_done);
 }
 static size_t op_state_bytes(const Optimizer* o) { return zero1_state_bytes(((const Zero1Optimizer*)o)->rt); }
 
@@ -327,6 +327,8 @@ static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* s
     opt.eps = cfg->eps;
     opt.weight_decay = cfg->weight_decay;
     opt.grad_clip = cfg->grad_clip;
+    opt.stochastic_rounding = cfg->stochastic_rounding;
+    opt.rounding_seed = (uint64_t)cfg->seed;
     return opt;
 }
 

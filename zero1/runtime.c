@@ -425,8 +425,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
 
     // AdamW in the order the next forward reads the buckets, so that the first all-gather
     // can go out while the others are still being updated.
-    AdamWStep s = adamw_step_params(lr, rt->opt.beta1, rt->opt.beta2, rt->opt.eps, rt->opt.weight_decay, step + 1,
-                                    1.0f);
+    AdamWStep s = zero1_adamw_step(rt, lr, step + 1);
     for (int b = nb - 1; b >= 0; b--) {
         ops->adamw(rt->dev.ctx, rt->dev.compute, &rt->buckets[b].owned, rt->param_buffer, rt->opt.param_dtype,
                    rt->master, rt->grads, rt->adam_m, rt->adam_v, &s, rt->norm + 1);
@@ -495,6 +494,8 @@ void zero1_share_state_across(Zero1Runtime* rt) {
 
 // ---------------------------------------------------------------------------- set-up
 
+// The initial weights round to nearest even whatever Zero1Options.stochastic_rounding says:
+// no step has run, and the stochastic bits are a step's (a resume at step 0 matches it).
 void zero1_load_weights(Zero1Runtime* rt, const float* dense, const size_t* dense_offsets) {
     zero1_sync_params(rt);  // nothing may still be gathering into the buffers
     size_t numel = rt->layout.numel;
@@ -546,7 +547,13 @@ static void span_list_upload(Zero1Runtime* rt, Zero1SpanList* list, Zero1Span* h
 }
 
 // Per bucket: this rank's views (AdamW, norm) and every parameter whole (NaN flags).
+// Each span also knows its model-space index (a parameter's dense offset is the sum of
+// the numels before it), which the layout's padding and bucket cuts do not change.
 static void build_spans(Zero1Runtime* rt) {
+    size_t* dense = (size_t*)mallocCheck(rt->num_params * sizeof(size_t));
+    for (int p = 0; p < rt->num_params; p++) {
+        dense[p] = p == 0 ? 0 : dense[p - 1] + rt->numels[p - 1];
+    }
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         BucketState* s = &rt->buckets[b];
         const Zero1BucketShard* sh = &rt->shards.buckets[b];
@@ -558,6 +565,7 @@ static void build_spans(Zero1Runtime* rt) {
             owned[i].n = v->gbuf_world.end - v->gbuf_world.start;
             owned[i].param = v->param;
             owned[i].decays = rt->decays[v->param];
+            owned[i].model = dense[v->param] + v->param_range.start;
         }
         span_list_upload(rt, &s->owned, owned, sh->num_views);
         const Zero1Bucket* bk = &rt->layout.buckets[b];
@@ -569,9 +577,11 @@ static void build_spans(Zero1Runtime* rt) {
             whole[i].n = rt->numels[p];
             whole[i].param = p;
             whole[i].decays = rt->decays[p];
+            whole[i].model = dense[p];
         }
         span_list_upload(rt, &s->whole, whole, count);
     }
+    free(dense);
 }
 
 static void allocate_buffers(Zero1Runtime* rt) {

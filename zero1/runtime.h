@@ -68,6 +68,11 @@ typedef struct {
     // loss without the 1/world factor. With instances: over the group, then over the K groups.
     int average_in_collective;
     float beta1, beta2, eps, weight_decay, grad_clip;
+    // bf16 params: AdamW's write-back of the fp32 master rounds stochastically, with bits
+    // from (rounding_seed, step, model-space index) (llmc/adamw.h's adamw_round_bf16). The
+    // initial zero1_load_weights rounds to nearest even either way.
+    int stochastic_rounding;
+    uint64_t rounding_seed;
 } Zero1Options;
 
 // What the runtime needs to know about the model: sizes, weight decay, which forward block
@@ -164,7 +169,9 @@ void zero1_write_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range
 // Collective, once every rank has written all its pieces: the param buffer is rebuilt
 // from the master pieces and all-gathered, so every rank computes with the complete
 // weights; replicated, m, v and the master are all-gathered too (every rank keeps all).
-void zero1_finish_import(Zero1Runtime* rt);
+// bf16 params are rounded from the master as the write-back of step steps_done rounded
+// them (with stochastic rounding its bits; steps_done 0: as zero1_load_weights, to nearest).
+void zero1_finish_import(Zero1Runtime* rt, int steps_done);
 // Distributed-optimizer instances: every group holds the same state, so only group 0 (the
 // ranks whose cross rank is 0) saves and loads pieces (the others have none: over all
 // ranks the pieces still cover every parameter once). Collective, after a load and before

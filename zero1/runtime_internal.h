@@ -137,6 +137,12 @@ static inline void* rt_alloc(const Zero1Runtime* rt, size_t bytes) { return rt->
 static inline void rt_free(const Zero1Runtime* rt, void* p) {
     if (p) rt->dev.ops->free(rt->dev.ctx, p);
 }
+// AdamW's step t (1-based) with this run's write-back rounding (Zero1Options).
+static inline AdamWStep zero1_adamw_step(const Zero1Runtime* rt, float lr, int t) {
+    AdamWStep s = adamw_step_params(lr, rt->opt.beta1, rt->opt.beta2, rt->opt.eps, rt->opt.weight_decay, t, 1.0f);
+    adamw_step_stochastic(&s, rt->opt.stochastic_rounding, rt->opt.rounding_seed);
+    return s;
+}
 static inline void* param_at(const Zero1Runtime* rt, size_t offset) {
     return (char*)rt->param_buffer + offset * zero1_dtype_size(rt->opt.param_dtype);
 }

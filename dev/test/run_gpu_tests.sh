@@ -28,7 +28,9 @@
 #      np 2 reduce-scatters); a stopped rank ends the job within --comm-timeout + a few s
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact,
 #      and the HellaSwag-style eval (-H 1) of both trainers on one model: the same losses
-#      and accuracy (needs OpenBLAS for the CPU trainer: SKIPPED without it)
+#      and accuracy; --stochastic-rounding at -l 0: the BF16 GPU trainer's params (zero1/
+#      and replicated) are the CPU trainer's bitwise (needs OpenBLAS for the CPU trainer:
+#      SKIPPED without it)
 #   9. the demo's job on the GPU trainer: -e d2, ZeRO-1 on 4 GPUs, the loss falls
 # Prints "N passed, M failed"; exits non-zero on any failure.
 set -uo pipefail
@@ -385,6 +387,21 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
             echo "PASS the GPU trainer's HellaSwag-style eval is the CPU trainer's"
     }
     check hellaswag_gpu_vs_cpu hellaswag_same
+    # --stochastic-rounding at -l 0 (the master stays the fp32 model's weights): after 2
+    # steps the BF16 GPU trainer's params, through zero1/'s CUDA AdamW and through its own
+    # replicated one (llmc/adamw.cuh), are the CPU trainer's bf16 zero1/ params bit for bit
+    # (the bits depend only on seed, step and model-space index).
+    sr_same() {
+        local d=$OUT/sr flags=(-l 0 --stochastic-rounding)
+        mkdir -p "$d" && make -s test_zero1 USE_ZERO1=1 || return 1
+        "${MPIRUN[@]}" -np 1 ./test_zero1 "$OUT/model_fp32.bin" --steps 2 --dump-params "$d/cpu.bin" -z 1 \
+            --param-dtype bf16 "${flags[@]}" >"$d/cpu.log" 2>&1 || { tail "$d/cpu.log"; return 1; }
+        "$OUT/test_gpt2cu_z_BF16" --dump-params "$d/gpu_z1.bin" "$OUT/model_fp32.bin" 2 -z 1 "${flags[@]}" &&
+            "$OUT/test_gpt2cu_BF16" --dump-params "$d/gpu_rep.bin" "$OUT/model_fp32.bin" 2 "${flags[@]}" || return 1
+        cmp "$d/cpu.bin" "$d/gpu_z1.bin" && cmp "$d/cpu.bin" "$d/gpu_rep.bin" &&
+            echo "PASS stochastic rounding: GPU (zero1/ and replicated) params == the CPU trainer's, bitwise"
+    }
+    check stochastic_rounding_gpu_vs_cpu sr_same
 else
     skip "checkpoints across trainers" "no OpenBLAS headers for the CPU trainer (a GPU machine without them)"
 fi

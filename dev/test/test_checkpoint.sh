@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints (-n, -y): written atomically, in model space, resumable at another DP.
 #   1. same DP, same flags: resuming at step 3 reproduces the straight run's step-6
-#      checkpoint byte for byte (model.bin, optimizer.bin), ZeRO-1 fp32 and bf16 storage;
+#      checkpoint byte for byte (model.bin, optimizer.bin), ZeRO-1 fp32 and bf16 storage
+#      (also with --stochastic-rounding);
 #      So do gradient accumulation and -a 1; main.log then holds every step once (the
 #      entries the resumed run repeats are dropped). A resume that changes the tokens per
 #      step, -t, -a, the schedule or AdamW's settings is refused with the saved and the new
@@ -53,19 +54,26 @@ resume_from() {  # resume_from SRC DST: DST gets SRC's step-3 checkpoint and log
     head -n 3 "$1/main.log" >"$2/main.log"
 }
 
-for dtype in fp32 bf16; do
-    straight=$work/straight_$dtype
-    train ./train_gpt2 2 2 "$straight" -z 1 --bucket-size 20000 --param-dtype $dtype -n 3 ||
-        { bad "straight run ($dtype)"; tail -5 "$straight.log"; continue; }
-    resumed=$work/resumed_$dtype
+# With --stochastic-rounding the resume rebuilds the bf16 params from the master with step
+# 3's bits, as the straight run's step 3 wrote them back (round to nearest there would
+# change step 4's forward, and so the step-6 master).
+for variant in fp32 bf16 "bf16 --stochastic-rounding"; do
+    read -r dtype extra <<<"$variant"
+    name=$dtype${extra:+-sr}
+    straight=$work/straight_$name
+    # shellcheck disable=SC2086  # $extra: a flag or nothing
+    train ./train_gpt2 2 2 "$straight" -z 1 --bucket-size 20000 --param-dtype $dtype $extra -n 3 ||
+        { bad "straight run ($variant)"; tail -5 "$straight.log"; continue; }
+    resumed=$work/resumed_$name
     resume_from "$straight" "$resumed"
-    train ./train_gpt2 2 2 "$resumed" -z 1 --bucket-size 20000 --param-dtype $dtype -n 3 -y 1 ||
-        { bad "resume ($dtype)"; tail -5 "$resumed.log"; continue; }
+    # shellcheck disable=SC2086
+    train ./train_gpt2 2 2 "$resumed" -z 1 --bucket-size 20000 --param-dtype $dtype $extra -n 3 -y 1 ||
+        { bad "resume ($variant)"; tail -5 "$resumed.log"; continue; }
     if same_checkpoint "$straight/checkpoint_00000006" "$resumed/checkpoint_00000006" &&
        grep -q "resumed from .*checkpoint_00000003: step 3" "$resumed.log"; then
-        ok "same-DP resume ($dtype params) continues bit-identically"
+        ok "same-DP resume ($variant params) continues bit-identically"
     else
-        bad "same-DP resume ($dtype params) differs from the straight run"
+        bad "same-DP resume ($variant params) differs from the straight run"
     fi
 done
 

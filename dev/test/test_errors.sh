@@ -198,6 +198,7 @@ check split_bf16_instances  2 "split embedding with distributed-optimizer instan
     -z 1 --dist-opt-instances 2 --grad-dtype bf16 --split-embedding
 check fp32acc_with_z0      2 "--fp32-accumulation" "needs --grad-dtype bf16 and -z 1" -- -z 0 --grad-dtype bf16 --fp32-accumulation
 check fp32acc_fp32_grads   2 "--fp32-accumulation" "(got --grad-dtype fp32, -z 1)" -- -z 1 --fp32-accumulation
+check sr_fp32_params       1 "--stochastic-rounding" "these params are fp32" -- --stochastic-rounding
 
 if [ $failed -eq 0 ]; then
     echo "PASS test_errors ($((SECONDS - t0)) s)"

@@ -2,6 +2,12 @@
  * The GPU trainer against the PyTorch oracle (dev/test/gpt2_oracle.py).
  *
  *   test_gpt2cu MODEL.bin STATE.bin [--accum K] [trainer flags]
+ *   test_gpt2cu --dump-params FILE MODEL.bin STEPS [trainer flags]
+ *
+ * The second form trains STEPS steps (B=2, T=16, all-zero tokens) and writes the final
+ * params as fp32 in dense canonical order to FILE, for comparisons with the CPU trainer
+ * (dev/test/test_zero1.c writes the same format): with -l 0 the master stays the model's
+ * weights, so the params are their rounding after the last step (--stochastic-rounding).
  *
  * One rank, no accumulation: checks the forward logits and loss, every parameter
  * gradient (read from the fp32 grad buffer views), then the losses of the oracle's
@@ -91,6 +97,42 @@ static void check_replicas_identical(Trainer* tr) {
     report(all_same, "parameters bitwise identical on all ranks", all_same ? 0.0 : 1.0, 0.0);
 }
 
+static const int zero_tokens[2 * 16] = {0};
+static void zero_batch(void* ctx, int micro, const int** inputs, const int** targets) {
+    *inputs = zero_tokens;
+    *targets = zero_tokens;
+}
+
+// test_gpt2cu --dump-params FILE MODEL.bin STEPS [trainer flags]: see the top of the file.
+static int dump_params_run(int argc, char** argv, const GpuSetup* gpu) {
+    if (argc < 5) fatal("usage: %s --dump-params FILE MODEL.bin STEPS [trainer flags]", argv[0]);
+    TrainConfig cfg;
+    train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
+    cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
+    train_parse_args(&cfg, argc - 4, argv + 4);                  // argv[4] acts as argv[0]
+    cfg.model = argv[3];
+    cfg.B = 2;
+    cfg.T = 16;
+    cfg.total_batch_tokens = cfg.B * cfg.T * gpu->world;
+    Trainer tr;
+    trainer_init(&tr, &cfg, gpu);
+    for (int step = 0; step < atoi(argv[4]); step++) trainer_step(&tr, step, cfg.lr, zero_batch, NULL);
+    trainer_sync_params(&tr);
+    if (gpu->rank == 0) {
+        FILE* f = fopenCheck(argv[2], "wb");
+        for (int i = 0; i < tr.model.num_tensors; i++) {  // tensors back to back: dense canonical
+            size_t n = gpt2_tensor_numel(&tr.model.config, i);
+            float* p = download_floatX((const floatX*)tr.model.param[i], n);
+            fwriteCheck(p, sizeof(float), n, f, argv[2]);
+            free(p);
+        }
+        fcloseCheck(f, argv[2]);
+        printf("PASS test_gpt2cu --dump-params: %d steps, params written to %s\n", atoi(argv[4]), argv[2]);
+    }
+    trainer_free(&tr);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -102,6 +144,12 @@ int main(int argc, char** argv) {
     mpi_start(&argc, &argv, &rank, &world);
     GpuSetup gpu;
     gpu_setup(&gpu, rank, world);
+    if (argc > 1 && strcmp(argv[1], "--dump-params") == 0) {
+        int rc = dump_params_run(argc, argv, &gpu);
+        gpu_teardown(&gpu);
+        MPI_Finalize();
+        return rc;
+    }
     GPT2Config mc;
     int version;
     OracleState s;

@@ -863,7 +863,9 @@ static void test_adamw(size_t n, int decays, float grad_scale, cudaStream_t st) 
         s.beta1_correction = (float)(1.0 - pow((double)b1, t));
         s.beta2_correction = (float)(1.0 - pow((double)b2, t));
         s.grad_scale = NAN;  // the kernel must take the factor from device memory
-        adamw_update(params.p, master.p, grads.p, m.p, v.p, n, &s, gscale.p, decays, st);
+        s.step = t, s.stochastic = t == 4, s.rounding_seed = 7;  // the second step rounds stochastically
+        const size_t model = 1000;  // the range's model-space index (the bits' element count starts there)
+        adamw_update(params.p, master.p, grads.p, m.p, v.p, n, model, &s, gscale.p, decays, st);
         sync(st, "adamw_update");
 
         const double c1 = 1.0 - pow((double)b1, t), c2 = 1.0 - pow((double)b2, t);
@@ -893,10 +895,14 @@ static void test_adamw(size_t n, int decays, float grad_scale, cudaStream_t st) 
         check(name, m, rm, tm);
         snprintf(name, sizeof(name), "adamw_update v (t=%d)", t);
         check(name, v, rv, tv);
-        // params: exactly the kernel's own master rounded to floatX (nearest even).
+        // params: exactly the kernel's own master rounded to floatX (nearest even, or at
+        // t=4 with bf16 stochastically, with element model + i's bits).
         P = download(master), M = download(m), Vv = download(v);
         Vec rx(n);
-        for (size_t i = 0; i < n; i++) rx[i] = round_x((float)P[i]);
+        for (size_t i = 0; i < n; i++) {
+            rx[i] = FLOATX_IS_BF16 && s.stochastic ? bf16_to_float(adamw_round_bf16((float)P[i], &s, model + i))
+                                                   : round_x((float)P[i]);
+        }
         snprintf(name, sizeof(name), "adamw_update params = floatX(master) (t=%d)", t);
         check(name, params, rx, zeros(n));
     }
@@ -924,7 +930,8 @@ static void test_copy_master(size_t n, cudaStream_t st) {
         want[i] = f;
     }
     Vec Mv = upload(master, want);
-    copy_master_to_params(params.p, master.p, n, st);
+    AdamWStep nearest = adamw_step_params(0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0, 1.0f);  // no step: to nearest
+    copy_master_to_params(params.p, master.p, n, &nearest, st);
     sync(st, "copy_master_to_params");
     Vec r(n);
     for (size_t i = 0; i < n; i++) r[i] = round_x((float)Mv[i]);

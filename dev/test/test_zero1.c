@@ -1,7 +1,8 @@
 /*
  * ZeRO-1 against the replicated optimizer, step by step, under mpirun.
  *
- *   test_zero1 MODEL.bin [--steps N] [--accum K] [--batch B_GLOBAL] [--seq T] [trainer flags for the ZeRO-1 run]
+ *   test_zero1 MODEL.bin [--steps N] [--accum K] [--batch B_GLOBAL] [--seq T] [--dump-params FILE]
+ *              [trainer flags for the ZeRO-1 run]
  *
  * Trains the same model on the same global batches twice in one process:
  *   reference: replicated AdamW (-z 0), without --fp32-accumulation or --average-in-collective. With fp32 params this is the trainer's plain
@@ -19,7 +20,11 @@
  * --fp32-accumulation not element-wise: see main); every rank's optimizer-state bytes equal
  * 8 (fp32 storage, master == params) or 12 (bf16 storage) bytes per owned element; owned
  * elements summed over ranks equal the padded buffer (once per distributed-optimizer
- * instance with --dist-opt-instances K); all ranks hold identical parameters.
+ * instance with --dist-opt-instances K); all ranks hold identical parameters. With -l 0
+ * the master never moves, so the params are its rounding after the last step (with
+ * --stochastic-rounding, by that step's bits): the candidate then equals the reference
+ * bitwise. --dump-params: rank 0 writes the candidate's final params (fp32, dense
+ * canonical) to FILE, for comparisons across runs (dev/test/test_zero1.sh).
  */
 #define TESTING
 #include "train_gpt2.c"
@@ -135,11 +140,13 @@ int main(int argc, char** argv) {
     mpi_start(&argc, &argv, &rank, &world);
     if (argc < 2) fatal("usage: %s MODEL.bin [--steps N] [--accum K] [--batch B] [--seq T] [trainer flags]", argv[0]);
     int steps = 10, k = 1, B_global = 12, T = 16, a = 2;
+    const char* dump_params = NULL;
     for (; a + 1 < argc; a += 2) {
         if (strcmp(argv[a], "--steps") == 0) steps = atoi(argv[a + 1]);
         else if (strcmp(argv[a], "--accum") == 0) k = atoi(argv[a + 1]);
         else if (strcmp(argv[a], "--batch") == 0) B_global = atoi(argv[a + 1]);
         else if (strcmp(argv[a], "--seq") == 0) T = atoi(argv[a + 1]);
+        else if (strcmp(argv[a], "--dump-params") == 0) dump_params = argv[a + 1];
         else break;
     }
     if (steps < 1 || k < 1 || T < 1 || B_global % (world * k) != 0) {
@@ -147,12 +154,12 @@ int main(int argc, char** argv) {
     }
     TrainConfig cfg;
     train_config_defaults(&cfg, 1);
+    cfg.lr = 1e-3f;  // -l may change it
     train_parse_args(&cfg, argc - (a - 1), argv + (a - 1));
     cfg.model = argv[1];
     cfg.B = B_global / (world * k);
     cfg.T = T;
     cfg.total_batch_tokens = cfg.B * T * world * k;
-    cfg.lr = 1e-3f;
     cfg.weight_decay = 0.1f;
     cfg.grad_clip = 1.0f;
 
@@ -200,6 +207,12 @@ int main(int argc, char** argv) {
         // there the strict bounds below hold, bit for bit in fact).
         compare("plugin run (averaging) vs plain replicated", &ref, &got, steps, 1e-5, 0.0, 1e-4, rank);
     else compare("plugin run vs plain replicated", &ref, &got, steps, 1e-6, 0.0, 1e-5, rank);
+    if (cfg.lr == 0.0f) compare_bitwise("lr 0: the rounded fixed master", &ref, &got, steps, rank);
+    if (dump_params && rank == 0) {
+        FILE* f = fopenCheck(dump_params, "wb");
+        fwriteCheck(got.params, sizeof(float), got.params_n, f, dump_params);
+        fcloseCheck(f, dump_params);
+    }
     TrainConfig flipped = cfg;
     flipped.overlap_grad_reduce = !cfg.overlap_grad_reduce;
     flipped.overlap_param_gather = !cfg.overlap_param_gather;

@@ -4,7 +4,8 @@
 # distributed-optimizer instances at np 4 and 6, also on the
 # deferred device with the hazard communicator (zero1_hazard), and with the split
 # embedding (--split-embedding); ZeRO-1 matches the PyTorch oracle at np=2, B=2 (also
-# split); a planted NaN stops every rank.
+# split); --stochastic-rounding stores the same bf16 params at any DP and bucket size;
+# a planted NaN stops every rank.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
@@ -44,6 +45,24 @@ for np in 1 2 3 4; do
     check "average in the collective" $np -z 1 --bucket-size 5000 --average-in-collective
     check "replicated through the runtime (bucketed all-reduce)" $np -z 0 --bucket-size 5000
 done
+
+# --stochastic-rounding: the bf16 write-back's bits depend only on (seed, step, model-space
+# index). With -l 0 the master stays the initial weights, so the final params are their
+# rounding with the last step's bits: the same bits at np 1 (one bucket) and np 2 (small
+# buckets, parameters cut by shard bounds), and not round-to-nearest's. With -l 1e-3
+# ZeRO-1 still matches the replicated mode within bf16's tolerance.
+SR_LR0=(--steps 3 --param-dtype bf16 -l 0 -z 1)  # after test_zero1's own options (--dump-params)
+check "stochastic rounding, lr 0, one bucket" 1 --dump-params "$work/sr_np1.bin" "${SR_LR0[@]}" \
+    --bucket-size none --stochastic-rounding
+check "stochastic rounding, lr 0, small buckets" 2 --dump-params "$work/sr_np2.bin" "${SR_LR0[@]}" \
+    --bucket-size 3000 --stochastic-rounding
+check "round to nearest, lr 0" 2 --dump-params "$work/rne_np2.bin" "${SR_LR0[@]}" --bucket-size 3000
+if cmp -s "$work/sr_np1.bin" "$work/sr_np2.bin" && ! cmp -s "$work/sr_np1.bin" "$work/rne_np2.bin"; then
+    passed=$((passed + 1)); echo "PASS stochastic rounding: np 1 (one bucket) == np 2 (bucket size 3000) bitwise, != nearest"
+else
+    failed=$((failed + 1)); echo "FAIL stochastic rounding: params differ across DP/bucket size, or equal nearest's"
+fi
+check "bf16 param storage, stochastic rounding" 2 -z 1 --bucket-size 5000 --param-dtype bf16 --stochastic-rounding
 
 # Distributed-optimizer instances: K groups of np/K consecutive ranks shard the state, each
 # shard all-reduced across the groups (K = np: every group is one rank). The reference is

@@ -13,6 +13,7 @@
  *     rounding-relevant low halves plus 16M random floats; bf16 -> fp32 on all 65536;
  *     same-type copies; bitwise equal to the CPU device
  *  3. adamw over span lists with empty, tiny, unaligned and large (4M) spans, gaps
+ *     (bf16 also with stochastic rounding), and round_master (a resume's rebuild)
  *     between them and owned positions in another order; fp32 params with and without
  *     a master, bf16 params; 3 steps; every array bitwise equal to the CPU device
  *  4. sum_squares: same bits twice, "+=" semantics, both it and the CPU's double sum within
@@ -267,6 +268,7 @@ static SpanSet make_spans(const char* name, const size_t* sizes, int count, uint
         s.spans[i].n = sizes[i];
         s.spans[i].param = i;
         s.spans[i].decays = (int)(next_u64(rng) % 2);
+        s.spans[i].model = 3 * s.numel + 11;  // model space: neither the buffer nor the owned place
         pos = s.spans[i].buffer + sizes[i];
         s.numel += sizes[i];
     }
@@ -294,10 +296,10 @@ static float* random_array(size_t n, uint64_t* rng, int non_negative) {
 // ----------------------------------------------------------------------------
 // 3. adamw
 
-static void test_adamw(const SpanSet* set, Zero1Dtype param_type, int with_master) {
+static void test_adamw(const SpanSet* set, Zero1Dtype param_type, int with_master, int stochastic) {
     char setting[128];
-    snprintf(setting, sizeof(setting), "adamw %s, %s params, %s", set->name, param_type == ZERO1_BF16 ? "bf16" : "fp32",
-             with_master ? "fp32 master" : "params are the master");
+    snprintf(setting, sizeof(setting), "adamw %s, %s params, %s%s", set->name, param_type == ZERO1_BF16 ? "bf16" : "fp32",
+             with_master ? "fp32 master" : "params are the master", stochastic ? ", stochastic rounding" : "");
     uint64_t rng = 7 + (uint64_t)param_type * 3 + (uint64_t)with_master;
     size_t nb = set->buffer_numel, no = set->owned_numel, pbytes = zero1_dtype_size(param_type);
     float* grads = random_array(nb, &rng, 0);
@@ -322,6 +324,7 @@ static void test_adamw(const SpanSet* set, Zero1Dtype param_type, int with_maste
     for (int t = 1; t <= 3; t++) {
         // grad_scale in the step is a decoy: the factor must come from device memory.
         AdamWStep step = adamw_step_params(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1000.0f);
+        adamw_step_stochastic(&step, stochastic, 42);
         cpu.ops->adamw(cpu.ctx, cpu.compute, &cpu_list, params, param_type, master, grads, m, v, &step, &scales[t - 1]);
         gpu.ops->from_host(gpu.ctx, gpu.compute, d_scale, &scales[t - 1], sizeof(float));
         gpu.ops->adamw(gpu.ctx, gpu.compute, &gpu_list, d_params, param_type, d_master, d_grads, d_m, d_v, &step, d_scale);
@@ -330,6 +333,15 @@ static void test_adamw(const SpanSet* set, Zero1Dtype param_type, int with_maste
     check_same_bits("m", setting, m, d_m, no, 4);
     check_same_bits("v", setting, v, d_v, no, 4);
     if (with_master) check_same_bits("master", setting, master, d_master, no, 4);
+    if (with_master) {  // a resume's rebuild: the master rounded again with step 3's rounding
+        AdamWStep step = adamw_step_params(0.0f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+        adamw_step_stochastic(&step, stochastic, 42);
+        memset(params, 0, nb * pbytes);
+        gpu.ops->fill(gpu.ctx, gpu.compute, d_params, 0, nb * pbytes);
+        cpu.ops->round_master(cpu.ctx, cpu.compute, &cpu_list, params, param_type, master, &step);
+        gpu.ops->round_master(gpu.ctx, gpu.compute, &gpu_list, d_params, param_type, d_master, &step);
+        check_same_bits("round_master", setting, params, d_params, nb, pbytes);
+    }
 
     if (param_type == ZERO1_BF16) free(params);
     free(params_f);
@@ -840,9 +852,10 @@ int main(int argc, char** argv) {
     SpanSet many = make_spans("3000 small spans", many_sizes, 3000, &rng);
     const SpanSet* sets[2] = {&edge, &many};
     for (int s = 0; s < 2; s++) {
-        test_adamw(sets[s], ZERO1_FP32, 0);
-        test_adamw(sets[s], ZERO1_FP32, 1);
-        test_adamw(sets[s], ZERO1_BF16, 1);
+        test_adamw(sets[s], ZERO1_FP32, 0, 0);
+        test_adamw(sets[s], ZERO1_FP32, 1, 0);
+        test_adamw(sets[s], ZERO1_BF16, 1, 0);
+        test_adamw(sets[s], ZERO1_BF16, 1, 1);
         test_sum_squares(sets[s]);
         test_nonfinite_flags(sets[s]);
     }

@@ -287,8 +287,8 @@ static void check_free_and_destroy_with_queued_work(void) {
 #define OWNED_N 501
 #define NUM_PARAMS 4
 #define NUM_FLAGS 6
-static const Zero1Span SPANS[] = {
-    {10, 0, 100, 0, 1}, {200, 100, 37, 1, 0}, {500, 137, 300, 3, 1}, {900, 437, 64, 2, 0},
+static const Zero1Span SPANS[] = {  // the last field: model-space index (the bits' element count)
+    {10, 0, 100, 0, 1, 0}, {200, 100, 37, 1, 0, 100}, {500, 137, 300, 3, 1, 201}, {900, 437, 64, 2, 0, 137},
 };
 #define NUM_SPANS 4
 #define SPANS_NUMEL 501
@@ -340,12 +340,12 @@ static void adamw_reference(Zero1Dtype ptype, int with_master, float scale, Adam
             p = adamw_element(p, s->grads[b], &s->m[w], &s->v[w], &step, sp->decays);
             if (with_master) s->master[w] = p;
             if (ptype == ZERO1_FP32) fp[b] = p;
-            else ((uint16_t*)s->params)[b] = float_to_bf16(p);
+            else ((uint16_t*)s->params)[b] = adamw_round_bf16(p, &step, sp->model + j);
         }
     }
 }
 
-static void check_adamw(const Zero1Device* d, Zero1Dtype ptype, int with_master) {
+static void check_adamw(const Zero1Device* d, Zero1Dtype ptype, int with_master, int stochastic) {
     static AdamwState in, on_cpu, on_deferred, reference;
     float* fp = (float*)in.params;
     fill_uniform(in.grads, BUFFER_N, -1.0f, 1.0f);
@@ -358,6 +358,7 @@ static void check_adamw(const Zero1Device* d, Zero1Dtype ptype, int with_master)
         else ((uint16_t*)in.params)[i] = float_to_bf16(x);
     }
     AdamWStep step = adamw_step_params(1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 123.0f /* ignored: from device */);
+    adamw_step_stochastic(&step, stochastic, 42);
     float scale = 0.75f;
     Zero1Device cpu = zero1_device_cpu();
     adamw_on(&cpu, ptype, with_master, scale, step, &in, &on_cpu);
@@ -365,7 +366,9 @@ static void check_adamw(const Zero1Device* d, Zero1Dtype ptype, int with_master)
     reference = in;
     adamw_reference(ptype, with_master, scale, step, &reference);
     size_t pbytes = BUFFER_N * zero1_dtype_size(ptype);
-    const char* what = ptype == ZERO1_FP32 ? (with_master ? "fp32 params, master" : "fp32 params") : "bf16 params";
+    const char* what = ptype == ZERO1_FP32 ? (with_master ? "fp32 params, master" : "fp32 params")
+                       : stochastic        ? "bf16 params, stochastic rounding"
+                                           : "bf16 params";
     CHECK(memcmp(on_cpu.params, reference.params, pbytes) == 0 && memcmp(on_cpu.m, reference.m, sizeof(in.m)) == 0 &&
               memcmp(on_cpu.v, reference.v, sizeof(in.v)) == 0 &&
               (!with_master || memcmp(on_cpu.master, reference.master, sizeof(in.master)) == 0),
@@ -375,6 +378,188 @@ static void check_adamw(const Zero1Device* d, Zero1Dtype ptype, int with_master)
               memcmp(on_deferred.master, on_cpu.master, sizeof(in.master)) == 0,
           "adamw (%s): the deferred device differs from the CPU device", what);
     CHECK(memcmp(on_cpu.params, in.params, pbytes) != 0, "adamw (%s) changed nothing", what);
+}
+
+// ---- stochastic rounding (llmc/bf16.h, llmc/adamw.h) ----
+
+// The bf16 neighbours of x: lo toward zero (x truncated), hi one bf16 step away from zero.
+static void bf16_neighbours(float x, bf16_bits* lo, bf16_bits* hi) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    *lo = (bf16_bits)(u >> 16);
+    *hi = (bf16_bits)(*lo + 1);
+}
+
+// Over 2^20 element indices the mean of SR(x) is x: the count of round-ups is binomial
+// with p = (x - lo) / (hi - lo), and must lie within 6 sigma of N p; every result is one
+// of the two neighbours.
+static void check_stochastic_rounding_unbiased(void) {
+    const uint64_t seed = 42, step = 3;
+    const size_t N = (size_t)1 << 20;
+    float xs[14];
+    int count = 0;
+    for (int k = 1; k <= 7; k++) xs[count++] = 1.0f + (float)k * 0x1p-10f;  // p = k/8
+    xs[count++] = -(1.0f + 3 * 0x1p-10f);
+    xs[count++] = -3.3f;
+    xs[count++] = 0.1f;
+    xs[count++] = 3e-40f;   // fp32 subnormal; bf16's spacing there is 2^-133
+    xs[count++] = 3e38f;    // near the top of bf16's range
+    xs[count++] = -7.7e-39f;
+    for (int c = 0; c < count; c++) {
+        float x = xs[c];
+        bf16_bits lo, hi;
+        bf16_neighbours(x, &lo, &hi);
+        double p = ((double)x - bf16_to_float(lo)) / ((double)bf16_to_float(hi) - bf16_to_float(lo));
+        size_t ups = 0, others = 0;
+        for (size_t i = 0; i < N; i++) {
+            bf16_bits r = float_to_bf16_stochastic(x, stochastic_rounding_bits(seed, step, i));
+            if (r == hi) ups++;
+            else if (r != lo) others++;
+        }
+        double sigma = sqrt((double)N * p * (1.0 - p));
+        CHECK(p > 0.0 && p < 1.0 && others == 0, "SR(%a): p %g, %zu results are neither neighbour", (double)x, p, others);
+        CHECK(fabs((double)ups - (double)N * p) <= 6.0 * sigma, "SR(%a): %zu of %zu rounded up, want %.1f +- 6*%.1f",
+              (double)x, ups, N, (double)N * p, sigma);
+    }
+}
+
+// Exact bf16 values and +-Inf are kept whatever the bits; NaN stays a quiet NaN, the
+// same one float_to_bf16 gives.
+static void check_stochastic_rounding_specials(void) {
+    const uint32_t exact[] = {0x3f800000u, 0xc0200000u, 0x00000000u, 0x80000000u, 0x00010000u, 0x7f7f0000u,
+                              0x7f800000u, 0xff800000u};
+    const uint32_t bits[] = {0u, 1u, 0x8000u, 0xffffu, 0xffffffffu, 0x12345678u};
+    for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++) {
+        float x;
+        memcpy(&x, &exact[i], 4);
+        for (size_t j = 0; j < sizeof(bits) / sizeof(bits[0]); j++) {
+            bf16_bits r = float_to_bf16_stochastic(x, bits[j]);
+            CHECK(r == (bf16_bits)(exact[i] >> 16), "SR(%#x, bits %#x) = %#x, want it unchanged", exact[i], bits[j], r);
+        }
+    }
+    const uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0xffbfffffu};
+    for (size_t i = 0; i < sizeof(nans) / sizeof(nans[0]); i++) {
+        float x;
+        memcpy(&x, &nans[i], 4);
+        for (size_t j = 0; j < sizeof(bits) / sizeof(bits[0]); j++) {
+            bf16_bits r = float_to_bf16_stochastic(x, bits[j]);
+            CHECK(isnan(bf16_to_float(r)) && r == float_to_bf16(x), "SR(NaN %#x) = %#x, want %#x", nans[i], r,
+                  float_to_bf16(x));
+        }
+    }
+}
+
+// The same parameters laid out two ways, as two DPs or bucket sizes would: the buffer
+// places, the owned order and the cuts between spans differ, the model-space index does
+// not. AdamW with stochastic rounding must store the same bf16 bits in both, on the CPU
+// and the deferred device, and round_master (a resume's rebuild) must repeat them.
+#define LAYOUT_MODEL_N 877     // parameters of 300, 77, 500 elements
+#define LAYOUT_BUFFER_N 1000
+static const Zero1Span LAYOUT_A[] = {  // one bucket, aligned: buffer = owned
+    {0, 0, 300, 0, 1, 0}, {304, 304, 77, 1, 0, 300}, {384, 384, 500, 2, 1, 377},
+};
+static const Zero1Span LAYOUT_B[] = {  // reversed buffer, parameters cut by shard bounds, owned permuted
+    {350, 0, 250, 2, 1, 627}, {600, 250, 123, 0, 1, 0}, {16, 373, 77, 1, 0, 300},
+    {100, 450, 250, 2, 1, 377}, {723, 700, 177, 0, 1, 123},
+};
+
+typedef struct {
+    float master[LAYOUT_MODEL_N], grads[LAYOUT_MODEL_N], m[LAYOUT_MODEL_N], v[LAYOUT_MODEL_N];
+} ModelState;
+
+typedef struct {
+    bf16_bits params[LAYOUT_MODEL_N], rebuilt[LAYOUT_MODEL_N];  // after adamw; round_master of its master
+    float master[LAYOUT_MODEL_N];
+} LayoutResult;
+
+// AdamW over one layout on device d; the results mapped back to model space.
+static void adamw_in_layout(const Zero1Device* d, const Zero1Span* spans, int count, const ModelState* in,
+                            AdamWStep step, LayoutResult* out) {
+    static bf16_bits params[LAYOUT_BUFFER_N];
+    static float master[LAYOUT_BUFFER_N], grads[LAYOUT_BUFFER_N], m[LAYOUT_BUFFER_N], v[LAYOUT_BUFFER_N];
+    memset(params, 0, sizeof(params));
+    memset(master, 0, sizeof(master));
+    memset(grads, 0, sizeof(grads));
+    memset(m, 0, sizeof(m));
+    memset(v, 0, sizeof(v));
+    size_t numel = 0;
+    for (int k = 0; k < count; k++) {
+        const Zero1Span* sp = &spans[k];
+        for (size_t j = 0; j < sp->n; j++) {
+            size_t e = sp->model + j;
+            master[sp->owned + j] = in->master[e];
+            m[sp->owned + j] = in->m[e];
+            v[sp->owned + j] = in->v[e];
+            grads[sp->buffer + j] = in->grads[e];
+            params[sp->buffer + j] = float_to_bf16(in->master[e]);
+        }
+        numel += sp->n;
+    }
+    const Zero1DeviceOps* o = d->ops;
+    float scale = 1.0f;
+    void* dparams = upload(d, params, sizeof(params));
+    void* drebuilt = o->alloc(d->ctx, sizeof(params));
+    float* dmaster = (float*)upload(d, master, sizeof(master));
+    float* dgrads = (float*)upload(d, grads, sizeof(grads));
+    float* dm = (float*)upload(d, m, sizeof(m));
+    float* dv = (float*)upload(d, v, sizeof(v));
+    float* dscale = (float*)upload(d, &scale, sizeof(scale));
+    void* dspans = o->upload_spans(d->ctx, spans, count);
+    Zero1SpanList list = {count, numel, spans, dspans};
+    o->adamw(d->ctx, d->compute, &list, dparams, ZERO1_BF16, dmaster, dgrads, dm, dv, &step, dscale);
+    o->round_master(d->ctx, d->compute, &list, drebuilt, ZERO1_BF16, dmaster, &step);
+    download(d, d->compute, params, dparams, sizeof(params));
+    download(d, d->compute, master, dmaster, sizeof(master));
+    static bf16_bits rebuilt[LAYOUT_BUFFER_N];
+    download(d, d->compute, rebuilt, drebuilt, sizeof(rebuilt));
+    for (int k = 0; k < count; k++) {
+        const Zero1Span* sp = &spans[k];
+        for (size_t j = 0; j < sp->n; j++) {
+            out->params[sp->model + j] = params[sp->buffer + j];
+            out->rebuilt[sp->model + j] = rebuilt[sp->buffer + j];
+            out->master[sp->model + j] = master[sp->owned + j];
+        }
+    }
+    void* all[] = {dparams, drebuilt, dmaster, dgrads, dm, dv, dscale, dspans};
+    for (int i = 0; i < 8; i++) o->free(d->ctx, all[i]);
+}
+
+static void check_rounding_across_layouts(const Zero1Device* deferred) {
+    static ModelState in;
+    fill_uniform(in.master, LAYOUT_MODEL_N, -1.0f, 1.0f);
+    fill_uniform(in.grads, LAYOUT_MODEL_N, -1.0f, 1.0f);
+    fill_uniform(in.m, LAYOUT_MODEL_N, -0.1f, 0.1f);
+    fill_uniform(in.v, LAYOUT_MODEL_N, 0.0f, 0.01f);
+    AdamWStep step = adamw_step_params(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 1.0f);
+    adamw_step_stochastic(&step, 1, 42);
+    Zero1Device cpu = zero1_device_cpu();
+    const Zero1Device* devices[2] = {&cpu, deferred};
+    static LayoutResult r[2][2];  // [device][layout]
+    for (int k = 0; k < 2; k++) {
+        adamw_in_layout(devices[k], LAYOUT_A, 3, &in, step, &r[k][0]);
+        adamw_in_layout(devices[k], LAYOUT_B, 5, &in, step, &r[k][1]);
+    }
+    for (int k = 0; k < 2; k++) {
+        for (int l = 0; l < 2; l++) {
+            CHECK(memcmp(&r[k][l], &r[0][0], sizeof(r[0][0])) == 0,
+                  "stochastic AdamW on the %s device, layout %c: differs from the CPU device's layout A",
+                  devices[k]->ops->name, "AB"[l]);
+            CHECK(memcmp(r[k][l].rebuilt, r[k][l].params, sizeof(r[k][l].params)) == 0,
+                  "round_master on the %s device, layout %c: differs from adamw's write-back", devices[k]->ops->name,
+                  "AB"[l]);
+        }
+    }
+    int stochastic_changed = 0, neighbours = 1;
+    for (size_t e = 0; e < LAYOUT_MODEL_N; e++) {
+        bf16_bits lo, hi;
+        bf16_neighbours(r[0][0].master[e], &lo, &hi);
+        if (r[0][0].params[e] != float_to_bf16(r[0][0].master[e])) stochastic_changed++;
+        if (r[0][0].params[e] != lo && r[0][0].params[e] != hi) neighbours = 0;
+    }
+    // The far neighbour's probability is spread over [0, 1/2): about a quarter of the
+    // elements round away from nearest, far more than 100 of 877.
+    CHECK(neighbours && stochastic_changed > 100, "stochastic write-back: %d of %d elements differ from nearest%s",
+          stochastic_changed, LAYOUT_MODEL_N, neighbours ? "" : ", some are no neighbour of the master");
 }
 
 // sum_squares, nonfinite_flags and norm_and_clip on device d.
@@ -531,7 +716,7 @@ static void bad_use_after_free(const Zero1Device* d) {
     d->ops->fill(d->ctx, d->compute, p, 0, 8);
 }
 static void bad_stale_spans(const Zero1Device* d) {
-    Zero1Span spans[1] = {{0, 0, 4, 0, 0}};
+    Zero1Span spans[1] = {{0, 0, 4, 0, 0, 0}};
     void* dspans = d->ops->upload_spans(d->ctx, spans, 1);
     spans[0].n = 8;  // changed after the upload
     Zero1SpanList list = {1, 8, spans, dspans};
@@ -539,7 +724,7 @@ static void bad_stale_spans(const Zero1Device* d) {
     d->ops->sum_squares(d->ctx, d->compute, &list, (float*)g, (double*)g);
 }
 static void bad_span_past_buffer(const Zero1Device* d) {
-    Zero1Span spans[1] = {{10, 0, 7, 0, 0}};  // grads[10,17): 68 bytes of a 64-byte buffer
+    Zero1Span spans[1] = {{10, 0, 7, 0, 0, 0}};  // grads[10,17): 68 bytes of a 64-byte buffer
     Zero1SpanList list = {1, 7, spans, d->ops->upload_spans(d->ctx, spans, 1)};
     d->ops->sum_squares(d->ctx, d->compute, &list, (float*)bad_alloc(d, 64), (double*)bad_alloc(d, 8));
 }
@@ -878,9 +1063,13 @@ int main(int argc, char** argv) {
     check_sync_event(&d);
     check_to_host_before_sync(&d);
     check_free_and_destroy_with_queued_work();
-    check_adamw(&d, ZERO1_FP32, 0);
-    check_adamw(&d, ZERO1_FP32, 1);
-    check_adamw(&d, ZERO1_BF16, 1);
+    check_adamw(&d, ZERO1_FP32, 0, 0);
+    check_adamw(&d, ZERO1_FP32, 1, 0);
+    check_adamw(&d, ZERO1_BF16, 1, 0);
+    check_adamw(&d, ZERO1_BF16, 1, 1);
+    check_stochastic_rounding_unbiased();
+    check_stochastic_rounding_specials();
+    check_rounding_across_layouts(&d);
     check_reductions(&d);
     check_convert(&d);
     check_sum_slices(&d);
