@@ -88,7 +88,7 @@ check "fp32 accumulation, averaged (the 1/DP inside sum_slices)" 3 -z 1 --bucket
 # before its collective completes, misses an event between streams or reads the device
 # before a sync gets NaN or stale values here, so the comparison fails.
 HAZARD=(--test-device deferred --test-hazard)
-for np in 1 2 3 4; do
+for np in 2 3 4; do  # np 1 has no collective in flight to poison
     check "zero1_hazard: one bucket" $np -z 1 --bucket-size none "${HAZARD[@]}"
     check "zero1_hazard: many small buckets" $np -z 1 --bucket-size 3000 "${HAZARD[@]}"
     check "zero1_hazard: accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000 "${HAZARD[@]}"
