@@ -107,7 +107,7 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {"-v", "--val-every", OPT_INT, CLI_FIELD(val_every), 0, INT_MAX, "validation loss every N steps (0: never)"},
     {"-m", "--val-steps", OPT_INT, CLI_FIELD(val_steps), 1, INT_MAX, "validation batches per evaluation"},
     {"-H", "--hellaswag", OPT_INT, CLI_FIELD(hellaswag), 0, 1,
-     "1: HellaSwag-style accuracy at every validation point (-v) and at the end (-h is the help)"},
+     "1: HellaSwag-style accuracy at every validation point (-v) and at the end (llm.c's -h 1 works too)"},
     {NULL, "--hellaswag-file", OPT_STR, CLI_FIELD(hellaswag_path), 0, 0,
      "the eval file for -H 1, llm.c's format (llm.c's hellaswag.py writes hellaswag_val.bin)"},
     {NULL, "--hellaswag-dump", OPT_STR, CLI_FIELD(hellaswag_dump), 0, 0,
@@ -286,9 +286,10 @@ static inline void cli_choice(const char* flag, const char* value, const char* c
 static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
     for (int a = 1; a < argc; a++) {
         const char* arg = argv[a];
-        // llm.c's "-h 1" (its HellaSwag flag) would print the help and exit 0 here: say so.
+        // llm.c's "-h 0|1" is its HellaSwag flag: the same as -H here; -h alone is the help.
         if (strcmp(arg, "-h") == 0 && a + 1 < argc && (strcmp(argv[a + 1], "0") == 0 || strcmp(argv[a + 1], "1") == 0)) {
-            fatal("-h is the help here; the HellaSwag eval is -H %s (llm.c's -h)", argv[a + 1]);
+            c->hellaswag = argv[++a][0] == '1';
+            continue;
         }
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             if (utils_rank() == 0) train_print_usage(stdout, argv[0], c);

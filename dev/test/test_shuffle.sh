@@ -19,9 +19,7 @@ set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
-$PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" --vocab 1000 --max-seq 32 \
-    --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle make"; exit 1; }
+small_model "$work" || exit 1
 $PY - "$work" <<'PYEOF' || { echo "FAIL shards"; exit 1; }
 import random, struct, sys
 rng = random.Random(7)
