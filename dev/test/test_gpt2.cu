@@ -118,7 +118,7 @@ static int dump_params_run(int argc, char** argv, const GpuSetup* gpu) {
     cfg.total_batch_tokens = cfg.B * cfg.T * gpu->world;
     Trainer tr;
     trainer_init(&tr, &cfg, gpu);
-    for (int step = 0; step < atoi(argv[4]); step++) trainer_step(&tr, step, cfg.lr, zero_batch, NULL);
+    for (int step = 0; step < atoi(argv[4]); step++) trainer_step(&tr, step, cfg.lr, zero_batch, NULL, NULL);
     trainer_sync_params(&tr);
     if (gpu->rank == 0) {
         FILE* f = fopenCheck(argv[2], "wb");
