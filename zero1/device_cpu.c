@@ -128,7 +128,7 @@ static void cpu_add_rows(void* ctx, Zero1Stream st, float* grads, const float* r
         for (int i = 0; i < a->len; i++) {
             float sum = 0.0f;
             for (int j = 0; j < a->count; j++) sum += rows[(size_t)src[j] * plan->width + a->skip + i];
-            grads[a->dst + i] += sum;
+            grads[a->dst + i] += sum * plan->scale;
         }
     }
 }

@@ -212,7 +212,7 @@ static __global__ void add_rows_kernel(float* grads, const float* rows, Zero1Row
     for (int i = threadIdx.x; i < a.len; i += blockDim.x) {
         float sum = 0.0f;
         for (int j = 0; j < a.count; j++) sum += rows[(size_t)src[j] * plan.width + a.skip + i];
-        grads[a.dst + i] += sum;
+        grads[a.dst + i] += sum * plan.scale;
     }
 }
 

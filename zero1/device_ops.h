@@ -94,6 +94,7 @@ typedef struct {
     const Zero1RowAdd* adds;
     const int* sources;
     size_t grads_n, rows_n;
+    float scale;               // each element's sum of rows is multiplied by it (1/DP when averaging)
 } Zero1RowPlan;
 
 typedef struct {

@@ -216,8 +216,10 @@ static void plan_add(Zero1Runtime* rt, int received) {
         if (count == sp->max_adds) fatal("zero1: split embedding: more than %d rows to add", sp->max_adds);
         sp->host_adds[count++] = a;
     }
+    // --average-in-collective: the dense reduction averages over the group, so the rows do too.
+    float scale = rt->opt.average_in_collective ? zero1_avg_scale(rt->comm->size) : 1.0f;
     Zero1RowPlan plan = {count, received, w, sp->adds, sp->sources, rt->layout.numel,
-                         (size_t)sp->max_recv_rows * w};
+                         (size_t)sp->max_recv_rows * w, scale};
     sp->plan = plan;
 }
 

@@ -106,6 +106,7 @@ for np in 1 2 3 4; do
 done
 MODEL="$work/c48.bin" check "split embedding, accumulation" 2 --accum 2 --batch 24 "${SPLIT[@]}"
 MODEL="$work/c48.bin" check "split embedding, 2 instances" 4 "${SPLIT[@]}" --dist-opt-instances 2
+MODEL="$work/c48.bin" check "split embedding, average in the collective" 3 "${SPLIT[@]}" --average-in-collective
 for np in 2 3; do
     MODEL="$work/c48.bin" check "zero1_hazard: split embedding" $np "${SPLIT[@]}" "${HAZARD[@]}"
 done
