@@ -66,14 +66,21 @@ static inline void fatal(const char* fmt, ...) LLMC_PRINTF(1, 2) LLMC_NORETURN;
 static inline void fatal(const char* fmt, ...) {
     fflush(stdout);
     if (utils_rank() != 0) usleep(3000 * 1000);  // let rank 0 speak for a shared error
+    // One write for the whole line: stderr is unbuffered, and under mpirun another stream's
+    // output could otherwise land between "error: " and the message.
+    char line[8192];
+    size_t n = 0;
+    if (utils_world() > 1 && utils_rank() != 0) n = (size_t)snprintf(line, sizeof(line), "[rank %d] ", utils_rank());
+    n += (size_t)snprintf(line + n, sizeof(line) - n, "error: ");
     va_list ap;
     va_start(ap, fmt);
-    if (utils_world() > 1 && utils_rank() != 0) fprintf(stderr, "[rank %d] ", utils_rank());
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    fflush(stderr);
+    int m = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
     va_end(ap);
+    n = m < 0 ? n : n + (size_t)m < sizeof(line) - 2 ? n + (size_t)m : sizeof(line) - 2;
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    fputs(line, stderr);
+    fflush(stderr);
     exit(1);
 }
 
