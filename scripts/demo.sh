@@ -5,15 +5,15 @@
 #
 # Installs the dependencies (scripts/install_deps.sh), builds the CPU trainer with the
 # zero1/ plugin, prepares the data (make data), trains a d2 GPT-2 (L=2, C=128, 7M params)
-# for 50 steps (B=4 per rank, T=64, 1024 tokens/step, lr 1e-3, 10 warmup steps, cosine to
+# for 25 steps (B=4 per rank, T=64, 1024 tokens/step, lr 1e-3, 10 warmup steps, cosine to
 # 1e-4), validates every 20 steps, prints a sample at the end, writes out/demo/main.log
 # and draws its train and validation loss into out/demo/loss.png (scripts/plot_loss.sh).
-# About 1-2 minutes on 2 cores. Env: DEMO_NP (4), DEMO_STEPS (50), DEMO_MODEL (d2).
+# About 45 s on 2 cores. Env: DEMO_NP (4), DEMO_STEPS (25), DEMO_MODEL (d2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 START=$SECONDS
 NP=${DEMO_NP:-4}
-STEPS=${DEMO_STEPS:-50}
+STEPS=${DEMO_STEPS:-25}
 MODEL=${DEMO_MODEL:-d2}
 OUT=out/demo
 phase() { echo; echo "== [demo +$((SECONDS - START)) s] $*"; }
