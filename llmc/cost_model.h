@@ -283,8 +283,8 @@ static inline int cost_model_kernels(const CostSetup* s, CostList* l) {
     // dgelu * (dout W): no GELU backward pass. -r 1 first recomputes the GELU output (the
     // dweight matmul's input) from the pre-activation.
     if (recompute) cost_add(l, COST_BWD, 0, 1, "gelu recompute (-r 1)", 0, 15 * BT * 4 * C, 2 * BT * 4 * C * X, 1);
-    cost_linear_backward(l, 0, 1, fused ? "fcproj +DGELU" : "fcproj", BT, 4 * C, C, 1, fused, fused ? BT * 4 * C * X : 0,
-                         X);
+    double dgelu_aux = fused ? BT * 4 * C * X : 0;  // the DGELU epilogue reads the pre-activation
+    cost_linear_backward(l, 0, 1, fused ? "fcproj +DGELU" : "fcproj", BT, 4 * C, C, 1, fused, dgelu_aux, X);
     if (!fused) cost_add(l, COST_BWD, 0, 1, "gelu backward", 0, 20 * BT * 4 * C, 3 * BT * 4 * C * X, 1);
     cost_linear_backward(l, 0, 1, "fc", BT, C, 4 * C, 1, fused, 0, X);
     cost_layernorm_backward(l, 0, 1, "layernorm ln2 backward", BT, C, X);

@@ -180,7 +180,9 @@ static void parse_options(int argc, char** argv, Options* o) {
     }
     if (o->json && o->brief) fatal("--json and --brief exclude each other");
     int rc = gpt2_config_from_descriptor(model_descriptor(o->model), o->vocab, o->max_seq, &o->cfg);
-    if (rc != 0) fatal("--model %s: expected dN (N in 1..%d), 124M, 350M, 774M or 1558M", o->model, GPT2_MAX_DESCRIPTOR_DEPTH);
+    if (rc != 0) {
+        fatal("--model %s: expected dN (N in 1..%d), 124M, 350M, 774M or 1558M", o->model, GPT2_MAX_DESCRIPTOR_DEPTH);
+    }
     if (o->T > o->max_seq) fatal("-t %d exceeds the model's maximum sequence length %d (--max-seq)", o->T, o->max_seq);
 }
 
@@ -339,7 +341,8 @@ static CommRow comm_row(const Options* o, int dp, double busbw_gbs) {
             adam_bucket[b] = opt.achievable_s * (double)(L.buckets[b].end - L.buckets[b].start) / r.numel;
         }
         r.exposed_rs_s[gi] = dp > 1 ? exposed_reduce_scatter(o, &L, rs_bucket, bwd_done_after, bwd.achievable_s) : 0;
-        r.exposed_ag_s[gi] = dp > 1 ? exposed_all_gather(o, &L, ag_bucket, adam_bucket, fwd_block, fwd.achievable_s) : 0;
+        r.exposed_ag_s[gi] =
+            dp > 1 ? exposed_all_gather(o, &L, ag_bucket, adam_bucket, fwd_block, fwd.achievable_s) : 0;
         r.step_s[gi] = all.achievable_s + r.exposed_rs_s[gi] + r.exposed_ag_s[gi];
         CostSetup rep = setup_for(o, dp, (double)gpt2_num_parameters(&o->cfg));
         rep.zero_stage = 0;
@@ -453,15 +456,15 @@ static void print_text(const Options* o) {
     }
     printf("  model FLOPs per token 6N + 6LCT = %.4e (MFU = tok/s x that / 989 TFLOP/s; HFU counts the FLOPs the\n"
            "  kernels execute on tensor cores, recomputation and the full naive T x T square included)\n"
-           "  achievable: tensor cores at %.0f%% of peak in cuBLASLt GEMMs, %.0f%% in our flash tiles, %.0f%% in cuDNN;\n"
-           "  %.0f%% of bandwidth; %.1f us per launch. For scale: llm.c measures about 38%% MFU at 124M on H100\n",
+           "  achievable: tensor cores at %.0f%% of peak in GEMMs, %.0f%% in our flash tiles, %.0f%% in cuDNN;\n"
+           "  %.0f%% of bandwidth; %.1f us per launch. For scale: llm.c measures about 38%% MFU at 124M on H100s\n",
            fpt, 100 * o->eff.tensor[COST_EFF_GEMM], 100 * o->eff.tensor[COST_EFF_FLASH],
            100 * o->eff.tensor[COST_EFF_CUDNN], 100 * o->eff.bandwidth, o->eff.launch_us);
 
-    printf("\ncommunication per step, ZeRO-1 reduce-scatter (%s grads) + all-gather (bf16 params), ring, bus bandwidth\n"
-           "NVLink %.0f GB/s, InfiniBand %.0f GB/s; exposed = not hidden by the backward / next forward (achievable\n"
-           "compute); replicated = -z 0's all-reduce after the backward, all exposed. Step ms and MFU include the\n"
-           "exposed time. Ring latency %.1f us per step.\n",
+    printf("\ncommunication per step: ZeRO-1's reduce-scatter (%s grads) and all-gather (bf16 params), ring,\n"
+           "bus bandwidth NVLink %.0f GB/s, InfiniBand %.0f GB/s; exposed = not hidden by the backward / the next\n"
+           "forward (achievable compute); repl. = -z 0's all-reduce after the backward, all exposed. Step ms and\n"
+           "MFU include the exposed time. Ring latency %.1f us per step.\n",
            o->grad_bytes == 2 ? "bf16" : "fp32", o->nvlink_gbs, o->ib_gbs, o->ring_latency_us);
     printf("%5s %-6s %3s %8s %8s", "DP", "link", "bkt", "RS ms", "AG ms");
     for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
