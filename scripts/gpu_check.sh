@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One script for a machine with an NVIDIA GPU, one device command of under 10 minutes on one
-# H100/H200 (each section prints its seconds, the end the total):
+# One script for a machine with an NVIDIA GPU, meant to fit one 10-minute device command on one
+# H100/H200 (not yet timed there: each section prints its seconds, the end the total):
 #   1. builds train_gpt2cu (BF16) plain, with zero1/ and, when the cuDNN frontend headers are
 #      there, with USE_CUDNN=1 (the last two in copies of the sources, alongside the first);
 #      gpt2_cost (the cost model, llmc/cost_model.h) and the token shards (make data)
@@ -71,7 +71,9 @@ copy_build() {  # copy_build NAME MAKE_ARGS...: builds $BIN/NAME in the backgrou
     shift
     local dir="$BIN/src_$name"
     mkdir -p "$dir"
-    cp -r Makefile train_gpt2.cu llmc zero1 scripts "$dir"/
+    # the sources as they are here, without data, build outputs of the CPU layer and git
+    tar -cf - --exclude=./data --exclude=./build --exclude=./.git --exclude=./.device --exclude='./log*' \
+        --exclude=./out . | tar -xf - -C "$dir"
     rm -f "$dir"/zero1/*.o
     (cd "$dir" && make -B train_gpt2cu PRECISION=BF16 "$@" && mv train_gpt2cu "$BIN/$name") >"$BIN/build_$name.log" 2>&1 &
 }
