@@ -5,8 +5,8 @@
  *
  * One row per kernel (or per cuBLASLt call) of the forward, the backward and the optimizer,
  * with its FLOPs and the bytes it moves to and from HBM (read + written), counted from what
- * the kernel in llmc/ (the .cuh files) reads and writes. Rows marked per_layer run once per transformer
- * block. The path is GPT2Kernels (llmc/gpt2_kernels.h):
+ * the kernel in llmc/ (the .cuh files) reads and writes. Rows marked per_layer run once per
+ * transformer block. The path is GPT2Kernels (llmc/gpt2_kernels.h):
  *   naive (--attention naive --fused-kernels 0 -r 0): the kernels of llmc/ (.cuh) as they
  *     stand: permutes + cuBLAS strided-batched gemms over fp32 (B,NH,T,T) scores and floatX
  *     probabilities (llmc/attention.cuh), GELU, residual adds, bias gradients and the
