@@ -4,6 +4,7 @@
 #   make test_zero1_cuda              zero1's CUDA device ops and NCCL communicator (runs on a GPU)
 #   make test_watchdog_cuda           the GPU step's deadline (zero1/watchdog_cuda.h; runs on a GPU)
 #   make zero1_plan                   the ZeRO-1 layout planner
+#   make gpt2_cost                    the cost model: predicted GPU step time, tokens/s, MFU
 #   make hf_convert                   llm.c model files <-> Hugging Face GPT-2 (export, import)
 #   make test / test_gpu / bench / demo
 #   make ... CUDA_ON_CPU=1            the same GPU targets, built to run on the CPU (dev/cuda_cpu/: the
@@ -80,7 +81,7 @@ CUDA_HEADERS = $(wildcard llmc/*.cuh) $(CUDA_CPU_LIB)
 
 .PHONY: all test test_gpu bench demo clean data cuda cuda_cpu
 
-all: train_gpt2 zero1_plan prepro_text prepro_corpus hf_convert
+all: train_gpt2 zero1_plan gpt2_cost prepro_text prepro_corpus hf_convert
 
 train_gpt2: train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) train_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
@@ -139,6 +140,10 @@ hf_convert: dev/hf/hf_convert.c $(HOST_HEADERS)
 
 zero1_plan: zero1/zero1_plan.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
 	gcc $(CFLAGS) zero1/zero1_plan.c $(ZERO1_CORE_SRC) -o $@ -lm
+
+# The cost model: a FLOP and byte count of the GPU step, its roofline time (llmc/cost_model.h)
+gpt2_cost: dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
+	gcc $(CFLAGS) dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC) -o $@ -lm
 
 # Unit tests of the zero1 core (no MPI).
 test_zero1_layout: dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
@@ -247,6 +252,6 @@ demo:
 
 clean:
 	rm -rf build
-	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
+	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
 	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer \
 	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert

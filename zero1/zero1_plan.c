@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "llmc/gpt2_spec.h"
+#include "zero1/bucket_timing.h"
 #include "zero1/layout.h"
 #include "zero1/ledger.h"
 #include "zero1/shards.h"
@@ -212,22 +213,9 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
 
 // ---------------------------------------------------------------------------- timing
 
-// When a bucket's collectives can start, for --model, in llmc/model_hooks.h's block numbers
-// (-1 embeddings, 0..L-1 transformer blocks, L final LayerNorm + classifier). The backward
-// runs blocks L down to -1, so a bucket's gradients are final after the backward of the
-// lowest block that contributes to one of them: wte gets the classifier's (L) and the
-// encoder's (-1) contributions, and with --split-embedding only the classifier's is dense.
-// Its params are needed by the forward of the lowest block that reads one of them. This
-// holds from step 2 on: the runtime learns the contribution counts on step 1, whose buckets
-// all fire at its finish.
+// When a bucket's collectives can start (zero1/bucket_timing.h).
 static void bucket_timing(const PlanOptions* o, const Zero1Bucket* k, int* grads_final_after, int* needed_by) {
-    *grads_final_after = *needed_by = o->cfg.num_layers;
-    for (int p = k->first_param; p <= k->last_param; p++) {
-        int layer = gpt2_tensor_layer(&o->cfg, p);
-        int final_after = p == gpt2_idx_wte() && o->split_embedding ? o->cfg.num_layers : layer;
-        if (final_after < *grads_final_after) *grads_final_after = final_after;
-        if (layer < *needed_by) *needed_by = layer;
-    }
+    zero1_bucket_timing(&o->cfg, o->split_embedding, k, grads_final_after, needed_by);
 }
 
 static const char* block_name(const PlanOptions* o, int block, char* buf, size_t n) {

@@ -17,7 +17,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM
 # Words are split on blanks (no quoting); a missing script, binary or command is a FAIL.
 STEPS=(
   "build           600 make -j2 train_gpt2 test_gpt2 test_zero1 USE_ZERO1=1"
-  "build_more      600 make -j2 train_gpt2_plain prepro_text prepro_corpus zero1_plan test_zero1_layout test_kernels test_crc32c test_zero1_devices test_mpi_wait hf_convert"
+  "build_more      600 make -j2 train_gpt2_plain prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_kernels test_crc32c test_zero1_devices test_mpi_wait hf_convert"
   "data            300 make data"
   "tokenizer       300 dev/test/test_tokenizer.sh"
   "corpus          120 dev/test/test_corpus.sh"
@@ -26,6 +26,7 @@ STEPS=(
   "crc32c          120 dev/test/test_crc32c.sh"
   "zero1_layout    120 ./test_zero1_layout"
   "zero1_plan      300 dev/test/test_zero1_plan.sh"
+  "gpt2_cost       120 dev/test/test_gpt2_cost.sh"
   "zero1_runtime   120 dev/test/test_zero1_runtime.sh"
   "zero1_devices   300 dev/test/test_zero1_devices.sh"
   "oracle          300 dev/test/test_oracle.sh"

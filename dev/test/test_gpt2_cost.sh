@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# gpt2_cost (the cost model, llmc/cost_model.h) and scripts/gpu_check.sh, without a GPU:
+#   1. dev/test/cost_reference.py: FLOP totals (6N + 6LCT identities, attention's square or
+#      tiles), bytes by hand from the shapes, the roofline and MFU from their definitions,
+#      flash < naive, communication (n-1)/n and its overlap limits;
+#   2. bad input: one `error:` line each, exit 1, nothing on stdout;
+#   3. gpu_check.sh's dry run (GPU_CHECK_DRY_RUN=1): every variant's command, and the
+#      prediction columns equal to gpt2_cost --brief for the GPU the name says;
+#   4. gpu_check.sh against a fake GPU (a stub nvidia-smi, make, trainer and peer on PATH):
+#      the measured column is the mean of the stub's step lines after the skipped ones.
+# A few seconds. Prints one PASS/FAIL line.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+PY=${LLMC_PYTHON:-/usr/bin/python3}
+TMP=$(mktemp -d /tmp/test_gpt2_cost.XXXXXX)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
+fail() { echo "FAIL test_gpt2_cost: $*"; exit 1; }
+
+make -s gpt2_cost >/dev/null || fail "make gpt2_cost failed"
+
+# 1. the independent reference
+ref=$($PY dev/test/cost_reference.py --binary ./gpt2_cost) || fail "$ref"
+echo "  $ref"
+
+# 2. bad input
+bad_cases=(
+    "bad model|--model d0"
+    "bad model name|--model gpt5"
+    "zero batch|-b 0"
+    "T over maxT|-t 2048"
+    "unknown gpu|--gpu a100"
+    "bad path|--path fast"
+    "bad attention|--attention sparse"
+    "unknown option|--frobnicate 1"
+    "missing value|-b"
+    "zero dp|--dp 0"
+    "bad efficiency|--gemm-efficiency 1.5"
+    "json and brief|--json --brief"
+)
+for c in "${bad_cases[@]}"; do
+    IFS='|' read -r name args <<<"$c"
+    # shellcheck disable=SC2086
+    ./gpt2_cost $args >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    [ $rc -eq 1 ] || fail "$name ($args): exit $rc, want 1"
+    if [ "$(grep -c '^error: ' "$TMP/err")" -ne 1 ] || [ "$(wc -l <"$TMP/err")" -ne 1 ]; then
+        fail "$name ($args): want exactly one error line, got: $(cat "$TMP/err")"
+    fi
+    [ -s "$TMP/out" ] && fail "$name ($args): printed on stdout"
+done
+echo "  ${#bad_cases[@]} bad inputs: one error line each, exit 1"
+
+# The prediction gpu_check should print for a variant: achievable ms from gpt2_cost --brief.
+predicted_ms() {  # predicted_ms GPU FLAGS...
+    local gpu=$1
+    shift
+    ./gpt2_cost --model d12 -b 16 -t 1024 --gpu "$gpu" --brief "$@" | sed -nE 's/.* achievable_ms=([0-9.]+) .*/\1/p'
+}
+row() { awk -v n="$1" 'index($0, n) == 1 { print; exit }' "$2"; }  # the table row of variant $1
+
+# 3. dry run, as an H200 and as an unknown GPU
+GPU_CHECK_DRY_RUN=1 GPU_CHECK_GPU_NAME="NVIDIA H200" GPU_CHECK_PEER=0 bash scripts/gpu_check.sh >"$TMP/dry" 2>&1 ||
+    fail "dry run exited $?: $(tail -n 5 "$TMP/dry")"
+for flags in "--attention naive" "--fused-kernels 0" "-r 0" "--attention naive --fused-kernels 0 -r 0" "-z 1"; do
+    grep -q -- "would run: .*/plain -e d12 -b 16 -t 1024 -x 20 .*$flags\|would run: .*/zero1 .*$flags" "$TMP/dry" ||
+        fail "dry run: no command with '$flags'"
+done
+grep -q "predicted (gpt2_cost, H200)" "$TMP/dry" || fail "dry run as an H200: not predicted for the H200"
+want=$(predicted_ms h200 --attention naive --fused-kernels 1 -r 1 -z 0)
+row "--attention naive" "$TMP/dry" | grep -qF "/ $(printf '%7.2f' "$want")" ||
+    fail "dry run: '--attention naive' row lacks the H200 prediction $want: $(row "--attention naive" "$TMP/dry")"
+want=$(predicted_ms h200 --path naive)
+row "naive path" "$TMP/dry" | grep -qF "/ $(printf '%7.2f' "$want")" || fail "dry run: naive path row lacks $want"
+GPU_CHECK_DRY_RUN=1 GPU_CHECK_GPU_NAME="Tesla T4" GPU_CHECK_PEER=0 bash scripts/gpu_check.sh >"$TMP/dry_t4" 2>&1 ||
+    fail "dry run (T4) exited $?"
+grep -q "H100 (the cost model knows H100 and H200 only" "$TMP/dry_t4" || fail "dry run (T4): no H100 fallback note"
+echo "  dry run: every variant's command, predictions for the H200 and (other GPUs) the H100"
+
+# 4. a fake GPU: stubs for nvidia-smi, make (the train_gpt2cu builds, data, test_gpu), the
+# trainer (its step lines: 3 slow warm-up steps, then 40 ms, 50 ms with --attention naive)
+# and the PyTorch peer; in a copy of the sources, so that this checkout's binaries stay.
+mkdir -p "$TMP/bin" "$TMP/repo"
+cp -r Makefile train_gpt2.cu llmc zero1 scripts gpt2_cost "$TMP/repo"/
+cat >"$TMP/bin/nvidia-smi" <<'EOF'
+#!/usr/bin/env bash
+case "$*" in *-L*) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-fake)" ;; *) echo "NVIDIA H100 80GB HBM3" ;; esac
+EOF
+REAL_MAKE=$(command -v make)  # every other target goes to the real make
+cat >"$TMP/bin/make" <<EOF
+#!/usr/bin/env bash
+case " \$* " in
+  *" train_gpt2cu "*) cp "$TMP/fake_trainer" train_gpt2cu ;;
+  *" data "*) echo "fake make data" ;;
+  *" test_gpu "*) echo "7 passed, 0 failed" ;;
+  *" gpt2_cost "*) [ -x gpt2_cost ] ;;
+  *) exec "$REAL_MAKE" "\$@" ;;
+esac
+EOF
+cat >"$TMP/fake_trainer" <<'EOF'
+#!/usr/bin/env bash
+ms=40.0
+case " $* " in *" --attention naive "*) ms=50.0 ;; esac
+echo "GPT-2: L=12 C=768, 124475904 parameters"
+for i in $(seq 1 20); do
+  m=$ms; [ "$i" -le 3 ] && m=400.0
+  echo "step $(printf '%4d' "$i")/20 | loss 9.0 | norm 1.0 | lr 3.00e-04 | $m ms | 1 tok/s | comm wait 0.0 ms"
+done
+echo "GPU memory in use at the end: 1234.5 MiB of 81559.0 MiB (the whole GPU: ranks sharing it add up)"
+EOF
+cat >"$TMP/peer.py" <<'EOF'
+print("torch_bench L=12 B=16 T=1024 compile=1 ms/step=45.00 tok/s=364088")
+EOF
+chmod +x "$TMP/bin/nvidia-smi" "$TMP/bin/make" "$TMP/fake_trainer"
+PATH="$TMP/bin:$PATH" LLMC_PYTHON=python3 GPU_CHECK_PEER_SCRIPT="$TMP/peer.py" bash "$TMP/repo/scripts/gpu_check.sh" \
+    >"$TMP/fake" 2>&1 || fail "fake GPU run exited $?: $(tail -n 20 "$TMP/fake")"
+row "new (flash" "$TMP/fake" | grep -qE '^new \(flash, fused, -r 1\) +40\.00 +409600 ' ||
+    fail "fake GPU: new path row: $(row "new (flash" "$TMP/fake")"
+row "--attention naive" "$TMP/fake" | grep -qE '^--attention naive +50\.00 +327680 ' ||
+    fail "fake GPU: naive row: $(row "--attention naive" "$TMP/fake")"
+want=$(predicted_ms h100 --path new -z 0)
+row "new (flash" "$TMP/fake" | grep -qF "/ $(printf '%7.2f' "$want")" || fail "fake GPU: no H100 prediction $want"
+ratio=$(awk -v a=40 -v b="$want" 'BEGIN { printf "%.2f", a / b }')
+row "new (flash" "$TMP/fake" | grep -qE "\| +$ratio\$" || fail "fake GPU: measured/predicted $ratio missing"
+row "torch peer" "$TMP/fake" | grep -qE '45\.00' || fail "fake GPU: peer row: $(row "torch peer" "$TMP/fake")"
+grep -q "tests (make test_gpu): 7 passed, 0 failed" "$TMP/fake" || fail "fake GPU: tests line"
+grep -q "ZeRO-1 / replicated step time: 1.000 (round 1), 1.000 (round 2)" "$TMP/fake" || fail "fake GPU: ratio line"
+grep -q "^gpu_check finished in [0-9]* s" "$TMP/fake" || fail "fake GPU: no total time"
+echo "  fake GPU: measured means of steps 4..20, predictions and ratios in the table"
+echo "PASS test_gpt2_cost"
