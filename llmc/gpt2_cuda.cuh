@@ -168,7 +168,8 @@ static floatX* gpt2_fch_gelu(const GPT2* m, int l, size_t BT) {
 // fused epilogues (--fused-kernels 1) or the reference kernels. gelu_pre: the input of the
 // GELU whose output was inp; dinp then is the gradient of that input.
 static void gpt2_linear_backward(const GPT2* m, floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                                 const floatX* inp, const floatX* weight, const floatX* gelu_pre, int BT, int C, int OC) {
+                                 const floatX* inp, const floatX* weight, const floatX* gelu_pre, int BT, int C,
+                                 int OC) {
     float* scratch = m->scratch.colreduce;
     if (m->kernels.fused) {
         matmul_backward_fused(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, BT, C, OC, m->stream);
@@ -293,7 +294,8 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
                              fch, (int)BT, 4 * C, C);
         HOOK(m, grad_contribution_done, base + LAYER_FCPROJW);
         HOOK(m, grad_contribution_done, base + LAYER_FCPROJB);
-        gpt2_linear_backward(m, s->btc, g[LAYER_FCW], g[LAYER_FCB], s->dfch, ln2, p[LAYER_FCW], NULL, (int)BT, C, 4 * C);
+        gpt2_linear_backward(m, s->btc, g[LAYER_FCW], g[LAYER_FCB], s->dfch, ln2, p[LAYER_FCW], NULL, (int)BT, C,
+                             4 * C);
         HOOK(m, grad_contribution_done, base + LAYER_FCW);
         HOOK(m, grad_contribution_done, base + LAYER_FCB);
         layernorm_backward(s->dresidual, g[LAYER_LN2W], g[LAYER_LN2B], s->colreduce, s->btc, residual2, p[LAYER_LN2W],

@@ -100,7 +100,8 @@ static MatmulPlan* matmul_plan_get(const MatmulPlanKey* key, const MatmulEpilogu
     }
     if (epilogue_uses_aux(e)) {
         int64_t aux_ld = m;
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        cublasCheck(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epi->aux,
                                                    sizeof(epi->aux)));
     }
@@ -124,8 +125,8 @@ static MatmulPlan* matmul_plan_get(const MatmulPlanKey* key, const MatmulEpilogu
     // No algorithm for a configuration comes back either as CUBLAS_STATUS_NOT_SUPPORTED or
     // as success with found == 0 (or a result whose state is not success).
     cuda_libs.heuristic_calls++;
-    cublasStatus_t hst =
-        cublasLtMatmulAlgoGetHeuristic(cuda_libs.cublaslt, p->desc, p->la, p->lb, p->ld, p->ld, p->pref, 1, &heuristic, &found);
+    cublasStatus_t hst = cublasLtMatmulAlgoGetHeuristic(cuda_libs.cublaslt, p->desc, p->la, p->lb, p->ld, p->ld,
+                                                        p->pref, 1, &heuristic, &found);
     if (hst != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(hst);
     p->found = hst == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS;
     if (p->found) p->algo = heuristic.algo;
@@ -162,7 +163,8 @@ static int matmul_cublaslt_epilogue(void* d, cudaDataType_t d_type, const floatX
               transB, key.epilogue, d_type == CUDA_R_32F ? "fp32" : "bf16");
     }
     if (epilogue_uses_bias(epi->epilogue)) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi->bias, sizeof(epi->bias)));
+        cublasCheck(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi->bias, sizeof(epi->bias)));
     }
     if (epilogue_uses_aux(epi->epilogue)) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epi->aux,
@@ -264,7 +266,8 @@ static void matmul_backward_fused(floatX* dinp, float* dweight, float* dbias, fl
     // dinp^T (C x BT) = W^T as stored (C x OC) @ dout^T (OC x BT), times gelu'(aux) per element
     MatmulEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, CUBLAS_FLOATX, gelu_pre};
     int fused_dgelu = gelu_pre && gelu_epilogue_allowed(C) &&
-                      matmul_cublaslt_epilogue(dinp, CUBLAS_FLOATX, weight, dout, C, BT, OC, 0, 0, 0.0f, &dgelu, 1, stream);
+                      matmul_cublaslt_epilogue(dinp, CUBLAS_FLOATX, weight, dout, C, BT, OC, 0, 0, 0.0f, &dgelu, 1,
+                                               stream);
     if (!fused_dgelu) {
         matmul_cublaslt(dinp, CUBLAS_FLOATX, weight, dout, NULL, C, BT, OC, 0, 0, 0.0f, stream);
         if (gelu_pre) gelu_backward(dinp, gelu_pre, dinp, (size_t)BT * C, stream);

@@ -397,7 +397,10 @@ static void ref_linear(const Vec& x, const Vec& W, const Vec* b, int BT, int C, 
     for (int r = 0; r < BT; r++) {
         for (int o = 0; o < OC; o++) {
             double s = b ? (*b)[o] : 0.0, m = fabs(s);
-            for (int c = 0; c < C; c++) s += x[(size_t)r * C + c] * W[(size_t)o * C + c], m += fabs(x[(size_t)r * C + c] * W[(size_t)o * C + c]);
+            for (int c = 0; c < C; c++) {
+                double t = x[(size_t)r * C + c] * W[(size_t)o * C + c];
+                s += t, m += fabs(t);
+            }
             (*out)[(size_t)r * OC + o] = s, (*mass)[(size_t)r * OC + o] = m;
         }
     }
@@ -408,7 +411,10 @@ static void ref_linear_dinp(const Vec& dy, const Vec& W, int BT, int C, int OC, 
     for (int r = 0; r < BT; r++) {
         for (int c = 0; c < C; c++) {
             double s = 0, m = 0;
-            for (int o = 0; o < OC; o++) s += dy[(size_t)r * OC + o] * W[(size_t)o * C + c], m += fabs(dy[(size_t)r * OC + o] * W[(size_t)o * C + c]);
+            for (int o = 0; o < OC; o++) {
+                double t = dy[(size_t)r * OC + o] * W[(size_t)o * C + c];
+                s += t, m += fabs(t);
+            }
             (*out)[(size_t)r * C + c] = s, (*mass)[(size_t)r * C + c] = m;
         }
     }
@@ -419,7 +425,10 @@ static void ref_linear_dweight(const Vec& dy, const Vec& x, const Vec& pre, int 
     for (int o = 0; o < OC; o++) {
         for (int c = 0; c < C; c++) {
             double s = pre[(size_t)o * C + c], m = fabs(s);
-            for (int r = 0; r < BT; r++) s += dy[(size_t)r * OC + o] * x[(size_t)r * C + c], m += fabs(dy[(size_t)r * OC + o] * x[(size_t)r * C + c]);
+            for (int r = 0; r < BT; r++) {
+                double t = dy[(size_t)r * OC + o] * x[(size_t)r * C + c];
+                s += t, m += fabs(t);
+            }
             (*out)[(size_t)o * C + c] = s, (*tol)[(size_t)o * C + c] = sum_err(BT + 2) * m;
         }
     }
@@ -585,7 +594,8 @@ static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, in
     check("matmul_backward_fused dweight (+=)", dW, rdW, tdW);
     check("matmul_backward_fused dbias (+=)", db, rdb, tdb);
     report_scratch("matmul_backward_fused scratch", {scratch("partials", partials)});
-    report(fused_plan_ran(CUBLASLT_EPILOGUE_BGRADB, C, OC, BT), "matmul_backward_fused dbias path", "(BGRADB plan run)");
+    report(fused_plan_ran(CUBLASLT_EPILOGUE_BGRADB, C, OC, BT), "matmul_backward_fused dbias path",
+           "(BGRADB plan run)");
     if (with_gelu) {
         report(fused_plan_ran(CUBLASLT_EPILOGUE_DGELU, C, BT, OC) == fusable, "matmul_backward_fused dinp path",
                "(DGELU plan %s)", fusable ? "made and run" : "never asked for: aux ld % 8 != 0 is refused");
@@ -612,8 +622,8 @@ static void test_matmul_plans(cudaStream_t st) {
     matmul_forward(out.p, inp.p, skewed.p, NULL, 5, C, OC, st);
     long h4 = cuda_libs.heuristic_calls;
     sync(st, "matmul_forward (plans)");
-    report(h1 == h0 + 1 && h2 == h1, "plan cache: a shape's second call", "(heuristic calls %ld then %ld more; want 1, 0)",
-           h1 - h0, h2 - h1);
+    report(h1 == h0 + 1 && h2 == h1, "plan cache: a shape's second call",
+           "(heuristic calls %ld then %ld more; want 1, 0)", h1 - h0, h2 - h1);
     report(h3 == h2 + 1, "plan cache: a new shape", "(%ld heuristic calls; want 1)", h3 - h2);
     report(h4 == h3 + 1, "plan cache: a view of another alignment", "(%ld heuristic calls; want 1)", h4 - h3);
     report(cuda_libs.num_plans == p0 + 3, "plan cache: one plan per key", "(%d new plans; want 3)",

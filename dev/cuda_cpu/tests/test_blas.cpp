@@ -469,7 +469,8 @@ static void test_live_descriptors(void) {
     cublasLtMatrixLayoutDestroy(layout);
     cublasLtMatrixLayoutDestroy(nullptr);
     cublasLtMatmulPreferenceDestroy(pref);
-    check(cudacpu::blas_live_descriptors() == before, "blas_live_descriptors: back after their Destroy (and a NULL one)");
+    check(cudacpu::blas_live_descriptors() == before,
+          "blas_live_descriptors: back after their Destroy (and a NULL one)");
 }
 
 int main(void) {
@@ -483,7 +484,8 @@ int main(void) {
     test_errors(lt);
     test_helpers(h);
     test_live_descriptors();
-    check(cudacpu::blas_live_descriptors() == 0, "every descriptor the tests made is destroyed (blas_live_descriptors 0)");
+    check(cudacpu::blas_live_descriptors() == 0,
+          "every descriptor the tests made is destroyed (blas_live_descriptors 0)");
     check(cublasLtDestroy(lt) == CUBLAS_STATUS_SUCCESS && cublasDestroy(h) == CUBLAS_STATUS_SUCCESS, "destroy handles");
     // A handle outliving the stream it is bound to (train_gpt2.cu's teardown once did this).
     cublasHandle_t bound = nullptr;
