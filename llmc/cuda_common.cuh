@@ -122,11 +122,35 @@ __device__ inline double block_reduce_sum_double(double v) {
 // ----------------------------------------------------------------------------
 // Library handles: one set per process, bound to the one compute stream per call.
 
+// A cuBLASLt plan (llmc/matmul.cuh makes them): what cublasLtMatmul needs besides the data
+// pointers, for one key. The key is everything the descriptors and the heuristic's choice
+// depend on; bias and aux pointers are set per call, their alignment is in the key.
+typedef struct {
+    int m, n, k, trans_a, trans_b, epilogue, d_type, bias_type, beta_zero;
+    int align[6];  // bytes, as the heuristic was told: A, B, C, D, bias, aux
+} MatmulPlanKey;
+
+typedef struct {
+    MatmulPlanKey key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulAlgo_t algo;
+    int found;  // 0: the heuristic had no algorithm (fused epilogues then run separate kernels)
+    int noted;  // that has been said once
+} MatmulPlan;
+
 typedef struct {
     cublasHandle_t cublas;        // strided-batched gemms of attention
     cublasLtHandle_t cublaslt;    // every Linear layer
     void* lt_workspace;
     size_t lt_workspace_size;
+    // cuBLASLt plans, made on first use: a growable array of pointers (each plan stays put).
+    // Growable because the number of keys depends on the model and the buffer layout (the
+    // views' alignments), not on a bound we could name; it stops growing after the first step.
+    MatmulPlan** plans;
+    int num_plans, cap_plans;
+    long heuristic_calls;         // cublasLtMatmulAlgoGetHeuristic calls so far (tests read it)
     int num_sms;
     char device_name[256];
 } CudaLibs;
@@ -159,6 +183,18 @@ static inline void cuda_libs_init(void) {
 }
 
 static inline void cuda_libs_free(void) {
+    for (int i = 0; i < cuda_libs.num_plans; i++) {
+        MatmulPlan* p = cuda_libs.plans[i];
+        cublasCheck(cublasLtMatmulPreferenceDestroy(p->pref));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->la));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->lb));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->ld));
+        cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+        free(p);
+    }
+    free(cuda_libs.plans);
+    cuda_libs.plans = NULL;
+    cuda_libs.num_plans = cuda_libs.cap_plans = 0;
     cudaCheck(cudaFree(cuda_libs.lt_workspace));
     cublasCheck(cublasLtDestroy(cuda_libs.cublaslt));
     cublasCheck(cublasDestroy(cuda_libs.cublas));

@@ -1,6 +1,10 @@
 /*
  * GELU, tanh approximation (GPT-2's), elementwise; math in fp32.
  *   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * With --fused-kernels 1 the model runs GELU and its backward inside cuBLASLt's epilogues
+ * (llmc/matmul.cuh: GELU_AUX_BIAS, DGELU, the same formula); these kernels are the
+ * reference path, the fallback where an epilogue is refused, and -r 1's recomputation of
+ * the GELU output in the backward.
  */
 #ifndef LLMC_GELU_CUH
 #define LLMC_GELU_CUH

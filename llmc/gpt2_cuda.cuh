@@ -38,7 +38,8 @@ typedef struct {
     floatX* residual2;                  // (L,B,T,C)
     floatX* ln2;                        // (L,B,T,C)
     float *ln2_mean, *ln2_rstd;
-    floatX *fch, *fch_gelu;             // (L,B,T,4C)
+    floatX* fch;                        // (L,B,T,4C): the GELU's input
+    floatX* fch_gelu;                   // (L,B,T,4C); with -r 1 one (B,T,4C), refilled by the backward
     floatX* residual3;                  // (L,B,T,C)
     floatX* lnf;                        // (B,T,C)
     float *lnf_mean, *lnf_rstd;
@@ -109,7 +110,7 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     a->ln2_mean = alloc_f(L * BT);
     a->ln2_rstd = alloc_f(L * BT);
     a->fch = alloc_x(L * BT * 4 * C);
-    a->fch_gelu = alloc_x(L * BT * 4 * C);
+    a->fch_gelu = alloc_x((kernels->recompute_gelu ? 1 : L) * BT * 4 * C);
     a->residual3 = alloc_x(L * BT * C);
     a->lnf = alloc_x(BT * C);
     a->lnf_mean = alloc_f(BT);
@@ -158,6 +159,26 @@ static void gpt2_free(GPT2* m) {
     free(m->grad);
 }
 
+// Layer l's GELU output: its own slice with -r 0, the one shared buffer with -r 1.
+static floatX* gpt2_fch_gelu(const GPT2* m, int l, size_t BT) {
+    return m->acts.fch_gelu + (m->kernels.recompute_gelu ? 0 : (size_t)l * BT * 4 * m->config.channels);
+}
+
+// A biased Linear layer's backward (dinp overwritten, the fp32 grad views accumulate): the
+// fused epilogues (--fused-kernels 1) or the reference kernels. gelu_pre: the input of the
+// GELU whose output was inp; dinp then is the gradient of that input.
+static void gpt2_linear_backward(const GPT2* m, floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+                                 const floatX* inp, const floatX* weight, const floatX* gelu_pre, int BT, int C,
+                                 int OC) {
+    float* scratch = m->scratch.colreduce;
+    if (m->kernels.fused) {
+        matmul_backward_fused(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, BT, C, OC, m->stream);
+        return;
+    }
+    matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, BT, C, OC, m->stream);
+    if (gelu_pre) gelu_backward(dinp, gelu_pre, dinp, (size_t)BT * C, m->stream);
+}
+
 // Forward on host inputs (B,T); with targets, also adds the mean loss into m->d_loss
 // (the caller zeroes it when a new sum starts). Nothing is read back.
 static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
@@ -192,7 +213,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         floatX* residual2 = a->residual2 + l * BT * C;
         floatX* ln2 = a->ln2 + l * BT * C;
         floatX* fch = a->fch + l * BT * 4 * C;
-        floatX* fch_gelu = a->fch_gelu + l * BT * 4 * C;
+        floatX* fch_gelu = gpt2_fch_gelu(m, l, BT);
         layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, p[LAYER_LN1W], p[LAYER_LN1B], B, T,
                           C, st);
         matmul_forward(qkv, ln1, p[LAYER_QKVW], p[LAYER_QKVB], (int)BT, C, 3 * C, st);
@@ -201,8 +222,12 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         residual_forward(residual2, residual, s->btc, BT * C, st);
         layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual2, p[LAYER_LN2W], p[LAYER_LN2B], B,
                           T, C, st);
-        matmul_forward(fch, ln2, p[LAYER_FCW], p[LAYER_FCB], (int)BT, C, 4 * C, st);
-        gelu_forward(fch_gelu, fch, BT * 4 * C, st);
+        if (m->kernels.fused) {
+            matmul_forward_gelu(fch_gelu, fch, ln2, p[LAYER_FCW], p[LAYER_FCB], (int)BT, C, 4 * C, st);
+        } else {
+            matmul_forward(fch, ln2, p[LAYER_FCW], p[LAYER_FCB], (int)BT, C, 4 * C, st);
+            gelu_forward(fch_gelu, fch, BT * 4 * C, st);
+        }
         matmul_forward(s->btc, fch_gelu, p[LAYER_FCPROJW], p[LAYER_FCPROJB], (int)BT, 4 * C, C, st);
         residual_forward(a->residual3 + l * BT * C, residual2, s->btc, BT * C, st);
         HOOK(m, forward_block_end, l);
@@ -259,15 +284,18 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
         const floatX* residual2 = a->residual2 + l * BT * C;
         const floatX* ln2 = a->ln2 + l * BT * C;
         const floatX* fch = a->fch + l * BT * 4 * C;
-        const floatX* fch_gelu = a->fch_gelu + l * BT * 4 * C;
+        floatX* fch_gelu = gpt2_fch_gelu(m, l, BT);
 
-        matmul_backward(s->dfch, g[LAYER_FCPROJW], g[LAYER_FCPROJB], s->colreduce, s->dresidual, fch_gelu,
-                        p[LAYER_FCPROJW], (int)BT, 4 * C, C, st);
+        // -r 1: the forward's GELU output was overwritten by later layers; the fcproj weight
+        // gradient needs it again.
+        if (m->kernels.recompute_gelu) gelu_forward(fch_gelu, fch, BT * 4 * C, st);
+        // dfch = the gradient of the GELU's input (the GELU's backward fused or after it)
+        gpt2_linear_backward(m, s->dfch, g[LAYER_FCPROJW], g[LAYER_FCPROJB], s->dresidual, fch_gelu, p[LAYER_FCPROJW],
+                             fch, (int)BT, 4 * C, C);
         HOOK(m, grad_contribution_done, base + LAYER_FCPROJW);
         HOOK(m, grad_contribution_done, base + LAYER_FCPROJB);
-        gelu_backward(s->dfch, fch, s->dfch, BT * 4 * C, st);
-        matmul_backward(s->btc, g[LAYER_FCW], g[LAYER_FCB], s->colreduce, s->dfch, ln2, p[LAYER_FCW], (int)BT, C, 4 * C,
-                        st);
+        gpt2_linear_backward(m, s->btc, g[LAYER_FCW], g[LAYER_FCB], s->dfch, ln2, p[LAYER_FCW], NULL, (int)BT, C,
+                             4 * C);
         HOOK(m, grad_contribution_done, base + LAYER_FCW);
         HOOK(m, grad_contribution_done, base + LAYER_FCB);
         layernorm_backward(s->dresidual, g[LAYER_LN2W], g[LAYER_LN2B], s->colreduce, s->btc, residual2, p[LAYER_LN2W],
@@ -275,14 +303,14 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
         HOOK(m, grad_contribution_done, base + LAYER_LN2W);
         HOOK(m, grad_contribution_done, base + LAYER_LN2B);
 
-        matmul_backward(s->btc, g[LAYER_ATTPROJW], g[LAYER_ATTPROJB], s->colreduce, s->dresidual, atty,
-                        p[LAYER_ATTPROJW], (int)BT, C, C, st);
+        gpt2_linear_backward(m, s->btc, g[LAYER_ATTPROJW], g[LAYER_ATTPROJB], s->dresidual, atty, p[LAYER_ATTPROJW],
+                             NULL, (int)BT, C, C);
         HOOK(m, grad_contribution_done, base + LAYER_ATTPROJW);
         HOOK(m, grad_contribution_done, base + LAYER_ATTPROJB);
         attention_backward(s->dqkv, s->qkvr, s->dqkvr, s->perm, s->scores, s->dpreatt, s->btc, qkv, a->att + l * att, B,
                            T, C, NH, st);
-        matmul_backward(s->btc, g[LAYER_QKVW], g[LAYER_QKVB], s->colreduce, s->dqkv, ln1, p[LAYER_QKVW], (int)BT, C,
-                        3 * C, st);
+        gpt2_linear_backward(m, s->btc, g[LAYER_QKVW], g[LAYER_QKVB], s->dqkv, ln1, p[LAYER_QKVW], NULL, (int)BT, C,
+                             3 * C);
         HOOK(m, grad_contribution_done, base + LAYER_QKVW);
         HOOK(m, grad_contribution_done, base + LAYER_QKVB);
         layernorm_backward(s->dresidual, g[LAYER_LN1W], g[LAYER_LN1B], s->colreduce, s->btc, residual, p[LAYER_LN1W],

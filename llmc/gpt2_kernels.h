@@ -4,7 +4,7 @@
  *                                  naive: scores materialised, the reference path;
  *                                  cudnn: cuDNN's fused attention (USE_CUDNN=1 builds only)
  *   -r 0|1                         1: recompute GELU in the backward instead of keeping its
- *                                  output per layer (saves L*B*T*4C activations)
+ *                                  output per layer (one B*T*4C buffer instead of L)
  *   --fused-kernels 0|1            0: the unfused reference kernels, each a pass of its own
  * Plain C: the memory estimate (llmc/memory_check.h) and the cost model read it too.
  */

@@ -186,7 +186,8 @@ static inline MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Confi
 // host memory (ranks share a GPU, or --comm mpi).
 static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, int world,
                                    int zero1, int x, int staged, MemoryNeed* device, MemoryNeed* host) {
-    (void)kernels;  // the terms below are the naive attention's and the unfused kernels'
+    // the terms below are the naive attention's; the fused kernels need no buffer of their own
+    // (the bias-gradient epilogue writes into the column-reduction partials)
     memset(device, 0, sizeof(*device));
     memset(host, 0, sizeof(*host));
     int dp = memory_dp(cfg, world);
@@ -199,9 +200,12 @@ static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc,
     double L = mc->num_layers, C = mc->channels, NH = mc->num_heads, Vp = mc->padded_vocab_size;
     double BT = (double)cfg->B * cfg->T, att = (double)cfg->B * NH * cfg->T * cfg->T;
     // floatX: encoded and lnf (B,T,C); per layer ln1, atty, residual2, ln2, residual3
-    // (B,T,C), qkv (3C), fch and fch_gelu (4C); att (B,NH,T,T). fp32: LayerNorm means and
-    // rstds, losses and logsumexps (B,T).
-    memory_add(device, "activations", x * (BT * C * (2 + 16 * L) + L * att) + 4 * BT * (4 * L + 4));
+    // (B,T,C), qkv (3C), fch (4C); att (B,NH,T,T). fp32: LayerNorm means and rstds, losses
+    // and logsumexps (B,T).
+    memory_add(device, "activations", x * (BT * C * (2 + 12 * L) + L * att) + 4 * BT * (4 * L + 4));
+    // fch_gelu (4C): per layer with -r 0; with -r 1 one buffer the backward refills (scratch)
+    int recompute = kernels->recompute_gelu;
+    memory_add(device, recompute ? "scratch" : "activations", x * BT * 4 * C * (recompute ? 1 : L));
     memory_add(device, "logits", x * BT * Vp);
     // btc, dresidual, perm (B,T,C), dqkv, qkvr, dqkvr (3C), dfch (4C), dpreatt (B,NH,T,T)
     // in floatX; scores (B,NH,T,T), the column-reduction partials (at most 256 chunks of

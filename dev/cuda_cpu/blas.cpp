@@ -18,6 +18,8 @@
  *    MIN_ALIGNMENT_*_BYTES (default 256) promised, and bias/aux pointers as aligned as the
  *    heuristic saw them; a less aligned pointer gets CUBLAS_STATUS_NOT_SUPPORTED.
  *  - Host pointer mode: alpha and beta are read at call time; beta == 0 leaves C unread.
+ *  - cudacpu::blas_live_descriptors() (cuda_cpu.h): the cuBLASLt matmul, layout and
+ *    preference descriptors created and not destroyed, for leak checks in tests.
  *
  * Arithmetic: operands converted exactly to fp32, op(A) op(B) by one cblas_sgemm (fp32, in
  * OpenBLAS's order), then beta*C, bias and epilogue in fp32 and one rounding to the output
@@ -36,6 +38,7 @@
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -451,15 +454,30 @@ uint64_t type_key(const Plan& p, const MatmulDesc& d) {
            (uint64_t)(uint32_t)d.scale << 32;
 }
 
+// cuBLASLt descriptors made by the *Create functions and not yet destroyed.
+std::atomic<long> g_live_descriptors{0};
+
 // The *Create functions: storage for the header's opaque struct, then its *Init.
 template <typename Opaque, typename Init>
 cublasStatus_t create(const char* fn, Opaque** out, Init init) {
     if (!out) return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "output pointer is NULL");
     *out = new (std::nothrow) Opaque;
-    return *out ? init(*out) : CUBLAS_STATUS_ALLOC_FAILED;
+    if (!*out) return CUBLAS_STATUS_ALLOC_FAILED;
+    g_live_descriptors++;
+    return init(*out);
+}
+template <typename Opaque>
+cublasStatus_t destroy(Opaque* p) {
+    if (p) g_live_descriptors--;
+    delete p;  // NULL is fine
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace
+
+namespace cudacpu {
+long blas_live_descriptors(void) { return g_live_descriptors.load(); }  // declared in cuda_cpu.h
+}  // namespace cudacpu
 
 // ======================================================================================
 // cuBLAS
@@ -611,8 +629,7 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cud
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
-    delete matLayout;  // NULL is fine
-    return CUBLAS_STATUS_SUCCESS;
+    return destroy(matLayout);
 }
 
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr,
@@ -646,8 +663,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc, cublas
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
-    delete matmulDesc;  // NULL is fine
-    return CUBLAS_STATUS_SUCCESS;
+    return destroy(matmulDesc);
 }
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
@@ -676,8 +692,7 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) 
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-    delete pref;  // NULL is fine
-    return CUBLAS_STATUS_SUCCESS;
+    return destroy(pref);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,

@@ -58,6 +58,8 @@ unsigned active_mask(void);
 void shared_declared(void* address, size_t bytes, const char* name);
 void* dynamic_shared(void);  // extern __shared__ arrays
 long long clock_cycles(void);
+// cuBLASLt matmul, layout and preference descriptors created and not destroyed (blas.cpp).
+long blas_live_descriptors(void);
 
 // ---- launches ------------------------------------------------------------------------
 struct LaunchSite {

@@ -13,7 +13,8 @@
 #   1. oracle files (fp32 and bf16 models, L=2 C=64, B=4 T=64, 10 AdamW steps; 4 on the layer)
 #   2. every CUDA kernel against plain C double references (test_kernels_cuda), FP32 and BF16
 #   3. test_gpt2cu, FP32 (oracle tolerances) and BF16 (stated bf16 tolerances), each with a
-#      bitwise rerun in process; on the layer both async and eager
+#      bitwise rerun in process; on the layer both async and eager; FP32 also with the
+#      reference kernels (-r 0 --fused-kernels 0)
 #   4. with >= 2 GPUs: the BF16 test on 2 ranks (NCCL all-reduce, replicas identical)
 #   5. train_gpt2cu twice with identical flags on a random token shard: identical step lines
 #      and main.log (minus timings)
@@ -117,6 +118,11 @@ for P in FP32 BF16; do
     # own tests cover its modes, BF16 takes the same paths).
     layer_only && [ $P = FP32 ] && check "test_gpt2cu_${p}_eager" on_layer CUDA_CPU_EXEC=eager CUDA_CPU_ORDER=random \
         "$OUT/test_gpt2cu_$P" "$OUT/model_$p.bin" "$OUT/state_$p.bin"
+    # The runs above take the defaults (-r 1, --fused-kernels 1); the unfused reference path
+    # (GELU output kept per layer, separate GELU and bias-gradient kernels) once, FP32 (the
+    # tight tolerances; about 25 s on the layer).
+    [ $P = FP32 ] && check "test_gpt2cu_${p}_reference_kernels" "$OUT/test_gpt2cu_$P" "$OUT/model_$p.bin" \
+        "$OUT/state_$p.bin" -r 0 --fused-kernels 0
 done
 if [ "$NUM_GPUS" -ge 2 ]; then
     check test_gpt2cu_bf16_np2 "${MPIRUN[@]}" -np 2 "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"

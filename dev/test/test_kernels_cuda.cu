@@ -390,6 +390,65 @@ static void test_layernorm(int B, int T, int C, cudaStream_t st) {
 // ============================================================================================
 // Linear: out = inp @ W^T + bias; dinp = dout @ W; dW += dout^T @ inp; db += colsum(dout).
 // ============================================================================================
+// The references, each with the magnitude ("mass") of its sum next to its value.
+// out (BT,OC) = x (BT,C) @ W (OC,C)^T (+ b)
+static void ref_linear(const Vec& x, const Vec& W, const Vec* b, int BT, int C, int OC, Vec* out, Vec* mass) {
+    out->assign((size_t)BT * OC, 0.0), mass->assign((size_t)BT * OC, 0.0);
+    for (int r = 0; r < BT; r++) {
+        for (int o = 0; o < OC; o++) {
+            double s = b ? (*b)[o] : 0.0, m = fabs(s);
+            for (int c = 0; c < C; c++) {
+                double t = x[(size_t)r * C + c] * W[(size_t)o * C + c];
+                s += t, m += fabs(t);
+            }
+            (*out)[(size_t)r * OC + o] = s, (*mass)[(size_t)r * OC + o] = m;
+        }
+    }
+}
+// dinp (BT,C) = dy (BT,OC) @ W (OC,C)
+static void ref_linear_dinp(const Vec& dy, const Vec& W, int BT, int C, int OC, Vec* out, Vec* mass) {
+    out->assign((size_t)BT * C, 0.0), mass->assign((size_t)BT * C, 0.0);
+    for (int r = 0; r < BT; r++) {
+        for (int c = 0; c < C; c++) {
+            double s = 0, m = 0;
+            for (int o = 0; o < OC; o++) {
+                double t = dy[(size_t)r * OC + o] * W[(size_t)o * C + c];
+                s += t, m += fabs(t);
+            }
+            (*out)[(size_t)r * C + c] = s, (*mass)[(size_t)r * C + c] = m;
+        }
+    }
+}
+// dW (OC,C) = pre + dy^T @ x, and the bound of its fp32 sum (an fp32 output: no floatX rounding)
+static void ref_linear_dweight(const Vec& dy, const Vec& x, const Vec& pre, int BT, int C, int OC, Vec* out, Vec* tol) {
+    out->assign((size_t)OC * C, 0.0), tol->assign((size_t)OC * C, 0.0);
+    for (int o = 0; o < OC; o++) {
+        for (int c = 0; c < C; c++) {
+            double s = pre[(size_t)o * C + c], m = fabs(s);
+            for (int r = 0; r < BT; r++) {
+                double t = dy[(size_t)r * OC + o] * x[(size_t)r * C + c];
+                s += t, m += fabs(t);
+            }
+            (*out)[(size_t)o * C + c] = s, (*tol)[(size_t)o * C + c] = sum_err(BT + 2) * m;
+        }
+    }
+}
+// db (OC) = pre + column sums of dy (BT,OC), and the bound of its fp32 sum
+static void ref_colsum(const Vec& dy, const Vec& pre, int BT, int OC, Vec* out, Vec* tol) {
+    out->assign(OC, 0.0), tol->assign(OC, 0.0);
+    for (int o = 0; o < OC; o++) {
+        double s = pre[o], m = fabs(s);
+        for (int r = 0; r < BT; r++) s += dy[(size_t)r * OC + o], m += fabs(dy[(size_t)r * OC + o]);
+        (*out)[o] = s, (*tol)[o] = sum_err(BT + 2) * m;
+    }
+}
+// The bound of an fp32 dot product of length k (its mass given) stored as floatX.
+static Vec dot_tol(const Vec& ref, const Vec& mass, int k) {
+    Vec t(ref.size());
+    for (size_t i = 0; i < ref.size(); i++) t[i] = sum_err(k) * mass[i] + XR * fabs(ref[i]);
+    return t;
+}
+
 static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStream_t st) {
     set_case("BT=%d C=%d OC=%d bias=%d skew=%d", BT, C, OC, (int)with_bias, skew);
     Buf<floatX> inp((size_t)BT * C), weight((size_t)OC * C, skew), bias(OC, skew), out((size_t)BT * OC, skew);
@@ -398,19 +457,10 @@ static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStr
     Vec bv = upload(bias, rand_vec(OC, -1, 1));
     matmul_forward(out.p, inp.p, weight.p, with_bias ? bias.p : NULL, BT, C, OC, st);
     sync(st, "matmul_forward");
-    Vec ro((size_t)BT * OC), to((size_t)BT * OC);
-    for (int r = 0; r < BT; r++) {
-        for (int o = 0; o < OC; o++) {
-            double s = with_bias ? bv[o] : 0.0, mass = fabs(s);
-            for (int c = 0; c < C; c++) {
-                s += x[(size_t)r * C + c] * W[(size_t)o * C + c];
-                mass += fabs(x[(size_t)r * C + c] * W[(size_t)o * C + c]);
-            }
-            ro[(size_t)r * OC + o] = s;
-            to[(size_t)r * OC + o] = sum_err(C + 2) * mass + XR * fabs(s);  // fp32 dot + bias, one floatX store
-        }
-    }
-    check(with_bias ? "matmul_forward out (bias)" : "matmul_forward out (no bias)", out, ro, to);
+    Vec ro, mo;
+    ref_linear(x, W, with_bias ? &bv : NULL, BT, C, OC, &ro, &mo);
+    // fp32 dot + bias, one floatX store
+    check(with_bias ? "matmul_forward out (bias)" : "matmul_forward out (no bias)", out, ro, dot_tol(ro, mo, C + 2));
 
     Buf<floatX> dout((size_t)BT * OC), dinp((size_t)BT * C);  // dinp: poison, must be overwritten
     Buf<float> dW((size_t)OC * C, skew), db(OC, skew);
@@ -421,46 +471,177 @@ static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStr
     matmul_backward(dinp.p, dW.p, with_bias ? db.p : NULL, partials.p, dout.p, inp.p, weight.p, BT, C, OC, st);
     sync(st, "matmul_backward");
 
-    Vec rdx((size_t)BT * C), tdx((size_t)BT * C);
-    for (int r = 0; r < BT; r++) {
-        for (int c = 0; c < C; c++) {
-            double s = 0, mass = 0;
-            for (int o = 0; o < OC; o++) {
-                s += dy[(size_t)r * OC + o] * W[(size_t)o * C + c];
-                mass += fabs(dy[(size_t)r * OC + o] * W[(size_t)o * C + c]);
-            }
-            rdx[(size_t)r * C + c] = s;
-            tdx[(size_t)r * C + c] = sum_err(OC + 1) * mass + XR * fabs(s);
-        }
-    }
-    Vec rdW((size_t)OC * C), tdW((size_t)OC * C);
-    for (int o = 0; o < OC; o++) {
-        for (int c = 0; c < C; c++) {
-            double s = pre_dW[(size_t)o * C + c], mass = fabs(s);
-            for (int r = 0; r < BT; r++) {
-                s += dy[(size_t)r * OC + o] * x[(size_t)r * C + c];
-                mass += fabs(dy[(size_t)r * OC + o] * x[(size_t)r * C + c]);
-            }
-            rdW[(size_t)o * C + c] = s;
-            tdW[(size_t)o * C + c] = sum_err(BT + 2) * mass;  // fp32 output: no floatX rounding
-        }
-    }
-    check("matmul_backward dinp", dinp, rdx, tdx);
+    Vec rdx, mdx, rdW, tdW;
+    ref_linear_dinp(dy, W, BT, C, OC, &rdx, &mdx);
+    ref_linear_dweight(dy, x, pre_dW, BT, C, OC, &rdW, &tdW);
+    check("matmul_backward dinp", dinp, rdx, dot_tol(rdx, mdx, OC + 1));
     check("matmul_backward dweight (+=)", dW, rdW, tdW);
     if (with_bias) {
-        Vec rdb(OC), tdb(OC);
-        for (int o = 0; o < OC; o++) {
-            double s = pre_db[o], mass = fabs(s);
-            for (int r = 0; r < BT; r++) s += dy[(size_t)r * OC + o], mass += fabs(dy[(size_t)r * OC + o]);
-            rdb[o] = s;
-            tdb[o] = sum_err(BT + 2) * mass;
-        }
+        Vec rdb, tdb;
+        ref_colsum(dy, pre_db, BT, OC, &rdb, &tdb);
         check("matmul_backward dbias (+=)", db, rdb, tdb);
     } else {
         // dbias NULL (the tied classifier): nothing may touch the buffer.
         check("matmul_backward dbias untouched (NULL)", db, pre_db, zeros(OC));
     }
     report_scratch("matmul_backward scratch", {scratch("partials", partials)});
+}
+
+// GELU's value and derivative in double, with the bounds of their fp32 evaluation (the
+// kernels' formulas): u = sqrt(2/pi) (x + 0.044715 x^3) in float, 6 roundings (constants
+// included); tanhf 2 ulp = 4U, plus tanh_err (an approximate tanh's relative error).
+struct GeluRef {
+    double y, ty;  // gelu(x), its bound before the output's rounding to floatX
+    double g, tg;  // gelu'(x), its bound
+};
+static GeluRef gelu_ref(double x, double tanh_err) {
+    const double GS = sqrt(2.0 / M_PI), K = 0.044715;
+    double u = GS * (x + K * x * x * x), th = tanh(u);
+    double dth = (1 - th * th) * 6 * U * fabs(u) + (4 * U + tanh_err) * fabs(th);
+    GeluRef r;
+    r.y = 0.5 * x * (1 + th);
+    r.ty = 0.5 * fabs(x) * dth + 3 * U * fabs(r.y);
+    // d/dx: (1 + tanh u)/2 + x/2 sech^2(u) du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+    double sech2 = 1 - th * th, dudx = GS * (1 + 3 * K * x * x);
+    double t1 = 0.5 * (1 + th), t2 = 0.5 * x * sech2 * dudx;
+    r.g = t1 + t2;
+    // sech2 = 1 - th*th in float: 2|th| dth + 2U absolute; the second term: 8 roundings
+    r.tg = 0.5 * dth + U * t1 + 8 * U * fabs(t2) + fabs(0.5 * x * dudx) * (2 * fabs(th) * dth + 2 * U) + U * fabs(r.g);
+    return r;
+}
+
+// cuBLASLt's GELU epilogue: the layer computes it as the kernels do (tanhf); a GPU's
+// cuBLASLt does not document its tanh, so there tanh.approx's bound (2^-11) is assumed.
+#ifdef __CUDA_CPU__
+static const double LT_TANH = FAST_TANH;
+#else
+static const double LT_TANH = 0x1p-11;
+#endif
+
+// Whether a plan for this epilogue and shape exists and has an algorithm (the fused path ran).
+static bool fused_plan_ran(cublasLtEpilogue_t e, int m, int n, int k) {
+    for (int i = 0; i < cuda_libs.num_plans; i++) {
+        const MatmulPlan* p = cuda_libs.plans[i];
+        if (p->key.epilogue == (int)e && p->key.m == m && p->key.n == n && p->key.k == k && p->found) return true;
+    }
+    return false;
+}
+
+// The fc layer's forward with GELU: pre = inp @ W^T + b, out = gelu(pre). Fused (one
+// GELU_AUX_BIAS call) when OC % 8 == 0, separate kernels otherwise (gelu of the floatX pre).
+static void test_matmul_gelu(int BT, int C, int OC, int skew, cudaStream_t st) {
+    bool fusable = OC % 8 == 0;
+    set_case("BT=%d C=%d OC=%d skew=%d %s", BT, C, OC, skew, fusable ? "fused" : "separate kernels (OC % 8)");
+    Buf<floatX> inp((size_t)BT * C), weight((size_t)OC * C, skew), bias(OC, skew), out((size_t)BT * OC),
+        pre((size_t)BT * OC);
+    Vec x = upload(inp, rand_vec((size_t)BT * C, -1, 1));
+    Vec W = upload(weight, rand_vec((size_t)OC * C, -1, 1));
+    Vec bv = upload(bias, rand_vec(OC, -1, 1));
+    matmul_forward_gelu(out.p, pre.p, inp.p, weight.p, bias.p, BT, C, OC, st);
+    sync(st, "matmul_forward_gelu");
+    Vec rp, mp;
+    ref_linear(x, W, &bv, BT, C, OC, &rp, &mp);
+    Vec tp = dot_tol(rp, mp, C + 2), ry(rp.size()), ty(rp.size());
+    for (size_t i = 0; i < rp.size(); i++) {
+        // GELU of an input off by at most tp (the fp32 sum, and the floatX pre in the
+        // separate path): |gelu'| tp to first order, |gelu''| <= 0.8 bounds the second.
+        GeluRef g = gelu_ref(rp[i], fusable ? LT_TANH : FAST_TANH);
+        ry[i] = g.y;
+        ty[i] = (fabs(g.g) + g.tg) * tp[i] + 0.4 * tp[i] * tp[i] + g.ty + XR * fabs(g.y);
+    }
+    check("matmul_forward_gelu pre (aux)", pre, rp, tp);
+    check("matmul_forward_gelu out = gelu(pre)", out, ry, ty);
+    report(fused_plan_ran(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OC, BT, C) == fusable, "matmul_forward_gelu path",
+           "(GELU_AUX_BIAS plan %s)", fusable ? "made and run" : "never asked for: aux ld % 8 != 0 is refused");
+}
+
+// The fused backward: dinp = (dout @ W) * gelu'(gelu_pre) (DGELU when C % 8 == 0, else
+// gelu_backward after the matmul), dW += dout^T inp, db += colsum(dout) (BGRADB into the
+// scratch, then added: the grad views are pre-filled, so the += is checked).
+static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, int skew, cudaStream_t st) {
+    bool fusable = with_gelu && C % 8 == 0;
+    set_case("BT=%d C=%d OC=%d gelu=%d skew=%d%s", BT, C, OC, (int)with_gelu, skew,
+             with_gelu ? (fusable ? " DGELU" : " separate gelu_backward (C % 8)") : "");
+    Buf<floatX> inp((size_t)BT * C), weight((size_t)OC * C, skew), dout((size_t)BT * OC), dinp((size_t)BT * C),
+        gelu_pre((size_t)BT * C);
+    Buf<float> dW((size_t)OC * C, skew), db(OC, skew);
+    Buf<float> partials((size_t)colreduce_num_chunks(BT) * OC);
+    Vec x = upload(inp, rand_vec((size_t)BT * C, -1, 1));
+    Vec W = upload(weight, rand_vec((size_t)OC * C, -1, 1));
+    Vec gp = upload(gelu_pre, rand_vec((size_t)BT * C, -4, 4));
+    Vec dy = upload(dout, rand_vec((size_t)BT * OC, -1, 1));
+    Vec pre_dW = upload(dW, rand_vec((size_t)OC * C, -1, 1)), pre_db = upload(db, rand_vec(OC, -1, 1));
+    matmul_backward_fused(dinp.p, dW.p, db.p, partials.p, dout.p, inp.p, weight.p, with_gelu ? gelu_pre.p : NULL, BT,
+                          C, OC, st);
+    sync(st, "matmul_backward_fused");
+
+    Vec rd, md, rdW, tdW, rdb, tdb;
+    ref_linear_dinp(dy, W, BT, C, OC, &rd, &md);
+    Vec rdx = rd, tdx = dot_tol(rd, md, OC + 1);
+    if (with_gelu) {
+        for (size_t i = 0; i < rd.size(); i++) {
+            // the fp32 dot times the fp32 gelu' (one rounding), stored as floatX; the separate
+            // path stores the dot as floatX first (a second XR)
+            GeluRef g = gelu_ref(gp[i], fusable ? LT_TANH : FAST_TANH);
+            rdx[i] = rd[i] * g.g;
+            tdx[i] = fabs(g.g) * sum_err(OC + 1) * md[i] + fabs(rd[i]) * g.tg + (U + 2 * XR) * fabs(rdx[i]);
+        }
+    }
+    ref_linear_dweight(dy, x, pre_dW, BT, C, OC, &rdW, &tdW);
+    ref_colsum(dy, pre_db, BT, OC, &rdb, &tdb);
+    check(with_gelu ? "matmul_backward_fused dinp = (dout @ W) * gelu'(pre)" : "matmul_backward_fused dinp", dinp, rdx,
+          tdx);
+    check("matmul_backward_fused dweight (+=)", dW, rdW, tdW);
+    check("matmul_backward_fused dbias (+=)", db, rdb, tdb);
+    report_scratch("matmul_backward_fused scratch", {scratch("partials", partials)});
+    report(fused_plan_ran(CUBLASLT_EPILOGUE_BGRADB, C, OC, BT), "matmul_backward_fused dbias path",
+           "(BGRADB plan run)");
+    if (with_gelu) {
+        report(fused_plan_ran(CUBLASLT_EPILOGUE_DGELU, C, BT, OC) == fusable, "matmul_backward_fused dinp path",
+               "(DGELU plan %s)", fusable ? "made and run" : "never asked for: aux ld % 8 != 0 is refused");
+    }
+}
+
+// Plans are cached per key: a shape seen before runs no heuristic, a new shape or a new
+// alignment of a view does. (Shapes no other case uses: this runs first.)
+static void test_matmul_plans(cudaStream_t st) {
+    set_case("plan cache");
+    const int C = 24, OC = 40;
+    Buf<floatX> inp((size_t)5 * C), weight((size_t)OC * C), skewed((size_t)OC * C, 8), out((size_t)5 * OC);
+    upload(inp, rand_vec((size_t)5 * C, -1, 1));
+    upload(weight, rand_vec((size_t)OC * C, -1, 1));
+    upload(skewed, rand_vec((size_t)OC * C, -1, 1));
+    long h0 = cuda_libs.heuristic_calls;
+    int p0 = cuda_libs.num_plans;
+    matmul_forward(out.p, inp.p, weight.p, NULL, 3, C, OC, st);
+    long h1 = cuda_libs.heuristic_calls;
+    matmul_forward(out.p, inp.p, weight.p, NULL, 3, C, OC, st);
+    long h2 = cuda_libs.heuristic_calls;
+    matmul_forward(out.p, inp.p, weight.p, NULL, 5, C, OC, st);
+    long h3 = cuda_libs.heuristic_calls;
+    matmul_forward(out.p, inp.p, skewed.p, NULL, 5, C, OC, st);
+    long h4 = cuda_libs.heuristic_calls;
+    sync(st, "matmul_forward (plans)");
+    report(h1 == h0 + 1 && h2 == h1, "plan cache: a shape's second call",
+           "(heuristic calls %ld then %ld more; want 1, 0)", h1 - h0, h2 - h1);
+    report(h3 == h2 + 1, "plan cache: a new shape", "(%ld heuristic calls; want 1)", h3 - h2);
+    report(h4 == h3 + 1, "plan cache: a view of another alignment", "(%ld heuristic calls; want 1)", h4 - h3);
+    report(cuda_libs.num_plans == p0 + 3, "plan cache: one plan per key", "(%d new plans; want 3)",
+           cuda_libs.num_plans - p0);
+}
+
+// After cuda_libs_free: no plan left, and on the layer no cuBLASLt descriptor alive (the
+// layer counts them; a GPU's cuBLASLt cannot be asked, so there it is not asserted).
+static void test_plans_freed(void) {
+    set_case("cuda_libs_free");
+#ifdef __CUDA_CPU__
+    long live = cudacpu::blas_live_descriptors();
+    report(cuda_libs.num_plans == 0 && live == 0, "plans freed at exit", "(%d plans, %ld live descriptors; want 0, 0)",
+           cuda_libs.num_plans, live);
+#else
+    report(cuda_libs.num_plans == 0, "plans freed at exit", "(%d plans; live descriptors: not asserted off the layer)",
+           cuda_libs.num_plans);
+#endif
 }
 
 // ============================================================================================
@@ -616,24 +797,14 @@ static void test_gelu(size_t n, cudaStream_t st) {
     gelu_forward(out.p, inp.p, n, st);
     sync(st, "gelu_forward");
 
-    const double GS = sqrt(2.0 / M_PI), K = 0.044715;
     Vec ry(n), ty(n), rg(n), tg(n);
     Vec dy = upload(grad, rand_vec(n, -1, 1));  // dout, overwritten in place by dinp
     for (size_t i = 0; i < n; i++) {
-        double xi = x[i], u = GS * (xi + K * xi * xi * xi), th = tanh(u);
-        double y = 0.5 * xi * (1 + th);
-        // u in float: 6 roundings (constants included); tanhf: 2 ulp = 4U (or tanh.approx)
-        double dth = (1 - th * th) * 6 * U * fabs(u) + (4 * U + FAST_TANH) * fabs(th);
-        ry[i] = y;
-        ty[i] = 0.5 * fabs(xi) * dth + (3 * U + XR) * fabs(y);
-        // d/dx: (1 + tanh u)/2 + x/2 sech^2(u) du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-        double sech2 = 1 - th * th, dudx = GS * (1 + 3 * K * xi * xi);
-        double t1 = 0.5 * (1 + th), t2 = 0.5 * xi * sech2 * dudx, g = t1 + t2;
-        // sech2 = 1 - th*th in float: 2|th| dth + 2U absolute; the second term: 8 roundings
-        double dg = 0.5 * dth + U * t1 + 8 * U * fabs(t2) + fabs(0.5 * xi * dudx) * (2 * fabs(th) * dth + 2 * U) +
-                    U * fabs(g);
-        rg[i] = g * dy[i];
-        tg[i] = dg * fabs(dy[i]) + (U + XR) * fabs(rg[i]);
+        GeluRef g = gelu_ref(x[i], FAST_TANH);
+        ry[i] = g.y;
+        ty[i] = g.ty + XR * fabs(g.y);
+        rg[i] = g.g * dy[i];
+        tg[i] = g.tg * fabs(dy[i]) + (U + XR) * fabs(rg[i]);
     }
     check("gelu_forward out", out, ry, ty);
     // In place, as the trainer calls it: dinp == dout.
@@ -956,6 +1127,7 @@ int main(void) {
     test_layernorm(3, 45, 768, st);
     test_layernorm(7, 2345, 40, st);
 
+    test_matmul_plans(st);
     test_matmul(37, 72, 200, true, 0, st);
     test_matmul(37, 72, 200, false, 0, st);
     test_matmul(130, 64, 96, true, 8, st);  // views 16 (bf16) or 32 (fp32) bytes aligned, not 128
@@ -963,6 +1135,15 @@ int main(void) {
     test_matmul(1, 1, 1, true, 0, st);
     test_matmul(16, 768, 50, false, 0, st);
     test_matmul(16415, 8, 40, true, 0, st);
+    // the fused epilogues: OC (forward) and C (DGELU) multiples of 8 or not (the aux rule)
+    test_matmul_gelu(37, 72, 200, 0, st);
+    test_matmul_gelu(130, 64, 96, 8, st);
+    test_matmul_gelu(5, 33, 36, 0, st);
+    test_matmul_backward_fused(37, 200, 72, true, 0, st);
+    test_matmul_backward_fused(130, 96, 64, true, 8, st);
+    test_matmul_backward_fused(5, 36, 33, true, 0, st);
+    test_matmul_backward_fused(37, 72, 17, false, 0, st);
+    test_matmul_backward_fused(16415, 8, 40, false, 0, st);
 
     test_attention(2, 37, 72, 3, st);
     test_attention(1, 128, 64, 4, st);
@@ -1000,6 +1181,7 @@ int main(void) {
     test_copy_master(1000, st);
 
     cuda_libs_free();  // first: the cuBLAS handle is bound to the stream
+    test_plans_freed();
     cudaCheck(cudaStreamDestroy(st));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("%d passed, %d failed (%.1f s)\n", n_pass, n_fail, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));

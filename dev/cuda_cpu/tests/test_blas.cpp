@@ -15,6 +15,11 @@
 #include <cstring>
 #include <vector>
 
+// The layer's own query (declared in dev/cuda_cpu/cuda_cpu.h, which only .cu files get).
+namespace cudacpu {
+long blas_live_descriptors(void);
+}
+
 static int g_failed = 0;
 
 static void check(bool ok, const char* what) {
@@ -448,6 +453,26 @@ static void test_helpers(cublasHandle_t h) {
           "cublasSetStream / cublasGetStream");
 }
 
+// cudacpu::blas_live_descriptors (the layer's own query, for leak checks): each Create adds
+// one, each Destroy of a descriptor takes it away, Destroy(NULL) changes nothing.
+static void test_live_descriptors(void) {
+    long before = cudacpu::blas_live_descriptors();
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t layout = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, 2, 2, 2) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+              cudacpu::blas_live_descriptors() == before + 3,
+          "blas_live_descriptors: 3 more after a matmul, a layout and a preference descriptor");
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtMatrixLayoutDestroy(layout);
+    cublasLtMatrixLayoutDestroy(nullptr);
+    cublasLtMatmulPreferenceDestroy(pref);
+    check(cudacpu::blas_live_descriptors() == before,
+          "blas_live_descriptors: back after their Destroy (and a NULL one)");
+}
+
 int main(void) {
     cublasHandle_t h = nullptr;
     cublasLtHandle_t lt = nullptr;
@@ -458,6 +483,9 @@ int main(void) {
     test_batched(lt, h);
     test_errors(lt);
     test_helpers(h);
+    test_live_descriptors();
+    check(cudacpu::blas_live_descriptors() == 0,
+          "every descriptor the tests made is destroyed (blas_live_descriptors 0)");
     check(cublasLtDestroy(lt) == CUBLAS_STATUS_SUCCESS && cublasDestroy(h) == CUBLAS_STATUS_SUCCESS, "destroy handles");
     // A handle outliving the stream it is bound to (train_gpt2.cu's teardown once did this).
     cublasHandle_t bound = nullptr;
