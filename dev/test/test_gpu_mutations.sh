@@ -55,7 +55,7 @@ expect_caught() {
         failed=$((failed + 1))
         return
     fi
-    if ! (cd "$dir" && make "$target" CUDA_ON_CPU=1 PRECISION=FP32 USE_ZERO1="$z") >>"$log" 2>&1; then
+    if ! (cd "$dir" && make -j2 "$target" CUDA_ON_CPU=1 PRECISION=FP32 USE_ZERO1="$z") >>"$log" 2>&1; then
         echo "FAIL $name: the mutated tree does not build (see $log)"
         failed=$((failed + 1))
         return
