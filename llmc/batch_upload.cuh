@@ -49,7 +49,7 @@ typedef struct {
     int next;                   // the slot the next upload fills
     int queued;                 // uploaded, not yet taken (0..BATCH_SLOTS)
     long long uploads;
-    int test_skip_waits;        // test only: drop the three waits (the hazards above must show)
+    int test_skip_waits;        // test only, bits: 1 the host's, 2 the upload stream's, 4 compute's wait
     cudaStream_t stream;        // the upload stream
 } BatchUploader;
 
@@ -88,13 +88,13 @@ static void batch_upload(BatchUploader* u, const int* inputs, const int* targets
     if (BT > u->max_BT) fatal("batch upload: B*T %d exceeds %d", BT, u->max_BT);
     if (u->queued == BATCH_SLOTS) fatal("batch upload: %d batches uploaded and none taken", BATCH_SLOTS);
     BatchSlot* s = &u->slot[u->next];
-    if (!u->test_skip_waits) cudaCheck(cudaEventSynchronize(s->uploaded));  // its pinned buffers are free
+    if (!(u->test_skip_waits & 1)) cudaCheck(cudaEventSynchronize(s->uploaded));  // its pinned buffers are free
     memcpy(s->h_inputs, inputs, (size_t)BT * sizeof(int));
     if (targets) memcpy(s->h_targets, targets, (size_t)BT * sizeof(int));
     s->BT = BT;
     s->has_targets = targets != NULL;
     s->generation = ++u->uploads;
-    if (!u->test_skip_waits) cudaCheck(cudaStreamWaitEvent(u->stream, s->consumed, 0));  // its device buffers are free
+    if (!(u->test_skip_waits & 2)) cudaCheck(cudaStreamWaitEvent(u->stream, s->consumed, 0));  // its device buffers are free
     cudaCheck(cudaMemcpyAsync(s->d_inputs, s->h_inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, u->stream));
     if (targets) {
         cudaCheck(cudaMemcpyAsync(s->d_targets, s->h_targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice,
@@ -110,7 +110,7 @@ static BatchSlot* batch_take(BatchUploader* u, cudaStream_t compute) {
     if (u->queued == 0) fatal("batch take: no batch uploaded");
     BatchSlot* s = &u->slot[(u->next + BATCH_SLOTS - u->queued) % BATCH_SLOTS];
     u->queued--;
-    if (!u->test_skip_waits) cudaCheck(cudaStreamWaitEvent(compute, s->uploaded, 0));
+    if (!(u->test_skip_waits & 4)) cudaCheck(cudaStreamWaitEvent(compute, s->uploaded, 0));
     return s;
 }
 

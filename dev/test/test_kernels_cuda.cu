@@ -53,6 +53,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/batch_upload.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/gelu.cuh"
@@ -1019,6 +1020,79 @@ static void test_copy_master(size_t n, cudaStream_t st) {
     check("copy_master_to_params params = floatX(master)", params, r, zeros(n));
 }
 
+// ============================================================================================
+// Batches through llmc/batch_upload.cuh's two pinned slots, as the trainer drives them:
+// upload batch 0; per batch j: take it, a "forward" kernel copies its device inputs and
+// targets out, batch j+1 is uploaded, a "backward" kernel reads the targets again, release.
+// The host overwrites its own arrays right after each upload (the loader reuses them). Every
+// batch must arrive intact. Under CUDA_CPU_EXEC=lazy (the CPU layer runs a copy only when
+// something waits for it, and a copy from pinned memory reads its source then) each of the
+// three waits is also dropped in turn: the tokens must then come out wrong, which shows the
+// test would catch a pinned buffer refilled, or a device buffer overwritten or read, too early.
+// ============================================================================================
+__global__ void copy_ints_kernel(int* dst, const int* src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+
+static int batch_token(int batch, int i, int which) { return batch * 1000 + i * 3 + which; }
+
+// Runs the sequence; returns the number of tokens that arrived wrong.
+static long run_batch_uploads(int BT, int batches, int skip_waits, cudaStream_t st) {
+    BatchUploader u;
+    batch_uploader_init(&u, BT);
+    u.test_skip_waits = skip_waits;
+    Buf<int> fwd_in((size_t)batches * BT), fwd_tg((size_t)batches * BT), bwd_tg((size_t)batches * BT);
+    std::vector<int> in(BT), tg(BT);
+    auto upload_one = [&](int j) {
+        for (int i = 0; i < BT; i++) in[i] = batch_token(j, i, 0), tg[i] = batch_token(j, i, 1);
+        batch_upload(&u, in.data(), tg.data(), BT);
+        for (int i = 0; i < BT; i++) in[i] = tg[i] = -7;  // reused at once, as the loader does
+    };
+    upload_one(0);
+    for (int j = 0; j < batches; j++) {
+        BatchSlot* b = batch_take(&u, st);
+        copy_ints_kernel<<<CEIL_DIV(BT, 64), 64, 0, st>>>(fwd_in.p + (size_t)j * BT, b->d_inputs, BT);
+        copy_ints_kernel<<<CEIL_DIV(BT, 64), 64, 0, st>>>(fwd_tg.p + (size_t)j * BT, b->d_targets, BT);
+        if (j + 1 < batches) upload_one(j + 1);
+        copy_ints_kernel<<<CEIL_DIV(BT, 64), 64, 0, st>>>(bwd_tg.p + (size_t)j * BT, b->d_targets, BT);
+        batch_release(b, st);
+    }
+    sync(st, "batch uploads");
+    Vec a = download(fwd_in), t = download(fwd_tg), t2 = download(bwd_tg);
+    long wrong = 0;
+    for (int j = 0; j < batches; j++) {
+        for (int i = 0; i < BT; i++) {
+            size_t k = (size_t)j * BT + i;
+            wrong += a[k] != batch_token(j, i, 0);
+            wrong += t[k] != batch_token(j, i, 1);
+            wrong += t2[k] != batch_token(j, i, 1);
+        }
+    }
+    if (skip_waits) cudaCheck(cudaStreamSynchronize(u.stream));  // before the buffers go
+    batch_uploader_free(&u);
+    return wrong;
+}
+
+static void test_batch_upload(int BT, int batches, cudaStream_t st) {
+    set_case("BT=%d batches=%d", BT, batches);
+    long wrong = run_batch_uploads(BT, batches, 0, st);
+    report(wrong == 0, "batch_upload tokens intact (forward and backward reads)", "(%ld of %ld wrong)", wrong,
+           3L * batches * BT);
+    const char* exec = getenv("CUDA_CPU_EXEC");
+    if (!exec || strcmp(exec, "lazy") != 0) {
+        printf("SKIPPED batch_upload without its waits [%s] (only CUDA_CPU_EXEC=lazy on the CPU layer makes the "
+               "hazards deterministic)\n", where);
+        return;
+    }
+    const char* names[3] = {"host refills a pinned slot before its copy ran", "copy overwrites a device slot still read",
+                            "compute reads a slot before its copy ran"};
+    for (int bit = 0; bit < 3; bit++) {
+        long bad = run_batch_uploads(BT, batches, 1 << bit, st);
+        report(bad > 0, "batch_upload hazard shows without its wait", "(%s: %ld tokens wrong)", names[bit], bad);
+    }
+}
+
 int main(void) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1091,6 +1165,7 @@ int main(void) {
     test_adamw(1000, 0, 0.37f, st);
     test_copy_master(1, st);
     test_copy_master(1000, st);
+    test_batch_upload(37, 6, st);
 
     cuda_libs_free();  // first: the cuBLAS handle is bound to the stream
     cudaCheck(cudaStreamDestroy(st));
