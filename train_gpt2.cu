@@ -14,8 +14,9 @@
  * padding, buckets) without the kernels knowing. -z 0 (replicated): the whole grad
  * buffer is summed with one NCCL all-reduce, then every rank runs the full AdamW.
  *
- * One compute stream; no device-wide synchronize inside a step; the host reads back
- * only what it prints (the loss and the grad norm, once per step).
+ * One compute stream (and an upload stream for the batches: llmc/batch_upload.cuh); no
+ * device-wide synchronize inside a step; the host reads back only what it prints (the
+ * loss and the grad norm, once per step).
  */
 #include <math.h>
 #include <mpi.h>

@@ -8,6 +8,17 @@
  * kernels accumulate straight into the grad views. The model calls llmc/model_hooks.h's
  * hooks at the same points as the CPU model; they run when the kernels are queued, and the
  * model itself never waits for the device.
+ *
+ * Batches come through llmc/batch_upload.cuh: gpt2_upload_batch copies one into a pinned
+ * slot and queues its upload on the upload stream, gpt2_forward_batch runs the oldest
+ * uploaded one (so a trainer can upload the next batch while this one computes);
+ * gpt2_forward does both for evaluation and sampling. With --fused-kernels 1
+ * (GPT2.kernels.fused) each residual add runs inside the LayerNorm that reads it
+ * (residual2 -> ln2, residual3 -> the next block's ln1, the last -> lnf, the latter
+ * inside the next block so that a ZeRO-1 gather of its weights is waited for first), and
+ * a training forward told the backward's loss scale writes dlogits in its classifier pass
+ * (llmc/classifier.cuh), so gpt2_backward skips crossentropy_backward; 0 runs the
+ * separate reference kernels.
  */
 #ifndef LLMC_GPT2_CUDA_CUH
 #define LLMC_GPT2_CUDA_CUH
