@@ -765,6 +765,14 @@ static void test_encoder(int B, int T, int C, int V, cudaStream_t st) {
 // Softmax cross-entropy over the V real columns of Vp: lse = log sum exp, loss = lse - x[target];
 // dlogits = (softmax - onehot) * dloss, 0 in the padding.
 // ============================================================================================
+// The mean, in double, of what a buffer holds.
+static double mean_of(const Buf<float>& b) {
+    Vec got = download(b);
+    double m = 0;
+    for (double g : got) m += g;
+    return m / (double)got.size();
+}
+
 // skew: logits off the 16-byte alignment (the fused kernel's element-by-element path).
 static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st, int skew = 0) {
     set_case("BT=%d V=%d Vp=%d skew=%d", BT, V, Vp, skew);
@@ -811,10 +819,7 @@ static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st, int skew =
         check("crossentropy_forward lse", lse, rlse, tlse);
         // The mean of the losses the kernel wrote (so this checks mean_loss alone): summed
         // in double, rounded to float (U), then added in float (U).
-        Vec got = download(losses);
-        double m = 0;
-        for (int r = 0; r < BT; r++) m += got[r];
-        m /= BT;
+        double m = mean_of(losses);
         Vec rm(1, call ? prev[0] + m : m), tm(1, U * fabs(m) + (call ? U * fabs(rm[0]) : 0.0));
         check(call ? "crossentropy_forward mean loss (accumulate=1)" : "crossentropy_forward mean loss (accumulate=0)",
               mean, rm, tm);
@@ -855,10 +860,7 @@ static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st, int skew =
     }
     check("crossentropy_fused losses", flosses, rl, ftl);
     check("crossentropy_fused lse", flse, rlse, ftlse);
-    Vec got = download(flosses);
-    double fm = 0;
-    for (int r = 0; r < BT; r++) fm += got[r];
-    fm /= BT;
+    double fm = mean_of(flosses);
     check("crossentropy_fused mean loss", fmean, Vec(1, fm), Vec(1, U * fabs(fm)));
     Vec ftg(tg);
     for (int r = 0; r < BT; r++) {
