@@ -14,8 +14,9 @@
  * padding, buckets) without the kernels knowing. -z 0 (replicated): the whole grad
  * buffer is summed with one NCCL all-reduce, then every rank runs the full AdamW.
  *
- * One compute stream; no device-wide synchronize inside a step; the host reads back
- * only what it prints (the loss and the grad norm, once per step).
+ * One compute stream (and an upload stream for the batches: llmc/batch_upload.cuh); no
+ * device-wide synchronize inside a step; the host reads back only what it prints (the
+ * loss and the grad norm, once per step).
  */
 #include <math.h>
 #include <mpi.h>
@@ -381,8 +382,20 @@ static float loss_over_ranks(Trainer* tr, const char* what, int step) {
     return total;
 }
 
+// Micro-step `micro`'s batch from the loader, its upload queued (llmc/batch_upload.cuh).
+static void upload_micro_batch(Trainer* tr, int step, int micro, BatchFn next_batch, void* batch_ctx) {
+    const int *inputs, *targets;
+    next_batch(batch_ctx, micro, &inputs, &targets);
+    int BT = tr->cfg.B * tr->cfg.T;
+    if (tr->cfg.spike_loss_step == step) targets = spiked_targets(tr->model.config.vocab_size, BT);  // test only: a loss outlier
+    gpt2_upload_batch(&tr->model, inputs, targets, tr->cfg.B, tr->cfg.T);
+}
+
 // One optimizer step: k micro-steps of forward+backward, then the optimizer (reduction,
 // norm, AdamW); the host reads the loss and the norm once, after everything is queued.
+// Micro-step i+1's batch is uploaded while micro-step i computes; the first batch of a
+// step is read when the step begins (the loader's position is part of a checkpoint, and
+// the step line reports epochs by it, so no batch is read ahead across steps).
 static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_batch, void* batch_ctx,
                                OutlierState* outliers) {
     StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, NAN, NAN};
@@ -396,12 +409,12 @@ static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_bat
     if (tr->cfg.spike_grad_step == step) loss_scale *= 1000.0f;  // test only: a grad-norm outlier
     opt->ops->begin_step(opt, step);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
+    upload_micro_batch(tr, step, 0, next_batch, batch_ctx);
     for (int micro = 0; micro < k; micro++) {
-        const int *inputs, *targets;
-        next_batch(batch_ctx, micro, &inputs, &targets);
-        if (tr->cfg.spike_loss_step == step) targets = spiked_targets(tr->model.config.vocab_size, B * T);  // test only: a loss outlier
         opt->ops->begin_micro_step(opt, micro == k - 1);
-        gpt2_forward(m, inputs, targets, B, T);
+        gpt2_forward_batch(m, B, T, loss_scale);  // fused kernels: dlogits for loss_scale already here
+        // The next micro-step's batch is read and its upload queued while this one computes.
+        if (micro + 1 < k) upload_micro_batch(tr, step, micro + 1, next_batch, batch_ctx);
         int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
         ModelHooks saved = m->hooks;
         if (plant) {  // test only: poison h0.qkvb's gradient on the last rank, the moment it is final

@@ -8,6 +8,21 @@
  *             dlogit[v] = 0                                              for V <= v < Vp
  * The forward leaves the logits intact (the test and sampling read them); the backward,
  * which only needs lse, overwrites them with their gradient.
+ * fused (--fused-kernels 1, a training forward whose backward follows with a known dloss):
+ *   crossentropy_forward_backward does both in one kernel per row, in place: pass 1 an
+ *   online softmax (each thread a running max and a sum rescaled when the max grows, then
+ *   the block combines the (max, sum) pairs), lse and the loss (the target's logit read
+ *   before anything is overwritten); pass 2 writes dlogits over the same row as above.
+ *   Why not hold the row in registers or shared memory for a single touch: a row is Vp
+ *   floatX (100 KiB in bf16, 200 KiB in fp32 at GPT-2's 50304), more than the 48 KiB of
+ *   shared memory a block gets without opt-in and enough to leave one block per SM; in
+ *   registers it spills. The second touch comes from L2 (this block read the row just
+ *   before), so the DRAM traffic is one read and one write of the logits, against two
+ *   reads and a write for the separate passes (whose backward reads them cold after the
+ *   forward). 128-bit packs where Vp is a multiple of the pack and the logits aligned;
+ *   otherwise element by element. The online sum rounds differently from the two-pass
+ *   sum (within the tolerances of dev/test/test_kernels_cuda.cu); dlogits use the same
+ *   formula as crossentropy_backward.
  * mean_loss: one block sums the BT losses in double, in a fixed tree, and adds the mean
  * into a device scalar, so the host reads one number per optimizer step.
  */
@@ -46,6 +61,52 @@ __global__ void crossentropy_backward_kernel(floatX* dlogits, const float* lse, 
     dlogits[idx] = from_float<floatX>(g);
 }
 
+// The fused forward and backward of one row (header comment). vec: Vp a multiple of the
+// pack and logits 16-byte aligned, so every row's packs are.
+__global__ void crossentropy_fused_kernel(floatX* logits, float* losses, float* lse, const int* targets, float dloss,
+                                          int V, int Vp, int vec) {
+    int row = blockIdx.x;
+    floatX* x = logits + (size_t)row * Vp;
+    int target = targets[row];
+    float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;  // before pass 2 overwrites it
+    const int step = vec ? PACK_X : 1;
+    float m = -INFINITY, sum = 0.0f;
+    for (int v0 = threadIdx.x * step; v0 < V; v0 += blockDim.x * step) {
+        Packed128<floatX> p;
+        if (vec) p = load128(x + v0);
+        else p.v[0] = x[v0];
+        for (int k = 0; k < step && v0 + k < V; k++) {
+            float xv = to_float(p.v[k]);
+            if (xv > m) {
+                sum = sum * expf(m - xv) + 1.0f;
+                m = xv;
+            } else {
+                sum += expf(xv - m);
+            }
+        }
+    }
+    float block_max = block_reduce_max(m);
+    float total = block_reduce_sum(m == -INFINITY ? 0.0f : sum * expf(m - block_max));
+    float l = block_max + logf(total);
+    if (threadIdx.x == 0) {
+        lse[row] = l;
+        losses[row] = l - target_logit;
+    }
+    for (int v0 = threadIdx.x * step; v0 < Vp; v0 += blockDim.x * step) {
+        Packed128<floatX> p;
+        if (vec) p = load128(x + v0);
+        else p.v[0] = x[v0];
+        for (int k = 0; k < step; k++) {
+            int v = v0 + k;
+            float g = 0.0f;
+            if (v < V) g = (expf(to_float(p.v[k]) - l) - (v == target ? 1.0f : 0.0f)) * dloss;
+            p.v[k] = from_float<floatX>(g);
+        }
+        if (vec) store128(x + v0, p);
+        else x[v0] = p.v[0];
+    }
+}
+
 // out[0] (+)= mean of losses[0..n)
 __global__ void mean_loss_kernel(float* out, const float* losses, int n, int accumulate) {
     double sum = 0.0;
@@ -72,6 +133,18 @@ static void crossentropy_backward(floatX* logits_to_dlogits, const float* lse, c
     size_t n = (size_t)BT * Vp;
     crossentropy_backward_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(logits_to_dlogits, lse, targets, dloss,
                                                                                  BT, V, Vp);
+    cudaCheckLaunch();
+}
+
+// Forward and backward in one pass (header comment): losses, lse and the mean as
+// crossentropy_forward, then the logits become dlogits for d(objective)/d(loss) = dloss.
+static void crossentropy_forward_backward(floatX* logits_to_dlogits, float* losses, float* lse, float* loss_out,
+                                          int accumulate, const int* targets, float dloss, int BT, int V, int Vp,
+                                          cudaStream_t stream) {
+    int vec = Vp % PACK_X == 0 && aligned16(logits_to_dlogits);
+    crossentropy_fused_kernel<<<BT, 1024, 0, stream>>>(logits_to_dlogits, losses, lse, targets, dloss, V, Vp, vec);
+    cudaCheckLaunch();
+    mean_loss_kernel<<<1, 1024, 0, stream>>>(loss_out, losses, BT, accumulate);
     cudaCheckLaunch();
 }
 

@@ -7,6 +7,14 @@
  *   -DENABLE_FP32: plain float, no TF32, for the tight oracle test.
  * Gradients of parameters are always fp32 (views into the fp32 grad buffer), and so
  * are the LayerNorm statistics, the losses and every reduction.
+ *
+ * Packed128<T>: 16 bytes of T (8 bf16 or 4 floats), loaded and stored with one 128-bit
+ * access. Elementwise kernels give each thread one pack's worth of elements and take the
+ * 128-bit path only where every pointer involved is 16-byte aligned and the pack lies
+ * inside the range; otherwise (views into the flat param/grad buffers need not be
+ * aligned, a tail shorter than a pack) the same elements go one at a time. The values
+ * and the order of the math per element are the same either way: only the access width
+ * differs.
  */
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
@@ -118,6 +126,27 @@ __device__ inline double block_reduce_sum_double(double v) {
     v = lane < nwarps ? shared[lane] : 0.0;
     return warp_reduce_sum_double(v);
 }
+
+// ----------------------------------------------------------------------------
+// 128-bit packs (header comment).
+
+template <typename T>
+struct alignas(16) Packed128 {
+    static constexpr int size = (int)(16 / sizeof(T));
+    T v[16 / sizeof(T)];
+};
+#define PACK_X Packed128<floatX>::size  // floatX elements per pack: 8 (bf16) or 4 (fp32)
+
+// Only for 16-byte aligned p (aligned16).
+template <typename T> __device__ __forceinline__ Packed128<T> load128(const T* p) {
+    return *reinterpret_cast<const Packed128<T>*>(p);
+}
+template <typename T> __device__ __forceinline__ void store128(T* p, const Packed128<T>& x) {
+    *reinterpret_cast<Packed128<T>*>(p) = x;
+}
+__host__ __device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+// Blocks of `threads` threads for n floatX elements, one pack per thread.
+static inline unsigned packed_blocks(size_t n, int threads) { return (unsigned)CEIL_DIV(CEIL_DIV(n, (size_t)PACK_X), (size_t)threads); }
 
 // ----------------------------------------------------------------------------
 // Library handles: one set per process, bound to the one compute stream per call.

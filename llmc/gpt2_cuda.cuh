@@ -8,6 +8,17 @@
  * kernels accumulate straight into the grad views. The model calls llmc/model_hooks.h's
  * hooks at the same points as the CPU model; they run when the kernels are queued, and the
  * model itself never waits for the device.
+ *
+ * Batches come through llmc/batch_upload.cuh: gpt2_upload_batch copies one into a pinned
+ * slot and queues its upload on the upload stream, gpt2_forward_batch runs the oldest
+ * uploaded one (so a trainer can upload the next batch while this one computes);
+ * gpt2_forward does both for evaluation and sampling. With --fused-kernels 1
+ * (GPT2.kernels.fused) each residual add runs inside the LayerNorm that reads it
+ * (residual2 -> ln2, residual3 -> the next block's ln1, the last -> lnf, the latter
+ * inside the next block so that a ZeRO-1 gather of its weights is waited for first), and
+ * a training forward told the backward's loss scale writes dlogits in its classifier pass
+ * (llmc/classifier.cuh), so gpt2_backward skips crossentropy_backward; 0 runs the
+ * separate reference kernels.
  */
 #ifndef LLMC_GPT2_CUDA_CUH
 #define LLMC_GPT2_CUDA_CUH
@@ -19,6 +30,7 @@
 
 #include "llmc/cuda_common.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/batch_upload.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/gelu.cuh"
@@ -72,9 +84,12 @@ typedef struct {
     GPUActivations acts;
     GPUScratch scratch;
     int B, T;                // shape of the last forward
-    const int* inputs;       // host, of the last forward (borrowed)
+    const int* inputs;       // host (pinned), of the last forward: its batch slot's copy
     int has_targets;
-    int *d_inputs, *d_targets;
+    BatchUploader uploader;  // llmc/batch_upload.cuh: pinned host and device token buffers
+    BatchSlot* batch;        // the last forward's slot, and the generation it held then
+    long long batch_generation;
+    float dlogits_scale;     // > 0: the last forward already turned its logits into dlogits for it
     EncoderBackwardPlan enc_plan;
     float* d_loss;           // device scalar: the forward adds its mean loss here
     GPT2Kernels kernels;     // which kernels run (llmc/gpt2_kernels.h), fixed at gpt2_init
@@ -131,8 +146,7 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     // bias reductions need chunks*OC (OC <= 4C), LayerNorm 2*chunks*C
     s->colreduce = alloc_f((size_t)colreduce_num_chunks((int)BT) * 4 * C);
     s->norm_partial = (double*)cudaMallocCheck(GLOBAL_NORM_BLOCKS * sizeof(double));
-    m->d_inputs = (int*)cudaMallocCheck(BT * sizeof(int));
-    m->d_targets = (int*)cudaMallocCheck(BT * sizeof(int));
+    batch_uploader_init(&m->uploader, (int)BT);
     encoder_plan_init(&m->enc_plan, (int)BT);
     m->d_loss = alloc_f(1);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), stream));
@@ -152,9 +166,10 @@ static void gpt2_free(GPT2* m) {
                    m->acts.logits, m->acts.losses, m->acts.lse, m->scratch.btc, m->scratch.dresidual,
                    m->scratch.dqkv, m->scratch.dfch, m->scratch.qkvr, m->scratch.dqkvr, m->scratch.perm,
                    m->scratch.scores, m->scratch.dpreatt, m->scratch.colreduce, m->scratch.norm_partial,
-                   m->d_inputs, m->d_targets, m->d_loss};
+                   m->d_loss};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) cudaCheck(cudaFree(all[i]));
     encoder_plan_free(&m->enc_plan);
+    batch_uploader_free(&m->uploader);
     free(m->param);
     free(m->grad);
 }
@@ -179,9 +194,20 @@ static void gpt2_linear_backward(const GPT2* m, floatX* dinp, float* dweight, fl
     if (gelu_pre) gelu_backward(dinp, gelu_pre, dinp, (size_t)BT * C, m->stream);
 }
 
-// Forward on host inputs (B,T); with targets, also adds the mean loss into m->d_loss
-// (the caller zeroes it when a new sum starts). Nothing is read back.
-static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
+// Queues the upload of a batch (targets may be NULL) for a later gpt2_forward_batch; the
+// host arrays may be reused at once. Issued while the previous batch still computes, it
+// overlaps with it (llmc/batch_upload.cuh).
+static void gpt2_upload_batch(GPT2* m, const int* inputs, const int* targets, int B, int T) {
+    batch_upload(&m->uploader, inputs, targets, B * T);
+}
+
+// Forward on the oldest uploaded batch (B,T); with targets, also adds the mean loss into
+// m->d_loss (the caller zeroes it when a new sum starts). Nothing is read back.
+// backward_scale > 0: gpt2_backward(m, backward_scale) follows; with fused kernels the
+// classifier then writes dlogits over the logits here, in the same pass as the loss
+// (llmc/classifier.cuh). 0 (evaluation, sampling, tests that read the logits): the
+// logits stay.
+static void gpt2_forward_batch(GPT2* m, int B, int T, float backward_scale) {
     const GPT2Config* c = &m->config;
     if (B > m->max_B || T > m->max_T || (size_t)B * T > (size_t)m->max_B * m->max_T) {
         fatal("forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m->max_B, m->max_T);
@@ -190,18 +216,22 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
     size_t att = (size_t)m->max_B * NH * m->max_T * m->max_T;  // per-layer stride of acts.att
+    BatchSlot* batch = batch_take(&m->uploader, st);
+    if ((size_t)batch->BT != BT) fatal("forward with B*T=%zu on an uploaded batch of %d tokens", BT, batch->BT);
+    if (backward_scale > 0.0f && !batch->has_targets) fatal("a forward for a backward needs targets");
+    int fused = m->kernels.fused;
     m->B = B;
     m->T = T;
-    m->inputs = inputs;
-    m->has_targets = targets != NULL;
+    m->batch = batch;
+    m->batch_generation = batch->generation;
+    m->inputs = batch->h_inputs;
+    m->has_targets = batch->has_targets;
+    m->dlogits_scale = 0.0f;
     GPUActivations* a = &m->acts;
     GPUScratch* s = &m->scratch;
-    // From pageable memory: returns once staged, so the loader may reuse its buffers.
-    cudaCheck(cudaMemcpyAsync(m->d_inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, st));
-    if (targets) cudaCheck(cudaMemcpyAsync(m->d_targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, st));
 
     HOOK(m, forward_block_begin, -1);
-    encoder_forward(a->encoded, m->d_inputs, m->param[gpt2_idx_wte()], m->param[gpt2_idx_wpe()], B, T, C, st);
+    encoder_forward(a->encoded, batch->d_inputs, m->param[gpt2_idx_wte()], m->param[gpt2_idx_wpe()], B, T, C, st);
     HOOK(m, forward_block_end, -1);
     for (int l = 0; l < L; l++) {
         HOOK(m, forward_block_begin, l);
@@ -214,31 +244,62 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         floatX* ln2 = a->ln2 + l * BT * C;
         floatX* fch = a->fch + l * BT * 4 * C;
         floatX* fch_gelu = gpt2_fch_gelu(m, l, BT);
-        layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, p[LAYER_LN1W], p[LAYER_LN1B], B, T,
-                          C, st);
+        float *ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
+        float *ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
+        // Fused: the previous block's last residual add is done here, with this block's ln1
+        // (inside this block, after its begin hook: ln1's weights may be gathered only now).
+        if (fused && l > 0) {
+            layernorm_fused_residual_forward(a->residual3 + (size_t)(l - 1) * BT * C, ln1, ln1_mean, ln1_rstd,
+                                             a->residual2 + (size_t)(l - 1) * BT * C, s->btc, p[LAYER_LN1W],
+                                             p[LAYER_LN1B], B, T, C, st);
+        } else {
+            layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[LAYER_LN1W], p[LAYER_LN1B], B, T, C, st);
+        }
         matmul_forward(qkv, ln1, p[LAYER_QKVW], p[LAYER_QKVB], (int)BT, C, 3 * C, st);
         attention_forward(atty, s->qkvr, s->perm, s->scores, a->att + l * att, qkv, B, T, C, NH, st);
         matmul_forward(s->btc, atty, p[LAYER_ATTPROJW], p[LAYER_ATTPROJB], (int)BT, C, C, st);
-        residual_forward(residual2, residual, s->btc, BT * C, st);
-        layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual2, p[LAYER_LN2W], p[LAYER_LN2B], B,
-                          T, C, st);
-        if (m->kernels.fused) {
+        if (fused) {
+            layernorm_fused_residual_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, s->btc, p[LAYER_LN2W],
+                                             p[LAYER_LN2B], B, T, C, st);
+        } else {
+            residual_forward(residual2, residual, s->btc, BT * C, st);
+            layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[LAYER_LN2W], p[LAYER_LN2B], B, T, C, st);
+        }
+        if (fused) {
             matmul_forward_gelu(fch_gelu, fch, ln2, p[LAYER_FCW], p[LAYER_FCB], (int)BT, C, 4 * C, st);
         } else {
             matmul_forward(fch, ln2, p[LAYER_FCW], p[LAYER_FCB], (int)BT, C, 4 * C, st);
             gelu_forward(fch_gelu, fch, BT * 4 * C, st);
         }
         matmul_forward(s->btc, fch_gelu, p[LAYER_FCPROJW], p[LAYER_FCPROJB], (int)BT, 4 * C, C, st);
-        residual_forward(a->residual3 + l * BT * C, residual2, s->btc, BT * C, st);
+        if (!fused) residual_forward(a->residual3 + l * BT * C, residual2, s->btc, BT * C, st);
         HOOK(m, forward_block_end, l);
     }
     HOOK(m, forward_block_begin, L);
-    const floatX* last = a->residual3 + (size_t)(L - 1) * BT * C;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->param[gpt2_idx_lnfw(c)], m->param[gpt2_idx_lnfb(c)], B,
-                      T, C, st);
+    floatX* last = a->residual3 + (size_t)(L - 1) * BT * C;
+    const floatX *lnfw = m->param[gpt2_idx_lnfw(c)], *lnfb = m->param[gpt2_idx_lnfb(c)];
+    if (fused) {
+        layernorm_fused_residual_forward(last, a->lnf, a->lnf_mean, a->lnf_rstd, a->residual2 + (size_t)(L - 1) * BT * C,
+                                         s->btc, lnfw, lnfb, B, T, C, st);
+    } else {
+        layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, lnfw, lnfb, B, T, C, st);
+    }
     matmul_forward(a->logits, a->lnf, m->param[gpt2_idx_wte()], NULL, (int)BT, C, Vp, st);
-    if (targets) crossentropy_forward(a->losses, a->lse, m->d_loss, 1, a->logits, m->d_targets, (int)BT, V, Vp, st);
+    if (batch->has_targets && fused && backward_scale > 0.0f) {
+        crossentropy_forward_backward(a->logits, a->losses, a->lse, m->d_loss, 1, batch->d_targets, backward_scale,
+                                      (int)BT, V, Vp, st);
+        m->dlogits_scale = backward_scale;
+    } else if (batch->has_targets) {
+        crossentropy_forward(a->losses, a->lse, m->d_loss, 1, a->logits, batch->d_targets, (int)BT, V, Vp, st);
+    }
+    batch_release(batch, st);  // again after the backward's crossentropy_backward, if it runs
     HOOK(m, forward_block_end, L);
+}
+
+// Forward on host inputs (B,T): the batch is uploaded and run at once; the logits stay.
+static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
+    gpt2_upload_batch(m, inputs, targets, B, T);
+    gpt2_forward_batch(m, B, T, 0.0f);
 }
 
 // Backward of the last forward (which had targets). loss_scale = d(objective)/d(loss at
@@ -247,6 +308,14 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
 static void gpt2_backward(GPT2* m, float loss_scale) {
     const GPT2Config* c = &m->config;
     if (!m->has_targets) fatal("gpt2_backward needs a forward with targets");
+    if (!batch_still_holds(m->batch, m->batch_generation)) {
+        fatal("gpt2_backward: its forward's batch slot was refilled (upload at most one batch between a forward and its "
+              "backward)");
+    }
+    if (m->dlogits_scale > 0.0f && m->dlogits_scale != loss_scale) {
+        fatal("gpt2_backward with loss scale %g after a forward that computed dlogits for %g", loss_scale,
+              m->dlogits_scale);
+    }
     cudaStream_t st = m->stream;
     int B = m->B, T = m->T, L = c->num_layers, C = c->channels, NH = c->num_heads;
     int V = c->vocab_size, Vp = c->padded_vocab_size;
@@ -260,7 +329,11 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
 
     HOOK(m, backward_block_begin, L);
     floatX* dlogits = a->logits;
-    crossentropy_backward(dlogits, a->lse, m->d_targets, loss_scale, (int)BT, V, Vp, st);
+    if (m->dlogits_scale == 0.0f) {  // else the fused forward did it
+        crossentropy_backward(dlogits, a->lse, m->batch->d_targets, loss_scale, (int)BT, V, Vp, st);
+        batch_release(m->batch, st);
+    }
+    m->dlogits_scale = 0.0f;
     matmul_backward(s->btc, m->grad[wte], NULL, s->colreduce, dlogits, a->lnf, m->param[wte], (int)BT, C, Vp, st);
     HOOK(m, grad_contribution_done, wte);
     cudaCheck(cudaMemsetAsync(s->dresidual, 0, BT * C * sizeof(floatX), st));

@@ -1,6 +1,10 @@
 /*
  * LayerNorm over the last dim C (eps 1e-5, biased variance, as PyTorch).
- * Forward: one warp per row; mean and rstd kept in fp32 for the backward.
+ * Forward: one warp per row; mean and rstd kept in fp32 for the backward; 128-bit packs
+ * of the row where C and the pointers allow (llmc/cuda_common.cuh).
+ * Fused forward (--fused-kernels 1): residual = a + b (rounded to floatX, stored), then
+ * the LayerNorm of that rounded residual, in one kernel: the same math and bits as
+ * residual_forward followed by layernorm_forward, one pass over a and b fewer.
  * Backward: dinp is accumulated (+=) into the residual-stream gradient; dweight and
  * dbias are fp32 grad-buffer views, accumulated with a deterministic two-pass column
  * reduction (row chunks -> fp32 partials -> summed in chunk order), no atomics.
@@ -9,6 +13,7 @@
 #define LLMC_LAYERNORM_CUH
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/residual.cuh"
 
 // Row chunks of the column reductions: enough blocks to fill the GPU; the count
 // depends only on the shape, so the summation order is fixed.
@@ -19,37 +24,104 @@ static inline int colreduce_num_chunks(int rows) {
     return n < COLREDUCE_MAX_CHUNKS ? n : COLREDUCE_MAX_CHUNKS;
 }
 
-__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                                         const floatX* bias, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    int lane = threadIdx.x % WARP_SIZE;
-    if (row >= N) return;
-    const floatX* x = inp + (size_t)row * C;
+// A pack of x at c (vec: 128-bit, x + c 16-byte aligned) or, without vec, element c alone in v[0].
+__device__ __forceinline__ Packed128<floatX> load_pack_or_one(const floatX* x, int c, int vec) {
+    if (vec) return load128(x + c);
+    Packed128<floatX> p;
+    p.v[0] = x[c];
+    return p;
+}
+__device__ __forceinline__ void store_pack_or_one(floatX* x, int c, const Packed128<floatX>& p, int vec) {
+    if (vec) store128(x + c, p);
+    else x[c] = p.v[0];
+}
+
+// One row x (C floatX) by one warp: mean, rstd and the normalized output. The plain and
+// the fused kernel both run this, so that they give the same bits. vec: C a multiple of
+// the pack and x, o, weight, bias 16-byte aligned; each lane then takes every 32nd pack,
+// else every 32nd element (the sums' orders differ between the two, within fp32 rounding).
+__device__ __forceinline__ void layernorm_row(floatX* o, float* mean, float* rstd, const floatX* x,
+                                              const floatX* weight, const floatX* bias, int C, int vec, int lane) {
+    const int step = vec ? PACK_X : 1;
     float sum = 0.0f;
-    for (int c = lane; c < C; c += WARP_SIZE) sum += to_float(x[c]);
+    for (int c = lane * step; c < C; c += WARP_SIZE * step) {
+        Packed128<floatX> p = load_pack_or_one(x, c, vec);
+        for (int k = 0; k < step; k++) sum += to_float(p.v[k]);
+    }
     float m = warp_reduce_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane; c < C; c += WARP_SIZE) {
-        float d = to_float(x[c]) - m;
-        var += d * d;
+    for (int c = lane * step; c < C; c += WARP_SIZE * step) {
+        Packed128<floatX> p = load_pack_or_one(x, c, vec);
+        for (int k = 0; k < step; k++) {
+            float d = to_float(p.v[k]) - m;
+            var += d * d;
+        }
     }
     var = warp_reduce_sum(var) / C;
     float s = 1.0f / sqrtf(var + 1e-5f);
-    floatX* o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += WARP_SIZE) {
-        o[c] = from_float<floatX>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    for (int c = lane * step; c < C; c += WARP_SIZE * step) {
+        Packed128<floatX> p = load_pack_or_one(x, c, vec), w = load_pack_or_one(weight, c, vec),
+                          b = load_pack_or_one(bias, c, vec), y;
+        for (int k = 0; k < step; k++) {
+            y.v[k] = from_float<floatX>((to_float(p.v[k]) - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+        }
+        store_pack_or_one(o, c, y, vec);
     }
     if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = s;
+        *mean = m;
+        *rstd = s;
     }
+}
+
+// Whether layernorm_row may take 128-bit packs of rows of C starting at these pointers.
+static inline int layernorm_vec(const void* x, const void* out, const void* weight, const void* bias, int C) {
+    return C % PACK_X == 0 && aligned16(x) && aligned16(out) && aligned16(weight) && aligned16(bias);
+}
+
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                                         const floatX* bias, int N, int C, int vec) {
+    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (row >= N) return;
+    layernorm_row(out + (size_t)row * C, mean + row, rstd + row, inp + (size_t)row * C, weight, bias, C, vec,
+                  threadIdx.x % WARP_SIZE);
 }
 
 static void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                               const floatX* bias, int B, int T, int C, cudaStream_t stream) {
     int N = B * T, warps_per_block = 8;
     layernorm_forward_kernel<<<CEIL_DIV(N, warps_per_block), warps_per_block * WARP_SIZE, 0, stream>>>(
-        out, mean, rstd, inp, weight, bias, N, C);
+        out, mean, rstd, inp, weight, bias, N, C, layernorm_vec(inp, out, weight, bias, C));
+    cudaCheckLaunch();
+}
+
+// The residual add fused into the LayerNorm that reads it: residual = a + b (rounded to
+// floatX and stored: the backward reads it), then the LayerNorm of that stored row, the
+// same code as layernorm_forward on it (so the same bits). One warp per row; the row is
+// re-read from where this warp just wrote it (L1/L2), after __syncwarp orders the writes.
+__global__ void layernorm_fused_residual_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                        const floatX* a, const floatX* b, const floatX* weight,
+                                                        const floatX* bias, int N, int C, int vec_add, int vec) {
+    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    int lane = threadIdx.x % WARP_SIZE;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    const int step = vec_add ? PACK_X : 1;
+    for (int c = lane * step; c < C; c += WARP_SIZE * step) {
+        Packed128<floatX> x = load_pack_or_one(a + base, c, vec_add), y = load_pack_or_one(b + base, c, vec_add), r;
+        for (int k = 0; k < step; k++) r.v[k] = residual_add(x.v[k], y.v[k]);
+        store_pack_or_one(residual + base, c, r, vec_add);
+    }
+    __syncwarp();
+    layernorm_row(out + base, mean + row, rstd + row, residual + base, weight, bias, C, vec, lane);
+}
+
+static void layernorm_fused_residual_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                             const floatX* b, const floatX* weight, const floatX* bias, int B, int T,
+                                             int C, cudaStream_t stream) {
+    int N = B * T, warps_per_block = 8;
+    int vec_add = C % PACK_X == 0 && aligned16(residual) && aligned16(a) && aligned16(b);
+    layernorm_fused_residual_forward_kernel<<<CEIL_DIV(N, warps_per_block), warps_per_block * WARP_SIZE, 0, stream>>>(
+        residual, out, mean, rstd, a, b, weight, bias, N, C, vec_add, layernorm_vec(residual, out, weight, bias, C));
     cudaCheckLaunch();
 }
 

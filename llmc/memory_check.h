@@ -210,10 +210,11 @@ static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc,
     // btc, dresidual, perm (B,T,C), dqkv, qkvr, dqkvr (3C), dfch (4C), dpreatt (B,NH,T,T)
     // in floatX; scores (B,NH,T,T), the column-reduction partials (at most 256 chunks of
     // 64 rows, 4C wide: llmc/layernorm.cuh) in fp32; the norm partials (512 doubles); the
-    // token ids and the encoder backward's plan (ints).
+    // token ids of the two batch slots (inputs and targets each: llmc/batch_upload.cuh) and
+    // the encoder backward's plan (3 ints a token).
     double chunks = (double)(long long)((BT + 63) / 64);
     if (chunks > 256) chunks = 256;
-    memory_add(device, "scratch", x * (BT * C * 16 + att) + 4 * att + 4 * chunks * 4 * C + 8 * 512 + 4 * 5 * BT);
+    memory_add(device, "scratch", x * (BT * C * 16 + att) + 4 * att + 4 * chunks * 4 * C + 8 * 512 + 4 * 7 * BT);
     if (!cfg->resume && zero1) memory_add_loading(device, memory_total(device), 4 * numel);
     memory_add_overhead(device);
 
@@ -222,7 +223,10 @@ static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc,
     // most the grad or param buffer, whichever is wider) plus the reduce-scatter shards.
     memory_add(host, "staged MPI copies", staged ? numel * (grad_bytes > x ? grad_bytes : x) + owned * grad_bytes : 0);
     memory_add(host, "checkpoint staging", memory_checkpoint_staging(cfg));
-    memory_add(host, "encoder plan", 4 * 4 * BT);
+    // Pinned: the encoder plan's two sets of 3 ints a token (plus its 2-int sort scratch,
+    // pageable) and the two batch slots' inputs and targets.
+    memory_add(host, "encoder plan", 4 * 8 * BT);
+    memory_add(host, "pinned batches", 4 * 4 * BT);
     if (!cfg->resume) memory_add_loading(host, 0, 4 * gpt2_num_parameters(mc));
 #ifdef __CUDA_CPU__
     // The CPU execution layer's device memory is this process's memory, written (so

@@ -9,8 +9,10 @@
  * (dev/test/test_zero1.c writes the same format): with -l 0 the master stays the model's
  * weights, so the params are their rounding after the last step (--stochastic-rounding).
  *
- * One rank, no accumulation: checks the forward logits and loss, every parameter
- * gradient (read from the fp32 grad buffer views), then the losses of the oracle's
+ * One rank, no accumulation: checks the forward logits and loss (the evaluation forward,
+ * which keeps the logits), the loss of the training forward (with --fused-kernels 1 its
+ * classifier writes dlogits in the same pass), every parameter gradient (read from the
+ * fp32 grad buffer views), then the losses of the oracle's
  * AdamW steps on the same batch and the first step's gradient norm (relative error within
  * the gradients' relative L2 tolerance, which bounds it). Under mpirun (one GPU per
  * rank) and/or with --accum K the oracle's batch is split over ranks and micro-steps;
@@ -85,6 +87,14 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     double loss_err = fabs(loss - s->loss);
     report(loss_err <= TOL_LOSS, "loss", loss_err, TOL_LOSS);
 
+    // The training forward (with --fused-kernels 1 its classifier writes dlogits in place,
+    // so the logits above came from the plain forward): the same loss, then the backward.
+    cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), m->stream));
+    gpt2_upload_batch(m, s->x, s->y, s->B, s->T);
+    gpt2_forward_batch(m, s->B, s->T, 1.0f / (float)BT);
+    cudaCheck(cudaMemcpy(&loss, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost));
+    loss_err = fabs(loss - s->loss);
+    report(loss_err <= TOL_LOSS, "loss of the training forward", loss_err, TOL_LOSS);
     gpt2_backward(m, 1.0f / (float)BT);
     cudaCheck(cudaStreamSynchronize(m->stream));
     float* grads = (float*)mallocCheck(tr->opt->numel * sizeof(float));

@@ -53,6 +53,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/batch_upload.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/gelu.cuh"
@@ -296,25 +297,26 @@ static Vec zeros(size_t n) { return Vec(n, 0.0); }
 // ============================================================================================
 // LayerNorm: y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + 1e-5), biased variance.
 // ============================================================================================
-static void test_layernorm(int B, int T, int C, cudaStream_t st) {
-    set_case("B=%d T=%d C=%d", B, T, C);
-    const int N = B * T;
-    const size_t NC = (size_t)N * C;
-    Buf<floatX> inp(NC), w(C), bias(C), out(NC), dout(NC), dinp(NC);
-    Buf<float> mean(N), rstd(N), dw(C), db(C);
-    // Rows with their own offset and spread, so that the mean subtraction and the variance
-    // matter; row 0 constant (variance 0: rstd = 1/sqrt(eps)).
-    Vec want(NC);
+// Rows with their own offset and spread, so that the mean subtraction and the variance
+// matter; row 0 constant (variance 0: rstd = 1/sqrt(eps)).
+static Vec layernorm_rows(int N, int C) {
+    Vec want((size_t)N * C);
     for (int r = 0; r < N; r++) {
         double off = uni(-2, 2), spread = r == 0 ? 0.0 : uni(0.2, 3.0);
         for (int c = 0; c < C; c++) want[(size_t)r * C + c] = off + spread * uni(-1, 1);
     }
-    Vec x = upload(inp, want), wv = upload(w, rand_vec(C, -1.5, 1.5)), bv = upload(bias, rand_vec(C, -1, 1));
+    return want;
+}
 
-    layernorm_forward(out.p, mean.p, rstd.p, inp.p, w.p, bias.p, B, T, C, st);
-    sync(st, "layernorm_forward");
+struct LayerNormRef {
+    Vec ro, to, rm, tm, rs, ts;  // output, mean, rstd: values and tolerances
+};
 
-    Vec ro(NC), to(NC), rm(N), tm(N), rs(N), ts(N);
+// The forward's reference for rows x (N x C, the exact values the kernel reads).
+static LayerNormRef layernorm_reference(const Vec& x, const Vec& wv, const Vec& bv, int N, int C) {
+    const size_t NC = (size_t)N * C;
+    LayerNormRef R{Vec(NC), Vec(NC), Vec(N), Vec(N), Vec(N), Vec(N)};
+    Vec &ro = R.ro, &to = R.to, &rm = R.rm, &tm = R.tm, &rs = R.rs, &ts = R.ts;
     const double eps = 1e-5;
     for (int r = 0; r < N; r++) {
         const double* xr = &x[(size_t)r * C];
@@ -339,9 +341,26 @@ static void test_layernorm(int B, int T, int C, cudaStream_t st) {
             to[i] = fabs(wv[c]) * s * dm + fabs(norm * wv[c]) * (ds + 3 * U) + (U + XR) * fabs(y);
         }
     }
-    check("layernorm_forward out", out, ro, to);
-    check("layernorm_forward mean", mean, rm, tm);
-    check("layernorm_forward rstd", rstd, rs, ts);
+    return R;
+}
+
+// skew moves the row data off the 16-byte alignment: the element-by-element path.
+static void test_layernorm(int B, int T, int C, cudaStream_t st, int skew = 0) {
+    set_case("B=%d T=%d C=%d skew=%d", B, T, C, skew);
+    const int N = B * T;
+    const size_t NC = (size_t)N * C;
+    Buf<floatX> inp(NC, skew), w(C), bias(C), out(NC, skew), dout(NC), dinp(NC);
+    Buf<float> mean(N), rstd(N), dw(C), db(C);
+    Vec x = upload(inp, layernorm_rows(N, C)), wv = upload(w, rand_vec(C, -1.5, 1.5)), bv = upload(bias, rand_vec(C, -1, 1));
+
+    layernorm_forward(out.p, mean.p, rstd.p, inp.p, w.p, bias.p, B, T, C, st);
+    sync(st, "layernorm_forward");
+
+    LayerNormRef R = layernorm_reference(x, wv, bv, N, C);
+    const Vec &rm = R.rm, &rs = R.rs;
+    check("layernorm_forward out", out, R.ro, R.to);
+    check("layernorm_forward mean", mean, R.rm, R.tm);
+    check("layernorm_forward rstd", rstd, R.rs, R.ts);
 
     // Backward at the reference statistics (as floats, what the kernel reads), so that it is
     // tested on its own. dinp, dweight and dbias accumulate: pre-filled, the reference adds.
@@ -385,6 +404,36 @@ static void test_layernorm(int B, int T, int C, cudaStream_t st) {
     check("layernorm_backward dweight (+=)", dw, rdw, tdw);
     check("layernorm_backward dbias (+=)", db, rdb, tdb);
     report_scratch("layernorm_backward scratch", {scratch("partials", partials)});
+}
+
+// The residual add fused into LayerNorm: residual = floatX(a + b) (fp32 sum, one rounding:
+// exact in the reference too, the sum of two floatX being exact in double), then the
+// LayerNorm of that rounded residual, whose reference is layernorm_reference's. Also the
+// property the model relies on: the same bits as residual_forward + layernorm_forward.
+static void test_layernorm_fused_residual(int B, int T, int C, cudaStream_t st, int skew = 0) {
+    set_case("B=%d T=%d C=%d skew=%d", B, T, C, skew);
+    const int N = B * T;
+    const size_t NC = (size_t)N * C;
+    Buf<floatX> a(NC, skew), b(NC), w(C), bias(C), res(NC), out(NC, skew), res2(NC), out2(NC, skew);
+    Buf<float> mean(N), rstd(N), mean2(N), rstd2(N);
+    Vec want = layernorm_rows(N, C), half = rand_vec(NC, -1, 1);
+    Vec A = upload(a, want), Bv = upload(b, half);
+    Vec wv = upload(w, rand_vec(C, -1.5, 1.5)), bv = upload(bias, rand_vec(C, -1, 1));
+    layernorm_fused_residual_forward(res.p, out.p, mean.p, rstd.p, a.p, b.p, w.p, bias.p, B, T, C, st);
+    sync(st, "layernorm_fused_residual_forward");
+    Vec rr(NC);
+    for (size_t i = 0; i < NC; i++) rr[i] = round_x((float)(A[i] + Bv[i]));
+    check("layernorm_fused_residual residual = floatX(a + b)", res, rr, zeros(NC));
+    LayerNormRef R = layernorm_reference(rr, wv, bv, N, C);
+    check("layernorm_fused_residual out", out, R.ro, R.to);
+    check("layernorm_fused_residual mean", mean, R.rm, R.tm);
+    check("layernorm_fused_residual rstd", rstd, R.rs, R.ts);
+    residual_forward(res2.p, a.p, b.p, NC, st);
+    layernorm_forward(out2.p, mean2.p, rstd2.p, res2.p, w.p, bias.p, B, T, C, st);
+    sync(st, "residual_forward + layernorm_forward");
+    check("layernorm_fused_residual out == unfused bits", out, download(out2), zeros(NC));
+    check("layernorm_fused_residual mean == unfused bits", mean, download(mean2), zeros(N));
+    check("layernorm_fused_residual rstd == unfused bits", rstd, download(rstd2), zeros(N));
 }
 
 // ============================================================================================
@@ -787,9 +836,10 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
 // ============================================================================================
 // GELU, tanh approximation: y = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
 // ============================================================================================
-static void test_gelu(size_t n, cudaStream_t st) {
-    set_case("n=%zu", n);
-    Buf<floatX> inp(n), out(n), grad(n);
+// skew: inp off the 16-byte alignment (the element-by-element path).
+static void test_gelu(size_t n, cudaStream_t st, int skew = 0) {
+    set_case("n=%zu skew=%d", n, skew);
+    Buf<floatX> inp(n, skew), out(n), grad(n);
     Vec want = rand_vec(n, -6, 6);
     const double special[] = {0.0, -0.0, 1.0, -1.0, 0.5, -3.0, 6.0, -6.0, 1e-4, -1e-4};
     for (size_t i = 0; i < n && i < sizeof(special) / sizeof(special[0]); i++) want[i] = special[i];
@@ -886,10 +936,19 @@ static void test_encoder(int B, int T, int C, int V, cudaStream_t st) {
 // Softmax cross-entropy over the V real columns of Vp: lse = log sum exp, loss = lse - x[target];
 // dlogits = (softmax - onehot) * dloss, 0 in the padding.
 // ============================================================================================
-static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st) {
-    set_case("BT=%d V=%d Vp=%d", BT, V, Vp);
+// The mean, in double, of what a buffer holds.
+static double mean_of(const Buf<float>& b) {
+    Vec got = download(b);
+    double m = 0;
+    for (double g : got) m += g;
+    return m / (double)got.size();
+}
+
+// skew: logits off the 16-byte alignment (the fused kernel's element-by-element path).
+static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st, int skew = 0) {
+    set_case("BT=%d V=%d Vp=%d skew=%d", BT, V, Vp, skew);
     const size_t n = (size_t)BT * Vp;
-    Buf<floatX> logits(n);
+    Buf<floatX> logits(n, skew);
     Buf<int> targets(BT);
     Buf<float> losses(BT), lse(BT), mean(1);
     std::vector<int> tgt(BT);
@@ -931,10 +990,7 @@ static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st) {
         check("crossentropy_forward lse", lse, rlse, tlse);
         // The mean of the losses the kernel wrote (so this checks mean_loss alone): summed
         // in double, rounded to float (U), then added in float (U).
-        Vec got = download(losses);
-        double m = 0;
-        for (int r = 0; r < BT; r++) m += got[r];
-        m /= BT;
+        double m = mean_of(losses);
         Vec rm(1, call ? prev[0] + m : m), tm(1, U * fabs(m) + (call ? U * fabs(rm[0]) : 0.0));
         check(call ? "crossentropy_forward mean loss (accumulate=1)" : "crossentropy_forward mean loss (accumulate=0)",
               mean, rm, tm);
@@ -957,14 +1013,42 @@ static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st) {
         }
     }
     check("crossentropy_backward dlogits (in place, padding 0)", logits, rg, tg);
+
+    // Fused forward + backward (one kernel per row, in place) from the original logits. Its
+    // lse comes from an online sum: every time a thread's running max grows, its sum is
+    // rescaled by one more expf (4U) and product (U); a thread sees at most
+    // ceil(V / 1024) + PACK_X elements, and the block's combination adds one more rescale.
+    // dlogits use the kernel's own lse: its error moves each probability by p * that.
+    upload(logits, X);
+    Buf<float> flosses(BT), flse(BT), fmean(1);
+    crossentropy_forward_backward(logits.p, flosses.p, flse.p, fmean.p, 0, targets.p, dloss, BT, V, Vp, st);
+    sync(st, "crossentropy_forward_backward");
+    const double rescales = ceil(V / 1024.0) + PACK_X + 1;
+    Vec ftlse(BT), ftl(BT);
+    for (int r = 0; r < BT; r++) {
+        ftlse[r] = tlse[r] + rescales * (5 * U + FAST);
+        ftl[r] = ftlse[r] + U * fabs(rl[r]);
+    }
+    check("crossentropy_fused losses", flosses, rl, ftl);
+    check("crossentropy_fused lse", flse, rlse, ftlse);
+    double fm = mean_of(flosses);
+    check("crossentropy_fused mean loss", fmean, Vec(1, fm), Vec(1, U * fabs(fm)));
+    Vec ftg(tg);
+    for (int r = 0; r < BT; r++) {
+        for (int v = 0; v < V; v++) {
+            size_t i = (size_t)r * Vp + v;
+            ftg[i] += (double)dloss * exp(X[i] - rlse[r]) * ftlse[r] * 1.01;  // e^(lse error) ~ 1 + it
+        }
+    }
+    check("crossentropy_fused dlogits (in place, padding 0)", logits, rg, ftg);
 }
 
 // ============================================================================================
 // Residual: out = a + b.
 // ============================================================================================
-static void test_residual(size_t n, cudaStream_t st) {
-    set_case("n=%zu", n);
-    Buf<floatX> a(n), b(n), out(n);
+static void test_residual(size_t n, cudaStream_t st, int skew = 0) {
+    set_case("n=%zu skew=%d", n, skew);
+    Buf<floatX> a(n), b(n, skew), out(n);
     Vec A = upload(a, rand_vec(n, -2, 2)), Bv = upload(b, rand_vec(n, -2, 2));
     residual_forward(out.p, a.p, b.p, n, st);
     sync(st, "residual_forward");
@@ -1109,6 +1193,79 @@ static void test_copy_master(size_t n, cudaStream_t st) {
     check("copy_master_to_params params = floatX(master)", params, r, zeros(n));
 }
 
+// ============================================================================================
+// Batches through llmc/batch_upload.cuh's two pinned slots, as the trainer drives them:
+// upload batch 0; per batch j: take it, a "forward" kernel copies its device inputs and
+// targets out, batch j+1 is uploaded, a "backward" kernel reads the targets again, release.
+// The host overwrites its own arrays right after each upload (the loader reuses them). Every
+// batch must arrive intact. Under CUDA_CPU_EXEC=lazy (the CPU layer runs a copy only when
+// something waits for it, and a copy from pinned memory reads its source then) each of the
+// three waits is also dropped in turn: the tokens must then come out wrong, which shows the
+// test would catch a pinned buffer refilled, or a device buffer overwritten or read, too early.
+// ============================================================================================
+__global__ void copy_ints_kernel(int* dst, const int* src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+
+static int batch_token(int batch, int i, int which) { return batch * 1000 + i * 3 + which; }
+
+// Runs the sequence; returns the number of tokens that arrived wrong.
+static long run_batch_uploads(int BT, int batches, int skip_waits, cudaStream_t st) {
+    BatchUploader u;
+    batch_uploader_init(&u, BT);
+    u.test_skip_waits = skip_waits;
+    Buf<int> fwd_in((size_t)batches * BT), fwd_tg((size_t)batches * BT), bwd_tg((size_t)batches * BT);
+    std::vector<int> in(BT), tg(BT);
+    auto upload_one = [&](int j) {
+        for (int i = 0; i < BT; i++) in[i] = batch_token(j, i, 0), tg[i] = batch_token(j, i, 1);
+        batch_upload(&u, in.data(), tg.data(), BT);
+        for (int i = 0; i < BT; i++) in[i] = tg[i] = -7;  // reused at once, as the loader does
+    };
+    upload_one(0);
+    for (int j = 0; j < batches; j++) {
+        BatchSlot* b = batch_take(&u, st);
+        copy_ints_kernel<<<CEIL_DIV(BT, 64), 64, 0, st>>>(fwd_in.p + (size_t)j * BT, b->d_inputs, BT);
+        copy_ints_kernel<<<CEIL_DIV(BT, 64), 64, 0, st>>>(fwd_tg.p + (size_t)j * BT, b->d_targets, BT);
+        if (j + 1 < batches) upload_one(j + 1);
+        copy_ints_kernel<<<CEIL_DIV(BT, 64), 64, 0, st>>>(bwd_tg.p + (size_t)j * BT, b->d_targets, BT);
+        batch_release(b, st);
+    }
+    sync(st, "batch uploads");
+    Vec a = download(fwd_in), t = download(fwd_tg), t2 = download(bwd_tg);
+    long wrong = 0;
+    for (int j = 0; j < batches; j++) {
+        for (int i = 0; i < BT; i++) {
+            size_t k = (size_t)j * BT + i;
+            wrong += a[k] != batch_token(j, i, 0);
+            wrong += t[k] != batch_token(j, i, 1);
+            wrong += t2[k] != batch_token(j, i, 1);
+        }
+    }
+    if (skip_waits) cudaCheck(cudaStreamSynchronize(u.stream));  // before the buffers go
+    batch_uploader_free(&u);
+    return wrong;
+}
+
+static void test_batch_upload(int BT, int batches, cudaStream_t st) {
+    set_case("BT=%d batches=%d", BT, batches);
+    long wrong = run_batch_uploads(BT, batches, 0, st);
+    report(wrong == 0, "batch_upload tokens intact (forward and backward reads)", "(%ld of %ld wrong)", wrong,
+           3L * batches * BT);
+    const char* exec = getenv("CUDA_CPU_EXEC");
+    if (!exec || strcmp(exec, "lazy") != 0) {
+        printf("SKIPPED batch_upload without its waits [%s] (only CUDA_CPU_EXEC=lazy on the CPU layer makes the "
+               "hazards deterministic)\n", where);
+        return;
+    }
+    const char* names[3] = {"host refills a pinned slot before its copy ran", "copy overwrites a device slot still read",
+                            "compute reads a slot before its copy ran"};
+    for (int bit = 0; bit < 3; bit++) {
+        long bad = run_batch_uploads(BT, batches, 1 << bit, st);
+        report(bad > 0, "batch_upload hazard shows without its wait", "(%s: %ld tokens wrong)", names[bit], bad);
+    }
+}
+
 int main(void) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1126,6 +1283,11 @@ int main(void) {
     test_layernorm(1, 1, 32, st);
     test_layernorm(3, 45, 768, st);
     test_layernorm(7, 2345, 40, st);
+    test_layernorm(2, 9, 64, st, 1);  // rows 16 bytes wide, the pointers off by one element
+    test_layernorm_fused_residual(2, 37, 72, st);
+    test_layernorm_fused_residual(1, 5, 200, st);
+    test_layernorm_fused_residual(3, 7, 36, st);  // C not a multiple of the bf16 pack
+    test_layernorm_fused_residual(2, 9, 64, st, 1);
 
     test_matmul_plans(st);
     test_matmul(37, 72, 200, true, 0, st);
@@ -1155,19 +1317,26 @@ int main(void) {
     test_gelu(255, st);
     test_gelu(257, st);
     test_gelu(4099, st);
+    test_gelu(4099, st, 1);
+    test_gelu(7, st);
 
     test_encoder(2, 37, 72, 50, st);
     test_encoder(4, 64, 300, 3, st);
     test_encoder(1, 1, 8, 5, st);
+    test_encoder(2, 3, 13, 4, st);  // C not a multiple of the pack
 
     test_crossentropy(37, 200, 256, st);
     test_crossentropy(5, 3001, 3072, st);
     test_crossentropy(6, 65, 72, st);
     test_crossentropy(1, 1, 8, st);
+    test_crossentropy(3, 37, 43, st);     // Vp not a multiple of the pack
+    test_crossentropy(4, 2051, 2056, st, 1);  // unaligned logits; V > 2 * 1024
 
     test_residual(1, st);
     test_residual(257, st);
     test_residual(4099, st);
+    test_residual(4099, st, 1);
+    test_residual(13, st, 3);
 
     test_global_norm(0, st);
     test_global_norm(1, st);
@@ -1179,6 +1348,7 @@ int main(void) {
     test_adamw(1000, 0, 0.37f, st);
     test_copy_master(1, st);
     test_copy_master(1000, st);
+    test_batch_upload(37, 6, st);
 
     cuda_libs_free();  // first: the cuBLAS handle is bound to the stream
     test_plans_freed();
