@@ -326,7 +326,8 @@ static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world)
 
 // Refuses a job that cannot fit this GPU (or the host) before allocating (llmc/memory_check.h):
 // the GPU's free bytes, and its UUID to tell which ranks share it.
-static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GpuSetup* gpu, int plugin) {
+static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, const GpuSetup* gpu,
+                         int plugin) {
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     int device;
@@ -334,7 +335,7 @@ static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const Gpu
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaGetDeviceProperties(&prop, device));
     uint64_t id = fnv1a(FNV1A_START, &prop.uuid, sizeof(prop.uuid));
-    memory_check_gpu(cfg, mc, gpu->world, plugin, (int)sizeof(floatX), id, (double)free_bytes);
+    memory_check_gpu(cfg, mc, kernels, gpu->world, plugin, (int)sizeof(floatX), id, (double)free_bytes);
 }
 
 // use_plugin: through zero1/ (the default when built in), else the plain replicated optimizer.
@@ -349,9 +350,11 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     tr->grad_accum_steps = check_config(cfg, &mc, gpu->world);
     int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16 ||
                                       cfg->average_in_collective);
-    check_memory(cfg, &mc, gpu, plugin);
+    GPT2Kernels kernels;
+    gpt2_kernels_from_config(cfg, &kernels);
+    check_memory(cfg, &mc, &kernels, gpu, plugin);
     float* dense = load_initial_weights(cfg, &mc);
-    gpt2_init(&tr->model, &mc, cfg->B, cfg->T, gpu->stream);
+    gpt2_init(&tr->model, &mc, cfg->B, cfg->T, gpu->stream, &kernels);
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, gpu) : replicated_optimizer(cfg, &mc, gpu);
     gpt2_bind_buffers(&tr->model, (floatX*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     tr->model.hooks = tr->opt->hooks;
@@ -538,6 +541,9 @@ int main(int argc, char** argv) {
         printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | GPU %s | %s\n",
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                cuda_libs.device_name, PRECISION_NAME);
+        const GPT2Kernels* k = &tr.model.kernels;
+        printf("kernels: attention %s | recompute GELU %d | fused kernels %d\n", attention_kind_name(k->attention),
+               k->recompute_gelu, k->fused);
     }
     tr.opt->ops->print_start(tr.opt);
 

@@ -72,6 +72,9 @@ typedef struct {
     const char* comm_backend;   // GPU: auto|nccl|mpi
     const char* test_device;    // test-only: "deferred" runs zero1/ on the deferred CPU device
     int test_hazard;            // test-only: wrap zero1/'s communicator in the hazard one
+    const char* attention;      // GPU: --attention flash|naive|cudnn (llmc/gpt2_kernels.h)
+    int recompute;              // GPU: -r 1 recomputes GELU in the backward
+    int fused_kernels;          // GPU: --fused-kernels 0 runs the unfused reference kernels
 } TrainConfig;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_DTYPE, OPT_BUCKET } OptionKind;
@@ -177,6 +180,14 @@ static const OptionSpec TRAIN_OPTIONS[] = {
      "test only: cpu|deferred device for zero1/ (deferred: ops run as late as ordering allows)"},
     {NULL, "--test-hazard", OPT_FLAG, CLI_FIELD(test_hazard), 0, 0,
      "test only: poison zero1/'s buffers while their collectives are in flight"},
+    {NULL, "--attention", OPT_STR, CLI_FIELD(attention), 0, 0,
+     "GPU trainer: flash (tiled kernels, no (B,NH,T,T) buffers), naive (scores materialised: the reference), or "
+     "cudnn (USE_CUDNN=1 builds)"},
+    {"-r", "--recompute", OPT_INT, CLI_FIELD(recompute), 0, 1,
+     "GPU trainer: 1 recomputes GELU in the backward instead of keeping its output per layer (less memory)"},
+    {NULL, "--fused-kernels", OPT_INT, CLI_FIELD(fused_kernels), 0, 1,
+     "GPU trainer: 0 runs the unfused reference kernels (GELU, bias gradients, classifier, residual add as passes "
+     "of their own)"},
 };
 #define NUM_TRAIN_OPTIONS ((int)(sizeof(TRAIN_OPTIONS) / sizeof(TRAIN_OPTIONS[0])))
 
@@ -219,6 +230,9 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->dist_opt_instances = 1;
     c->comm_backend = "auto";
     c->test_device = "cpu";
+    c->attention = "flash";
+    c->recompute = 1;
+    c->fused_kernels = 1;
 }
 
 // The current value of an option, as text (the defaults, when printing the help).

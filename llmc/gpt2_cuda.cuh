@@ -12,6 +12,7 @@
 #ifndef LLMC_GPT2_CUDA_CUH
 #define LLMC_GPT2_CUDA_CUH
 
+#include "llmc/gpt2_kernels.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/model_hooks.h"
 #include "llmc/utils.h"
@@ -75,6 +76,7 @@ typedef struct {
     int *d_inputs, *d_targets;
     EncoderBackwardPlan enc_plan;
     float* d_loss;           // device scalar: the forward adds its mean loss here
+    GPT2Kernels kernels;     // which kernels run (llmc/gpt2_kernels.h), fixed at gpt2_init
     ModelHooks hooks;        // llmc/model_hooks.h; all members may be NULL
     cudaStream_t stream;     // the one compute stream
 } GPT2;
@@ -82,9 +84,10 @@ typedef struct {
 static floatX* alloc_x(size_t n) { return (floatX*)cudaMallocCheck(n * sizeof(floatX)); }
 static float* alloc_f(size_t n) { return (float*)cudaMallocCheck(n * sizeof(float)); }
 
-static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t stream) {
+static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t stream, const GPT2Kernels* kernels) {
     memset(m, 0, sizeof(*m));
     m->config = *cfg;
+    m->kernels = *kernels;
     m->num_tensors = gpt2_num_tensors(cfg);
     m->param = (floatX**)callocCheck(m->num_tensors, sizeof(floatX*));
     m->grad = (float**)callocCheck(m->num_tensors, sizeof(float*));

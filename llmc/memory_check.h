@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "llmc/cli.h"
+#include "llmc/gpt2_kernels.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/mpi_wait.h"
 #include "llmc/optimizer.h"
@@ -183,8 +184,9 @@ static inline MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Confi
 // every buffer exists from its cudaMalloc on, so loading adds zero1/'s fp32 staging
 // buffer to all of it. staged: zero1/'s collectives go through MPI staged in page-locked
 // host memory (ranks share a GPU, or --comm mpi).
-static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, int world, int zero1, int x,
-                                   int staged, MemoryNeed* device, MemoryNeed* host) {
+static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, int world,
+                                   int zero1, int x, int staged, MemoryNeed* device, MemoryNeed* host) {
+    (void)kernels;  // the terms below are the naive attention's and the unfused kernels'
     memset(device, 0, sizeof(*device));
     memset(host, 0, sizeof(*host));
     int dp = memory_dp(cfg, world);
@@ -498,8 +500,8 @@ static inline void memory_check_cpu(const TrainConfig* cfg, const GPT2Config* mc
 
 // The GPU trainer, before its first big allocation: gpu identifies this rank's GPU,
 // gpu_free is what cudaMemGetInfo reports free on it, x = sizeof(floatX).
-static inline void memory_check_gpu(const TrainConfig* cfg, const GPT2Config* mc, int world, int zero1, int x,
-                                    uint64_t gpu, double gpu_free) {
+static inline void memory_check_gpu(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels,
+                                    int world, int zero1, int x, uint64_t gpu, double gpu_free) {
     MemoryRow* rows = memory_gather(world, gpu, gpu_free);
     // zero1/backend_cuda.cu: collectives go through staged MPI when asked to, or (auto)
     // when ranks on a node share a GPU.
@@ -508,7 +510,7 @@ static inline void memory_check_gpu(const TrainConfig* cfg, const GPT2Config* mc
     int staged = zero1 && world > 1 &&
                  (strcmp(cfg->comm_backend, "mpi") == 0 || (strcmp(cfg->comm_backend, "auto") == 0 && shared));
     MemoryNeed device, host;
-    memory_need_gpu(cfg, mc, world, zero1, x, staged, &device, &host);
+    memory_need_gpu(cfg, mc, kernels, world, zero1, x, staged, &device, &host);
     memory_report_arm(&host);
     memory_judge(cfg, rows, world, &device, 1);
     memory_judge(cfg, rows, world, &host, 0);

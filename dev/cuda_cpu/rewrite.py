@@ -178,9 +178,11 @@ def main(argv):
         os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
         old = open(dest, encoding="utf-8").read() if os.path.exists(dest) else None
         if old != new:
-            with open(dest + ".tmp", "w", encoding="utf-8") as f:
+            # A temp name of this process's own: make -j runs several of us at once.
+            tmp = "%s.%d.tmp" % (dest, os.getpid())
+            with open(tmp, "w", encoding="utf-8") as f:
                 f.write(new)
-            os.replace(dest + ".tmp", dest)
+            os.replace(tmp, dest)
     return 0
 
 

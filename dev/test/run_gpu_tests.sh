@@ -98,7 +98,7 @@ done
 build() {  # build TARGET PRECISION [z]: the plugin build (USE_ZERO1=1) with z
     local z=0 name=$1_$2
     [ "${3:-}" = z ] && z=1 name=$1_z_$2
-    rm -f "$1" && make "$1" PRECISION="$2" USE_ZERO1=$z "${MAKE_ARGS[@]}" && mv "$1" "$OUT/$name"
+    rm -f "$1" && make -j2 "$1" PRECISION="$2" USE_ZERO1=$z "${MAKE_ARGS[@]}" && mv "$1" "$OUT/$name"
 }
 
 # ---- kernels ----

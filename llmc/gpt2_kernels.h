@@ -1,0 +1,47 @@
+/*
+ * Which kernels the GPU model runs (llmc/gpt2_cuda.cuh), chosen on the command line:
+ *   --attention flash|naive|cudnn  flash: our own tiled kernels, no (B,NH,T,T) buffers;
+ *                                  naive: scores materialised, the reference path;
+ *                                  cudnn: cuDNN's fused attention (USE_CUDNN=1 builds only)
+ *   -r 0|1                         1: recompute GELU in the backward instead of keeping its
+ *                                  output per layer (saves L*B*T*4C activations)
+ *   --fused-kernels 0|1            0: the unfused reference kernels, each a pass of its own
+ * Plain C: the memory estimate (llmc/memory_check.h) and the cost model read it too.
+ */
+#ifndef LLMC_GPT2_KERNELS_H
+#define LLMC_GPT2_KERNELS_H
+
+#include <string.h>
+
+#include "llmc/cli.h"
+#include "llmc/utils.h"
+
+typedef enum { ATTENTION_FLASH = 0, ATTENTION_NAIVE = 1, ATTENTION_CUDNN = 2 } AttentionKind;
+
+typedef struct {
+    int attention;       // AttentionKind
+    int recompute_gelu;  // -r
+    int fused;           // --fused-kernels
+} GPT2Kernels;
+
+static inline const char* attention_kind_name(int kind) {
+    return kind == ATTENTION_FLASH ? "flash" : kind == ATTENTION_NAIVE ? "naive" : "cudnn";
+}
+
+// Fills k from the options; an unknown attention kind, or cudnn in a build without it, is
+// one error.
+static inline void gpt2_kernels_from_config(const TrainConfig* cfg, GPT2Kernels* k) {
+    memset(k, 0, sizeof(*k));
+    const char* a = cfg->attention ? cfg->attention : "flash";
+    if (strcmp(a, "flash") == 0) k->attention = ATTENTION_FLASH;
+    else if (strcmp(a, "naive") == 0) k->attention = ATTENTION_NAIVE;
+    else if (strcmp(a, "cudnn") == 0) k->attention = ATTENTION_CUDNN;
+    else fatal("--attention %s: expected flash, naive or cudnn", a);
+#ifndef USE_CUDNN
+    if (k->attention == ATTENTION_CUDNN) fatal("--attention cudnn needs a build with cuDNN: make train_gpt2cu USE_CUDNN=1");
+#endif
+    k->recompute_gelu = cfg->recompute;
+    k->fused = cfg->fused_kernels;
+}
+
+#endif
