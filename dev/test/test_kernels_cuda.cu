@@ -725,7 +725,7 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                     }
                     double p = exp(scale * s - rl[at_row(b, h, t)]);  // the exact softmax
                     pp[k] = p;
-                    Ep[k] = 3 * U * scale * fabs(s) + scale * sum_err(hs) * a + U * fabs(lrow) +
+                    Ep[k] = 3 * U * scale * fabs(s) + scale * sum_err(hs) * a +
                             fabs(lrow - rl[at_row(b, h, t)]) + U * fabs(scale * s - lrow) + 4 * U + FAST;
                     ds[k] = p * (dp - Dv);
                     Ed[k] = Ep[k] * fabs(ds[k]) + p * (sum_err(hs) * (adp + SD) + U * fabs(dp - Dv)) + (U + XR) * fabs(ds[k]);
