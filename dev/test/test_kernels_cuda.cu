@@ -731,23 +731,32 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                     Ed[k] = Ep[k] * fabs(ds[k]) + p * (sum_err(hs) * (adp + SD) + U * fabs(dp - Dv)) + (U + XR) * fabs(ds[k]);
                 }
             }
+            // dq[t] = sum_o ds[t,o] k[o], dk[o] = sum_t ds[t,o] q[t], dv[o] = sum_t p[t,o] dout[t]
+            // over o <= t, with their magnitudes ("m") and propagated errors ("e").
+            Vec q((size_t)T * hs, 0.0), qm(q), qe(q), kk(q), km(q), ke(q), v(q), vm(q), ve(q);
+            for (int t = 0; t < T; t++) {
+                for (int o = 0; o <= t; o++) {
+                    size_t k = (size_t)t * T + o;
+                    double dso = ds[k], edo = Ed[k], p = pp[k], ep = Ep[k] + XR;
+                    for (int d = 0; d < hs; d++) {
+                        double kv = X[at_qkv(b, o, 1, h, d)], qv = X[at_qkv(b, t, 0, h, d)], g = dy[at_out(b, t, h, d)];
+                        size_t td_ = (size_t)t * hs + d, od = (size_t)o * hs + d;
+                        q[td_] += dso * kv, qm[td_] += fabs(dso * kv), qe[td_] += edo * fabs(kv);
+                        kk[od] += dso * qv, km[od] += fabs(dso * qv), ke[od] += edo * fabs(qv);
+                        v[od] += p * g, vm[od] += fabs(p * g), ve[od] += ep * fabs(p * g);
+                    }
+                }
+            }
+            double sq = scale * (1 + 2 * U);
             for (int t = 0; t < T; t++) {
                 for (int d = 0; d < hs; d++) {
-                    double q = 0, qm = 0, qe = 0, kk = 0, km = 0, ke = 0, v = 0, vm = 0, ve = 0;
-                    for (int o = 0; o < T; o++) {
-                        double kv = X[at_qkv(b, o, 1, h, d)], qv = X[at_qkv(b, o, 0, h, d)], g = dy[at_out(b, o, h, d)];
-                        size_t to_ = (size_t)t * T + o, ot = (size_t)o * T + t;
-                        q += ds[to_] * kv, qm += fabs(ds[to_] * kv), qe += Ed[to_] * fabs(kv);
-                        kk += ds[ot] * qv, km += fabs(ds[ot] * qv), ke += Ed[ot] * fabs(qv);
-                        v += pp[ot] * g, vm += fabs(pp[ot] * g), ve += (Ep[ot] + XR) * fabs(pp[ot] * g);
-                    }
-                    double sq = scale * (1 + 2 * U);
-                    rd[at_qkv(b, t, 0, h, d)] = scale * q;
-                    td[at_qkv(b, t, 0, h, d)] = sq * (qe + sum_err(T + 1) * qm) + (2 * U + XR) * fabs(scale * q);
-                    rd[at_qkv(b, t, 1, h, d)] = scale * kk;
-                    td[at_qkv(b, t, 1, h, d)] = sq * (ke + sum_err(T + 1) * km) + (2 * U + XR) * fabs(scale * kk);
-                    rd[at_qkv(b, t, 2, h, d)] = v;
-                    td[at_qkv(b, t, 2, h, d)] = ve + sum_err(T + 1) * vm + XR * fabs(v);
+                    size_t i = (size_t)t * hs + d;
+                    rd[at_qkv(b, t, 0, h, d)] = scale * q[i];
+                    td[at_qkv(b, t, 0, h, d)] = sq * (qe[i] + sum_err(T + 1) * qm[i]) + (2 * U + XR) * fabs(scale * q[i]);
+                    rd[at_qkv(b, t, 1, h, d)] = scale * kk[i];
+                    td[at_qkv(b, t, 1, h, d)] = sq * (ke[i] + sum_err(T + 1) * km[i]) + (2 * U + XR) * fabs(scale * kk[i]);
+                    rd[at_qkv(b, t, 2, h, d)] = v[i];
+                    td[at_qkv(b, t, 2, h, d)] = ve[i] + sum_err(T + 1) * vm[i] + XR * fabs(v[i]);
                 }
             }
         }
