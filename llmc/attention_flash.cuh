@@ -304,6 +304,23 @@ __device__ __forceinline__ void flash_load_row_stats(float* lse_s, float* d_s, c
     }
 }
 
+// Writes this warp's output tiles acc[a] (tile warp + a WARPS of the (rows x hs) block at
+// rows row0.., 16 x 16 each, `chunks` = hs / 16 per row of tiles), times scale, to part
+// `part` of dqkv at columns col0.., through the warp's 16 x 16 stage.
+__device__ __forceinline__ void flash_store_accs(floatX* dqkv, float* stage, FlashAcc* acc, float scale, int b,
+                                                 int row0, int T, int C, int part, int col0, int out_tiles,
+                                                 int chunks) {
+    int warp = threadIdx.x / WARP_SIZE;
+#pragma unroll
+    for (int a = 0; a < FLASH_BWD_ACC; a++) {
+        int t = warp + a * FLASH_WARPS;
+        if (t >= out_tiles) break;
+        int i = t / chunks, j = t % chunks;
+        if (scale != 1.0f) flash_acc_scale(acc[a], scale);
+        flash_store_tile(dqkv, stage, acc[a], b, row0 + 16 * i, T, C, part, col0 + 16 * j);
+    }
+}
+
 // The shared memory of both backward kernels.
 #define FLASH_BACKWARD_SHARED                                                  \
     __shared__ __align__(32) floatX q_s[FLASH_BWD_TILE * FLASH_LD_MAX];       \
@@ -352,16 +369,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         }
     }
     __syncthreads();  // s_s becomes the warps' stages
-    float* stage = s_s + warp * 256;
-#pragma unroll
-    for (int a = 0; a < FLASH_BWD_ACC; a++) {
-        int t = warp + a * FLASH_WARPS;
-        if (t >= out_tiles) break;
-        int i = t / chunks, j = t % chunks;
-        flash_acc_scale(dk[a], scale);
-        flash_store_tile(dqkv, stage, dk[a], b, k0 + 16 * i, T, C, 1, h * hs + 16 * j);
-        flash_store_tile(dqkv, stage, dv[a], b, k0 + 16 * i, T, C, 2, h * hs + 16 * j);
-    }
+    flash_store_accs(dqkv, s_s + warp * 256, dk, scale, b, k0, T, C, 1, h * hs, out_tiles, chunks);
+    flash_store_accs(dqkv, s_s + warp * 256, dv, 1.0f, b, k0, T, C, 2, h * hs, out_tiles, chunks);
 }
 
 // dq of one query tile, over the key tiles up to the diagonal.
@@ -395,16 +404,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             flash_mma<false, false>(dq[a], ds_s + 16 * i * BT, BT, k_s + 16 * j, ld, BT);  // dS k
         }
     }
-    __syncthreads();
-    float* stage = s_s + warp * 256;
-#pragma unroll
-    for (int a = 0; a < FLASH_BWD_ACC; a++) {
-        int t = warp + a * FLASH_WARPS;
-        if (t >= out_tiles) break;
-        int i = t / chunks, j = t % chunks;
-        flash_acc_scale(dq[a], scale);
-        flash_store_tile(dqkv, stage, dq[a], b, q0 + 16 * i, T, C, 0, h * hs + 16 * j);
-    }
+    __syncthreads();  // s_s becomes the warps' stages
+    flash_store_accs(dqkv, s_s + warp * 256, dq, scale, b, q0, T, C, 0, h * hs, out_tiles, chunks);
 }
 
 // ---- host side -----------------------------------------------------------------------------------

@@ -464,6 +464,22 @@ static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStr
     report_scratch("matmul_backward scratch", {scratch("partials", partials)});
 }
 
+// Row t of head (b, h) of qkv (B,T,3C) values X: pre[t2] = scale q_t . k_t2 and S[t2] =
+// sum_d |q_t,d k_t2,d| (the product's magnitude) for t2 <= t; returns max pre.
+static double causal_scores(const Vec& X, int T, int C, int hs, int b, int h, int t, double scale, double* pre,
+                            double* S) {
+    double mx = -INFINITY;
+    const double* q = &X[((size_t)(b * T + t) * 3) * C + (size_t)h * hs];
+    for (int t2 = 0; t2 <= t; t2++) {
+        const double* k = &X[((size_t)(b * T + t2) * 3 + 1) * C + (size_t)h * hs];
+        double s = 0, a = 0;
+        for (int d = 0; d < hs; d++) s += q[d] * k[d], a += fabs(q[d] * k[d]);
+        pre[t2] = scale * s, S[t2] = a;
+        mx = fmax(mx, pre[t2]);
+    }
+    return mx;
+}
+
 // ============================================================================================
 // Causal self-attention: per (b, h): P = softmax_causal(q k^T / sqrt(hs)), out = P v.
 // ============================================================================================
@@ -489,16 +505,7 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
-                double mx = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    double s = 0, a = 0;
-                    for (int d = 0; d < hs; d++) {
-                        double qk = X[at_qkv(b, t, 0, h, d)] * X[at_qkv(b, t2, 1, h, d)];
-                        s += qk, a += fabs(qk);
-                    }
-                    pre[t2] = scale * s, S[t2] = a;
-                    mx = fmax(mx, pre[t2]);
-                }
+                double mx = causal_scores(X, T, C, hs, b, h, t, scale, pre.data(), S.data());
                 // Each exponent's argument: the gemm (sum_err(hs) * mass, times the scale), the
                 // float scale (1.0f/sqrtf: 2U) and its product (U), the max subtracted (U of
                 // the difference), expf (2 ulp = 4U). A probability's relative error is at
@@ -640,16 +647,8 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
-                double mx = -INFINITY, amax = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    double s = 0, a = 0;
-                    for (int d = 0; d < hs; d++) {
-                        double qk = X[at_qkv(b, t, 0, h, d)] * X[at_qkv(b, t2, 1, h, d)];
-                        s += qk, a += fabs(qk);
-                    }
-                    pre[t2] = scale * s, S[t2] = a;
-                    mx = fmax(mx, pre[t2]), amax = fmax(amax, fabs(pre[t2]));
-                }
+                double mx = causal_scores(X, T, C, hs, b, h, t, scale, pre.data(), S.data()), amax = 0;
+                for (int t2 = 0; t2 <= t; t2++) amax = fmax(amax, fabs(pre[t2]));
                 double sum = 0, E = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
                     sum += exp(pre[t2] - mx);

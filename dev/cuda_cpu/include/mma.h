@@ -152,8 +152,9 @@ static inline T* at(T* p, unsigned ldm, bool row_major, int r, int c) {
     return row_major ? p + (size_t)r * ldm + c : p + (size_t)c * ldm + r;
 }
 
-template <typename Frag, typename T>
-const char* complete_load(void* const lanes[32]) {
+// Loads (every lane's fragment from the tile) or stores (the tile from every lane's).
+template <typename Frag, typename T, bool Store>
+const char* complete_copy(void* const lanes[32]) {
     typedef MemoryArgs<Frag, T> Args;
     const char* err = disagreement(lanes, args_ptr<Args>, args_ldm<Args>, args_row<Args>, sizeof(T));
     if (err) return err;
@@ -162,23 +163,9 @@ const char* complete_load(void* const lanes[32]) {
         Frag* f = ((Args*)lanes[l])->frag;
         for (int i = 0; i < kPerLane; i++) {
             int t = tile_index(i, l);
-            f->x[i] = *at(a0->ptr, a0->ldm, a0->row_major, t / kTile, t % kTile);
-        }
-    }
-    return nullptr;
-}
-
-template <typename Frag, typename T>
-const char* complete_store(void* const lanes[32]) {
-    typedef MemoryArgs<Frag, T> Args;
-    const char* err = disagreement(lanes, args_ptr<Args>, args_ldm<Args>, args_row<Args>, sizeof(T));
-    if (err) return err;
-    const Args* a0 = (const Args*)lanes[0];
-    for (int l = 0; l < kLanes; l++) {
-        const Frag* f = ((Args*)lanes[l])->frag;
-        for (int i = 0; i < kPerLane; i++) {
-            int t = tile_index(i, l);
-            *at(a0->ptr, a0->ldm, a0->row_major, t / kTile, t % kTile) = f->x[i];
+            T* m = at(a0->ptr, a0->ldm, a0->row_major, t / kTile, t % kTile);
+            if (Store) *m = f->x[i];
+            else f->x[i] = *m;
         }
     }
     return nullptr;
@@ -232,14 +219,14 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, u
                   "load_matrix_sync of an accumulator takes a layout_t (mem_row_major or mem_col_major)");
     typedef fragment<Use, M, N, K, T, Layout> Frag;
     cpu_detail::MemoryArgs<Frag, T> args = {&f, (T*)p, ldm, std::is_same<Layout, row_major>::value};
-    cudacpu::warp_custom("wmma::load_matrix_sync", &cpu_detail::complete_load<Frag, T>, &args);
+    cudacpu::warp_custom("wmma::load_matrix_sync", &cpu_detail::complete_copy<Frag, T, false>, &args);
 }
 
 template <int M, int N, int K>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, float>& f, const float* p, unsigned ldm, layout_t layout) {
     typedef fragment<accumulator, M, N, K, float> Frag;
     cpu_detail::MemoryArgs<Frag, float> args = {&f, (float*)p, ldm, layout == mem_row_major};
-    cudacpu::warp_custom("wmma::load_matrix_sync", &cpu_detail::complete_load<Frag, float>, &args);
+    cudacpu::warp_custom("wmma::load_matrix_sync", &cpu_detail::complete_copy<Frag, float, false>, &args);
 }
 
 template <int M, int N, int K>
@@ -247,7 +234,7 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, flo
                               layout_t layout) {
     typedef fragment<accumulator, M, N, K, float> Frag;
     cpu_detail::MemoryArgs<Frag, float> args = {(Frag*)&f, p, ldm, layout == mem_row_major};
-    cudacpu::warp_custom("wmma::store_matrix_sync", &cpu_detail::complete_store<Frag, float>, &args);
+    cudacpu::warp_custom("wmma::store_matrix_sync", &cpu_detail::complete_copy<Frag, float, true>, &args);
 }
 
 template <int M, int N, int K, typename T, typename LayoutA, typename LayoutB>
