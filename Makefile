@@ -227,7 +227,7 @@ CUDA_CPU_SRC = $(wildcard dev/cuda_cpu/*.cpp)
 CUDA_CPU_OBJ = $(patsubst dev/cuda_cpu/%.cpp,build/cuda_cpu/%.o,$(CUDA_CPU_SRC))
 CUDA_CPU_CXXFLAGS = -std=c++17 -O2 -g -pthread -Wall -Wno-unused-function -I. $(if $(BLAS_INC),-I$(BLAS_INC)) \
   $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
-build/cuda_cpu/%.o: dev/cuda_cpu/%.cpp dev/cuda_cpu/internal.h dev/cuda_cpu/cuda_cpu.h
+build/cuda_cpu/%.o: dev/cuda_cpu/%.cpp dev/cuda_cpu/internal.h dev/cuda_cpu/cuda_cpu.h dev/cuda_cpu/include/mma.h
 	@mkdir -p build/cuda_cpu
 	g++ $(CUDA_CPU_CXXFLAGS) -c $< -o $@
 build/cuda_cpu/libcuda_cpu.a: $(CUDA_CPU_OBJ)

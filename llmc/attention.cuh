@@ -7,9 +7,10 @@
  *   att    = softmax(preatt/sqrt(hs)) over t2 <= t, exactly 0 above the diagonal
  *            (floatX, kept per layer for the backward)
  *   out    = att v        -> unpermuted to (B,T,C)
- * Performance limit (honest note): this materialises T x T scores per head and computes
- * the full square (the masked half is wasted work), so at T=1024 attention costs much
- * more memory traffic than a fused flash kernel (cuDNN / FlashAttention) would.
+ * This is `--attention naive`, the reference path; llmc/attention_flash.cuh (the default)
+ * computes the same without the (B,NH,T,T) buffers. Performance limit: this materialises
+ * T x T scores per head and computes the full square (the masked half is wasted work), so
+ * at T=1024 it costs far more memory and traffic than the flash kernels.
  * Accuracy: the scores and their gradients are fp32 (gemm output type fp32), so only
  * att and dpreatt are rounded to floatX before the second gemms.
  */

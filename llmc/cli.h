@@ -181,8 +181,10 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--test-hazard", OPT_FLAG, CLI_FIELD(test_hazard), 0, 0,
      "test only: poison zero1/'s buffers while their collectives are in flight"},
     {NULL, "--attention", OPT_STR, CLI_FIELD(attention), 0, 0,
-     "GPU trainer: flash (tiled kernels, no (B,NH,T,T) buffers), naive (scores materialised: the reference), or "
-     "cudnn (USE_CUDNN=1 builds)"},
+     "GPU trainer: flash (default: tiled kernels with an online softmax, tensor cores in BF16; keeps one fp32 "
+     "logsumexp per row and layer instead of the (B,NH,T,T) scores and probabilities, recomputes them in the "
+     "backward; head size a multiple of 16 up to 128), naive (scores materialised: the reference; any head size), "
+     "or cudnn (USE_CUDNN=1 builds)"},
     {"-r", "--recompute", OPT_INT, CLI_FIELD(recompute), 0, 1,
      "GPU trainer: 1 recomputes GELU in the backward instead of keeping its output per layer (less memory)"},
     {NULL, "--fused-kernels", OPT_INT, CLI_FIELD(fused_kernels), 0, 1,

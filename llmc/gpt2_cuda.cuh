@@ -31,6 +31,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/batch_upload.cuh"
+#include "llmc/attention_flash.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/gelu.cuh"
@@ -46,7 +47,8 @@ typedef struct {
     float *ln1_mean, *ln1_rstd;         // (L,B,T) fp32
     floatX* qkv;                        // (L,B,T,3C)
     floatX* atty;                       // (L,B,T,C)
-    floatX* att;                        // (L,B,NH,T,T)
+    floatX* att;                        // (L,B,NH,T,T), naive attention only
+    float* att_lse;                     // (L,B,NH,T) fp32 logsumexp of the scores, flash only
     floatX* residual2;                  // (L,B,T,C)
     floatX* ln2;                        // (L,B,T,C)
     float *ln2_mean, *ln2_rstd;
@@ -66,11 +68,12 @@ typedef struct {
     floatX* dresidual;       // (B,T,C)
     floatX* dqkv;            // (B,T,3C)
     floatX* dfch;            // (B,T,4C)
-    floatX* qkvr;            // 3*(B,T,C) permuted q,k,v
-    floatX* dqkvr;           // 3*(B,T,C)
-    floatX* perm;            // (B,T,C) attention output / dout permuted
-    float* scores;           // (B,NH,T,T) fp32: preatt in forward, datt in backward
-    floatX* dpreatt;         // (B,NH,T,T)
+    floatX* qkvr;            // 3*(B,T,C) permuted q,k,v              (naive attention)
+    floatX* dqkvr;           // 3*(B,T,C)                              (naive)
+    floatX* perm;            // (B,T,C) attention output / dout permuted (naive)
+    float* scores;           // (B,NH,T,T) fp32: preatt in forward, datt in backward (naive)
+    floatX* dpreatt;         // (B,NH,T,T)                            (naive)
+    float* att_rowdot;       // (B,NH,T) fp32 rowsum(dout * out)       (flash)
     float* colreduce;        // fp32 partial sums of the bias / LayerNorm reductions
     double* norm_partial;    // GLOBAL_NORM_BLOCKS
 } GPUScratch;
@@ -119,7 +122,12 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     a->ln1_rstd = alloc_f(L * BT);
     a->qkv = alloc_x(L * BT * 3 * C);
     a->atty = alloc_x(L * BT * C);
-    a->att = alloc_x(L * att);
+    // Attention: naive keeps the probabilities per layer and needs (B,NH,T,T) scratch and
+    // permuted copies; flash keeps one logsumexp per row and layer (llmc/attention_flash.cuh).
+    int naive = kernels->attention == ATTENTION_NAIVE;
+    if (!naive) flash_attention_check((int)C, (int)NH);
+    if (naive) a->att = alloc_x(L * att);
+    else a->att_lse = alloc_f(L * B * NH * T);
     a->residual2 = alloc_x(L * BT * C);
     a->ln2 = alloc_x(L * BT * C);
     a->ln2_mean = alloc_f(L * BT);
@@ -138,11 +146,15 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     s->dresidual = alloc_x(BT * C);
     s->dqkv = alloc_x(BT * 3 * C);
     s->dfch = alloc_x(BT * 4 * C);
-    s->qkvr = alloc_x(3 * BT * C);
-    s->dqkvr = alloc_x(3 * BT * C);
-    s->perm = alloc_x(BT * C);
-    s->scores = alloc_f(att);
-    s->dpreatt = alloc_x(att);
+    if (naive) {
+        s->qkvr = alloc_x(3 * BT * C);
+        s->dqkvr = alloc_x(3 * BT * C);
+        s->perm = alloc_x(BT * C);
+        s->scores = alloc_f(att);
+        s->dpreatt = alloc_x(att);
+    } else {
+        s->att_rowdot = alloc_f(B * NH * T);
+    }
     // bias reductions need chunks*OC (OC <= 4C), LayerNorm 2*chunks*C
     s->colreduce = alloc_f((size_t)colreduce_num_chunks((int)BT) * 4 * C);
     s->norm_partial = (double*)cudaMallocCheck(GLOBAL_NORM_BLOCKS * sizeof(double));
@@ -161,12 +173,12 @@ static void gpt2_bind_buffers(GPT2* m, floatX* params, float* grads, const size_
 
 static void gpt2_free(GPT2* m) {
     void* all[] = {m->acts.encoded, m->acts.ln1, m->acts.ln1_mean, m->acts.ln1_rstd, m->acts.qkv, m->acts.atty,
-                   m->acts.att, m->acts.residual2, m->acts.ln2, m->acts.ln2_mean, m->acts.ln2_rstd, m->acts.fch,
-                   m->acts.fch_gelu, m->acts.residual3, m->acts.lnf, m->acts.lnf_mean, m->acts.lnf_rstd,
+                   m->acts.att, m->acts.att_lse, m->acts.residual2, m->acts.ln2, m->acts.ln2_mean,
+                   m->acts.ln2_rstd, m->acts.fch, m->acts.fch_gelu, m->acts.residual3, m->acts.lnf, m->acts.lnf_mean, m->acts.lnf_rstd,
                    m->acts.logits, m->acts.losses, m->acts.lse, m->scratch.btc, m->scratch.dresidual,
                    m->scratch.dqkv, m->scratch.dfch, m->scratch.qkvr, m->scratch.dqkvr, m->scratch.perm,
-                   m->scratch.scores, m->scratch.dpreatt, m->scratch.colreduce, m->scratch.norm_partial,
-                   m->d_loss};
+                   m->scratch.scores, m->scratch.dpreatt, m->scratch.att_rowdot, m->scratch.colreduce,
+                   m->scratch.norm_partial, m->d_loss};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) cudaCheck(cudaFree(all[i]));
     encoder_plan_free(&m->enc_plan);
     batch_uploader_free(&m->uploader);
@@ -194,6 +206,40 @@ static void gpt2_linear_backward(const GPT2* m, floatX* dinp, float* dweight, fl
     if (gelu_pre) gelu_backward(dinp, gelu_pre, dinp, (size_t)BT * C, m->stream);
 }
 
+// Layer l's attention, out (B,T,C) from qkv (B,T,3C), with the kernels gpt2_init chose. The
+// per-layer slices of acts.att / acts.att_lse are strided by the allocated max_B, max_T.
+static void gpt2_attention_forward(GPT2* m, int l, floatX* out, const floatX* qkv, int B, int T) {
+    int C = m->config.channels, NH = m->config.num_heads;
+    GPUScratch* s = &m->scratch;
+    if (m->kernels.attention == ATTENTION_NAIVE) {
+        size_t att = (size_t)m->max_B * NH * m->max_T * m->max_T;
+        attention_forward(out, s->qkvr, s->perm, s->scores, m->acts.att + l * att, qkv, B, T, C, NH, m->stream);
+    } else if (m->kernels.attention == ATTENTION_FLASH) {
+        size_t rows = (size_t)m->max_B * NH * m->max_T;
+        attention_flash_forward(out, m->acts.att_lse + l * rows, qkv, B, T, C, NH, m->stream);
+    } else {
+        fatal("attention kind %s is not built into this trainer", attention_kind_name(m->kernels.attention));
+    }
+}
+
+// dqkv (B,T,3C) overwritten from dout (B,T,C) and layer l's forward (qkv, its output out).
+static void gpt2_attention_backward(GPT2* m, int l, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                    const floatX* out, int B, int T) {
+    int C = m->config.channels, NH = m->config.num_heads;
+    GPUScratch* s = &m->scratch;
+    if (m->kernels.attention == ATTENTION_NAIVE) {
+        size_t att = (size_t)m->max_B * NH * m->max_T * m->max_T;
+        attention_backward(dqkv, s->qkvr, s->dqkvr, s->perm, s->scores, s->dpreatt, dout, qkv, m->acts.att + l * att, B,
+                           T, C, NH, m->stream);
+    } else if (m->kernels.attention == ATTENTION_FLASH) {
+        size_t rows = (size_t)m->max_B * NH * m->max_T;
+        attention_flash_backward(dqkv, s->att_rowdot, dout, out, qkv, m->acts.att_lse + l * rows, B, T, C, NH,
+                                 m->stream);
+    } else {
+        fatal("attention kind %s is not built into this trainer", attention_kind_name(m->kernels.attention));
+    }
+}
+
 // Queues the upload of a batch (targets may be NULL) for a later gpt2_forward_batch; the
 // host arrays may be reused at once. Issued while the previous batch still computes, it
 // overlaps with it (llmc/batch_upload.cuh).
@@ -213,9 +259,8 @@ static void gpt2_forward_batch(GPT2* m, int B, int T, float backward_scale) {
         fatal("forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m->max_B, m->max_T);
     }
     cudaStream_t st = m->stream;
-    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int L = c->num_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
-    size_t att = (size_t)m->max_B * NH * m->max_T * m->max_T;  // per-layer stride of acts.att
     BatchSlot* batch = batch_take(&m->uploader, st);
     if ((size_t)batch->BT != BT) fatal("forward with B*T=%zu on an uploaded batch of %d tokens", BT, batch->BT);
     if (backward_scale > 0.0f && !batch->has_targets) fatal("a forward for a backward needs targets");
@@ -256,7 +301,7 @@ static void gpt2_forward_batch(GPT2* m, int B, int T, float backward_scale) {
             layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[LAYER_LN1W], p[LAYER_LN1B], B, T, C, st);
         }
         matmul_forward(qkv, ln1, p[LAYER_QKVW], p[LAYER_QKVB], (int)BT, C, 3 * C, st);
-        attention_forward(atty, s->qkvr, s->perm, s->scores, a->att + l * att, qkv, B, T, C, NH, st);
+        gpt2_attention_forward(m, l, atty, qkv, B, T);
         matmul_forward(s->btc, atty, p[LAYER_ATTPROJW], p[LAYER_ATTPROJB], (int)BT, C, C, st);
         if (fused) {
             layernorm_fused_residual_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, s->btc, p[LAYER_LN2W],
@@ -317,10 +362,9 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
               m->dlogits_scale);
     }
     cudaStream_t st = m->stream;
-    int B = m->B, T = m->T, L = c->num_layers, C = c->channels, NH = c->num_heads;
+    int B = m->B, T = m->T, L = c->num_layers, C = c->channels;
     int V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
-    size_t att = (size_t)m->max_B * NH * m->max_T * m->max_T;
     GPUActivations* a = &m->acts;
     GPUScratch* s = &m->scratch;
     int wte = gpt2_idx_wte(), wpe = gpt2_idx_wpe(), lnfw = gpt2_idx_lnfw(c), lnfb = gpt2_idx_lnfb(c);
@@ -380,8 +424,7 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
                              NULL, (int)BT, C, C);
         HOOK(m, grad_contribution_done, base + LAYER_ATTPROJW);
         HOOK(m, grad_contribution_done, base + LAYER_ATTPROJB);
-        attention_backward(s->dqkv, s->qkvr, s->dqkvr, s->perm, s->scores, s->dpreatt, s->btc, qkv, a->att + l * att, B,
-                           T, C, NH, st);
+        gpt2_attention_backward(m, l, s->dqkv, s->btc, qkv, atty, B, T);
         gpt2_linear_backward(m, s->btc, g[LAYER_QKVW], g[LAYER_QKVB], s->dqkv, ln1, p[LAYER_QKVW], NULL, (int)BT, C,
                              3 * C);
         HOOK(m, grad_contribution_done, base + LAYER_QKVW);

@@ -49,7 +49,7 @@ extern "C" {
 
 // ---------------------------------------------------------------------------- the need
 
-#define MEMORY_MAX_TERMS 12
+#define MEMORY_MAX_TERMS 16
 typedef struct {
     const char* name;
     double bytes;
@@ -186,8 +186,9 @@ static inline MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Confi
 // host memory (ranks share a GPU, or --comm mpi).
 static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, int world,
                                    int zero1, int x, int staged, MemoryNeed* device, MemoryNeed* host) {
-    // the terms below are the naive attention's; the fused kernels need no buffer of their own
-    // (the bias-gradient epilogue writes into the column-reduction partials)
+    // kernels->attention picks the attention term, kernels->recompute_gelu where fch_gelu
+    // is counted; the fused kernels need no buffer of their own (the bias-gradient epilogue
+    // writes into the column-reduction partials).
     memset(device, 0, sizeof(*device));
     memset(host, 0, sizeof(*host));
     int dp = memory_dp(cfg, world);
@@ -200,21 +201,28 @@ static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc,
     double L = mc->num_layers, C = mc->channels, NH = mc->num_heads, Vp = mc->padded_vocab_size;
     double BT = (double)cfg->B * cfg->T, att = (double)cfg->B * NH * cfg->T * cfg->T;
     // floatX: encoded and lnf (B,T,C); per layer ln1, atty, residual2, ln2, residual3
-    // (B,T,C), qkv (3C), fch (4C); att (B,NH,T,T). fp32: LayerNorm means and rstds, losses
-    // and logsumexps (B,T).
-    memory_add(device, "activations", x * (BT * C * (2 + 12 * L) + L * att) + 4 * BT * (4 * L + 4));
+    // (B,T,C), qkv (3C), fch (4C). fp32: LayerNorm means and rstds, losses and logsumexps
+    // (B,T).
+    memory_add(device, "activations", x * (BT * C * (2 + 12 * L)) + 4 * BT * (4 * L + 4));
     // fch_gelu (4C): per layer with -r 0; with -r 1 one buffer the backward refills (scratch)
     int recompute = kernels->recompute_gelu;
     memory_add(device, recompute ? "scratch" : "activations", x * BT * 4 * C * (recompute ? 1 : L));
     memory_add(device, "logits", x * BT * Vp);
-    // btc, dresidual, perm (B,T,C), dqkv, qkvr, dqkvr (3C), dfch (4C), dpreatt (B,NH,T,T)
-    // in floatX; scores (B,NH,T,T), the column-reduction partials (at most 256 chunks of
-    // 64 rows, 4C wide: llmc/layernorm.cuh) in fp32; the norm partials (512 doubles); the
-    // token ids of the two batch slots (inputs and targets each: llmc/batch_upload.cuh) and
-    // the encoder backward's plan (3 ints a token).
+    // Attention (llmc/gpt2_cuda.cuh's gpt2_init), kept per layer and as scratch. Naive: att
+    // (B,NH,T,T) floatX per layer; dpreatt (B,NH,T,T) floatX, scores (B,NH,T,T) fp32, perm
+    // (B,T,C), qkvr and dqkvr (3C) floatX. Flash: the lse (B,NH,T) fp32 per layer and D
+    // (B,NH,T) fp32.
+    double att_rows = (double)cfg->B * NH * cfg->T;
+    int naive_attention = kernels->attention == ATTENTION_NAIVE;
+    memory_add(device, "attention",
+               naive_attention ? x * (L * att + att + 7 * BT * C) + 4 * att : 4 * att_rows * (L + 1));
+    // btc, dresidual (B,T,C), dqkv (3C), dfch (4C) in floatX; the column-reduction partials
+    // (at most 256 chunks of 64 rows, 4C wide: llmc/layernorm.cuh) in fp32; the norm
+    // partials (512 doubles); the token ids of the two batch slots (inputs and targets each:
+    // llmc/batch_upload.cuh) and the encoder backward's plan (3 ints a token).
     double chunks = (double)(long long)((BT + 63) / 64);
     if (chunks > 256) chunks = 256;
-    memory_add(device, "scratch", x * (BT * C * 16 + att) + 4 * att + 4 * chunks * 4 * C + 8 * 512 + 4 * 7 * BT);
+    memory_add(device, "scratch", x * (BT * C * 9) + 4 * chunks * 4 * C + 8 * 512 + 4 * 7 * BT);
     if (!cfg->resume && zero1) memory_add_loading(device, memory_total(device), 4 * numel);
     memory_add_overhead(device);
 

@@ -51,8 +51,16 @@ void block_barrier(void);
 int block_barrier_count(int predicate);  // __syncthreads_count; _and/_or from it
 // Warp collectives: every lane named in mask meets here; kind and argument decide what
 // each gets back (see kernel.cpp).
-enum WarpOp { WARP_SYNC, WARP_SHFL, WARP_SHFL_UP, WARP_SHFL_DOWN, WARP_SHFL_XOR, WARP_BALLOT, WARP_ANY, WARP_ALL };
+enum WarpOp { WARP_SYNC, WARP_SHFL, WARP_SHFL_UP, WARP_SHFL_DOWN, WARP_SHFL_XOR, WARP_BALLOT, WARP_ANY, WARP_ALL, WARP_CUSTOM };
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
+// A whole-warp operation of the layer's own (the WMMA functions, dev/cuda_cpu/include/mma.h):
+// all 32 lanes of the warp call it with the same complete function, each with a pointer to
+// its own arguments. Once the last lane has arrived (all others suspended in the call, so
+// every lane's data stays put), complete(lanes) runs once, on the arriving lane's stack,
+// with lanes[l] = lane l's pointer; it does the whole warp's work. It returns NULL, or a
+// message that ends the kernel as a fault ("<name>: <message>"). The lanes then go on.
+typedef const char* (*WarpComplete)(void* const lanes[32]);
+void warp_custom(const char* name, WarpComplete complete, void* lane_data);
 unsigned active_mask(void);
 // A __shared__ variable's first declaration in a block (rewrite.py emits the calls).
 void shared_declared(void* address, size_t bytes, const char* name);

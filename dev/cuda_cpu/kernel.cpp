@@ -12,7 +12,9 @@
  * same mask, __syncthreads when every thread of the block waits there. Anything else
  * (a lane that returned before a collective its warp-mates wait in, a barrier that some
  * threads left the kernel without reaching, lanes that disagree on the mask) is a fault
- * naming the kernel, the block and the lanes: never a hang.
+ * naming the kernel, the block and the lanes: never a hang. The layer's own whole-warp
+ * operations (warp_custom: the WMMA functions of dev/cuda_cpu/include/mma.h) wait the same
+ * way with a full mask; the last lane to arrive runs the operation for the whole warp.
  *
  * Orders (CUDA_CPU_ORDER): forward (thread 0 first, block 0 first), reverse, or random
  * (reshuffled every round, seeded by CUDA_CPU_SEED). Code that is correct on a GPU gives
@@ -94,6 +96,8 @@ struct Fiber {
     uint64_t value;
     int arg, width;
     uint64_t result;
+    const char* custom_name;  // WARP_CUSTOM: the operation's name and what completes it
+    WarpComplete complete;
 };
 
 struct Launch {
@@ -219,9 +223,11 @@ static const char* op_name(WarpOp op) {
         case WARP_BALLOT: return "__ballot_sync";
         case WARP_ANY: return "__any_sync";
         case WARP_ALL: return "__all_sync";
+        case WARP_CUSTOM: return "a whole-warp operation";
     }
     return "?";
 }
+static const char* op_name(const Fiber& f) { return f.op == WARP_CUSTOM ? f.custom_name : op_name(f.op); }
 
 // "0-31,64" for the threads (linear indices) where pick(i) holds.
 template <typename Pick>
@@ -261,7 +267,8 @@ static uint64_t collective_result(const BlockRun* b, int warp_base, int lane, un
     const Fiber& f = b->fibers[warp_base + lane];
     int width = f.width, seg = lane & ~(width - 1), src = lane;
     switch (f.op) {
-        case WARP_SYNC: return 0;
+        case WARP_SYNC:
+        case WARP_CUSTOM: return 0;
         case WARP_BALLOT:
         case WARP_ANY:
         case WARP_ALL: {
@@ -295,7 +302,7 @@ static int resolve_group(BlockRun* b, int i) {
         unsigned mask = f.mask;
         if (!(mask >> lane & 1)) {
             block_fault(b, "lane %d (thread %d) calls %s with mask 0x%08x, which does not name it", lane, i,
-                        op_name(f.op), mask);
+                        op_name(f), mask);
             return -1;
         }
         bool ready = true;
@@ -304,30 +311,39 @@ static int resolve_group(BlockRun* b, int i) {
             int t = warp_base + l;
             if (t >= b->count) {
                 block_fault(b, "%s with mask 0x%08x names lane %d of warp %d, which does not exist (block of %d threads)",
-                            op_name(f.op), mask, l, warp_base / 32, b->count);
+                            op_name(f), mask, l, warp_base / 32, b->count);
                 return -1;
             }
             const Fiber& g = b->fibers[t];
             if (g.state == DONE) {
                 block_fault(b, "lane %d (thread %d) returned before the %s that lanes %s of its warp wait in", l, t,
-                            op_name(f.op), thread_list(b, [&](int k) {
+                            op_name(f), thread_list(b, [&](int k) {
                                 return k / 32 == warp_base / 32 && b->fibers[k].state == AT_WARP;
                             }).c_str());
                 return -1;
             }
             if (g.state == AT_BARRIER) {
                 block_fault(b, "lane %d (thread %d) waits in __syncthreads while lane %d waits in %s (mask 0x%08x)", l, t,
-                            lane, op_name(f.op), mask);
+                            lane, op_name(f), mask);
                 return -1;
             }
             if (g.state == RUNNABLE || g.state == NOT_STARTED) ready = false;  // still on its way
-            else if (g.op != f.op || g.mask != mask || g.width != f.width) {
+            else if (g.op != f.op || g.mask != mask || g.width != f.width || g.complete != f.complete) {
                 block_fault(b, "lanes of warp %d disagree: lane %d is in %s (mask 0x%08x), lane %d in %s (mask 0x%08x)",
-                            warp_base / 32, lane, op_name(f.op), mask, l, op_name(g.op), g.mask);
+                            warp_base / 32, lane, op_name(f), mask, l, op_name(g), g.mask);
                 return -1;
             }
         }
         if (!ready) return 0;
+        if (f.op == WARP_CUSTOM) {
+            void* lanes[32];
+            for (int l = 0; l < 32; l++) lanes[l] = (void*)(uintptr_t)b->fibers[warp_base + l].value;
+            const char* err = f.complete(lanes);
+            if (err) {
+                block_fault(b, "warp %d: %s: %s", warp_base / 32, f.custom_name, err);
+                return -1;
+            }
+        }
         for (int l = 0; l < 32; l++) {
             if (!(mask >> l & 1)) continue;
             bool bad = false;
@@ -335,7 +351,7 @@ static int resolve_group(BlockRun* b, int i) {
             uint64_t r = collective_result(b, warp_base, l, mask, &bad, &src);
             if (bad) {
                 block_fault(b, "lane %d (thread %d) in %s reads lane %d, which is not in the mask 0x%08x", l, warp_base + l,
-                            op_name(f.op), src, mask);
+                            op_name(f), src, mask);
                 return -1;
             }
             b->fibers[warp_base + l].result = r;
@@ -547,14 +563,18 @@ static bool warp_complete(const BlockRun* b, int warp_base, const Fiber& f) {
         if (!(f.mask >> l & 1)) continue;
         if (warp_base + l >= b->count) return false;
         const Fiber& g = b->fibers[warp_base + l];
-        if (g.state != AT_WARP || g.op != f.op || g.mask != f.mask || g.width != f.width) return false;
+        if (g.state != AT_WARP || g.op != f.op || g.mask != f.mask || g.width != f.width || g.complete != f.complete)
+            return false;
     }
     return true;
 }
 
-uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
-    BlockRun* b = running_block(op_name(op));
+static uint64_t warp_wait(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* custom_name,
+                          WarpComplete complete) {
+    BlockRun* b = running_block(custom_name ? custom_name : op_name(op));
     Fiber& f = b->fibers[b->current];
+    f.custom_name = custom_name;
+    f.complete = complete;
     if (width < 1 || width > 32 || (width & (width - 1))) {
         block_fault(b, "%s with width %d (must be a power of 2 up to 32)", op_name(op), width);
         width = 32;
@@ -576,6 +596,14 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
     }
     yield_to_scheduler(b);
     return b->fibers[b->current].result;
+}
+
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+    return warp_wait(op, mask, value, arg, width, nullptr, nullptr);
+}
+
+void warp_custom(const char* name, WarpComplete complete, void* lane_data) {
+    warp_wait(WARP_CUSTOM, 0xffffffffu, (uint64_t)(uintptr_t)lane_data, 0, 32, name, complete);
 }
 
 // The lanes of this warp that have not returned.

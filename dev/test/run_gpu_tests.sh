@@ -13,8 +13,9 @@
 #   1. oracle files (fp32 and bf16 models, L=2 C=64, B=4 T=64, 10 AdamW steps; 4 on the layer)
 #   2. every CUDA kernel against plain C double references (test_kernels_cuda), FP32 and BF16
 #   3. test_gpt2cu, FP32 (oracle tolerances) and BF16 (stated bf16 tolerances), each with a
-#      bitwise rerun in process; on the layer both async and eager; FP32 also with the
-#      reference kernels (-r 0 --fused-kernels 0)
+#      bitwise rerun in process; on the layer both async and eager; flash attention, fused
+#      kernels and -r 1 (the defaults) everywhere, FP32 once more with the reference paths
+#      (--attention naive -r 0 --fused-kernels 0)
 #   4. with >= 2 GPUs: the BF16 test on 2 ranks (NCCL all-reduce, replicas identical)
 #   5. train_gpt2cu twice with identical flags on a random token shard: identical step lines
 #      and main.log (minus timings)
@@ -118,11 +119,11 @@ for P in FP32 BF16; do
     # own tests cover its modes, BF16 takes the same paths).
     layer_only && [ $P = FP32 ] && check "test_gpt2cu_${p}_eager" on_layer CUDA_CPU_EXEC=eager CUDA_CPU_ORDER=random \
         "$OUT/test_gpt2cu_$P" "$OUT/model_$p.bin" "$OUT/state_$p.bin"
-    # The runs above take the defaults (-r 1, --fused-kernels 1); the unfused reference path
-    # (GELU output kept per layer, separate GELU and bias-gradient kernels) once, FP32 (the
-    # tight tolerances; about 25 s on the layer).
+    # The runs above take the defaults (flash attention, -r 1, --fused-kernels 1); the
+    # reference paths once, together, FP32 (the tight tolerances): naive attention, the GELU
+    # output kept per layer, separate GELU, bias-gradient, classifier and residual passes.
     [ $P = FP32 ] && check "test_gpt2cu_${p}_reference_kernels" "$OUT/test_gpt2cu_$P" "$OUT/model_$p.bin" \
-        "$OUT/state_$p.bin" -r 0 --fused-kernels 0
+        "$OUT/state_$p.bin" --attention naive -r 0 --fused-kernels 0
 done
 if [ "$NUM_GPUS" -ge 2 ]; then
     check test_gpt2cu_bf16_np2 "${MPIRUN[@]}" -np 2 "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
@@ -170,7 +171,8 @@ check determinism same_losses
 # Memory is checked before it is allocated (llmc/memory_check.h). A GPU too small for the
 # job refuses it at once, before any training, with one error naming the device need and
 # cudaMemGetInfo's free bytes: on the layer a 100 MiB GPU (CUDA_CPU_MEMORY_MIB), on a GPU a
-# job no GPU holds (d48 at B 64, T 1024: 150 GiB of attention scores alone).
+# job no GPU holds (d48 at B 64, T 1024: 150 GiB of activations alone, as much again of
+# attention probabilities with --attention naive).
 gpu_memory_refused() {
     local log=$OUT/gpu_memory_refused.out t0=$SECONDS big=(-e d48 -b 64 -t 1024 -d 65536)
     [ $LAYER = 1 ] && big=()

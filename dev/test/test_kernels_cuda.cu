@@ -54,6 +54,7 @@
 #include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/batch_upload.cuh"
+#include "llmc/attention_flash.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/gelu.cuh"
@@ -693,6 +694,22 @@ static void test_plans_freed(void) {
 #endif
 }
 
+// Row t of head (b, h) of qkv (B,T,3C) values X: pre[t2] = scale q_t . k_t2 and S[t2] =
+// sum_d |q_t,d k_t2,d| (the product's magnitude) for t2 <= t; returns max pre.
+static double causal_scores(const Vec& X, int T, int C, int hs, int b, int h, int t, double scale, double* pre,
+                            double* S) {
+    double mx = -INFINITY;
+    const double* q = &X[((size_t)(b * T + t) * 3) * C + (size_t)h * hs];
+    for (int t2 = 0; t2 <= t; t2++) {
+        const double* k = &X[((size_t)(b * T + t2) * 3 + 1) * C + (size_t)h * hs];
+        double s = 0, a = 0;
+        for (int d = 0; d < hs; d++) s += q[d] * k[d], a += fabs(q[d] * k[d]);
+        pre[t2] = scale * s, S[t2] = a;
+        mx = fmax(mx, pre[t2]);
+    }
+    return mx;
+}
+
 // ============================================================================================
 // Causal self-attention: per (b, h): P = softmax_causal(q k^T / sqrt(hs)), out = P v.
 // ============================================================================================
@@ -718,16 +735,7 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
-                double mx = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    double s = 0, a = 0;
-                    for (int d = 0; d < hs; d++) {
-                        double qk = X[at_qkv(b, t, 0, h, d)] * X[at_qkv(b, t2, 1, h, d)];
-                        s += qk, a += fabs(qk);
-                    }
-                    pre[t2] = scale * s, S[t2] = a;
-                    mx = fmax(mx, pre[t2]);
-                }
+                double mx = causal_scores(X, T, C, hs, b, h, t, scale, pre.data(), S.data());
                 // Each exponent's argument: the gemm (sum_err(hs) * mass, times the scale), the
                 // float scale (1.0f/sqrtf: 2U) and its product (U), the max subtracted (U of
                 // the difference), expf (2 ulp = 4U). A probability's relative error is at
@@ -831,6 +839,174 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
     report_scratch("attention_backward scratch", {scratch("qkvr", qkvr), scratch("dqkvr", dqkvr),
                                                   scratch("dout_perm", dout_perm), scratch("datt", datt),
                                                   scratch("dpreatt", dpreatt)});
+}
+
+// ============================================================================================
+// Flash attention (llmc/attention_flash.cuh): the same math as above, without (B,NH,T,T)
+// buffers; out and lse = log sum_t2 exp(s[t2]) per row from the forward, dqkv from the
+// backward given qkv, dout, out and lse.
+// ============================================================================================
+static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) {
+    set_case("flash B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
+    const int C = NH * hs;
+    const size_t btc = (size_t)B * T * C, rows = (size_t)B * NH * T;
+    const double scale = 1.0 / sqrt((double)hs);
+    Buf<floatX> qkv(3 * btc), out(btc);
+    Buf<float> lse(rows);
+    Vec X = upload(qkv, rand_vec(3 * btc, -1.5, 1.5));
+    auto at_qkv = [&](int b, int t, int part, int h, int d) {
+        return ((size_t)(b * T + t) * 3 + part) * C + (size_t)h * hs + d;
+    };
+    auto at_out = [&](int b, int t, int h, int d) { return (size_t)(b * T + t) * C + (size_t)h * hs + d; };
+    auto at_row = [&](int b, int h, int t) { return ((size_t)b * NH + h) * T + t; };
+    attention_flash_forward(out.p, lse.p, qkv.p, B, T, C, NH, st);
+    sync(st, "attention_flash_forward");
+
+    // Reference: s = scale q.k, p = softmax over t2 <= t, out = sum p v, lse = log sum e^s.
+    // Error model of the kernel, per row t with nt = ceil((t+1)/BC) key tiles:
+    //   E   each exponent's argument and expf, as in test_attention (the product of hs
+    //       terms, the float scale, the max subtracted, expf, fast math);
+    //   eps the rescalings: tile j's weights are multiplied by the later tiles' factors
+    //       alpha = expf(m_old - m_new), each within 4U + FAST + U |argument| (|argument| <=
+    //       2 max|s|), and O and l by alpha once per tile in float (2U): nt times that;
+    //   XR  P is rounded to floatX before P v, and l sums those rounded values, so each
+    //       normalised weight is off by at most 2 XR relative; out is stored as floatX;
+    //   the float sums of P v and of l over t+1 terms plus nt rescaled adds, the division.
+    Vec ro(btc), to(btc), rl(rows), tl(rows), P((size_t)T);
+    std::vector<double> pre(T), S(T);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                double mx = causal_scores(X, T, C, hs, b, h, t, scale, pre.data(), S.data()), amax = 0;
+                for (int t2 = 0; t2 <= t; t2++) amax = fmax(amax, fabs(pre[t2]));
+                double sum = 0, E = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    sum += exp(pre[t2] - mx);
+                    E = fmax(E, 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + 4 * U + FAST);
+                }
+                int nt = t / FLASH_KEY_TILE + 1;
+                double eps = nt * (6 * U + FAST + 2 * U * amax), chain = sum_err(t + 1 + nt);
+                double relw = 2 * (E + eps) + 2 * XR + 2 * chain + 2 * U;  // a normalised weight's error
+                for (int t2 = 0; t2 <= t; t2++) P[t2] = exp(pre[t2] - mx) / sum;
+                rl[at_row(b, h, t)] = mx + log(sum);
+                tl[at_row(b, h, t)] = 2 * U * fabs(mx + log(sum)) + E + eps + XR + chain + 2 * U;
+                for (int d = 0; d < hs; d++) {
+                    double o = 0, M = 0;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        double v = X[at_qkv(b, t2, 2, h, d)];
+                        o += P[t2] * v, M += P[t2] * fabs(v);
+                    }
+                    ro[at_out(b, t, h, d)] = o;
+                    to[at_out(b, t, h, d)] = (relw + chain) * M + XR * fabs(o);
+                }
+            }
+        }
+    }
+    check("attention_flash_forward out", out, ro, to);
+    check("attention_flash_forward lse", lse, rl, tl);
+    // The naive kernels on the same input: both are within their bounds of the reference, and
+    // test_attention's bound is below this one term by term (XR once, not twice; no
+    // rescalings), so the two differ by at most twice the flash bound.
+    {
+        Buf<floatX> nout(btc), att((size_t)B * NH * T * T), qkvr(3 * btc), vaccum(btc);
+        Buf<float> preatt((size_t)B * NH * T * T);
+        attention_forward(nout.p, qkvr.p, vaccum.p, preatt.p, att.p, qkv.p, B, T, C, NH, st);
+        sync(st, "attention_forward (naive, for the comparison)");
+        Vec n = download(nout), t2(btc);
+        for (size_t i = 0; i < btc; i++) t2[i] = 2 * to[i];
+        check("attention_flash_forward out = naive out", out, n, t2);
+    }
+
+    // Backward from the reference forward: out and lse as the kernels would store them
+    // (floatX, float), dout random. Reference: dp = dout v^T, D = sum dout out (of the stored
+    // out, as the kernel reads it), ds = p (dp - D), dq = scale ds k, dk = scale ds^T q,
+    // dv = p^T dout, with p exact. The kernel's p = expf(scale q.k - lse) carries the score's
+    // error, lse's float rounding, the subtraction and expf (Ep); it is rounded to floatX
+    // for dv (XR), and ds to floatX for dq and dk; dp and D are float sums of hs terms.
+    Buf<floatX> out_in(btc), dout(btc), dqkv(3 * btc);
+    Buf<float> lse_in(rows), Dbuf(rows);
+    Vec O = upload(out_in, ro), Lse = upload(lse_in, rl);
+    Vec dy = upload(dout, rand_vec(btc, -1, 1));
+    attention_flash_backward(dqkv.p, Dbuf.p, dout.p, out_in.p, qkv.p, lse_in.p, B, T, C, NH, st);
+    sync(st, "attention_flash_backward");
+    Vec rd(3 * btc, 0.0), td(3 * btc, 0.0);
+    Vec ds((size_t)T * T), Ed((size_t)T * T), pp((size_t)T * T), Ep((size_t)T * T);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                double Dv = 0, SD = 0;
+                for (int d = 0; d < hs; d++) {
+                    Dv += dy[at_out(b, t, h, d)] * O[at_out(b, t, h, d)];
+                    SD += fabs(dy[at_out(b, t, h, d)] * O[at_out(b, t, h, d)]);
+                }
+                double lrow = Lse[at_row(b, h, t)];
+                for (int t2 = 0; t2 < T; t2++) {
+                    size_t k = (size_t)t * T + t2;
+                    if (t2 > t) {
+                        ds[k] = Ed[k] = pp[k] = Ep[k] = 0;
+                        continue;
+                    }
+                    double s = 0, a = 0, dp = 0, adp = 0;
+                    for (int d = 0; d < hs; d++) {
+                        double qk = X[at_qkv(b, t, 0, h, d)] * X[at_qkv(b, t2, 1, h, d)];
+                        double gv = dy[at_out(b, t, h, d)] * X[at_qkv(b, t2, 2, h, d)];
+                        s += qk, a += fabs(qk), dp += gv, adp += fabs(gv);
+                    }
+                    double p = exp(scale * s - rl[at_row(b, h, t)]);  // the exact softmax
+                    pp[k] = p;
+                    Ep[k] = 3 * U * scale * fabs(s) + scale * sum_err(hs) * a +
+                            fabs(lrow - rl[at_row(b, h, t)]) + U * fabs(scale * s - lrow) + 4 * U + FAST;
+                    ds[k] = p * (dp - Dv);
+                    Ed[k] = Ep[k] * fabs(ds[k]) + p * (sum_err(hs) * (adp + SD) + U * fabs(dp - Dv)) + (U + XR) * fabs(ds[k]);
+                }
+            }
+            // dq[t] = sum_o ds[t,o] k[o], dk[o] = sum_t ds[t,o] q[t], dv[o] = sum_t p[t,o] dout[t]
+            // over o <= t, with their magnitudes ("m") and propagated errors ("e").
+            Vec q((size_t)T * hs, 0.0), qm(q), qe(q), kk(q), km(q), ke(q), v(q), vm(q), ve(q);
+            for (int t = 0; t < T; t++) {
+                for (int o = 0; o <= t; o++) {
+                    size_t k = (size_t)t * T + o;
+                    double dso = ds[k], edo = Ed[k], p = pp[k], ep = Ep[k] + XR;
+                    for (int d = 0; d < hs; d++) {
+                        double kv = X[at_qkv(b, o, 1, h, d)], qv = X[at_qkv(b, t, 0, h, d)], g = dy[at_out(b, t, h, d)];
+                        size_t td_ = (size_t)t * hs + d, od = (size_t)o * hs + d;
+                        q[td_] += dso * kv, qm[td_] += fabs(dso * kv), qe[td_] += edo * fabs(kv);
+                        kk[od] += dso * qv, km[od] += fabs(dso * qv), ke[od] += edo * fabs(qv);
+                        v[od] += p * g, vm[od] += fabs(p * g), ve[od] += ep * fabs(p * g);
+                    }
+                }
+            }
+            double sq = scale * (1 + 2 * U);
+            for (int t = 0; t < T; t++) {
+                for (int d = 0; d < hs; d++) {
+                    size_t i = (size_t)t * hs + d;
+                    rd[at_qkv(b, t, 0, h, d)] = scale * q[i];
+                    td[at_qkv(b, t, 0, h, d)] = sq * (qe[i] + sum_err(T + 1) * qm[i]) + (2 * U + XR) * fabs(scale * q[i]);
+                    rd[at_qkv(b, t, 1, h, d)] = scale * kk[i];
+                    td[at_qkv(b, t, 1, h, d)] = sq * (ke[i] + sum_err(T + 1) * km[i]) + (2 * U + XR) * fabs(scale * kk[i]);
+                    rd[at_qkv(b, t, 2, h, d)] = v[i];
+                    td[at_qkv(b, t, 2, h, d)] = ve[i] + sum_err(T + 1) * vm[i] + XR * fabs(v[i]);
+                }
+            }
+        }
+    }
+    check("attention_flash_backward dqkv", dqkv, rd, td);
+    report_scratch("attention_flash_backward scratch", {scratch("D", Dbuf)});
+    // Bitwise the same on a second run (no atomics; fixed sums).
+    Vec first = download(dqkv);
+    attention_flash_backward(dqkv.p, Dbuf.p, dout.p, out_in.p, qkv.p, lse_in.p, B, T, C, NH, st);
+    sync(st, "attention_flash_backward (again)");
+    check("attention_flash_backward dqkv rerun is bitwise equal", dqkv, first, zeros(3 * btc));
+}
+
+// Head sizes the flash kernels take (multiples of 16 up to 128), and those they refuse.
+static void test_flash_shapes(void) {
+    set_case("flash_attention_supported");
+    bool ok = flash_attention_supported(48, 3) && flash_attention_supported(768, 12) &&
+              flash_attention_supported(128, 1) && !flash_attention_supported(72, 3) &&   // hs 24
+              !flash_attention_supported(144, 1) && !flash_attention_supported(50, 3) &&  // hs 144; 50/3
+              !flash_attention_supported(8, 1);
+    report(ok, "flash head sizes", "(16, 64, 128 accepted; 24, 144, 8 and C %% NH != 0 refused)");
 }
 
 // ============================================================================================
@@ -1312,6 +1488,12 @@ int main(void) {
     test_attention(3, 1, 32, 2, st);
     test_attention(1, 9, 12, 2, st);
     test_attention(2, 65, 48, 1, st);
+
+    test_flash_shapes();
+    test_flash_attention(2, 77, 3, 16, st);   // T not a multiple of any tile, several heads
+    test_flash_attention(1, 1024, 1, 64, st);  // the d12 head size at T = 1024
+    test_flash_attention(1, 100, 2, 128, st);  // the largest head size (shared memory)
+    test_flash_attention(3, 1, 2, 48, st);     // T = 1
 
     test_gelu(1, st);
     test_gelu(255, st);

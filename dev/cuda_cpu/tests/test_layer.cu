@@ -9,14 +9,20 @@
  * definitions of each intrinsic), never taken from the layer itself. Prints PASS/FAIL
  * lines and "N passed, M failed"; exits 1 on any failure.
  */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <mma.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <type_traits>
+#include <vector>
 
 extern char** environ;
 
@@ -111,6 +117,48 @@ __global__ void write_past_end(float* out, int n) {
     if (i <= n) out[i] = 0.0f;  // off by one
 }
 
+// WMMA (the layer's dev/cuda_cpu/include/mma.h): each warp of the block computes its own
+// 16x16 tile D = scale * (A B + C), A and B of type T in the fragments' layouts, C loaded
+// and D stored in the memory layouts given (row-major when c_row / d_row). Warp w's tiles
+// start 16 leading dimensions further on (w * 16 * ld), in either layout. With double_a,
+// every element of A's fragment is doubled through float before the product (elementwise
+// work on x[], which CUDA allows whatever the mapping).
+template <typename T, typename LA, typename LB>
+__global__ void wmma_product(float* d, const T* a, const T* b, const float* c, int lda, int ldb, int ldc, int ldd,
+                             int c_row, int d_row, float scale, int double_a) {
+    using namespace nvcuda;
+    int w = threadIdx.x / 32;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LB> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(fa, a + w * 16 * lda, lda);
+    wmma::load_matrix_sync(fb, b + w * 16 * ldb, ldb);
+    wmma::load_matrix_sync(acc, c + w * 16 * ldc, ldc, c_row ? wmma::mem_row_major : wmma::mem_col_major);
+    if (double_a) {
+        for (int i = 0; i < fa.num_elements; i++) fa.x[i] = (T)((float)fa.x[i] * 2.0f);
+    }
+    wmma::mma_sync(acc, fa, fb, acc);
+    for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= scale;
+    wmma::store_matrix_sync(d + w * 16 * ldd, acc, ldd, d_row ? wmma::mem_row_major : wmma::mem_col_major);
+}
+
+// D = A B from a zero-filled accumulator (fill_fragment), bf16 row-major operands, ld 16.
+// bad: 1 lane 5 passes another ldm, 2 lane 7 returns first, 3 the pointer is 16 bytes
+// off the 32-byte alignment; a block of 48 threads has a last warp of 16 lanes.
+__global__ void wmma_misuse(float* d, const __nv_bfloat16* a, int bad) {
+    using namespace nvcuda;
+    int lane = threadIdx.x % 32;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    if (bad == 2 && lane == 7) return;
+    wmma::load_matrix_sync(fa, a + (bad == 3 ? 8 : 0), bad == 1 && lane == 5 ? 24 : 16);
+    wmma::load_matrix_sync(fb, a, 16);
+    wmma::mma_sync(acc, fa, fb, acc);
+    wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+}
+
 // ---- helpers ------------------------------------------------------------------------------------
 static int* device_ints(int n) {
     int* d;
@@ -169,6 +217,13 @@ static int fault_case(const char* name) {
         write_past_end<<<3, 128>>>(small, 256);
     } else if (strcmp(name, "static_shared") == 0) {
         big_static_shared<<<1, 32>>>((int*)out);
+    } else if (strncmp(name, "wmma_", 5) == 0) {
+        __nv_bfloat16* a;
+        cudaMalloc(&a, 512 * sizeof(__nv_bfloat16));
+        cudaMemset(a, 0, 512 * sizeof(__nv_bfloat16));
+        int bad = strcmp(name, "wmma_ldm") == 0 ? 1 : strcmp(name, "wmma_early_return") == 0 ? 2
+                  : strcmp(name, "wmma_misaligned") == 0 ? 3 : 0;
+        wmma_misuse<<<1, strcmp(name, "wmma_partial_warp") == 0 ? 48 : 32>>>(out, a, bad);
     } else if (strcmp(name, "host_touch") == 0) {  // CUDA_CPU_PROTECT=1
         cudaDeviceSynchronize();
         printf("read %f\n", out[0]);
@@ -393,6 +448,101 @@ static void test_streams(void) {
     cudaFree(d);
 }
 
+// ---- WMMA ----------------------------------------------------------------------------------------
+// The Guide's definition: D = A B + C for the 16x16 tiles; A element (r, k) of a row-major
+// fragment's memory at a[r * lda + k], of a col-major one at a[k * lda + r] (B, C, D
+// likewise). Checked two ways: against the double product, within the k additions' bound
+// gam(17) of the terms' magnitudes (what any order of fp32 sums meets), and exactly against
+// the layer's documented order (fp32 sums of the exact products, c first, k ascending).
+static float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+static float to_f(__half x) { return __half2float(x); }
+template <typename T>
+static T from_f(float x);
+template <>
+__nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__half from_f<__half>(float x) { return __float2half(x); }
+
+template <typename T, typename LA, typename LB>
+static void check_wmma(const char* type, int c_row, int d_row, float scale, int double_a) {
+    using namespace nvcuda;
+    const int warps = 2, lda = 24, ldb = 40, ldc = 20, ldd = 36;  // ld > 16, multiples of 16 bytes
+    const bool a_row = std::is_same<LA, wmma::row_major>::value, b_row = std::is_same<LB, wmma::row_major>::value;
+    size_t na = warps * 16 * lda, nb = warps * 16 * ldb, nc = warps * 16 * ldc, nd = warps * 16 * ldd;
+    std::vector<T> ha(na, from_f<T>(NAN)), hb(nb, from_f<T>(NAN));  // padding: NaN, so reading it shows
+    std::vector<float> hc(nc, NAN), hd(nd);
+    unsigned seed = 12345;
+    auto next = [&]() { seed = seed * 1103515245u + 12345u; return (int)((seed >> 16) % 61) - 30; };
+    auto ai = [&](int w, int r, int k) { return w * 16 * lda + (a_row ? r * lda + k : k * lda + r); };
+    auto bi = [&](int w, int k, int n) { return w * 16 * ldb + (b_row ? k * ldb + n : n * ldb + k); };
+    auto ci = [&](int w, int r, int n, int ld, int row) { return w * 16 * ld + (row ? r * ld + n : n * ld + r); };
+    for (int w = 0; w < warps; w++) {
+        for (int r = 0; r < 16; r++) {
+            for (int k = 0; k < 16; k++) {
+                ha[ai(w, r, k)] = from_f<T>(next() / 8.0f);  // multiples of 1/8 in [-3.75, 3.75]: exact in T
+                hb[bi(w, r, k)] = from_f<T>(next() / 16.0f + 1.0f / 1024);  // sums that round in fp32
+                hc[ci(w, r, k, ldc, c_row)] = next() * 1.1f;
+            }
+        }
+    }
+    T *da, *db;
+    float *dc, *dd;
+    cudaMalloc(&da, na * sizeof(T));
+    cudaMalloc(&db, nb * sizeof(T));
+    cudaMalloc(&dc, nc * sizeof(float));
+    cudaMalloc(&dd, nd * sizeof(float));
+    cudaMemcpy(da, ha.data(), na * sizeof(T), cudaMemcpyHostToDevice);
+    cudaMemcpy(db, hb.data(), nb * sizeof(T), cudaMemcpyHostToDevice);
+    cudaMemcpy(dc, hc.data(), nc * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemset(dd, 0xff, nd * sizeof(float));
+    wmma_product<T, LA, LB><<<1, 32 * warps>>>(dd, da, db, dc, lda, ldb, ldc, ldd, c_row, d_row, scale, double_a);
+    cudaError_t e = cudaDeviceSynchronize();
+    fetch(hd.data(), dd, nd * sizeof(float));
+    int in_bound = e == cudaSuccess, exact = in_bound, untouched = 1;
+    std::vector<int> written(nd, 0);
+    for (int w = 0; w < warps; w++) {
+        for (int r = 0; r < 16; r++) {
+            for (int n = 0; n < 16; n++) {
+                double sum = hc[ci(w, r, n, ldc, c_row)], mass = fabs(sum);
+                float ordered = hc[ci(w, r, n, ldc, c_row)];
+                for (int k = 0; k < 16; k++) {
+                    double p = (double_a ? 2.0 : 1.0) * to_f(ha[ai(w, r, k)]) * to_f(hb[bi(w, k, n)]);
+                    sum += p, mass += fabs(p);
+                    ordered = ordered + (float)p;
+                }
+                size_t at = ci(w, r, n, ldd, d_row);
+                written[at] = 1;
+                double got = hd[at], bound = 17 * 0x1p-24 / (1 - 17 * 0x1p-24) * mass * scale;
+                in_bound &= fabs(got - scale * sum) <= bound;
+                exact &= got == ordered * scale;
+            }
+        }
+    }
+    for (size_t i = 0; i < nd; i++) untouched &= written[i] || isnan(hd[i]);  // padding of D kept
+    char what[256];
+    snprintf(what, sizeof(what), "wmma %s A %s B %s, C loaded %s, D stored %s%s%s: D = A B + C within gam(17)", type,
+             a_row ? "row" : "col", b_row ? "row" : "col", c_row ? "mem_row_major" : "mem_col_major",
+             d_row ? "mem_row_major" : "mem_col_major", scale != 1.0f ? ", x[] scaled" : "",
+             double_a ? ", A's x[] doubled" : "");
+    check(in_bound, what);
+    check(exact, "  ... and equal to the documented order (fp32 sums of exact products, c first, k = 0..15)");
+    check(untouched, "  ... and store_matrix_sync left the elements between D's rows/columns alone");
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+    cudaFree(dd);
+}
+
+static void test_wmma(void) {
+    using namespace nvcuda;
+    check_wmma<__nv_bfloat16, wmma::row_major, wmma::col_major>("bf16", 1, 1, 1.0f, 0);
+    check_wmma<__nv_bfloat16, wmma::col_major, wmma::row_major>("bf16", 0, 0, 0.5f, 0);
+    check_wmma<__nv_bfloat16, wmma::row_major, wmma::row_major>("bf16", 1, 0, 1.0f, 1);
+    check_wmma<__nv_bfloat16, wmma::col_major, wmma::col_major>("bf16", 0, 1, 1.0f, 0);
+    check_wmma<__half, wmma::row_major, wmma::col_major>("half", 0, 1, 1.0f, 0);
+    check_wmma<__half, wmma::col_major, wmma::row_major>("half", 1, 0, 2.0f, 1);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) return fault_case(argv[1]);
     test_shuffles();
@@ -401,6 +551,7 @@ int main(int argc, char** argv) {
     test_launch_checks();
     test_memory();
     test_streams();
+    test_wmma();
     expect_fault(argv[0], "divergent_barrier", NULL, 3,
                  "kernel divergent_barrier (launched at dev/cuda_cpu/tests/test_layer.cu",
                  "a __syncthreads some threads return before: a fault naming the kernel (no hang)");
@@ -412,6 +563,14 @@ int main(int argc, char** argv) {
                  "an off-by-one write faults at the guard page: cudaErrorIllegalAddress naming the allocation");
     expect_fault(argv[0], "write_past_end", NULL, 3, "after=cudaErrorIllegalAddress", "  ... and the error is sticky");
     expect_fault(argv[0], "static_shared", NULL, 3, "exceeds the 48 KiB", "static __shared__ over 48 KiB: a fault");
+    expect_fault(argv[0], "wmma_ldm", NULL, 3, "wmma::load_matrix_sync: the lanes disagree",
+                 "wmma: lanes passing different ldm values: a fault naming the call");
+    expect_fault(argv[0], "wmma_early_return", NULL, 3, "lane 7 (thread 7) returned before the wmma::load_matrix_sync",
+                 "wmma: a lane that returned before a warp matrix call: a fault naming it");
+    expect_fault(argv[0], "wmma_misaligned", NULL, 3, "is not 256-bit (32-byte) aligned",
+                 "wmma: a pointer off the 256-bit alignment: a fault");
+    expect_fault(argv[0], "wmma_partial_warp", NULL, 3, "names lane 16 of warp 1, which does not exist",
+                 "wmma: a warp of 16 lanes (block of 48 threads): a fault");
     expect_fault(argv[0], "host_touch", "CUDA_CPU_PROTECT=1", 139, "host code touched device memory",
                  "CUDA_CPU_PROTECT=1: host code reading device memory crashes, as on a GPU");
     printf("%d passed, %d failed\n", passed, failed);
