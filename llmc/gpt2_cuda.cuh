@@ -26,6 +26,9 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/residual.cuh"
+#ifdef USE_CUDNN
+#include "llmc/cudnn_attention.h"
+#endif
 
 // Per-layer slices are indexed by layer first. floatX unless noted.
 typedef struct {
@@ -34,7 +37,8 @@ typedef struct {
     float *ln1_mean, *ln1_rstd;         // (L,B,T) fp32
     floatX* qkv;                        // (L,B,T,3C)
     floatX* atty;                       // (L,B,T,C)
-    floatX* att;                        // (L,B,NH,T,T)
+    floatX* att;                        // (L,B,NH,T,T), when the attention materialises scores
+    float* att_lse;                     // (L,B,NH,T) fp32 logsumexp per row, when it does not
     floatX* residual2;                  // (L,B,T,C)
     floatX* ln2;                        // (L,B,T,C)
     float *ln2_mean, *ln2_rstd;
@@ -53,6 +57,7 @@ typedef struct {
     floatX* dresidual;       // (B,T,C)
     floatX* dqkv;            // (B,T,3C)
     floatX* dfch;            // (B,T,4C)
+    // The naive attention's alone (llmc/gpt2_kernels.h: gpt2_attention_materialises_scores):
     floatX* qkvr;            // 3*(B,T,C) permuted q,k,v
     floatX* dqkvr;           // 3*(B,T,C)
     floatX* perm;            // (B,T,C) attention output / dout permuted
@@ -95,7 +100,8 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     m->max_T = T;
     m->stream = stream;
     size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
-    size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
+    size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T, lse = (size_t)B * NH * T;
+    int scores = gpt2_attention_materialises_scores(kernels);
     GPUActivations* a = &m->acts;
     a->encoded = alloc_x(BT * C);
     a->ln1 = alloc_x(L * BT * C);
@@ -103,7 +109,8 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     a->ln1_rstd = alloc_f(L * BT);
     a->qkv = alloc_x(L * BT * 3 * C);
     a->atty = alloc_x(L * BT * C);
-    a->att = alloc_x(L * att);
+    a->att = scores ? alloc_x(L * att) : NULL;
+    a->att_lse = scores ? NULL : alloc_f(L * lse);
     a->residual2 = alloc_x(L * BT * C);
     a->ln2 = alloc_x(L * BT * C);
     a->ln2_mean = alloc_f(L * BT);
@@ -122,11 +129,11 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     s->dresidual = alloc_x(BT * C);
     s->dqkv = alloc_x(BT * 3 * C);
     s->dfch = alloc_x(BT * 4 * C);
-    s->qkvr = alloc_x(3 * BT * C);
-    s->dqkvr = alloc_x(3 * BT * C);
-    s->perm = alloc_x(BT * C);
-    s->scores = alloc_f(att);
-    s->dpreatt = alloc_x(att);
+    s->qkvr = scores ? alloc_x(3 * BT * C) : NULL;
+    s->dqkvr = scores ? alloc_x(3 * BT * C) : NULL;
+    s->perm = scores ? alloc_x(BT * C) : NULL;
+    s->scores = scores ? alloc_f(att) : NULL;
+    s->dpreatt = scores ? alloc_x(att) : NULL;
     // bias reductions need chunks*OC (OC <= 4C), LayerNorm 2*chunks*C
     s->colreduce = alloc_f((size_t)colreduce_num_chunks((int)BT) * 4 * C);
     s->norm_partial = (double*)cudaMallocCheck(GLOBAL_NORM_BLOCKS * sizeof(double));
@@ -146,16 +153,24 @@ static void gpt2_bind_buffers(GPT2* m, floatX* params, float* grads, const size_
 
 static void gpt2_free(GPT2* m) {
     void* all[] = {m->acts.encoded, m->acts.ln1, m->acts.ln1_mean, m->acts.ln1_rstd, m->acts.qkv, m->acts.atty,
-                   m->acts.att, m->acts.residual2, m->acts.ln2, m->acts.ln2_mean, m->acts.ln2_rstd, m->acts.fch,
-                   m->acts.fch_gelu, m->acts.residual3, m->acts.lnf, m->acts.lnf_mean, m->acts.lnf_rstd,
+                   m->acts.att, m->acts.att_lse, m->acts.residual2, m->acts.ln2, m->acts.ln2_mean, m->acts.ln2_rstd,
+                   m->acts.fch, m->acts.fch_gelu, m->acts.residual3, m->acts.lnf, m->acts.lnf_mean, m->acts.lnf_rstd,
                    m->acts.logits, m->acts.losses, m->acts.lse, m->scratch.btc, m->scratch.dresidual,
                    m->scratch.dqkv, m->scratch.dfch, m->scratch.qkvr, m->scratch.dqkvr, m->scratch.perm,
                    m->scratch.scores, m->scratch.dpreatt, m->scratch.colreduce, m->scratch.norm_partial,
                    m->d_inputs, m->d_targets, m->d_loss};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) cudaCheck(cudaFree(all[i]));
+#ifdef USE_CUDNN
+    if (m->kernels.attention == ATTENTION_CUDNN) cudnn_attention_free();
+#endif
     encoder_plan_free(&m->enc_plan);
     free(m->param);
     free(m->grad);
+}
+
+// Layer l's slice of acts.att_lse (its per-layer stride is the allocated shape's).
+static float* gpt2_att_lse(const GPT2* m, int l) {
+    return m->acts.att_lse + (size_t)l * m->max_B * m->config.num_heads * m->max_T;
 }
 
 // Forward on host inputs (B,T); with targets, also adds the mean loss into m->d_loss
@@ -196,6 +211,11 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, p[LAYER_LN1W], p[LAYER_LN1B], B, T,
                           C, st);
         matmul_forward(qkv, ln1, p[LAYER_QKVW], p[LAYER_QKVB], (int)BT, C, 3 * C, st);
+#ifdef USE_CUDNN
+        if (m->kernels.attention == ATTENTION_CUDNN)
+            attention_forward_cudnn(atty, gpt2_att_lse(m, l), qkv, B, T, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), st);
+        else
+#endif
         attention_forward(atty, s->qkvr, s->perm, s->scores, a->att + l * att, qkv, B, T, C, NH, st);
         matmul_forward(s->btc, atty, p[LAYER_ATTPROJW], p[LAYER_ATTPROJB], (int)BT, C, C, st);
         residual_forward(residual2, residual, s->btc, BT * C, st);
@@ -279,6 +299,12 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
                         p[LAYER_ATTPROJW], (int)BT, C, C, st);
         HOOK(m, grad_contribution_done, base + LAYER_ATTPROJW);
         HOOK(m, grad_contribution_done, base + LAYER_ATTPROJB);
+#ifdef USE_CUDNN
+        if (m->kernels.attention == ATTENTION_CUDNN)
+            attention_backward_cudnn(s->dqkv, s->btc, qkv, atty, gpt2_att_lse(m, l), B, T, NH, C / NH,
+                                     1.0f / sqrtf((float)(C / NH)), st);
+        else
+#endif
         attention_backward(s->dqkv, s->qkvr, s->dqkvr, s->perm, s->scores, s->dpreatt, s->btc, qkv, a->att + l * att, B,
                            T, C, NH, st);
         matmul_backward(s->btc, g[LAYER_QKVW], g[LAYER_QKVB], s->colreduce, s->dqkv, ln1, p[LAYER_QKVW], (int)BT, C,

@@ -186,7 +186,7 @@ static inline MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Confi
 // host memory (ranks share a GPU, or --comm mpi).
 static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, int world,
                                    int zero1, int x, int staged, MemoryNeed* device, MemoryNeed* host) {
-    (void)kernels;  // the terms below are the naive attention's and the unfused kernels'
+    // The terms below are the unfused kernels'; the attention's follow the kernels' choice.
     memset(device, 0, sizeof(*device));
     memset(host, 0, sizeof(*host));
     int dp = memory_dp(cfg, world);
@@ -198,18 +198,25 @@ static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc,
     memory_add(device, "master weights", !zero1 || x == 2 ? 4 * owned : 0);
     double L = mc->num_layers, C = mc->channels, NH = mc->num_heads, Vp = mc->padded_vocab_size;
     double BT = (double)cfg->B * cfg->T, att = (double)cfg->B * NH * cfg->T * cfg->T;
+    // Scores materialised (naive): att (B,NH,T,T) per layer, and the scratch below.
+    // Otherwise: a logsumexp per row, att_lse (B,NH,T) fp32 per layer.
+    int scores = gpt2_attention_materialises_scores(kernels);
+    double att_kept = scores ? x * L * att : 4 * L * cfg->B * NH * cfg->T;
     // floatX: encoded and lnf (B,T,C); per layer ln1, atty, residual2, ln2, residual3
-    // (B,T,C), qkv (3C), fch and fch_gelu (4C); att (B,NH,T,T). fp32: LayerNorm means and
-    // rstds, losses and logsumexps (B,T).
-    memory_add(device, "activations", x * (BT * C * (2 + 16 * L) + L * att) + 4 * BT * (4 * L + 4));
+    // (B,T,C), qkv (3C), fch and fch_gelu (4C). fp32: LayerNorm means and rstds, losses and
+    // logsumexps (B,T).
+    memory_add(device, "activations", x * BT * C * (2 + 16 * L) + att_kept + 4 * BT * (4 * L + 4));
     memory_add(device, "logits", x * BT * Vp);
-    // btc, dresidual, perm (B,T,C), dqkv, qkvr, dqkvr (3C), dfch (4C), dpreatt (B,NH,T,T)
-    // in floatX; scores (B,NH,T,T), the column-reduction partials (at most 256 chunks of
-    // 64 rows, 4C wide: llmc/layernorm.cuh) in fp32; the norm partials (512 doubles); the
-    // token ids and the encoder backward's plan (ints).
+    // btc, dresidual (B,T,C), dqkv (3C), dfch (4C) in floatX; the column-reduction partials
+    // (at most 256 chunks of 64 rows, 4C wide: llmc/layernorm.cuh) in fp32; the norm partials
+    // (512 doubles); the token ids and the encoder backward's plan (ints). The naive
+    // attention's: perm (B,T,C), qkvr, dqkvr (3C), dpreatt (B,NH,T,T) in floatX, scores
+    // (B,NH,T,T) fp32; cuDNN's: its workspace (an estimate: llmc/gpt2_kernels.h).
     double chunks = (double)(long long)((BT + 63) / 64);
     if (chunks > 256) chunks = 256;
-    memory_add(device, "scratch", x * (BT * C * 16 + att) + 4 * att + 4 * chunks * 4 * C + 8 * 512 + 4 * 5 * BT);
+    double att_scratch = scores ? x * (7 * BT * C + att) + 4 * att : 0;
+    if (kernels->attention == ATTENTION_CUDNN) att_scratch = gpt2_cudnn_workspace_estimate(cfg->B, cfg->T, C, NH);
+    memory_add(device, "scratch", x * BT * C * 9 + att_scratch + 4 * chunks * 4 * C + 8 * 512 + 4 * 5 * BT);
     if (!cfg->resume && zero1) memory_add_loading(device, memory_total(device), 4 * numel);
     memory_add_overhead(device);
 
