@@ -1,6 +1,9 @@
 # llm.c-style GPT-2 trainers with the zero1/ ZeRO-1 plugin.
 #   make train_gpt2 [USE_ZERO1=1]     CPU trainer (C11, OpenMP, OpenBLAS, MPI)
 #   make train_gpt2cu [USE_ZERO1=1]   GPU trainer (CUDA, cuBLASLt, NCCL); PRECISION=BF16|FP32, GPU_ARCH=90
+#                     [USE_CUDNN=1]   with cuDNN's fused attention (--attention cudnn; BF16 only): the frontend
+#                                     headers from scripts/get_cudnn_frontend.sh (CUDNN_FRONTEND_PATH), cuDNN
+#                                     from the toolkit or CUDNN_HOME=.../site-packages/nvidia/cudnn
 #   make test_zero1_cuda              zero1's CUDA device ops and NCCL communicator (runs on a GPU)
 #   make test_watchdog_cuda           the GPU step's deadline (zero1/watchdog_cuda.h; runs on a GPU)
 #   make zero1_plan                   the ZeRO-1 layout planner
@@ -11,7 +14,7 @@
 #                                     CPU execution layer for CUDA; no GPU, no NVIDIA library needed)
 # Other toolchains: MPICC=mpicc.mpich (any MPI's compiler wrapper: Open MPI 4/5, MPICH),
 # CUDA_HOME=/opt/cuda (nvcc, headers, libraries; NVCC=... overrides nvcc alone),
-# NCCL_HOME=/opt/nccl (include/ and lib/ of an NCCL outside the CUDA toolkit).
+# NCCL_HOME=/opt/nccl (include/ and lib/ of an NCCL outside the CUDA toolkit), CUDNN_HOME likewise for cuDNN.
 
 MPICC ?= mpicc
 ifeq ($(origin CC),default)
@@ -35,6 +38,7 @@ CUDA_HOME := $(or $(shell CUDA_HOME='$(CUDA_HOME)' bash dev/cuda_cpu/cuda_header
 export CUDA_HOME
 endif
 USE_ZERO1 ?= 0
+USE_CUDNN ?= 0
 PRECISION ?= BF16
 GPU_ARCH ?= 90
 
@@ -73,7 +77,7 @@ HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard zero1/*.h)
 CPU_STAMP := .build-cpu.stamp
 GPU_STAMP := .build-gpu.stamp
 CPU_BUILD := USE_ZERO1=$(USE_ZERO1) CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC))
-GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) USE_ZERO1=$(USE_ZERO1) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
+GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) USE_ZERO1=$(USE_ZERO1) USE_CUDNN=$(USE_CUDNN) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
              MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC))
 $(shell echo "$(CPU_BUILD)" | cmp -s - $(CPU_STAMP) || echo "$(CPU_BUILD)" > $(CPU_STAMP))
 $(shell echo "$(GPU_BUILD)" | cmp -s - $(GPU_STAMP) || echo "$(GPU_BUILD)" > $(GPU_STAMP))
@@ -172,9 +176,61 @@ MPI_NVCC_LDFLAGS = $(shell bash scripts/mpi_nvcc_flags.sh link $(MPICC))
 NVCC_LIBS = $(NVCC_LIB_DIRS) -lcublasLt -lcublas -lnccl $(MPI_NVCC_LDFLAGS) -lgomp
 check_mpi_flags = $(if $(strip $(MPI_NVCC_LDFLAGS)),,$(error no MPI link flags from $(MPICC); see the error above))
 
-train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
+# USE_CUDNN=1: llmc/cudnn_attention.cpp, an object of its own against cuDNN's C++ frontend
+# (header-only; scripts/get_cudnn_frontend.sh) and libcudnn: the toolkit's when it has
+# cudnn.h, else CUDNN_HOME (include/, lib/: the nvidia-cudnn-cu13 wheel's nvidia/cudnn), else
+# that wheel in python3's site-packages. The object is host code run once per shape: -O1 and
+# no JSON serialisation halve the frontend's compile time. Its own stamp, so switching
+# USE_ZERO1 or PRECISION does not recompile it. A missing piece stops only the builds that
+# need it (check_cudnn in their recipes), with the fix in the message.
+ifeq ($(USE_CUDNN),1)
+ifeq ($(CUDA_ON_CPU),1)
+$(error USE_CUDNN=1 with CUDA_ON_CPU=1: the CPU execution layer has no cuDNN; drop one of them)
+endif
+ifeq ($(PRECISION),FP32)
+$(error USE_CUDNN=1 with PRECISION=FP32: cuDNN's attention has no fp32 path; build PRECISION=BF16 USE_CUDNN=1)
+endif
+CUDNN_FRONTEND_PATH ?= build/cudnn_frontend/include
+ifeq ($(CUDNN_HOME),)
+CUDNN_HOME := $(if $(wildcard $(CUDA_HOME)/include/cudnn.h),$(CUDA_HOME),$(shell python3 -c \
+  'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null))
+endif
+CUDNN_LIB_DIR := $(firstword $(wildcard $(CUDNN_HOME)/lib64 $(CUDNN_HOME)/lib))
+# The wheel has libcudnn.so.9 alone (no libcudnn.so to find with -lcudnn).
+CUDNN_LIB := $(firstword $(wildcard $(CUDNN_LIB_DIR)/libcudnn.so $(CUDNN_LIB_DIR)/libcudnn.so.[0-9]*))
+CUDNN_PROBLEM := \
+  $(if $(wildcard $(CUDNN_FRONTEND_PATH)/cudnn_frontend.h),$(if $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(if \
+    $(CUDNN_LIB),,USE_CUDNN=1: no libcudnn.so* in $(CUDNN_HOME)/lib64 or $(CUDNN_HOME)/lib),USE_CUDNN=1: no cudnn.h \
+    in $(CUDA_HOME)/include nor in CUDNN_HOME='$(CUDNN_HOME)': pip install nvidia-cudnn-cu13, or set CUDNN_HOME to a \
+    cuDNN with include/ and lib/),USE_CUDNN=1: no cudnn_frontend.h in CUDNN_FRONTEND_PATH=$(CUDNN_FRONTEND_PATH): \
+    run scripts/get_cudnn_frontend.sh (or point CUDNN_FRONTEND_PATH at the frontend's include/))
+check_cudnn = $(if $(CUDNN_PROBLEM),$(error $(CUDNN_PROBLEM)))
+NVCC_FLAGS += -DUSE_CUDNN
+CUDNN_STAMP := .build-cudnn.stamp
+CUDNN_BUILD := NVCC=$(NVCC) CUDNN_FRONTEND_PATH=$(CUDNN_FRONTEND_PATH) CUDNN_HOME=$(CUDNN_HOME)
+$(shell echo "$(CUDNN_BUILD)" | cmp -s - $(CUDNN_STAMP) || echo "$(CUDNN_BUILD)" > $(CUDNN_STAMP))
+CUDNN_OBJ := build/cudnn_attention.o
+# NVRTC: the frontend also compiles an experimental Blackwell engine that calls it (never
+# used for attention, but linked).
+CUDNN_LIBS = $(CUDNN_OBJ) -L$(CUDNN_LIB_DIR) -l:$(notdir $(CUDNN_LIB)) -Xlinker -rpath -Xlinker $(abspath $(CUDNN_LIB_DIR)) -lnvrtc
+build/cudnn_attention.o: llmc/cudnn_attention.cpp llmc/cudnn_attention.h llmc/gpt2_kernels.h llmc/cli.h llmc/outliers.h \
+  llmc/utils.h $(CUDNN_STAMP)
+	$(check_cudnn)
+	@mkdir -p build
+	$(NVCC) -std=c++17 -O1 -DENABLE_BF16 -DUSE_CUDNN -DCUDNN_FRONTEND_SKIP_JSON_LIB -I. -I$(CUDNN_FRONTEND_PATH) \
+	  $(if $(filter $(CUDA_HOME),$(CUDNN_HOME)),,-I$(CUDNN_HOME)/include) $(NVCC_INCLUDES) -c $< -o $@
+# `make cudnn_check USE_CUDNN=1`: succeeds when every piece is there (scripts/check_cuda_build.sh).
+.PHONY: cudnn_check
+cudnn_check:
+	$(check_cudnn)
+	@echo "cuDNN: frontend $(CUDNN_FRONTEND_PATH), library $(CUDNN_LIB)"
+endif
+
+train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
+	$(check_cudnn)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ \
+	  $(CUDNN_LIBS) $(NVCC_LIBS)
 
 # zero1's CUDA backend must give zero1/device_cpu.c's bits (AdamW, bf16 rounding, norm):
 # the trainer's flags, but IEEE division and square root and no flushed denormals (no
@@ -216,9 +272,11 @@ test_cuda_cpu_nccl: dev/cuda_cpu/tests/test_nccl.cpp $(CUDA_HEADERS) $(GPU_STAMP
 bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
 
-test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(GPU_STAMP)
+test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ $(NVCC_LIBS)
+	$(check_cudnn)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ \
+	  $(CUDNN_LIBS) $(NVCC_LIBS)
 
 # ---- the CPU execution layer for CUDA (dev/cuda_cpu/) ----
 # Its own sources are plain C++ against the toolkit's headers (their types and prototypes);
@@ -252,6 +310,6 @@ demo:
 
 clean:
 	rm -rf build
-	rm -f $(CPU_STAMP) $(GPU_STAMP) train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
+	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
 	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer \
 	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert

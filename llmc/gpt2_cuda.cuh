@@ -39,6 +39,9 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/residual.cuh"
+#ifdef USE_CUDNN
+#include "llmc/cudnn_attention.h"
+#endif
 
 // Per-layer slices are indexed by layer first. floatX unless noted.
 typedef struct {
@@ -48,7 +51,7 @@ typedef struct {
     floatX* qkv;                        // (L,B,T,3C)
     floatX* atty;                       // (L,B,T,C)
     floatX* att;                        // (L,B,NH,T,T), naive attention only
-    float* att_lse;                     // (L,B,NH,T) fp32 logsumexp of the scores, flash only
+    float* att_lse;                     // (L,B,NH,T) fp32 logsumexp of the scores, flash and cudnn
     floatX* residual2;                  // (L,B,T,C)
     floatX* ln2;                        // (L,B,T,C)
     float *ln2_mean, *ln2_rstd;
@@ -123,9 +126,9 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     a->qkv = alloc_x(L * BT * 3 * C);
     a->atty = alloc_x(L * BT * C);
     // Attention: naive keeps the probabilities per layer and needs (B,NH,T,T) scratch and
-    // permuted copies; flash keeps one logsumexp per row and layer (llmc/attention_flash.cuh).
+    // permuted copies; flash (llmc/attention_flash.cuh) and cuDNN keep one logsumexp per row and layer.
     int naive = kernels->attention == ATTENTION_NAIVE;
-    if (!naive) flash_attention_check((int)C, (int)NH);
+    if (kernels->attention == ATTENTION_FLASH) flash_attention_check((int)C, (int)NH);
     if (naive) a->att = alloc_x(L * att);
     else a->att_lse = alloc_f(L * B * NH * T);
     a->residual2 = alloc_x(L * BT * C);
@@ -173,13 +176,16 @@ static void gpt2_bind_buffers(GPT2* m, floatX* params, float* grads, const size_
 
 static void gpt2_free(GPT2* m) {
     void* all[] = {m->acts.encoded, m->acts.ln1, m->acts.ln1_mean, m->acts.ln1_rstd, m->acts.qkv, m->acts.atty,
-                   m->acts.att, m->acts.att_lse, m->acts.residual2, m->acts.ln2, m->acts.ln2_mean,
-                   m->acts.ln2_rstd, m->acts.fch, m->acts.fch_gelu, m->acts.residual3, m->acts.lnf, m->acts.lnf_mean, m->acts.lnf_rstd,
+                   m->acts.att, m->acts.att_lse, m->acts.residual2, m->acts.ln2, m->acts.ln2_mean, m->acts.ln2_rstd,
+                   m->acts.fch, m->acts.fch_gelu, m->acts.residual3, m->acts.lnf, m->acts.lnf_mean, m->acts.lnf_rstd,
                    m->acts.logits, m->acts.losses, m->acts.lse, m->scratch.btc, m->scratch.dresidual,
                    m->scratch.dqkv, m->scratch.dfch, m->scratch.qkvr, m->scratch.dqkvr, m->scratch.perm,
                    m->scratch.scores, m->scratch.dpreatt, m->scratch.att_rowdot, m->scratch.colreduce,
                    m->scratch.norm_partial, m->d_loss};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) cudaCheck(cudaFree(all[i]));
+#ifdef USE_CUDNN
+    if (m->kernels.attention == ATTENTION_CUDNN) cudnn_attention_free();
+#endif
     encoder_plan_free(&m->enc_plan);
     batch_uploader_free(&m->uploader);
     free(m->param);
@@ -206,6 +212,11 @@ static void gpt2_linear_backward(const GPT2* m, floatX* dinp, float* dweight, fl
     if (gelu_pre) gelu_backward(dinp, gelu_pre, dinp, (size_t)BT * C, m->stream);
 }
 
+// Layer l's slice of acts.att_lse (its per-layer stride is the allocated shape's).
+static float* gpt2_att_lse(const GPT2* m, int l) {
+    return m->acts.att_lse + (size_t)l * m->max_B * m->config.num_heads * m->max_T;
+}
+
 // Layer l's attention, out (B,T,C) from qkv (B,T,3C), with the kernels gpt2_init chose. The
 // per-layer slices of acts.att / acts.att_lse are strided by the allocated max_B, max_T.
 static void gpt2_attention_forward(GPT2* m, int l, floatX* out, const floatX* qkv, int B, int T) {
@@ -215,8 +226,12 @@ static void gpt2_attention_forward(GPT2* m, int l, floatX* out, const floatX* qk
         size_t att = (size_t)m->max_B * NH * m->max_T * m->max_T;
         attention_forward(out, s->qkvr, s->perm, s->scores, m->acts.att + l * att, qkv, B, T, C, NH, m->stream);
     } else if (m->kernels.attention == ATTENTION_FLASH) {
-        size_t rows = (size_t)m->max_B * NH * m->max_T;
-        attention_flash_forward(out, m->acts.att_lse + l * rows, qkv, B, T, C, NH, m->stream);
+        attention_flash_forward(out, gpt2_att_lse(m, l), qkv, B, T, C, NH, m->stream);
+#ifdef USE_CUDNN
+    } else if (m->kernels.attention == ATTENTION_CUDNN) {
+        attention_forward_cudnn(out, gpt2_att_lse(m, l), qkv, B, T, NH, C / NH, 1.0f / sqrtf((float)(C / NH)),
+                                m->stream);
+#endif
     } else {
         fatal("attention kind %s is not built into this trainer", attention_kind_name(m->kernels.attention));
     }
@@ -232,9 +247,12 @@ static void gpt2_attention_backward(GPT2* m, int l, floatX* dqkv, const floatX* 
         attention_backward(dqkv, s->qkvr, s->dqkvr, s->perm, s->scores, s->dpreatt, dout, qkv, m->acts.att + l * att, B,
                            T, C, NH, m->stream);
     } else if (m->kernels.attention == ATTENTION_FLASH) {
-        size_t rows = (size_t)m->max_B * NH * m->max_T;
-        attention_flash_backward(dqkv, s->att_rowdot, dout, out, qkv, m->acts.att_lse + l * rows, B, T, C, NH,
-                                 m->stream);
+        attention_flash_backward(dqkv, s->att_rowdot, dout, out, qkv, gpt2_att_lse(m, l), B, T, C, NH, m->stream);
+#ifdef USE_CUDNN
+    } else if (m->kernels.attention == ATTENTION_CUDNN) {
+        attention_backward_cudnn(dqkv, dout, qkv, out, gpt2_att_lse(m, l), B, T, NH, C / NH,
+                                 1.0f / sqrtf((float)(C / NH)), m->stream);
+#endif
     } else {
         fatal("attention kind %s is not built into this trainer", attention_kind_name(m->kernels.attention));
     }

@@ -37,11 +37,21 @@ static inline void gpt2_kernels_from_config(const TrainConfig* cfg, GPT2Kernels*
     else if (strcmp(a, "naive") == 0) k->attention = ATTENTION_NAIVE;
     else if (strcmp(a, "cudnn") == 0) k->attention = ATTENTION_CUDNN;
     else fatal("--attention %s: expected flash, naive or cudnn", a);
-#ifndef USE_CUDNN
+#if defined(ENABLE_FP32)
+    if (k->attention == ATTENTION_CUDNN)
+        fatal("--attention cudnn: cuDNN's attention has no fp32 path; build PRECISION=BF16 USE_CUDNN=1");
+#elif !defined(USE_CUDNN)
     if (k->attention == ATTENTION_CUDNN) fatal("--attention cudnn needs a build with cuDNN: make train_gpt2cu USE_CUDNN=1");
 #endif
     k->recompute_gelu = cfg->recompute;
     k->fused = cfg->fused_kernels;
+}
+
+// The memory check's count for cuDNN's SDPA workspace (llmc/cudnn_attention.cpp): an fp32
+// dq accumulator (B,T,C) and an fp32 row sum (B,NH,T) for the deterministic backward.
+// An estimate until a GPU run prints the real size (the trainer warns when it is more).
+static inline double gpt2_cudnn_workspace_estimate(double B, double T, double C, double NH) {
+    return 4 * B * T * C + 4 * B * NH * T;
 }
 
 #endif

@@ -7,6 +7,10 @@
 #                           train_gpt2cu's);
 #   test_zero1_cuda, test_watchdog_cuda, test_kernels_cuda   BF16 (their own code; what
 #                           they include is compiled above in both precisions).
+#   train_gpt2cu USE_CUDNN=1 BF16 (llmc/cudnn_attention.cpp and the cuDNN dispatch), when
+#                           the frontend headers and libcudnn are there (`make cudnn_check
+#                           USE_CUDNN=1`); else one SKIPPED line, and the last line says so.
+#                           About 1.5 to 3 minutes more on 2 cores (the frontend's headers).
 # Each binary is removed first and the Makefile's stamp (PRECISION, USE_ZERO1) rebuilds
 # whatever depends on the switch, so no stale binary or object of the other precision can
 # hide a compile error, and no object is compiled twice for the same settings. Each binary
@@ -53,4 +57,25 @@ if [ $fp32_status -ne 0 ] || [ $bf16_status -ne 0 ]; then
     echo "check_cuda_build: FAILED (FP32 builds exit $fp32_status, BF16 builds exit $bf16_status)" >&2
     exit 1
 fi
-echo "check_cuda_build: every CUDA target compiles (each source in both precisions)"
+# Last, so the switch of USE_CUDNN rebuilds nothing the loop above still needs.
+if reason=$(make -s cudnn_check USE_CUDNN=1 2>&1); then
+    start=$SECONDS
+    OUT=$OUT/bin build train_gpt2cu BF16 USE_CUDNN=1 || exit 1
+    # Linked to a libcudnn the loader finds through the run path alone.
+    if env -u LD_LIBRARY_PATH ldd "$OUT/bin/train_gpt2cu_BF16" | grep -q 'libcudnn.*not found'; then
+        echo "check_cuda_build: train_gpt2cu USE_CUDNN=1 does not find libcudnn:" >&2
+        ldd "$OUT/bin/train_gpt2cu_BF16" | grep libcudnn >&2
+        exit 1
+    fi
+    echo "check_cuda_build: train_gpt2cu USE_CUDNN=1 built in $((SECONDS - start)) s ($reason)"
+    echo "check_cuda_build: every CUDA target compiles (each source in both precisions, and USE_CUDNN=1)"
+else
+    reason=${reason#*\*\*\* }  # make's "Makefile:N: *** MESSAGE.  Stop."
+    reason=${reason%.  Stop.}
+    if [[ $reason == *cudnn_frontend.h* ]]; then
+        echo "SKIPPED: USE_CUDNN=1 build (no cuDNN frontend headers: scripts/get_cudnn_frontend.sh)"
+    else
+        echo "SKIPPED: USE_CUDNN=1 build ($reason)"
+    fi
+    echo "check_cuda_build: every CUDA target compiles (each source in both precisions); USE_CUDNN=1 NOT checked"
+fi
