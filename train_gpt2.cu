@@ -555,8 +555,10 @@ int main(int argc, char** argv) {
                world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
                cuda_libs.device_name, PRECISION_NAME);
         const GPT2Kernels* k = &tr.model.kernels;
-        printf("kernels: attention %s | recompute GELU %d | fused kernels %d\n", attention_kind_name(k->attention),
-               k->recompute_gelu, k->fused);
+        char ledger[160];
+        memory_kernel_choices(&cfg, mc, k, (int)sizeof(floatX), ledger, sizeof(ledger));
+        printf("kernels: attention %s | recompute GELU %d | fused kernels %d | %s\n", attention_kind_name(k->attention),
+               k->recompute_gelu, k->fused, ledger);
     }
     tr.opt->ops->print_start(tr.opt);
 

@@ -394,6 +394,37 @@ static inline const char* memory_terms(const MemoryNeed* need, double total, cha
     return buf;
 }
 
+// The device ledger's word on the kernel choices (llmc/gpt2_kernels.h), for the trainer's
+// "kernels:" line: the attention term of these kernels against the naive path's, and what
+// -r 1 saves against -r 0 (the same job otherwise; overhead margin included).
+static inline const char* memory_size_small(double bytes, char* buf, size_t n) {
+    if (bytes >= MEMORY_MIB) return memory_size(bytes, buf, n);
+    snprintf(buf, n, "%.0f KiB", bytes / 1024);
+    return buf;
+}
+static inline double memory_term_bytes(const MemoryNeed* n, const char* name) {
+    for (int i = 0; i < n->count; i++) {
+        if (strcmp(n->term[i].name, name) == 0) return n->term[i].bytes;
+    }
+    return 0;
+}
+static inline void memory_kernel_choices(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* k, int x,
+                                         char* buf, size_t n) {
+    MemoryNeed dev, host;
+    GPT2Kernels naive = *k, keep = *k;
+    naive.attention = ATTENTION_NAIVE;
+    keep.recompute_gelu = 0;
+    memory_need_gpu(cfg, mc, k, 1, 0, x, 0, &dev, &host);
+    double total = memory_total(&dev), attention = memory_term_bytes(&dev, "attention");
+    memory_need_gpu(cfg, mc, &naive, 1, 0, x, 0, &dev, &host);
+    double naive_attention = memory_term_bytes(&dev, "attention");
+    memory_need_gpu(cfg, mc, &keep, 1, 0, x, 0, &dev, &host);
+    double gelu_saved = memory_total(&dev) - total;
+    char a[32], b[32], c[32];
+    snprintf(buf, n, "ledger: attention %s (naive: %s), -r 1 saves %s", memory_size_small(attention, a, sizeof(a)),
+             memory_size_small(naive_attention, b, sizeof(b)), memory_size_small(gelu_saved, c, sizeof(c)));
+}
+
 // Where the host limit came from, for the messages.
 static inline const char* memory_limit_source(const MemoryLimit* m, char* buf, size_t n) {
     char a[32], b[32], c[32];
