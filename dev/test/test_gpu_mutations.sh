@@ -9,7 +9,7 @@
 #   5. zero1's NCCL reduce-scatter at the wrong in-place offset
 #   6. zero1's NCCL collectives without cudaStreamWaitEvent on the compute stream
 # A mutation whose text is not found in the source is a failure too (the test would have
-# rotted). Prints "N passed, M failed".
+# rotted). Two mutations run at a time. Prints "N passed, M failed".
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 # Without CUDA headers (no toolkit, and no PyPI wheels to take them from) nothing here can build.
@@ -44,32 +44,36 @@ open(path, "w").write(text.replace(old, new))
 PYEOF
 }
 
-# expect_caught NAME FILE OLD NEW TARGET USE_ZERO1 REASON COMMAND...: COMMAND (run in the
-# mutated tree) must fail, and its output must contain REASON.
-expect_caught() {
+# caught_one NAME FILE OLD NEW TARGET USE_ZERO1 REASON COMMAND...: COMMAND (run in the
+# mutated tree) must fail, and its output must contain REASON; prints one PASS or FAIL line.
+caught_one() {
     local name=$1 file=$2 old=$3 new=$4 target=$5 z=$6 reason=$7
     shift 7
     local dir=$WORK/$name log=$WORK/$name.log
     if ! mutate "$name" "$file" "$old" "$new" >"$log" 2>&1; then
         echo "FAIL $name: the mutation could not be applied: $(tail -n 1 "$log")"
-        failed=$((failed + 1))
         return
     fi
     if ! (cd "$dir" && make -j2 "$target" CUDA_ON_CPU=1 PRECISION=FP32 USE_ZERO1="$z") >>"$log" 2>&1; then
         echo "FAIL $name: the mutated tree does not build (see $log)"
-        failed=$((failed + 1))
         return
     fi
     (cd "$dir" && timeout 300 "$@") >>"$log" 2>&1
     local rc=$?
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE -- "$reason" "$log"; then
         echo "PASS $name: caught (exit $rc): $(grep -m1 -E -- "$reason" "$log" | cut -c1-200)"
-        passed=$((passed + 1))
     else
         echo "FAIL $name: NOT caught (exit $rc, no line matching '$reason')"
         tail -n 15 "$log" | sed 's/^/    | /'
-        failed=$((failed + 1))
     fi
+}
+# expect_caught ARGS...: caught_one in the background, two at a time (each mutated tree is
+# its own copy: their builds and runs share nothing); the results are read in order below.
+NAMES=()
+expect_caught() {
+    while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
+    NAMES+=("$1")
+    caught_one "$@" >"$WORK/$1.result" 2>&1 &
 }
 
 KERNELS=(./test_kernels_cuda)
@@ -104,5 +108,10 @@ expect_caught no_stream_wait zero1/comm_nccl.cu \
     "    s->trace_start" \
     test_gpt2cu 1 "^FAIL" env CUDA_CPU_EXEC=lazy "${ZERO1_NP2[@]}"
 
+wait
+for name in "${NAMES[@]}"; do
+    cat "$WORK/$name.result"
+    if grep -q "^PASS $name:" "$WORK/$name.result"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
