@@ -17,7 +17,8 @@
  *       then two passes that recompute P per tile (S = QK^T, dP = dout V^T): one over key
  *       tiles for dK, dV (4 tile matmuls: S, dP, dV, dK), one over query tiles for dQ (3:
  *       S, dP, dQ), deterministic (no atomics, as the rest of the trainer); tiles of
- *       COST_FLASH_TILE, blocks above the diagonal skipped, the diagonal tile computed in full;
+ *       COST_FLASH_FWD_ROWS x COST_FLASH_FWD_COLS forward, COST_FLASH_BWD_TILE square backward,
+ *       key tiles above the diagonal skipped, the tiles it crosses computed in full;
  *     fused (--fused-kernels 1): GELU in the fc matmul's cuBLASLt epilogue (GELU_AUX_BIAS:
  *       writes the GELU output and the pre-activation aux), DGELU in the epilogue of the
  *       fcproj backward's dinp matmul (reads the aux), bias gradients from the dweight
@@ -59,7 +60,12 @@
 #include "llmc/gpt2_kernels.h"
 #include "llmc/gpt2_spec.h"
 
-#define COST_FLASH_TILE 64              // query and key rows per flash tile
+// Flash tiles of the BF16 build (llmc/attention_flash.cuh: FLASH_QUERY_TILE x
+// FLASH_KEY_TILE forward, FLASH_BWD_TILE square backward; dev/test/cost_reference.py reads
+// them from that header and fails if these differ).
+#define COST_FLASH_FWD_ROWS 64
+#define COST_FLASH_FWD_COLS 32
+#define COST_FLASH_BWD_TILE 32
 #define COST_ONCHIP_ROW_BYTES 32768     // a row re-read within one kernel up to this size costs one HBM read
 #define COST_COLREDUCE_ROWS 64          // llmc/layernorm.cuh's colreduce_num_chunks(), the bias/LN partials
 #define COST_COLREDUCE_MAX_CHUNKS 256
@@ -138,17 +144,15 @@ static inline double cost_colreduce_chunks(double rows) {
     return n < COST_COLREDUCE_MAX_CHUNKS ? n : COST_COLREDUCE_MAX_CHUNKS;
 }
 
-// Query/key tile pairs at or below the diagonal, weighted by their (possibly partial) sizes:
-// sum over query tile i, key tile j <= i of rows_i * cols_j.
-static inline double cost_flash_tile_area(int T) {
-    int tile = COST_FLASH_TILE, nt = (T + tile - 1) / tile;
+// Query/key pairs the tiles compute: for each query tile (rows_tile rows, the last one
+// partial), every key up to the end of the last key tile (cols_tile) that reaches its last
+// row; key tiles wholly above the diagonal are skipped.
+static inline double cost_flash_tile_area(int T, int rows_tile, int cols_tile) {
     double area = 0;
-    for (int i = 0; i < nt; i++) {
-        int rows = T - i * tile < tile ? T - i * tile : tile;
-        for (int j = 0; j <= i; j++) {
-            int cols = T - j * tile < tile ? T - j * tile : tile;
-            area += (double)rows * cols;
-        }
+    for (int q0 = 0; q0 < T; q0 += rows_tile) {
+        int q1 = q0 + rows_tile < T ? q0 + rows_tile : T;           // one past the tile's last row
+        int keys = (q1 + cols_tile - 1) / cols_tile * cols_tile;  // through the last key tile it needs
+        area += (double)(q1 - q0) * (keys < T ? keys : T);
     }
     return area;
 }
@@ -231,7 +235,7 @@ static inline int cost_model_kernels(const CostSetup* s, CostList* l) {
                  1);
         cost_add(l, COST_FWD, 0, 1, "attention unpermute", 0, 0, 2 * BTC * X, 1);
     } else {
-        double area = H * cost_flash_tile_area(s->T);
+        double area = H * cost_flash_tile_area(s->T, COST_FLASH_FWD_ROWS, COST_FLASH_FWD_COLS);
         cost_add(l, COST_FWD, 0, 1, s->kernels.attention == ATTENTION_CUDNN ? "attention cudnn fwd (as flash)"
                                                                             : "attention flash fwd",
                  4 * area * hs, 5 * area, 3 * BTC * X + BTC * X + H * T * F, 1);
@@ -305,7 +309,7 @@ static inline int cost_model_kernels(const CostSetup* s, CostList* l) {
                  H * T * T * X + BTC * X + BTC * X, 1);
         cost_add(l, COST_BWD, 0, 1, "attention unpermute dqkv", 0, 0, 6 * BTC * X, 1);
     } else {
-        double area = H * cost_flash_tile_area(s->T);
+        double area = H * cost_flash_tile_area(s->T, COST_FLASH_BWD_TILE, COST_FLASH_BWD_TILE);
         const char* cu = s->kernels.attention == ATTENTION_CUDNN ? " (cudnn, as flash)" : "";
         char name[64];
         snprintf(name, sizeof(name), "attention flash bwd D = rowsum%s", cu);

@@ -491,11 +491,11 @@ static void print_json(const Options* o) {
     step_setup(o, &s, &list);
     printf("{\"model\":\"%s\",\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d,\"N\":%zu,\"B\":%d,\"T\":%d,"
            "\"dp\":%d,\"zero_stage\":%d,\"grad_bytes\":%d,\"attention\":\"%s\",\"fused\":%d,\"recompute\":%d,"
-           "\"opt_numel\":%.0f,\"flash_tile\":%d,\"model_flops_per_token\":%.17g,",
+           "\"opt_numel\":%.0f,\"flash_tiles\":[%d,%d,%d],\"model_flops_per_token\":%.17g,",
            model_descriptor(o->model), c->num_layers, c->channels, c->num_heads, c->vocab_size, c->padded_vocab_size,
            c->max_seq_len, gpt2_num_parameters(c), o->B, o->T, o->dp, o->zero_stage, o->grad_bytes,
            attention_kind_name(o->kernels.attention), o->kernels.fused, o->kernels.recompute_gelu, s.opt_numel,
-           COST_FLASH_TILE, cost_model_flops_per_token(c, o->T));
+           COST_FLASH_FWD_ROWS, COST_FLASH_FWD_COLS, COST_FLASH_BWD_TILE, cost_model_flops_per_token(c, o->T));
     printf("\"gemm_efficiency\":%g,\"flash_efficiency\":%g,\"cudnn_efficiency\":%g,\"bandwidth_efficiency\":%g,"
            "\"launch_us\":%g,\"kernels\":[",
            o->eff.tensor[COST_EFF_GEMM], o->eff.tensor[COST_EFF_FLASH], o->eff.tensor[COST_EFF_CUDNN], o->eff.bandwidth,

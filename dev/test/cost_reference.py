@@ -26,7 +26,20 @@ import sys
 
 H100 = dict(tc=989e12, cc=67e12, bw=3.35e12)
 H200 = dict(tc=989e12, cc=67e12, bw=4.8e12)
-TILE = 64
+
+
+def flash_tiles():
+    """The BF16 build's flash tiles, read from llmc/attention_flash.cuh (not from the cost
+    model): forward FLASH_QUERY_TILE (16 rows a warp) x FLASH_KEY_TILE, backward FLASH_BWD_TILE."""
+    import re
+    text = open("llmc/attention_flash.cuh").read()
+    bf16 = text[text.index("#if FLOATX_IS_BF16\n#define FLASH_WARPS"):]
+    bf16 = bf16[:bf16.index("#else")]
+    val = lambda name: int(re.search(r"#define %s (\d+)" % name, bf16).group(1))
+    return 16 * val("FLASH_WARPS"), val("FLASH_KEY_TILE"), val("FLASH_BWD_TILE")
+
+
+FWD_ROWS, FWD_COLS, BWD_TILE = flash_tiles()
 
 failures = []
 
@@ -58,9 +71,10 @@ def param_counts(L, C, Vp, maxT):
     return weights, weights + biases + layernorms + wpe
 
 
-def flash_area(T):
-    # per query row q: the keys of every tile up to and including q's own tile
-    return sum(min(T, (q // TILE + 1) * TILE) for q in range(T))
+def flash_area(T, rows, cols):
+    # per query row q: every key through the last key tile that reaches the last row of q's tile
+    last = lambda q: min(T, (q // rows + 1) * rows)
+    return sum(min(T, -(-last(q) // cols) * cols) for q in range(T))
 
 
 def rows(j, pred):
@@ -88,9 +102,12 @@ def check_step(j, label):
     if j["attention"] == "naive":
         check(close(att, 12 * L * BT * T * C), f"{label}: naive attention FLOPs {att} != 12 L C T x tokens")
     else:
-        area = flash_area(T)
-        check(T * (T + 1) // 2 <= area <= T * (T + 1) // 2 + T * TILE, f"{label}: flash area {area} out of bounds")
-        check(close(att, L * H * hs * area * (2 * 2 + 2 * 7)), f"{label}: flash attention FLOPs {att}")
+        fwd, bwd = flash_area(T, FWD_ROWS, FWD_COLS), flash_area(T, BWD_TILE, BWD_TILE)
+        for area, tile in ((fwd, FWD_ROWS), (bwd, BWD_TILE)):
+            check(T * (T + 1) // 2 <= area <= T * (T + 1) // 2 + T * tile, f"{label}: flash area {area} out of bounds")
+        check(j["flash_tiles"] == [FWD_ROWS, FWD_COLS, BWD_TILE],
+              f"{label}: the cost model's flash tiles {j['flash_tiles']} are not llmc/attention_flash.cuh's")
+        check(close(att, L * H * hs * (fwd * 2 * 2 + bwd * 2 * 7)), f"{label}: flash attention FLOPs {att}")
 
     # 3. bytes by hand (bf16 activations: 2 bytes, fp32 statistics: 4)
     def one(name):
