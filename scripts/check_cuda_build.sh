@@ -46,7 +46,7 @@ precision_builds() {
 # cores): FP32 in a copy of the working tree (what git tracks or would track), so the two
 # never share an object or a stamp, BF16 here. Each log is printed whole, FP32's first.
 mkdir -p "$OUT/fp32_tree" "$OUT/bin"
-git ls-files -co --exclude-standard | grep -v '^build/' | tar -cf - -T - | tar -xf - -C "$OUT/fp32_tree"
+bash scripts/copy_sources.sh "$OUT/fp32_tree"
 (cd "$OUT/fp32_tree" && OUT=$OUT/bin precision_builds FP32) >"$OUT/fp32.log" 2>&1 &
 fp32=$!
 bf16_status=0

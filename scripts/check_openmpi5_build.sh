@@ -74,7 +74,7 @@ linked_to_wheel() {
 # ---- 2. the CPU trainer, system MPI vs Open MPI 5 ------------------------------------
 SCRATCH=$WORK/repo
 mkdir -p "$SCRATCH"
-tar -C "$ROOT" --exclude=./.git --exclude=./data --exclude=./out -cf - . | tar -C "$SCRATCH" -xf -
+bash "$ROOT/scripts/copy_sources.sh" "$SCRATCH"
 cd "$SCRATCH"
 make -s data >/dev/null
 build() {  # build NAME TARGET [make args]: make -B in the scratch copy, binary moved to $WORK/NAME

@@ -71,16 +71,16 @@ copy_build() {  # copy_build NAME MAKE_ARGS...: builds $BIN/NAME in the backgrou
     shift
     local dir="$BIN/src_$name"
     mkdir -p "$dir"
-    # the sources as they are here, without data, build outputs of the CPU layer and git
-    tar -cf - --exclude=./data --exclude=./build --exclude=./.git --exclude=./.device --exclude='./log*' \
-        --exclude=./out . | tar -xf - -C "$dir"
+    bash scripts/copy_sources.sh "$dir"
     rm -f "$dir"/zero1/*.o
     (cd "$dir" && make -B train_gpt2cu PRECISION=BF16 "$@" && mv train_gpt2cu "$BIN/$name") >"$BIN/build_$name.log" 2>&1 &
 }
-# cudnn_frontend.h: in the toolkit's or the system's include dirs, CPATH, .device/, or a Python
-# package's (the nvidia-cudnn-frontend wheel).
+# cudnn_frontend.h: where scripts/get_cudnn_frontend.sh puts it (build/cudnn_frontend, carried
+# to a GPU machine without network), the toolkit's or the system's include dirs, CPATH,
+# .device/, or a Python package's (the nvidia-cudnn-frontend wheel).
 cudnn_frontend_header() {
-    local dirs=("${CUDA_HOME:-/usr/local/cuda}/include" /usr/include /usr/local/include .device)
+    local dirs=("$PWD/build/cudnn_frontend/include" "${CUDA_HOME:-/usr/local/cuda}/include" /usr/include
+                /usr/local/include "$PWD/.device")
     local d
     IFS=: read -r -a extra <<<"${CPATH:-}"
     dirs+=("${extra[@]}")
@@ -107,7 +107,11 @@ if [ "$DRY" = 1 ]; then
 else
     copy_build zero1 USE_ZERO1=1
     zero1_pid=$!
-    if [ $CUDNN = 1 ]; then copy_build cudnn USE_CUDNN=1; cudnn_pid=$!; fi
+    # The copy has no build/: make is told where the headers are.
+    if [ $CUDNN = 1 ]; then
+        copy_build cudnn USE_CUDNN=1 CUDNN_FRONTEND_PATH="$(dirname "$(cudnn_frontend_header)")"
+        cudnn_pid=$!
+    fi
     make -B train_gpt2cu PRECISION=BF16 && mv train_gpt2cu "$BIN/plain" || exit 1
     make data || exit 1
     wait "$zero1_pid" || { tail -n 30 "$BIN/build_zero1.log"; echo "gpu_check: the USE_ZERO1=1 build failed"; exit 1; }

@@ -100,7 +100,7 @@ VARIANT_TARGETS_BF16_1="test_gpt2cu"
 prebuild() {  # prebuild PRECISION USE_ZERO1: the variant's targets in $OUT/tree_P_z; .rc when done
     local dir=$OUT/tree_$1_$2 targets=VARIANT_TARGETS_$1_$2
     mkdir -p "$dir"
-    git ls-files -co --exclude-standard | grep -v '^build/' | tar -cf - -T - | tar -xf - -C "$dir"
+    bash scripts/copy_sources.sh "$dir"
     if [ $LAYER = 1 ]; then
         mkdir -p "$dir/build" && cp -rp build/cuda_cpu "$dir/build/" && rm -rf "$dir/build/cuda_cpu/src"
     fi

@@ -31,7 +31,7 @@ $PY dev/test/gpt2_oracle.py make --out-model "$WORK/model.bin" --out-state "$WOR
 mutate() {
     local dir=$WORK/$1
     mkdir -p "$dir"
-    (cd "$ROOT" && git ls-files -co --exclude-standard | grep -v '^build/' | tar -cf - -T -) | tar -xf - -C "$dir"
+    bash "$ROOT/scripts/copy_sources.sh" "$dir"
     mkdir -p "$dir/build" && cp -rp "$ROOT/build/cuda_cpu" "$dir/build/"  # the layer itself is not mutated
     rm -rf "$dir/build/cuda_cpu/src"
     $PY - "$dir/$2" "$3" "$4" <<'PYEOF'

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# scripts/copy_sources.sh DEST: the repository's sources into DEST, for a build that must
+# share no object or stamp with this tree (check_cuda_build.sh's FP32 builds, the GPU
+# suite's variants, the GPU mutations, check_openmpi5_build.sh, gpu_check.sh).
+# In a git work tree: what git tracks or would track (the working tree's state, uncommitted
+# changes included), without build/. Outside one (a copy without .git, as a lent GPU
+# machine gets): everything but .git, build/, data/, out/, .device/, logs and the build
+# stamps (so the copy rebuilds from scratch).
+set -euo pipefail
+dest=${1:?usage: scripts/copy_sources.sh DEST}
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+mkdir -p "$dest"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -co --exclude-standard | grep -v '^build/' | tar -cf - -T - | tar -xf - -C "$dest"
+else
+    tar -cf - --exclude=./.git --exclude=./build --exclude=./data --exclude=./out --exclude=./.device \
+        --exclude='./.build-*.stamp' --exclude='./log*' . | tar -xf - -C "$dest"
+fi
