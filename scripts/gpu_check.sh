@@ -198,7 +198,7 @@ PEER="${GPU_CHECK_PEER_SCRIPT:-.device/peers/torch_gpt2_bench.py}"
 if [ "${GPU_CHECK_PEER:-1}" = 0 ]; then
     echo "SKIPPED: the PyTorch peer (GPU_CHECK_PEER=0)"
 elif [ ! -f "$PEER" ]; then
-    echo "SKIPPED: the PyTorch peer: no $PEER (run ../shared/device/prepare.sh here and carry .device)"
+    echo "SKIPPED: the PyTorch peer: no $PEER (the peer is prepared into .device/ outside this repository; GPU_CHECK_PEER=0 skips it)"
 else
     section "the PyTorch peer: $PEER, B=$BENCH_B T=1024, torch.compile"
     if [ "$DRY" = 1 ]; then
