@@ -55,7 +55,7 @@ ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
   zero1/device_cpu.c zero1/trace.c zero1/split_embedding.c
 # The CPU trainer's backend brings the test-only deferred device and hazard communicator.
-ZERO1_TEST_SRC = zero1/device_deferred.c zero1/comm_hazard.c
+ZERO1_TEST_SRC = zero1/testing/device_deferred.c zero1/testing/comm_hazard.c
 ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c $(ZERO1_TEST_SRC)
 ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
 # The CUDA device ops, the NCCL communicator and the GPU backend, built as objects with
@@ -69,6 +69,7 @@ ZERO1_DEF = -DUSE_ZERO1
 endif
 
 HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard zero1/*.h)
+TOOL_HEADERS = $(HOST_HEADERS) $(wildcard tools/*.h)
 
 # The binaries' names do not say how they were built, so the build variables are kept in
 # stamp files that change only when the variables do: switching USE_ZERO1 or PRECISION
@@ -130,23 +131,23 @@ test_crc32c: dev/test/test_crc32c.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/test_crc32c.c -o $@ -lm
 
 # Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE.
-prepro_text: dev/data/prepro_text.c $(HOST_HEADERS)
-	gcc $(CFLAGS) dev/data/prepro_text.c -o $@ -lm
+prepro_text: tools/prepro_text.c $(TOOL_HEADERS)
+	gcc $(CFLAGS) tools/prepro_text.c -o $@ -lm
 
 # JSONL (plain, zstd, gzip) and text corpora -> shards, tokenized on every core (Debian's
 # libjansson-dev, libzstd-dev, zlib1g-dev: scripts/install_deps.sh).
-prepro_corpus: dev/data/prepro_corpus.c $(HOST_HEADERS)
-	gcc $(CFLAGS) -pthread dev/data/prepro_corpus.c -o $@ -ljansson -lzstd -lz -lm
+prepro_corpus: tools/prepro_corpus.c $(TOOL_HEADERS)
+	gcc $(CFLAGS) -pthread tools/prepro_corpus.c -o $@ -ljansson -lzstd -lz -lm
 
 # llm.c model files and checkpoints <-> Hugging Face GPT-2 (model.safetensors + config.json).
-hf_convert: dev/hf/hf_convert.c $(HOST_HEADERS)
-	gcc $(CFLAGS) dev/hf/hf_convert.c -o $@ -lm
+hf_convert: tools/hf_convert.c $(TOOL_HEADERS)
+	gcc $(CFLAGS) tools/hf_convert.c -o $@ -lm
 
 zero1_plan: zero1/zero1_plan.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
 	gcc $(CFLAGS) zero1/zero1_plan.c $(ZERO1_CORE_SRC) -o $@ -lm
 
-# The cost model: a FLOP and byte count of the GPU step, its roofline time (llmc/cost_model.h)
-gpt2_cost: dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
+# The cost model: a FLOP and byte count of the GPU step, its roofline time (dev/cost/cost_model.h)
+gpt2_cost: dev/cost/gpt2_cost.c dev/cost/cost_model.h $(ZERO1_CORE_SRC) $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC) -o $@ -lm
 
 # Unit tests of the zero1 core (no MPI).

@@ -1,7 +1,7 @@
 /*
  * The GPT-2 token DECODER the trainers use to print samples.
  *
- * Reads llm.c's tokenizer file (written by dev/data/prepro_text):
+ * Reads llm.c's tokenizer file (written by tools/prepro_text):
  *   uint32 header[256]: [0] = 20240328 magic, [1] = version (1 or 2), [2] = vocab size,
  *                       [3] = <|endoftext|> id (version 2; version 1 implies 50256)
  *   then per token: uint8 length, that many raw bytes.

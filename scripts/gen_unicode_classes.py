@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate llmc/unicode_classes.h: the code point classes GPT-2's pre-tokeniser needs.
+"""Generate tools/unicode_classes.h: the code point classes GPT-2's pre-tokeniser needs.
 
 GPT-2's pattern uses \\p{L} (Lu Ll Lt Lm Lo), \\p{N} (Nd Nl No) and \\s. The `regex`
 module (and tiktoken's Rust regex) define \\s as the Unicode White_Space property, which
@@ -7,7 +7,7 @@ is NOT Python's str.isspace(): isspace() also accepts U+001C..U+001F. unicodedat
 White_Space lookup, but the property is exactly the separators (Zs Zl Zp) plus the
 controls TAB..CR and NEL, so we derive it from the categories and cross-check below.
 
-Run:  $LLMC_PYTHON scripts/gen_unicode_classes.py > llmc/unicode_classes.h
+Run:  $LLMC_PYTHON scripts/gen_unicode_classes.py > tools/unicode_classes.h
 with the interpreter the tokenizer test uses (LLMC_PYTHON, default /usr/bin/python3): the
 tables follow its unicodedata version, which the header records, and bpe_reference.py
 derives its classes from the same module at run time.

@@ -3,7 +3,7 @@
 # H100/H200 (not yet timed there: each section prints its seconds, the end the total):
 #   1. builds train_gpt2cu (BF16) plain, with zero1/ and, when the cuDNN frontend headers are
 #      there, with USE_CUDNN=1 (the last two in copies of the sources, alongside the first);
-#      gpt2_cost (the cost model, llmc/cost_model.h) and the token shards (make data)
+#      gpt2_cost (the cost model, dev/cost/cost_model.h) and the token shards (make data)
 #   2. runs `make test_gpu` (oracle tests in FP32 and BF16, determinism, ZeRO-1 on the GPU)
 #   3. benchmarks GPT-2 124M (-e d12) at T=1024, B=16 (or the largest of 16/8/4 that fits),
 #      GPU_CHECK_STEPS steps a run (default 20; the first GPU_CHECK_SKIP=3 left out of the

@@ -12,7 +12,7 @@
  *  - In flight. The call returns at once with a handle. Until the handle is waited for, or
  *    test() has returned 1, the caller must not read or write the buffer's region (n
  *    elements from buf; for all_to_all_v both its send and its recv region) in any way: not
- *    from the host, not from work queued on the compute stream. zero1/comm_hazard.c
+ *    from the host, not from work queued on the compute stream. zero1/testing/comm_hazard.c
  *    poisons those regions to prove the runtime never does. Ordering in covers every
  *    region a collective writes too: it writes them only after what the caller queued on
  *    the compute stream before the call (a kernel still reading a recv buffer that a new

@@ -182,7 +182,7 @@ extern const Zero1DeviceOps zero1_device_deferred_ops;
 
 // The CPU device: host memory, ops run at once (streams and events are trivially complete).
 Zero1Device zero1_device_cpu(void);
-// The deferred test device (zero1/device_deferred.c). Its own state; destroy when done.
+// The deferred test device (zero1/testing/device_deferred.c). Its own state; destroy when done.
 Zero1Device zero1_device_deferred_create(void);
 void zero1_device_deferred_destroy(Zero1Device* dev);
 // The host address behind a range of the deferred device's memory, for a model that runs

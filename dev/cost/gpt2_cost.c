@@ -1,6 +1,6 @@
 /*
  * gpt2_cost: predicts one GPU training step of the GPU trainer (train_gpt2.cu) from a FLOP
- * and byte count of its kernels (llmc/cost_model.h), before a GPU has measured it.
+ * and byte count of its kernels (dev/cost/cost_model.h), before a GPU has measured it.
  *
  *   ./gpt2_cost --model d12 -b 16 -t 1024 --path naive        the per-kernel table and the step
  *   ./gpt2_cost ... --gpu h200 --brief                        one line (scripts/gpu_check.sh)
@@ -38,14 +38,14 @@
  *     optimizer (-z 0) all-reduces after the backward, all of it exposed. These tables use
  *     the achievable compute times. NCCL's use of SMs (slowing compute) is not modelled;
  *     NVLink beyond 8 GPUs assumes an NVLink switch system.
- * Every assumption of the kernel counts is in llmc/cost_model.h's header.
+ * Every assumption of the kernel counts is in dev/cost/cost_model.h's header.
  * Errors: one `error:` line, exit 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/cost_model.h"
+#include "dev/cost/cost_model.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/utils.h"
 #include "zero1/bucket_timing.h"
@@ -419,7 +419,7 @@ static void print_text(const Options* o) {
            o->dp, o->zero_stage);
     printf("path %s: --attention %s --fused-kernels %d -r %d\n", path_name(&o->kernels),
            attention_kind_name(o->kernels.attention), o->kernels.fused, o->kernels.recompute_gelu);
-    printf("PREDICTED (a FLOP and byte count, llmc/cost_model.h; no GPU has measured it yet)\n\n");
+    printf("PREDICTED (a FLOP and byte count, dev/cost/cost_model.h; no GPU has measured it yet)\n\n");
     printf("per kernel, one step (xN: instances per step; GFLOP and GB per step; us: roofline time per step)\n");
     printf("%-5s %-42s %4s %10s %9s %10s %10s %6s\n", "phase", "kernel", "xN", "GFLOP", "GB", "H100 us", "H200 us",
            "bound");

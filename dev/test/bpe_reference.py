@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent GPT-2 BPE encoder: the test oracle for llmc/bpe.h.
+"""An independent GPT-2 BPE encoder: the test oracle for tools/bpe.h.
 
 Independent on purpose: the pre-tokenisation runs GPT-2's pattern through Python's own
 regex engine (`re`, with real backtracking and lookahead), with the Unicode classes

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent checks of gpt2_cost (llmc/cost_model.h) from GPT-2's shapes, written without
+"""Independent checks of gpt2_cost (dev/cost/cost_model.h) from GPT-2's shapes, written without
 reading the tool's numbers: every expected value below is computed here from B, T, L, C, NH,
 V and the definitions (2 M N K per matmul, bytes read + written per kernel, ring sends
 (n-1)/n of a buffer, nccl-tests' bus bandwidth).

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""An independent reference for hf_convert (dev/hf/hf_convert.c), used by dev/test/test_hf.sh.
+"""An independent reference for hf_convert (tools/hf_convert.c), used by dev/test/test_hf.sh.
 
 It reads and writes safetensors files itself (the JSON header and numpy.frombuffer, no C
 code and no safetensors package), maps Hugging Face GPT-2 names to the oracle's tensors

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests of prepro_corpus (dev/data/prepro_corpus.c): corpora this test makes itself
+# Tests of prepro_corpus (tools/prepro_corpus.c): corpora this test makes itself
 # (Unicode, emoji, newlines, empty texts, JSON escapes and surrogate pairs) in every
 # container (plain JSONL, zstd and gzip through their own command-line tools, text files,
 # stdin). The oracle for the ids is dev/test/bpe_reference.py (through check_corpus.py,

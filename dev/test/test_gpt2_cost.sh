@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpt2_cost (the cost model, llmc/cost_model.h) and scripts/gpu_check.sh, without a GPU:
+# gpt2_cost (the cost model, dev/cost/cost_model.h) and scripts/gpu_check.sh, without a GPU:
 #   1. dev/test/cost_reference.py: FLOP totals (6N + 6LCT identities, attention's square or
 #      tiles), bytes by hand from the shapes, the roofline and MFU from their definitions,
 #      flash < naive, communication (n-1)/n and its overlap limits;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests of the C data pipeline: GPT-2 BPE (llmc/bpe.h), prepro_text, the tokenizer file
+# Tests of the C data pipeline: GPT-2 BPE (tools/bpe.h), prepro_text, the tokenizer file
 # and its decoder (llmc/tokenizer.h). The oracle is dev/test/bpe_reference.py, an
 # independent Python BPE; expected ids below are GPT-2's published ones.
 # Inputs: $LLMC_DATA_DIR (default <repo>/dev/data)/{gpt2/encoder.json,gpt2/vocab.bpe,

@@ -1,7 +1,7 @@
 /*
  * The test devices and communicators of zero1/ against their contracts (device_ops.h,
- * comm.h): the deferred device (zero1/device_deferred.c) and the hazard communicator
- * (zero1/comm_hazard.c).
+ * comm.h): the deferred device (zero1/testing/device_deferred.c) and the hazard communicator
+ * (zero1/testing/comm_hazard.c).
  *
  *   test_zero1_devices          the deferred device: device pointers fault on the host
  *                               (the host view does not), stream order, late execution (a
@@ -124,7 +124,7 @@ static void check_host_cannot_dereference(const Zero1Device* d) {
     d->ops->free(d->ctx, p);
 }
 
-// zero1/device_deferred.c: a host model's address for a device range.
+// zero1/testing/device_deferred.c: a host model's address for a device range.
 void* zero1_device_deferred_host_view(const Zero1Device* dev, const void* p, size_t bytes);
 
 // The host view reaches the same memory as the device pointer, interior pointers included.

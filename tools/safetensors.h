@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "llmc/bf16.h"
-#include "llmc/json.h"
 #include "llmc/untrusted.h"
 #include "llmc/utils.h"
+#include "tools/json.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /*
- * zero1/device_deferred.c: the deferred test device. It keeps device_ops.h's contract and
+ * zero1/testing/device_deferred.c: the deferred test device. It keeps device_ops.h's contract and
  * nothing more, so that a runtime which leans on anything else fails on the CPU, every
  * time, instead of one run in a thousand on a GPU:
  *  - Device memory is host memory behind pointers the host cannot dereference (a tag in

@@ -1,5 +1,5 @@
 /*
- * zero1/comm_hazard.c: a test communicator around a real one (inner) that makes comm.h's
+ * zero1/testing/comm_hazard.c: a test communicator around a real one (inner) that makes comm.h's
  * "in flight" rule bite. For each collective it queues on the compute stream a copy of the
  * caller's region into a private snapshot, then fills the region with 0xFF bytes (NaN in
  * every Zero1Dtype), and runs the inner collective on the snapshot. The result is copied

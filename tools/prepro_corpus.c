@@ -12,7 +12,7 @@
  * Every document is prefixed with <|endoftext|>, as prepro_text does. Blank lines in
  * JSON Lines are passed over (they hold no record).
  *
- * Writes (llmc/shard_writer.h, shared with prepro_text): DIR/NAME_val_000000.bin, ...,
+ * Writes (tools/shard_writer.h, shared with prepro_text): DIR/NAME_val_000000.bin, ...,
  * DIR/NAME_train_00000K.bin, ... (the first --val-tokens tokens are val; shards of
  * --shard-tokens tokens; each written to a temporary name and renamed when complete),
  * DIR/gpt2_tokenizer.bin and, last, DIR/NAME_manifest.txt. A run that fails removes the
@@ -46,9 +46,9 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "llmc/bpe.h"
-#include "llmc/shard_writer.h"
 #include "llmc/utils.h"
+#include "tools/bpe.h"
+#include "tools/shard_writer.h"
 
 enum { FORMAT_JSONL, FORMAT_TEXT };
 enum { CODEC_PLAIN, CODEC_ZSTD, CODEC_GZIP };

@@ -32,8 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/unicode_classes.h"
 #include "llmc/utils.h"
+#include "tools/unicode_classes.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -33,10 +33,10 @@
 #include "llmc/cli.h"
 #include "llmc/crc32c.h"
 #include "llmc/gpt2_spec.h"
-#include "llmc/json.h"
 #include "llmc/model_file.h"
-#include "llmc/safetensors.h"
 #include "llmc/utils.h"
+#include "tools/json.h"
+#include "tools/safetensors.h"
 
 #define HF_PREFIX "transformer."
 #define GPT2_EOT_TOKEN 50256  // GPT-2's <|endoftext|>, its bos and eos

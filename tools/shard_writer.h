@@ -1,6 +1,6 @@
 /*
  * Writes llm.c token shards as a stream of ids, and their manifest; shared by the data
- * tools (dev/data/prepro_text.c, dev/data/prepro_corpus.c).
+ * tools (tools/prepro_text.c, tools/prepro_corpus.c).
  *
  *   ShardWriter w;
  *   shard_writer_init(&w, dir, name, shard_tokens, val_tokens, numbered, vocab_size);
@@ -41,9 +41,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "llmc/bpe.h"
 #include "llmc/crc32c.h"
 #include "llmc/utils.h"
+#include "tools/bpe.h"
 
 #define SHARD_FILE_MAGIC 20240520
 #define SHARD_FILE_VERSION 1

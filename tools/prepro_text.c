@@ -11,7 +11,7 @@
  *   DIR/NAME_val.bin, DIR/NAME_train.bin   int32 header[256] {20240520, 1, count}, uint16 ids
  *   DIR/gpt2_tokenizer.bin                 llm.c tokenizer file (llmc/tokenizer.h)
  *   DIR/NAME_manifest.txt                  tokens, bytes and CRC32C of each shard, written last
- * (llmc/shard_writer.h, shared with prepro_corpus, which reads JSONL corpora).
+ * (tools/shard_writer.h, shared with prepro_corpus, which reads JSONL corpora).
  *   DIR/NAME_hellaswag.bin                 a small multiple-choice eval in llm.c's HellaSwag
  *                                          format (llmc/hellaswag_file.h), --eval-items of them
  *
@@ -41,10 +41,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "llmc/bpe.h"
-#include "llmc/shard_writer.h"
 #include "llmc/hellaswag_file.h"
 #include "llmc/utils.h"
+#include "tools/bpe.h"
+#include "tools/shard_writer.h"
 
 static const char* DOWNLOAD_HINT =
     "The inputs are public files:\n"
