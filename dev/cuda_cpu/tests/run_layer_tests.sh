@@ -9,6 +9,7 @@
 # Prints "N passed, M failed".
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../test/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/pkeys.sh"
 # Without CUDA headers (no toolkit, and no PyPI wheels to take them from) nothing here can build.
 if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
     echo "SKIPPED: no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
@@ -22,6 +23,7 @@ run() {  # run NAME COMMAND...: counts the result of one run, showing its tail o
     log=$(mktemp)
     if "$@" >"$log" 2>&1; then
         echo "PASS $name ($(grep -c '^PASS' "$log") checks)"
+        grep '^SKIPPED' "$log" | sed 's/^/    /'
         passed=$((passed + 1))
     else
         echo "FAIL $name"
@@ -38,9 +40,13 @@ done
 for exec in eager lazy; do
     run "test_layer exec=$exec" env CUDA_CPU_EXEC=$exec CUDA_CPU_ORDER=random ./test_cuda_cpu_layer
 done
-run "test_layer protect" env CUDA_CPU_PROTECT=1 ./test_cuda_cpu_layer
+if pkeys_available; then
+    run "test_layer protect" env CUDA_CPU_PROTECT=1 ./test_cuda_cpu_layer
+else
+    echo "$PKEYS_SKIPPED (test_layer protect, test_blas protect)"
+fi
 run test_blas ./test_cuda_cpu_blas
-run "test_blas protect" env CUDA_CPU_PROTECT=1 CUDA_CPU_EXEC=lazy ./test_cuda_cpu_blas
+pkeys_available && run "test_blas protect" env CUDA_CPU_PROTECT=1 CUDA_CPU_EXEC=lazy ./test_cuda_cpu_blas
 run test_nccl bash dev/cuda_cpu/tests/test_nccl.sh ./test_cuda_cpu_nccl
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -52,7 +52,12 @@ done
 for mode in eager lazy; do
     expect "basic, 2 ranks, CUDA_CPU_EXEC=$mode" 0 -- env CUDA_CPU_EXEC=$mode "${MPIRUN[@]}" -x CUDA_CPU_EXEC -np 2 "$BIN" basic
 done
-expect "basic, 3 ranks, CUDA_CPU_PROTECT=1" 0 -- env CUDA_CPU_PROTECT=1 "${MPIRUN[@]}" -x CUDA_CPU_PROTECT -np 3 "$BIN" basic
+source "$(dirname "${BASH_SOURCE[0]}")/pkeys.sh"
+if pkeys_available; then
+    expect "basic, 3 ranks, CUDA_CPU_PROTECT=1" 0 -- env CUDA_CPU_PROTECT=1 "${MPIRUN[@]}" -x CUDA_CPU_PROTECT -np 3 "$BIN" basic
+else
+    echo "$PKEYS_SKIPPED (basic, 3 ranks)"
+fi
 expect "mismatch: a fault naming both sides, exit 2" 2 \
     +"error: cuda_cpu: collective #1 on communicator " \
     +"rank 0 issued ncclReduceScatter of 4096 float sum, rank 1 issued ncclAllGather of 2048 bfloat16" \
