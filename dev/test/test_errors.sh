@@ -96,6 +96,14 @@ check model_is_pipe        1 "is a pipe or FIFO"        -- -e <(cat "$TMP/good.b
 check shard_is_fifo        1 "fifo_shard' is a pipe or FIFO" -- -i "$TMP/fifo_shard"
 check tokenizer_is_fifo    1 "tokenizer '$TMP/fifo_model' is a pipe" -- -s 1 --tokenizer "$TMP/fifo_model"
 check output_dangling_link 1 "symbolic link to '$TMP/no_such_dir', which does not exist" -- -o "$TMP/dangling_out"
+check output_parent_file   1 "cannot create output directory '$TMP/not_a_dir/run': Not a directory" -- -o "$TMP/not_a_dir/run"
+# -o's missing parents are made, as mkdir -p would (a job script's path is often fresh).
+if timeout 60 $BIN "${BASE[@]}" -o "$TMP/fresh/parents/out" >"$TMP/parents.log" 2>&1 && [ -f "$TMP/fresh/parents/out/main.log" ]; then
+    ok "-o with missing parents: they are made, main.log written"
+else
+    bad "-o with missing parents failed"
+    tail -n 5 "$TMP/parents.log" | sed 's/^/       | /'
+fi
 check instances_zero       1 "--dist-opt-instances 0 is out of range" -- --dist-opt-instances 0
 # One job per output directory: while a job runs in D, a second one on D stops at once naming
 # the holder; once the first is gone (kill -9 too: the lock is the kernel's), D is free again.
