@@ -42,12 +42,22 @@ judge() {
         else if (op == "lt") ok = v < a; else ok = v >= a && v <= b
         print (ok ? "met" : "NOT met") }'
 }
+# judge_noise A_FILE B_FILE VALUE OP LIMIT [LIMIT2]: judge, and for a ratio expected to be 1
+# that misses its goal, whether its repeats span 1.0 (the noise hid the answer)
+judge_noise() {
+    local verdict
+    verdict=$(judge "${@:3}")
+    if [ "$verdict" != met ] && paste "$1" "$2" | awk '$2 > 0 { r = $1 / $2; lo += r <= 1; hi += r >= 1 } END { exit !(lo && hi) }'; then
+        verdict="$verdict (the repeats span 1.0: noise)"
+    fi
+    echo "$verdict"
+}
 SECTION=""
 ROWS=()
 section() { SECTION=$1; echo "== $1. $2"; }
 # figure NAME VALUE GOAL [VERDICT]: the line now, the table's row at the end
 figure() {
-    printf "  %-50s %-44s goal %s%s\n" "$1" "$2" "$3" "${4:+: $4}"
+    printf "  %-62s %-48s goal %s%s\n" "$1" "$2" "$3" "${4:+: $4}"
     ROWS+=("| $SECTION | $1 | $2 | $3${4:+: $4} |")
 }
 # Mean over the steps after the first of a field of the step lines ("| 812.3 ms |", "comm wait 3.1 ms").
@@ -96,13 +106,14 @@ on=$(median <"$work/on_wait"); off=$(median <"$work/off_wait")
 # The same compute and the same bytes on the wire (reduce-scatter + all-gather = all-reduce):
 # 1.0 but for noise, and ZeRO-1's AdamW on half the elements.
 r=$(ratio "$z1" "$z0" %.3f)
-figure "ZeRO-1 / replicated step time, ms" "$z1 / $z0 = $r ($(spread "$work/z1_ms" "$work/z0_ms"))" "<= 1.05" \
-    "$(judge "$r" le 1.05)"
+figure "ZeRO-1 / replicated step time, ms" "$(printf %.1f "$z1") / $(printf %.1f "$z0") = $r ($(spread \
+    "$work/z1_ms" "$work/z0_ms"))" "<= 1.05" "$(judge_noise "$work/z1_ms" "$work/z0_ms" "$r" le 1.05)"
 r=$(ratio "$s1" "$s0" %.4f)
 figure "ZeRO-1 / replicated optimizer state per rank, bytes" "$s1 / $s0 = $r" "= 1/DP = $(ratio 1 $NP %.4f)" \
     "$(judge "$r" in "$(ratio 1 $NP %.4f)" "$(ratio 1 $NP %.4f)")"
 r=$(ratio "$on" "$off" %.3f)
-figure "blocked on communication, overlap on / off, ms/step" "$on / $off = $r" "< 1" "$(judge "$r" lt 1)"
+figure "blocked on communication, overlap on / off, ms/step" "$(printf %.1f "$on") / $(printf %.1f "$off") = $r" "< 1" \
+    "$(judge "$r" lt 1)"
 
 # ---- 3. the CPU execution layer for CUDA ---------------------------------------------------
 # Device threads per second for a kernel that never waits, one full of __syncthreads and one
@@ -150,11 +161,13 @@ figure "sgemm 512x3072x768 GFLOP/s, auto (${core_of[auto]}) / Prescott forced" \
 # The same kernels as auto once the restart repaired the choice: 1.0 but for noise.
 r=$(ratio "$gr" "$ga")
 figure "sgemm GFLOP/s, repaired by the restart (${core_of[repaired]}) / auto" \
-    "$gr / $ga = $r ($(spread "$work/gf_repaired" "$work/gf_auto"))" "0.90..1.10" "$(judge "$r" in 0.90 1.10)"
+    "$gr / $ga = $r ($(spread "$work/gf_repaired" "$work/gf_auto"))" "0.90..1.10" \
+    "$(judge_noise "$work/gf_repaired" "$work/gf_auto" "$r" in 0.90 1.10)"
 sf=$(median <"$work/st_forced") sa=$(median <"$work/st_auto")
 r=$(ratio "$sf" "$sa")
 figure "train_gpt2 step L=$L C=$C B=$B4 T=$T ms, Prescott forced / auto" \
-    "$sf / $sa = $r ($(spread "$work/st_forced" "$work/st_auto"))" "> 1" "$(judge "$r" gt 1)"
+    "$(printf %.1f "$sf") / $(printf %.1f "$sa") = $r ($(spread "$work/st_forced" "$work/st_auto"))" "> 1" \
+    "$(judge "$r" gt 1)"
 
 echo "== the table (medians of $REPEATS alternating repeats)"
 echo "| section | figure | value | goal |"
