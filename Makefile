@@ -75,13 +75,21 @@ TOOL_HEADERS = $(HOST_HEADERS) $(wildcard tools/*.h)
 # stamp files that change only when the variables do: switching USE_ZERO1 or PRECISION
 # rebuilds, repeating a build does not.
 # The toolchain counts too: a binary linked against another MPI must not survive a switch.
+# A stamp is a target, rewritten only when a goal depends on it and its variables changed
+# (stamp_stale makes it depend on .stamp-stale then): `make data` leaves the trainer's alone.
+stamp_stale = $(shell echo "$(2)" | cmp -s - $(1) || echo .stamp-stale)
 CPU_STAMP := .build-cpu.stamp
 GPU_STAMP := .build-gpu.stamp
 CPU_BUILD := USE_ZERO1=$(USE_ZERO1) CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC))
 GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) USE_ZERO1=$(USE_ZERO1) USE_CUDNN=$(USE_CUDNN) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
              MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC))
-$(shell echo "$(CPU_BUILD)" | cmp -s - $(CPU_STAMP) || echo "$(CPU_BUILD)" > $(CPU_STAMP))
-$(shell echo "$(GPU_BUILD)" | cmp -s - $(GPU_STAMP) || echo "$(GPU_BUILD)" > $(GPU_STAMP))
+# (Rules, but never the default goal: their names start with a dot.)
+.PHONY: .stamp-stale
+.stamp-stale:
+$(CPU_STAMP): $(call stamp_stale,$(CPU_STAMP),$(CPU_BUILD))
+	@echo "$(CPU_BUILD)" > $@
+$(GPU_STAMP): $(call stamp_stale,$(GPU_STAMP),$(GPU_BUILD))
+	@echo "$(GPU_BUILD)" > $@
 CUDA_HEADERS = $(wildcard llmc/*.cuh) $(CUDA_CPU_LIB)
 
 .PHONY: all test test_gpu bench demo clean data cuda cuda_cpu
@@ -209,7 +217,8 @@ check_cudnn = $(if $(CUDNN_PROBLEM),$(error $(CUDNN_PROBLEM)))
 NVCC_FLAGS += -DUSE_CUDNN
 CUDNN_STAMP := .build-cudnn.stamp
 CUDNN_BUILD := NVCC=$(NVCC) CUDNN_FRONTEND_PATH=$(CUDNN_FRONTEND_PATH) CUDNN_HOME=$(CUDNN_HOME)
-$(shell echo "$(CUDNN_BUILD)" | cmp -s - $(CUDNN_STAMP) || echo "$(CUDNN_BUILD)" > $(CUDNN_STAMP))
+$(CUDNN_STAMP): $(call stamp_stale,$(CUDNN_STAMP),$(CUDNN_BUILD))
+	@echo "$(CUDNN_BUILD)" > $@
 CUDNN_OBJ := build/cudnn_attention.o
 # NVRTC: the frontend also compiles an experimental Blackwell engine that calls it (never
 # used for attention, but linked).

@@ -41,9 +41,11 @@ static Optimizer* zero1_cpu_optimizer(const TrainConfig* cfg, const GPT2Config* 
     return zero1_gpt2_optimizer(cfg, mc, zero1_backend_cpu(cfg, world), ZERO1_FP32);
 }
 static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = zero1_cpu_optimizer;
+static const MemoryZero1Sizes plugin_memory = zero1_gpt2_memory_buffers;
 #else
 #define DEFAULT_ZERO_STAGE 0
 static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = NULL;
+static const MemoryZero1Sizes plugin_memory = NULL;
 #endif
 
 // ----------------------------------------------------------------------------
@@ -229,7 +231,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     tr->grad_accum_steps = check_config(cfg, &mc, world);
     int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
                                       cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
-    memory_check_cpu(cfg, &mc, world, plugin);
+    memory_check_cpu(cfg, &mc, world, plugin ? plugin_memory : NULL);
     float* dense = load_initial_weights(cfg, &mc);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T);
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, world) : replicated_optimizer(cfg, &mc, world);

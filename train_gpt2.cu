@@ -100,9 +100,11 @@ static Optimizer* zero1_gpu_optimizer(const TrainConfig* cfg, const GPT2Config* 
 }
 static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, const GpuSetup*) =
     zero1_gpu_optimizer;
+static const MemoryZero1Sizes plugin_memory = zero1_gpt2_memory_buffers;
 #else
 #define DEFAULT_ZERO_STAGE 0
 static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, const GpuSetup*) = NULL;
+static const MemoryZero1Sizes plugin_memory = NULL;
 #endif
 
 // The plain replicated optimizer: dense buffers in canonical order, one NCCL all-reduce of
@@ -336,7 +338,8 @@ static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GPT
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaGetDeviceProperties(&prop, device));
     uint64_t id = fnv1a(FNV1A_START, &prop.uuid, sizeof(prop.uuid));
-    memory_check_gpu(cfg, mc, kernels, gpu->world, plugin, (int)sizeof(floatX), id, (double)free_bytes);
+    memory_check_gpu(cfg, mc, kernels, gpu->world, plugin ? plugin_memory : NULL, (int)sizeof(floatX), id,
+                     (double)free_bytes);
 }
 
 // use_plugin: through zero1/ (the default when built in), else the plain replicated optimizer.

@@ -23,6 +23,7 @@
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
 
+#include <dirent.h>
 #include <glob.h>
 #include <stdint.h>
 
@@ -157,6 +158,31 @@ static inline void dataloader_enter(DataLoader* d, size_t epoch, size_t pos) {
     dataloader_open_shard(d, d->shard_order ? d->shard_order[pos] : pos);
 }
 
+// No shard matches pattern: the default tinyshakespeare paths come from `make data`; for
+// any other pattern, say what its directory holds (a corpus with no train split shows
+// itself there by its val shards alone).
+static inline void dataloader_no_shard(const char* pattern) {
+    if (strncmp(pattern, "data/tinyshakespeare_", 21) == 0) {
+        fatal("no token shard matches '%s' (run `make data` to prepare tinyshakespeare, or pass -i/-j)", pattern);
+    }
+    const char* slash = strrchr(pattern, '/');
+    char dir[PATH_MAX_LEN];
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash == pattern ? 1 : slash - pattern) : 1, slash ? pattern : ".");
+    DIR* dh = strpbrk(dir, "*?[") ? NULL : opendir(dir);
+    if (dh == NULL) fatal("no token shard matches '%s' (no directory '%s')", pattern, dir);
+    char found[512] = "";
+    int shards = 0;
+    for (struct dirent* e; (e = readdir(dh)) != NULL;) {
+        size_t n = strlen(e->d_name), len = strlen(found);
+        if (n < 4 || strcmp(e->d_name + n - 4, ".bin") != 0) continue;
+        if (shards++ < 4) snprintf(found + len, sizeof(found) - len, "%s%s", len ? ", " : "", e->d_name);
+    }
+    closedir(dh);
+    if (shards == 0) fatal("no token shard matches '%s': '%s' holds no .bin file", pattern, dir);
+    fatal("no token shard matches '%s': '%s' holds %d other .bin file%s (%s%s)", pattern, dir, shards,
+          shards == 1 ? "" : "s", found, shards > 4 ? ", ..." : "");
+}
+
 static inline void dataloader_init(DataLoader* d, const char* pattern, int B, int T, int rank, int world,
                                    int vocab_size) {
     memset(d, 0, sizeof(*d));
@@ -166,9 +192,7 @@ static inline void dataloader_init(DataLoader* d, const char* pattern, int B, in
     d->world = world;
     d->vocab_size = vocab_size;
     int rc = glob(pattern, 0, NULL, &d->files);
-    if (rc != 0 || d->files.gl_pathc == 0) {
-        fatal("no token shard matches '%s' (run `make data` to prepare tinyshakespeare, or pass -i/-j)", pattern);
-    }
+    if (rc != 0 || d->files.gl_pathc == 0) dataloader_no_shard(pattern);
     d->num_shards = d->files.gl_pathc;
     d->window = (uint16_t*)mallocCheck(((size_t)B * T + 1) * sizeof(uint16_t));
     d->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));

@@ -96,43 +96,24 @@ static inline void memory_add_loading(MemoryNeed* n, double resident, double tra
 // only what would have come within 3% of the limit.
 static inline void memory_add_overhead(MemoryNeed* n) { memory_add(n, "overhead", 64 * MEMORY_MIB + 0.03 * memory_total(n)); }
 
-static inline long long memory_lcm(long long a, long long b) {
-    long long x = a, y = b;
-    while (y) {
-        long long t = x % y;
-        x = y;
-        y = t;
-    }
-    return a / x * b;
-}
+// The optimizer's buffers: elements of the param and grad buffers (padding included), those
+// whose AdamW state this rank keeps, and the bytes of the ZeRO-1 exchange temporaries
+// (fp32 accumulation's receive slots, the split embedding's rows).
+typedef struct {
+    double numel, owned, temporaries;
+} MemoryBuffers;
 
-// Elements of the param and grad buffers. zero1/layout.c pads every tensor's start to 64
-// elements and every bucket's end to a multiple of lcm(DP, 128) (and 65536 with
-// --pad-busbw); a bucket holds at least one tensor and, but for the last, at least
-// bucket_size elements (the default is at least 40M).
-static inline double memory_buffer_numel(const TrainConfig* cfg, const GPT2Config* mc, int dp, int zero1) {
-    double P = (double)gpt2_num_parameters(mc), NT = gpt2_num_tensors(mc);
-    if (!zero1) return P;  // the trainers' own replicated optimizers: dense, no padding
-    double bucket = cfg->bucket_size < 0 ? 40e6 : (double)cfg->bucket_size;
-    double buckets = bucket > 0 ? (double)(long long)(P / bucket) + 1 : 1;
-    if (buckets > NT) buckets = NT;
-    long long divisor = memory_lcm(dp, 128);
-    if (cfg->pad_busbw) divisor = memory_lcm(divisor, 65536);
-    return P + NT * 64 + buckets * (double)divisor;
-}
+// The zero1/ plugin's sizes (zero1/gpt2.h's zero1_gpt2_memory_buffers, from its own layout
+// and ledger), passed in by the trainers built with it: llmc/ restates none of its rules.
+typedef MemoryBuffers (*MemoryZero1Sizes)(const TrainConfig* cfg, const GPT2Config* mc, int world);
 
-// The ranks that shard the optimizer state: one distributed-optimizer instance's. An
-// --dist-opt-instances that does not divide the ranks is zero1/'s to refuse, by name.
-static inline int memory_dp(const TrainConfig* cfg, int world) {
-    int k = cfg->dist_opt_instances;
-    return k >= 1 && world % k == 0 ? world / k : world;
-}
-
-// Elements whose AdamW state this rank keeps: its shard under ZeRO-1 (numel / DP), all of
-// them replicated.
-static inline double memory_owned_numel(const TrainConfig* cfg, double numel, int world, int zero1) {
-    if (!zero1 || cfg->zero_stage != 1) return numel;
-    return numel / memory_dp(cfg, world);
+// zero1 NULL: the trainers' own replicated optimizers, dense and unpadded.
+static inline MemoryBuffers memory_buffers(const TrainConfig* cfg, const GPT2Config* mc, int world,
+                                           MemoryZero1Sizes zero1) {
+    if (zero1) return zero1(cfg, mc, world);
+    double P = (double)gpt2_num_parameters(mc);
+    MemoryBuffers b = {P, P, 0};
+    return b;
 }
 
 // The checkpoint code's staging buffer, allocated when checkpoints are saved or loaded.
@@ -143,11 +124,13 @@ static inline double memory_checkpoint_staging(const TrainConfig* cfg) {
 // The CPU trainer (train_gpt2.c): zero1/ on the host device (zero1/runtime.c
 // allocate_buffers; the model computes in fp32), or the plain replicated optimizer
 // (fp32 params, grads, m, v), and llmc/gpt2_cpu.h's gpt2_init.
-static inline MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Config* mc, int world, int zero1) {
+static inline MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Config* mc, int world,
+                                         MemoryZero1Sizes zero1_sizes) {
     MemoryNeed n;
     memset(&n, 0, sizeof(n));
-    int dp = memory_dp(cfg, world);
-    double numel = memory_buffer_numel(cfg, mc, dp, zero1), owned = memory_owned_numel(cfg, numel, world, zero1);
+    MemoryBuffers buffers = memory_buffers(cfg, mc, world, zero1_sizes);
+    double numel = buffers.numel, owned = buffers.owned;
+    int zero1 = zero1_sizes != NULL;
     int bf16_params = zero1 && cfg->param_dtype == DTYPE_BF16, bf16_grads = zero1 && cfg->grad_dtype == DTYPE_BF16;
     // bf16 params: the bf16 buffer and the fp32 copy the model computes with.
     double params = numel * (bf16_params ? 2 + 4 : 4), master = bf16_params ? 4 * owned : 0;
@@ -162,6 +145,7 @@ static inline MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Confi
     // in-place all-reduces of -z 0 measured no such growth.
     int grad_bytes = bf16_grads ? 2 : 4;
     if (world > 1 && zero1 && cfg->zero_stage == 1) memory_add(&n, "MPI buffers", (owned + numel) * grad_bytes);
+    memory_add(&n, "zero1 temporaries", buffers.temporaries);
     double L = mc->num_layers, C = mc->channels, NH = mc->num_heads, Vp = mc->padded_vocab_size;
     double BT = (double)cfg->B * cfg->T, att = (double)cfg->B * NH * cfg->T * cfg->T;
     // fp32, every layer's kept for the backward: encoded and lnf (B,T,C); per layer ln1,
@@ -185,19 +169,21 @@ static inline MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Confi
 // buffer to all of it. staged: zero1/'s collectives go through MPI staged in page-locked
 // host memory (ranks share a GPU, or --comm mpi).
 static inline void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, int world,
-                                   int zero1, int x, int staged, MemoryNeed* device, MemoryNeed* host) {
+                                   MemoryZero1Sizes zero1_sizes, int x, int staged, MemoryNeed* device,
+                                   MemoryNeed* host) {
     // kernels->attention picks the attention term, kernels->recompute_gelu where fch_gelu
     // is counted; the fused kernels need no buffer of their own (the bias-gradient epilogue
     // writes into the column-reduction partials).
     memset(device, 0, sizeof(*device));
     memset(host, 0, sizeof(*host));
-    int dp = memory_dp(cfg, world);
-    double numel = memory_buffer_numel(cfg, mc, dp, zero1), owned = memory_owned_numel(cfg, numel, world, zero1);
-    int grad_bytes = zero1 && cfg->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    MemoryBuffers buffers = memory_buffers(cfg, mc, world, zero1_sizes);
+    double numel = buffers.numel, owned = buffers.owned;
+    int zero1 = zero1_sizes != NULL, grad_bytes = zero1 && cfg->grad_dtype == DTYPE_BF16 ? 2 : 4;
     memory_add(device, "params", x * numel);
     memory_add(device, "grads", numel * (4 + (grad_bytes == 2 ? 2 : 0)));
     memory_add(device, "AdamW m,v", 8 * owned);
     memory_add(device, "master weights", !zero1 || x == 2 ? 4 * owned : 0);
+    memory_add(device, "zero1 temporaries", buffers.temporaries);
     double L = mc->num_layers, C = mc->channels, NH = mc->num_heads, Vp = mc->padded_vocab_size;
     double BT = (double)cfg->B * cfg->T, att = (double)cfg->B * NH * cfg->T * cfg->T;
     // floatX: encoded and lnf (B,T,C); per layer ln1, atty, residual2, ln2, residual3
@@ -414,11 +400,11 @@ static inline void memory_kernel_choices(const TrainConfig* cfg, const GPT2Confi
     GPT2Kernels naive = *k, keep = *k;
     naive.attention = ATTENTION_NAIVE;
     keep.recompute_gelu = 0;
-    memory_need_gpu(cfg, mc, k, 1, 0, x, 0, &dev, &host);
+    memory_need_gpu(cfg, mc, k, 1, NULL, x, 0, &dev, &host);
     double total = memory_total(&dev), attention = memory_term_bytes(&dev, "attention");
-    memory_need_gpu(cfg, mc, &naive, 1, 0, x, 0, &dev, &host);
+    memory_need_gpu(cfg, mc, &naive, 1, NULL, x, 0, &dev, &host);
     double naive_attention = memory_term_bytes(&dev, "attention");
-    memory_need_gpu(cfg, mc, &keep, 1, 0, x, 0, &dev, &host);
+    memory_need_gpu(cfg, mc, &keep, 1, NULL, x, 0, &dev, &host);
     double gelu_saved = memory_total(&dev) - total;
     char a[32], b[32], c[32];
     snprintf(buf, n, "ledger: attention %s (naive: %s), -r 1 saves %s", memory_size_small(attention, a, sizeof(a)),
@@ -536,9 +522,11 @@ static inline MemoryRow* memory_gather(int world, uint64_t gpu, double gpu_free)
     return rows;
 }
 
-// The CPU trainer, before its first big allocation. zero1: the optimizer is zero1/'s.
-static inline void memory_check_cpu(const TrainConfig* cfg, const GPT2Config* mc, int world, int zero1) {
-    MemoryNeed need = memory_need_cpu(cfg, mc, world, zero1);
+// The CPU trainer, before its first big allocation. zero1_sizes: the optimizer is zero1/'s
+// (NULL: the trainer's own).
+static inline void memory_check_cpu(const TrainConfig* cfg, const GPT2Config* mc, int world,
+                                    MemoryZero1Sizes zero1_sizes) {
+    MemoryNeed need = memory_need_cpu(cfg, mc, world, zero1_sizes);
     MemoryRow* rows = memory_gather(world, 0, -1);
     memory_report_arm(&need);
     memory_judge(cfg, rows, world, &need, 0);
@@ -548,16 +536,16 @@ static inline void memory_check_cpu(const TrainConfig* cfg, const GPT2Config* mc
 // The GPU trainer, before its first big allocation: gpu identifies this rank's GPU,
 // gpu_free is what cudaMemGetInfo reports free on it, x = sizeof(floatX).
 static inline void memory_check_gpu(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels,
-                                    int world, int zero1, int x, uint64_t gpu, double gpu_free) {
+                                    int world, MemoryZero1Sizes zero1_sizes, int x, uint64_t gpu, double gpu_free) {
     MemoryRow* rows = memory_gather(world, gpu, gpu_free);
     // zero1/backend_cuda.cu: collectives go through staged MPI when asked to, or (auto)
     // when ranks on a node share a GPU.
     int shared = 0, first;
     for (int r = 0; r < world; r++) shared |= memory_peers(rows, world, r, 1, &first) > 1;
-    int staged = zero1 && world > 1 &&
+    int staged = zero1_sizes && world > 1 &&
                  (strcmp(cfg->comm_backend, "mpi") == 0 || (strcmp(cfg->comm_backend, "auto") == 0 && shared));
     MemoryNeed device, host;
-    memory_need_gpu(cfg, mc, kernels, world, zero1, x, staged, &device, &host);
+    memory_need_gpu(cfg, mc, kernels, world, zero1_sizes, x, staged, &device, &host);
     memory_report_arm(&host);
     memory_judge(cfg, rows, world, &device, 1);
     memory_judge(cfg, rows, world, &host, 0);

@@ -11,8 +11,10 @@
 #        --attention naive | --fused-kernels 0 | -r 0 | all three (the naive path) |
 #        --attention cudnn (USE_CUDNN=1 build; a loud SKIPPED line when it cannot be built) |
 #        ZeRO-1 (-z 1) against replicated (-z 0), alternating, two rounds
-#      and the PyTorch peer (.device/peers/torch_gpt2_bench.py, torch.compile, SDPA) at the
-#      same B and T; then one table: measured ms/step, tokens/s and MFU of each, beside the
+#      and the PyTorch peer (dev/bench/torch_gpt2_bench.py: the same model and optimizer in
+#      plain PyTorch, bf16 autocast, SDPA, torch.compile where that torch has it) at the same
+#      B, T and steps, with "ratio vs torch" (the new path's ms/step over the peer's: below 1
+#      is faster); then one table: measured ms/step, tokens/s and MFU of each, beside the
 #      cost model's prediction for the same configuration and GPU (H100 or H200 from
 #      nvidia-smi's name; any other GPU gets the H100's prediction, and says so):
 #        flops per token = 6N + 6*L*C*T,  MFU = tokens/s * flops per token / bf16 dense peak
@@ -194,17 +196,20 @@ bench zero1_2 "$BIN/zero1" $NEW -z 1 || { echo "benchmark FAILED"; exit 1; }
 [ "$DRY" = 1 ] || grep -E '^(GPT-2|ranks|kernels|step +(1|2|'"$STEPS"')/|average)' "$BIN/zero1_2.log"
 
 PEER_LINE=""
-PEER="${GPU_CHECK_PEER_SCRIPT:-.device/peers/torch_gpt2_bench.py}"
+PEER="${GPU_CHECK_PEER_SCRIPT:-dev/bench/torch_gpt2_bench.py}"
+# torch.compile where this torch has it (2.0 on); the peer says which in its line.
+PEER_FLAGS=(--model d12 -b "$BENCH_B" -t 1024 --steps $((STEPS - SKIP)) --warmup "$SKIP")
 if [ "${GPU_CHECK_PEER:-1}" = 0 ]; then
     echo "SKIPPED: the PyTorch peer (GPU_CHECK_PEER=0)"
 elif [ ! -f "$PEER" ]; then
-    echo "SKIPPED: the PyTorch peer: no $PEER (the peer is prepared into .device/ outside this repository; GPU_CHECK_PEER=0 skips it)"
+    echo "SKIPPED: the PyTorch peer: no $PEER (GPU_CHECK_PEER=0 skips it)"
 else
-    section "the PyTorch peer: $PEER, B=$BENCH_B T=1024, torch.compile"
+    "$PY" -c 'import torch; torch.compile' 2>/dev/null && PEER_FLAGS+=(--compile)
+    section "the PyTorch peer: $PEER ${PEER_FLAGS[*]}"
     if [ "$DRY" = 1 ]; then
-        run "$PY" "$PEER" --B "$BENCH_B" --T 1024 --steps 30
+        run "$PY" "$PEER" "${PEER_FLAGS[@]}"
     else
-        PEER_LINE=$("$PY" "$PEER" --B "$BENCH_B" --T 1024 --steps 30 2>"$BIN/peer.err" | grep '^torch_bench' | tail -n 1)
+        PEER_LINE=$("$PY" "$PEER" "${PEER_FLAGS[@]}" 2>"$BIN/peer.err" | grep '^torch_bench' | tail -n 1)
         [ -n "$PEER_LINE" ] || { echo "the peer printed no result:"; tail -n 15 "$BIN/peer.err"; }
         echo "$PEER_LINE"
     fi
@@ -226,12 +231,14 @@ for i in "${!VARIANTS[@]}"; do
     pred=$(./gpt2_cost --model d12 -b "$BENCH_B" -t 1024 --gpu "$COST_GPU" --brief $cost) || exit 1
     echo "$name|$(step_ms "v$i")|$pred" >>"$ROWS"
 done
-echo "torch peer (compile, SDPA)|$(echo "$PEER_LINE" | sed -nE 's/.*ms\/step=([0-9.]+).*/\1/p')|" >>"$ROWS"
+PEER_MS=$(echo "$PEER_LINE" | sed -nE 's/.*ms\/step=([0-9.]+).*/\1/p')
+PEER_COMPILE=$(echo "$PEER_LINE" | sed -nE 's/.* compile=([01]) .*/\1/p')
+echo "torch peer${PEER_COMPILE:+ (compile=$PEER_COMPILE)}|$PEER_MS|" >>"$ROWS"
 python3 - "$ROWS" "${N:-0}" "${PEAK:-0}" "$BENCH_B" "$(step_ms plain_2)" "$(step_ms zero1_2)" \
-    "$(gpu_mib v0)" "$(gpu_mib v5)" "$TESTS" <<'PY'
+    "$(gpu_mib v0)" "$(gpu_mib v5)" "$TESTS" "$PEER_MS" <<'PY'
 import sys
 rows_file, n, peak, b = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-plain2, zero12, mem_plain, mem_zero1, tests = sys.argv[5:10]
+plain2, zero12, mem_plain, mem_zero1, tests, peer_ms = sys.argv[5:11]
 L, C, T = 12, 768, 1024
 tokens = b * T
 fpt = 6 * n + 6 * L * C * T
@@ -255,6 +262,12 @@ for line in open(rows_file):
         pt, ratio = f"{'(no prediction)':>43s}", f"{'-':>9s}"
     print(f"{name[:28]:28s} {mt} {mfu} | {pt} | {ratio}")
 print(f"tests (make test_gpu): {tests}")
+new_ms = measured.get("new (flash, fused, -r 1)")
+if new_ms and peer_ms:
+    print(f"ratio vs torch {new_ms / float(peer_ms):.2f} (the new path's ms/step {new_ms:.2f} over the PyTorch peer's "
+          f"{float(peer_ms):.2f}; below 1: faster than PyTorch)")
+else:
+    print("ratio vs torch - (not measured)")
 try:
     a, z = float(plain2), float(zero12)
     r1 = measured.get("ZeRO-1 -z 1 (new)") / measured.get("new (flash, fused, -r 1)")

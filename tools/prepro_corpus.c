@@ -13,8 +13,8 @@
  * JSON Lines are passed over (they hold no record).
  *
  * Writes (tools/shard_writer.h, shared with prepro_text): DIR/NAME_val_000000.bin, ...,
- * DIR/NAME_train_00000K.bin, ... (the first --val-tokens tokens are val; shards of
- * --shard-tokens tokens; each written to a temporary name and renamed when complete),
+ * DIR/NAME_train_00000K.bin, ... (the first tokens are val: see "the val split" below;
+ * shards of --shard-tokens tokens; each written to a temporary name and renamed when complete),
  * DIR/gpt2_tokenizer.bin and, last, DIR/NAME_manifest.txt. A run that fails removes the
  * shards it wrote, so shards without a manifest never survive; DIR must not hold shards
  * of NAME already (another run's would mix with this one's under the trainer's glob).
@@ -57,6 +57,8 @@ enum { REC_PENDING, REC_OK, REC_BLANK, REC_BAD };
 #define CHUNK_BYTES (1 << 18)     // decompressed bytes the reader handles at a time
 #define WARN_LIMIT 20             // bad records shown one by one under --on-error skip
 #define DEFAULT_SHARD_TOKENS 100000000LL  // as llm.c's FineWeb shards
+#define DEFAULT_VAL_CAP 10000000LL        // tokens: the default val split's most (see ValSplit)
+#define DEFAULT_VAL_SHARE 10              // the default val split is 1/10 of the corpus
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -615,12 +617,93 @@ static void on_signal(int sig) {
 }
 
 // ----------------------------------------------------------------------------
+// the val split: the corpus's first tokens, and always a train split after them
+//
+// --val-tokens N: the first N tokens (fewer than the corpus holds). By default a tenth of
+// the corpus (at least 1 token), at most one shard's worth and DEFAULT_VAL_CAP. How much
+// that is depends on the corpus's length, known only at its end, so the first tokens are
+// held back (as uint16: at most 200 MB) until the end or until there are enough of them
+// for the cap to decide.
+
+typedef struct {
+    ShardWriter* writer;
+    long long given;  // --val-tokens, -1: the default
+    size_t cap;       // the default's most
+    int decided;      // the writer knows its val_tokens; nothing is held any more
+    uint16_t* held;
+    size_t n_held, cap_held;
+} ValSplit;
+
+static void val_split_init(ValSplit* v, ShardWriter* w, long long given, long long shard_tokens) {
+    memset(v, 0, sizeof(*v));
+    v->writer = w;
+    v->given = given;
+    v->cap = (size_t)(shard_tokens < DEFAULT_VAL_CAP ? shard_tokens : DEFAULT_VAL_CAP);
+    if (given >= 0) {
+        w->val_tokens = (size_t)given;
+        v->decided = 1;
+    }
+}
+
+// The val split is val_tokens: the held tokens go to the writer, and all that follow.
+static void val_split_decide(ValSplit* v, size_t val_tokens) {
+    v->writer->val_tokens = val_tokens;
+    v->decided = 1;
+    int ids[4096];
+    for (size_t k = 0; k < v->n_held;) {
+        size_t n = v->n_held - k < 4096 ? v->n_held - k : 4096;
+        for (size_t i = 0; i < n; i++) ids[i] = v->held[k + i];
+        shard_writer_push(v->writer, ids, n);
+        k += n;
+    }
+    free(v->held);
+    v->held = NULL;
+    v->n_held = 0;
+}
+
+static void val_split_push(ValSplit* v, const int* ids, size_t n) {
+    if (v->decided) {
+        shard_writer_push(v->writer, ids, n);
+        return;
+    }
+    if (v->n_held + n > v->cap_held) {  // doubling, but never far past what can be held
+        size_t most = DEFAULT_VAL_SHARE * v->cap + n, grown = 2 * v->cap_held + 65536;
+        v->cap_held = grown < most ? grown : most;
+        if (v->cap_held < v->n_held + n) v->cap_held = v->n_held + n;
+        v->held = (uint16_t*)realloc(v->held, v->cap_held * sizeof(uint16_t));
+        if (v->held == NULL) fatal("out of memory holding back %zu tokens for the val split", v->n_held + n);
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (ids[k] < 0 || ids[k] > UINT16_MAX) fatal("token id %d does not fit uint16", ids[k]);
+        v->held[v->n_held++] = (uint16_t)ids[k];
+    }
+    if (v->n_held >= DEFAULT_VAL_SHARE * v->cap) val_split_decide(v, v->cap);  // a tenth of any total from here
+}
+
+// At the end of the corpus: the default's share, and a train split in any case.
+static void val_split_finish(ValSplit* v) {
+    if (!v->decided) {
+        if (v->n_held < 2) {
+            fatal("the corpus holds %zu token%s: too few for a val and a train split", v->n_held,
+                  v->n_held == 1 ? "" : "s");
+        }
+        size_t val = v->n_held / DEFAULT_VAL_SHARE;
+        val_split_decide(v, val < 1 ? 1 : val);
+    }
+    const ShardWriter* w = v->writer;
+    if (w->total_tokens <= w->val_tokens) {
+        fatal("--val-tokens %lld takes all %zu tokens of the corpus: no train split would remain (give fewer, or "
+              "leave --val-tokens out for a tenth of the corpus)", v->given, w->total_tokens);
+    }
+}
+
+// ----------------------------------------------------------------------------
 // writing the records in order
 
 typedef struct {
     int stop_on_error;
     const Input* inputs;
-    ShardWriter* writer;
+    ValSplit* split;
 } Emitter;
 
 static void report_bad(const Emitter* e, const Record* r) {
@@ -646,7 +729,7 @@ static void emit_batch(Emitter* e, Batch* b, Input* inputs) {
         Record* r = &b->rec[k];
         Input* in = &inputs[r->input];
         if (r->status == REC_OK) {
-            shard_writer_push(e->writer, b->ids[r->worker].ids + r->ids_off, r->ids_len);
+            val_split_push(e->split, b->ids[r->worker].ids + r->ids_off, r->ids_len);
             in->documents++;
             progress.documents++;
             progress.tokens += (long long)r->ids_len;
@@ -670,7 +753,8 @@ static void usage(void) {
             "  --name NAME            shard names NAME_val_000000.bin, NAME_train_000001.bin ... (default corpus)\n"
             "  --text-field KEY       the document's field in each JSON object (default text)\n"
             "  --shard-tokens N       tokens per shard (default 100000000, as llm.c's FineWeb)\n"
-            "  --val-tokens N         the first N tokens are the val split (default: one shard's worth)\n"
+            "  --val-tokens N         the first N tokens are the val split (fewer than the corpus holds; default:\n"
+            "                         a tenth of the corpus, at most --shard-tokens and 10000000)\n"
             "  --threads N            tokenizer threads (default: the online CPUs)\n"
             "  --on-error skip|stop   bad records: warn, count and go on (default), or stop with exit 1\n"
             "  --progress SECONDS     progress line interval on stderr (default 1; 0: none)\n"
@@ -749,7 +833,6 @@ int main(int argc, char** argv) {
     if (out_dir == NULL) { usage(); fatal("--out-dir DIR is required"); }
     if (n_inputs == 0) { usage(); fatal("no input given (files, or - for JSON Lines on stdin)"); }
     if (name[0] == '\0' || strchr(name, '/') || strpbrk(name, " \t\n")) fatal("--name '%s': want a plain file name prefix", name);
-    if (val_tokens < 0) val_tokens = shard_tokens;  // llm.c: shard 0 is val
 
     Input* inputs = (Input*)callocCheck((size_t)n_inputs, sizeof(Input));
     long long total_stored = 0;
@@ -764,7 +847,9 @@ int main(int argc, char** argv) {
     refuse_existing_shards(out_dir, name);
 
     ShardWriter writer;
-    shard_writer_init(&writer, out_dir, name, (size_t)shard_tokens, (size_t)val_tokens, 1, enc.vocab_size);
+    shard_writer_init(&writer, out_dir, name, (size_t)shard_tokens, 0, 1, enc.vocab_size);
+    ValSplit split;
+    val_split_init(&split, &writer, val_tokens, shard_tokens);
     g_writer = &writer;
     atexit(remove_partial_output);  // fatal() exits: a failed run leaves no shard behind
     signal(SIGINT, on_signal);
@@ -790,7 +875,7 @@ int main(int argc, char** argv) {
     Batch batches[2];
     batch_init(&batches[0], threads);
     batch_init(&batches[1], threads);
-    Emitter emitter = {stop_on_error, inputs, &writer};
+    Emitter emitter = {stop_on_error, inputs, &split};
     int cur = 0;
     int more = reader_fill(&reader, &batches[cur], target, progress_tick);
     batch_mark(&batches[cur], &reader);
@@ -810,6 +895,7 @@ int main(int argc, char** argv) {
     progress_clear();
 
     if (progress.documents == 0) fatal("no documents: every record of the input was bad or blank");
+    val_split_finish(&split);
     shard_writer_finish(&writer);
     char tok_path[PATH_MAX_LEN];
     path_format(tok_path, sizeof(tok_path), "%s/gpt2_tokenizer.bin", out_dir);
@@ -832,9 +918,6 @@ int main(int argc, char** argv) {
            (double)reader.text_bytes / 1e6 / secs, threads, progress.documents, writer.total_tokens, (size_t)writer.n_done,
            writer.val_written, writer.total_tokens - writer.val_written);
     if (progress.bad > 0) fprintf(stderr, "prepro_corpus: %lld bad records skipped (see the warnings above)\n", progress.bad);
-    if (writer.total_tokens == writer.val_written) {
-        fprintf(stderr, "warning: --val-tokens %lld took every token; there is no train split\n", val_tokens);
-    }
     free(extra.data);
     free(reader.chunk);
     for (int b = 0; b < 2; b++) {

@@ -12,6 +12,8 @@
 #define ZERO1_GPT2_H
 
 #include "llmc/gpt2_spec.h"
+#include "llmc/memory_check.h"
+#include "zero1/ledger.h"
 #include "zero1/optimizer.h"
 
 static const char* zero1_gpt2_tensor_name(void* ctx, int p, char* buf, size_t n) {
@@ -37,6 +39,30 @@ static inline Optimizer* zero1_gpt2_optimizer(const TrainConfig* cfg, const GPT2
     free(decays);
     free(first_block);
     return o;
+}
+
+// The buffers zero1_gpt2_optimizer will allocate, for the trainers' memory check
+// (llmc/memory_check.h): sized by the layout the runtime builds from the same options and by
+// its ledger, so that the layout's rules live here only.
+static inline MemoryBuffers zero1_gpt2_memory_buffers(const TrainConfig* cfg, const GPT2Config* c, int world) {
+    int NT = gpt2_num_tensors(c), dp = zero1_instance_group_size(cfg, world);
+    size_t* numels = (size_t*)mallocCheck(NT * sizeof(size_t));
+    for (int i = 0; i < NT; i++) numels[i] = gpt2_tensor_numel(c, i);
+    int split = cfg->split_embedding ? gpt2_idx_wte() : -1;  // zero1/optimizer.c: its own bucket
+    Zero1Layout layout;
+    char err[256];
+    if (zero1_layout_build(&layout, numels, NT, dp, cfg->bucket_size, cfg->pad_busbw, split, err, sizeof(err)) != 0) {
+        fatal("zero1: %s", err);
+    }
+    free(numels);
+    int sharded = cfg->zero_stage == 1 && dp > 1;
+    Zero1Ledger g = zero1_ledger_of_layout(&layout, world / dp, cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
+                                           cfg->grad_dtype == DTYPE_BF16 ? 2 : 4, sharded && cfg->fp32_accumulation,
+                                           split, (uint64_t)cfg->B * cfg->T, (uint64_t)c->channels);
+    MemoryBuffers b = {(double)layout.numel, (double)(sharded ? g.owned_numel : layout.numel),
+                       (double)(g.recv_temporaries + g.split_rows)};
+    zero1_layout_free(&layout);
+    return b;
 }
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * zero1/ledger.h: per-rank memory and per-step communication of one layout, for the
- * planner and for the trainers' start-up printout (header only, static inline).
+ * planner, the trainers' start-up printout and their memory check (zero1/gpt2.h's
+ * zero1_gpt2_memory_buffers) (header only, static inline).
  *
  * Definitions (numel = padded buffer size, owned = numel / DP, exact because every
  * bucket is divisible by DP):
@@ -41,6 +42,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "zero1/layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -155,6 +158,28 @@ static inline void zero1_ledger_add_split(Zero1Ledger* g, uint64_t tokens, uint6
     g->total_zero1 = zero1_ledger_add_(g->total_zero1, g->split_rows, &of);
     g->split_sent_max = zero1_ledger_mul_(zero1_ledger_mul_(tokens + (uint64_t)g->dp - 1, width, &of), 4, &of);
     g->overflow = of;
+}
+
+// The ledger of a built layout (instances groups of layout->dp ranks) with what the options
+// add: fp32 accumulation's receive temporaries (sharded over more than one rank: the
+// largest bucket), the split embedding's rows (split_param: the embedding's index, -1 none;
+// `tokens` per micro-step per rank, rows of `width`).
+static inline Zero1Ledger zero1_ledger_of_layout(const Zero1Layout* L, int instances, int param_bytes, int grad_bytes,
+                                                 int fp32_accumulation, int split_param, uint64_t tokens,
+                                                 uint64_t width) {
+    Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, instances, param_bytes, grad_bytes);
+    if (fp32_accumulation && L->dp > 1) {
+        size_t largest = 0;
+        for (int b = 0; b < L->num_buckets; b++) {
+            if (L->buckets[b].end - L->buckets[b].start > largest) largest = L->buckets[b].end - L->buckets[b].start;
+        }
+        zero1_ledger_add_recv_temporaries(&g, largest);
+    }
+    if (split_param >= 0) {
+        const Zero1Bucket* bucket = &L->buckets[L->params[split_param].bucket];
+        zero1_ledger_add_split(&g, tokens, width, bucket->end - bucket->start);
+    }
+    return g;
 }
 
 static inline Zero1Ledger zero1_ledger_compute(uint64_t numel, int dp, int param_bytes, int grad_bytes) {

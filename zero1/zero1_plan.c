@@ -227,19 +227,9 @@ static const char* block_name(const PlanOptions* o, int block, char* buf, size_t
 
 // The ledger of this plan's options for param_bytes (2: bf16 params, 4: fp32).
 static Zero1Ledger plan_ledger(const PlanOptions* o, const Zero1Layout* L, int param_bytes) {
-    Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, o->instances, param_bytes, o->grad_bytes);
-    if (o->fp32_accumulation && L->dp > 1) {
-        size_t largest = 0;
-        for (int b = 0; b < L->num_buckets; b++) {
-            if (L->buckets[b].end - L->buckets[b].start > largest) largest = L->buckets[b].end - L->buckets[b].start;
-        }
-        zero1_ledger_add_recv_temporaries(&g, largest);
-    }
-    if (o->split_embedding) {
-        const Zero1Bucket* wte = &L->buckets[L->params[gpt2_idx_wte()].bucket];
-        zero1_ledger_add_split(&g, (uint64_t)o->tokens, (uint64_t)o->cfg.channels, wte->end - wte->start);
-    }
-    return g;
+    return zero1_ledger_of_layout(L, o->instances, param_bytes, o->grad_bytes, o->fp32_accumulation,
+                                  o->split_embedding ? gpt2_idx_wte() : -1, (uint64_t)o->tokens,
+                                  (uint64_t)o->cfg.channels);
 }
 
 // ---------------------------------------------------------------------------- JSON

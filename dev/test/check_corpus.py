@@ -6,7 +6,9 @@ DOCS.json: the documents the corpus holds, in input order (a JSON list of string
 by the test from its own Python strings, not from the tool's parsing). For each case:
   - DIR/*_manifest.txt lists the shards in order: val shards first, numbered from 0 without
     gaps, NAME_val_NNNNNN.bin then NAME_train_NNNNNN.bin; every shard but the last of a
-    split holds exactly SHARD_TOKENS; val holds min(VAL_TOKENS, all) tokens;
+    split holds exactly SHARD_TOKENS; val holds min(VAL_TOKENS, all) tokens, or with
+    VAL_TOKENS `default` prepro_corpus's stated default: a tenth of all (rounded down, at
+    least 1), at most SHARD_TOKENS and 10,000,000;
   - each shard's header (20240520, version 1, count = the file's size), its size and its
     CRC32C (bitwise, from crc32c_reference.py) agree with the manifest, and so do the totals;
   - the ids, shard after shard, are the oracle's (bpe_reference.py): <|endoftext|>, then
@@ -66,8 +68,10 @@ def check_case(enc, docs_path, out_dir, shard_tokens, val_tokens):
         expected.extend(enc.encode(doc))
     got = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     n_val = sum(int(s[2]) for s in shards if s[1] == "val")
-    if n_val != min(val_tokens, len(expected)):
-        problems.append(f"val holds {n_val} tokens, want {min(val_tokens, len(expected))}")
+    want_val = min(max(1, len(expected) // 10), shard_tokens, 10_000_000) if val_tokens == "default" \
+        else min(int(val_tokens), len(expected))
+    if n_val != want_val:
+        problems.append(f"val holds {n_val} tokens, want {want_val}")
     if len(got) != len(expected):
         problems.append(f"shards hold {len(got)} tokens, the oracle gives {len(expected)} for {len(docs)} documents")
     elif (got != np.array(expected)).any():
@@ -90,7 +94,7 @@ def main():
     enc = GPT2Encoder(args.encoder, args.merges)
     failed = 0
     for docs, out_dir, shard_tokens, val_tokens in args.case:
-        problems, *counts = check_case(enc, docs, out_dir, int(shard_tokens), int(val_tokens))
+        problems, *counts = check_case(enc, docs, out_dir, int(shard_tokens), val_tokens)
         for p in problems:
             print(f"  {out_dir}: {p}")
         if problems:

@@ -19,6 +19,7 @@ STEPS=(
   "build           600 make -j2 train_gpt2 test_gpt2 test_zero1 USE_ZERO1=1"
   "build_more      600 make -j2 train_gpt2_plain prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_kernels test_crc32c test_zero1_devices test_mpi_wait hf_convert"
   "data            300 make data"
+  "build_stamp     120 dev/test/test_build_stamp.sh"
   "tokenizer       300 dev/test/test_tokenizer.sh"
   "corpus          120 dev/test/test_corpus.sh"
   "kernels         120 ./test_kernels"

@@ -131,6 +131,18 @@ else
     fail "--text-field body differs from the same documents under \"text\""
 fi
 
+# The default val split: a tenth of the corpus (checked by the oracle below), capped at one
+# shard's worth: with 500-token shards the cap decides once 5000 tokens are held back, in
+# mid-stream; a train split always remains.
+run_ok default "$TMP/default" --text-field body --shard-tokens 100000 "$C/field.jsonl"
+run_ok capped "$TMP/capped" --threads 2 --shard-tokens 500 "${INPUTS[@]}" <"$C/e.jsonl"
+printf '{"text": "hi"}\n' >"$C/two_tokens.jsonl"
+if run_ok two_tokens "$TMP/two" "$C/two_tokens.jsonl" && grep -q "^total 2 2 1 1$" "$TMP/two/corpus_manifest.txt"; then
+    pass "a 2-token corpus: 1 val token, 1 train token"
+else
+    fail "a 2-token corpus: $(grep ^total "$TMP/two/corpus_manifest.txt" 2>/dev/null)"
+fi
+
 # ---- 2. bad records: FILE:LINE messages, skip counts them ---------------------------------
 BAD_IN=("$C/bad.jsonl" "$C/trunc.jsonl.zst" "$C/trunc.jsonl.gz" "$C/bad_utf8.txt")
 "${TOOL[@]}" --out-dir "$TMP/skip" --threads 2 --shard-tokens 3000 --val-tokens 100 "${BAD_IN[@]}" >"$TMP/skip.out" 2>"$TMP/skip.err"
@@ -183,7 +195,9 @@ fi
 # ---- 3. the oracle: ids, shard sizes, val first, manifest CRC32Cs ---------------------------
 if "$PY" dev/test/check_corpus.py --encoder "$ENCODER" --merges "$MERGES" \
     --case "$C/docs.json" "$TMP/t1" $SHARD $VAL \
-    --case "$C/field_docs.json" "$TMP/field" 500 700 >"$TMP/check.log" 2>&1; then
+    --case "$C/field_docs.json" "$TMP/field" 500 700 \
+    --case "$C/field_docs.json" "$TMP/default" 100000 default \
+    --case "$C/docs.json" "$TMP/capped" 500 default >"$TMP/check.log" 2>&1; then
     sed 's/^/  ok   /' "$TMP/check.log"
 else
     cat "$TMP/check.log"; fail "check_corpus.py"
@@ -197,6 +211,16 @@ if [ -x ./train_gpt2 ]; then
         pass "train_gpt2 -i '$(basename "$TMP")/t1/*train*.bin' -j '*val*.bin' -e d2: 2 steps and a validation"
     else
         tail -5 "$TMP/train.log"; fail "train_gpt2 on the shards"
+    fi
+    # A pattern that matches nothing: the message says what the folder holds (here a val
+    # shard alone), not the tinyshakespeare advice, which is for the default paths only.
+    mkdir -p "$TMP/val_only" && cp "$TMP/t1/corpus_val_000000.bin" "$TMP/val_only/"
+    ./train_gpt2 -i "$TMP/val_only/corpus_train_*.bin" -e d2 -b 2 -t 64 -x 1 >"$TMP/none.log" 2>&1
+    if grep -q "^error: no token shard matches '.*/val_only/corpus_train_\*.bin': '.*/val_only' holds 1 other .bin file (corpus_val_000000.bin)$" "$TMP/none.log" &&
+       ! grep -q "make data" "$TMP/none.log"; then
+        pass "train_gpt2 on a folder without train shards: '$(grep ^error: "$TMP/none.log" | sed "s|$TMP/||g")'"
+    else
+        fail "train_gpt2 on a folder without train shards: $(head -3 "$TMP/none.log")"
     fi
 else
     fail "./train_gpt2 is not built (make train_gpt2)"
@@ -252,6 +276,11 @@ expect_error "existing shards of the name" "already holds 'corpus_.*' of a corpu
 expect_error "bad --on-error" "--on-error wants skip or stop" --out-dir "$TMP/e1" --on-error maybe "$C/a.jsonl"
 printf '\n \n\n' >"$C/blank.jsonl"
 expect_error "no documents" "no documents" --out-dir "$TMP/e2" "$C/blank.jsonl"
+printf '{"text": ""}\n' >"$C/one_token.jsonl"
+expect_error "a 1-token corpus" "the corpus holds 1 token: too few for a val and a train split" --out-dir "$TMP/e1" \
+    "$C/one_token.jsonl"
+expect_error "--val-tokens of the whole corpus" "--val-tokens 100000 takes all [0-9]* tokens of the corpus: no train split" \
+    --out-dir "$TMP/e1" --shard-tokens 300 --val-tokens 100000 "$C/first60.jsonl"
 if [ -e "$TMP/e1" ] && [ -n "$(ls -A "$TMP/e1")" ]; then fail "a refused run left files in $TMP/e1: $(ls "$TMP/e1")"; fi
 
 # A full disk (a 64 KiB tmpfs in a private mount namespace, root only): one error naming

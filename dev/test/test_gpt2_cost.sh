@@ -7,7 +7,10 @@
 #   3. gpu_check.sh's dry run (GPU_CHECK_DRY_RUN=1): every variant's command, and the
 #      prediction columns equal to gpt2_cost --brief for the GPU the name says;
 #   4. gpu_check.sh against a fake GPU (a stub nvidia-smi, make, trainer and peer on PATH):
-#      the measured column is the mean of the stub's step lines after the skipped ones.
+#      the measured column is the mean of the stub's step lines after the skipped ones, and
+#      the ratio vs torch is the new path's over the peer's;
+#   5. the PyTorch peer itself (dev/bench/torch_gpt2_bench.py) on the CPU, tiny: its line,
+#      the d2 parameter count from the shapes, a loss near ln(50257) (SKIPPED without torch).
 # A few seconds. Prints one PASS/FAIL line.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -124,6 +127,26 @@ row "new (flash" "$TMP/fake" | grep -qE "\| +$ratio\$" || fail "fake GPU: measur
 row "torch peer" "$TMP/fake" | grep -qE '45\.00' || fail "fake GPU: peer row: $(row "torch peer" "$TMP/fake")"
 grep -q "tests (make test_gpu): 7 passed, 0 failed" "$TMP/fake" || fail "fake GPU: tests line"
 grep -q "ZeRO-1 / replicated step time: 1.000 (round 1), 1.000 (round 2)" "$TMP/fake" || fail "fake GPU: ratio line"
+grep -q "^ratio vs torch 0.89 (the new path's ms/step 40.00 over the PyTorch peer's 45.00" "$TMP/fake" ||
+    fail "fake GPU: ratio vs torch: $(grep 'ratio vs torch' "$TMP/fake")"
 grep -q "^gpu_check finished in [0-9]* s" "$TMP/fake" || fail "fake GPU: no total time"
-echo "  fake GPU: measured means of steps 4..20, predictions and ratios in the table"
+echo "  fake GPU: measured means of steps 4..20, predictions and ratios in the table, ratio vs torch"
+
+# 5. the peer on the CPU: d2 (C 128) at B 2, T 64; its parameters counted from the shapes
+# (wte 50304 x C, wpe 1024 x C, per layer 12 C^2 + 13 C, lnf 2 C); a loss after 4 steps
+# on one batch of random tokens below ln(50257) = 10.82 and above what 4 steps could learn.
+if ! $PY -c 'import torch' 2>/dev/null; then
+    echo "  SKIPPED: the PyTorch peer: $PY has no torch"
+else
+    peer=$(OMP_NUM_THREADS=1 $PY dev/bench/torch_gpt2_bench.py --model d2 -b 2 -t 64 --steps 3 --warmup 1 --device cpu 2>&1)
+    C=128 L=2
+    params=$((50304 * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C))
+    echo "$peer" | awk -v params=$params '
+        /^torch_bench / { for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }; n++ }
+        END { ok = n == 1 && f["model"] == "d2" && f["params"] == params && f["B"] == 2 && f["T"] == 64 &&
+                   f["device"] == "cpu" && f["ms/step"] > 0 && f["peak_mib"] > 0 && f["loss"] > 5 && f["loss"] < 10.82 &&
+                   (f["tok/s"] - 128000 / f["ms/step"]) ^ 2 < 1
+              exit !ok }' || fail "the peer on the CPU: want one torch_bench line, $params parameters: $peer"
+    echo "  the PyTorch peer on the CPU: $peer"
+fi
 echo "PASS test_gpt2_cost"

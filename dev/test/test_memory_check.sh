@@ -13,7 +13,9 @@
 #      the estimate less its overhead margin, are within [0.8, 1.3] x the growth, which
 #      the margin alone cannot hide: leaving out the logits (a fifth of the need here)
 #      fails it. (Measured: 1.00 at np 1; 1.18 at np 2, where the MPI buffers counted
-#      for Open MPI's reduce-scatter were not needed.)
+#      for Open MPI's reduce-scatter were not needed.) The same at np 2 with
+#      --fp32-accumulation, whose receive temporaries zero1/'s ledger sizes (the check
+#      asks zero1/ for its buffers: zero1/gpt2.h). (Measured: 1.20.)
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 BIN=./train_gpt2
@@ -85,6 +87,8 @@ fi
 
 # ---- 3. the estimate against what the ranks really took ---------------------------------
 timeout 60 "${MPIRUN[@]}" -np 2 $BIN "${RUN[@]}" >"$TMP/np2.log" 2>&1 || bad "the np 2 run failed"
+timeout 60 "${MPIRUN[@]}" -np 2 $BIN "${RUN[@]}" --grad-dtype bf16 --fp32-accumulation >"$TMP/np2_acc.log" 2>&1 ||
+    bad "the np 2 --fp32-accumulation run failed"
 unset LLMC_MEMORY_REPORT
 honest() {  # honest NAME LOG RANKS: every rank's growth against its estimate, both bands
     local lines
@@ -102,6 +106,11 @@ honest() {  # honest NAME LOG RANKS: every rank's growth against its estimate, b
 }
 honest honest_np1 "$TMP/np1.log" 1
 honest honest_np2 "$TMP/np2.log" 2
+if grep -q '^memory: need about .*zero1 temporaries' "$TMP/np2_acc.log"; then
+    honest honest_np2_fp32_accumulation "$TMP/np2_acc.log" 2
+else
+    bad "honest_np2_fp32_accumulation: the estimate names no zero1 temporaries (the receive slots)"
+fi
 
 [ "$failed" = 0 ] && echo "PASS memory check" || echo "FAIL memory check: $failed case(s)"
 [ "$failed" = 0 ]

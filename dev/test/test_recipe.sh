@@ -164,8 +164,9 @@ else
     bad "state.txt does not hold the recipe's flags: missing $missing"; cat "$ST" 2>/dev/null
 fi
 HF=$RUN/hf
-if [ -f "$HF/model.safetensors" ] && [ -f "$HF/config.json" ] && grep -q "^+ ./hf_convert export $RUN/checkpoint_00000012 $HF" "$LOG2"; then
-    ok "hf_convert exported checkpoint 12 to $HF"
+if [ -f "$HF/model.safetensors" ] && [ -f "$HF/config.json" ] && grep -q "^+ ./hf_convert export $RUN/checkpoint_00000012 $HF" "$LOG2" &&
+    grep -q "^plan: .*; run $RUN; export $HF$" "$LOG2"; then
+    ok "hf_convert exported checkpoint 12 to $HF, the folder the printed plan names"
 else
     bad "no export in $HF"; tail -n 5 "$LOG2"
 fi
@@ -186,7 +187,8 @@ else
 fi
 if bash $RECIPE "${ARGS[@]}" --out "$TMP/dry" --shards "$TMP/dry_shards" --dry-run >"$TMP/dry.log" 2>&1 &&
     grep -q "^+ env OMP_NUM_THREADS=1 mpirun .*-np 2 ./train_gpt2 .* -z 1 --shuffle .* -H 1 .* -y 1" "$TMP/dry.log" &&
-    grep -q "^+ ./prepro_corpus " "$TMP/dry.log" && grep -q "^+ ./hf_convert export" "$TMP/dry.log" &&
+    grep -q "^+ ./prepro_corpus " "$TMP/dry.log" && grep -q "^+ ./hf_convert export .* $TMP/dry/hf$" "$TMP/dry.log" &&
+    grep -q "^plan: .*; shards $TMP/dry_shards/corpus_\*; run $TMP/dry; export $TMP/dry/hf$" "$TMP/dry.log" &&
     [ ! -e "$TMP/dry" ] && [ ! -e "$TMP/dry_shards" ]; then
     ok "--dry-run prints prepro_corpus, the trainer and hf_convert, and runs none of them"
 else
