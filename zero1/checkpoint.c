@@ -69,7 +69,7 @@ void zero1_write_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range
 
 static void gather_bucket(Zero1Runtime* rt, void* buf, int b, Zero1Dtype t) {
     const Zero1Bucket* bk = &rt->layout.buckets[b];
-    rt->comm->wait(rt->comm, rt->comm->all_gather(rt->comm, buf, bk->end - bk->start, t, b));
+    zero1_comm_wait(rt->comm, zero1_comm_all_gather(rt->comm, buf, bk->end - bk->start, t, b));
 }
 
 // Each rank wrote its slot of every bucket (its io shard, zero1_checkpoint_pieces); the
