@@ -5,6 +5,7 @@
  * of its own, else MPI staged through page-locked host memory, the only way several ranks
  * can share one GPU, which is how 2-4 ranks are tested on one GPU). With one rank nothing
  * is communicated unless NCCL is asked for by name (a one-rank NCCL communicator, for tests).
+ * Errors end the program (fatal).
  */
 #include "zero1/backend_cuda.h"
 

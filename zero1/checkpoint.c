@@ -7,6 +7,7 @@
  * same slices, so the ranks still save and load disjoint parts in parallel. A piece is
  * (parameter, range inside it), which is model space: the caller maps it to file offsets.
  * Device memory is reached only through the device ops, one range at a time.
+ * Errors end the program (fatal).
  */
 #include "llmc/utils.h"
 #include "zero1/runtime.h"

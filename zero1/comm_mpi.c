@@ -23,6 +23,7 @@
  * after that copy with an event; a slot's host buffers are reused only once it has run.
  * wait() polls MPI_Test under the communicator's deadline (llmc/watchdog.h) instead of
  * blocking in MPI_Wait, so that a rank that stopped ends the job instead of hanging it.
+ * Errors (MPI's, a count over MPI's int) end the program (fatal), naming the collective.
  */
 #include <limits.h>
 #include <mpi.h>

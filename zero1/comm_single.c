@@ -4,6 +4,7 @@
  * once (ordering holds trivially: the buffer already is the result, in compute-stream
  * order). all_to_all_v is the exception: its result lives in another buffer, so the
  * slice is copied there, queued on the compute stream.
+ * Errors end the program (fatal).
  */
 #include <string.h>
 

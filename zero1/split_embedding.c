@@ -24,6 +24,7 @@
  * nothing is in flight then. The optimizer's math is unchanged; the sum over ranks is
  * reassociated (classifier parts first, then encoder parts), so it agrees with the dense
  * path to fp32 rounding, not bitwise.
+ * Errors end the program (fatal).
  */
 #include <stdlib.h>
 #include <string.h>

@@ -18,6 +18,7 @@
  * its result and the send region its own bytes back when the handle is finished).
  * host_all_gather moves host memory only and is passed through, as are progress and
  * abort (the deadline aborts the communicator it wraps: zero1/watchdog_cuda.h).
+ * A broken rule ends the program (fatal), naming the collective and the step.
  */
 #include <stdint.h>
 #include <stdio.h>
