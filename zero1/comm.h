@@ -35,7 +35,8 @@
  *  - abort(): ends every collective in flight at once and for good (NCCL: ncclCommAbort,
  *    whose kernels would otherwise spin on a dead peer forever); only destroy() may follow.
  *    For a job that is ending, so it never ends the program itself: 0, or the backend's
- *    error code. A no-op where the host's waits block (MPI: the job's end stops them).
+ *    error code. A no-op where the host's waits block (MPI: the job's end stops them); a
+ *    wrapper forwards it to the communicator it wraps.
  *  - Every rank issues the same collectives in the same order (bucket is a label for
  *    traces and messages, not a matching key; a negative one names what a collective that
  *    moves no bucket is for: ZERO1_LABEL_*). With issue_order_matters set (NCCL: one GPU

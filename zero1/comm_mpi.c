@@ -372,15 +372,9 @@ static void mpi_destroy(Zero1Comm* c) {
 
 // No groups (MPI has no fused launch: each collective is posted as it comes) and no abort
 // (its waits block the host, and the job's end stops them).
-static const Zero1CommOps mpi_ops = {
-    .collective = mpi_collective,
-    .all_to_all_v = mpi_all_to_all_v,
-    .host_all_gather = mpi_host_all_gather,
-    .wait = mpi_wait,
-    .test = mpi_test,
-    .progress = mpi_progress,
-    .destroy = mpi_destroy,
-};
+static const Zero1CommOps mpi_ops = {.collective = mpi_collective, .all_to_all_v = mpi_all_to_all_v,
+                                     .host_all_gather = mpi_host_all_gather, .wait = mpi_wait, .test = mpi_test,
+                                     .progress = mpi_progress, .destroy = mpi_destroy};
 
 Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
     MpiImpl* m = (MpiImpl*)callocCheck(1, sizeof(MpiImpl));

@@ -33,13 +33,9 @@ static void single_wait(Zero1Comm* c, Zero1Handle h) {}
 static int single_test(Zero1Comm* c, Zero1Handle h) { return 1; }
 
 // No progress, groups, abort or state of its own: those ops stay NULL.
-static const Zero1CommOps single_ops = {
-    .collective = single_collective,
-    .all_to_all_v = single_all_to_all_v,
-    .host_all_gather = single_host_all_gather,
-    .wait = single_wait,
-    .test = single_test,
-};
+static const Zero1CommOps single_ops = {.collective = single_collective, .all_to_all_v = single_all_to_all_v,
+                                        .host_all_gather = single_host_all_gather, .wait = single_wait,
+                                        .test = single_test};
 
 // The device is borrowed: it outlives the communicator.
 Zero1Comm* zero1_comm_single_create(const Zero1Device* dev) { return zero1_comm_new(&single_ops, (void*)dev, 0, 1, "single"); }

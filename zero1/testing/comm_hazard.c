@@ -219,17 +219,9 @@ static void hazard_destroy(Zero1Comm* c) {
 }
 
 static const Zero1CommOps hazard_ops = {
-    .collective = hazard_collective,
-    .all_to_all_v = hazard_all_to_all_v,
-    .host_all_gather = hazard_host_all_gather,
-    .wait = hazard_wait,
-    .test = hazard_test,
-    .progress = hazard_progress,
-    .group_begin = hazard_group_begin,
-    .group_end = hazard_group_end,
-    .abort = hazard_abort,
-    .destroy = hazard_destroy,
-};
+    .collective = hazard_collective, .all_to_all_v = hazard_all_to_all_v, .host_all_gather = hazard_host_all_gather,
+    .wait = hazard_wait, .test = hazard_test, .progress = hazard_progress, .group_begin = hazard_group_begin,
+    .group_end = hazard_group_end, .abort = hazard_abort, .destroy = hazard_destroy};
 
 Zero1Comm* zero1_comm_hazard_create(Zero1Comm* inner, const Zero1Device* dev, unsigned seed) {
     Hazard* h = (Hazard*)callocCheck(1, sizeof(Hazard));
