@@ -303,7 +303,8 @@ static int request_done(void* ctx) { return request_complete(((PendingRequest*)c
 static const char* describe_request(void* ctx, char* buf, size_t n) {
     PendingRequest* p = (PendingRequest*)ctx;
     int op = p->s->op;
-    const char* kind = op == OP_HOST_ALL_GATHER ? "all-gather of host metadata" : zero1_collective_name((Zero1Collective)op);
+    const char* kind =
+        op == OP_HOST_ALL_GATHER ? "all-gather of host metadata" : zero1_collective_name((Zero1Collective)op);
     return zero1_describe_collective(p->c, kind, p->s->bucket, buf, n);
 }
 

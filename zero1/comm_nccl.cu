@@ -105,7 +105,8 @@ static void nccl_wait(Zero1Comm* c, Zero1Handle h) {
     if (h < 0) return;
     NcclSlot* s = slot_in_flight(c, h, "wait");
     if (s->state == SLOT_GROUPED) {
-        fatal("zero1 nccl: wait for the %s of bucket %d inside its group: call group_end first", zero1_collective_name(s->op), s->bucket);
+        fatal("zero1 nccl: wait for the %s of bucket %d inside its group: call group_end first",
+              zero1_collective_name(s->op), s->bucket);
     }
     finish_slot(impl_of(c), s);
 }
@@ -117,8 +118,8 @@ static int nccl_test(Zero1Comm* c, Zero1Handle h) {
     cudaError_t status = zero1_cuda_event_status(s->done);
     if (status == cudaErrorNotReady) return 0;
     if (status != cudaSuccess) {
-        fatal("zero1 nccl: the %s of bucket %d (step %d) failed on the GPU: %s", zero1_collective_name(s->op), s->bucket, s->step,
-              cudaGetErrorString(status));
+        fatal("zero1 nccl: the %s of bucket %d (step %d) failed on the GPU: %s", zero1_collective_name(s->op),
+              s->bucket, s->step, cudaGetErrorString(status));
     }
     finish_slot(impl_of(c), s);
     return 1;
@@ -173,7 +174,8 @@ static Zero1Handle nccl_collective(Zero1Comm* c, Zero1Collective op, void* buf, 
     if (im->comm == NULL) fatal("zero1 nccl: %s after the communicator was aborted", zero1_collective_name(op));
     if (n == 0) return -1;  // every rank has the same n: nothing to do anywhere
     if (op != ZERO1_ALL_REDUCE && n % (size_t)c->size != 0) {
-        fatal("zero1 nccl: %s of bucket %d: %zu elements do not split over %d ranks", zero1_collective_name(op), bucket, n, c->size);
+        fatal("zero1 nccl: %s of bucket %d: %zu elements do not split over %d ranks", zero1_collective_name(op), bucket,
+              n, c->size);
     }
     ncclDataType_t type = nccl_type(t);
     ncclRedOp_t red = rop == ZERO1_AVG ? ncclAvg : ncclSum;
@@ -243,7 +245,8 @@ static void nccl_progress(Zero1Comm* c) {
     if (im->comm == NULL) return;
     ncclResult_t async_error = ncclSuccess;
     ncclCheck(ncclCommGetAsyncError(im->comm, &async_error));
-    if (async_error != ncclInProgress) nccl_check(async_error, im->comm, "communication (reported asynchronously)", __FILE__, __LINE__);
+    if (async_error == ncclInProgress) return;
+    nccl_check(async_error, im->comm, "communication (reported asynchronously)", __FILE__, __LINE__);
 }
 
 static void nccl_destroy(Zero1Comm* c) {

@@ -38,4 +38,6 @@ static const Zero1CommOps single_ops = {.collective = single_collective, .all_to
                                         .test = single_test};
 
 // The device is borrowed: it outlives the communicator.
-Zero1Comm* zero1_comm_single_create(const Zero1Device* dev) { return zero1_comm_new(&single_ops, (void*)dev, 0, 1, "single"); }
+Zero1Comm* zero1_comm_single_create(const Zero1Device* dev) {
+    return zero1_comm_new(&single_ops, (void*)dev, 0, 1, "single");
+}

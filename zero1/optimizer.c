@@ -375,8 +375,8 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     }
     o->offsets = z->offsets;
     o->numel = zero1_layout(z->rt)->numel;
-    ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_ready,
-                        hook_embedding_grad_rows};
+    ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end,
+                        hook_grad_ready, hook_embedding_grad_rows};
     o->hooks = hooks;
     o->name = "zero1";
     o->world = comm->size * instances_of(backend);

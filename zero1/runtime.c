@@ -223,10 +223,10 @@ static void cross_all_reduce_done(Zero1Runtime* rt, int b) {
     shard_grads_final(rt, b);
 }
 
-// Megatron's register_grad_ready. Gradient readiness is learned, not declared: the first step only counts each parameter's
-// contributions in its last micro-step (no bucket fires during that backward: its finish fires
-// them all, in order), and from then on a bucket fires as soon as every parameter in it has
-// had the counted number. So the model never has to say that wte gets two (classifier and
+// Megatron's register_grad_ready. Gradient readiness is learned, not declared: the first step
+// only counts each parameter's contributions in its last micro-step (no bucket fires during
+// that backward: its finish fires them all, in order), and from then on a bucket fires as soon
+// as every parameter in it has had the counted number. So the model never has to say that wte gets two (classifier and
 // encoder), and a model that changes what it reports is caught instead of firing early.
 void zero1_register_grad_ready(Zero1Runtime* rt, int p) {
     if (!rt->is_last_micro) return;
@@ -361,7 +361,8 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
     for (int i = 0; i < 2; i++) {
         Zero1Comm* c = comms[i];
         if (!c || c->size == 1) continue;
-        Zero1Handle h = zero1_comm_all_reduce(c, rt->nan_flags, rt->num_params, ZERO1_FP32, ZERO1_SUM, ZERO1_LABEL_NAN_FLAGS);
+        Zero1Handle h =
+            zero1_comm_all_reduce(c, rt->nan_flags, rt->num_params, ZERO1_FP32, ZERO1_SUM, ZERO1_LABEL_NAN_FLAGS);
         wait_blocked(rt, c, h, "nan flags", ZERO1_LABEL_NAN_FLAGS);
     }
     rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, rt->nan_flags_host, rt->nan_flags,

@@ -572,7 +572,8 @@ static void test_nccl_ordering(Zero1Comm* c) {
     for (int i = 0; i < 40; i += 2) all_done &= zero1_comm_test(c, hs[i]) == 1;
     for (int i = 1; i < 40; i += 2) zero1_comm_wait(c, hs[i]);
     check(all_done && holds_pattern(buf, 4.0f), "nccl: 40 handles in flight, finished by test and wait");
-    check(zero1_comm_test(c, -1) == 1 && zero1_comm_all_reduce(c, buf, 0, ZERO1_FP32, ZERO1_SUM, 0) == -1, "nccl: handle -1 and empty collectives");
+    check(zero1_comm_test(c, -1) == 1 && zero1_comm_all_reduce(c, buf, 0, ZERO1_FP32, ZERO1_SUM, 0) == -1,
+          "nccl: handle -1 and empty collectives");
 
     gpu.ops->sync_stream(gpu.ctx, gpu.compute);
     gpu.ops->event_destroy(gpu.ctx, queued);
