@@ -259,10 +259,11 @@ test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
 
-# zero1/watchdog_cuda.h: the deadline of the GPU step's host sync (a stuck stream ends the job).
-test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+# zero1/watchdog_cuda.h: the deadline of the GPU step's host sync (a stuck stream ends the job,
+# a hazard-wrapped NCCL communicator is aborted through the wrapper).
+test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
 
 # Every CUDA kernel of llmc/ against plain C double references (dev/test/test_kernels_cuda.cu).
 test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)

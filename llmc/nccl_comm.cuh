@@ -4,6 +4,7 @@
  * With one rank no NCCL communicator is created at all.
  * Collectives are queued on the caller's stream, so they are ordered after the
  * backward kernels without any host synchronisation.
+ * Also the one check of NCCL results (ncclCheck), for every file that calls NCCL.
  */
 #ifndef LLMC_NCCL_COMM_CUH
 #define LLMC_NCCL_COMM_CUH
@@ -13,11 +14,15 @@
 
 #include "llmc/cuda_common.cuh"
 
-static inline void nccl_check(ncclResult_t r, const char* file, int line) {
-    if (r != ncclSuccess) fatal("NCCL error at %s:%d: %s", file, line, ncclGetErrorString(r));
+// A failed NCCL result ends the program, naming where, what (NULL: the call at that line)
+// and NCCL's own account (ncclGetLastError; comm may be NULL).
+static inline void nccl_check(ncclResult_t r, ncclComm_t comm, const char* what, const char* file, int line) {
+    if (r == ncclSuccess) return;
+    const char* detail = ncclGetLastError(comm);
+    fatal("NCCL error%s%s at %s:%d: %s%s%s", what ? " in " : "", what ? what : "", file, line, ncclGetErrorString(r),
+          detail && *detail ? ": " : "", detail ? detail : "");
 }
-#define ncclCheck(call) nccl_check((call), __FILE__, __LINE__)
-
+#define ncclCheck(call) nccl_check((call), NULL, NULL, __FILE__, __LINE__)
 
 typedef struct {
     int rank, world;
@@ -26,7 +31,7 @@ typedef struct {
 } NcclComm;
 
 // The rank among the processes that share this node (and so its GPUs).
-static int mpi_local_rank(int* local_world) {
+static inline int mpi_local_rank(int* local_world) {
     MPI_Comm node;
     int local_rank;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
@@ -39,7 +44,7 @@ static int mpi_local_rank(int* local_world) {
 // 1 when the ranks on this node run on distinct GPUs (collective over the node's ranks).
 // Compares device UUIDs, so it also holds where every process is shown only its own GPU
 // (CUDA_VISIBLE_DEVICES per task).
-static int gpus_distinct_on_node(void) {
+static inline int gpus_distinct_on_node(void) {
     MPI_Comm node;
     int n;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
@@ -63,7 +68,7 @@ static int gpus_distinct_on_node(void) {
 
 // Call after cuda_select_device(local_rank). NCCL needs a GPU per rank: with more ranks
 // than GPUs on a node it would refuse with a bare "invalid usage", so say what is wrong.
-static void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_world) {
+static inline void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_world) {
     c->rank = rank;
     c->world = world;
     c->local_rank = local_rank;
@@ -81,13 +86,13 @@ static void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int
     ncclCheck(ncclCommInitRank(&c->comm, world, id, rank));
 }
 
-static void nccl_comm_free(NcclComm* c) {
+static inline void nccl_comm_free(NcclComm* c) {
     if (c->comm) ncclCheck(ncclCommDestroy(c->comm));
     c->comm = NULL;
 }
 
 // In-place SUM over all ranks of n floats, queued on stream.
-static void nccl_all_reduce_sum(float* buf, size_t n, const NcclComm* c, cudaStream_t stream) {
+static inline void nccl_all_reduce_sum(float* buf, size_t n, const NcclComm* c, cudaStream_t stream) {
     if (c->world == 1 || n == 0) return;
     ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, stream));
 }

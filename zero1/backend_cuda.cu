@@ -5,6 +5,7 @@
  * of its own, else MPI staged through page-locked host memory, the only way several ranks
  * can share one GPU, which is how 2-4 ranks are tested on one GPU). With one rank nothing
  * is communicated unless NCCL is asked for by name (a one-rank NCCL communicator, for tests).
+ * Errors end the program (fatal).
  */
 #include "zero1/backend_cuda.h"
 
@@ -20,32 +21,20 @@
 
 static void destroy_cuda_device(Zero1Device* d) { zero1_device_cuda_destroy(d); }
 
-static int is_nccl(const Zero1Comm* c) { return c && strcmp(c->name, "nccl") == 0; }
-
 // The step's one host wait, under --comm-timeout: NCCL's asynchronous errors end the job at
-// once, a deadline ends it if a peer never arrives; either way the NCCL communicators are
-// aborted first (their kernels would spin forever).
+// once, a deadline ends it if a peer never arrives; either way the communicators are
+// aborted first (NCCL's kernels would spin forever), whatever wraps them.
 static void sync_compute_deadline(const Zero1Backend* be, int step) {
-    Zero1Comm* comms[2];
-    int n = 0;
-    if (is_nccl(be->comm)) comms[n++] = be->comm;
-    if (is_nccl(be->cross)) comms[n++] = be->cross;
-    Zero1CudaWatch watch = {be->comm->timeout_s, comms, n, NULL, 0, mpi_abort_world};
+    Zero1Comm* comms[2] = {be->comm, be->cross};
+    Zero1CudaWatch watch = {be->comm->timeout_s, comms, be->cross ? 2 : 1, NULL, 0, mpi_abort_world};
     zero1_cuda_sync_deadline((cudaStream_t)be->device.compute, &watch, "zero1: the GPU step", step);
 }
 
 // A communicator over the ranks of one color (< 0: all): NCCL or staged MPI.
 static Zero1Comm* make_comm(const TrainConfig* cfg, const Zero1Device* dev, int nccl, int color, const char* label) {
     Zero1Comm* c;
-    if (nccl) {
-        Zero1NcclBootstrap boot;
-        memset(&boot, 0, sizeof(boot));
-        boot.mode = ZERO1_NCCL_BOOT_MPI;
-        boot.color = color;
-        c = zero1_comm_nccl_create(dev, &boot);
-    } else {
-        c = zero1_comm_mpi_create(dev, color);  // staged: GPU memory is not host-addressable
-    }
+    if (nccl) c = zero1_comm_nccl_create(dev, color);
+    else c = zero1_comm_mpi_create(dev, color);  // staged: GPU memory is not host-addressable
     c->timeout_s = cfg->comm_timeout;
     c->label = label;
     return c;

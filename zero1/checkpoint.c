@@ -7,6 +7,7 @@
  * same slices, so the ranks still save and load disjoint parts in parallel. A piece is
  * (parameter, range inside it), which is model space: the caller maps it to file offsets.
  * Device memory is reached only through the device ops, one range at a time.
+ * Errors end the program (fatal).
  */
 #include "llmc/utils.h"
 #include "zero1/runtime.h"
@@ -69,7 +70,7 @@ void zero1_write_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range
 
 static void gather_bucket(Zero1Runtime* rt, void* buf, int b, Zero1Dtype t) {
     const Zero1Bucket* bk = &rt->layout.buckets[b];
-    rt->comm->wait(rt->comm, rt->comm->all_gather(rt->comm, buf, bk->end - bk->start, t, b));
+    zero1_comm_wait(rt->comm, zero1_comm_all_gather(rt->comm, buf, bk->end - bk->start, t, b));
 }
 
 // Each rank wrote its slot of every bucket (its io shard, zero1_checkpoint_pieces); the

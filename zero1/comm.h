@@ -1,7 +1,9 @@
 /*
  * zero1/comm.h: the communicator the ZeRO-1 runtime talks through.
  *
- * The runtime never names MPI or NCCL: a backend fills this table. A communicator is made
+ * The runtime never names MPI or NCCL: each backend has one const table of ops
+ * (Zero1CommOps) that all its communicators share, and callers go through the
+ * zero1_comm_* wrappers below, never asking which backend they hold. A communicator is made
  * for one device (zero1/device_ops.h: its ops and compute stream) and moves that device's
  * buffers. The contract, the same for every backend:
  *
@@ -30,6 +32,11 @@
  *  - group_begin()/group_end(): the collectives issued between them may be fused into one
  *    launch (NCCL groups); their handles may be waited for only after group_end (test()
  *    answers 0 before). Groups do not nest.
+ *  - abort(): ends every collective in flight at once and for good (NCCL: ncclCommAbort,
+ *    whose kernels would otherwise spin on a dead peer forever); only destroy() may follow.
+ *    For a job that is ending, so it never ends the program itself: 0, or the backend's
+ *    error code. A no-op where the host's waits block (MPI: the job's end stops them); a
+ *    wrapper forwards it to the communicator it wraps.
  *  - Every rank issues the same collectives in the same order (bucket is a label for
  *    traces and messages, not a matching key; a negative one names what a collective that
  *    moves no bucket is for: ZERO1_LABEL_*). With issue_order_matters set (NCCL: one GPU
@@ -43,13 +50,14 @@
  *    or lost its network cannot hang the others. Whoever creates a communicator sets it
  *    (zero1_comm_mpi_create starts at WATCHDOG_DEFAULT_TIMEOUT_S); a wrapper leaves it to the
  *    communicator it wraps. A backend whose wait does not block the host (NCCL) is watched
- *    where the host does block: zero1/watchdog_cuda.h.
+ *    where the host does block, and aborted past the deadline: zero1/watchdog_cuda.h.
  *  - Traces: when tracer is set, a backend whose collectives run on a device stream records
  *    each bucket collective's device-time span itself ("reduce-scatter bN", "all-reduce bN"
  *    on the grad lane, "all-gather bN" on the param lane) and says so with traces_itself;
  *    otherwise the runtime records host times (exact for host-driven backends).
  *
- * In-place conventions:
+ * In-place conventions (reduce_scatter, all_gather and all_reduce are one op, collective(),
+ * told apart by its Zero1Collective):
  *  - reduce_scatter(buf, n): buf holds a whole bucket of n elements (n divisible by size);
  *    on completion this rank's slot buf[rank*n/size, (rank+1)*n/size) holds the sum over
  *    ranks of that slot. The rest of buf is unspecified (NCCL: recvbuff = sendbuff +
@@ -93,6 +101,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "llmc/utils.h"
 #include "zero1/device_ops.h"
 #include "zero1/trace.h"
 
@@ -110,20 +119,21 @@ static inline float zero1_avg_scale(int size) { return (float)(1.0 / (double)siz
 // Bucket labels of collectives that move no bucket.
 enum { ZERO1_LABEL_NONE = -1, ZERO1_LABEL_GRAD_NORM = -2, ZERO1_LABEL_NAN_FLAGS = -3, ZERO1_LABEL_REPORT = -4 };
 
+// What a collective does (all_to_all_v has an op of its own: two regions).
+typedef enum { ZERO1_REDUCE_SCATTER = 0, ZERO1_ALL_GATHER, ZERO1_ALL_REDUCE, ZERO1_ALL_TO_ALL } Zero1Collective;
+static inline const char* zero1_collective_name(Zero1Collective kind) {
+    static const char* const names[] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all"};
+    return names[kind];
+}
+
 typedef struct Zero1Comm Zero1Comm;
-struct Zero1Comm {
-    int rank, size;
-    const char* name;  // "single", "mpi", "mpi-staged", "nccl", "hazard(...)"
-    int step;          // set by the runtime each step (0-based): for messages and traces
-    double timeout_s;  // a wait longer than this ends the job; 0: wait forever
-    const char* label; // for messages: what sets this communicator apart ("across instances"), or NULL
-    Zero1Tracer* tracer;
-    int traces_itself;
-    int issue_order_matters;  // see "Every rank issues the same collectives" above
-    void* impl;
-    Zero1Handle (*reduce_scatter)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket);
-    Zero1Handle (*all_gather)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket);
-    Zero1Handle (*all_reduce)(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket);
+
+// A backend's ops (the contract above). NULL progress, group_begin/group_end and abort:
+// nothing to do there.
+typedef struct {
+    // kind: ZERO1_REDUCE_SCATTER, ZERO1_ALL_GATHER (op unused: ZERO1_SUM) or ZERO1_ALL_REDUCE.
+    Zero1Handle (*collective)(Zero1Comm* c, Zero1Collective kind, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
+                              int bucket);
     Zero1Handle (*all_to_all_v)(Zero1Comm* c, const void* send, const size_t* send_counts, const size_t* send_offsets,
                                 void* recv, const size_t* recv_counts, const size_t* recv_offsets, Zero1Dtype t,
                                 int bucket);
@@ -133,8 +143,70 @@ struct Zero1Comm {
     void (*progress)(Zero1Comm* c);
     void (*group_begin)(Zero1Comm* c);
     void (*group_end)(Zero1Comm* c);
-    void (*destroy)(Zero1Comm* c);
+    int (*abort)(Zero1Comm* c);
+    void (*destroy)(Zero1Comm* c);  // frees what impl holds; zero1_comm_destroy frees the rest
+} Zero1CommOps;
+
+struct Zero1Comm {
+    const Zero1CommOps* ops;
+    void* impl;
+    int rank, size;
+    const char* name;  // for messages only: "single", "mpi", "mpi-staged", "nccl", "hazard(...)"
+    int step;          // set by the runtime each step (0-based): for messages and traces
+    double timeout_s;  // a wait longer than this ends the job; 0: wait forever
+    const char* label; // for messages: what sets this communicator apart ("across instances"), or NULL
+    Zero1Tracer* tracer;
+    int traces_itself;
+    int issue_order_matters;  // see "Every rank issues the same collectives" above
 };
+
+// For backends: a communicator with the common fields set (the rest zero).
+static inline Zero1Comm* zero1_comm_new(const Zero1CommOps* ops, void* impl, int rank, int size, const char* name) {
+    Zero1Comm* c = (Zero1Comm*)callocCheck(1, sizeof(Zero1Comm));
+    c->ops = ops;
+    c->impl = impl;
+    c->rank = rank;
+    c->size = size;
+    c->name = name;
+    return c;
+}
+
+// What every caller uses.
+static inline Zero1Handle zero1_comm_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
+                                                    int bucket) {
+    return c->ops->collective(c, ZERO1_REDUCE_SCATTER, buf, n, t, op, bucket);
+}
+static inline Zero1Handle zero1_comm_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
+    return c->ops->collective(c, ZERO1_ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
+}
+static inline Zero1Handle zero1_comm_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
+                                                int bucket) {
+    return c->ops->collective(c, ZERO1_ALL_REDUCE, buf, n, t, op, bucket);
+}
+static inline Zero1Handle zero1_comm_all_to_all_v(Zero1Comm* c, const void* send, const size_t* send_counts,
+                                                  const size_t* send_offsets, void* recv, const size_t* recv_counts,
+                                                  const size_t* recv_offsets, Zero1Dtype t, int bucket) {
+    return c->ops->all_to_all_v(c, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, t, bucket);
+}
+static inline void zero1_comm_host_all_gather(Zero1Comm* c, const void* mine, void* all, size_t bytes) {
+    c->ops->host_all_gather(c, mine, all, bytes);
+}
+static inline void zero1_comm_wait(Zero1Comm* c, Zero1Handle h) { c->ops->wait(c, h); }
+static inline int zero1_comm_test(Zero1Comm* c, Zero1Handle h) { return c->ops->test(c, h); }
+static inline void zero1_comm_progress(Zero1Comm* c) {
+    if (c->ops->progress) c->ops->progress(c);
+}
+static inline void zero1_comm_group_begin(Zero1Comm* c) {
+    if (c->ops->group_begin) c->ops->group_begin(c);
+}
+static inline void zero1_comm_group_end(Zero1Comm* c) {
+    if (c->ops->group_end) c->ops->group_end(c);
+}
+static inline int zero1_comm_abort(Zero1Comm* c) { return c->ops->abort ? c->ops->abort(c) : 0; }
+static inline void zero1_comm_destroy(Zero1Comm* c) {
+    if (c->ops->destroy) c->ops->destroy(c);
+    free(c);
+}
 
 // The extent of an all_to_all_v region: the largest offset + count over the size ranks.
 static inline size_t zero1_extent(const size_t* counts, const size_t* offsets, int size) {

@@ -23,6 +23,7 @@
  * after that copy with an event; a slot's host buffers are reused only once it has run.
  * wait() polls MPI_Test under the communicator's deadline (llmc/watchdog.h) instead of
  * blocking in MPI_Wait, so that a rank that stopped ends the job instead of hanging it.
+ * Errors (MPI's, a count over MPI's int) end the program (fatal), naming the collective.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -34,9 +35,8 @@
 #include "llmc/watchdog.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_DONE };
-enum { OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_ALL_REDUCE, OP_ALL_TO_ALL, OP_HOST_ALL_GATHER };
-static const char* const OP_NAMES[] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all",
-                                       "all-gather of host metadata"};
+// A slot's op: a Zero1Collective, or the blocking all-gather of host metadata.
+enum { OP_HOST_ALL_GATHER = ZERO1_ALL_TO_ALL + 1 };
 
 typedef struct {
     int state;
@@ -168,8 +168,8 @@ static int count_of(size_t n) {
     return (int)n;
 }
 
-static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp rop,
-                                  int bucket) {
+static Zero1Handle mpi_collective(Zero1Comm* c, Zero1Collective op, void* buf, size_t n, Zero1Dtype t,
+                                  Zero1ReduceOp rop, int bucket) {
     MpiImpl* m = (MpiImpl*)c->impl;
     int h;
     RequestSlot* s = take_slot(m, &h);
@@ -181,7 +181,7 @@ static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zer
     s->op = op;
     s->type = t;
     s->scale = rop == ZERO1_AVG ? zero1_avg_scale(c->size) : 1.0f;
-    if (op == OP_REDUCE_SCATTER) {
+    if (op == ZERO1_REDUCE_SCATTER) {
         void* host = stage_in(m, s, buf, total, 0, total);
         s->scratch = grow(m, s->scratch, &s->scratch_cap, slot_bytes, m->staged);
         s->result = s->scratch;
@@ -190,7 +190,7 @@ static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zer
         mpi_fail(MPI_Ireduce_scatter_block(host, s->scratch, count_of(slot), mpi_type(t), mpi_sum(m, t), m->comm,
                                            &s->request),
                  "Ireduce_scatter_block");
-    } else if (op == OP_ALL_GATHER) {
+    } else if (op == ZERO1_ALL_GATHER) {
         void* host = stage_in(m, s, buf, total, mine, slot_bytes);  // only this rank's slot is read
         s->result = host;
         s->result_offset = 0;
@@ -215,16 +215,6 @@ static Zero1Handle mpi_collective(Zero1Comm* c, int op, void* buf, size_t n, Zer
                  "Iallreduce");
     }
     return h;
-}
-
-static Zero1Handle mpi_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
-    return mpi_collective(c, OP_REDUCE_SCATTER, buf, n, t, op, bucket);
-}
-static Zero1Handle mpi_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return mpi_collective(c, OP_ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
-}
-static Zero1Handle mpi_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
-    return mpi_collective(c, OP_ALL_REDUCE, buf, n, t, op, bucket);
 }
 
 static void wait_request(Zero1Comm* c, RequestSlot* s);
@@ -257,7 +247,7 @@ static Zero1Handle mpi_all_to_all_v(Zero1Comm* c, const void* send, const size_t
     s->bucket = bucket;
     s->buf = recv;
     s->state = SLOT_ACTIVE;
-    s->op = OP_ALL_TO_ALL;
+    s->op = ZERO1_ALL_TO_ALL;
     s->type = t;
     s->scale = 1.0f;
     void* host_send = stage_in(m, s, (void*)send, send_bytes, 0, send_bytes);
@@ -312,7 +302,10 @@ static int request_done(void* ctx) { return request_complete(((PendingRequest*)c
 
 static const char* describe_request(void* ctx, char* buf, size_t n) {
     PendingRequest* p = (PendingRequest*)ctx;
-    return zero1_describe_collective(p->c, OP_NAMES[p->s->op], p->s->bucket, buf, n);
+    int op = p->s->op;
+    const char* kind =
+        op == OP_HOST_ALL_GATHER ? "all-gather of host metadata" : zero1_collective_name((Zero1Collective)op);
+    return zero1_describe_collective(p->c, kind, p->s->bucket, buf, n);
 }
 
 // MPI_Wait with the communicator's deadline.
@@ -352,9 +345,6 @@ static void mpi_progress(Zero1Comm* c) {
     }
 }
 
-// MPI has no fused launch: each collective is posted as it comes.
-static void mpi_group(Zero1Comm* c) {}
-
 static void mpi_destroy(Zero1Comm* c) {
     MpiImpl* m = (MpiImpl*)c->impl;
     const Zero1DeviceOps* ops = m->dev->ops;
@@ -379,11 +369,15 @@ static void mpi_destroy(Zero1Comm* c) {
     MPI_Op_free(&m->bf16_sum);
     if (m->comm != MPI_COMM_WORLD) MPI_Comm_free(&m->comm);
     free(m);
-    free(c);
 }
 
+// No groups (MPI has no fused launch: each collective is posted as it comes) and no abort
+// (its waits block the host, and the job's end stops them).
+static const Zero1CommOps mpi_ops = {.collective = mpi_collective, .all_to_all_v = mpi_all_to_all_v,
+                                     .host_all_gather = mpi_host_all_gather, .wait = mpi_wait, .test = mpi_test,
+                                     .progress = mpi_progress, .destroy = mpi_destroy};
+
 Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
-    Zero1Comm* c = (Zero1Comm*)callocCheck(1, sizeof(Zero1Comm));
     MpiImpl* m = (MpiImpl*)callocCheck(1, sizeof(MpiImpl));
     m->comm = MPI_COMM_WORLD;
     if (color >= 0) {
@@ -391,8 +385,9 @@ Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
         mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
         mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, world_rank, &m->comm));
     }
-    mpiCheck(MPI_Comm_rank(m->comm, &c->rank));
-    mpiCheck(MPI_Comm_size(m->comm, &c->size));
+    int rank, size;
+    mpiCheck(MPI_Comm_rank(m->comm, &rank));
+    mpiCheck(MPI_Comm_size(m->comm, &size));
     mpi_fail(MPI_Op_create(bf16_sum_op, 1, &m->bf16_sum), "Op_create");
     m->dev = dev;
     m->staged = !dev->ops->host_addressable;
@@ -400,19 +395,7 @@ Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
         m->stream = dev->ops->stream_create(dev->ctx);
         m->produced = dev->ops->event_create(dev->ctx);
     }
-    c->name = m->staged ? "mpi-staged" : "mpi";
+    Zero1Comm* c = zero1_comm_new(&mpi_ops, m, rank, size, m->staged ? "mpi-staged" : "mpi");
     c->timeout_s = WATCHDOG_DEFAULT_TIMEOUT_S;
-    c->impl = m;
-    c->reduce_scatter = mpi_reduce_scatter;
-    c->all_gather = mpi_all_gather;
-    c->all_reduce = mpi_all_reduce;
-    c->all_to_all_v = mpi_all_to_all_v;
-    c->host_all_gather = mpi_host_all_gather;
-    c->wait = mpi_wait;
-    c->test = mpi_test;
-    c->progress = mpi_progress;
-    c->group_begin = mpi_group;
-    c->group_end = mpi_group;
-    c->destroy = mpi_destroy;
     return c;
 }

@@ -4,17 +4,16 @@
  * once (ordering holds trivially: the buffer already is the result, in compute-stream
  * order). all_to_all_v is the exception: its result lives in another buffer, so the
  * slice is copied there, queued on the compute stream.
+ * Errors end the program (fatal).
  */
-#include <stdlib.h>
 #include <string.h>
 
-#include "llmc/utils.h"
 #include "zero1/comm.h"
 
-static Zero1Handle single_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
+static Zero1Handle single_collective(Zero1Comm* c, Zero1Collective kind, void* buf, size_t n, Zero1Dtype t,
+                                     Zero1ReduceOp op, int bucket) {
     return -1;
 }
-static Zero1Handle single_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) { return -1; }
 static Zero1Handle single_all_to_all_v(Zero1Comm* c, const void* send, const size_t* send_counts,
                                        const size_t* send_offsets, void* recv, const size_t* recv_counts,
                                        const size_t* recv_offsets, Zero1Dtype t, int bucket) {
@@ -32,25 +31,13 @@ static void single_host_all_gather(Zero1Comm* c, const void* mine, void* all, si
 }
 static void single_wait(Zero1Comm* c, Zero1Handle h) {}
 static int single_test(Zero1Comm* c, Zero1Handle h) { return 1; }
-static void single_nothing(Zero1Comm* c) {}
-static void single_destroy(Zero1Comm* c) { free(c); }
 
+// No progress, groups, abort or state of its own: those ops stay NULL.
+static const Zero1CommOps single_ops = {.collective = single_collective, .all_to_all_v = single_all_to_all_v,
+                                        .host_all_gather = single_host_all_gather, .wait = single_wait,
+                                        .test = single_test};
+
+// The device is borrowed: it outlives the communicator.
 Zero1Comm* zero1_comm_single_create(const Zero1Device* dev) {
-    Zero1Comm* c = (Zero1Comm*)callocCheck(1, sizeof(Zero1Comm));
-    c->rank = 0;
-    c->size = 1;
-    c->name = "single";
-    c->impl = (void*)dev;  // borrowed: the device outlives the communicator
-    c->reduce_scatter = single_reduce;
-    c->all_gather = single_gather;
-    c->all_reduce = single_reduce;
-    c->all_to_all_v = single_all_to_all_v;
-    c->host_all_gather = single_host_all_gather;
-    c->wait = single_wait;
-    c->test = single_test;
-    c->progress = single_nothing;
-    c->group_begin = single_nothing;
-    c->group_end = single_nothing;
-    c->destroy = single_destroy;
-    return c;
+    return zero1_comm_new(&single_ops, (void*)dev, 0, 1, "single");
 }

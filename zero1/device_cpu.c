@@ -2,6 +2,7 @@
  * zero1/device_cpu.c: the device for host memory (the CPU trainer). Every op runs at once
  * on the calling thread, so streams and events are trivially complete; the arithmetic is
  * the reference the other backends are compared with (zero1/testing/device_deferred.c calls it).
+ * Errors end the program (fatal).
  */
 #include <math.h>
 #include <stdint.h>

@@ -13,6 +13,7 @@
  * must give zero1/device_cpu.c's bits, so the Makefile compiles this file without
  * --use_fast_math (approximate division and sqrt, flushed denormals) and with
  * -fmad=false (the CPU build, ISO C, does not fuse multiply-adds either).
+ * Errors (CUDA's, bad arguments) end the program (fatal).
  */
 #include <cuda_runtime.h>
 #include <stdint.h>

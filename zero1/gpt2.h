@@ -2,9 +2,9 @@
  * zero1/gpt2.h: GPT-2 described to the zero1/ runtime, for both trainers (their models
  * share llmc/gpt2_spec.h's tensors and llmc/model_hooks.h's block numbering).
  *
- * Runtime forward blocks: 0 = embeddings, 1..L = transformer blocks, L+1 = final
- * LayerNorm + classifier (which reads wte, gathered for block 0 already): the model's
- * block number + 1. wte's gradient gets two contributions (classifier and encoder) and
+ * Forward blocks are the model's (llmc/model_hooks.h): -1 = embeddings, 0..L-1 =
+ * transformer blocks, L = final LayerNorm + classifier (which reads wte, gathered for
+ * block -1 already). wte's gradient gets two contributions (classifier and encoder) and
  * every other tensor's one; the runtime learns these counts on the first step. wte is the
  * embedding whose encoder part may travel as sparse rows of C elements (--split-embedding).
  */
@@ -30,10 +30,10 @@ static inline Optimizer* zero1_gpt2_optimizer(const TrainConfig* cfg, const GPT2
     for (int i = 0; i < NT; i++) {
         numels[i] = gpt2_tensor_numel(c, i);
         decays[i] = gpt2_tensor_decays(c, i);
-        first_block[i] = gpt2_tensor_layer(c, i) + 1;
+        first_block[i] = gpt2_tensor_layer(c, i);
     }
-    Zero1ModelSpec spec = {NT, numels, decays, first_block, c->num_layers + 2, zero1_gpt2_tensor_name,
-                           (void*)c, gpt2_idx_wte(), (size_t)c->channels};
+    Zero1ModelSpec spec = {NT, numels, decays, first_block, zero1_gpt2_tensor_name, (void*)c, gpt2_idx_wte(),
+                           (size_t)c->channels};
     Optimizer* o = zero1_optimizer_create(cfg, &spec, backend, compute_dtype);
     free(numels);
     free(decays);

@@ -1,4 +1,5 @@
 // zero1/layout.c: the Megatron DistributedOptimizer buffer layout (see layout.h).
+// Errors go back to the caller (-1 and a message in err), running out of memory included.
 #include "zero1/layout.h"
 
 #include <stdarg.h>

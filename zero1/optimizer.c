@@ -1,6 +1,7 @@
 /*
  * zero1/optimizer.c: the zero1/ runtime behind llmc/optimizer.h's table, model-neutral.
  * See zero1/optimizer.h.
+ * Errors end the program (fatal), on every rank.
  */
 #include "zero1/optimizer.h"
 
@@ -61,9 +62,11 @@ static void block_end(Zero1Optimizer* z, const char* what, int block) {
     }
 }
 
+// The two round trips of the runtime (zero1/runtime.h): a forward block waits for its
+// params (param sync); each finished gradient contribution may start a bucket's grad sync.
 static void hook_forward_begin(void* ctx, int block) {
     Zero1Optimizer* z = (Zero1Optimizer*)ctx;
-    zero1_forward_block(z->rt, block + 1);
+    zero1_finish_param_sync(z->rt, block);
     sync_for_host_model(z);
     block_begin(z);
 }
@@ -83,7 +86,7 @@ static void hook_backward_end(void* ctx, int block) {
     zero1_poke(z->rt);
 }
 
-static void hook_grad_done(void* ctx, int tensor) { zero1_grad_done(((Zero1Optimizer*)ctx)->rt, tensor); }
+static void hook_grad_ready(void* ctx, int tensor) { zero1_register_grad_ready(((Zero1Optimizer*)ctx)->rt, tensor); }
 
 // The split embedding's compact rows; a host model reaches them through host views once
 // the runtime's zero-fill and upload have run.
@@ -204,7 +207,7 @@ static void all_gather_rows(Zero1Optimizer* z, Zero1Comm* c, double* rows, int w
     double* buf = (double*)dev->ops->alloc(dev->ctx, bytes);
     memcpy(host + mine, rows + mine, width * sizeof(double));
     dev->ops->from_host(dev->ctx, dev->compute, buf + mine, host + mine, width * sizeof(double));
-    c->wait(c, c->all_gather(c, buf, (size_t)c->size * width, ZERO1_FP64, ZERO1_LABEL_REPORT));
+    zero1_comm_wait(c, zero1_comm_all_gather(c, buf, (size_t)c->size * width, ZERO1_FP64, ZERO1_LABEL_REPORT));
     dev->ops->to_host(dev->ctx, dev->compute, host, buf, bytes);
     dev->ops->sync_stream(dev->ctx, dev->compute);
     dev->ops->free(dev->ctx, buf);
@@ -233,7 +236,7 @@ static void write_trace(Zero1Optimizer* z) {
     size_t len = strlen(f);
     if (len > 5 && strcmp(f + len - 5, ".json") == 0) len -= 5;
     path_format(path, sizeof(path), "%.*s.rank%d.json", (int)len, f, rank);
-    if (zero1_tracer_write(z->tracer, path) != 0) fatal("cannot write trace %s: %s", path, strerror(errno));
+    zero1_tracer_write(z->tracer, path);
     if (rank == 0) printf("zero1: trace written to %.*s.rank*.json\n", (int)len, f);
 }
 
@@ -283,8 +286,8 @@ static void op_destroy(Optimizer* o) {
     zero1_runtime_destroy(z->rt);
     zero1_tracer_destroy(z->tracer);  // its device events go before the device
     Zero1Backend* be = z->backend;
-    if (be->cross) be->cross->destroy(be->cross);
-    be->comm->destroy(be->comm);
+    if (be->cross) zero1_comm_destroy(be->cross);
+    zero1_comm_destroy(be->comm);
     if (be->destroy_device) be->destroy_device(&be->device);
     free(be);
     free(z->offsets);
@@ -353,9 +356,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     if (!backend->host_model) zero1_tracer_use_device(z->tracer, &backend->device);
     Zero1Options opt = options_from(cfg, spec, compute_dtype);
     z->embedding_width = spec->embedding_width;
-    char err[256];
-    z->rt = zero1_runtime_create(&opt, spec, comm, backend->cross, &backend->device, z->tracer, err, sizeof(err));
-    if (!z->rt) fatal("zero1: %s", err);
+    z->rt = zero1_runtime_create(&opt, spec, comm, backend->cross, &backend->device, z->tracer);
     int n = spec->num_params;
     z->offsets = (size_t*)mallocCheck(n * sizeof(size_t));
     z->dense_offsets = (size_t*)mallocCheck(n * sizeof(size_t));
@@ -374,8 +375,8 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     }
     o->offsets = z->offsets;
     o->numel = zero1_layout(z->rt)->numel;
-    ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end, hook_grad_done,
-                        hook_embedding_grad_rows};
+    ModelHooks hooks = {z, hook_forward_begin, hook_forward_end, hook_backward_begin, hook_backward_end,
+                        hook_grad_ready, hook_embedding_grad_rows};
     o->hooks = hooks;
     o->name = "zero1";
     o->world = comm->size * instances_of(backend);

@@ -3,27 +3,30 @@
  *
  * Per bucket, two round trips (Megatron's grad sync and param sync):
  *   grad:  contributions counted down during the last micro-step's backward (to the counts
- *          the first step learned) -> the
- *          bucket fires (reduce-scatter; all-reduce when replicated) -> waited for in
- *          zero1_finish_step -> the owned shard holds the summed gradient. With
- *          distributed-optimizer instances the reduce-scatter sums over the group only;
- *          once it completes (a poke's test or the wait) the owned shard is all-reduced
- *          across the groups, a second collective on the same region, issued in firing
- *          order on every rank (comm.h: the same collectives in the same order).
- *   param: AdamW writes the owned shard of the param buffer -> all-gather -> the next
- *          forward waits for the bucket just before the first block that reads it.
+ *          the first step learned; zero1_register_grad_ready) -> start_grad_sync (the
+ *          bucket "fires": reduce-scatter; all-reduce when replicated) -> finish_grad_sync
+ *          in zero1_finish_step waits for it. A reduction passes up to four stages, one
+ *          function each: group_collective_done (the group's collective completed),
+ *          group_shard_ready (the shard holds the group's whole sum, split rows included),
+ *          cross_all_reduce_done (instances only: the shard's all-reduce across the groups,
+ *          issued in firing order on every rank, comm.h's same-order rule) and
+ *          shard_grads_final (the shard's fp32 grads are final).
+ *   param: AdamW writes the owned shard of the param buffer -> start_param_sync (all-gather)
+ *          -> zero1_finish_param_sync waits for the bucket just before the first forward
+ *          block that reads it.
  * With fp32 accumulation (Zero1Options.fp32_accumulation) a bucket's reduce-scatter is an
  * all_to_all of its bf16 copy into a receive temporary instead, and its completion queues
  * this rank's fp32 sum of the received slices into the fp32 grads (sum_slices); the
  * exchanges are chained (each bucket's waits for the one fired before it, Megatron's
  * previous_grad_reduce_bucket_group), so two temporaries serve every bucket.
  * Buckets are in buffer order, which is reverse model order; the forward therefore
- * needs them from the last bucket to the first, and each wait dispatches the next
- * bucket's gather before waiting (Megatron's chained param sync, start_param_sync).
+ * needs them from the last bucket to the first, and each wait starts the next bucket's
+ * param sync before waiting (Megatron's chained param sync).
  *
  * All buffer work is queued on the device's compute stream through zero1/device_ops.h;
  * collectives follow zero1/comm.h's ordering rules. So on a GPU nothing here blocks the
  * host (a "wait" makes the compute stream wait), and on the CPU the same calls block.
+ * Errors end the program (fatal), naming the parameter or the option at fault.
  */
 #include "zero1/runtime.h"
 #include "zero1/runtime_internal.h"
@@ -49,7 +52,7 @@ static void* grad_comm_at(const Zero1Runtime* rt, size_t offset) { return (char*
 // accounting the host time as blocked communication.
 static void wait_blocked(Zero1Runtime* rt, Zero1Comm* c, Zero1Handle h, const char* what, int bucket) {
     double t0 = zero1_now_us();
-    c->wait(c, h);
+    zero1_comm_wait(c, h);
     double t1 = zero1_now_us();
     rt->blocked_ms += (t1 - t0) / 1e3;
     if (t1 - t0 > 1.0) {
@@ -85,7 +88,7 @@ static void* dup_array(const void* src, size_t bytes) {
 
 static int is_split_bucket(const Zero1Runtime* rt, int b) { return rt->split && rt->split->bucket == b; }
 
-static void reduce_completed(Zero1Runtime* rt, int b);
+static void group_collective_done(Zero1Runtime* rt, int b);
 
 // fp32 accumulation: the bucket fired before this one must be done exchanging (its sum
 // queued) before this one starts, so that its receive temporary is free for the bucket
@@ -95,7 +98,7 @@ static void drain_previous_exchange(Zero1Runtime* rt) {
     int prev = rt->fire_order[rt->num_fired - 1];
     if (!rt->buckets[prev].reduce_in_flight) return;
     wait_blocked(rt, rt->comm, rt->buckets[prev].reduce, "all-to-all", prev);
-    reduce_completed(rt, prev);
+    group_collective_done(rt, prev);
 }
 
 // fp32 accumulation's exchange: the uniform all_to_all_v, slice j of the bucket's bf16 copy
@@ -107,10 +110,12 @@ static Zero1Handle exchange_slices(Zero1Runtime* rt, const void* send, void* rec
         counts[j] = n_per_rank;
         offsets[j] = (size_t)j * n_per_rank;
     }
-    return rt->comm->all_to_all_v(rt->comm, send, counts, offsets, recv, counts, offsets, ZERO1_BF16, b);
+    return zero1_comm_all_to_all_v(rt->comm, send, counts, offsets, recv, counts, offsets, ZERO1_BF16, b);
 }
 
-static void fire_bucket(Zero1Runtime* rt, int b) {
+// Megatron's start_grad_sync for one bucket: its reduction launched (reduce-scatter,
+// all-reduce when replicated, or the fp32-accumulation exchange).
+static void start_grad_sync(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     const Zero1Bucket* bk = &rt->layout.buckets[b];
     size_t n = bk->end - bk->start;
@@ -126,27 +131,27 @@ static void fire_bucket(Zero1Runtime* rt, int b) {
         s->recv_slot = rt->num_fired % 2;
         s->reduce = exchange_slices(rt, buf, rt->recv_slots[s->recv_slot], n / (size_t)rt->comm->size, b);
     } else if (stage1(rt)) {
-        s->reduce = rt->comm->reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
+        s->reduce = zero1_comm_reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
     } else {
-        s->reduce = rt->comm->all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
+        s->reduce = zero1_comm_all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
     }
     s->reduce_in_flight = 1;
-    s->reduce_fired = 1;
+    s->grad_sync_started = 1;
     // The split embedding's bucket takes its place in the firing order when its rows go out.
     if (!is_split_bucket(rt, b)) rt->fire_order[rt->num_fired++] = b;
 }
 
-// Bucket b's reduction is complete, across instances too: bring a bf16 result back into
-// the fp32 grads.
-static void reduction_done(Zero1Runtime* rt, int b) {
+// Stage 4 (last) of a bucket's reduction: the shard's grads are final (across instances
+// too); a bf16 result is brought back into the fp32 grads.
+static void shard_grads_final(Zero1Runtime* rt, int b) {
     if (!rt->grad_comm || fp32_accumulating(rt)) return;  // fp32 accumulation: the grads hold it already
     const Zero1Range* sh = &rt->shards.buckets[b].shard;
     rt_convert(rt, rt->grads + sh->start, ZERO1_FP32, grad_comm_at(rt, sh->start), ZERO1_BF16, sh->end - sh->start);
 }
 
-// Issues the all-reduces across instances of every bucket whose group reduction is done,
-// in the order the buckets fired, up to the first one still reducing in its group.
-static void launch_ready_cross(Zero1Runtime* rt) {
+// Issues the all-reduces across instances of every bucket whose group shard is ready, in
+// the order the buckets fired, up to the first one still reducing in its group.
+static void start_cross_all_reduces(Zero1Runtime* rt) {
     while (rt->num_crossed < rt->num_fired) {
         int b = rt->fire_order[rt->num_crossed];
         BucketState* s = &rt->buckets[b];
@@ -154,19 +159,20 @@ static void launch_ready_cross(Zero1Runtime* rt) {
         const Zero1Range* sh = &rt->shards.buckets[b].shard;
         s->awaiting_cross = 0;
         s->cross_start_us = zero1_now_us();
-        s->cross = rt->cross->all_reduce(rt->cross, cross_buffer_at(rt, sh->start), sh->end - sh->start,
+        s->cross = zero1_comm_all_reduce(rt->cross, cross_buffer_at(rt, sh->start), sh->end - sh->start,
                                          cross_dtype(rt), grad_reduce_op(rt), b);
         s->cross_in_flight = 1;
         rt->num_crossed++;
     }
 }
 
-// Bucket b is reduced inside the group, its split rows (if any) included: bring a bf16
-// result back, or go across instances (fp32 there: the rows join before the all-reduce).
-static void group_reduced(Zero1Runtime* rt, int b) {
+// Stage 2: the shard holds the group's whole sum (stage 1 done and the split rows, if any,
+// arrived and added): final without instances, else it goes across them (fp32 there: the
+// rows join before the all-reduce).
+static void group_shard_ready(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     if (!rt->cross) {
-        reduction_done(rt, b);
+        shard_grads_final(rt, b);
         if (is_split_bucket(rt, b)) split_add(rt);
         return;
     }
@@ -174,11 +180,11 @@ static void group_reduced(Zero1Runtime* rt, int b) {
     s->awaiting_cross = 1;
     // Where the issue order across communicators matters (comm.h), a test() during the
     // backward only notes the completion; zero1_finish_step issues them, in firing order.
-    if (!rt->cross->issue_order_matters || rt->finishing) launch_ready_cross(rt);
+    if (!rt->cross->issue_order_matters || rt->finishing) start_cross_all_reduces(rt);
 }
 
-// The reduction of bucket b inside the group is complete (waited for, or tested complete).
-static void reduce_completed(Zero1Runtime* rt, int b) {
+// Stage 1: the group's collective of bucket b has completed (waited for, or tested complete).
+static void group_collective_done(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->reduce_in_flight = 0;
     if (!rt->comm->traces_itself) {
@@ -190,12 +196,12 @@ static void reduce_completed(Zero1Runtime* rt, int b) {
         rt->dev.ops->sum_slices(rt->dev.ctx, rt->dev.compute, rt->grads + sh->start, rt->recv_slots[s->recv_slot],
                                 ZERO1_BF16, rt->comm->size, sh->end - sh->start, scale);
     }
-    if (is_split_bucket(rt, b) && !rt->split->arrived) return;  // split_completed goes on
-    group_reduced(rt, b);
+    if (is_split_bucket(rt, b) && !rt->split->arrived) return;  // split_rows_arrived goes on
+    group_shard_ready(rt, b);
 }
 
 // The split embedding's rows have arrived; they are added once the dense part is reduced.
-static void split_completed(Zero1Runtime* rt) {
+static void split_rows_arrived(Zero1Runtime* rt) {
     SplitEmbedding* sp = rt->split;
     BucketState* s = &rt->buckets[sp->bucket];
     sp->in_flight = 0;
@@ -203,29 +209,30 @@ static void split_completed(Zero1Runtime* rt) {
     if (!rt->comm->traces_itself) {
         zero1_trace(rt->tracer, TRACE_GRAD_COMM, sp->start_us, zero1_now_us(), "all-to-all b%d", sp->bucket);
     }
-    if (s->reduce_fired && !s->reduce_in_flight) group_reduced(rt, sp->bucket);
+    if (s->grad_sync_started && !s->reduce_in_flight) group_shard_ready(rt, sp->bucket);
 }
 
-static void cross_completed(Zero1Runtime* rt, int b) {
+// Stage 3 (instances only): the all-reduce of the shard across instances has completed.
+static void cross_all_reduce_done(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->cross_in_flight = 0;
     if (!rt->cross->traces_itself) {
         zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->cross_start_us, zero1_now_us(), "all-reduce across instances b%d",
                     b);
     }
-    reduction_done(rt, b);
+    shard_grads_final(rt, b);
 }
 
-// Gradient readiness is learned, not declared: the first step only counts each parameter's
-// contributions in its last micro-step (no bucket fires during that backward: its finish fires
-// them all, in order), and from then on a bucket fires as soon as every parameter in it has
-// had the counted number. So the model never has to say that wte gets two (classifier and
+// Megatron's register_grad_ready. Gradient readiness is learned, not declared: the first step
+// only counts each parameter's contributions in its last micro-step (no bucket fires during
+// that backward: its finish fires them all, in order), and from then on a bucket fires as soon
+// as every parameter in it has had the counted number. So the model never has to say that wte gets two (classifier and
 // encoder), and a model that changes what it reports is caught instead of firing early.
-void zero1_grad_done(Zero1Runtime* rt, int p) {
+void zero1_register_grad_ready(Zero1Runtime* rt, int p) {
     if (!rt->is_last_micro) return;
     // The split embedding's encoder rows are ready: they travel sparsely, not a dense contribution.
     if (rt->split && rt->split->param == p && rt->split->active) {
-        if (rt->opt.overlap_grad_reduce) split_launch(rt);
+        if (rt->opt.overlap_grad_reduce) split_start_exchange(rt);
         return;
     }
     rt->seen[p]++;
@@ -238,7 +245,7 @@ void zero1_grad_done(Zero1Runtime* rt, int p) {
     if (!rt->opt.overlap_grad_reduce) return;
     int b = rt->layout.params[p].bucket;
     BucketState* s = &rt->buckets[b];
-    if (--s->contributions_left == 0) fire_bucket(rt, b);
+    if (--s->contributions_left == 0) start_grad_sync(rt, b);
 }
 
 // The end of the first step's backward: its counts become the readiness rule.
@@ -270,7 +277,9 @@ static void check_counts(Zero1Runtime* rt) {
 
 // ---------------------------------------------------------------------------- param path
 
-static void gather_completed(Zero1Runtime* rt, int b) {
+// Bucket b's all-gather has completed: the model reads its params (after a conversion when
+// it computes in another dtype).
+static void bucket_params_gathered(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     s->gather_state = GATHER_DONE;
     if (!rt->comm->traces_itself) {
@@ -282,44 +291,46 @@ static void gather_completed(Zero1Runtime* rt, int b) {
                bk->end - bk->start);
 }
 
-static void launch_gather(Zero1Runtime* rt, int b) {
+// Megatron's start_param_sync for one bucket: its all-gather launched.
+static void start_param_sync(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     const Zero1Bucket* bk = &rt->layout.buckets[b];
     s->gather_start_us = zero1_now_us();
-    s->gather = rt->comm->all_gather(rt->comm, param_at(rt, bk->start), bk->end - bk->start, rt->opt.param_dtype, b);
+    s->gather = zero1_comm_all_gather(rt->comm, param_at(rt, bk->start), bk->end - bk->start, rt->opt.param_dtype, b);
     s->gather_state = GATHER_IN_FLIGHT;
 }
 
 // Makes bucket b's params current: dispatch the next bucket the forward will need, then wait.
-static void finish_gather(Zero1Runtime* rt, int b) {
+static void finish_bucket_param_sync(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     if (s->gather_state == GATHER_DONE) return;
-    if (s->gather_state == GATHER_PENDING) launch_gather(rt, b);
-    if (b > 0 && rt->buckets[b - 1].gather_state == GATHER_PENDING) launch_gather(rt, b - 1);
+    if (s->gather_state == GATHER_PENDING) start_param_sync(rt, b);
+    if (b > 0 && rt->buckets[b - 1].gather_state == GATHER_PENDING) start_param_sync(rt, b - 1);
     wait_blocked(rt, rt->comm, s->gather, "all-gather", b);
-    gather_completed(rt, b);
+    bucket_params_gathered(rt, b);
 }
 
-void zero1_forward_block(Zero1Runtime* rt, int block) {
-    if (block < 0 || block >= rt->num_blocks) return;
-    rt->comm->progress(rt->comm);
-    for (int i = 0; i < rt->block_num_buckets[block]; i++) finish_gather(rt, rt->block_buckets[block][i]);
+void zero1_finish_param_sync(Zero1Runtime* rt, int block) {
+    int k = block - rt->first_block_number;
+    if (k < 0 || k >= rt->num_blocks) return;  // a block that reads no parameter first
+    zero1_comm_progress(rt->comm);
+    for (int i = 0; i < rt->block_num_buckets[k]; i++) finish_bucket_param_sync(rt, rt->block_buckets[k][i]);
 }
 
 void zero1_sync_params(Zero1Runtime* rt) {
-    for (int b = rt->layout.num_buckets - 1; b >= 0; b--) finish_gather(rt, b);
+    for (int b = rt->layout.num_buckets - 1; b >= 0; b--) finish_bucket_param_sync(rt, b);
 }
 
 void zero1_poke(Zero1Runtime* rt) {
-    rt->comm->progress(rt->comm);
-    if (rt->cross) rt->cross->progress(rt->cross);
+    zero1_comm_progress(rt->comm);
+    if (rt->cross) zero1_comm_progress(rt->cross);
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         BucketState* s = &rt->buckets[b];
-        if (s->reduce_in_flight && rt->comm->test(rt->comm, s->reduce)) reduce_completed(rt, b);
-        if (s->cross_in_flight && rt->cross->test(rt->cross, s->cross)) cross_completed(rt, b);
-        if (s->gather_state == GATHER_IN_FLIGHT && rt->comm->test(rt->comm, s->gather)) gather_completed(rt, b);
+        if (s->reduce_in_flight && zero1_comm_test(rt->comm, s->reduce)) group_collective_done(rt, b);
+        if (s->cross_in_flight && zero1_comm_test(rt->cross, s->cross)) cross_all_reduce_done(rt, b);
+        if (s->gather_state == GATHER_IN_FLIGHT && zero1_comm_test(rt->comm, s->gather)) bucket_params_gathered(rt, b);
     }
-    if (rt->split && rt->split->in_flight && rt->comm->test(rt->comm, rt->split->exchange)) split_completed(rt);
+    if (rt->split && rt->split->in_flight && zero1_comm_test(rt->comm, rt->split->exchange)) split_rows_arrived(rt);
 }
 
 // ---------------------------------------------------------------------------- the step
@@ -333,7 +344,7 @@ void zero1_begin_step(Zero1Runtime* rt, int step) {
     if (rt->nan_flags) rt_fill(rt, rt->nan_flags, 0, rt->num_params * sizeof(float));
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         rt->buckets[b].contributions_left = rt->buckets[b].contributions_total;
-        rt->buckets[b].reduce_fired = 0;
+        rt->buckets[b].grad_sync_started = 0;
     }
     rt->num_fired = rt->num_crossed = 0;
     memset(rt->seen, 0, rt->num_params * sizeof(int));
@@ -350,7 +361,8 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
     for (int i = 0; i < 2; i++) {
         Zero1Comm* c = comms[i];
         if (!c || c->size == 1) continue;
-        Zero1Handle h = c->all_reduce(c, rt->nan_flags, rt->num_params, ZERO1_FP32, ZERO1_SUM, ZERO1_LABEL_NAN_FLAGS);
+        Zero1Handle h =
+            zero1_comm_all_reduce(c, rt->nan_flags, rt->num_params, ZERO1_FP32, ZERO1_SUM, ZERO1_LABEL_NAN_FLAGS);
         wait_blocked(rt, c, h, "nan flags", ZERO1_LABEL_NAN_FLAGS);
     }
     rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, rt->nan_flags_host, rt->nan_flags,
@@ -364,6 +376,46 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
     }
 }
 
+// Megatron's finish_grad_sync: the buckets not started during the backward are started
+// (one group, except with fp32 accumulation: there each exchange waits for the one before
+// it, which no group allows), then every reduction is waited for, through all its stages.
+// Each bucket's share of the norm is queued as soon as its grads are final (with instances:
+// every group reduction first, which issues the ones across them).
+static void finish_grad_sync(Zero1Runtime* rt) {
+    const Zero1DeviceOps* ops = rt->dev.ops;
+    int nb = rt->layout.num_buckets;
+    rt->finishing = 1;
+    int grouped = !fp32_accumulating(rt);
+    if (grouped) zero1_comm_group_begin(rt->comm);
+    for (int b = 0; b < nb; b++) {
+        if (!rt->buckets[b].grad_sync_started) start_grad_sync(rt, b);
+    }
+    if (rt->split && !rt->opt.overlap_grad_reduce) split_start_exchange(rt);
+    if (grouped) zero1_comm_group_end(rt->comm);
+    for (int b = 0; b < nb; b++) {
+        BucketState* s = &rt->buckets[b];
+        if (s->reduce_in_flight) {
+            wait_blocked(rt, rt->comm, s->reduce, reduce_name(rt), b);
+            group_collective_done(rt, b);
+        }
+        if (is_split_bucket(rt, b) && rt->split->in_flight) {
+            wait_blocked(rt, rt->comm, rt->split->exchange, "all-to-all", b);
+            split_rows_arrived(rt);
+        }
+        if (!rt->cross) ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
+    }
+    if (rt->cross) start_cross_all_reduces(rt);  // those a test() saw complete and left for now
+    for (int b = 0; rt->cross && b < nb; b++) {
+        BucketState* s = &rt->buckets[b];
+        if (s->cross_in_flight) {
+            wait_blocked(rt, rt->cross, s->cross, "all-reduce across instances", b);
+            cross_all_reduce_done(rt, b);
+        }
+        ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
+    }
+    rt->finishing = 0;
+}
+
 void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* ctx, float grad_norm), void* skip_ctx,
                        double* blocked_ms) {
     const Zero1DeviceOps* ops = rt->dev.ops;
@@ -375,44 +427,11 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
     }
     if (rt->counts_learned) check_counts(rt);
     else learn_counts(rt);
-    rt->finishing = 1;
-    // One group for the buckets still to fire, except with fp32 accumulation: there each
-    // exchange waits for the one before it, which no group allows.
-    int grouped = !fp32_accumulating(rt);
-    if (grouped) rt->comm->group_begin(rt->comm);
-    for (int b = 0; b < nb; b++) {
-        if (!rt->buckets[b].reduce_fired) fire_bucket(rt, b);
-    }
-    if (rt->split && !rt->opt.overlap_grad_reduce) split_launch(rt);
-    if (grouped) rt->comm->group_end(rt->comm);
-    // Each bucket's share of the norm is queued as soon as its reduction is waited for
-    // (with instances: every group reduction first, which issues the ones across them).
-    for (int b = 0; b < nb; b++) {
-        BucketState* s = &rt->buckets[b];
-        if (s->reduce_in_flight) {
-            wait_blocked(rt, rt->comm, s->reduce, reduce_name(rt), b);
-            reduce_completed(rt, b);
-        }
-        if (is_split_bucket(rt, b) && rt->split->in_flight) {
-            wait_blocked(rt, rt->comm, rt->split->exchange, "all-to-all", b);
-            split_completed(rt);
-        }
-        if (!rt->cross) ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
-    }
-    if (rt->cross) launch_ready_cross(rt);  // those a test() saw complete and left for now
-    for (int b = 0; rt->cross && b < nb; b++) {
-        BucketState* s = &rt->buckets[b];
-        if (s->cross_in_flight) {
-            wait_blocked(rt, rt->cross, s->cross, "all-reduce across instances", b);
-            cross_completed(rt, b);
-        }
-        ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
-    }
-    rt->finishing = 0;
+    finish_grad_sync(rt);
     if (rt->opt.check_nan) stop_on_nonfinite(rt);
     // Every group holds the same reduced grads: the norm is the group's.
     if (stage1(rt)) {
-        Zero1Handle h = rt->comm->all_reduce(rt->comm, rt->sumsq, 1, ZERO1_FP64, ZERO1_SUM, ZERO1_LABEL_GRAD_NORM);
+        Zero1Handle h = zero1_comm_all_reduce(rt->comm, rt->sumsq, 1, ZERO1_FP64, ZERO1_SUM, ZERO1_LABEL_GRAD_NORM);
         wait_blocked(rt, rt->comm, h, "norm", ZERO1_LABEL_GRAD_NORM);
     }
     ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
@@ -431,7 +450,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
                    rt->master, rt->grads, rt->adam_m, rt->adam_v, &s, rt->norm + 1);
         if (stage1(rt)) {
             rt->buckets[b].gather_state = GATHER_PENDING;
-            if (rt->opt.overlap_param_gather && b == nb - 1) launch_gather(rt, b);
+            if (rt->opt.overlap_param_gather && b == nb - 1) start_param_sync(rt, b);
         } else if (rt->compute != rt->param_buffer) {  // replicated: every rank updated it all
             const Zero1Bucket* bk = &rt->layout.buckets[b];
             rt_convert(rt, compute_at(rt, bk->start), rt->opt.compute_dtype, param_at(rt, bk->start),
@@ -439,9 +458,9 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
         }
     }
     if (stage1(rt) && !rt->opt.overlap_param_gather) {
-        rt->comm->group_begin(rt->comm);
-        for (int b = nb - 1; b >= 0; b--) launch_gather(rt, b);
-        rt->comm->group_end(rt->comm);
+        zero1_comm_group_begin(rt->comm);
+        for (int b = nb - 1; b >= 0; b--) start_param_sync(rt, b);
+        zero1_comm_group_end(rt->comm);
         zero1_sync_params(rt);
     }
     *blocked_ms += rt->blocked_ms;
@@ -474,7 +493,7 @@ static void fill_negative_zero(Zero1Runtime* rt, float* p, size_t n) {
 static void copy_from_group0(Zero1Runtime* rt, float* p, size_t n, int bucket) {
     if (n == 0) return;
     if (rt->cross->rank != 0) fill_negative_zero(rt, p, n);
-    rt->cross->wait(rt->cross, rt->cross->all_reduce(rt->cross, p, n, ZERO1_FP32, ZERO1_SUM, bucket));
+    zero1_comm_wait(rt->cross, zero1_comm_all_reduce(rt->cross, p, n, ZERO1_FP32, ZERO1_SUM, bucket));
 }
 
 void zero1_share_state_across(Zero1Runtime* rt) {
@@ -516,19 +535,23 @@ void zero1_load_weights(Zero1Runtime* rt, const float* dense, const size_t* dens
     rt_free(rt, staging);
 }
 
-static int fail(char* err, size_t err_len, const char* msg) {
-    if (err) snprintf(err, err_len, "%s", msg);
-    return -1;
-}
-
+// Per forward block, in the model's numbering from the lowest first_block on: the buckets
+// whose params it reads first, in the order the forward needs them.
 static void build_block_buckets(Zero1Runtime* rt) {
+    int lo = 0, hi = -1;
+    for (int p = 0; p < rt->num_params; p++) {
+        if (p == 0 || rt->first_block[p] < lo) lo = rt->first_block[p];
+        if (p == 0 || rt->first_block[p] > hi) hi = rt->first_block[p];
+    }
+    rt->first_block_number = lo;
+    rt->num_blocks = hi - lo + 1;
     rt->block_buckets = (int**)callocCheck(rt->num_blocks, sizeof(int*));
     rt->block_num_buckets = (int*)callocCheck(rt->num_blocks, sizeof(int));
     int* mark = (int*)mallocCheck(rt->layout.num_buckets * sizeof(int));
     for (int k = 0; k < rt->num_blocks; k++) {
         for (int b = 0; b < rt->layout.num_buckets; b++) mark[b] = 0;
         for (int p = 0; p < rt->num_params; p++) {
-            if (rt->first_block[p] == k) mark[rt->layout.params[p].bucket] = 1;
+            if (rt->first_block[p] - lo == k) mark[rt->layout.params[p].bucket] = 1;
         }
         rt->block_buckets[k] = (int*)mallocCheck(rt->layout.num_buckets * sizeof(int));
         for (int b = rt->layout.num_buckets - 1; b >= 0; b--) {  // forward order
@@ -613,34 +636,22 @@ static void allocate_buffers(Zero1Runtime* rt) {
 }
 
 Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec* model, Zero1Comm* comm,
-                                   Zero1Comm* cross, const Zero1Device* dev, Zero1Tracer* tracer, char* err,
-                                   size_t err_len) {
+                                   Zero1Comm* cross, const Zero1Device* dev, Zero1Tracer* tracer) {
     if (cross && opt->zero_stage != 1) {
-        fail(err, err_len, "distributed-optimizer instances need ZeRO-1 (the replicated mode reduces over all ranks)");
-        return NULL;
+        fatal("zero1: distributed-optimizer instances need ZeRO-1 (the replicated mode reduces over all ranks)");
     }
     if (opt->param_dtype == ZERO1_FP64 || opt->grad_dtype == ZERO1_FP64 || opt->compute_dtype == ZERO1_FP64) {
-        fail(err, err_len, "fp64 buffers are not supported");
-        return NULL;
+        fatal("zero1: fp64 buffers are not supported");
     }
     if (opt->compute_dtype != opt->param_dtype && opt->compute_dtype != ZERO1_FP32) {
-        fail(err, err_len, "the compute params are the param buffer itself or an fp32 copy of it");
-        return NULL;
+        fatal("zero1: the compute params are the param buffer itself or an fp32 copy of it");
     }
     if (opt->fp32_accumulation && (opt->grad_dtype != ZERO1_BF16 || opt->zero_stage != 1)) {
-        fail(err, err_len, "fp32 accumulation needs a bf16 grad reduction under ZeRO-1 (it sums bf16 slices in fp32)");
-        return NULL;
-    }
-    for (int p = 0; p < model->num_params; p++) {
-        if (model->first_block[p] < 0 || model->first_block[p] >= model->num_blocks) {
-            fail(err, err_len, "invalid model description (a parameter's first block)");
-            return NULL;
-        }
+        fatal("zero1: fp32 accumulation needs a bf16 grad reduction under ZeRO-1 (it sums bf16 slices in fp32)");
     }
     Zero1Runtime* rt = (Zero1Runtime*)callocCheck(1, sizeof(Zero1Runtime));
     rt->opt = *opt;
     rt->num_params = model->num_params;
-    rt->num_blocks = model->num_blocks;
     rt->numels = (size_t*)dup_array(model->numels, model->num_params * sizeof(size_t));
     rt->decays = (int*)dup_array(model->decays, model->num_params * sizeof(int));
     rt->first_block = (int*)dup_array(model->first_block, model->num_params * sizeof(int));
@@ -652,10 +663,10 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     rt->tracer = tracer;
     comm->tracer = tracer;
     if (cross) cross->tracer = tracer;
+    char err[256];
     if (zero1_layout_build(&rt->layout, rt->numels, rt->num_params, comm->size, opt->bucket_size, opt->pad_busbw,
-                           opt->shared_embedding, err, err_len) != 0) {
-        zero1_runtime_destroy(rt);
-        return NULL;
+                           opt->shared_embedding, err, sizeof(err)) != 0) {
+        fatal("zero1: %s", err);
     }
     // Replicated: every rank updates every bucket whole, which is the shard map of DP=1.
     Zero1Layout view = rt->layout;
@@ -664,15 +675,9 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
         view.dp = 1;
         shard_rank = 0;
     }
-    if (zero1_shards_build(&rt->shards, &view, shard_rank, err, err_len) != 0) {
-        zero1_runtime_destroy(rt);
-        return NULL;
-    }
+    if (zero1_shards_build(&rt->shards, &view, shard_rank, err, sizeof(err)) != 0) fatal("zero1: %s", err);
     rt->owned_numel = rt->shards.owned_numel;
-    if (opt->split_embedding && split_create(rt, model, err, err_len) != 0) {
-        zero1_runtime_destroy(rt);
-        return NULL;
-    }
+    if (opt->split_embedding) split_create(rt, model);
     allocate_buffers(rt);
     rt->buckets = (BucketState*)callocCheck(rt->layout.num_buckets, sizeof(BucketState));
     rt->fire_order = (int*)callocCheck(rt->layout.num_buckets, sizeof(int));
@@ -730,7 +735,6 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
 }
 
 const Zero1Layout* zero1_layout(const Zero1Runtime* rt) { return &rt->layout; }
-const Zero1RankShards* zero1_shards(const Zero1Runtime* rt) { return &rt->shards; }
 float* zero1_grad_buffer(Zero1Runtime* rt) { return rt->grads; }
 void* zero1_compute_params(Zero1Runtime* rt) { return rt->compute; }
 size_t zero1_param_offset(const Zero1Runtime* rt, int p) { return rt->layout.params[p].start; }

@@ -3,18 +3,23 @@
  *
  * The runtime owns the param and grad buffers (laid out by zero1/layout.h), the fp32
  * master weights and AdamW moments of this rank's shards, and the per-bucket
- * communication. A trainer binds its tensors as views into the buffers and calls:
+ * communication. A trainer binds its tensors as views into the buffers and calls (the
+ * verbs are Megatron's; a bucket's grad sync is its reduction, its param sync its all-gather):
  *
- *   zero1_begin_step          zero the grad buffer
- *   zero1_begin_micro_step    (is_last: buckets may fire during this backward)
- *   zero1_forward_block       before a block runs: wait for the all-gathers of its buckets
- *   zero1_grad_done           one gradient contribution of a parameter is complete (the
- *                             first step learns how many make it final; later steps
- *                             fire a bucket when they are all in, and stop on a mismatch)
- *   zero1_poke                at layer boundaries: let the backend progress
- *   zero1_finish_step         wait for the reductions, norm, clip, AdamW on the shard,
- *                             launch the all-gathers for the next forward
- *   zero1_read_norm           the step's grad norm on the host (the one device read)
+ *   zero1_begin_step            zero the grad buffer
+ *   zero1_begin_micro_step      (is_last: grad syncs may start during this backward)
+ *   zero1_finish_param_sync     before a forward block runs: wait for the all-gathers of
+ *                               the buckets it reads first (starting the next one's)
+ *   zero1_register_grad_ready   one gradient contribution of a parameter is complete (the
+ *                               first step learns how many make it final; later steps
+ *                               start a bucket's grad sync when they are all in, and stop
+ *                               on a mismatch)
+ *   zero1_poke                  at layer boundaries: let the backend progress
+ *   zero1_finish_step           finish_grad_sync (start what has not started, wait for
+ *                               every reduction), norm, clip, AdamW on the shard,
+ *                               start_param_sync of every bucket for the next forward
+ *   zero1_read_norm             the step's grad norm on the host (the one device read)
+ *   zero1_sync_params           finish every param sync (before a checkpoint or the end)
  *
  * Every buffer lives on the device (zero1/device_ops.h) and is touched only through its
  * ops, queued on the device's compute stream. The runtime relies only on the ordering rules
@@ -76,16 +81,16 @@ typedef struct {
 } Zero1Options;
 
 // What the runtime needs to know about the model: sizes, weight decay, which forward block
-// first reads each parameter (blocks run 0..num_blocks-1), a name for messages, and the
+// first reads each parameter (in the model's own block numbers, the ones it passes to
+// zero1_finish_param_sync, ascending in forward order), a name for messages, and the
 // token embedding whose encoder part may travel as sparse rows (rows of embedding_width
 // elements; -1: none). How many gradient contributions make a parameter final is not
-// declared: the runtime counts them on the first step (zero1_grad_done).
+// declared: the runtime counts them on the first step (zero1_register_grad_ready).
 typedef struct {
     int num_params;
     const size_t* numels;
     const int* decays;
     const int* first_block;
-    int num_blocks;
     const char* (*param_name)(void* ctx, int param, char* buf, size_t n);
     void* name_ctx;
     int embedding;
@@ -94,8 +99,8 @@ typedef struct {
 
 typedef struct Zero1Runtime Zero1Runtime;
 
-// Returns NULL with a message in err on invalid options or layout. The device and the
-// communicators are borrowed (made for the same device).
+// Invalid options or layout end the program (fatal, as every error in the runtime does).
+// The device and the communicators are borrowed (made for the same device).
 // comm: the ranks that shard the optimizer state; the layout's DP is comm->size.
 // cross: NULL, or for distributed-optimizer instances (Megatron's
 // num_distributed_optimizer_instances; ZeRO-1 only) the ranks at this rank's position in
@@ -105,12 +110,10 @@ typedef struct Zero1Runtime Zero1Runtime;
 // holds the same grads); the NaN flags are summed over both; all-gathers and checkpoint
 // export stay inside the group. The gradients must be scaled for all K * comm->size ranks.
 Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec* model, Zero1Comm* comm,
-                                   Zero1Comm* cross, const Zero1Device* dev, Zero1Tracer* tracer, char* err,
-                                   size_t err_len);
+                                   Zero1Comm* cross, const Zero1Device* dev, Zero1Tracer* tracer);
 void zero1_runtime_destroy(Zero1Runtime* rt);
 
 const Zero1Layout* zero1_layout(const Zero1Runtime* rt);
-const Zero1RankShards* zero1_shards(const Zero1Runtime* rt);
 float* zero1_grad_buffer(Zero1Runtime* rt);       // device, fp32, layout numel
 void* zero1_compute_params(Zero1Runtime* rt);     // device, compute_dtype, layout numel
 size_t zero1_param_offset(const Zero1Runtime* rt, int param);
@@ -123,14 +126,14 @@ void zero1_load_weights(Zero1Runtime* rt, const float* dense, const size_t* dens
 
 void zero1_begin_step(Zero1Runtime* rt, int step);
 void zero1_begin_micro_step(Zero1Runtime* rt, int is_last);
-void zero1_forward_block(Zero1Runtime* rt, int block);
-void zero1_grad_done(Zero1Runtime* rt, int param);
+void zero1_finish_param_sync(Zero1Runtime* rt, int block);
+void zero1_register_grad_ready(Zero1Runtime* rt, int param);
 // The split embedding, in the last micro-step, right before the encoder's backward: the
 // zeroed device rows (one per distinct token of tokens[0..n), ascending) that the encoder
 // accumulates into instead of the dense gradient, and in *row_of_position (device, n ints)
 // each position's row. One small blocking host all-gather of every rank's token ids
 // plans the exchange, so nothing more is exchanged for it. The param's next
-// zero1_grad_done then sends the rows. NULL where the dense path applies (no split,
+// zero1_register_grad_ready then sends the rows. NULL where the dense path applies (no split,
 // another parameter, an earlier micro-step).
 float* zero1_embedding_rows(Zero1Runtime* rt, int param, const int* tokens, int n, const int** row_of_position);
 // Rows of the split embedding this rank sent to other ranks, summed over the steps so far.

@@ -11,9 +11,9 @@ typedef enum { GATHER_DONE = 0, GATHER_PENDING, GATHER_IN_FLIGHT } GatherState;
 
 typedef struct {
     int contributions_left;      // in the last micro-step, before this bucket may fire
-    int contributions_total;     // learned on the first step (zero1_grad_done)
+    int contributions_total;     // learned on the first step (zero1_register_grad_ready)
     int reduce_in_flight;
-    int reduce_fired;            // this step
+    int grad_sync_started;            // this step
     int recv_slot;               // fp32 accumulation: the receive temporary of its exchange
     Zero1Handle reduce;
     double reduce_start_us;
@@ -65,7 +65,8 @@ typedef struct {
 
 struct Zero1Runtime {
     Zero1Options opt;
-    int num_params, num_blocks;
+    int num_params;
+    int first_block_number, num_blocks;  // the model's block numbers that read a parameter first
     size_t* numels;
     int* decays;
     int* first_block;
@@ -104,8 +105,8 @@ struct Zero1Runtime {
     int counts_learned;
     int* fire_order;             // buckets in the order they fired this step (the cross all-reduces follow it)
     int num_fired, num_crossed;
-    int finishing;  // inside zero1_finish_step (where all-reduces across instances may go out)
-    int** block_buckets;         // per forward block: buckets first read there, forward order
+    int finishing;  // inside finish_grad_sync (where all-reduces across instances may go out)
+    int** block_buckets;         // per forward block (from first_block_number): buckets first read there
     int* block_num_buckets;
     SplitEmbedding* split;       // NULL unless opt.split_embedding
     int is_last_micro;
@@ -152,9 +153,9 @@ static inline void* compute_at(const Zero1Runtime* rt, size_t offset) {
 
 
 // zero1/split_embedding.c, for runtime.c.
-int split_create(Zero1Runtime* rt, const Zero1ModelSpec* model, char* err, size_t err_len);
+void split_create(Zero1Runtime* rt, const Zero1ModelSpec* model);
 void split_destroy(Zero1Runtime* rt);
-void split_launch(Zero1Runtime* rt);   // the all-to-all of this step's rows
+void split_start_exchange(Zero1Runtime* rt);  // the all-to-all of this step's rows
 void split_add(Zero1Runtime* rt);      // the received rows into this rank's reduced shard
 
 #endif

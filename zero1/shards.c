@@ -1,4 +1,5 @@
 // zero1/shards.c: per-rank shard ranges and the four views (see shards.h).
+// Errors go back to the caller (-1 and a message in err), running out of memory included.
 #include "zero1/shards.h"
 
 #include <stdarg.h>

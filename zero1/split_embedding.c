@@ -13,8 +13,8 @@
  *      o is the contiguous run of U_s whose rows [start + id*C, +C) intersect o's slot of
  *      the bucket (a row across two slots goes to both; each owner adds only its part).
  *      The model accumulates into compact rows (one per element of U) instead of dwte.
- *   2. The encoder's grad_done: all_to_all_v of those runs (comm.h), straight out of the
- *      compact rows, since each run is contiguous there.
+ *   2. The encoder's zero1_register_grad_ready: all_to_all_v of those runs (comm.h),
+ *      straight out of the compact rows, since each run is contiguous there.
  *   3. Once the bucket's dense reduction and the exchange are both complete: add_rows
  *      (device_ops.h) sums, for each distinct id in this rank's slot, its received rows in
  *      source-rank order, in fp32, into the reduced shard. Then (instances) the shard's
@@ -24,6 +24,7 @@
  * nothing is in flight then. The optimizer's math is unchanged; the sum over ranks is
  * reassociated (classifier parts first, then encoder parts), so it agrees with the dense
  * path to fp32 rounding, not bitwise.
+ * Errors end the program (fatal).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +32,6 @@
 #include "llmc/utils.h"
 #include "zero1/ledger.h"
 #include "zero1/runtime_internal.h"
-
-static int split_fail(char* err, size_t err_len, const char* msg) {
-    if (err) snprintf(err, err_len, "%s", msg);
-    return -1;
-}
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
@@ -48,18 +44,17 @@ static void slot_of(const Zero1Runtime* rt, int o, size_t* lo, size_t* hi) {
     *hi = *lo + n;
 }
 
-int split_create(Zero1Runtime* rt, const Zero1ModelSpec* model, char* err, size_t err_len) {
+void split_create(Zero1Runtime* rt, const Zero1ModelSpec* model) {
     const Zero1Options* opt = &rt->opt;
-    if (opt->zero_stage != 1) return split_fail(err, err_len, "the split embedding needs ZeRO-1 (-z 1)");
+    if (opt->zero_stage != 1) fatal("zero1: the split embedding needs ZeRO-1 (-z 1)");
     if (model->embedding < 0 || model->embedding >= model->num_params || model->embedding_width == 0)
-        return split_fail(err, err_len, "the split embedding needs a model that names its token embedding");
+        fatal("zero1: the split embedding needs a model that names its token embedding");
     if (opt->shared_embedding != model->embedding)
-        return split_fail(err, err_len, "the split embedding needs the embedding in a bucket of its own");
-    if (opt->max_positions < 1) return split_fail(err, err_len, "the split embedding needs the tokens per micro-step");
+        fatal("zero1: the split embedding needs the embedding in a bucket of its own");
+    if (opt->max_positions < 1) fatal("zero1: the split embedding needs the tokens per micro-step");
     if (rt->cross && opt->grad_dtype == ZERO1_BF16)
-        return split_fail(err, err_len, "the split embedding with distributed-optimizer instances needs "
-                                        "--grad-dtype fp32 (the rows would have to join a bf16 shard before its "
-                                        "all-reduce across instances)");
+        fatal("zero1: the split embedding with distributed-optimizer instances needs --grad-dtype fp32 (the rows "
+              "would have to join a bf16 shard before its all-reduce across instances)");
     SplitEmbedding* sp = (SplitEmbedding*)callocCheck(1, sizeof(SplitEmbedding));
     rt->split = sp;
     sp->param = model->embedding;
@@ -95,7 +90,6 @@ int split_create(Zero1Runtime* rt, const Zero1ModelSpec* model, char* err, size_
     sp->recv_offsets = sp->send_counts + 3 * size;
     sp->uploaded = ops->event_create(c);
     sp->exchange = -1;
-    return 0;
 }
 
 void split_destroy(Zero1Runtime* rt) {
@@ -150,10 +144,10 @@ static int distinct_tokens(Zero1Runtime* rt, const int* tokens, int n) {
 static int gather_tokens(Zero1Runtime* rt) {
     SplitEmbedding* sp = rt->split;
     Zero1Comm* c = rt->comm;
-    c->host_all_gather(c, &sp->num_rows, sp->counts, sizeof(int));
+    zero1_comm_host_all_gather(c, &sp->num_rows, sp->counts, sizeof(int));
     int stride = 0;
     for (int r = 0; r < c->size; r++) stride = sp->counts[r] > stride ? sp->counts[r] : stride;
-    c->host_all_gather(c, sp->ids, sp->all_ids, (size_t)stride * sizeof(int));
+    zero1_comm_host_all_gather(c, sp->ids, sp->all_ids, (size_t)stride * sizeof(int));
     return stride;
 }
 
@@ -247,11 +241,11 @@ float* zero1_embedding_rows(Zero1Runtime* rt, int param, const int* tokens, int 
     return sp->rows;
 }
 
-void split_launch(Zero1Runtime* rt) {
+void split_start_exchange(Zero1Runtime* rt) {
     SplitEmbedding* sp = rt->split;
     sp->start_us = zero1_now_us();
-    sp->exchange = rt->comm->all_to_all_v(rt->comm, sp->rows, sp->send_counts, sp->send_offsets, sp->recv,
-                                          sp->recv_counts, sp->recv_offsets, ZERO1_FP32, sp->bucket);
+    sp->exchange = zero1_comm_all_to_all_v(rt->comm, sp->rows, sp->send_counts, sp->send_offsets, sp->recv,
+                                           sp->recv_counts, sp->recv_offsets, ZERO1_FP32, sp->bucket);
     sp->in_flight = 1;
     // Its shard goes across instances (in firing order) only once the rows are in.
     rt->fire_order[rt->num_fired++] = sp->bucket;

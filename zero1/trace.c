@@ -1,10 +1,11 @@
-/* zero1/trace.c: see trace.h. */
+/* zero1/trace.c: see trace.h. Errors end the program (fatal). */
 #include "zero1/trace.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "llmc/utils.h"
@@ -97,12 +98,14 @@ void zero1_tracer_resolve(Zero1Tracer* t) {
     t->span_count = 0;
 }
 
-int zero1_tracer_write(const Zero1Tracer* t, const char* path) {
+static void write_failed(const char* path) { fatal("cannot write trace %s: %s", path, strerror(errno)); }
+
+void zero1_tracer_write(const Zero1Tracer* t, const char* path) {
     static const char* lanes[] = {"compute", "grad reduce", "param gather", "blocked in wait"};
     char tmp[PATH_MAX_LEN];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopen(tmp, "w");
-    if (!f) return -1;
+    if (!f) write_failed(path);
     double t0 = t->count ? t->events[0].start_us : 0.0;
     for (size_t i = 0; i < t->count; i++) t0 = t->events[i].start_us < t0 ? t->events[i].start_us : t0;
     fprintf(f, "{\"traceEvents\": [\n");
@@ -125,9 +128,9 @@ int zero1_tracer_write(const Zero1Tracer* t, const char* path) {
         int why = errno ? errno : EIO;
         remove(tmp);
         errno = why;
-        return -1;
+        write_failed(path);
     }
-    return rename(tmp, path) == 0 ? 0 : -1;
+    if (rename(tmp, path) != 0) write_failed(path);
 }
 
 void zero1_tracer_destroy(Zero1Tracer* t) {

@@ -56,8 +56,8 @@ Zero1Event zero1_trace_begin(Zero1Tracer* t, Zero1Stream s);
 void zero1_trace_end(Zero1Tracer* t, int lane, Zero1Event start, Zero1Stream s, const char* fmt, ...);
 // Waits for every recorded span and turns them into ordinary events on the host clock.
 void zero1_tracer_resolve(Zero1Tracer* t);
-// Writes path (atomically: path.tmp, then rename). Returns 0, or -1 if it cannot.
-int zero1_tracer_write(const Zero1Tracer* t, const char* path);
+// Writes path (atomically: path.tmp, then rename); a trace it cannot write ends the program.
+void zero1_tracer_write(const Zero1Tracer* t, const char* path);
 void zero1_tracer_destroy(Zero1Tracer* t);
 
 #ifdef __cplusplus

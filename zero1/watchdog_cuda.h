@@ -12,9 +12,10 @@
  * keep the process from exiting), then ends the job (watchdog_abort_job; its alarm also covers
  * an ncclCommAbort that blocks).
  *
- * Communicators: raw ncclComm_t (the replicated trainer's), and zero1 NCCL communicators
- * (zero1/comm_nccl.h), aborted with zero1_comm_nccl_abort; their asynchronous errors are
- * reported by their progress(), which ends the process with its own error line.
+ * Communicators: raw ncclComm_t (the replicated trainer's), and every zero1 communicator of
+ * the step, whatever its backend or wrapper: each gets progress() at every poll (NCCL's
+ * reports an asynchronous error, ending the process with its own error line) and abort()
+ * at the end (NCCL's is ncclCommAbort; where the host's waits block it does nothing).
  *
  * Runs on the CPU execution layer for CUDA (dev/cuda_cpu/, dev/test/test_watchdog_cuda.cu);
  * never run on a GPU yet.
@@ -27,13 +28,12 @@
 #include <stdio.h>
 
 #include "llmc/utils.h"
-#include "zero1/comm.h"
-#include "zero1/comm_nccl.h"
 #include "llmc/watchdog.h"
+#include "zero1/comm.h"
 
 typedef struct {
     double timeout_s;               // --comm-timeout; 0: wait forever (errors still end the job)
-    Zero1Comm* const* zero1_comms;  // zero1 NCCL communicators
+    Zero1Comm* const* zero1_comms;  // zero1 communicators (zero1/comm.h), any backend
     int num_zero1_comms;
     const ncclComm_t* nccl_comms;   // raw NCCL communicators (NULL entries are skipped)
     int num_nccl_comms;
@@ -45,7 +45,7 @@ static const Zero1CudaWatch* zero1_cuda_ending_watch_ = NULL;
 
 static void zero1_cuda_end_job_(void) {
     const Zero1CudaWatch* w = zero1_cuda_ending_watch_;
-    for (int i = 0; i < w->num_zero1_comms; i++) zero1_comm_nccl_abort(w->zero1_comms[i]);
+    for (int i = 0; i < w->num_zero1_comms; i++) zero1_comm_abort(w->zero1_comms[i]);
     for (int i = 0; i < w->num_nccl_comms; i++) {
         if (w->nccl_comms[i]) ncclCommAbort(w->nccl_comms[i]);
     }
@@ -62,7 +62,7 @@ typedef struct {
 // An asynchronous NCCL error ends the job at once, naming it.
 static inline void zero1_cuda_check_nccl_(const Zero1CudaPending* p) {
     const Zero1CudaWatch* w = p->watch;
-    for (int i = 0; i < w->num_zero1_comms; i++) w->zero1_comms[i]->progress(w->zero1_comms[i]);
+    for (int i = 0; i < w->num_zero1_comms; i++) zero1_comm_progress(w->zero1_comms[i]);
     for (int i = 0; i < w->num_nccl_comms; i++) {
         ncclResult_t async_error = ncclSuccess;
         if (!w->nccl_comms[i] || ncclCommGetAsyncError(w->nccl_comms[i], &async_error) != ncclSuccess) continue;

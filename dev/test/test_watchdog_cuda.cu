@@ -5,7 +5,14 @@
  *      kernel spins on a peer that stopped), in a child process: past a 1 s deadline the
  *      child prints one `error:` line naming the wait and the step, and exits 1 within a
  *      few seconds although its kernel still spins;
- *   3. the same with a deadline of 0 (none) must still be waiting after 3 s (then killed).
+ *   3. the same with a deadline of 0 (none) must still be waiting after 3 s (then killed);
+ *   4. a one-rank zero1 NCCL communicator inside the hazard wrapper (as the GPU suite runs
+ *      it), its collective queued behind a stream that never finishes: past the deadline
+ *      the watch aborts it through the wrapper's abort(), which reaches ncclCommAbort. The
+ *      job's end then issues one more collective, which an aborted NCCL communicator
+ *      refuses with its own error line. Control: the same with the wrapper left out of the
+ *      watch (what a watch that picked communicators by the name "nccl" did with
+ *      "hazard(nccl)"): the collective is taken, nothing was aborted.
  * An NCCL asynchronous error cannot be provoked on one GPU; it is not tested here.
  */
 #include <signal.h>
@@ -14,7 +21,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <mpi.h>
+
 #include "llmc/cuda_common.cuh"
+#include "zero1/comm_nccl.h"
+#include "zero1/device_cuda.h"
 #include "zero1/watchdog_cuda.h"
 
 static int failures = 0;
@@ -65,11 +76,50 @@ static void child_stuck_sync(double timeout_s, const char* err_path) {
     _exit(0);  // reached only if the sync returned: wrong
 }
 
-// Runs child_stuck_sync in a child; returns its wait status, -1 if still running after
-// wait_s (it is then killed), and the seconds it took.
-static int run_child(double timeout_s, double wait_s, const char* err_path, double* secs) {
+// The communicator the job's end probes, and a device buffer for the probe.
+static Zero1Comm* probed_comm;
+static float* probe_buf;
+
+// The watch's end_job, after it aborted what it watches: one more collective through the
+// wrapper. An aborted NCCL communicator ends the process with its own error line here.
+static void collective_after_abort(void) {
+    zero1_comm_all_reduce(probed_comm, probe_buf, 16, ZERO1_FP32, ZERO1_SUM, 0);
+    fprintf(stderr, "probe: the collective was taken\n");
+    fflush(stderr);  // the job's end leaves by _exit
+}
+
+// In a child: hazard(nccl) over one rank, an all-reduce queued behind a kernel that never
+// ends and waited for (the compute stream waits on it, as in a step), then the watched sync
+// with a 1 s deadline; the wrapper is in the watch when `watched`.
+static void child_stuck_hazard_nccl(int watched, const char* err_path) {
+    if (!freopen(err_path, "w", stderr)) _exit(3);
+    MPI_Init(NULL, NULL);
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    Zero1Device dev = zero1_device_cuda_create(s);
+    Zero1Comm* c = zero1_comm_hazard_create(zero1_comm_nccl_create(&dev, -1), &dev, 1);
+    int* flag;
+    float* buf;
+    cudaCheck(cudaMalloc(&flag, sizeof(int)));
+    cudaCheck(cudaMalloc(&buf, 16 * sizeof(float)));
+    cudaCheck(cudaMalloc(&probe_buf, 16 * sizeof(float)));
+    cudaCheck(cudaMemsetAsync(flag, 0, sizeof(int), s));
+    spin_until_set<<<1, 1, 0, s>>>(flag);
+    cudaCheck(cudaGetLastError());
+    zero1_comm_wait(c, zero1_comm_all_reduce(c, buf, 16, ZERO1_FP32, ZERO1_SUM, 0));
+    probed_comm = c;
+    Zero1CudaWatch watch = {1.0, &c, watched ? 1 : 0, NULL, 0, collective_after_abort};
+    zero1_cuda_sync_deadline(s, &watch, "zero1: the GPU step", 3);
+    _exit(0);  // reached only if the sync returned: wrong
+}
+
+// Runs child_stuck_sync (hazard < 0) or child_stuck_hazard_nccl(hazard) in a child; returns
+// its wait status, -1 if still running after wait_s (it is then killed), and the seconds it took.
+static int run_child(double timeout_s, int hazard, double wait_s, const char* err_path, double* secs) {
     double t0 = watchdog_monotonic_s();
+    fflush(stdout);  // a child that exits through exit() must not print the parent's lines again
     pid_t pid = fork();
+    if (pid == 0 && hazard >= 0) child_stuck_hazard_nccl(hazard, err_path);
     if (pid == 0) child_stuck_sync(timeout_s, err_path);
     int status = -1;
     while (watchdog_monotonic_s() - t0 < wait_s) {
@@ -83,6 +133,13 @@ static int run_child(double timeout_s, double wait_s, const char* err_path, doub
         waitpid(pid, NULL, 0);
     }
     return status;
+}
+
+static void show_file(const char* path) {
+    FILE* f = fopen(path, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof(line), f)) printf("    | %s", line);
+    if (f) fclose(f);
 }
 
 static int file_count(const char* path, const char* needle) {
@@ -114,14 +171,28 @@ int main(void) {
     close(fd);
 
     double secs;
-    int status = run_child(1.0, 30.0, err_path, &secs);
+    int status = run_child(1.0, -1, 30.0, err_path, &secs);
     int lines = file_count(err_path, "error: [rank 0] zero1: the GPU step at step 7 did not complete within 1 s");
     EXPECT(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1 && secs < 10.0,
            "stuck stream, 1 s deadline: the process ended with exit 1 after %.1f s", secs);
     EXPECT(lines == 1 && file_count(err_path, "error:") == 1, "one error line naming the wait (%d found)", lines);
 
-    status = run_child(0.0, 3.0, err_path, &secs);
+    status = run_child(0.0, -1, 3.0, err_path, &secs);
     EXPECT(status == -1, "stuck stream, no deadline: still waiting after %.1f s", secs);
+
+    const char* late = "error: [rank 0] zero1: the GPU step at step 3 did not complete within 1 s";
+    const char* refused = "zero1 nccl: all-reduce after the communicator was aborted";
+    status = run_child(1.0, 1, 60.0, err_path, &secs);
+    EXPECT(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1 && file_count(err_path, late) == 1 &&
+               file_count(err_path, refused) == 1 && file_count(err_path, "probe:") == 0,
+           "hazard(nccl) stuck past the deadline: aborted through the wrapper (exit %d after %.1f s, %d refusal line)",
+           status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1, secs, file_count(err_path, refused));
+    status = run_child(1.0, 0, 60.0, err_path, &secs);
+    EXPECT(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1 && file_count(err_path, late) == 1 &&
+               file_count(err_path, refused) == 0 && file_count(err_path, "probe: the collective was taken") == 1,
+           "control, the wrapper not watched: not aborted, the probe's collective was taken (exit %d after %.1f s)",
+           status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1, secs);
+    if (failures) show_file(err_path);
     unlink(err_path);
 
     // In this process: finished work returns at once.

@@ -739,21 +739,21 @@ static Zero1Comm* bad_hazard(const Zero1Device* d, void** buf) {
 static void bad_wait_in_group(const Zero1Device* d) {
     void* buf;
     Zero1Comm* c = bad_hazard(d, &buf);
-    c->group_begin(c);
-    c->wait(c, c->all_reduce(c, buf, 16, ZERO1_FP32, ZERO1_SUM, 3));
+    zero1_comm_group_begin(c);
+    zero1_comm_wait(c, zero1_comm_all_reduce(c, buf, 16, ZERO1_FP32, ZERO1_SUM, 3));
 }
 static void bad_wait_twice(const Zero1Device* d) {
     void* buf;
     Zero1Comm* c = bad_hazard(d, &buf);
-    Zero1Handle h = c->all_gather(c, buf, 16, ZERO1_FP32, 0);
-    c->wait(c, h);
-    c->wait(c, h);
+    Zero1Handle h = zero1_comm_all_gather(c, buf, 16, ZERO1_FP32, 0);
+    zero1_comm_wait(c, h);
+    zero1_comm_wait(c, h);
 }
 static void bad_nested_group(const Zero1Device* d) {
     void* buf;
     Zero1Comm* c = bad_hazard(d, &buf);
-    c->group_begin(c);
-    c->group_begin(c);
+    zero1_comm_group_begin(c);
+    zero1_comm_group_begin(c);
 }
 
 static void check_bad_input(const Zero1Device* d) {
@@ -801,9 +801,9 @@ static double load(const void* p, Zero1Dtype t, size_t i) {
 }
 
 static Zero1Handle issue(Zero1Comm* c, Kind kind, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
-    if (kind == REDUCE_SCATTER) return c->reduce_scatter(c, buf, n, t, op, bucket);
-    if (kind == ALL_GATHER) return c->all_gather(c, buf, n, t, bucket);
-    return c->all_reduce(c, buf, n, t, op, bucket);
+    if (kind == REDUCE_SCATTER) return zero1_comm_reduce_scatter(c, buf, n, t, op, bucket);
+    if (kind == ALL_GATHER) return zero1_comm_all_gather(c, buf, n, t, bucket);
+    return zero1_comm_all_reduce(c, buf, n, t, op, bucket);
 }
 
 // ZERO1_AVG of a sum on the host backends: the sum (exact here: small integers) times the
@@ -862,11 +862,11 @@ static void check_in_flight_is_poisoned(const Zero1Device* d, const void* buf, s
 // test() until it answers 1; returns how often it said "not yet".
 static int finish_by_test(Zero1Comm* c, Zero1Handle h, const char* label) {
     int not_yet = 0;
-    while (!c->test(c, h)) {
-        c->progress(c);
+    while (!zero1_comm_test(c, h)) {
+        zero1_comm_progress(c);
         if (++not_yet > 100000) {
             CHECK(0, "%s: test() never completed", label);
-            c->wait(c, h);
+            zero1_comm_wait(c, h);
             break;
         }
     }
@@ -883,7 +883,7 @@ static Zero1Handle uniform_all_to_all(Zero1Comm* c, const void* send, void* recv
         counts[j] = per;
         offsets[j] = (size_t)j * per;
     }
-    Zero1Handle h = c->all_to_all_v(c, send, counts, offsets, recv, counts, offsets, t, bucket);
+    Zero1Handle h = zero1_comm_all_to_all_v(c, send, counts, offsets, recv, counts, offsets, t, bucket);
     free(counts);  // the contract: read during the call only
     return h;
 }
@@ -905,7 +905,7 @@ static int check_all_to_all(const Zero1Device* d, Zero1Comm* c, Zero1Dtype t, in
     check_in_flight_is_poisoned(d, recv, n * es, label);
     int not_yet = 0;
     if (use_test) not_yet = finish_by_test(c, h, label);
-    else c->wait(c, h);
+    else zero1_comm_wait(c, h);
     unsigned char* got = (unsigned char*)mallocCheck(n * es);
     download(d, d->compute, got, recv, n * es);
     int wrong = 0;
@@ -937,7 +937,7 @@ static void check_exchange_and_sum(const Zero1Device* d, Zero1Comm* c, const cha
     void* send = upload(d, bucket, n * 2);
     void* recv = d->ops->alloc(d->ctx, n * 2);
     float* shard = (float*)d->ops->alloc(d->ctx, 2 * per * sizeof(float));
-    c->wait(c, uniform_all_to_all(c, send, recv, per, ZERO1_BF16, 0));
+    zero1_comm_wait(c, uniform_all_to_all(c, send, recv, per, ZERO1_BF16, 0));
     float scale = zero1_avg_scale(c->size);
     d->ops->sum_slices(d->ctx, d->compute, shard, recv, ZERO1_BF16, c->size, per, 1.0f);
     d->ops->sum_slices(d->ctx, d->compute, shard + per, recv, ZERO1_BF16, c->size, per, scale);
@@ -989,7 +989,7 @@ static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* lab
                     not_yet += finish_by_test(c, h, label);
                     by_test++;
                 } else {
-                    c->wait(c, h);
+                    zero1_comm_wait(c, h);
                 }
                 check_result(d, c, (Kind)k, buf, n, (Zero1Dtype)t, op, label);
                 d->ops->free(d->ctx, buf);
@@ -1005,22 +1005,22 @@ static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* lab
     enum { IN_FLIGHT = 3 };
     void* bufs[IN_FLIGHT];
     Zero1Handle handles[IN_FLIGHT];
-    c->group_begin(c);
+    zero1_comm_group_begin(c);
     for (int i = 0; i < IN_FLIGHT; i++) {
         bufs[i] = make_input(d, c, (Kind)i, n * (i + 1), ZERO1_FP32);
         handles[i] = issue(c, (Kind)i, bufs[i], n * (i + 1), ZERO1_FP32, ZERO1_SUM, i);
     }
-    CHECK(c->test(c, handles[0]) == 0, "%s: test() completed a handle before its group ended", label);
-    c->group_end(c);
+    CHECK(zero1_comm_test(c, handles[0]) == 0, "%s: test() completed a handle before its group ended", label);
+    zero1_comm_group_end(c);
     for (int i = 0; i < IN_FLIGHT; i++) check_in_flight_is_poisoned(d, bufs[i], n * (i + 1) * 4, label);
     for (int i = IN_FLIGHT - 1; i >= 0; i--) {
-        c->wait(c, handles[i]);
+        zero1_comm_wait(c, handles[i]);
         check_result(d, c, (Kind)i, bufs[i], n * (i + 1), ZERO1_FP32, ZERO1_SUM, label);
         d->ops->free(d->ctx, bufs[i]);
     }
-    CHECK(c->test(c, -1) == 1, "%s: handle -1 is not complete", label);
-    c->wait(c, -1);
-    c->destroy(c);
+    CHECK(zero1_comm_test(c, -1) == 1, "%s: handle -1 is not complete", label);
+    zero1_comm_wait(c, -1);
+    zero1_comm_destroy(c);
 }
 
 // ---- main ----

@@ -16,7 +16,9 @@
  *
  * all_to_all_v has two regions: both are snapshotted and poisoned (the recv region gets
  * its result and the send region its own bytes back when the handle is finished).
- * host_all_gather moves host memory only and is passed through.
+ * host_all_gather moves host memory only and is passed through, as are progress and
+ * abort (the deadline aborts the communicator it wraps: zero1/watchdog_cuda.h).
+ * A broken rule ends the program (fatal), naming the collective and the step.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -24,14 +26,12 @@
 #include "llmc/utils.h"
 #include "zero1/comm.h"
 
-typedef enum { REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE, ALL_TO_ALL } CollectiveKind;
-
 // One collective in flight; a free slot keeps its snapshot for the next one.
 typedef struct {
     int in_flight;
     int in_open_group;     // issued inside a group that has not ended yet
     Zero1Handle inner;
-    CollectiveKind kind;
+    Zero1Collective kind;
     int bucket;
     char* buf;             // the caller's region (device memory)
     size_t bytes;
@@ -52,8 +52,6 @@ typedef struct {
     int in_group;
     char name[64];
 } Hazard;
-
-static const char* const KIND_NAMES[4] = {"reduce-scatter", "all-gather", "all-reduce", "all-to-all"};
 
 static uint64_t splitmix64(uint64_t* state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -101,7 +99,7 @@ static void snapshot_and_poison(Hazard* h, void* snapshot, void* buf, size_t byt
     ops->fill(h->dev->ctx, h->dev->compute, buf, 0xFF, bytes);
 }
 
-static HazardSlot* start_slot(Hazard* h, CollectiveKind kind, void* buf, size_t bytes, int bucket, int* index) {
+static HazardSlot* start_slot(Hazard* h, Zero1Collective kind, void* buf, size_t bytes, int bucket, int* index) {
     int i = take_slot(h);
     HazardSlot* s = &h->slots[i];
     ensure(h, &s->snapshot, &s->snapshot_cap, bytes);
@@ -116,8 +114,8 @@ static HazardSlot* start_slot(Hazard* h, CollectiveKind kind, void* buf, size_t 
     return s;
 }
 
-static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
-                         int bucket) {
+static Zero1Handle hazard_collective(Zero1Comm* c, Zero1Collective kind, void* buf, size_t n, Zero1Dtype t,
+                                     Zero1ReduceOp op, int bucket) {
     Hazard* h = hazard_of(c);
     int i;
     size_t bytes = n * zero1_dtype_size(t);
@@ -125,10 +123,7 @@ static Zero1Handle issue(Zero1Comm* c, CollectiveKind kind, void* buf, size_t n,
     // The caller's data, as ordering-in defines it, goes to the snapshot; the region is
     // poisoned behind it; the inner collective's own ordering-in sees the copied snapshot.
     snapshot_and_poison(h, s->snapshot, buf, bytes);
-    Zero1Comm* inner = h->inner;
-    if (kind == REDUCE_SCATTER) s->inner = inner->reduce_scatter(inner, s->snapshot, n, t, op, bucket);
-    else if (kind == ALL_GATHER) s->inner = inner->all_gather(inner, s->snapshot, n, t, bucket);
-    else s->inner = inner->all_reduce(inner, s->snapshot, n, t, op, bucket);
+    s->inner = h->inner->ops->collective(h->inner, kind, s->snapshot, n, t, op, bucket);
     return i;
 }
 
@@ -139,32 +134,22 @@ static Zero1Handle hazard_all_to_all_v(Zero1Comm* c, const void* send, const siz
     int i;
     size_t e = zero1_dtype_size(t);
     size_t recv_bytes = zero1_extent(recv_counts, recv_offsets, c->size) * e;
-    HazardSlot* s = start_slot(h, ALL_TO_ALL, recv, recv_bytes, bucket, &i);
+    HazardSlot* s = start_slot(h, ZERO1_ALL_TO_ALL, recv, recv_bytes, bucket, &i);
     s->send = (char*)send;
     s->send_bytes = zero1_extent(send_counts, send_offsets, c->size) * e;
     ensure(h, &s->send_snapshot, &s->send_snapshot_cap, s->send_bytes);
     snapshot_and_poison(h, s->send_snapshot, s->send, s->send_bytes);
     snapshot_and_poison(h, s->snapshot, recv, recv_bytes);
-    s->inner = h->inner->all_to_all_v(h->inner, s->send_snapshot, send_counts, send_offsets, s->snapshot, recv_counts,
+    s->inner = zero1_comm_all_to_all_v(h->inner, s->send_snapshot, send_counts, send_offsets, s->snapshot, recv_counts,
                                       recv_offsets, t, bucket);
     return i;
 }
 
 static void hazard_host_all_gather(Zero1Comm* c, const void* mine, void* all, size_t bytes) {
     Hazard* h = hazard_of(c);
-    h->inner->host_all_gather(h->inner, mine, all, bytes);
+    zero1_comm_host_all_gather(h->inner, mine, all, bytes);
 }
 
-static Zero1Handle hazard_reduce_scatter(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op,
-                                         int bucket) {
-    return issue(c, REDUCE_SCATTER, buf, n, t, op, bucket);
-}
-static Zero1Handle hazard_all_gather(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, int bucket) {
-    return issue(c, ALL_GATHER, buf, n, t, ZERO1_SUM, bucket);
-}
-static Zero1Handle hazard_all_reduce(Zero1Comm* c, void* buf, size_t n, Zero1Dtype t, Zero1ReduceOp op, int bucket) {
-    return issue(c, ALL_REDUCE, buf, n, t, op, bucket);
-}
 static HazardSlot* in_flight_slot(Hazard* h, Zero1Handle handle, const char* what) {
     if (handle >= h->num_slots || !h->slots[handle].in_flight)
         fatal("hazard communicator: %s of handle %d, which is not in flight (finished already?)", what, handle);
@@ -175,7 +160,7 @@ static HazardSlot* in_flight_slot(Hazard* h, Zero1Handle handle, const char* wha
 // caller's region, queued after that point. A reduce-scatter publishes only this rank's slot.
 static void publish(Hazard* h, HazardSlot* s) {
     size_t offset = 0, bytes = s->bytes;
-    if (s->kind == REDUCE_SCATTER) {
+    if (s->kind == ZERO1_REDUCE_SCATTER) {
         bytes = s->bytes / (size_t)h->inner->size;
         offset = (size_t)h->inner->rank * bytes;
     }
@@ -190,8 +175,8 @@ static void hazard_wait(Zero1Comm* c, Zero1Handle handle) {
     HazardSlot* s = in_flight_slot(h, handle, "wait");
     if (s->in_open_group)
         fatal("hazard communicator: wait for the %s of bucket %d at step %d inside its group (before group_end)",
-              KIND_NAMES[s->kind], s->bucket, c->step);
-    h->inner->wait(h->inner, s->inner);
+              zero1_collective_name(s->kind), s->bucket, c->step);
+    zero1_comm_wait(h->inner, s->inner);
     publish(h, s);
 }
 
@@ -201,69 +186,56 @@ static int hazard_test(Zero1Comm* c, Zero1Handle handle) {
     HazardSlot* s = in_flight_slot(h, handle, "test");
     if (s->in_open_group) return 0;
     if (splitmix64(&h->rng) >> 63) return 0;  // "not yet", whatever the inner would say
-    if (!h->inner->test(h->inner, s->inner)) return 0;
+    if (!zero1_comm_test(h->inner, s->inner)) return 0;
     publish(h, s);
     return 1;
 }
 
-static void hazard_progress(Zero1Comm* c) {
-    Hazard* h = hazard_of(c);
-    h->inner->progress(h->inner);
-}
+static void hazard_progress(Zero1Comm* c) { zero1_comm_progress(hazard_of(c)->inner); }
+static int hazard_abort(Zero1Comm* c) { return zero1_comm_abort(hazard_of(c)->inner); }
 static void hazard_group_begin(Zero1Comm* c) {
     Hazard* h = hazard_of(c);
     if (h->in_group) fatal("hazard communicator: group_begin inside a group at step %d (groups do not nest)", c->step);
     h->in_group = 1;
-    h->inner->group_begin(h->inner);
+    zero1_comm_group_begin(h->inner);
 }
 static void hazard_group_end(Zero1Comm* c) {
     Hazard* h = hazard_of(c);
     if (!h->in_group) fatal("hazard communicator: group_end without group_begin at step %d", c->step);
     h->in_group = 0;
     for (int i = 0; i < h->num_slots; i++) h->slots[i].in_open_group = 0;
-    h->inner->group_end(h->inner);
+    zero1_comm_group_end(h->inner);
 }
 
 static void hazard_destroy(Zero1Comm* c) {
     Hazard* h = (Hazard*)c->impl;
-    h->inner->destroy(h->inner);  // first: it may still be using snapshots
+    zero1_comm_destroy(h->inner);  // first: it may still be using snapshots
     for (int i = 0; i < h->num_slots; i++) {
         h->dev->ops->free(h->dev->ctx, h->slots[i].snapshot);
         h->dev->ops->free(h->dev->ctx, h->slots[i].send_snapshot);
     }
     free(h->slots);
     free(h);
-    free(c);
 }
 
+static const Zero1CommOps hazard_ops = {
+    .collective = hazard_collective, .all_to_all_v = hazard_all_to_all_v, .host_all_gather = hazard_host_all_gather,
+    .wait = hazard_wait, .test = hazard_test, .progress = hazard_progress, .group_begin = hazard_group_begin,
+    .group_end = hazard_group_end, .abort = hazard_abort, .destroy = hazard_destroy};
+
 Zero1Comm* zero1_comm_hazard_create(Zero1Comm* inner, const Zero1Device* dev, unsigned seed) {
-    Zero1Comm* c = (Zero1Comm*)callocCheck(1, sizeof(Zero1Comm));
     Hazard* h = (Hazard*)callocCheck(1, sizeof(Hazard));
     h->inner = inner;
     h->dev = dev;
     // Each rank its own sequence of answers, reproducible from the seed.
     h->rng = ((uint64_t)seed << 32) ^ (uint64_t)(unsigned)inner->rank;
     snprintf(h->name, sizeof(h->name), "hazard(%s)", inner->name);
-    c->rank = inner->rank;
-    c->size = inner->size;
+    Zero1Comm* c = zero1_comm_new(&hazard_ops, h, inner->rank, inner->size, h->name);
     c->traces_itself = inner->traces_itself;
     c->issue_order_matters = inner->issue_order_matters;
     // The wrapper is what the runtime and the backends see: it carries the inner one's
     // deadline and label (without them a hazard run would wait forever on a stopped rank).
     c->timeout_s = inner->timeout_s;
     c->label = inner->label;
-    c->name = h->name;
-    c->impl = h;
-    c->reduce_scatter = hazard_reduce_scatter;
-    c->all_gather = hazard_all_gather;
-    c->all_reduce = hazard_all_reduce;
-    c->all_to_all_v = hazard_all_to_all_v;
-    c->host_all_gather = hazard_host_all_gather;
-    c->wait = hazard_wait;
-    c->test = hazard_test;
-    c->progress = hazard_progress;
-    c->group_begin = hazard_group_begin;
-    c->group_end = hazard_group_end;
-    c->destroy = hazard_destroy;
     return c;
 }
