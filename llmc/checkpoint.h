@@ -219,6 +219,7 @@ static inline void checkpoint_remove_stale_temporaries(const char* dir) {
 // earlier run may have left in the same directory, are not this run's to count or remove.
 static inline void checkpoint_prune(const char* dir, int keep, int newest) {
     if (keep <= 0) return;
+    dir_lock_require();
     int* steps;
     int n = checkpoint_list(dir, 0, &steps);
     int kept = 0;
