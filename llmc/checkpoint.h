@@ -496,6 +496,8 @@ static inline void checkpoint_read_manifest(const char* dir, CheckpointManifest*
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[i]);
         struct stat st;
         if (stat(path, &st) != 0) checkpoint_missing_file(path);
+        const char* kind = not_regular_file_kind(path);  // a FIFO's size 0 is no truncation
+        if (kind) fatal("%s is %s, not a regular file: a checkpoint holds regular files only", path, kind);
         if ((uint64_t)st.st_size != m->bytes[i]) {
             fatal("%s: %lld bytes, manifest says %" PRIu64 ": the file is truncated or corrupt", path,
                   (long long)st.st_size, m->bytes[i]);
