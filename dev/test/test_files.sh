@@ -10,9 +10,9 @@
 #   - checkpoints: truncated file, flipped byte (CRC32C; in model.bin, at the end of
 #     optimizer.bin read by the last of 3 ranks, in state.txt), missing file, a symlink to
 #     a FIFO, missing or malformed manifest, and with a manifest that matches the damage
-#     (so the file's own checks must catch it): wrong magic, an optimizer of another model, state.txt
-#     fields out of range or inconsistent, a data position beyond the shard; a
-#     checkpoint of another model than -e.
+#     (so the file's own checks must catch it): wrong magic, an optimizer of another
+#     model, state.txt fields out of range or inconsistent, a data position beyond the
+#     shard; a checkpoint of another model than -e.
 # Controls: a good run and a good resume with the same fixtures succeed.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
