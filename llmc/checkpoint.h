@@ -12,7 +12,7 @@
  *   save   into DIR/.checkpoint_00000123.tmp; every file is flushed to disk, then the
  *          directory is renamed into place. A crash or kill -9 at any point leaves the
  *          checkpoints that were there plus, at most, a temporary directory, which no
- *          reader takes for a checkpoint and the next save removes.
+ *          reader takes for a checkpoint and the next start (or save) removes.
  *   resume the newest checkpoint_N, whose model must have -e's shape (a requeued job
  *          repeats its command line). A renamed directory is complete by construction, so
  *          a missing file, or one whose size or CRC32C disagrees with the manifest, was
