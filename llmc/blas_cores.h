@@ -15,7 +15,9 @@
  *   - if OpenBLAS chose a less capable family and the user did not set OPENBLAS_CORETYPE,
  *     prints one line (rank 0) and re-executes /proc/self/exe with OPENBLAS_CORETYPE set;
  *   - the restarted process (marked by LLMC_BLAS_REEXEC=1) never restarts again: if
- *     OpenBLAS still runs lesser kernels it prints one warning and goes on.
+ *     OpenBLAS still runs lesser kernels it prints one warning and goes on. It takes back
+ *     its name (exec of /proc/self/exe names a process "exe"), so that ps, top, pgrep and
+ *     cluster tools find it as before.
  *
  * A user's OPENBLAS_CORETYPE is always respected, silently. Nothing happens off x86 or
  * when the program is not linked with OpenBLAS (openblas_get_corename is a weak symbol).
@@ -39,6 +41,9 @@
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__CUDA_ARCH__)
 #include <cpuid.h>
 #define BLAS_CORES_X86 1
+#endif
+#ifdef __linux__
+#include <sys/prctl.h>
 #endif
 
 #ifdef __cplusplus
@@ -109,6 +114,18 @@ static inline const char* blas_cpu_best_core(const char** features) {
 }
 #endif
 
+// The name the kernel gave the process before the restart: its program's file name, as
+// in argv[0] (the exec of /proc/self/exe made it "exe").
+static inline void blas_take_back_name(const char* argv0) {
+#ifdef __linux__
+    const char* slash = argv0 ? strrchr(argv0, '/') : NULL;
+    const char* name = slash ? slash + 1 : argv0;
+    if (name && *name) prctl(PR_SET_NAME, name, 0, 0, 0);  // the kernel keeps 15 characters, as at exec
+#else
+    (void)argv0;
+#endif
+}
+
 static inline void blas_pick_kernels(char** argv) {
 #ifdef BLAS_CORES_X86
     if (!openblas_get_corename) return;
@@ -116,6 +133,7 @@ static inline void blas_pick_kernels(char** argv) {
     int restarted = getenv("LLMC_BLAS_REEXEC") != NULL;
     if (user && *user && !restarted) return;  // the user's choice (OpenBLAS ignores "")
     unsetenv("LLMC_BLAS_REEXEC");             // not inherited by programs we start
+    if (restarted) blas_take_back_name(argv[0]);
     const char* chosen = openblas_get_corename();
     const char* fake = getenv("LLMC_TEST_BLAS_CORENAME");
     if (fake && *fake && !restarted) chosen = fake;

@@ -12,7 +12,7 @@
  *   save   into DIR/.checkpoint_00000123.tmp; every file is flushed to disk, then the
  *          directory is renamed into place. A crash or kill -9 at any point leaves the
  *          checkpoints that were there plus, at most, a temporary directory, which no
- *          reader takes for a checkpoint and the next save removes.
+ *          reader takes for a checkpoint and the next start (or save) removes.
  *   resume the newest checkpoint_N, whose model must have -e's shape (a requeued job
  *          repeats its command line). A renamed directory is complete by construction, so
  *          a missing file, or one whose size or CRC32C disagrees with the manifest, was
@@ -219,6 +219,7 @@ static inline void checkpoint_remove_stale_temporaries(const char* dir) {
 // earlier run may have left in the same directory, are not this run's to count or remove.
 static inline void checkpoint_prune(const char* dir, int keep, int newest) {
     if (keep <= 0) return;
+    dir_lock_require();
     int* steps;
     int n = checkpoint_list(dir, 0, &steps);
     int kept = 0;
@@ -495,6 +496,8 @@ static inline void checkpoint_read_manifest(const char* dir, CheckpointManifest*
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[i]);
         struct stat st;
         if (stat(path, &st) != 0) checkpoint_missing_file(path);
+        const char* kind = not_regular_file_kind(path);  // a FIFO's size 0 is no truncation
+        if (kind) fatal("%s is %s, not a regular file: a checkpoint holds regular files only", path, kind);
         if ((uint64_t)st.st_size != m->bytes[i]) {
             fatal("%s: %lld bytes, manifest says %" PRIu64 ": the file is truncated or corrupt", path,
                   (long long)st.st_size, m->bytes[i]);

@@ -239,13 +239,19 @@ static inline void checkpoint_stage_round(const CheckpointFilePlan* f, const Che
 }
 
 // Collective: this rank's rounds of one file, in as many collective calls as the rank
-// with the most rounds needs. Fills crcs[0..f->num_rounds).
-static inline void checkpoint_move_file(const CheckpointFilePlan* f, Optimizer* o, unsigned char* staging, int saving,
-                                        CheckpointCrc* crcs) {
+// with the most rounds needs. Fills crcs[0..f->num_rounds). dir_fd: the file's directory,
+// open (checkpoint_transfer).
+static inline void checkpoint_move_file(const CheckpointFilePlan* f, int dir_fd, Optimizer* o, unsigned char* staging,
+                                        int saving, CheckpointCrc* crcs) {
     MPI_File fh;
     int mode = saving ? MPI_MODE_CREATE | MPI_MODE_WRONLY : MPI_MODE_RDONLY;
     if (!saving) checkpoint_test_stop(f, saving);
-    CHECKPOINT_IO(f, saving, "MPI_File_open", MPI_File_open(MPI_COMM_WORLD, f->path, mode, MPI_INFO_NULL, &fh));
+    // Open MPI 4.1 copies the name with a suffix into a 256-byte buffer and aborts the job on a
+    // longer one (-o of about 200 characters), so MPI-IO gets a name of the same file that is
+    // short at any -o: relative to the open directory, through /proc. Messages name f->path.
+    char short_name[64];
+    path_format(short_name, sizeof(short_name), "/proc/self/fd/%d/%s", dir_fd, CHECKPOINT_FILES[f->file]);
+    CHECKPOINT_IO(f, saving, "MPI_File_open", MPI_File_open(MPI_COMM_WORLD, short_name, mode, MPI_INFO_NULL, &fh));
     int rounds = f->num_rounds, max_rounds = 0;
     MPI_Request request;
     mpiCheck(MPI_Iallreduce(&rounds, &max_rounds, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &request));
@@ -372,8 +378,11 @@ static inline void checkpoint_transfer(CheckpointTransfer* t, const char* dir, c
     int num_rounds = t->plans[0].num_rounds + t->plans[1].num_rounds;
     CheckpointCrc* crcs = (CheckpointCrc*)mallocCheck((size_t)(num_rounds ? num_rounds : 1) * sizeof(CheckpointCrc));
     unsigned char* staging = (unsigned char*)mallocCheck(staging_bytes);  // pages are touched only as rounds fill them
-    checkpoint_move_file(&t->plans[0], o, staging, saving, crcs);
-    checkpoint_move_file(&t->plans[1], o, staging, saving, crcs + t->plans[0].num_rounds);
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) fatal("cannot open the checkpoint directory %s: %s", dir, strerror(errno));
+    checkpoint_move_file(&t->plans[0], dir_fd, o, staging, saving, crcs);
+    checkpoint_move_file(&t->plans[1], dir_fd, o, staging, saving, crcs + t->plans[0].num_rounds);
+    close(dir_fd);
     free(staging);
     int total;
     CheckpointCrc* all = checkpoint_gather_crcs(crcs, num_rounds, &total);
@@ -421,6 +430,15 @@ static inline void checkpoint_memcheck_end(double rss_before, const char* what, 
 // ----------------------------------------------------------------------------
 // What the trainers call
 
+// Collective: rank 0's verdict on -o (why: llmc/dir_lock.h's message, "" while -o is the
+// directory this job locked) to every rank, so that all stop alike when it was removed.
+static inline void checkpoint_dir_verdict(char* why, int step) {
+    MPI_Request request;
+    mpiCheck(MPI_Ibcast(why, DIR_LOCK_WHY_MAX, MPI_CHAR, 0, MPI_COMM_WORLD, &request));
+    mpi_wait_deadline(&request, "checkpoint directory check", step);
+    if (why[0]) fatal("%s", why);
+}
+
 // Collective: writes DIR/checkpoint_<step>/ (DIR = out_dir) from every rank's pieces.
 static inline void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s) {
     double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
@@ -428,16 +446,17 @@ static inline void checkpoint_save(const char* out_dir, const GPT2Config* cfg, O
     char tmp[PATH_MAX_LEN], final_path[PATH_MAX_LEN], path[PATH_MAX_LEN];
     checkpoint_path(tmp, sizeof(tmp), out_dir, s->step, 1);
     checkpoint_path(final_path, sizeof(final_path), out_dir, s->step, 0);
-    if (rank == 0) {
+    char lost[DIR_LOCK_WHY_MAX] = "";
+    if (rank == 0 && !dir_lock_lost(lost)[0]) {
         make_dir_or_die(out_dir);
         checkpoint_remove_stale_temporaries(out_dir);
         if (mkdir(tmp, 0755) != 0) fatal("cannot create %s: %s", tmp, strerror(errno));
     }
-    mpi_barrier_deadline("checkpoint barrier", s->step);  // the directory exists before any rank opens a file in it
+    checkpoint_dir_verdict(lost, s->step);  // and the directory exists before any rank opens a file in it
     CheckpointTransfer t;
     checkpoint_transfer(&t, tmp, cfg, o, s->step, 1);
     // Every rank has synced and closed both files (their reports reached rank 0 after that).
-    if (rank == 0) {
+    if (rank == 0 && !dir_lock_lost(lost)[0]) {  // lost meanwhile: the checkpoint is not renamed into place
         CheckpointManifest m;
         for (int k = 0; k < 2; k++) {
             m.bytes[t.plans[k].file] = t.plans[k].size;
@@ -458,7 +477,7 @@ static inline void checkpoint_save(const char* out_dir, const GPT2Config* cfg, O
         printf("checkpoint: step %d saved in %s (%.1f MiB by %d ranks in %.2f s)\n", s->step, final_path, t.mib_moved,
                o->world, (wall_ms() - t0) / 1e3);
     }
-    mpi_barrier_deadline("checkpoint barrier", s->step);  // nobody runs ahead of a checkpoint being renamed into place
+    checkpoint_dir_verdict(lost, s->step);  // and nobody runs ahead of a checkpoint being renamed into place
     checkpoint_memcheck_end(rss_before, "save", &t);
 }
 
@@ -502,6 +521,7 @@ typedef struct {
 
 static inline void checkpoint_find_resume(TrainConfig* cfg, CheckpointResume* r) {
     if (cfg->output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
+    out_dir_check_length(cfg->output_dir);
     GPT2Config run_shape;
     model_shape_of(cfg->model, &run_shape);
     if (!checkpoint_open_for_resume(cfg->output_dir, &run_shape, cfg->model, r->dir, sizeof(r->dir), &r->state,
@@ -649,6 +669,9 @@ static inline void checkpoint_restore(const CheckpointResume* r, const GPT2Confi
 static inline int checkpoint_start_step(const TrainConfig* cfg, const CheckpointResume* r, const GPT2Config* mc,
                                         Optimizer* o, RunIO* io, uint64_t* sample_rng) {
     *sample_rng = rng_seed((uint64_t)cfg->seed + 1337);
+    // This job holds -o's lock now: temporaries there are dead, and after a full disk they
+    // hold the space that the log's rewrite and the next save need.
+    if (cfg->output_dir && utils_rank() == 0) checkpoint_remove_stale_temporaries(cfg->output_dir);
     if (!cfg->resume) return 0;
     checkpoint_restore(r, mc, o, &io->train, sample_rng);
     if (r->state.has_outliers) {  // -sl/-sg go on from the saved windows (at this run's --outlier-window)

@@ -5,6 +5,12 @@
  * DIR/.lock for the whole run (the kernel drops it when the process ends, kill -9
  * included: no stale lock to clean up) and writes who holds it there; a second job that
  * finds it held stops at once naming the holder.
+ *
+ * A lock guards a directory only while it is there: after an rm -rf (or mv) of -o the
+ * job holds a lock file with no name, and a second job on the same -o locks a new one. So
+ * before every write there (each main.log line, each checkpoint) the job checks that -o
+ * is still the directory it locked, same device and inode, with its lock file still linked
+ * in it (dir_lock_lost), and stops if not, writing nothing more there.
  */
 #ifndef LLMC_DIR_LOCK_H
 #define LLMC_DIR_LOCK_H
@@ -14,13 +20,58 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "llmc/utils.h"
 
-// Returns the open lock file's descriptor; close it (or exit) to release the directory.
-static inline int dir_lock_take(const char* dir) {
+// Room for dir_lock_lost's message: the directory's path and the reason.
+#define DIR_LOCK_WHY_MAX (PATH_MAX_LEN + 256)
+
+// This process's lock (a job locks one -o), kept for the checks.
+typedef struct {
+    int fd;                   // DIR/.lock, open and flock()ed; -1 when none is held
+    char dir[PATH_MAX_LEN];   // -o as given
+    char path[PATH_MAX_LEN];  // DIR/.lock
+    dev_t dir_dev;            // the directory that was locked
+    ino_t dir_ino;
+} DirLock;
+static DirLock dir_lock_ = {-1, "", "", 0, 0};
+
+// "" while -o is still the directory this process locked (or it holds no lock); else a
+// message saying what became of it, in why (DIR_LOCK_WHY_MAX bytes). Three stat calls.
+static inline const char* dir_lock_lost(char* why) {
+    why[0] = '\0';
+    if (dir_lock_.fd < 0) return why;
+    struct stat dir, mine, linked;
+    char what[160] = "";
+    if (stat(dir_lock_.dir, &dir) != 0) {
+        snprintf(what, sizeof(what), "%s", errno == ENOENT ? "it no longer exists" : strerror(errno));
+    } else if (dir.st_dev != dir_lock_.dir_dev || dir.st_ino != dir_lock_.dir_ino) {
+        snprintf(what, sizeof(what), "it is another directory now (inode %llu, the locked one was %llu)",
+                 (unsigned long long)dir.st_ino, (unsigned long long)dir_lock_.dir_ino);
+    } else if (fstat(dir_lock_.fd, &mine) != 0 || lstat(dir_lock_.path, &linked) != 0) {
+        snprintf(what, sizeof(what), "its lock file .lock is gone");
+    } else if (linked.st_dev != mine.st_dev || linked.st_ino != mine.st_ino) {
+        snprintf(what, sizeof(what), "its lock file .lock was replaced by another");
+    } else {
+        return why;
+    }
+    snprintf(why, DIR_LOCK_WHY_MAX, "output directory '%s' is no longer the one this job locked (%s): it was "
+             "removed or replaced while the job ran, and another job may own it now; stopping without writing "
+             "anything more there", dir_lock_.dir, what);
+    return why;
+}
+
+// Stops (this rank) when -o is no longer the directory this process locked.
+static inline void dir_lock_require(void) {
+    char why[DIR_LOCK_WHY_MAX];
+    if (dir_lock_lost(why)[0]) fatal("%s", why);
+}
+
+// Locks dir for this process until dir_lock_release (or exit).
+static inline void dir_lock_take(const char* dir) {
     char path[PATH_MAX_LEN];
     path_format(path, sizeof(path), "%s/.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -34,6 +85,14 @@ static inline int dir_lock_take(const char* dir) {
         fatal("output directory '%s' is in use by another job (%s): one job per output directory, or its "
               "checkpoints and main.log would clash", dir, holder[0] ? holder : "holder unknown");
     }
+    struct stat st;
+    if (stat(dir, &st) != 0) fatal("cannot stat the output directory '%s': %s", dir, strerror(errno));
+    dir_lock_.fd = fd;
+    path_format(dir_lock_.dir, sizeof(dir_lock_.dir), "%s", dir);
+    path_format(dir_lock_.path, sizeof(dir_lock_.path), "%s", path);
+    dir_lock_.dir_dev = st.st_dev;
+    dir_lock_.dir_ino = st.st_ino;
+    dir_lock_require();  // the lock file opened is the one in the directory now
     char host[128] = "?", when[64];
     gethostname(host, sizeof(host) - 1);
     time_t now = time(NULL);
@@ -43,7 +102,12 @@ static inline int dir_lock_take(const char* dir) {
     if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len) {
         fatal("cannot write the lock file '%s': %s", path, strerror(errno));
     }
-    return fd;
+}
+
+// The directory is free for the next job.
+static inline void dir_lock_release(void) {
+    if (dir_lock_.fd >= 0) close(dir_lock_.fd);
+    dir_lock_.fd = -1;
 }
 
 #endif

@@ -7,7 +7,8 @@
  * of the steps the resumed run repeats (those after its checkpoint) are dropped, so every
  * step appears once. A write that fails (a full disk) is remembered, not ignored: the
  * training loop ends the job naming the file once the step's checkpoint, if one is due,
- * has been tried (logger_check).
+ * has been tried (logger_check). So is a line not written because -o is no longer the
+ * directory this job locked (llmc/dir_lock.h: checked before every line).
  */
 #ifndef LLMC_LOGGER_H
 #define LLMC_LOGGER_H
@@ -27,8 +28,22 @@ typedef struct {
     FILE* file;
     char path[PATH_MAX_LEN];
     int write_errno;  // the first failed write's errno; 0 while every write succeeded
-    int lock_fd;      // DIR/.lock, held for the run (llmc/dir_lock.h); -1 when none
+    int dir_lost;     // a line was not written: -o is no longer the locked directory
 } Logger;
+
+// The longest name the job appends to -o (DIR/.checkpoint_2147483647.tmp/optimizer.bin is
+// 41 characters), with room to spare: an -o longer than PATH_MAX_LEN - 1 - this is refused.
+#define OUT_DIR_SUFFIX_MAX 64
+
+// Every rank, at start-up: a path the system cannot open would otherwise stop the job at
+// its first checkpoint.
+static inline void out_dir_check_length(const char* dir) {
+    size_t len = strlen(dir), max = PATH_MAX_LEN - 1 - OUT_DIR_SUFFIX_MAX;
+    if (len > max) {
+        fatal("-o '%s' is %zu characters long; at most %zu fit (the paths of the checkpoint files in it must stay "
+              "under the system's limit of %d bytes)", dir, len, max, PATH_MAX_LEN);
+    }
+}
 
 static inline void make_dir_or_die(const char* dir) {
     struct stat st;
@@ -79,21 +94,34 @@ static inline void logger_drop_repeated(const char* path, int step) {
     if (dropped) printf("main.log: dropped %d entries after step %d, which this resumed run repeats\n", dropped, step);
 }
 
+// A main.log.tmp is dead once this job holds the lock (its writer stopped while rewriting
+// the log); on a full disk it would hold the space the rewrite needs.
+static inline void logger_remove_dead_temporary(const char* log_path) {
+    char tmp[PATH_MAX_LEN];
+    path_format(tmp, sizeof(tmp), "%s.tmp", log_path);
+    if (unlink(tmp) == 0) printf("main.log: removed %s, left by a run that stopped while rewriting main.log\n", tmp);
+    else if (errno != ENOENT) fatal("cannot remove %s: %s", tmp, strerror(errno));
+}
+
 // append: a resumed run's log (logger_resume_at then drops what the run repeats).
 static inline void logger_init(Logger* lg, const char* dir, int rank, int append) {
     lg->file = NULL;
     lg->write_errno = 0;
-    lg->lock_fd = -1;
-    if (dir == NULL || rank != 0) return;
+    lg->dir_lost = 0;
+    if (dir == NULL) return;
+    out_dir_check_length(dir);
+    if (rank != 0) return;
     make_dir_or_die(dir);
-    lg->lock_fd = dir_lock_take(dir);
+    dir_lock_take(dir);
     path_format(lg->path, sizeof(lg->path), "%s/main.log", dir);
+    logger_remove_dead_temporary(lg->path);
     lg->file = fopenCheck(lg->path, append ? "a" : "w");
 }
 
 // Once a resume from `step` is accepted (rank 0's log only).
 static inline void logger_resume_at(Logger* lg, int step) {
     if (!lg->file) return;
+    dir_lock_require();
     fcloseCheck(lg->file, lg->path);
     logger_drop_repeated(lg->path, step);
     lg->file = fopenCheck(lg->path, "a");
@@ -101,7 +129,12 @@ static inline void logger_resume_at(Logger* lg, int step) {
 
 static inline void logger_line(Logger* lg, const char* fmt, ...) LLMC_PRINTF(2, 3);
 static inline void logger_line(Logger* lg, const char* fmt, ...) {
-    if (!lg->file || lg->write_errno) return;  // after a failure, nothing more (the job is ending)
+    if (!lg->file || lg->write_errno || lg->dir_lost) return;  // after a failure, nothing more (the job is ending)
+    char why[DIR_LOCK_WHY_MAX];
+    if (dir_lock_lost(why)[0]) {
+        lg->dir_lost = 1;
+        return;
+    }
     va_list ap;
     va_start(ap, fmt);
     int rc = vfprintf(lg->file, fmt, ap);
@@ -121,8 +154,9 @@ static inline void logger_log_eval(Logger* lg, int step, float accuracy) {
     logger_line(lg, "s:%d eval:%.4f\n", step, accuracy);
 }
 
-// Ends the job when a write to the log failed.
+// Ends the job when a write to the log failed (or was not made: llmc/dir_lock.h).
 static inline void logger_check(const Logger* lg) {
+    if (lg->dir_lost) dir_lock_require();
     if (lg->write_errno) {
         fatal("cannot write %s: %s (its last lines are lost; free space and resume with -y 1)", lg->path,
               strerror(lg->write_errno));
@@ -137,8 +171,7 @@ static inline void logger_close(Logger* lg) {
         logger_check(lg);
     }
     lg->file = NULL;
-    if (lg->lock_fd >= 0) close(lg->lock_fd);  // the directory is free for the next job
-    lg->lock_fd = -1;
+    dir_lock_release();
 }
 
 #ifdef __cplusplus

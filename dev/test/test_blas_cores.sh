@@ -6,7 +6,7 @@
 # OpenBLAS reported). What OpenBLAS really loads is read from OpenBLAS itself: with
 # OPENBLAS_VERBOSE=2 it prints "Core: NAME" on stderr each time the library loads, once
 # per process image. The best core for this CPU is computed here independently, from the
-# kernel's /proc/cpuinfo flags.
+# kernel's /proc/cpuinfo flags. The restarted process keeps its name (ps, pgrep).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 TMP=$(mktemp -d /tmp/test_blas_cores.XXXXXX)
@@ -98,6 +98,20 @@ else
     rc=$?
     if [ "$seen" = "$expect" ] && [ $rc = 0 ]; then ok "the restarted process got OPENBLAS_CORETYPE=$seen"
     else bad "the restarted process got OPENBLAS_CORETYPE='$seen' (expected $expect), exit $rc"; show environ; fi
+
+    # The restarted process keeps its name (an exec of /proc/self/exe names it "exe"), so
+    # that ps, top and pgrep find it as before: read once its first step line is out.
+    env -u OPENBLAS_CORETYPE -u LLMC_BLAS_REEXEC LLMC_TEST_BLAS_CORENAME=Prescott \
+        "${TRAIN[@]}" -x 1000 >"$TMP/name.out" 2>&1 &
+    pid=$!
+    while kill -0 $pid 2>/dev/null && ! grep -q '^step ' "$TMP/name.out"; do sleep 0.02; done
+    comm=$(ps -o comm= -p $pid)
+    found=$(pgrep -x train_gpt2 | grep -cx $pid)
+    kill $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    if [ "$(count "$restart_re" "$TMP/name.out")" = 1 ] && [ "$comm" = train_gpt2 ] && [ "$found" = 1 ]; then
+        ok "the restarted process keeps its name: ps -o comm= says '$comm', pgrep -x train_gpt2 finds it"
+    else bad "the restarted process: ps -o comm= says '$comm' (expected train_gpt2), pgrep -x train_gpt2 found it $found time(s)"; show name; fi
 
     # ---- (b) under mpirun: both ranks restart, rank 0 alone says so ---------------------
     run mpi LLMC_TEST_BLAS_CORENAME=Prescott -- "${MPIRUN[@]}" -np 2 "${TRAIN[@]}"

@@ -8,11 +8,11 @@
 #   - token shards: a token count beyond the file, a negative one;
 #   - tokenizer files: a vocabulary size out of range, or beyond the file;
 #   - checkpoints: truncated file, flipped byte (CRC32C; in model.bin, at the end of
-#     optimizer.bin read by the last of 3 ranks, in state.txt), missing file, missing or
-#     malformed manifest, and with a manifest that matches the damage (so the file's own
-#     checks must catch it): wrong magic, an optimizer of another model, state.txt
-#     fields out of range or inconsistent, a data position beyond the shard; a
-#     checkpoint of another model than -e.
+#     optimizer.bin read by the last of 3 ranks, in state.txt), missing file, a symlink to
+#     a FIFO, missing or malformed manifest, and with a manifest that matches the damage
+#     (so the file's own checks must catch it): wrong magic, an optimizer of another
+#     model, state.txt fields out of range or inconsistent, a data position beyond the
+#     shard; a checkpoint of another model than -e.
 # Controls: a good run and a good resume with the same fixtures succeed.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -99,6 +99,8 @@ d=$(damaged state_overflow) && set_state "$d" B 99999999999999999999999
 d=$(damaged state_step) && set_state "$d" step 1
 d=$(damaged state_position) && set_state "$d" shard_tokens_done 4000000
 damaged other_model >/dev/null  # undamaged: resumed with another -e
+# A file that is a symlink to a FIFO: named as a FIFO, not as a truncated file.
+d=$(damaged fifo) && mkfifo "$TMP/a_fifo" && ln -sf "$TMP/a_fifo" "$d/optimizer.bin"
 
 # ---- controls ---------------------------------------------------------------------------
 if timeout 60 $BIN "${BASE[@]}" -o "$TMP/control" >"$TMP/control.log" 2>&1; then
@@ -150,6 +152,7 @@ check_resume ckpt_flipped_tail     3 flipped_tail    "$CK/optimizer.bin: checksu
 check_resume ckpt_state_edited     2 state_edited    "$CK/state.txt: checksum mismatch (CRC32C"
 check_resume ckpt_missing_file     1 missing         "$CK/optimizer.bin is missing" "delete its directory"
 check_resume ckpt_missing_file     2 missing         "$CK/optimizer.bin is missing"
+check_resume ckpt_fifo             1 fifo            "$CK/optimizer.bin is a pipe or FIFO" "not a regular file"
 check_resume ckpt_no_manifest      1 no_manifest     "$CK/manifest.txt is missing"
 check_resume ckpt_bad_manifest     1 bad_manifest    "$CK/manifest.txt: malformed line 'model.bin 12 zz'"
 check_resume ckpt_opt_magic        1 opt_magic       "$CK/optimizer.bin: not an optimizer state file"
