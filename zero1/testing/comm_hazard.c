@@ -22,7 +22,7 @@
 #include <stdio.h>
 
 #include "llmc/utils.h"
-#include "zero1/comm.h"
+#include "zero1/testing/test_doubles.h"
 
 typedef enum { REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE, ALL_TO_ALL } CollectiveKind;
 
