@@ -174,15 +174,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     r->grads = (float*)callocCheck(r->numel, sizeof(float));
     r->adam_m = (float*)callocCheck(r->numel, sizeof(float));
     r->adam_v = (float*)callocCheck(r->numel, sizeof(float));
-    Optimizer* o = &r->base;
-    o->name = "replicated";
-    o->params = r->params;
-    o->grads = r->grads;
-    o->offsets = r->offsets;
-    o->numel = r->numel;
-    o->world = world;
-    o->ops = &replicated_ops;
-    return o;
+    return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel, world);
 }
 
 // ----------------------------------------------------------------------------
@@ -198,21 +190,10 @@ typedef struct {
 
 // Checks the configuration against the model; returns the micro-steps per optimizer step.
 static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
-    int grad_accum_steps = check_batch_config(cfg, mc, world);
-    const char* rebuild = "rebuild with `" REBUILD_WITH_ZERO1 "`";
-    if (!plugin_optimizer) {
-        if (cfg->zero_stage == 1) fatal("-z 1 needs the zero1/ plugin: %s", rebuild);
-        if (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32) {
-            fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: %s", rebuild);
-        }
-        if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: %s", rebuild);
-        if (cfg->average_in_collective) fatal("--average-in-collective needs the zero1/ plugin: %s", rebuild);
-        if (cfg->dist_opt_instances > 1) fatal("--dist-opt-instances needs the zero1/ plugin: %s", rebuild);
+    if (!plugin_optimizer && (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32)) {
+        fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: rebuild with `" REBUILD_WITH_ZERO1 "`");
     }
-    if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
-        fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
-    }
-    return grad_accum_steps;
+    return check_run_config(cfg, mc, world, plugin_optimizer != NULL, REBUILD_WITH_ZERO1);
 }
 
 // use_plugin: run the optimizer through zero1/ (with the plugin built in, always: -z 0 is
@@ -260,9 +241,7 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
-    // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions;
-    // with --average-in-collective the reduction divides by DP itself.
-    float loss_scale = 1.0f / ((float)B * T * k * (tr->cfg.average_in_collective ? 1 : tr->world));
+    float loss_scale = step_loss_scale(&tr->cfg, k, tr->world);
     double loss_sum = 0.0;
     opt->ops->begin_step(opt, step);
     for (int micro = 0; micro < k; micro++) {

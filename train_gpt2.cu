@@ -277,15 +277,8 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     cudaCheck(cudaMemset(r->adam_m, 0, r->numel * sizeof(float)));
     cudaCheck(cudaMemset(r->adam_v, 0, r->numel * sizeof(float)));
     cudaCheck(cudaMallocHost((void**)&r->norm_host, 2 * sizeof(float)));
-    Optimizer* o = &r->base;
-    o->name = "replicated";
-    o->params = r->params;
-    o->grads = r->grads;
-    o->offsets = r->offsets;
-    o->numel = r->numel;
-    o->world = gpu->world;
-    o->ops = &replicated_ops;
-    return o;
+    return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel,
+                            gpu->world);
 }
 
 // ----------------------------------------------------------------------------
@@ -303,22 +296,11 @@ typedef struct {
 
 // Checks the configuration against the model and the build; returns the micro-steps per step.
 static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
-    int grad_accum_steps = check_batch_config(cfg, mc, world);
-    const char* rebuild = "rebuild with `" REBUILD_WITH_ZERO1 "`";
-    if (!plugin_optimizer) {
-        if (cfg->zero_stage == 1) fatal("-z 1 needs the zero1/ plugin: %s", rebuild);
-        if (cfg->grad_dtype != DTYPE_FP32) fatal("--grad-dtype bf16 needs the zero1/ plugin: %s", rebuild);
-        if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: %s", rebuild);
-        if (cfg->average_in_collective) fatal("--average-in-collective needs the zero1/ plugin: %s", rebuild);
-    }
     if (cfg->param_dtype != (FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32)) {
         fatal("--param-dtype %s: this train_gpt2cu is built with PRECISION=%s (its params are %s)",
               cfg->param_dtype == DTYPE_BF16 ? "bf16" : "fp32", PRECISION_NAME, FLOATX_IS_BF16 ? "bf16" : "fp32");
     }
-    if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
-        fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
-    }
-    return grad_accum_steps;
+    return check_run_config(cfg, mc, world, plugin_optimizer != NULL, REBUILD_WITH_ZERO1);
 }
 
 // Refuses a job that cannot fit this GPU (or the host) before allocating (llmc/memory_check.h):
@@ -403,9 +385,7 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
     Optimizer* opt = tr->opt;
     cudaStream_t st = tr->gpu->stream;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
-    // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions;
-    // with --average-in-collective the reduction divides by DP itself.
-    float loss_scale = 1.0f / ((float)B * T * k * (tr->cfg.average_in_collective ? 1 : tr->world));
+    float loss_scale = step_loss_scale(&tr->cfg, k, tr->world);
     opt->ops->begin_step(opt, step);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
     upload_micro_batch(tr, 0, next_batch, batch_ctx);

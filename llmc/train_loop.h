@@ -138,15 +138,36 @@ static inline float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc
     return gpt2_model_file_read(cfg->model, mc, &version);
 }
 
-// Checks what every trainer needs of -t and -d; returns the micro-steps per step.
-static inline int check_batch_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
+// Checks what every trainer needs of -t, -d and -o, and in a build without the zero1/ plugin
+// (have_plugin 0) refuses the flags that need it, naming the make line that adds it.
+// Returns the micro-steps per step.
+static inline int check_run_config(const TrainConfig* cfg, const GPT2Config* mc, int world, int have_plugin,
+                                   const char* rebuild) {
     if (cfg->T > mc->max_seq_len) fatal("-t %d exceeds the model's maximum sequence length %d", cfg->T, mc->max_seq_len);
     long long per_micro = (long long)cfg->B * cfg->T * world;
     if (cfg->total_batch_tokens != -1 && (cfg->total_batch_tokens <= 0 || cfg->total_batch_tokens % per_micro != 0)) {
         fatal("-d %d is not a positive multiple of B*T*ranks = %d*%d*%d = %lld", cfg->total_batch_tokens, cfg->B,
               cfg->T, world, per_micro);
     }
+    if (!have_plugin) {
+        const char* needs = cfg->zero_stage == 1                ? "-z 1 needs"
+                            : cfg->grad_dtype != DTYPE_FP32     ? "--grad-dtype bf16 needs"
+                            : cfg->trace_file                   ? "--trace needs"
+                            : cfg->average_in_collective        ? "--average-in-collective needs"
+                            : cfg->dist_opt_instances > 1       ? "--dist-opt-instances needs"
+                                                                : NULL;
+        if (needs) fatal("%s the zero1/ plugin: rebuild with `%s`", needs, rebuild);
+    }
+    if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
+        fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
+    }
     return cfg->total_batch_tokens == -1 ? 1 : (int)(cfg->total_batch_tokens / per_micro);
+}
+
+// d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions; with
+// --average-in-collective the reduction divides by DP itself.
+static inline float step_loss_scale(const TrainConfig* cfg, int micro_steps, int world) {
+    return 1.0f / ((float)cfg->B * cfg->T * micro_steps * (cfg->average_in_collective ? 1 : world));
 }
 
 static inline void loader_batch(void* ctx, int micro, const int** inputs, const int** targets) {

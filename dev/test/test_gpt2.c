@@ -60,8 +60,7 @@ int main(int argc, char** argv) {
     int version;
     OracleState s;
     TrainConfig cfg;
-    OptionTable testing = testing_option_table(1);
-    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg, &testing, 1);
+    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg, testing_option_table(1));
     testing_use_options();
     if (rank == 0) {
         printf("oracle test: %s, %d ranks x %d micro-steps x B=%d, T=%d, -z %d\n", argv[1], world, k, cfg.B, cfg.T,

@@ -187,8 +187,7 @@ int main(int argc, char** argv) {
     int version;
     OracleState s;
     TrainConfig cfg;
-    OptionTable testing = testing_option_table(0);
-    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg, &testing, 1);
+    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg, testing_option_table(0));
     testing_use_options();
     cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
     if (rank == 0) {
