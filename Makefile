@@ -54,9 +54,9 @@ LDLIBS = -lopenblas -lm
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
   zero1/device_cpu.c zero1/trace.c zero1/split_embedding.c
-# The CPU trainer's backend brings the test-only deferred device and hazard communicator.
+# The test doubles (the deferred device, the hazard communicator): test binaries only.
 ZERO1_TEST_SRC = zero1/testing/device_deferred.c zero1/testing/comm_hazard.c
-ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c $(ZERO1_TEST_SRC)
+ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c
 ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
 # The CUDA device ops, the NCCL communicator and the GPU backend, built as objects with
 # their own flags (below).
@@ -64,9 +64,17 @@ ZERO1_CUDA_SRC = zero1/device_cuda.cu zero1/comm_nccl.cu
 ZERO1_CUDA_OBJ = $(ZERO1_CUDA_SRC:.cu=.o)
 ifeq ($(USE_ZERO1),1)
 CPU_PLUGIN_SRC = $(ZERO1_CPU_SRC)
-GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC) zero1/backend_cuda.cu $(ZERO1_CUDA_OBJ) $(ZERO1_TEST_SRC)
+GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC) zero1/backend_cuda.cu $(ZERO1_CUDA_OBJ)
 ZERO1_DEF = -DUSE_ZERO1
+PLUGIN_TEST_SRC = $(ZERO1_TEST_SRC)
 endif
+# The make line of this build with the plugin, for the trainers' "rebuild with" hints: the
+# variables that differ from their defaults.
+TOOLCHAIN_ARGS = $(if $(filter-out mpicc,$(MPICC)), MPICC=$(MPICC))
+CPU_REBUILD = -DREBUILD_WITH_ZERO1='"make train_gpt2 USE_ZERO1=1$(TOOLCHAIN_ARGS)"'
+GPU_REBUILD = -DREBUILD_WITH_ZERO1='"make train_gpt2cu USE_ZERO1=1$(if $(filter 1,$(CUDA_ON_CPU)), CUDA_ON_CPU=1)$(if \
+  $(filter-out BF16,$(PRECISION)), PRECISION=$(PRECISION))$(if $(filter 1,$(USE_CUDNN)), USE_CUDNN=1)$(if \
+  $(filter-out 90,$(GPU_ARCH)), GPU_ARCH=$(GPU_ARCH))$(TOOLCHAIN_ARGS)"'
 
 HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard zero1/*.h)
 TOOL_HEADERS = $(HOST_HEADERS) $(wildcard tools/*.h)
@@ -97,15 +105,21 @@ CUDA_HEADERS = $(wildcard llmc/*.cuh) $(CUDA_CPU_LIB)
 all: train_gpt2 zero1_plan gpt2_cost prepro_text prepro_corpus hf_convert
 
 train_gpt2: train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP)
-	$(CC) $(CFLAGS) $(ZERO1_DEF) train_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(ZERO1_DEF) $(CPU_REBUILD) train_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
 
 # The trainer without the plugin under its own name, so tests can run both builds.
 train_gpt2_plain: train_gpt2.c $(HOST_HEADERS)
-	$(CC) $(CFLAGS) train_gpt2.c -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(CPU_REBUILD) train_gpt2.c -o $@ $(LDLIBS)
 
-# The oracle test harness includes train_gpt2.c and is built the same way.
-test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP)
-	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
+# The test binaries that include a trainer add the test options and the test doubles
+# (dev/test/testing_options.h). The oracle harness is built the same way as the trainer.
+TEST_HEADERS = $(HOST_HEADERS) $(wildcard dev/test/*.h) $(wildcard zero1/testing/*.h)
+test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(TEST_HEADERS) $(CPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CPU_STAMP)
+	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(CPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) -o $@ $(LDLIBS)
+
+# The CPU trainer with the test options, for scripts that run it on the test doubles.
+train_gpt2_testing: dev/test/train_gpt2_testing.c train_gpt2.c $(TEST_HEADERS) $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC)
+	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/train_gpt2_testing.c $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) -o $@ $(LDLIBS)
 
 # The zero1 runtime alone (one rank, no MPI) against dense AdamW.
 ZERO1_NO_MPI_SRC = zero1/runtime.c zero1/split_embedding.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_TEST_SRC)
@@ -127,8 +141,8 @@ bench_sgemm: dev/test/bench_sgemm.c $(HOST_HEADERS)
 	gcc $(CFLAGS) dev/test/bench_sgemm.c -o $@ $(LDLIBS)
 
 # ZeRO-1 vs replicated, step by step (always with the plugin).
-test_zero1: dev/test/test_zero1.c train_gpt2.c $(HOST_HEADERS) $(ZERO1_CPU_SRC)
-	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CPU_SRC) -o $@ $(LDLIBS)
+test_zero1: dev/test/test_zero1.c train_gpt2.c $(TEST_HEADERS) $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC)
+	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) -o $@ $(LDLIBS)
 
 # llmc/mpi_wait.h: the trainers' host collectives under --comm-timeout (dev/test/test_faults.sh).
 test_mpi_wait: dev/test/test_mpi_wait.c $(HOST_HEADERS)
@@ -239,7 +253,7 @@ endif
 train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP)
 	$(check_mpi_flags)
 	$(check_cudnn)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ \
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(GPU_REBUILD) $(MPI_NVCC_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ \
 	  $(CUDNN_LIBS) $(NVCC_LIBS)
 
 # zero1's CUDA backend must give zero1/device_cpu.c's bits (AdamW, bf16 rounding, norm):
@@ -283,10 +297,10 @@ test_cuda_cpu_nccl: dev/cuda_cpu/tests/test_nccl.cpp $(CUDA_HEADERS) $(GPU_STAMP
 bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
 
-test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP)
+test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CUDNN_OBJ) $(GPU_STAMP)
 	$(check_mpi_flags)
 	$(check_cudnn)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ \
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) -o $@ \
 	  $(CUDNN_LIBS) $(NVCC_LIBS)
 
 # ---- the CPU execution layer for CUDA (dev/cuda_cpu/) ----
@@ -321,6 +335,6 @@ demo:
 
 clean:
 	rm -rf build
-	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
+	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain train_gpt2_testing test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
 	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer \
 	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert

@@ -30,22 +30,30 @@
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_loop.h"
+#include "llmc/train_main.h"
 #include "llmc/utils.h"
 
 // The zero1/ plugin, when built in, is the default optimizer (its -z 0 is the bucketed
-// replicated mode); without it the trainer has only its plain replicated optimizer.
+// replicated mode); without it the trainer has only its plain replicated optimizer. Test
+// binaries swap in their own plugin_optimizer (dev/test/testing_cpu.h: the test devices).
 #ifdef USE_ZERO1
 #include "zero1/gpt2.h"
 #define DEFAULT_ZERO_STAGE 1
 static Optimizer* zero1_cpu_optimizer(const TrainConfig* cfg, const GPT2Config* mc, int world) {
     return zero1_gpt2_optimizer(cfg, mc, zero1_backend_cpu(cfg, world), ZERO1_FP32);
 }
-static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = zero1_cpu_optimizer;
+static Optimizer* (*plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = zero1_cpu_optimizer;
 static const MemoryZero1Sizes plugin_memory = zero1_gpt2_memory_buffers;
+#define PLUGIN_BUILT "zero1/ in"
 #else
 #define DEFAULT_ZERO_STAGE 0
-static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = NULL;
+static Optimizer* (*plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = NULL;
 static const MemoryZero1Sizes plugin_memory = NULL;
+#define PLUGIN_BUILT "no zero1/"
+#endif
+// The make line of this build with the plugin (the Makefile passes it), for the hints.
+#ifndef REBUILD_WITH_ZERO1
+#define REBUILD_WITH_ZERO1 "make train_gpt2 USE_ZERO1=1"
 #endif
 
 // ----------------------------------------------------------------------------
@@ -168,15 +176,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     r->grads = (float*)callocCheck(r->numel, sizeof(float));
     r->adam_m = (float*)callocCheck(r->numel, sizeof(float));
     r->adam_v = (float*)callocCheck(r->numel, sizeof(float));
-    Optimizer* o = &r->base;
-    o->name = "replicated";
-    o->params = r->params;
-    o->grads = r->grads;
-    o->offsets = r->offsets;
-    o->numel = r->numel;
-    o->world = world;
-    o->ops = &replicated_ops;
-    return o;
+    return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel, world);
 }
 
 // ----------------------------------------------------------------------------
@@ -190,32 +190,12 @@ typedef struct {
     Optimizer* opt;
 } Trainer;
 
-// --test-plant-nan: writes a NaN into h0.qkvb's gradient as soon as backward finishes it,
-// before the optimizer's hook sees it (so that bucket's reduction cannot have started yet).
-static GPT2* planting_model;
-static void (*planted_hook)(void* ctx, int tensor);
-static void plant_nan_hook(void* ctx, int tensor) {
-    if (tensor == gpt2_idx_layer(0, LAYER_QKVB)) planting_model->grad[tensor][0] = NAN;
-    if (planted_hook) planted_hook(ctx, tensor);
-}
-
 // Checks the configuration against the model; returns the micro-steps per optimizer step.
 static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
-    int grad_accum_steps = check_batch_config(cfg, mc, world);
-    const char* rebuild = "rebuild with `make train_gpt2 USE_ZERO1=1`";
-    if (!plugin_optimizer) {
-        if (cfg->zero_stage == 1) fatal("-z 1 needs the zero1/ plugin: %s", rebuild);
-        if (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32) {
-            fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: %s", rebuild);
-        }
-        if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: %s", rebuild);
-        if (cfg->average_in_collective) fatal("--average-in-collective needs the zero1/ plugin: %s", rebuild);
-        if (cfg->dist_opt_instances > 1) fatal("--dist-opt-instances needs the zero1/ plugin: %s", rebuild);
+    if (!plugin_optimizer && (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32)) {
+        fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: rebuild with `" REBUILD_WITH_ZERO1 "`");
     }
-    if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
-        fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
-    }
-    return grad_accum_steps;
+    return check_run_config(cfg, mc, world, plugin_optimizer != NULL, REBUILD_WITH_ZERO1);
 }
 
 // use_plugin: run the optimizer through zero1/ (with the plugin built in, always: -z 0 is
@@ -236,6 +216,11 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T);
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, world) : replicated_optimizer(cfg, &mc, world);
     gpt2_bind_buffers(&tr->model, (float*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
+    // ZeRO-1's two round trips run through these hooks. Grads: backward registers each tensor's
+    // gradient as ready (zero1_register_grad_ready), a full bucket starts its reduce-scatter
+    // (start_grad_sync), finish_step waits for all (finish_grad_sync). Params: the all-gathers
+    // finish_step starts after the update (start_param_sync) are waited for in the next
+    // forward, block by block (zero1_finish_param_sync).
     tr->model.hooks = tr->opt->hooks;
     if (dense) tr->opt->ops->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
@@ -251,34 +236,23 @@ static void trainer_free(Trainer* tr) {
 }
 
 // One optimizer step: k micro-steps of forward+backward, the gradient reduction, AdamW.
-static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_batch, void* batch_ctx,
+static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx,
                                OutlierState* outliers) {
+    Trainer* tr = (Trainer*)t;
     StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, NAN, NAN};
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
-    // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions;
-    // with --average-in-collective the reduction divides by DP itself.
-    float loss_scale = 1.0f / ((float)B * T * k * (tr->cfg.average_in_collective ? 1 : tr->world));
-    if (tr->cfg.spike_grad_step == step) loss_scale *= 1000.0f;  // test only: a grad-norm outlier
+    float loss_scale = step_loss_scale(&tr->cfg, k, tr->world);
     double loss_sum = 0.0;
     opt->ops->begin_step(opt, step);
     for (int micro = 0; micro < k; micro++) {
         const int *inputs, *targets;
         next_batch(batch_ctx, micro, &inputs, &targets);
-        if (tr->cfg.spike_loss_step == step) targets = spiked_targets(tr->model.config.vocab_size, B * T);  // test only: a loss outlier
         opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         loss_sum += m->mean_loss;
-        int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
-        ModelHooks saved = m->hooks;
-        if (plant) {  // test only: poison one gradient on the last rank, the moment it is final
-            planting_model = m;
-            planted_hook = saved.grad_contribution_done;
-            m->hooks.grad_contribution_done = plant_nan_hook;
-        }
         gpt2_backward(m, loss_scale);
-        m->hooks = saved;
     }
     float loss = (float)(loss_sum / k);
     if (tr->world > 1) mpi_allreduce_sum_deadline(&loss, 1, MPI_FLOAT, "loss all-reduce", step + 1);
@@ -304,15 +278,17 @@ static uint64_t params_fingerprint(const GPT2* m) {
 }
 
 // After training, every rank must hold the same parameters; a mismatch is a bug.
-static int trainer_replicas_identical(Trainer* tr) {
+static int trainer_replicas_identical(void* t) {
+    Trainer* tr = (Trainer*)t;
     trainer_sync_params(tr);
     return all_ranks_equal(params_fingerprint(&tr->model), tr->world);
 }
 
 // ----------------------------------------------------------------------------
-// The trainer as the training loop sees it
+// Evaluation, and the forwards of the HellaSwag-style eval and of samples
 
-static float evaluate(Trainer* tr, DataLoader* val) {
+static float trainer_evaluate(void* t, DataLoader* val) {
+    Trainer* tr = (Trainer*)t;
     dataloader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < tr->cfg.val_steps; i++) {
@@ -340,72 +316,40 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
     memcpy(logits, tr->model.acts.logits + (size_t)(window - 1) * Vp, (size_t)Vp * sizeof(float));
 }
 
-static StepResult loop_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx, OutlierState* outliers) {
-    return trainer_step((Trainer*)t, step, lr, next_batch, batch_ctx, outliers);
+// ----------------------------------------------------------------------------
+// The trainer as llmc/train_main.h's main sees it
+
+static void* trainer_create(const TrainConfig* cfg, int rank, int world, TrainerParts* parts) {
+    Trainer* tr = (Trainer*)mallocCheck(sizeof(Trainer));
+    trainer_init(tr, cfg, rank, world);
+    *parts = (TrainerParts){&tr->model.config, tr->opt, tr->grad_accum_steps, &tr->model.hooks};
+    return tr;
 }
-static float loop_evaluate(void* t, DataLoader* val) { return evaluate((Trainer*)t, val); }
-static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
-    Trainer* tr = (Trainer*)t;
-    print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
+
+static void trainer_destroy(void* t) {
+    trainer_free((Trainer*)t);
+    free(t);
 }
-static void loop_checkpoint(void* t, int steps_done, int max_steps, const DataLoader* train, uint64_t rng,
-                            const OutlierState* outliers) {
-    Trainer* tr = (Trainer*)t;
-    checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, max_steps, train,
-                        rng, outliers);
-}
+
+static void trainer_describe(void* t, char* buf, size_t n) { snprintf(buf, n, "%d threads", omp_get_max_threads()); }
+
+static void trainer_write_grad(void* t, int tensor, float value) { ((Trainer*)t)->model.grad[tensor][0] = value; }
+
+static const TrainerKind CPU_TRAINER = {
+    .build = "train_gpt2, CPU fp32, " PLUGIN_BUILT,
+    .default_zero_stage = DEFAULT_ZERO_STAGE,
+    .before_mpi = blas_pick_kernels,  // may restart the program with better OpenBLAS kernels
+    .create = trainer_create,
+    .destroy = trainer_destroy,
+    .step = trainer_step,
+    .evaluate = trainer_evaluate,
+    .next_token_logits = next_token_logits,
+    .hellaswag_rows = hellaswag_rows,
+    .replicas_identical = trainer_replicas_identical,
+    .describe = trainer_describe,
+    .write_grad = trainer_write_grad,
+};
 
 #ifndef TESTING
-int main(int argc, char** argv) {
-    blas_pick_kernels(argv);  // may restart the program with better OpenBLAS kernels
-    int rank, world;
-    mpi_start(&argc, &argv, &rank, &world);
-
-    TrainConfig cfg;
-    train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
-    train_parse_args(&cfg, argc, argv);
-    mpi_wait_set_timeout(cfg.comm_timeout);  // every host collective from here on, a resume's load too
-
-    // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
-    CheckpointResume resume;
-    if (cfg.resume) checkpoint_find_resume(&cfg, &resume);
-    const char* build = plugin_optimizer ? "train_gpt2, CPU fp32, zero1/ in" : "train_gpt2, CPU fp32, no zero1/";
-    ranks_agree(&cfg, build, cfg.resume ? resume.state.step : -1);  // one job on every rank (llmc/ranks_agree.h)
-
-    Trainer tr;
-    trainer_init(&tr, &cfg, rank, world);
-    const GPT2Config* mc = &tr.model.config;
-    RunIO io;
-    run_io_open(&io, &cfg, rank, world, mc->vocab_size, tr.grad_accum_steps);
-
-    long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
-    int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
-    if (cfg.resume && checkpoint_resume_check(&cfg, &resume, tokens_per_step, max_steps)) {
-        run_io_close(&io);
-        trainer_free(&tr);
-        MPI_Finalize();
-        return 0;
-    }
-    if (rank == 0) {
-        print_model_line(mc);
-        printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | %d threads\n",
-               world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
-               omp_get_max_threads());
-    }
-    tr.opt->ops->print_start(tr.opt);
-
-    uint64_t sample_rng;
-    int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io, &sample_rng);
-    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint, hellaswag_rows};
-    run_training(&loop, &cfg, rank, world, &io, start_step, max_steps, tokens_per_step, &sample_rng);
-    size_t state_bytes = tr.opt->ops->state_bytes(tr.opt);
-    if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", state_bytes);
-    int identical = trainer_replicas_identical(&tr);
-    if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
-    tr.opt->ops->print_end(tr.opt);
-    run_io_close(&io);
-    trainer_free(&tr);
-    MPI_Finalize();
-    return identical ? 0 : 1;
-}
+int main(int argc, char** argv) { return train_main(argc, argv, &CPU_TRAINER, NULL, 0); }
 #endif

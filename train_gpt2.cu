@@ -38,6 +38,7 @@
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_loop.h"
+#include "llmc/train_main.h"
 #include "llmc/utils.h"
 
 #include "llmc/cuda_common.cuh"
@@ -75,20 +76,10 @@ static void gpu_teardown(GpuSetup* g) {
     cudaCheck(cudaStreamDestroy(g->stream));
 }
 
-// --test-plant-nan: poisons h0.qkvb's gradient (all-ones bytes are a float NaN) on the
-// compute stream as soon as backward has queued it, before the optimizer's hook sees it.
-static GPT2* planting_model;
-static void (*planted_hook)(void* ctx, int tensor);
-static void plant_nan_hook(void* ctx, int tensor) {
-    if (tensor == gpt2_idx_layer(0, LAYER_QKVB)) {
-        cudaCheck(cudaMemsetAsync(planting_model->grad[tensor], 0xFF, sizeof(float), planting_model->stream));
-    }
-    if (planted_hook) planted_hook(ctx, tensor);
-}
-
 // ----------------------------------------------------------------------------
 // The optimizer. With the zero1/ plugin built in it is the default (-z 1 ZeRO-1, -z 0 its
-// bucketed replicated mode); the plain replicated optimizer below is always there.
+// bucketed replicated mode); the plain replicated optimizer below is always there. Test
+// binaries swap in their own plugin_optimizer (dev/test/test_gpt2.cu: the hazard communicator).
 
 #ifdef USE_ZERO1
 #include "zero1/backend_cuda.h"
@@ -98,13 +89,18 @@ static Optimizer* zero1_gpu_optimizer(const TrainConfig* cfg, const GPT2Config* 
     Zero1Backend* backend = zero1_backend_cuda(cfg, gpu->stream, gpu->local_rank, gpu->local_world);
     return zero1_gpt2_optimizer(cfg, mc, backend, FLOATX_IS_BF16 ? ZERO1_BF16 : ZERO1_FP32);
 }
-static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, const GpuSetup*) =
-    zero1_gpu_optimizer;
+static Optimizer* (*plugin_optimizer)(const TrainConfig*, const GPT2Config*, const GpuSetup*) = zero1_gpu_optimizer;
 static const MemoryZero1Sizes plugin_memory = zero1_gpt2_memory_buffers;
+#define PLUGIN_BUILT "zero1/ in"
 #else
 #define DEFAULT_ZERO_STAGE 0
-static Optimizer* (*const plugin_optimizer)(const TrainConfig*, const GPT2Config*, const GpuSetup*) = NULL;
+static Optimizer* (*plugin_optimizer)(const TrainConfig*, const GPT2Config*, const GpuSetup*) = NULL;
 static const MemoryZero1Sizes plugin_memory = NULL;
+#define PLUGIN_BUILT "no zero1/"
+#endif
+// The make line of this build with the plugin (the Makefile passes it), for the hints.
+#ifndef REBUILD_WITH_ZERO1
+#define REBUILD_WITH_ZERO1 "make train_gpt2cu USE_ZERO1=1"
 #endif
 
 // The plain replicated optimizer: dense buffers in canonical order, one NCCL all-reduce of
@@ -283,15 +279,8 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     cudaCheck(cudaMemset(r->adam_m, 0, r->numel * sizeof(float)));
     cudaCheck(cudaMemset(r->adam_v, 0, r->numel * sizeof(float)));
     cudaCheck(cudaMallocHost((void**)&r->norm_host, 2 * sizeof(float)));
-    Optimizer* o = &r->base;
-    o->name = "replicated";
-    o->params = r->params;
-    o->grads = r->grads;
-    o->offsets = r->offsets;
-    o->numel = r->numel;
-    o->world = gpu->world;
-    o->ops = &replicated_ops;
-    return o;
+    return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel,
+                            gpu->world);
 }
 
 // ----------------------------------------------------------------------------
@@ -309,22 +298,11 @@ typedef struct {
 
 // Checks the configuration against the model and the build; returns the micro-steps per step.
 static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
-    int grad_accum_steps = check_batch_config(cfg, mc, world);
-    const char* rebuild = "rebuild with `make train_gpt2cu USE_ZERO1=1`";
-    if (!plugin_optimizer) {
-        if (cfg->zero_stage == 1) fatal("-z 1 needs the zero1/ plugin: %s", rebuild);
-        if (cfg->grad_dtype != DTYPE_FP32) fatal("--grad-dtype bf16 needs the zero1/ plugin: %s", rebuild);
-        if (cfg->trace_file) fatal("--trace needs the zero1/ plugin: %s", rebuild);
-        if (cfg->average_in_collective) fatal("--average-in-collective needs the zero1/ plugin: %s", rebuild);
-    }
     if (cfg->param_dtype != (FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32)) {
         fatal("--param-dtype %s: this train_gpt2cu is built with PRECISION=%s (its params are %s)",
               cfg->param_dtype == DTYPE_BF16 ? "bf16" : "fp32", PRECISION_NAME, FLOATX_IS_BF16 ? "bf16" : "fp32");
     }
-    if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
-        fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
-    }
-    return grad_accum_steps;
+    return check_run_config(cfg, mc, world, plugin_optimizer != NULL, REBUILD_WITH_ZERO1);
 }
 
 // Refuses a job that cannot fit this GPU (or the host) before allocating (llmc/memory_check.h):
@@ -361,6 +339,11 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T, gpu->stream, &kernels);
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, gpu) : replicated_optimizer(cfg, &mc, gpu);
     gpt2_bind_buffers(&tr->model, (floatX*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
+    // ZeRO-1's two round trips run through these hooks, when the work is queued. Grads: backward
+    // registers each tensor's gradient as ready (zero1_register_grad_ready), a full bucket starts
+    // its reduce-scatter (start_grad_sync), finish_step waits for all (finish_grad_sync). Params:
+    // the all-gathers finish_step starts after the update (start_param_sync) are waited for in
+    // the next forward, block by block (zero1_finish_param_sync).
     tr->model.hooks = tr->opt->hooks;
     if (dense) tr->opt->ops->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
@@ -386,11 +369,9 @@ static float loss_over_ranks(Trainer* tr, const char* what, int step) {
 }
 
 // Micro-step `micro`'s batch from the loader, its upload queued (llmc/batch_upload.cuh).
-static void upload_micro_batch(Trainer* tr, int step, int micro, BatchFn next_batch, void* batch_ctx) {
+static void upload_micro_batch(Trainer* tr, int micro, BatchFn next_batch, void* batch_ctx) {
     const int *inputs, *targets;
     next_batch(batch_ctx, micro, &inputs, &targets);
-    int BT = tr->cfg.B * tr->cfg.T;
-    if (tr->cfg.spike_loss_step == step) targets = spiked_targets(tr->model.config.vocab_size, BT);  // test only: a loss outlier
     gpt2_upload_batch(&tr->model, inputs, targets, tr->cfg.B, tr->cfg.T);
 }
 
@@ -399,34 +380,24 @@ static void upload_micro_batch(Trainer* tr, int step, int micro, BatchFn next_ba
 // Micro-step i+1's batch is uploaded while micro-step i computes; the first batch of a
 // step is read when the step begins (the loader's position is part of a checkpoint, and
 // the step line reports epochs by it, so no batch is read ahead across steps).
-static StepResult trainer_step(Trainer* tr, int step, float lr, BatchFn next_batch, void* batch_ctx,
+static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx,
                                OutlierState* outliers) {
+    Trainer* tr = (Trainer*)t;
     StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, NAN, NAN};
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     cudaStream_t st = tr->gpu->stream;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
-    // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions;
-    // with --average-in-collective the reduction divides by DP itself.
-    float loss_scale = 1.0f / ((float)B * T * k * (tr->cfg.average_in_collective ? 1 : tr->world));
-    if (tr->cfg.spike_grad_step == step) loss_scale *= 1000.0f;  // test only: a grad-norm outlier
+    float loss_scale = step_loss_scale(&tr->cfg, k, tr->world);
     opt->ops->begin_step(opt, step);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
-    upload_micro_batch(tr, step, 0, next_batch, batch_ctx);
+    upload_micro_batch(tr, 0, next_batch, batch_ctx);
     for (int micro = 0; micro < k; micro++) {
         opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward_batch(m, B, T, loss_scale);  // fused kernels: dlogits for loss_scale already here
         // The next micro-step's batch is read and its upload queued while this one computes.
-        if (micro + 1 < k) upload_micro_batch(tr, step, micro + 1, next_batch, batch_ctx);
-        int plant = tr->cfg.plant_nan_step == step && micro == k - 1 && tr->rank == tr->world - 1;
-        ModelHooks saved = m->hooks;
-        if (plant) {  // test only: poison h0.qkvb's gradient on the last rank, the moment it is final
-            planting_model = m;
-            planted_hook = saved.grad_contribution_done;
-            m->hooks.grad_contribution_done = plant_nan_hook;
-        }
+        if (micro + 1 < k) upload_micro_batch(tr, micro + 1, next_batch, batch_ctx);
         gpt2_backward(m, loss_scale);
-        m->hooks = saved;
     }
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
     StepGate g;
@@ -465,9 +436,13 @@ static uint64_t params_fingerprint(Trainer* tr) {
 }
 
 // After training, every rank must hold the same parameters; a mismatch is a bug.
-static int trainer_replicas_identical(Trainer* tr) { return all_ranks_equal(params_fingerprint(tr), tr->world); }
+static int trainer_replicas_identical(void* t) {
+    Trainer* tr = (Trainer*)t;
+    return all_ranks_equal(params_fingerprint(tr), tr->world);
+}
 
-static float evaluate(Trainer* tr, DataLoader* val) {
+static float trainer_evaluate(void* t, DataLoader* val) {
+    Trainer* tr = (Trainer*)t;
     dataloader_reset(val);
     GPT2* m = &tr->model;
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), tr->gpu->stream));
@@ -503,86 +478,78 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
     free(row);
 }
 
-static StepResult loop_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx, OutlierState* outliers) {
-    return trainer_step((Trainer*)t, step, lr, next_batch, batch_ctx, outliers);
-}
-static float loop_evaluate(void* t, DataLoader* val) { return evaluate((Trainer*)t, val); }
-static void loop_sample(void* t, const Tokenizer* tok, uint64_t* rng) {
-    Trainer* tr = (Trainer*)t;
-    print_sample(tr, next_token_logits, &tr->model.config, tr->cfg.T, tr->cfg.gen_tokens, tr->rank, tok, rng);
-}
-static void loop_checkpoint(void* t, int steps_done, int max_steps, const DataLoader* train, uint64_t rng,
-                            const OutlierState* outliers) {
-    Trainer* tr = (Trainer*)t;
-    checkpoint_save_run(&tr->cfg, &tr->model.config, tr->opt, tr->grad_accum_steps, steps_done, max_steps, train,
-                        rng, outliers);
-}
+// ----------------------------------------------------------------------------
+// The trainer as llmc/train_main.h's main sees it: the GPU set up first, torn down last.
 
-#ifndef TESTING
-int main(int argc, char** argv) {
-    int rank, world;
-    mpi_start(&argc, &argv, &rank, &world);
-    // Parse first: -h and flag errors need no GPU.
-    TrainConfig cfg;
-    train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
-    cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
-    train_parse_args(&cfg, argc, argv);
-    mpi_wait_set_timeout(cfg.comm_timeout);  // every host collective from here on, a resume's load too
-    // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded below.
-    CheckpointResume resume;
-    if (cfg.resume) checkpoint_find_resume(&cfg, &resume);
-    const char* build = plugin_optimizer ? "train_gpt2cu, GPU " PRECISION_NAME ", zero1/ in"
-                                         : "train_gpt2cu, GPU " PRECISION_NAME ", no zero1/";
-    ranks_agree(&cfg, build, cfg.resume ? resume.state.step : -1);  // one job on every rank (llmc/ranks_agree.h)
+typedef struct {
     GpuSetup gpu;
-    gpu_setup(&gpu, rank, world);
+    Trainer tr;  // keeps a pointer to gpu
+} GpuTrainer;
 
-    Trainer tr;
-    trainer_init(&tr, &cfg, &gpu);
-    const GPT2Config* mc = &tr.model.config;
-    RunIO io;
-    run_io_open(&io, &cfg, rank, world, mc->vocab_size, tr.grad_accum_steps);
+static void* trainer_create(const TrainConfig* cfg, int rank, int world, TrainerParts* parts) {
+    GpuTrainer* g = (GpuTrainer*)mallocCheck(sizeof(GpuTrainer));
+    gpu_setup(&g->gpu, rank, world);
+    trainer_init(&g->tr, cfg, &g->gpu);
+    *parts = (TrainerParts){&g->tr.model.config, g->tr.opt, g->tr.grad_accum_steps, &g->tr.model.hooks};
+    return &g->tr;
+}
 
-    long long tokens_per_step = (long long)cfg.B * cfg.T * world * tr.grad_accum_steps;
-    int max_steps = resolve_max_steps(&cfg, &io.train, tokens_per_step);
-    if (cfg.resume && checkpoint_resume_check(&cfg, &resume, tokens_per_step, max_steps)) {
-        run_io_close(&io);
-        trainer_free(&tr);
-        gpu_teardown(&gpu);
-        MPI_Finalize();
-        return 0;
-    }
-    if (rank == 0) {
-        print_model_line(mc);
-        printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | GPU %s | %s\n",
-               world, cfg.B, cfg.T, tr.grad_accum_steps, tokens_per_step, max_steps, cfg.zero_stage,
-               cuda_libs.device_name, PRECISION_NAME);
-        const GPT2Kernels* k = &tr.model.kernels;
-        char ledger[160];
-        memory_kernel_choices(&cfg, mc, k, (int)sizeof(floatX), ledger, sizeof(ledger));
-        printf("kernels: attention %s | recompute GELU %d | fused kernels %d | %s\n", attention_kind_name(k->attention),
-               k->recompute_gelu, k->fused, ledger);
-    }
-    tr.opt->ops->print_start(tr.opt);
+static void trainer_destroy(void* t) {
+    GpuTrainer* g = (GpuTrainer*)((char*)t - offsetof(GpuTrainer, tr));
+    trainer_free(&g->tr);
+    gpu_teardown(&g->gpu);
+    free(g);
+}
 
-    uint64_t sample_rng;
-    int start_step = checkpoint_start_step(&cfg, &resume, mc, tr.opt, &io, &sample_rng);
-    TrainLoop loop = {&tr, loop_step, loop_evaluate, loop_sample, loop_checkpoint, hellaswag_rows};
-    run_training(&loop, &cfg, rank, world, &io, start_step, max_steps, tokens_per_step, &sample_rng);
-    if (rank == 0) printf("optimizer state bytes on rank 0: %zu\n", tr.opt->ops->state_bytes(tr.opt));
-    int identical = trainer_replicas_identical(&tr);
-    if (rank == 0) printf("parameters identical on all %d ranks: %s\n", world, identical ? "yes" : "NO");
+static void set_build_precision(TrainConfig* cfg) { cfg->param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32; }
+
+static void trainer_describe(void* t, char* buf, size_t n) {
+    snprintf(buf, n, "GPU %s | %s", cuda_libs.device_name, PRECISION_NAME);
+}
+
+// The kernels line (rank 0, after the start line).
+static void print_kernels(void* t) {
+    Trainer* tr = (Trainer*)t;
+    const GPT2Kernels* k = &tr->model.kernels;
+    char ledger[160];
+    memory_kernel_choices(&tr->cfg, &tr->model.config, k, (int)sizeof(floatX), ledger, sizeof(ledger));
+    printf("kernels: attention %s | recompute GELU %d | fused kernels %d | %s\n", attention_kind_name(k->attention),
+           k->recompute_gelu, k->fused, ledger);
+}
+
+static void print_gpu_memory(void* t) {
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (rank == 0) {
+    if (((Trainer*)t)->rank == 0) {
         printf("GPU memory in use at the end: %.1f MiB of %.1f MiB (the whole GPU: ranks sharing it add up)\n",
                (double)(total_bytes - free_bytes) / (1 << 20), (double)total_bytes / (1 << 20));
     }
-    tr.opt->ops->print_end(tr.opt);
-    run_io_close(&io);
-    trainer_free(&tr);
-    gpu_teardown(&gpu);
-    MPI_Finalize();
-    return identical ? 0 : 1;
 }
+
+// One float of a gradient, on the compute stream after the backward work queued so far.
+static void trainer_write_grad(void* t, int tensor, float value) {
+    GPT2* m = &((Trainer*)t)->model;
+    cudaCheck(cudaMemcpyAsync(m->grad[tensor], &value, sizeof(float), cudaMemcpyHostToDevice, m->stream));
+}
+
+static const TrainerKind GPU_TRAINER = {
+    "train_gpt2cu, GPU " PRECISION_NAME ", " PLUGIN_BUILT,  // build
+    DEFAULT_ZERO_STAGE,
+    NULL,                  // before_mpi
+    set_build_precision,   // set_defaults
+    trainer_create,
+    trainer_destroy,
+    trainer_step,
+    trainer_evaluate,
+    next_token_logits,
+    hellaswag_rows,
+    trainer_replicas_identical,
+    trainer_describe,
+    print_kernels,         // print_start
+    print_gpu_memory,      // print_end
+    trainer_write_grad,
+};
+
+#ifndef TESTING
+int main(int argc, char** argv) { return train_main(argc, argv, &GPU_TRAINER, NULL, 0); }
 #endif

@@ -41,14 +41,14 @@ typedef struct {
     int val_every, val_steps;   // -v -m
     int hellaswag;              // -H: the HellaSwag-style eval at every validation point and at the end
     const char* hellaswag_path; // its file (llmc/hellaswag_file.h)
-    const char* hellaswag_dump; // test/debug: every item's completion losses, written by rank 0
+    const char* hellaswag_dump; // debug: every item's completion losses, written by rank 0
     int sample_every, gen_tokens;  // -s -g
     int checkpoint_every;       // -n
     int checkpoints_keep;       // -nk (0: keep all)
     int resume;                 // -y
     int allow_resume_change;    // resume even where what a step means differs from the checkpoint's
     int zero_stage;             // -z
-    int master_weights;         // -w
+    int master_weights;         // -w: llm.c's flag, only 1 (fp32 master weights are always kept)
     int overfit_single_batch;   // -a
     int shuffle;                // --shuffle: the train data's order per epoch, from --seed
     float beta1, beta2, eps, grad_clip;
@@ -62,16 +62,12 @@ typedef struct {
     int stochastic_rounding;    // bf16 params: AdamW's write-back rounds stochastically (bits from seed, step, element)
     int fp32_accumulation;      // bf16 on the wire, the shard summed in fp32 (all-to-all instead of reduce-scatter)
     int average_in_collective;  // the gradient reductions average; the loss scale drops its 1/world
-    int plant_nan_step;         // test-only: poison one gradient at this step (-1 = never)
     float skip_loss_z, skip_norm_z;  // -sl / -sg: skip an update whose z-score exceeds this (0: off)
     int outlier_window;         // steps in -sl/-sg's windows
-    int spike_grad_step, spike_loss_step;  // test-only: a gradient / loss outlier at this step (-1 = never)
     float comm_timeout;         // seconds a rank waits on a collective before aborting the job (0: forever)
     int split_embedding;        // ZeRO-1: reduce wte's classifier part at once, its encoder part as sparse rows
     int dist_opt_instances;     // ZeRO-1 shards within W/K consecutive ranks, all-reduced across the K groups
     const char* comm_backend;   // GPU: auto|nccl|mpi
-    const char* test_device;    // test-only: "deferred" runs zero1/ on the deferred CPU device
-    int test_hazard;            // test-only: wrap zero1/'s communicator in the hazard one
     const char* attention;      // GPU: --attention flash|naive|cudnn (llmc/gpt2_kernels.h)
     int recompute;              // GPU: -r 1 recomputes GELU in the backward
     int fused_kernels;          // GPU: --fused-kernels 0 runs the unfused reference kernels
@@ -83,7 +79,7 @@ typedef struct {
     const char* short_name;  // "-b" or NULL
     const char* long_name;   // "--batch-size"
     OptionKind kind;
-    size_t offset;           // into TrainConfig
+    size_t offset;           // into the table's struct (TrainConfig for TRAIN_OPTIONS)
     double min, max;         // inclusive range for numbers
     const char* help;
 } OptionSpec;
@@ -127,8 +123,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
      "with -y 1: continue even if the tokens per step, -t, -a, the schedule or AdamW's settings differ from the "
      "checkpoint's"},
     {"-z", "--zero-stage", OPT_INT, CLI_FIELD(zero_stage), 0, 1, "0: replicated AdamW, 1: ZeRO-1 (zero1/ plugin)"},
-    {"-w", "--master-weights", OPT_INT, CLI_FIELD(master_weights), 0, 1,
-     "1: keep fp32 master weights for bf16 params (0 is not supported)"},
+    {"-w", "--master-weights", OPT_INT, CLI_FIELD(master_weights), 1, 1,
+     "llm.c's master-weights flag, accepted so that llm.c command lines run: only 1 (fp32 master weights are always "
+     "kept)"},
     {"-a", "--overfit-single-batch", OPT_INT, CLI_FIELD(overfit_single_batch), 0, 1, "1: train on one batch only"},
     {NULL, "--beta1", OPT_FLOAT, CLI_FIELD(beta1), 0, 0.999999, "AdamW beta1"},
     {NULL, "--beta2", OPT_FLOAT, CLI_FIELD(beta2), 0, 0.999999, "AdamW beta2"},
@@ -161,12 +158,6 @@ static const OptionSpec TRAIN_OPTIONS[] = {
      "skip the update when the grad norm's z-score over the last --outlier-window steps exceeds this (0: off)"},
     {NULL, "--outlier-window", OPT_INT, CLI_FIELD(outlier_window), 2, OUTLIER_MAX_WINDOW,
      "steps whose losses and grad norms -sl/-sg compare with"},
-    {NULL, "--test-grad-spike", OPT_INT, CLI_FIELD(spike_grad_step), -1, INT_MAX,
-     "test only: scale the loss gradient by 1000 at this 0-based step (a grad-norm outlier)"},
-    {NULL, "--test-loss-spike", OPT_INT, CLI_FIELD(spike_loss_step), -1, INT_MAX,
-     "test only: every target of this 0-based step is the last token id (a loss outlier)"},
-    {NULL, "--test-plant-nan", OPT_INT, CLI_FIELD(plant_nan_step), -1, INT_MAX,
-     "test only: poison one gradient at this step"},
     {NULL, "--comm-timeout", OPT_FLOAT, CLI_FIELD(comm_timeout), 0, 1e9,
      "seconds a rank waits on any collective before it names it and aborts the job (0: forever, else >= 1)"},
     {NULL, "--dist-opt-instances", OPT_INT, CLI_FIELD(dist_opt_instances), 1, 1 << 20,
@@ -176,10 +167,6 @@ static const OptionSpec TRAIN_OPTIONS[] = {
      "owners (off: wte's bucket waits for the encoder)"},
     {NULL, "--comm", OPT_STR, CLI_FIELD(comm_backend), 0, 0,
      "GPU zero1/ communication: auto (NCCL, or MPI staged through host memory when ranks share a GPU), nccl, mpi"},
-    {NULL, "--test-device", OPT_STR, CLI_FIELD(test_device), 0, 0,
-     "test only: cpu|deferred device for zero1/ (deferred: ops run as late as ordering allows)"},
-    {NULL, "--test-hazard", OPT_FLAG, CLI_FIELD(test_hazard), 0, 0,
-     "test only: poison zero1/'s buffers while their collectives are in flight"},
     {NULL, "--attention", OPT_STR, CLI_FIELD(attention), 0, 0,
      "GPU trainer: flash (default: tiled kernels with an online softmax, tensor cores in BF16; keeps one fp32 "
      "logsumexp per row and layer instead of the (B,NH,T,T) scores and probabilities, recomputes them in the "
@@ -225,21 +212,28 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->overlap_param_gather = 1;
     c->param_dtype = DTYPE_FP32;
     c->grad_dtype = DTYPE_FP32;
-    c->plant_nan_step = -1;
     c->outlier_window = 128;
-    c->spike_grad_step = c->spike_loss_step = -1;
     c->comm_timeout = 600.0f;
     c->dist_opt_instances = 1;
     c->comm_backend = "auto";
-    c->test_device = "cpu";
     c->attention = "flash";
     c->recompute = 1;
     c->fused_kernels = 1;
 }
 
-// The current value of an option, as text (the defaults, when printing the help).
-static inline const char* cli_value_text(const TrainConfig* c, const OptionSpec* o, char* buf, size_t n) {
-    const char* field = (const char*)c + o->offset;
+// An option table and the struct its offsets point into. The trainers parse TRAIN_OPTIONS
+// into a TrainConfig; test binaries add tables of their own (dev/test/testing_options.h),
+// which only their help lists.
+typedef struct {
+    const OptionSpec* options;
+    int count;
+    void* fields;
+} OptionTable;
+
+// The current value of an option in fields (its table's struct), as text (the defaults,
+// when printing the help).
+static inline const char* cli_value_text(const void* fields, const OptionSpec* o, char* buf, size_t n) {
+    const char* field = (const char*)fields + o->offset;
     switch (o->kind) {
         case OPT_INT: snprintf(buf, n, "%d", *(const int*)field); break;
         case OPT_FLOAT: snprintf(buf, n, "%g", *(const float*)field); break;
@@ -257,17 +251,22 @@ static inline const char* cli_value_text(const TrainConfig* c, const OptionSpec*
     return buf;
 }
 
-static inline void train_print_usage(FILE* out, const char* prog, const TrainConfig* defaults) {
-    fprintf(out, "usage: %s [options]\n", prog);
-    for (int i = 0; i < NUM_TRAIN_OPTIONS; i++) {
-        const OptionSpec* o = &TRAIN_OPTIONS[i];
+static inline void cli_print_table(FILE* out, const OptionTable* t) {
+    for (int i = 0; i < t->count; i++) {
+        const OptionSpec* o = &t->options[i];
         char names[64], value[256];
         int flag = o->kind == OPT_FLAG || o->kind == OPT_NOFLAG;
         if (o->short_name) snprintf(names, sizeof(names), "%s, %s%s", o->short_name, o->long_name, flag ? "" : " V");
         else snprintf(names, sizeof(names), "    %s%s", o->long_name, flag ? "" : " V");
         if (flag) fprintf(out, "  %-32s %s\n", names, o->help);
-        else fprintf(out, "  %-32s %s [%s]\n", names, o->help, cli_value_text(defaults, o, value, sizeof(value)));
+        else fprintf(out, "  %-32s %s [%s]\n", names, o->help, cli_value_text(t->fields, o, value, sizeof(value)));
     }
+}
+
+// tables[0] is TRAIN_OPTIONS; the others are a test binary's.
+static inline void train_print_usage(FILE* out, const char* prog, const OptionTable* tables, int n_tables) {
+    fprintf(out, "usage: %s [options]\n", prog);
+    for (int t = 0; t < n_tables; t++) cli_print_table(out, &tables[t]);
     fprintf(out, "  %-32s %s\n", "-h, --help", "this help");
 }
 
@@ -297,9 +296,15 @@ static inline void cli_choice(const char* flag, const char* value, const char* c
     fatal("%s expects one of %s, got '%s'", flag, choices, value);
 }
 
-// Parses argv into c (which holds the defaults). Exits 0 on -h (printing the defaults
-// when -h comes first), fatal on any error.
-static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
+// Parses argv into c (which holds the defaults) and into the extra tables' structs (a test
+// binary's options; NULL, 0: none). Exits 0 on -h (printing the defaults when -h comes
+// first), fatal on any error.
+#define CLI_MAX_EXTRA_TABLES 4
+static inline void train_parse_args_with(TrainConfig* c, const OptionTable* extra, int n_extra, int argc, char** argv) {
+    if (n_extra > CLI_MAX_EXTRA_TABLES) fatal("train_parse_args_with: at most %d extra tables", CLI_MAX_EXTRA_TABLES);
+    OptionTable tables[1 + CLI_MAX_EXTRA_TABLES] = {{TRAIN_OPTIONS, NUM_TRAIN_OPTIONS, c}};
+    for (int t = 0; t < n_extra; t++) tables[1 + t] = extra[t];
+    int n_tables = 1 + n_extra;
     for (int a = 1; a < argc; a++) {
         const char* arg = argv[a];
         // llm.c's "-h 0|1" is its HellaSwag flag: the same as -H here; -h alone is the help.
@@ -308,16 +313,22 @@ static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
             continue;
         }
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            if (utils_rank() == 0) train_print_usage(stdout, argv[0], c);
+            if (utils_rank() == 0) train_print_usage(stdout, argv[0], tables, n_tables);
             exit(0);
         }
         const OptionSpec* o = NULL;
-        for (int i = 0; i < NUM_TRAIN_OPTIONS && !o; i++) {
-            const OptionSpec* s = &TRAIN_OPTIONS[i];
-            if ((s->short_name && strcmp(arg, s->short_name) == 0) || strcmp(arg, s->long_name) == 0) o = s;
+        char* fields = NULL;
+        for (int t = 0; t < n_tables && !o; t++) {
+            for (int i = 0; i < tables[t].count && !o; i++) {
+                const OptionSpec* s = &tables[t].options[i];
+                if ((s->short_name && strcmp(arg, s->short_name) == 0) || strcmp(arg, s->long_name) == 0) {
+                    o = s;
+                    fields = (char*)tables[t].fields;
+                }
+            }
         }
         if (!o) fatal("unknown option '%s' (see %s -h)", arg, argv[0]);
-        char* field = (char*)c + o->offset;
+        char* field = fields + o->offset;
         if (o->kind == OPT_FLAG || o->kind == OPT_NOFLAG) {
             *(int*)field = o->kind == OPT_FLAG;
             continue;
@@ -358,8 +369,9 @@ static inline void train_parse_args(TrainConfig* c, int argc, char** argv) {
               "add --param-dtype bf16; train_gpt2cu: build with PRECISION=BF16)");
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
-    cli_choice("--test-device", c->test_device, "cpu|deferred");
 }
+
+static inline void train_parse_args(TrainConfig* c, int argc, char** argv) { train_parse_args_with(c, NULL, 0, argc, argv); }
 
 #ifdef __cplusplus
 }

@@ -99,6 +99,14 @@ struct Optimizer {
     int world;                // data-parallel ranks
 };
 
+// A constructor's last step: what the table shows of the optimizer's buffers. Returns o.
+static inline Optimizer* optimizer_expose(Optimizer* o, const char* name, const OptimizerOps* ops, void* params,
+                                          float* grads, const size_t* offsets, size_t numel, int world) {
+    Optimizer view = {ops, name, params, grads, offsets, numel, o->hooks, world};
+    *o = view;
+    return o;
+}
+
 // The replicated optimizers' split: the elements [lo, hi) of a model of `total` elements
 // (its tensors back to back in canonical order) that rank saves and loads. Equal parts,
 // the first total % world ranks one element larger.

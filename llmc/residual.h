@@ -1,6 +1,6 @@
 /*
- * Residual connection: out = a + b. Its backward passes the gradient through to both
- * branches unchanged, accumulating (+=) as every backward here does.
+ * Residual connection: out = a + b. Its backward needs no function: both branches
+ * accumulate into the one dresidual buffer of the model's backward (llmc/gpt2_cpu.h).
  */
 #ifndef LLMC_RESIDUAL_H
 #define LLMC_RESIDUAL_H
@@ -14,14 +14,6 @@ extern "C" {
 static void residual_forward(float* out, const float* a, const float* b, size_t N) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
-}
-
-static void residual_backward(float* da, float* db, const float* dout, size_t N) {
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < N; i++) {
-        da[i] += dout[i];
-        db[i] += dout[i];
-    }
 }
 
 #ifdef __cplusplus

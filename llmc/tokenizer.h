@@ -35,8 +35,6 @@ typedef struct {
     int init_ok;
 } Tokenizer;
 
-static inline int tokenizer_ok(const Tokenizer* t) { return t->init_ok; }
-
 static void tokenizer_init(Tokenizer* t, const char* path) {
     memset(t, 0, sizeof(*t));
     const char* kind = not_regular_file_kind(path);

@@ -1,8 +1,8 @@
 /*
- * What the CPU and GPU trainers share around the step itself: the model's initial
- * weights, the batch checks, batches from the data loader, sampling, the replica check,
- * and the training loop (validation, samples, the step line, main.log, checkpoints).
- * A trainer supplies its step, evaluation and sampling forward through TrainLoop.
+ * What the CPU and GPU trainers share around the step itself: the step's result and its
+ * -sl/-sg gate, the model's initial weights, the batch checks, batches from the data
+ * loader, sampling, the replica check, and the run's inputs and outputs (RunIO). The
+ * training loop and the trainers' main are in llmc/train_main.h.
  */
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
@@ -75,19 +75,6 @@ static inline int step_gate_skip(void* ctx, float grad_norm) {
     return g->result->skipped;
 }
 
-// Test only (--test-loss-spike): n targets that are all the last token id (a loss outlier).
-static inline const int* spiked_targets(int vocab_size, int n) {
-    static int* spiked = NULL;
-    static int capacity = 0;
-    if (capacity < n) {
-        free(spiked);
-        spiked = (int*)mallocCheck((size_t)n * sizeof(int));
-        capacity = n;
-    }
-    for (int i = 0; i < n; i++) spiked[i] = vocab_size - 1;
-    return spiked;
-}
-
 static inline int step_gate_wanted(const TrainConfig* cfg, const OutlierState* state) {
     return state && (cfg->skip_loss_z > 0.0f || cfg->skip_norm_z > 0.0f);
 }
@@ -151,16 +138,36 @@ static inline float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc
     return gpt2_model_file_read(cfg->model, mc, &version);
 }
 
-// Checks what every trainer needs of -t, -d, -w; returns the micro-steps per step.
-static inline int check_batch_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
+// Checks what every trainer needs of -t, -d and -o, and in a build without the zero1/ plugin
+// (have_plugin 0) refuses the flags that need it, naming the make line that adds it.
+// Returns the micro-steps per step.
+static inline int check_run_config(const TrainConfig* cfg, const GPT2Config* mc, int world, int have_plugin,
+                                   const char* rebuild) {
     if (cfg->T > mc->max_seq_len) fatal("-t %d exceeds the model's maximum sequence length %d", cfg->T, mc->max_seq_len);
     long long per_micro = (long long)cfg->B * cfg->T * world;
     if (cfg->total_batch_tokens != -1 && (cfg->total_batch_tokens <= 0 || cfg->total_batch_tokens % per_micro != 0)) {
         fatal("-d %d is not a positive multiple of B*T*ranks = %d*%d*%d = %lld", cfg->total_batch_tokens, cfg->B,
               cfg->T, world, per_micro);
     }
-    if (cfg->master_weights != 1) fatal("-w 0 is not supported: the trainers always keep fp32 master weights");
+    if (!have_plugin) {
+        const char* needs = cfg->zero_stage == 1                ? "-z 1 needs"
+                            : cfg->grad_dtype != DTYPE_FP32     ? "--grad-dtype bf16 needs"
+                            : cfg->trace_file                   ? "--trace needs"
+                            : cfg->average_in_collective        ? "--average-in-collective needs"
+                            : cfg->dist_opt_instances > 1       ? "--dist-opt-instances needs"
+                                                                : NULL;
+        if (needs) fatal("%s the zero1/ plugin: rebuild with `%s`", needs, rebuild);
+    }
+    if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
+        fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
+    }
     return cfg->total_batch_tokens == -1 ? 1 : (int)(cfg->total_batch_tokens / per_micro);
+}
+
+// d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions; with
+// --average-in-collective the reduction divides by DP itself.
+static inline float step_loss_scale(const TrainConfig* cfg, int micro_steps, int world) {
+    return 1.0f / ((float)cfg->B * cfg->T * micro_steps * (cfg->average_in_collective ? 1 : world));
 }
 
 static inline void loader_batch(void* ctx, int micro, const int** inputs, const int** targets) {
@@ -272,109 +279,6 @@ static inline void run_io_close(RunIO* io) {
     dataloader_free(&io->train);
     if (io->has_val) dataloader_free(&io->val);
     if (io->has_hellaswag) hellaswag_free(&io->hellaswag);
-}
-
-// A trainer as the loop sees it. checkpoint may be NULL (no checkpoints). hellaswag_rows
-// is the eval's forward (llmc/eval_hellaswag.h), with the trainer as its context.
-typedef struct {
-    void* trainer;
-    StepResult (*step)(void* trainer, int step, float lr, BatchFn next_batch, void* batch_ctx, OutlierState* outliers);
-    float (*evaluate)(void* trainer, DataLoader* val);
-    void (*sample)(void* trainer, const Tokenizer* tok, uint64_t* rng_state);
-    void (*checkpoint)(void* trainer, int steps_done, int max_steps, const DataLoader* train, uint64_t rng_state,
-                       const OutlierState* outliers);
-    HellaswagForward hellaswag_rows;
-} TrainLoop;
-
-// -H 1 at a validation point: the accuracy on rank 0's stdout and in main.log.
-static inline void run_hellaswag(const TrainLoop* loop, const TrainConfig* cfg, int rank, int world, RunIO* io,
-                                 int step) {
-    HellaswagScore s = hellaswag_evaluate(&io->hellaswag, loop->hellaswag_rows, loop->trainer, cfg->B, cfg->T, rank,
-                                          world, cfg->hellaswag_dump);
-    float accuracy = (float)s.correct / (float)s.total;
-    if (rank == 0) printf("step %d: hellaswag accuracy %.4f (%d/%d)\n", step, accuracy, s.correct, s.total);
-    logger_log_eval(&io->logger, step, accuracy);
-}
-
-// -x -1: one pass over the first train shard.
-static inline int resolve_max_steps(const TrainConfig* cfg, const DataLoader* train, long long tokens_per_step) {
-    if (cfg->max_steps != -1) return cfg->max_steps;
-    int steps = (int)((train->shard_tokens - 1) / tokens_per_step);
-    return steps < 1 ? 1 : steps;
-}
-
-static inline void print_model_line(const GPT2Config* mc) {
-    printf("GPT-2: L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", mc->num_layers, mc->num_heads, mc->channels,
-           mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size, gpt2_num_parameters(mc));
-}
-
-// Steps start_step..max_steps-1: validation (and with -H 1 the HellaSwag-style eval) every
-// -v steps and at the end, a sample every -s steps and at the end, the step line and
-// main.log, checkpoints every -n steps and at the end. Rank 0 prints.
-static inline void run_training(const TrainLoop* loop, const TrainConfig* cfg, int rank, int world, RunIO* io,
-                                int start_step, int max_steps, long long tokens_per_step, uint64_t* sample_rng) {
-    DataLoader* train = &io->train;
-    DataLoader* val = io->has_val ? &io->val : NULL;
-    const Tokenizer* tok = &io->tok;
-    Logger* logger = &io->logger;
-    // -a 1: every step trains on the run's first batch, a resumed run's too (its loader
-    // was moved to the saved position).
-    if (cfg->overfit_single_batch) {
-        dataloader_reset(train);
-        dataloader_next_batch(train);
-    }
-    double total_ms = 0.0;
-    int timed_steps = 0;
-    size_t epoch = train->epoch;
-    for (int step = start_step; step <= max_steps; step++) {
-        int last = step == max_steps;
-        if (val && (step % cfg->val_every == 0 || last)) {
-            float vl = loop->evaluate(loop->trainer, val);
-            if (rank == 0) printf("val loss %.6f\n", vl);
-            logger_log_val(logger, step, vl);
-        }
-        if (io->has_hellaswag && (last || (cfg->val_every > 0 && step % cfg->val_every == 0))) {
-            run_hellaswag(loop, cfg, rank, world, io, step);
-        }
-        if (cfg->sample_every > 0 && step > 0 && (step % cfg->sample_every == 0 || last)) {
-            loop->sample(loop->trainer, tok, sample_rng);
-        }
-        if (last) break;
-        float lr = lr_at_step(cfg->lr, cfg->warmup_steps, cfg->final_lr_fraction, step, max_steps);
-        double t0 = wall_ms();
-        StepResult r = loop->step(loop->trainer, step, lr, cfg->overfit_single_batch ? fixed_batch : loader_batch, train,
-                                  &io->outliers);
-        double ms = wall_ms() - t0;
-        if (step > start_step) {  // the first step warms caches, allocations, libraries
-            total_ms += ms;
-            timed_steps++;
-        }
-        if (rank == 0) {
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms%s\n",
-                   step + 1, max_steps, r.loss, r.grad_norm, lr, ms, tokens_per_step / (ms / 1e3), r.comm_blocked_ms,
-                   r.skipped ? " | update skipped (outlier)" : "");
-            if (r.skipped) printf("step %d: update skipped: loss z-score %.2f, grad norm z-score %.2f\n", step + 1,
-                                  r.z_loss, r.z_norm);
-            fflush(stdout);
-        }
-        logger_log_train(logger, step + 1, r.loss, r.grad_norm, lr, ms);
-        if (r.skipped) logger_line(logger, "s:%d skp:1 zl:%.6g zn:%.6g\n", step + 1, r.z_loss, r.z_norm);
-        if (train->epoch != epoch) {  // this step's batch began a pass over the train data
-            epoch = train->epoch;
-            if (rank == 0) printf("epoch %zu of the train data began with step %d\n", epoch + 1, step + 1);
-            logger_log_epoch(logger, step + 1, epoch);
-        }
-        if (loop->checkpoint && cfg->checkpoint_every > 0 &&
-            ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == max_steps)) {
-            loop->checkpoint(loop->trainer, step + 1, max_steps, train, *sample_rng, &io->outliers);
-            if (rank == 0) checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, step + 1);  // -nk
-        }
-        logger_check(logger);  // a failed write ends the job, once this step's checkpoint was tried
-    }
-    if (rank == 0 && timed_steps > 0) {
-        printf("average step %.1f ms, %.0f tok/s\n", total_ms / timed_steps,
-               tokens_per_step / (total_ms / timed_steps / 1e3));
-    }
 }
 
 #ifdef __cplusplus

@@ -1,14 +1,10 @@
 /*
  * zero1/backend_cpu.c: the CPU trainer's backend for zero1/ (see zero1/optimizer.h).
- * Only the CPU trainer links it: it brings the deferred test device and the hazard
- * communicator along.
  */
 #include <mpi.h>
 
 #include "llmc/utils.h"
 #include "zero1/optimizer.h"
-
-static void destroy_deferred(Zero1Device* d) { zero1_device_deferred_destroy(d); }
 
 // An MPI communicator over the ranks of one color (< 0: all), waiting at most --comm-timeout.
 static Zero1Comm* mpi_comm(const TrainConfig* cfg, const Zero1Device* dev, int color, const char* label) {
@@ -18,15 +14,7 @@ static Zero1Comm* mpi_comm(const TrainConfig* cfg, const Zero1Device* dev, int c
     return c;
 }
 
-Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world) {
-    Zero1Backend* be = (Zero1Backend*)callocCheck(1, sizeof(Zero1Backend));
-    if (strcmp(cfg->test_device, "deferred") == 0) {
-        be->device = zero1_device_deferred_create();
-        be->destroy_device = destroy_deferred;
-        be->host_view = zero1_device_deferred_host_view;
-    } else {  // "cpu" (llmc/cli.h checked the choice)
-        be->device = zero1_device_cpu();
-    }
+Zero1Backend* zero1_backend_cpu_on(const TrainConfig* cfg, int world, Zero1Backend* be) {
     int group = zero1_instance_group_size(cfg, world);
     if (group < world) {
         int rank;
@@ -36,10 +24,12 @@ Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world) {
     } else {
         be->comm = world > 1 ? mpi_comm(cfg, &be->device, -1, NULL) : zero1_comm_single_create(&be->device);
     }
-    if (cfg->test_hazard) {
-        be->comm = zero1_comm_hazard_create(be->comm, &be->device, (unsigned)cfg->seed);
-        if (be->cross) be->cross = zero1_comm_hazard_create(be->cross, &be->device, (unsigned)cfg->seed + 1);
-    }
     be->host_model = 1;
     return be;
+}
+
+Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world) {
+    Zero1Backend* be = (Zero1Backend*)callocCheck(1, sizeof(Zero1Backend));
+    be->device = zero1_device_cpu();
+    return zero1_backend_cpu_on(cfg, world, be);
 }

@@ -62,10 +62,6 @@ Zero1Backend* zero1_backend_cuda(const TrainConfig* cfg, cudaStream_t compute, i
     } else {
         be->comm = zero1_comm_single_create(&be->device);
     }
-    if (cfg->test_hazard) {
-        be->comm = zero1_comm_hazard_create(be->comm, &be->device, (unsigned)cfg->seed);
-        if (be->cross) be->cross = zero1_comm_hazard_create(be->cross, &be->device, (unsigned)cfg->seed + 1);
-    }
     be->host_model = 0;
     be->sync_compute = sync_compute_deadline;
     return be;

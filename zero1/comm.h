@@ -238,10 +238,6 @@ Zero1Comm* zero1_comm_single_create(const Zero1Device* dev);
 // same color (MPI_Comm_split, ordered by world rank). MPI must be initialised. A device
 // whose memory is not host-addressable is staged through page-locked host buffers.
 Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color);
-// Tests: wraps inner (which keeps its ordering) so that every collective's region reads
-// NaN bytes (0xFF) while in flight and its result appears only when the handle is
-// finished; test() answers "not yet" at random (seeded). Takes ownership of inner.
-Zero1Comm* zero1_comm_hazard_create(Zero1Comm* inner, const Zero1Device* dev, unsigned seed);
 
 #ifdef __cplusplus
 }

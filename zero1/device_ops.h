@@ -15,10 +15,10 @@
  *    from device memory, so nothing in a step needs the host to wait for the device.
  *
  * Backends: zero1_device_cpu (host memory; every op runs at once on the calling thread),
- * zero1_device_deferred (tests: host memory behind pointers the host cannot dereference,
- * every op run as late as the ordering rules allow, so a missing event or an early host
- * read gives a wrong result on the CPU instead of a race on a GPU), and the CUDA backend
- * (zero1/device_cuda.h: kernels on CUDA streams).
+ * the CUDA backend (zero1/device_cuda.h: kernels on CUDA streams), and for tests the
+ * deferred device (zero1/testing/test_doubles.h: host memory behind pointers the host
+ * cannot dereference, every op run as late as the ordering rules allow, so a missing event
+ * or an early host read gives a wrong result on the CPU instead of a race on a GPU).
  */
 #ifndef ZERO1_DEVICE_OPS_H
 #define ZERO1_DEVICE_OPS_H
@@ -178,17 +178,9 @@ typedef struct {
 } Zero1Device;
 
 extern const Zero1DeviceOps zero1_device_cpu_ops;
-extern const Zero1DeviceOps zero1_device_deferred_ops;
 
 // The CPU device: host memory, ops run at once (streams and events are trivially complete).
 Zero1Device zero1_device_cpu(void);
-// The deferred test device (zero1/testing/device_deferred.c). Its own state; destroy when done.
-Zero1Device zero1_device_deferred_create(void);
-void zero1_device_deferred_destroy(Zero1Device* dev);
-// The host address behind a range of the deferred device's memory, for a model that runs
-// on the host (the CPU trainer's): it may touch it only where it has synced the compute
-// stream, as if its work were queued there.
-void* zero1_device_deferred_host_view(const Zero1Device* dev, const void* p, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -56,10 +56,11 @@ Zero1Runtime* zero1_optimizer_runtime(Optimizer* o);
 int zero1_instance_group_size(const TrainConfig* cfg, int world);
 
 // The CPU backend: host memory and MPI (one rank: no communication; comm and cross as
-// --dist-opt-instances asks; both wait at most --comm-timeout); the test options
-// --test-device deferred and --test-hazard swap in the deferred device and wrap the
-// communicator in the hazard one.
+// --dist-opt-instances asks; both wait at most --comm-timeout).
 Zero1Backend* zero1_backend_cpu(const TrainConfig* cfg, int world);
+// The same communicators for a backend whose device the caller chose (be->device, and
+// destroy_device and host_view where it needs them: the tests' deferred device); returns be.
+Zero1Backend* zero1_backend_cpu_on(const TrainConfig* cfg, int world, Zero1Backend* be);
 
 #ifdef __cplusplus
 }

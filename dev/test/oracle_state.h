@@ -90,8 +90,9 @@ static void slice_batch(void* ctx, int micro, const int** inputs, const int** ta
 // Parses `MODEL STATE [--accum K] [trainer flags]`: reads the model's shape and the state,
 // and sets cfg to train the oracle's batch split over world ranks x K micro-steps with the
 // oracle's hyperparameters. Returns K.
+// testing: the harness's own options (dev/test/testing_options.h), parsed with the trainer's.
 static int oracle_test_setup(int argc, char** argv, int world, GPT2Config* mc, int* version, OracleState* s,
-                             TrainConfig* cfg) {
+                             TrainConfig* cfg, OptionTable testing) {
     if (argc < 3) fatal("usage: %s MODEL.bin STATE.bin [--accum K] [trainer flags]", argv[0]);
     free(gpt2_model_file_read(argv[1], mc, version));
     read_state(argv[2], mc, s);
@@ -102,7 +103,7 @@ static int oracle_test_setup(int argc, char** argv, int world, GPT2Config* mc, i
         first_flag = 4;
     }
     train_config_defaults(cfg, 0);
-    train_parse_args(cfg, argc - first_flag, argv + first_flag);  // argv[first_flag] acts as argv[0]
+    train_parse_args_with(cfg, &testing, 1, argc - first_flag, argv + first_flag);  // argv[first_flag] acts as argv[0]
     if (s->B % (world * k) != 0) {
         fatal("the oracle batch B=%d does not split over %d ranks x %d micro-steps", s->B, world, k);
     }

@@ -310,10 +310,11 @@ check z_np2_zero1 on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${ZFL
 check zero1_vs_replicated_np2 same_within "$OUT/z_np2_replicated.log" "$OUT/z_np2_zero1.log" 1e-5
 check zero1_vs_plain_np2_batch same_within "$OUT/z_np1_plain.log" "$OUT/z_np2_zero1.log" 1e-5
 
-# A planted NaN on the last rank: --check-nan stops every rank with one message.
+# A planted NaN on the last rank (LLMC_TEST_PLANT_NAN: llmc/test_hooks.h): --check-nan stops
+# every rank with one message.
 nan_stops() {
-    on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -z 1 --bucket-size 100000 --comm mpi \
-        --check-nan --test-plant-nan 2 >"$OUT/nan_run.log" 2>&1
+    LLMC_TEST_PLANT_NAN=2 on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -z 1 \
+        --bucket-size 100000 --comm mpi --check-nan >"$OUT/nan_run.log" 2>&1
     local rc=$?
     [ $rc -ne 0 ] && [ "$(grep -c 'error: non-finite gradient in h0.qkvb at step 3' "$OUT/nan_run.log")" = 1 ] &&
         ! grep -q '^step    4' "$OUT/nan_run.log" && echo "PASS one message, every rank stopped"
@@ -321,11 +322,11 @@ nan_stops() {
 check zero1_check_nan nan_stops
 
 # -sg on the GPU trainer's own replicated AdamW (llmc/adamw.cuh path; zero1/'s gate is the
-# runtime's, tested on the CPU): a planted grad-norm spike at step 4 skips its update, so the
-# checkpoints before and after it hold the same weights.
+# runtime's, tested on the CPU): a grad-norm spike planted at step 4 (LLMC_TEST_GRAD_SPIKE)
+# skips its update, so the checkpoints before and after it hold the same weights.
 skip_update() {
-    "$OUT/train_gpt2cu_FP32" "${ZFLAGS[@]}" -x 4 -n 1 -nk 2 -o "$OUT/skip" --outlier-window 2 -sg 3 \
-        --test-grad-spike 3 >"$OUT/skip_run.log" 2>&1 || return 1
+    LLMC_TEST_GRAD_SPIKE=3 "$OUT/train_gpt2cu_FP32" "${ZFLAGS[@]}" -x 4 -n 1 -nk 2 -o "$OUT/skip" --outlier-window 2 \
+        -sg 3 >"$OUT/skip_run.log" 2>&1 || return 1
     [ "$(grep -c '^step 4: update skipped' "$OUT/skip_run.log")" = 1 ] &&
         cmp "$OUT/skip/checkpoint_00000003/model.bin" "$OUT/skip/checkpoint_00000004/model.bin" &&
         echo "PASS step 4's update skipped, its weights unchanged"

@@ -27,7 +27,8 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-make -s train_gpt2 USE_ZERO1=1 >/dev/null && make -s train_gpt2_plain test_crc32c >/dev/null || { echo "FAIL build"; exit 1; }
+make -s train_gpt2 train_gpt2_testing USE_ZERO1=1 >/dev/null && make -s train_gpt2_plain test_crc32c >/dev/null ||
+    { echo "FAIL build"; exit 1; }
 passed=0 failed=0
 ok() { passed=$((passed + 1)); echo "PASS $*"; }
 bad() { failed=$((failed + 1)); echo "FAIL $*"; }
@@ -62,8 +63,8 @@ for i in "${!RUNS[@]}"; do
     fi
 done
 
-# The same I/O on the deferred test device with the hazard communicator (device memory the
-# host cannot touch, every op as late as the ordering rules allow, collectives that read
+# The same I/O on the deferred test device with the hazard communicator (train_gpt2_testing,
+# the trainer with the test options: device memory the host cannot touch, every op as late as the ordering rules allow, collectives that read
 # NaN while in flight): resuming a CPU-device checkpoint and saving the next one, at np=3
 # with bf16 storage (master shards, the compute copy), sharded and replicated, gives the
 # CPU device's files byte for byte.
@@ -73,7 +74,7 @@ for z in 1 0; do
     mkdir -p "$res"
     timeout 120 "${MPIRUN[@]}" -np 3 ./train_gpt2 "${F[@]}" -o "$cpu" >"$cpu.log" 2>&1 &&
         cp -r "$cpu/checkpoint_00000001" "$res/" &&
-        timeout 120 "${MPIRUN[@]}" -np 3 ./train_gpt2 "${F[@]}" --test-device deferred --test-hazard -o "$res" -y 1 \
+        timeout 120 "${MPIRUN[@]}" -np 3 ./train_gpt2_testing "${F[@]}" --test-device deferred --test-hazard -o "$res" -y 1 \
             >"$res.log" 2>&1
     if grep -q "resumed from .*checkpoint_00000001: step 1" "$res.log" &&
        cmp -s "$cpu/checkpoint_00000002/model.bin" "$res/checkpoint_00000002/model.bin" &&

@@ -2,6 +2,7 @@
  * The CPU trainer against the PyTorch oracle (dev/test/gpt2_oracle.py).
  *
  *   test_gpt2 MODEL.bin STATE.bin [--accum K] [trainer flags, e.g. -z 1 --bucket-size 4096]
+ *             [--test-device deferred] [--test-hazard]   (dev/test/testing_options.h)
  *
  * One rank, no accumulation: checks the forward logits and loss, every parameter
  * gradient, then the losses of the oracle's AdamW steps on the same batch.
@@ -16,6 +17,7 @@
 #include "train_gpt2.c"
 
 #include "dev/test/oracle_state.h"
+#include "dev/test/testing_cpu.h"
 
 // Forward logits and loss, and the gradient of every tensor, on the whole batch (one rank).
 static void check_forward_backward(Trainer* tr, const OracleState* s) {
@@ -58,7 +60,8 @@ int main(int argc, char** argv) {
     int version;
     OracleState s;
     TrainConfig cfg;
-    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg);
+    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg, testing_option_table(1));
+    testing_use_options();
     if (rank == 0) {
         printf("oracle test: %s, %d ranks x %d micro-steps x B=%d, T=%d, -z %d\n", argv[1], world, k, cfg.B, cfg.T,
                cfg.zero_stage);

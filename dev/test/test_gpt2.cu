@@ -1,8 +1,9 @@
 /*
  * The GPU trainer against the PyTorch oracle (dev/test/gpt2_oracle.py).
  *
- *   test_gpt2cu MODEL.bin STATE.bin [--accum K] [trainer flags]
- *   test_gpt2cu --dump-params FILE MODEL.bin STEPS [trainer flags]
+ *   test_gpt2cu MODEL.bin STATE.bin [--accum K] [trainer flags] [--test-hazard]
+ *   test_gpt2cu --dump-params FILE MODEL.bin STEPS [trainer flags] [--test-hazard]
+ * (--test-hazard: dev/test/testing_options.h)
  *
  * The second form trains STEPS steps (B=2, T=16, all-zero tokens) and writes the final
  * params as fp32 in dense canonical order to FILE, for comparisons with the CPU trainer
@@ -60,6 +61,24 @@
 #endif
 
 #include "dev/test/oracle_state.h"
+#include "dev/test/testing_options.h"
+
+// --test-hazard: the trainer's zero1/ optimizer with its communicators behind hazard ones.
+#ifdef USE_ZERO1
+static Optimizer* testing_gpu_optimizer(const TrainConfig* cfg, const GPT2Config* mc, const GpuSetup* gpu) {
+    Zero1Backend* be = zero1_backend_cuda(cfg, gpu->stream, gpu->local_rank, gpu->local_world);
+    return zero1_gpt2_optimizer(cfg, mc, testing_wrap_backend(be, (unsigned)cfg->seed),
+                                FLOATX_IS_BF16 ? ZERO1_BF16 : ZERO1_FP32);
+}
+#endif
+
+// After parsing the harness's flags: the optimizer the trainer builds honours them.
+static void testing_use_options(void) {
+    testing_options_check(plugin_optimizer != NULL);
+#ifdef USE_ZERO1
+    plugin_optimizer = testing_gpu_optimizer;
+#endif
+}
 
 static float* download_floatX(const floatX* d, size_t n) {
     floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
@@ -121,7 +140,9 @@ static int dump_params_run(int argc, char** argv, const GpuSetup* gpu) {
     TrainConfig cfg;
     train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
     cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
-    train_parse_args(&cfg, argc - 4, argv + 4);                  // argv[4] acts as argv[0]
+    OptionTable testing = testing_option_table(0);
+    train_parse_args_with(&cfg, &testing, 1, argc - 4, argv + 4);  // argv[4] acts as argv[0]
+    testing_use_options();
     cfg.model = argv[3];
     cfg.B = 2;
     cfg.T = 16;
@@ -166,7 +187,8 @@ int main(int argc, char** argv) {
     int version;
     OracleState s;
     TrainConfig cfg;
-    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg);
+    int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg, testing_option_table(0));
+    testing_use_options();
     cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
     if (rank == 0) {
         printf("oracle test (GPU %s, %s build, model file v%d): %s, %d ranks x %d micro-steps x B=%d, T=%d\n",

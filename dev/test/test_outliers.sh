@@ -2,8 +2,9 @@
 # -sl / -sg: skip an update whose loss or grad norm is an outlier (llmc/outliers.h).
 #
 # A small model (vocab 1000) learns a repeating token pattern; at 0-based step 30 a test
-# hook plants an outlier (--test-grad-spike: the loss gradient x1000; --test-loss-spike:
-# every target the last token id). With --outlier-window 16 and a threshold of 3:
+# hook (llmc/test_hooks.h) plants an outlier (LLMC_TEST_GRAD_SPIKE: one gradient element
+# set to 1e4; LLMC_TEST_LOSS_SPIKE: every target the last token id). With
+# --outlier-window 16 and a threshold of 3:
 #   - the step line and main.log say the update of step 31 was skipped, once, and the
 #     logged z-score equals the one computed here from main.log's last 16 norms;
 #   - the checkpoints before and after that step hold the same weights, m and v (byte for
@@ -29,9 +30,12 @@ pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }
 
 COMMON=(-e "$work/m.bin" -i "$work/pattern.bin" -b 2 -t 32 -v 0 -s 0 -l 1e-3 --outlier-window 16)
-run() {  # run NAME NP ARGS...
-    local name=$1 np=$2; shift 2
-    timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" -o "$work/out_$name" "$@" >"$work/log_$name" 2>&1
+run() {  # [SPIKE=grad|loss] run NAME NP ARGS...: with SPIKE, that outlier planted at step 30
+    local name=$1 np=$2 hook=(); shift 2
+    [ "${SPIKE:-}" = grad ] && hook=(LLMC_TEST_GRAD_SPIKE=30)
+    [ "${SPIKE:-}" = loss ] && hook=(LLMC_TEST_LOSS_SPIKE=30)
+    env "${hook[@]}" timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" -o "$work/out_$name" "$@" \
+        >"$work/log_$name" 2>&1
 }
 # same_state NAME: the checkpoints after steps 30 and 31 hold the same weights, m and v.
 same_state() {
@@ -40,15 +44,15 @@ same_state() {
 }
 skips() { grep -c "update skipped" "$work/log_$1"; }
 
-for spec in "grad:-sg 3 --test-grad-spike 30" "loss:-sl 3 --test-loss-spike 30"; do
+for spec in "grad:-sg 3" "loss:-sl 3"; do
     IFS=: read -r kind args <<<"$spec"
     # shellcheck disable=SC2086  # $args: the flags, split on purpose
-    if run "$kind" 1 -x 31 -n 1 -nk 2 $args && [ "$(grep -c "^step 31: update skipped" "$work/log_$kind")" = 1 ] &&
+    if SPIKE=$kind run "$kind" 1 -x 31 -n 1 -nk 2 $args && [ "$(grep -c "^step 31: update skipped" "$work/log_$kind")" = 1 ] &&
        [ "$(skips "$kind")" = 2 ] && same_state "$kind"; then
         pass "a $kind outlier at step 31: the update is skipped (weights, m, v unchanged), once"
     else fail "$kind outlier skip" "$work/log_$kind"; fi
 done
-if run control 1 -x 31 -n 1 -nk 2 --test-grad-spike 30 && [ "$(skips control)" = 0 ] && ! same_state control; then
+if SPIKE=grad run control 1 -x 31 -n 1 -nk 2 && [ "$(skips control)" = 0 ] && ! same_state control; then
     pass "control: without -sg the same spike updates the weights"
 else fail "control" "$work/log_control"; fi
 if $PY - "$work/out_grad/main.log" <<'PYEOF'
@@ -68,15 +72,15 @@ print(f"z-score {z_logged[1]} (recomputed {z:.6g})")
 PYEOF
 then pass "the logged z-score is the norm's against the 16 before it"; else fail "z-score"; fi
 
-if run zero1 2 -x 31 -n 1 -nk 2 -z 1 --bucket-size 20000 -sg 3 --test-grad-spike 30 && [ "$(skips zero1)" = 2 ] &&
+if SPIKE=grad run zero1 2 -x 31 -n 1 -nk 2 -z 1 --bucket-size 20000 -sg 3 && [ "$(skips zero1)" = 2 ] &&
    same_state zero1 && grep -q "parameters identical on all 2 ranks: yes" "$work/log_zero1"; then
     pass "np 2, ZeRO-1: both ranks skip the same update"
 else fail "np 2 ZeRO-1 skip" "$work/log_zero1"; fi
 
-RESUME=(-x 36 -n 20 -sg 3 --test-grad-spike 30)
+RESUME=(-x 36 -n 20 -sg 3)
 mkdir -p "$work/out_resumed"
-if run straight 1 "${RESUME[@]}" && cp -r "$work/out_straight/checkpoint_00000020" "$work/out_resumed/" &&
-   run resumed 1 "${RESUME[@]}" -y 1 && [ "$(skips resumed)" = 2 ] &&
+if SPIKE=grad run straight 1 "${RESUME[@]}" && cp -r "$work/out_straight/checkpoint_00000020" "$work/out_resumed/" &&
+   SPIKE=grad run resumed 1 "${RESUME[@]}" -y 1 && [ "$(skips resumed)" = 2 ] &&
    diff <(grep -o "^s:[0-9]* trl:[^ ]* norm:[^ ]*" "$work/out_straight/main.log" | sed -n '21,$p') \
         <(grep -o "^s:[0-9]* trl:[^ ]* norm:[^ ]*" "$work/out_resumed/main.log") >"$work/diff"; then
     pass "resumed at step 20: the same skip at step 31 and the straight run's losses and norms"

@@ -49,13 +49,13 @@ int main(int argc, char** argv) {
 
     Tokenizer missing;
     tokenizer_init(&missing, "/nonexistent/dir/gpt2_tokenizer.bin");
-    CHECK(!tokenizer_ok(&missing), "a missing file must leave the tokenizer disabled");
+    CHECK(!missing.init_ok, "a missing file must leave the tokenizer disabled");
     CHECK(tokenizer_decode(&missing, 0) == NULL, "a disabled tokenizer decodes to NULL");
     tokenizer_free(&missing);
 
     Tokenizer tok;
     tokenizer_init(&tok, argv[1]);
-    CHECK(tokenizer_ok(&tok), "tokenizer file did not load");
+    CHECK(tok.init_ok, "tokenizer file did not load");
     CHECK(tok.vocab_size == 50257, "vocab size %u", tok.vocab_size);
     CHECK(tok.eot_token == 50256, "eot %u", tok.eot_token);
     CHECK(tokenizer_decode(&tok, tok.vocab_size) == NULL, "an id past the vocab must decode to NULL");

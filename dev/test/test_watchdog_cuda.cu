@@ -25,6 +25,7 @@
 
 #include "llmc/cuda_common.cuh"
 #include "zero1/comm_nccl.h"
+#include "zero1/testing/test_doubles.h"
 #include "zero1/device_cuda.h"
 #include "zero1/watchdog_cuda.h"
 

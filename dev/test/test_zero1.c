@@ -2,7 +2,8 @@
  * ZeRO-1 against the replicated optimizer, step by step, under mpirun.
  *
  *   test_zero1 MODEL.bin [--steps N] [--accum K] [--batch B_GLOBAL] [--seq T] [--dump-params FILE]
- *              [trainer flags for the ZeRO-1 run]
+ *              [trainer flags for the ZeRO-1 run, and --test-device deferred --test-hazard
+ *              (dev/test/testing_options.h)]
  *
  * Trains the same model on the same global batches twice in one process:
  *   reference: replicated AdamW (-z 0), without --fp32-accumulation or --average-in-collective. With fp32 params this is the trainer's plain
@@ -28,6 +29,8 @@
  */
 #define TESTING
 #include "train_gpt2.c"
+
+#include "dev/test/testing_cpu.h"
 
 typedef struct {
     int* x;          // global batches, one per step: (steps, B_global*T)
@@ -155,7 +158,9 @@ int main(int argc, char** argv) {
     TrainConfig cfg;
     train_config_defaults(&cfg, 1);
     cfg.lr = 1e-3f;  // -l may change it
-    train_parse_args(&cfg, argc - (a - 1), argv + (a - 1));
+    OptionTable testing = testing_option_table(1);
+    train_parse_args_with(&cfg, &testing, 1, argc - (a - 1), argv + (a - 1));
+    testing_use_options();
     cfg.model = argv[1];
     cfg.B = B_global / (world * k);
     cfg.T = T;
@@ -178,8 +183,6 @@ int main(int argc, char** argv) {
 
     TrainConfig ref_cfg = cfg;  // the reference runs on the plain CPU device, without test hazards
     ref_cfg.zero_stage = 0;
-    ref_cfg.test_device = "cpu";
-    ref_cfg.test_hazard = 0;
     ref_cfg.dist_opt_instances = 1;
     ref_cfg.split_embedding = 0;
     ref_cfg.fp32_accumulation = 0;      // the reference is the plain way: bf16 reduce-scatter, pre-scaled
@@ -192,7 +195,10 @@ int main(int argc, char** argv) {
                cfg.grad_dtype == DTYPE_BF16 ? ", bf16 grad reduction" : "", cfg.overlap_grad_reduce ? "" : ", no overlap",
                cfg.bucket_size, cfg.dist_opt_instances, cfg.dist_opt_instances == 1 ? "" : "s");
     }
+    TestingOptions asked = testing_options;
+    testing_options = (TestingOptions)TESTING_OPTIONS_NONE;
     RunResult ref = run(&ref_cfg, &data, steps, bf16);
+    testing_options = asked;
     RunResult got = run(&cfg, &data, steps, 1);
     // fp32 accumulation sums other bits than the bf16 reduction (that is its point), and
     // AdamW turns a last-bit difference of a tiny gradient into a whole step: its

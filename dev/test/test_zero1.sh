@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make -s test_zero1 test_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
-make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
+make -s train_gpt2 train_gpt2_testing USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
 
 # A small model (vocab 1000) keeps 40 runs fast; its parameters still span many buckets.
 $PY dev/test/gpt2_oracle.py make --out-model "$work/small.bin" --out-state "$work/small_state.bin" \
@@ -134,15 +134,18 @@ for extra in "" "${HAZARD[*]}" "--split-embedding"; do
     fi
 done
 
-# A planted NaN (on the last rank only) is caught by --check-nan: one message, every rank stops;
-# zero1_hazard at np=2: the flags travel through a collective and are read on the host; with
-# 2 instances the flags cross from the last rank's group to the other.
+# A planted NaN (LLMC_TEST_PLANT_NAN: on the last rank only) is caught by --check-nan: one
+# message, every rank stops; zero1_hazard at np=2 (train_gpt2_testing, which has the test
+# options): the flags travel through a collective and are read on the host; with 2
+# instances the flags cross from the last rank's group to the other.
 for run in "2" "3" "2 ${HAZARD[*]}" "4 --dist-opt-instances 2"; do
     read -r np extra <<<"$run"
     name="planted NaN${extra:+ ($extra)}"
+    bin=./train_gpt2
+    [ "$extra" = "${HAZARD[*]}" ] && bin=./train_gpt2_testing
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
-    timeout 120 "${MPIRUN[@]}" -np $np ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
-        -x 5 -v 0 -s 0 -z 1 --bucket-size 3000 --check-nan --test-plant-nan 2 $extra >"$work/log" 2>&1
+    LLMC_TEST_PLANT_NAN=2 timeout 120 "${MPIRUN[@]}" -np $np $bin -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" \
+        -b 2 -t 32 -x 5 -v 0 -s 0 -z 1 --bucket-size 3000 --check-nan $extra >"$work/log" 2>&1
     rc=$?
     n=$(grep -c "error: non-finite gradient in h0.qkvb at step 3" "$work/log")
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" = 1 ] && ! grep -q "^step    4" "$work/log"; then

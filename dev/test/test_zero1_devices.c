@@ -31,6 +31,7 @@
 #include "llmc/utils.h"
 #include "zero1/comm.h"
 #include "zero1/device_ops.h"
+#include "zero1/testing/test_doubles.h"
 
 #include "dev/test/check.h"
 
@@ -123,9 +124,6 @@ static void check_host_cannot_dereference(const Zero1Device* d) {
     d->ops->free_host(d->ctx, crash_target);
     d->ops->free(d->ctx, p);
 }
-
-// zero1/testing/device_deferred.c: a host model's address for a device range.
-void* zero1_device_deferred_host_view(const Zero1Device* dev, const void* p, size_t bytes);
 
 // The host view reaches the same memory as the device pointer, interior pointers included.
 static void check_host_view(const Zero1Device* d) {

@@ -20,6 +20,7 @@
 #include "llmc/bf16.h"
 #include "llmc/utils.h"
 #include "zero1/runtime.h"
+#include "zero1/testing/test_doubles.h"
 
 #define NP 5
 static const size_t NUMELS[NP] = {1000, 37, 4096, 130, 777};

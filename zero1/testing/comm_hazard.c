@@ -24,7 +24,7 @@
 #include <stdio.h>
 
 #include "llmc/utils.h"
-#include "zero1/comm.h"
+#include "zero1/testing/test_doubles.h"
 
 // One collective in flight; a free slot keeps its snapshot for the next one.
 typedef struct {

@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "llmc/utils.h"
-#include "zero1/device_ops.h"
+#include "zero1/testing/test_doubles.h"
 
 // Added to a host address to make a device pointer. Bit 62 makes it non-canonical on
 // x86-64 (4- and 5-level paging); aarch64 ignores the top byte (TBI), so bit 55 is set
