@@ -333,26 +333,17 @@ skip_update() {
 check skip_outlier_update skip_update
 
 # --trace: device-time spans; a bucket's gradient collective starts on the communication
-# stream while backward still runs on the compute stream. At np 1 ZeRO-1 all-reduces (a
-# one-rank reduce-scatter is the identity), at np 2 it reduce-scatters.
-trace_overlaps() {  # trace_overlaps TRACE_FILE SPAN_PREFIX
-    $PY - "$1" "$2" <<'PYEOF'
-import json, sys
-events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
-rs = [e for e in events if e["name"].startswith(sys.argv[2])]
-bw = [e for e in events if e["name"] == "backward -1"]   # the last block of each backward
-assert rs and bw, ("no '%s' or backward spans" % sys.argv[2], len(rs), len(bw))
-early = [r for r in rs if any(r["ts"] < b["ts"] + b["dur"] and b["ts"] - r["ts"] < 1e6 for b in bw)]
-print(f"PASS {len(rs)} '{sys.argv[2]}' spans, {len(early)} start before the end of their step's backward")
-assert early, "no gradient collective overlaps backward"
-PYEOF
-}
+# stream while its own step's backward still runs on the compute stream (dev/test/
+# trace_overlap.py pairs them; its self-test shows it fails on collectives that start only
+# after their own backward). At np 1 ZeRO-1 all-reduces (a one-rank reduce-scatter is the
+# identity), at np 2 it reduce-scatters.
+check trace_overlap_self_test $PY dev/test/trace_overlap.py --self-test
 check z_trace_np1 "${ZZ[@]}" "${ZFLAGS[@]}" -x 3 -z 1 --bucket-size 100000 --comm nccl --trace "$OUT/trace1.json"
-check zero1_trace_overlap_np1 trace_overlaps "$OUT/trace1.rank0.json" "all-reduce b"
+check zero1_trace_overlap_np1 $PY dev/test/trace_overlap.py "$OUT/trace1.rank0.json" "all-reduce b"
 if [ "$NUM_GPUS" -ge 2 ]; then
     check z_trace_np2 "${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -x 3 -z 1 --bucket-size 100000 --comm nccl \
         --trace "$OUT/trace2.json"
-    check zero1_trace_overlap_np2 trace_overlaps "$OUT/trace2.rank0.json" "reduce-scatter b"
+    check zero1_trace_overlap_np2 $PY dev/test/trace_overlap.py "$OUT/trace2.rank0.json" "reduce-scatter b"
 fi
 
 # A stopped rank (SIGSTOP): every rank ends within --comm-timeout plus a few seconds, with
