@@ -22,6 +22,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+unset FAST  # only the fast tier's steps that set FAST=1 run their smallest rows
 
 # ---- the list: one line per step: NAME TIMEOUT_SECONDS [VAR=value ...] COMMAND... ------
 # Build steps first (a failed build is reported and the tests still run, to show the damage).
