@@ -324,6 +324,11 @@ data: prepro_text
 test:
 	./dev/test/run_tests.sh
 
+# The fast tier (dev/test/run_tests.sh --fast; its contents are listed there).
+.PHONY: test-fast
+test-fast:
+	./dev/test/run_tests.sh --fast
+
 test_gpu:
 	./dev/test/run_gpu_tests.sh
 

@@ -5,11 +5,15 @@
 # mpirun -np 2, where the message must appear exactly once (rank 0 speaks for an error
 # every rank sees). Crafted headers and damaged checkpoints: dev/test/test_files.sh.
 # A control run with the same fixtures and no defect must succeed, so each failure is
-# caused by the one defect that case introduces.
+# caused by the one defect that case introduces. FAST=1 (make test-fast): the cases in
+# FAST_CASES only (NAME/NP), one or two of each kind.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 BIN=./train_gpt2
 
+FAST_CASES="missing_model/1 model_truncated/1 shard_wrong_magic/1 shard_token_eq_V/1 unknown_flag/1 flag_out_of_range/1
+            T_exceeds_maxT/1 model_is_fifo/1 ranks_differ_flag/mpmd missing_model/2 shard_token_eq_V/2
+            instances_not_divide/2 fp32acc_fp32_grads/2"
 source dev/test/expect_error.sh
 
 [ -x $BIN ] || { echo "FAIL test_errors: $BIN is not built"; exit 1; }
@@ -107,18 +111,20 @@ fi
 check instances_zero       1 "--dist-opt-instances 0 is out of range" -- --dist-opt-instances 0
 # One job per output directory: while a job runs in D, a second one on D stops at once naming
 # the holder; once the first is gone (kill -9 too: the lock is the kernel's), D is free again.
-rm -rf "$TMP/busy_out"
-$BIN "${BASE[@]}" -x 100000 -o "$TMP/busy_out" >"$TMP/holder.log" 2>&1 &
-holder=$!
-for _ in $(seq 100); do [ -s "$TMP/busy_out/main.log" ] && break; sleep 0.1; done
-check output_dir_in_use 1 "is in use by another job (host $(hostname), pid $holder, started" -- -o "$TMP/busy_out"
-kill -9 $holder 2>/dev/null
-wait $holder 2>/dev/null
-if timeout 60 $BIN "${BASE[@]}" -o "$TMP/busy_out" >"$TMP/after_holder.log" 2>&1; then
-    ok "output_dir_free_after_kill: after the holder was killed (-9) a new job runs in the same directory"
-else
-    bad "output_dir_free_after_kill: exit $?"; tail -n 5 "$TMP/after_holder.log" | sed 's/^/       | /'
-fi
+lock_cases() {
+    rm -rf "$TMP/busy_out"
+    $BIN "${BASE[@]}" -x 100000 -o "$TMP/busy_out" >"$TMP/holder.log" 2>&1 &
+    holder=$!
+    for _ in $(seq 100); do [ -s "$TMP/busy_out/main.log" ] && break; sleep 0.1; done
+    check output_dir_in_use 1 "is in use by another job (host $(hostname), pid $holder, started" -- -o "$TMP/busy_out"
+    kill -9 $holder 2>/dev/null
+    wait $holder 2>/dev/null
+    if timeout 60 $BIN "${BASE[@]}" -o "$TMP/busy_out" >"$TMP/after_holder.log" 2>&1; then
+        ok "output_dir_free_after_kill: after the holder was killed (-9) a new job runs in the same directory"
+    else
+        bad "output_dir_free_after_kill: exit $?"; tail -n 5 "$TMP/after_holder.log" | sed 's/^/       | /'
+    fi
+}
 
 # A full disk (a 64 KiB tmpfs in a private mount namespace, root only): main.log fills
 # after some steps. The job must stop at that step with one error naming the file, not
@@ -138,39 +144,51 @@ on_full_disk() {
         cp "$fs/out/main.log" "$fs.main.log" 2>/dev/null
         exit $rc' _ "$TMP/fs" "$BIN" "$@" >"$log" 2>&1
 }
-if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
-    echo "SKIPPED full_disk: needs root and unshare -m for a small tmpfs (not run here)"
-else
-    rm -f "$TMP/fs.main.log"
-    on_full_disk "$TMP/full_disk.log" "${BASE[@]}" -x 1000
-    rc=$?
-    full=$(grep -c "^s:[0-9]* trl:.*ms:[0-9.]*$" "$TMP/fs.main.log" 2>/dev/null)
-    last=$(sed -n 's/^step *\([0-9]*\)\/1000 .*/\1/p' "$TMP/full_disk.log" | tail -n 1)
-    msg=$(grep "error:" "$TMP/full_disk.log")
-    if [ $rc -ne 0 ] && [ $rc -ne 97 ] && [ $rc -ne 124 ] && [ "$(grep -c "error:" "$TMP/full_disk.log")" = 1 ] &&
-       [[ $msg == *"cannot write $TMP/fs/out/main.log: No space left on device"* ]] &&
-       [ -n "$last" ] && [ "$full" -gt 10 ] && [ "$last" = $((full + 1)) ]; then
-        ok "full_disk: main.log full after $full steps: the job stopped at step $last (exit $rc): $msg"
+full_disk_cases() {
+    if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
+        echo "SKIPPED full_disk: needs root and unshare -m for a small tmpfs (not run here)"
     else
-        bad "full_disk: exit $rc, $full whole lines in main.log, last step $last; expected a stop at the step that failed"
-        tail -n 5 "$TMP/full_disk.log" | sed 's/^/       | /'
+        rm -f "$TMP/fs.main.log"
+        on_full_disk "$TMP/full_disk.log" "${BASE[@]}" -x 1000
+        rc=$?
+        full=$(grep -c "^s:[0-9]* trl:.*ms:[0-9.]*$" "$TMP/fs.main.log" 2>/dev/null)
+        last=$(sed -n 's/^step *\([0-9]*\)\/1000 .*/\1/p' "$TMP/full_disk.log" | tail -n 1)
+        msg=$(grep "error:" "$TMP/full_disk.log")
+        if [ $rc -ne 0 ] && [ $rc -ne 97 ] && [ $rc -ne 124 ] && [ "$(grep -c "error:" "$TMP/full_disk.log")" = 1 ] &&
+           [[ $msg == *"cannot write $TMP/fs/out/main.log: No space left on device"* ]] &&
+           [ -n "$last" ] && [ "$full" -gt 10 ] && [ "$last" = $((full + 1)) ]; then
+            ok "full_disk: main.log full after $full steps: the job stopped at step $last (exit $rc): $msg"
+        else
+            bad "full_disk: exit $rc, $full whole lines in main.log, last step $last; expected a stop at the step that failed"
+            tail -n 5 "$TMP/full_disk.log" | sed 's/^/       | /'
+        fi
+        on_full_disk "$TMP/full_trace.log" "${BASE[@]}" -x 2 -z 1 --trace "$TMP/fs/out/trace"
+        rc=$?
+        if [ $rc -ne 0 ] && [ "$(grep -c "error:" "$TMP/full_trace.log")" = 1 ] &&
+           grep -q "error: cannot write trace $TMP/fs/out/trace.rank0.json: No space left on device" "$TMP/full_trace.log"; then
+            ok "full_trace: a trace that does not fit: one error naming it, exit $rc"
+        else
+            bad "full_trace: exit $rc"; tail -n 5 "$TMP/full_trace.log" | sed 's/^/       | /'
+        fi
     fi
-    on_full_disk "$TMP/full_trace.log" "${BASE[@]}" -x 2 -z 1 --trace "$TMP/fs/out/trace"
-    rc=$?
-    if [ $rc -ne 0 ] && [ "$(grep -c "error:" "$TMP/full_trace.log")" = 1 ] &&
-       grep -q "error: cannot write trace $TMP/fs/out/trace.rank0.json: No space left on device" "$TMP/full_trace.log"; then
-        ok "full_trace: a trace that does not fit: one error naming it, exit $rc"
-    else
-        bad "full_trace: exit $rc"; tail -n 5 "$TMP/full_trace.log" | sed 's/^/       | /'
-    fi
-fi
+}
 
 # -z 1 on a build without the plugin (make train_gpt2_plain builds one under its own name).
-make -s train_gpt2_plain >/dev/null 2>&1 || bad "could not build ./train_gpt2_plain"
-if [ -x ./train_gpt2_plain ]; then
-    BIN=./train_gpt2_plain check z1_without_plugin 1 "USE_ZERO1=1"  -- -z 1
-    BIN=./train_gpt2_plain check instances_without_plugin 1 "--dist-opt-instances needs the zero1/ plugin" -- \
-        --dist-opt-instances 2
+plain_build_cases() {
+    make -s train_gpt2_plain >/dev/null 2>&1 || bad "could not build ./train_gpt2_plain"
+    if [ -x ./train_gpt2_plain ]; then
+        BIN=./train_gpt2_plain check z1_without_plugin 1 "USE_ZERO1=1"  -- -z 1
+        BIN=./train_gpt2_plain check instances_without_plugin 1 "--dist-opt-instances needs the zero1/ plugin" -- \
+            --dist-opt-instances 2
+    fi
+}
+
+if [ "${FAST:-0}" = 1 ]; then
+    echo "  FAST=1: the output-directory lock, full disk and plain-build cases left out (make test runs them)"
+else
+    lock_cases
+    full_disk_cases
+    plain_build_cases
 fi
 
 # Ranks given different jobs (mpirun's MPMD form: each rank its own command line, or its
@@ -208,6 +226,7 @@ check fp32acc_with_z0      2 "--fp32-accumulation" "needs --grad-dtype bf16 and 
 check fp32acc_fp32_grads   2 "--fp32-accumulation" "(got --grad-dtype fp32, -z 1)" -- -z 1 --fp32-accumulation
 check sr_fp32_params       1 "--stochastic-rounding" "these params are fp32" -- --stochastic-rounding
 
+[ $left_out = 0 ] || echo "  FAST=1: $left_out cases left out (make test runs them)"
 if [ $failed -eq 0 ]; then
     echo "PASS test_errors ($((SECONDS - t0)) s)"
     exit 0

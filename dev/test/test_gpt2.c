@@ -34,6 +34,10 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     check_gradients(&m->config, s, tr->opt->grads, tr->opt->offsets, 1e-3, 1e-3);
 }
 
+// The worst error so far: a NaN, once seen at any step, stays the worst (a later finite error
+// must not replace it), so that it fails the report.
+static double worst_of(double worst, double e) { return isnan(worst) || e <= worst ? worst : e; }
+
 // Bitwise comparison of every rank's parameters with rank 0's.
 static void check_replicas_identical(Trainer* tr) {
     GPT2* m = &tr->model;
@@ -79,16 +83,16 @@ int main(int argc, char** argv) {
         trainer_free(&tr);
     }
 
+    // worst_of's own check: a NaN planted at the second of three steps is the verdict.
+    if (!isnan(worst_of(worst_of(worst_of(0.0, 1e-9), NAN), 1e-9))) fatal("worst_of lets a finite error replace a NaN");
     trainer_init(&tr, &cfg, rank, world);
     SliceCtx slice = {&s, rank, world, cfg.B};
     double worst_loss = 0.0, worst_norm = 0.0;
     for (int step = 0; step < s.steps; step++) {
         StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice, NULL);
-        // "!(e <= worst)" keeps a NaN as the worst, so that it fails the report below.
-        double e = fabs(r.loss - s.step_losses[step]);
-        if (!(e <= worst_loss)) worst_loss = e;
-        double ne = fabs((double)r.grad_norm - s.step_norms[step]) / fmax(fabs((double)s.step_norms[step]), 1e-30);
-        if (!(ne <= worst_norm)) worst_norm = ne;
+        worst_loss = worst_of(worst_loss, fabs(r.loss - s.step_losses[step]));
+        worst_norm = worst_of(worst_norm, fabs((double)r.grad_norm - s.step_norms[step]) /
+                                              fmax(fabs((double)s.step_norms[step]), 1e-30));
         if (rank == 0) {
             printf("  step %d: loss %.6f (oracle %.6f), norm %.5f (oracle %.5f)\n", step, r.loss, s.step_losses[step],
                    r.grad_norm, s.step_norms[step]);

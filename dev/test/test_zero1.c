@@ -15,10 +15,9 @@
  * Then the candidate again with both overlaps switched the other way, which must give
  * bitwise the same losses and parameters.
  *
- * Asserts: per-step losses and grad norms within 1e-6 relative and final parameters within
- * 1e-5 max abs (fp32 params); with bf16 storage or reduction, losses and norms within 1e-3
- * relative and parameters within one bf16 rounding (2^-8 relative) plus 1e-6 (with
- * --fp32-accumulation not element-wise: see main); every rank's optimizer-state bytes equal
+ * Asserts: per-step losses and grad norms, and every final parameter, within tolerances
+ * derived in main (for the parameters: what AdamW can make of the reduction's rounding,
+ * element by element, see GradWatch); every rank's optimizer-state bytes equal
  * 8 (fp32 storage, master == params) or 12 (bf16 storage) bytes per owned element; owned
  * elements summed over ranks equal the padded buffer (once per distributed-optimizer
  * instance with --dist-opt-instances K); all ranks hold identical parameters. With -l 0
@@ -55,9 +54,73 @@ typedef struct {
     size_t params_n;
 } RunResult;
 
-static RunResult run(const TrainConfig* cfg, SyntheticData* data, int steps, int use_plugin) {
+// ---- what AdamW can make of the reduction's rounding ----------------------------------
+// Both runs reduce the same rank gradients g_r, in other orders or (--average-in-collective)
+// scaled by an inexact 1/DP at another point. Each reduced element is within DP*u*A of the
+// exact sum, A = sum_r |g_r| and u the unit roundoff of the reduction's dtype (DP-1 additions
+// and one conversion or scaling, each off by at most u*A), so the runs' gradients differ by up
+// to rho = 2*DP*u*A/|g| of the gradient. AdamW's direction d = m^/(sqrt(v^)+eps) then moves by
+// at most 2*U_t*rho/(1-rho) if every gradient so far moved by up to rho, and by at most 2*U_t
+// in any case (U_t: the largest |d| at step t, below), and weight decay only shrinks a
+// difference. So each element's parameter may differ by the sum over steps of
+// 2*lr*U_t*min(1, rho/(1-rho)), rho the largest so far: about lr per step for a gradient that
+// cancels over the ranks down to its rounding, nearly nothing for the others.
+typedef struct {
+    double rho_unit;       // 2*DP*u
+    double beta1, beta2;
+    GPT2Config config;
+    size_t n;              // dense elements
+    float* rho;            // per dense element: the largest rho so far
+    double* allowance;     // per dense element: the sum so far
+} GradWatch;
+
+// The largest |m^/(sqrt(v^)+eps)| at step t (1-based) over all gradient sequences: by
+// Cauchy-Schwarz, |m_t| <= (1-b1) sqrt(sum_k (b1^2/b2)^k) sqrt(v_t/(1-b2)), k < t.
+static double adamw_direction_bound(double b1, double b2, int t) {
+    double s = 0.0;
+    for (int k = 0; k < t; k++) s += pow(b1 * b1 / b2, k);
+    return (1.0 - b1) / (1.0 - pow(b1, t)) * sqrt((1.0 - pow(b2, t)) / (1.0 - b2)) * sqrt(s);
+}
+
+static GradWatch* watch;                  // the reference run's, for watched_finish_step
+static const OptimizerOps* watched_ops;   // the reference optimizer's own
+
+// Before the reference reduces: the exact (double) sums of the rank gradients and of their
+// magnitudes, per dense element, and each element's allowance for this step's update.
+static void watched_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
+    double* sum = (double*)mallocCheck(2 * watch->n * sizeof(double));
+    double* mag = sum + watch->n;
+    size_t d = 0;
+    for (int t = 0; t < gpt2_num_tensors(&watch->config); t++) {
+        const float* g = o->grads + o->offsets[t];
+        for (size_t j = 0; j < gpt2_tensor_numel(&watch->config, t); j++, d++) {
+            sum[d] = g[j];
+            mag[d] = fabs(g[j]);
+        }
+    }
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, sum, (int)(2 * watch->n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    double most = 2.0 * lr * adamw_direction_bound(watch->beta1, watch->beta2, step + 1);
+    for (size_t i = 0; i < watch->n; i++) {
+        double rho = mag[i] == 0.0 ? 0.0 : fabs(sum[i]) == 0.0 ? 1.0 : watch->rho_unit * mag[i] / fabs(sum[i]);
+        watch->rho[i] = (float)fmax(watch->rho[i], rho);
+        double r = watch->rho[i];
+        watch->allowance[i] += most * (r >= 0.5 ? 1.0 : r / (1.0 - r));
+    }
+    free(sum);
+    watched_ops->finish_step(o, step, lr, gate, blocked_ms);
+}
+
+static RunResult run(const TrainConfig* cfg, SyntheticData* data, int steps, int use_plugin, GradWatch* w) {
     Trainer tr;
     trainer_init_with(&tr, cfg, data->rank, data->world, use_plugin);
+    static OptimizerOps wrapped;
+    if (w) {  // the reference: watch its gradients before each reduction
+        watch = w;
+        watched_ops = tr.opt->ops;
+        wrapped = *tr.opt->ops;
+        wrapped.finish_step = watched_finish_step;
+        tr.opt->ops = &wrapped;
+    }
     RunResult r;
     r.losses = (float*)mallocCheck(steps * sizeof(float));
     r.norms = (float*)mallocCheck(steps * sizeof(float));
@@ -104,10 +167,11 @@ static int failures = 0;
 
 // Losses and grad norms within loss_rel_tol (a gradient scaled wrongly, by DP say, shows in
 // the norm even where AdamW's scale invariance hides it in the losses); parameters within
-// param_abs_tol + param_rel_tol*|p| (param_abs_tol < 0: not compared element by element).
+// tau + param_rel_tol*|p| plus what AdamW can make of the reduction's rounding (w).
 static void compare(const char* what, const RunResult* ref, const RunResult* got, int steps, double loss_rel_tol,
-                    double param_rel_tol, double param_abs_tol, int rank) {
-    double worst_loss = 0.0, worst_param = 0.0, worst_norm = 0.0;
+                    double param_rel_tol, double tau, const GradWatch* w, int rank) {
+    double worst_loss = 0.0, worst_norm = 0.0, worst_param = 0.0, drift = 0.0;
+    size_t above_tau = 0;  // elements whose allowance exceeds tau
     int ok = 1;
     for (int s = 0; s < steps; s++) {
         double rel = fabs(got->losses[s] - ref->losses[s]) / fabs(ref->losses[s]);
@@ -118,15 +182,18 @@ static void compare(const char* what, const RunResult* ref, const RunResult* got
     }
     for (size_t i = 0; i < ref->params_n; i++) {
         double e = fabs(got->params[i] - ref->params[i]);
+        double explained = param_rel_tol * fabs(ref->params[i]) + w->allowance[i];
         worst_param = fmax(worst_param, e);
-        if (param_abs_tol >= 0 && !(e <= param_abs_tol + param_rel_tol * fabs(ref->params[i]))) ok = 0;
+        drift = fmax(drift, e - explained);
+        if (w->allowance[i] > tau) above_tau++;
+        if (!(e <= tau + explained)) ok = 0;
     }
     if (!ok) failures++;
     if (rank == 0) {
-        printf("%s %s: worst loss rel diff %.3e, worst norm rel diff %.3e (tol %.1e), worst param abs diff %.3e ", ok ? "PASS" : "FAIL",
-               what, worst_loss, worst_norm, loss_rel_tol, worst_param);
-        if (param_abs_tol >= 0) printf("(tol %.1e + %.1e*|p|)\n", param_abs_tol, param_rel_tol);
-        else printf("(not bounded element-wise)\n");
+        printf("%s %s: worst loss rel diff %.3e, worst norm rel diff %.3e (tol %.1e); worst param abs diff %.3e, "
+               "beyond %.1e*|p| and AdamW's share of the reduction's rounding %.3e (tol %.1e; the share exceeds "
+               "it for %zu elements)\n", ok ? "PASS" : "FAIL", what, worst_loss, worst_norm, loss_rel_tol,
+               worst_param, param_rel_tol, drift, tau, above_tau);
     }
 }
 
@@ -195,24 +262,42 @@ int main(int argc, char** argv) {
                cfg.grad_dtype == DTYPE_BF16 ? ", bf16 grad reduction" : "", cfg.overlap_grad_reduce ? "" : ", no overlap",
                cfg.bucket_size, cfg.dist_opt_instances, cfg.dist_opt_instances == 1 ? "" : "s");
     }
-    TestingOptions asked = testing_options;
+    // Tolerances. Parameters: tau + param_rel_tol*|p| + what AdamW can make of the reduction's
+    // rounding (GradWatch, above). bf16 params: each run rounds its master to nearest, off by
+    // at most half an ulp, 2^-8 |p|, so 2^-7 |p| for the two (stochastically 2^-6). tau is the
+    // drift no per-element bound covers: once any element differs, every later gradient comes
+    // from other parameters. Losses and norms are bounded by the drift alone. The drift,
+    // measured on this test's rows under OpenBLAS's Prescott, Haswell and SkylakeX kernels
+    // (dev/test/run_tests.sh's numeric_coretypes step runs them all): 0 where both runs sum in
+    // the same order; params 2.3e-6 (split embedding: rows added in another order); with
+    // --average-in-collective at a DP that is not a power of two, where every rank's backward
+    // also runs at another loss scale (1/DP inexact), params 2.8e-5, losses 1.4e-7, norms
+    // 5.5e-6; bf16 losses 3.7e-6, norms 2.4e-4 (fp32 accumulation). The tolerances leave a
+    // factor of 3.5 or more.
+    double loss_rel_tol = 1e-6, param_rel_tol = 0.0, tau = 1e-5;
+    const char* what = "plugin run vs plain replicated";
+    if (bf16) {
+        what = "bf16 run vs replicated with the same dtypes";
+        loss_rel_tol = 1e-3, tau = 1e-6;
+        if (cfg.param_dtype == DTYPE_BF16) param_rel_tol = 2.0 * (cfg.stochastic_rounding ? 1.0 / 128 : 1.0 / 256);
+    } else if (cfg.average_in_collective && (world & (world - 1)) != 0) {
+        what = "plugin run (averaging) vs plain replicated";
+        loss_rel_tol = 2e-5, tau = 1e-4;
+    }
+    double u = cfg.grad_dtype == DTYPE_BF16 ? 1.0 / 256 : 1.0 / 16777216;  // the reduction's unit roundoff
+    GradWatch w = {2.0 * world * u, cfg.beta1, cfg.beta2, mc, 0, NULL, NULL};
+    size_t* dense_offsets = (size_t*)mallocCheck(gpt2_num_tensors(&mc) * sizeof(size_t));
+    w.n = gpt2_tensor_offsets_dense(&mc, dense_offsets);
+    free(dense_offsets);
+    w.rho = (float*)callocCheck(w.n, sizeof(float));
+    w.allowance = (double*)callocCheck(w.n, sizeof(double));
+    if (bf16) ref_cfg.overlap_grad_reduce = 0;  // the watch reads the gradients before any bucket reduces
+    TestingOptions asked = testing_options;  // the reference runs on the plain CPU device and MPI
     testing_options = (TestingOptions)TESTING_OPTIONS_NONE;
-    RunResult ref = run(&ref_cfg, &data, steps, bf16);
+    RunResult ref = run(&ref_cfg, &data, steps, bf16, &w);
     testing_options = asked;
-    RunResult got = run(&cfg, &data, steps, 1);
-    // fp32 accumulation sums other bits than the bf16 reduction (that is its point), and
-    // AdamW turns a last-bit difference of a tiny gradient into a whole step: its
-    // parameters are not bounded element-wise (losses and norms are; dev/test/
-    // test_zero1_devices.c checks its arithmetic bit for bit).
-    if (bf16) compare("bf16 run vs replicated with the same dtypes", &ref, &got, steps, 1e-3, 1.0 / 256,
-                      cfg.fp32_accumulation ? -1.0 : 1e-6, rank);
-    else if (cfg.average_in_collective && (world & (world - 1)) != 0)
-        // 1/world is inexact: the reference scales each rank's gradient by it, the candidate
-        // the sum, which differ in the last bit, and AdamW makes a whole step of that for a
-        // gradient that nearly cancels over the ranks (a power-of-two world scales exactly:
-        // there the strict bounds below hold, bit for bit in fact).
-        compare("plugin run (averaging) vs plain replicated", &ref, &got, steps, 1e-5, 0.0, 1e-4, rank);
-    else compare("plugin run vs plain replicated", &ref, &got, steps, 1e-6, 0.0, 1e-5, rank);
+    RunResult got = run(&cfg, &data, steps, 1, NULL);
+    compare(what, &ref, &got, steps, loss_rel_tol, param_rel_tol, tau, &w, rank);
     if (cfg.lr == 0.0f) compare_bitwise("lr 0: the rounded fixed master", &ref, &got, steps, rank);
     if (dump_params && rank == 0) {
         FILE* f = fopenCheck(dump_params, "wb");
@@ -222,7 +307,7 @@ int main(int argc, char** argv) {
     TrainConfig flipped = cfg;
     flipped.overlap_grad_reduce = !cfg.overlap_grad_reduce;
     flipped.overlap_param_gather = !cfg.overlap_param_gather;
-    RunResult other = run(&flipped, &data, steps, 1);
+    RunResult other = run(&flipped, &data, steps, 1, NULL);
     compare_bitwise("overlap on vs off", &got, &other, steps, rank);
     if (rank == 0) printf("%s test_zero1\n", failures ? "FAIL" : "PASS");
     MPI_Finalize();

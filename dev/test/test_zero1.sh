@@ -6,6 +6,7 @@
 # embedding (--split-embedding); ZeRO-1 matches the PyTorch oracle at np=2, B=2 (also
 # split); --stochastic-rounding stores the same bf16 params at any DP and bucket size;
 # a planted NaN stops every rank.
+# FAST=1 (make test-fast) runs the rows in FAST_ROWS only and says how many it left out.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 work=$(mktemp -d)
@@ -21,9 +22,17 @@ $PY dev/test/gpt2_oracle.py make --out-model "$work/small.bin" --out-state "$wor
 $PY dev/test/gpt2_oracle.py make --out-model "$work/c48.bin" --out-state "$work/c48_state.bin" \
     --vocab 1000 --channels 48 --max-seq 32 --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle"; exit 1; }
 
-passed=0 failed=0
+passed=0 failed=0 left_out=0
+FAST_ROWS="|2 zero1_hazard: many small buckets|2 zero1_hazard: accumulation|3 average in the collective|\
+2 zero1_hazard: ZeRO-1 vs PyTorch oracle|2 planted NaN|2 --trace|"
+wanted() {  # wanted NP NAME: whether this row runs (every row, unless FAST=1)
+    [ "${FAST:-0}" != 1 ] || [[ $FAST_ROWS == *"|$1 $2|"* ]] && return 0
+    left_out=$((left_out + 1))
+    return 1
+}
 check() {  # check NAME NP ARGS...: one test_zero1 run (of $MODEL, default small.bin)
     local name=$1 np=$2; shift 2
+    wanted "$np" "$name" || return 0
     if timeout 300 "${MPIRUN[@]}" -np "$np" ./test_zero1 "${MODEL:-$work/small.bin}" "$@" >"$work/log" 2>&1 &&
        grep -q "^PASS test_zero1" "$work/log"; then
         passed=$((passed + 1)); echo "PASS np=$np $name"
@@ -32,13 +41,18 @@ check() {  # check NAME NP ARGS...: one test_zero1 run (of $MODEL, default small
     fi
 }
 
+# Every run also repeats its candidate with both overlaps switched and asserts bitwise the
+# same result (test_zero1.c), so no row needs --no-overlap-*: overlap off is proven by
+# every row's flip. At np 1 the communicator is the single-rank one, whose collectives move
+# nothing: "one bucket" proves it; each other row's feature is proven at np 2-4, where the
+# collectives move data (the split embedding and stochastic rounding keep their np 1 rows).
 for np in 1 2 3 4; do
     check "one bucket" $np -z 1 --bucket-size none
+    [ $np = 1 ] && continue
     check "many small buckets (split params, padding-only ranks)" $np -z 1 --bucket-size 3000
     check "bucket size hitting a parameter end" $np -z 1 --bucket-size 64
     check "pad-busbw" $np -z 1 --bucket-size 20000 --pad-busbw
     check "accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000
-    check "overlap off" $np -z 1 --bucket-size 5000 --no-overlap-grad-reduce --no-overlap-param-gather
     check "bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16
     check "bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16
     check "bf16 wire, fp32 accumulation" $np -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation
@@ -57,7 +71,9 @@ check "stochastic rounding, lr 0, one bucket" 1 --dump-params "$work/sr_np1.bin"
 check "stochastic rounding, lr 0, small buckets" 2 --dump-params "$work/sr_np2.bin" "${SR_LR0[@]}" \
     --bucket-size 3000 --stochastic-rounding
 check "round to nearest, lr 0" 2 --dump-params "$work/rne_np2.bin" "${SR_LR0[@]}" --bucket-size 3000
-if cmp -s "$work/sr_np1.bin" "$work/sr_np2.bin" && ! cmp -s "$work/sr_np1.bin" "$work/rne_np2.bin"; then
+if ! wanted 2 "stochastic rounding: np 1 == np 2"; then
+    :
+elif cmp -s "$work/sr_np1.bin" "$work/sr_np2.bin" && ! cmp -s "$work/sr_np1.bin" "$work/rne_np2.bin"; then
     passed=$((passed + 1)); echo "PASS stochastic rounding: np 1 (one bucket) == np 2 (bucket size 3000) bitwise, != nearest"
 else
     failed=$((failed + 1)); echo "FAIL stochastic rounding: params differ across DP/bucket size, or equal nearest's"
@@ -92,8 +108,6 @@ for np in 2 3 4; do  # np 1 has no collective in flight to poison
     check "zero1_hazard: one bucket" $np -z 1 --bucket-size none "${HAZARD[@]}"
     check "zero1_hazard: many small buckets" $np -z 1 --bucket-size 3000 "${HAZARD[@]}"
     check "zero1_hazard: accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000 "${HAZARD[@]}"
-    check "zero1_hazard: overlap off (and on)" $np -z 1 --bucket-size 5000 --no-overlap-grad-reduce \
-        --no-overlap-param-gather "${HAZARD[@]}"
     check "zero1_hazard: bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16 "${HAZARD[@]}"
     check "zero1_hazard: bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16 "${HAZARD[@]}"
     check "zero1_hazard: -z 0 (bucketed all-reduce)" $np -z 0 --bucket-size 5000 "${HAZARD[@]}"
@@ -125,6 +139,7 @@ for extra in "" "${HAZARD[*]}" "--split-embedding"; do
     name="ZeRO-1 vs PyTorch oracle"
     [ "$extra" = "${HAZARD[*]}" ] && name="zero1_hazard: $name"
     [ "$extra" = --split-embedding ] && name="split embedding: $name"
+    wanted 2 "$name" || continue
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
     if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 $extra \
         >"$work/log" 2>&1 && grep -q "^PASS test_gpt2" "$work/log"; then
@@ -141,6 +156,7 @@ done
 for run in "2" "3" "2 ${HAZARD[*]}" "4 --dist-opt-instances 2"; do
     read -r np extra <<<"$run"
     name="planted NaN${extra:+ ($extra)}"
+    wanted "$np" "$name" || continue
     bin=./train_gpt2
     [ "$extra" = "${HAZARD[*]}" ] && bin=./train_gpt2_testing
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
@@ -157,15 +173,26 @@ done
 # --trace: one Chrome trace per rank with per-layer compute, every bucket's reduce-scatter
 # and all-gather (with 2 instances also its shard's all-reduce across them), and the step
 # lines report the time blocked on communication. The reduce-scatters also show the
-# readiness counts learned on the first step: none fires during its backward, some during
-# the second's.
+# readiness counts learned on the first step (dev/test/trace_overlap.py --learned, which
+# pairs each collective with its own step's backward): none fires during its backward,
+# some during the second's. First, that check fails on hand-made traces where it must.
+if $PY dev/test/trace_overlap.py --self-test >"$work/log" 2>&1; then
+    passed=$((passed + 1)); echo "PASS trace_overlap.py fails on traces whose collectives start after their own backward"
+else
+    failed=$((failed + 1)); echo "FAIL trace_overlap.py --self-test"; tail -15 "$work/log"
+fi
 for run in "2 1" "4 2"; do
     read -r np k <<<"$run"
+    wanted "$np" --trace || continue
     rm -f "$work"/trace.rank*.json
     timeout 120 "${MPIRUN[@]}" -np $np ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
         -x 3 -v 0 -s 0 -z 1 --bucket-size 20000 --dist-opt-instances $k --trace "$work/trace.json" >"$work/log" 2>&1
     buckets=$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$work/log")
-    if grep -q "comm wait" "$work/log" && $PY - "$work" "$buckets" $np $k <<'PYEOF'
+    overlap=1
+    for ((rank = 0; rank < np; rank++)); do
+        $PY dev/test/trace_overlap.py "$work/trace.rank$rank.json" "reduce-scatter b" --learned >>"$work/log" 2>&1 || overlap=0
+    done
+    if grep -q "comm wait" "$work/log" && [ $overlap = 1 ] && $PY - "$work" "$buckets" $np $k <<'PYEOF'
 import json, sys
 work, buckets, np_, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 assert buckets > 1, "expected several buckets"
@@ -180,13 +207,6 @@ for rank in range(np_):
         cross = names.count(f"all-reduce across instances b{b}")
         assert cross == (3 if k > 1 else 0), ("all-reduce across instances", b, cross)
     assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")
-    # Readiness is learned on the first step: no bucket fires during its backward; from the
-    # second step on, some fire before the encoder's backward (the last layer) begins.
-    spans = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events if e.get("ph") == "X")
-    encoder = [s for s in spans if s[2] == "backward -1"]
-    reduces = [s for s in spans if s[2].startswith("reduce-scatter b")]
-    assert all(r[0] >= encoder[0][1] for r in reduces[:buckets]), "a bucket fired during the first backward"
-    assert any(r[0] < encoder[1][0] for r in reduces[buckets:2 * buckets]), "no bucket fired early at step 2"
 PYEOF
     then
         passed=$((passed + 1)); echo "PASS np=$np --trace ($k instance(s)): per-layer compute, per-bucket collectives"
@@ -194,5 +214,5 @@ PYEOF
         failed=$((failed + 1)); echo "FAIL np=$np --trace ($k instance(s))"; tail -15 "$work/log"
     fi
 done
-echo "test_zero1: $passed passed, $failed failed"
+echo "test_zero1: $passed passed, $failed failed$([ $left_out = 0 ] || echo ", $left_out rows left out (FAST=1; make test runs them)")"
 [ $failed = 0 ]

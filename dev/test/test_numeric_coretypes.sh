@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The tolerance-based numeric tests under every OpenBLAS kernel family this CPU and this
+# OpenBLAS can run (OPENBLAS_CORETYPE), so that the family a machine happens to pick cannot
+# hide a tolerance that only holds for another one: SSE (Prescott), AVX (Sandybridge),
+# AVX2 (Haswell) and AVX-512 (SkylakeX) sum matmuls in other orders. Under each: the CPU
+# kernels (test_kernels), the trainer against the PyTorch oracle (np 1; np 2 with ZeRO-1;
+# bf16 params) and ZeRO-1 against replicated where the runs round differently
+# (test_zero1: averaging at np 3, the split embedding at np 3 and 4, fp32 accumulation).
+# A family the CPU lacks the instructions for (/proc/cpuinfo, where SSE3 is "pni") says
+# SKIPPED; one this OpenBLAS does not accept (its "Core:" report names another) is a FAIL.
+# With OPENBLAS_CORETYPE set the programs keep the user's choice (llmc/blas_cores.h). The
+# family they choose themselves runs these rows in the kernels, oracle and zero1 steps of
+# dev/test/run_tests.sh; ALL=1 runs it here too.
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+make -s test_kernels >/dev/null && make -s test_gpt2 test_zero1 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
+ORACLE=dev/test/gpt2_oracle.py
+$PY $ORACLE make --out-model "$work/m.bin" --out-state "$work/s.bin" >/dev/null &&
+    $PY $ORACLE make --out-model "$work/b.bin" --out-state "$work/b_state.bin" --dtype bf16 >/dev/null &&
+    $PY $ORACLE make --out-model "$work/small.bin" --out-state "$work/x.bin" --vocab 1000 --max-seq 32 --seq 32 \
+        --steps 1 >/dev/null &&
+    $PY $ORACLE make --out-model "$work/c48.bin" --out-state "$work/x.bin" --vocab 1000 --channels 48 --max-seq 32 \
+        --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle"; exit 1; }
+
+# NP PROGRAM ARGS... per line; rows whose tolerances the kernels' rounding could break.
+ROWS=(
+    "1 ./test_kernels"
+    "1 ./test_gpt2 $work/m.bin $work/s.bin"
+    "2 ./test_gpt2 $work/m.bin $work/s.bin -z 1 --bucket-size 4096"
+    "1 ./test_gpt2 $work/b.bin $work/b_state.bin --param-dtype bf16"
+    "3 ./test_zero1 $work/small.bin -z 1 --bucket-size 5000 --average-in-collective"
+    "3 ./test_zero1 $work/c48.bin -z 1 --bucket-size 3000 --split-embedding --average-in-collective"
+    "4 ./test_zero1 $work/c48.bin -z 1 --bucket-size 3000 --split-embedding"
+    "3 ./test_zero1 $work/small.bin -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation --average-in-collective"
+)
+
+flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+has() { local f; for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done; }
+passed=0 failed=0 ran=() skipped=()
+own=$(OPENBLAS_VERBOSE=2 ./test_kernels 2>&1 >/dev/null | sed -n 's/^Core: //p' | tail -n 1)  # after any restart
+for family in "Prescott pni" "Sandybridge avx" "Haswell avx2 fma" "SkylakeX avx512f avx512cd avx512bw avx512dq avx512vl"; do
+    read -r core needs <<<"$family"
+    # shellcheck disable=SC2086  # the flags, one per word
+    if ! has $needs; then
+        echo "SKIPPED $core: this CPU lacks $needs"
+        skipped+=("$core")
+        continue
+    fi
+    if [ "$core" = "$own" ] && [ "${ALL:-0}" != 1 ]; then
+        echo "$core: the programs' own choice here, run by the kernels, oracle and zero1 steps"
+        ran+=("$core")
+        continue
+    fi
+    got=$(OPENBLAS_CORETYPE=$core OPENBLAS_VERBOSE=2 ./test_kernels 2>&1 >/dev/null | sed -n 's/^Core: //p')
+    if [ "$got" != "$core" ]; then
+        failed=$((failed + 1)); echo "FAIL $core: this OpenBLAS runs '$got' when asked for it"
+        continue
+    fi
+    ran+=("$core")
+    for row in "${ROWS[@]}"; do
+        read -r np cmd <<<"$row"
+        # shellcheck disable=SC2086  # the command line, split on purpose
+        if OPENBLAS_CORETYPE=$core timeout 300 "${MPIRUN[@]}" -np "$np" $cmd >"$work/log" 2>&1; then
+            passed=$((passed + 1)); echo "PASS $core np=$np ${cmd#./}"
+        else
+            failed=$((failed + 1)); echo "FAIL $core np=$np ${cmd#./}"; grep -E '^FAIL' "$work/log" | head -5
+            tail -n 5 "$work/log"
+        fi
+    done
+done
+echo "kernel families run: ${ran[*]:-none}; SKIPPED (not on this CPU): ${skipped[*]:-none}"
+echo "test_numeric_coretypes: $passed passed, $failed failed"
+[ $failed = 0 ] && [ ${#ran[@]} -gt 0 ]
