@@ -10,14 +10,19 @@
  *   -                                           JSON Lines on standard input (so any
  *                                               converter, e.g. a Parquet reader, pipes in)
  * Every document is prefixed with <|endoftext|>, as prepro_text does. Blank lines in
- * JSON Lines are passed over (they hold no record).
+ * JSON Lines are passed over (they hold no record), and so is a byte order mark at the
+ * start of an input. Compressed inputs are used only as far as their members' checksums
+ * verified (tools/corpus_input.h); a damaged member stops the run, or with
+ * --on-corrupt skip ends that input there.
  *
  * Writes (tools/shard_writer.h, shared with prepro_text): DIR/NAME_val_000000.bin, ...,
  * DIR/NAME_train_00000K.bin, ... (the first tokens are val: see "the val split" below;
- * shards of --shard-tokens tokens; each written to a temporary name and renamed when complete),
- * DIR/gpt2_tokenizer.bin and, last, DIR/NAME_manifest.txt. A run that fails removes the
- * shards it wrote, so shards without a manifest never survive; DIR must not hold shards
- * of NAME already (another run's would mix with this one's under the trainer's glob).
+ * shards of --shard-tokens tokens, under temporary names until the commit at the end),
+ * DIR/gpt2_tokenizer.bin and DIR/NAME_manifest.txt. The run holds DIR/.lock (one run per
+ * directory, llmc/dir_lock.h) and first removes what a killed run of NAME left there; a
+ * run that fails removes the shards it wrote, so shards without a manifest never survive;
+ * DIR must not hold a corpus of NAME already (it would mix with this one under the
+ * trainer's glob).
  *
  * Parallelism: the main thread reads and decompresses, cutting the input into records
  * (lines, or whole .txt files) in batches; the workers parse the JSON, check it and
@@ -25,8 +30,8 @@
  * order while the workers start on the next batch. The shards depend only on the input,
  * never on --threads.
  *
- * Bad records (invalid JSON or UTF-8, no text field or not a string, duplicate keys, a
- * truncated or corrupt zstd/gzip stream) are reported as FILE:LINE: what. --on-error skip
+ * Bad records (invalid JSON or UTF-8, no text field or not a string, duplicate keys) are
+ * reported as FILE:LINE: what. --on-error skip
  * (the default) warns about the first 20, counts all, and goes on; --on-error stop ends
  * with one error line and exit status 1.
  */
