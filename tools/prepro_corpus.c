@@ -880,7 +880,6 @@ int main(int argc, char** argv) {
         cur = 1 - cur;
     }
     pool_stop(&pool);
-    verifier_stop(&verifier);
     progress_clear();
 
     if (progress.documents == 0) fatal("no documents: every record of the input was bad or blank%s",
@@ -917,6 +916,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "prepro_corpus: %d input%s ended at a corrupt or truncated member: the unverified rest dropped "
                 "(see the warnings above)\n", emitter.damaged_inputs, emitter.damaged_inputs == 1 ? "" : "s");
     }
+    verifier_stop(&verifier);  // done with every input: the reader read them all
     free(extra.data);
     free(reader.chunk);
     for (int b = 0; b < 2; b++) {
