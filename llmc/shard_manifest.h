@@ -17,8 +17,10 @@
  * loader says once that the shards are unverified.
  *
  * With a manifest or without, the file a shard name stands for must not change while the
- * job runs (shard_check_identity): the loader reopens shards at every epoch and at every
- * validation, and a corpus rebuilt in place would silently mix two corpora in one run.
+ * job runs (shard_check_identity: device, inode, size and modification time as found when
+ * the pattern was matched): the loader opens a shard first long after the start and reopens
+ * it at every epoch and validation, and a corpus rebuilt in place would mix two corpora in
+ * one run without a word.
  * Every rank makes every check on the same files, so all reach the same verdict.
  */
 #ifndef LLMC_SHARD_MANIFEST_H
@@ -44,8 +46,7 @@ typedef struct {
     char* manifest;   // the manifest that lists it (allocated), or NULL: unverified
     uint64_t bytes;   // its size and CRC32C there
     uint32_t crc;
-    int seen;         // opened before in this job; then the file's identity:
-    dev_t dev;
+    dev_t dev;        // the file's identity when the job started
     ino_t ino;
     off_t size;
     struct timespec mtime;
@@ -194,6 +195,12 @@ static inline ShardCheck* shard_manifest_check(const glob_t* files, const char* 
     char dir[PATH_MAX_LEN], path[PATH_MAX_LEN];
     const char* base;
     for (size_t k = 0; k < n; k++) {
+        struct stat st;
+        if (stat(files->gl_pathv[k], &st) != 0) fatal("cannot stat '%s': %s", files->gl_pathv[k], strerror(errno));
+        checks[k].dev = st.st_dev;
+        checks[k].ino = st.st_ino;
+        checks[k].size = st.st_size;
+        checks[k].mtime = st.st_mtim;
         manifest_split_path(files->gl_pathv[k], dir, sizeof(dir), &base);
         manifest_read_dir(&set, dir);
         for (size_t j = 0; j < set.n; j++) {
@@ -244,18 +251,10 @@ static inline ShardCheck* shard_manifest_check(const glob_t* files, const char* 
     return checks;
 }
 
-// The open file f must be the one this name stood for when the job first opened it.
-static inline void shard_check_identity(ShardCheck* c, FILE* f, const char* path) {
+// The open file f must be the one this name stood for when the job started.
+static inline void shard_check_identity(const ShardCheck* c, FILE* f, const char* path) {
     struct stat st;
     if (fstat(fileno(f), &st) != 0) fatal("%s: cannot stat: %s", path, strerror(errno));
-    if (!c->seen) {
-        c->seen = 1;
-        c->dev = st.st_dev;
-        c->ino = st.st_ino;
-        c->size = st.st_size;
-        c->mtime = st.st_mtim;
-        return;
-    }
     char what[160] = "";
     if (st.st_dev != c->dev || st.st_ino != c->ino) {
         snprintf(what, sizeof(what), "it is another file now: inode %llu, was %llu", (unsigned long long)st.st_ino,
