@@ -17,7 +17,8 @@
  * follows it in the file, is used, since no decoder can find the next member's start in a
  * broken stream with certainty. The price is a second decompression, on another core
  * (decompressing is a small fraction of tokenizing), and neither memory nor disk: the
- * verifier keeps only a running count. It stays at most one input ahead of the reader, so
+ * verifier keeps only a running count (so a single-member .gz of many GB is read twice,
+ * and tokenized once the whole member verified). It stays at most one input ahead of the reader, so
  * that the page cache still holds an input when the reader reads it again.
  *
  * A zstd frame may be written without a checksum (zstd's --no-check; some libraries'
