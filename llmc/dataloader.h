@@ -17,8 +17,10 @@
  * rows a step reads depends only on the seed and the step.
  *
  * Every shard is checked completely when it is opened (header, size, every token id <
- * vocab size). All ranks open the same shards, so they all reach the same verdict, and a
- * bad token is reported before it can index past the embedding table.
+ * vocab size; with a manifest beside it, its size and CRC32C too, and in any case that it
+ * is still the file it was when the job first opened it: llmc/shard_manifest.h). All
+ * ranks open the same shards, so they all reach the same verdict, and a bad token is
+ * reported before it can index past the embedding table.
  */
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
@@ -27,7 +29,9 @@
 #include <glob.h>
 #include <stdint.h>
 
+#include "llmc/crc32c.h"
 #include "llmc/rng.h"
+#include "llmc/shard_manifest.h"
 #include "llmc/untrusted.h"
 #include "llmc/utils.h"
 
@@ -43,6 +47,7 @@ typedef struct {
     int B, T, rank, world, vocab_size;
     glob_t files;
     size_t num_shards;
+    ShardCheck* checks;       // per shard: its manifest line, its identity (llmc/shard_manifest.h)
     size_t shard_index;       // current shard (a file index)
     size_t window_index;      // i: micro-steps taken from this shard
     size_t shard_tokens;      // tokens in the current shard
@@ -62,12 +67,14 @@ typedef struct {
 } DataLoader;
 
 // Reads and checks a shard header; returns its token count. The count (a non-negative
-// int32, so at most 2^31-1 tokens) must describe the file's size exactly.
-static inline size_t shard_check_header(FILE* f, const char* path) {
+// int32, so at most 2^31-1 tokens) must describe the file's size exactly. *crc: the
+// header's CRC32C.
+static inline size_t shard_check_header(FILE* f, const char* path, uint32_t* crc) {
     int header[SHARD_HEADER_INTS];
     long size = file_size_of(f, path);
     if (size < (long)sizeof(header)) fatal("%s: too small to be a token shard (%ld bytes)", path, size);
     freadCheck(header, sizeof(int), SHARD_HEADER_INTS, f, path);
+    *crc = crc32c_update(0, header, sizeof(header));
     if (header[0] != SHARD_MAGIC) {
         fatal("%s: not a token shard (magic %d, expected %d)", path, header[0], SHARD_MAGIC);
     }
@@ -81,23 +88,28 @@ static inline size_t shard_check_header(FILE* f, const char* path) {
     return ntok;
 }
 
-// Scans every token of an open shard (positioned after the header) for ids >= vocab_size.
-static inline void shard_check_tokens(FILE* f, const char* path, size_t ntok, int vocab_size) {
+// Scans every token of an open shard (positioned after the header); returns the index of
+// the first id >= vocab_size (its id in *bad_id), or ntok. *crc continues with the tokens'
+// bytes, so that a manifest's checksum can speak first about a damaged shard.
+static inline size_t shard_scan_tokens(FILE* f, const char* path, size_t ntok, int vocab_size, uint32_t* crc,
+                                       int* bad_id) {
     enum { CHUNK = 1 << 16 };
     uint16_t* buf = (uint16_t*)mallocCheck(CHUNK * sizeof(uint16_t));
+    size_t bad = ntok;
     for (size_t done = 0; done < ntok;) {
         size_t n = ntok - done < CHUNK ? ntok - done : CHUNK;
         freadCheck(buf, sizeof(uint16_t), n, f, path);
-        for (size_t i = 0; i < n; i++) {
+        *crc = crc32c_update(*crc, buf, n * sizeof(uint16_t));
+        for (size_t i = 0; i < n && bad == ntok; i++) {
             if (buf[i] >= vocab_size) {
-                int id = buf[i];
-                free(buf);
-                fatal("%s: token %zu has id %d, not below the vocabulary size %d", path, done + i, id, vocab_size);
+                bad = done + i;
+                *bad_id = buf[i];
             }
         }
         done += n;
     }
     free(buf);
+    return bad;
 }
 
 // A permutation of 0..n-1 (Fisher-Yates) from the stream of (seed, epoch, what): the same
@@ -128,8 +140,15 @@ static inline void dataloader_open_shard(DataLoader* d, size_t index) {
     if (d->file) fcloseCheck(d->file, "token shard");
     const char* path = d->files.gl_pathv[index];
     d->file = fopenCheck(path, "rb");
-    d->shard_tokens = shard_check_header(d->file, path);
-    shard_check_tokens(d->file, path, d->shard_tokens, d->vocab_size);
+    shard_check_identity(&d->checks[index], d->file, path);
+    uint32_t crc;
+    int bad_id = 0;
+    d->shard_tokens = shard_check_header(d->file, path, &crc);
+    size_t bad = shard_scan_tokens(d->file, path, d->shard_tokens, d->vocab_size, &crc, &bad_id);
+    shard_check_content(&d->checks[index], path, SHARD_HEADER_INTS * sizeof(int) + d->shard_tokens * sizeof(uint16_t), crc);
+    if (bad < d->shard_tokens) {
+        fatal("%s: token %zu has id %d, not below the vocabulary size %d", path, bad, bad_id, d->vocab_size);
+    }
     size_t rows = d->shard_tokens > 0 ? (d->shard_tokens - 1) / d->T : 0;
     size_t round = d->row_order ? d->rows_per_step : dataloader_rows_per_micro_step(d);
     if (rows < round && !d->row_order) {
@@ -194,6 +213,7 @@ static inline void dataloader_init(DataLoader* d, const char* pattern, int B, in
     int rc = glob(pattern, 0, NULL, &d->files);
     if (rc != 0 || d->files.gl_pathc == 0) dataloader_no_shard(pattern);
     d->num_shards = d->files.gl_pathc;
+    d->checks = shard_manifest_check(&d->files, pattern, rank);
     d->window = (uint16_t*)mallocCheck(((size_t)B * T + 1) * sizeof(uint16_t));
     d->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
     d->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
@@ -312,6 +332,7 @@ static inline void dataloader_free(DataLoader* d) {
     if (d->trace) fclose(d->trace);
     free(d->shard_order);
     free(d->row_order);
+    shard_checks_free(d->checks, d->num_shards);
     globfree(&d->files);
     free(d->window);
     free(d->inputs);

@@ -70,8 +70,9 @@ static inline void dir_lock_require(void) {
     if (dir_lock_lost(why)[0]) fatal("%s", why);
 }
 
-// Locks dir for this process until dir_lock_release (or exit).
-static inline void dir_lock_take(const char* dir) {
+// Locks dir for this process until dir_lock_release (or exit); clash: what two jobs in one
+// directory would break, for the refusal.
+static inline void dir_lock_take_for(const char* dir, const char* clash) {
     char path[PATH_MAX_LEN];
     path_format(path, sizeof(path), "%s/.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -82,8 +83,8 @@ static inline void dir_lock_take(const char* dir) {
         ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
         holder[n > 0 ? n : 0] = '\0';
         holder[strcspn(holder, "\n")] = '\0';
-        fatal("output directory '%s' is in use by another job (%s): one job per output directory, or its "
-              "checkpoints and main.log would clash", dir, holder[0] ? holder : "holder unknown");
+        fatal("output directory '%s' is in use by another job (%s): one job per output directory, or %s would "
+              "clash", dir, holder[0] ? holder : "holder unknown", clash);
     }
     struct stat st;
     if (stat(dir, &st) != 0) fatal("cannot stat the output directory '%s': %s", dir, strerror(errno));
@@ -103,6 +104,8 @@ static inline void dir_lock_take(const char* dir) {
         fatal("cannot write the lock file '%s': %s", path, strerror(errno));
     }
 }
+
+static inline void dir_lock_take(const char* dir) { dir_lock_take_for(dir, "its checkpoints and main.log"); }
 
 // The directory is free for the next job.
 static inline void dir_lock_release(void) {

@@ -7,6 +7,10 @@
  * Numbers keep their text's integer value exactly when the text is an integer (safetensors
  * offsets pass 2^32; a double would hold them too, but only below 2^53, and "1e3" or
  * "2.0" are not offsets).
+ *
+ * A key twice in one object is an error: JSON leaves its meaning open, and readers differ
+ * (Python's json keeps the last value, a first-match lookup the first), so a config.json
+ * with "n_layer" twice would build another model here than in transformers.
  */
 #ifndef LLMC_JSON_H
 #define LLMC_JSON_H
@@ -151,6 +155,38 @@ static inline void json_parse_number(JsonParser* p, JsonValue* v) {
 
 static inline void json_parse_value(JsonParser* p, JsonValue* v, int depth);
 
+typedef struct {
+    const char* key;
+    int index;
+} JsonKeyRef;
+
+static int json_key_order_(const void* a, const void* b) {
+    const JsonKeyRef* x = (const JsonKeyRef*)a;
+    const JsonKeyRef* y = (const JsonKeyRef*)b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : x->index - y->index;
+}
+
+// Refuses an object with a key twice (see the top), naming the key and where it repeats:
+// its keys sorted, so that equal ones are neighbours.
+static inline void json_check_unique_keys(const JsonParser* p, const JsonValue* v, const size_t* key_at) {
+    if (v->count < 2) return;
+    JsonKeyRef* sorted = (JsonKeyRef*)mallocCheck((size_t)v->count * sizeof(JsonKeyRef));
+    for (int k = 0; k < v->count; k++) {
+        sorted[k].key = v->keys[k];
+        sorted[k].index = k;
+    }
+    qsort(sorted, (size_t)v->count, sizeof(JsonKeyRef), json_key_order_);
+    for (int k = 1; k < v->count; k++) {
+        if (strcmp(sorted[k - 1].key, sorted[k].key) != 0) continue;
+        int again = sorted[k].index;
+        free(sorted);
+        fatal("%s: key \"%s\" appears twice in one object (again at byte %zu): which value is meant is ambiguous "
+              "(Python's json takes the last); remove one", p->what, v->keys[again], key_at[again]);
+    }
+    free(sorted);
+}
+
 // An array or an object: items (and keys) grow as they are read.
 static inline void json_parse_container(JsonParser* p, JsonValue* v, int depth) {
     int object = p->s[p->i] == '{';
@@ -160,15 +196,18 @@ static inline void json_parse_container(JsonParser* p, JsonValue* v, int depth) 
     json_skip_ws(p);
     if (p->i < p->n && p->s[p->i] == close) { p->i++; return; }
     int cap = 0;
+    size_t* key_at = NULL;  // where each key starts, for the duplicate's message
     while (1) {
         if (v->count == cap) {
             cap = cap ? 2 * cap : 8;
             v->items = (JsonValue*)realloc(v->items, (size_t)cap * sizeof(JsonValue));
             if (object) v->keys = (char**)realloc(v->keys, (size_t)cap * sizeof(char*));
-            if (!v->items || (object && !v->keys)) fatal("%s: out of memory parsing JSON", p->what);
+            if (object) key_at = (size_t*)realloc(key_at, (size_t)cap * sizeof(size_t));
+            if (!v->items || (object && (!v->keys || !key_at))) fatal("%s: out of memory parsing JSON", p->what);
         }
         json_skip_ws(p);
         if (object) {
+            key_at[v->count] = p->i;
             v->keys[v->count] = json_parse_string(p);
             json_skip_ws(p);
             if (p->i >= p->n || p->s[p->i] != ':') json_fail(p, "expected ':'");
@@ -178,7 +217,12 @@ static inline void json_parse_container(JsonParser* p, JsonValue* v, int depth) 
         v->count++;
         json_skip_ws(p);
         if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
-        if (p->i < p->n && p->s[p->i] == close) { p->i++; return; }
+        if (p->i < p->n && p->s[p->i] == close) {
+            p->i++;
+            if (object) json_check_unique_keys(p, v, key_at);
+            free(key_at);
+            return;
+        }
         json_fail(p, object ? "expected ',' or '}'" : "expected ',' or ']'");
     }
 }

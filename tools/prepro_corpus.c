@@ -10,14 +10,19 @@
  *   -                                           JSON Lines on standard input (so any
  *                                               converter, e.g. a Parquet reader, pipes in)
  * Every document is prefixed with <|endoftext|>, as prepro_text does. Blank lines in
- * JSON Lines are passed over (they hold no record).
+ * JSON Lines are passed over (they hold no record), and so is a byte order mark at the
+ * start of an input. Compressed inputs are used only as far as their members' checksums
+ * verified (tools/corpus_input.h); a damaged member stops the run, or with
+ * --on-corrupt skip ends that input there.
  *
  * Writes (tools/shard_writer.h, shared with prepro_text): DIR/NAME_val_000000.bin, ...,
  * DIR/NAME_train_00000K.bin, ... (the first tokens are val: see "the val split" below;
- * shards of --shard-tokens tokens; each written to a temporary name and renamed when complete),
- * DIR/gpt2_tokenizer.bin and, last, DIR/NAME_manifest.txt. A run that fails removes the
- * shards it wrote, so shards without a manifest never survive; DIR must not hold shards
- * of NAME already (another run's would mix with this one's under the trainer's glob).
+ * shards of --shard-tokens tokens, under temporary names until the commit at the end),
+ * DIR/gpt2_tokenizer.bin and DIR/NAME_manifest.txt. The run holds DIR/.lock (one run per
+ * directory, llmc/dir_lock.h) and first removes what a killed run of NAME left there; a
+ * run that fails removes the shards it wrote, so shards without a manifest never survive;
+ * DIR must not hold a corpus of NAME already (it would mix with this one under the
+ * trainer's glob).
  *
  * Parallelism: the main thread reads and decompresses, cutting the input into records
  * (lines, or whole .txt files) in batches; the workers parse the JSON, check it and
@@ -25,8 +30,8 @@
  * order while the workers start on the next batch. The shards depend only on the input,
  * never on --threads.
  *
- * Bad records (invalid JSON or UTF-8, no text field or not a string, duplicate keys, a
- * truncated or corrupt zstd/gzip stream) are reported as FILE:LINE: what. --on-error skip
+ * Bad records (invalid JSON or UTF-8, no text field or not a string, duplicate keys) are
+ * reported as FILE:LINE: what. --on-error skip
  * (the default) warns about the first 20, counts all, and goes on; --on-error stop ends
  * with one error line and exit status 1.
  */
@@ -43,18 +48,17 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
 
+#include "llmc/dir_lock.h"
 #include "llmc/utils.h"
 #include "tools/bpe.h"
+#include "tools/corpus_input.h"
 #include "tools/shard_writer.h"
 
-enum { FORMAT_JSONL, FORMAT_TEXT };
-enum { CODEC_PLAIN, CODEC_ZSTD, CODEC_GZIP };
-enum { REC_PENDING, REC_OK, REC_BLANK, REC_BAD };
+// REC_INPUT_END: an input's end, or its verified part's (tools/corpus_input.h), so that
+// what is said about the input comes in record order
+enum { REC_PENDING, REC_OK, REC_BLANK, REC_BAD, REC_INPUT_END };
 
-#define CHUNK_BYTES (1 << 18)     // decompressed bytes the reader handles at a time
 #define WARN_LIMIT 20             // bad records shown one by one under --on-error skip
 #define DEFAULT_SHARD_TOKENS 100000000LL  // as llm.c's FineWeb shards
 #define DEFAULT_VAL_CAP 10000000LL        // tokens: the default val split's most (see ValSplit)
@@ -64,177 +68,6 @@ static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static char* copy_string(const char* s) {
-    size_t n = strlen(s) + 1;
-    char* p = (char*)mallocCheck(n);
-    memcpy(p, s, n);
-    return p;
-}
-
-static int ends_with(const char* s, size_t n, const char* suffix) {
-    size_t k = strlen(suffix);
-    return n >= k && memcmp(s + n - k, suffix, k) == 0;
-}
-
-// ----------------------------------------------------------------------------
-// inputs: a file (or stdin) and its decompressor, read as a stream of text bytes
-
-typedef struct {
-    const char* path;   // as given ("-": stdin)
-    const char* label;  // for messages
-    int format, codec;
-    FILE* f;
-    long long size;      // bytes as stored (compressed), -1 when unknown
-    long long raw_read;  // of those, read so far
-    unsigned char* in;   // compressed bytes not yet decompressed: in[in_pos..in_len)
-    size_t in_pos, in_len;
-    int in_eof;
-    ZSTD_DStream* zs;
-    size_t zs_last;  // ZSTD_decompressStream's last hint: 0 right after a complete frame
-    z_stream z;
-    int z_member_done;    // inflate finished a gzip member (another may follow)
-    const char* damaged;  // why the stream ended early (truncated or corrupt), or NULL
-    long long documents, bad;
-} Input;
-
-// The format and compression an input's name says; 0 if it says neither.
-static int input_classify(Input* in) {
-    const char* p = in->path;
-    size_t n = strlen(p);
-    in->codec = CODEC_PLAIN;
-    if (strcmp(p, "-") == 0) { in->format = FORMAT_JSONL; return 1; }
-    if (ends_with(p, n, ".zst")) { in->codec = CODEC_ZSTD; n -= 4; }
-    else if (ends_with(p, n, ".gz")) { in->codec = CODEC_GZIP; n -= 3; }
-    if (ends_with(p, n, ".jsonl")) in->format = FORMAT_JSONL;
-    else if (ends_with(p, n, ".txt")) in->format = FORMAT_TEXT;
-    else return 0;
-    return 1;
-}
-
-// Checks every input before anything is written (a missing file ends the run at once);
-// the files are opened one at a time later, so a corpus may have more files than fds.
-static void input_probe(Input* in, const char* path) {
-    memset(in, 0, sizeof(*in));
-    in->path = path;
-    in->label = strcmp(path, "-") == 0 ? "<stdin>" : path;
-    const char* kind = strcmp(path, "-") == 0 ? NULL : not_regular_file_kind(path);
-    if (kind) fatal("input '%s' is %s, not a regular file (pipe a stream in as -)", path, kind);
-    if (!input_classify(in)) {
-        fatal("input '%s': cannot tell its format from the name (want .jsonl, .jsonl.zst, .jsonl.gz, .txt, "
-              ".txt.zst, .txt.gz, or - for JSON Lines on stdin)", path);
-    }
-    in->size = -1;
-    struct stat st;
-    if (strcmp(path, "-") == 0) {
-        if (fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode)) in->size = (long long)st.st_size;
-        return;
-    }
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) fatal("cannot read input '%s': %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) == 0) in->size = (long long)st.st_size;
-    fclose(f);
-}
-
-static void input_start(Input* in) {
-    in->f = strcmp(in->path, "-") == 0 ? stdin : fopen(in->path, "rb");
-    if (in->f == NULL) fatal("cannot read input '%s': %s", in->path, strerror(errno));
-    in->in = (unsigned char*)mallocCheck(CHUNK_BYTES);
-    if (in->codec == CODEC_ZSTD) {
-        in->zs = ZSTD_createDStream();
-        if (in->zs == NULL) fatal("out of memory creating a zstd decoder");
-        in->zs_last = 1;  // a frame is due: an empty file is a truncated one
-    } else if (in->codec == CODEC_GZIP) {
-        if (inflateInit2(&in->z, 16 + MAX_WBITS) != Z_OK) fatal("cannot start a gzip decoder");  // 16: gzip wrapper
-    }
-}
-
-static void input_close(Input* in) {
-    if (in->zs) ZSTD_freeDStream(in->zs);
-    if (in->codec == CODEC_GZIP) inflateEnd(&in->z);
-    if (in->f != stdin) fclose(in->f);  // read only: nothing to lose
-    free(in->in);
-    in->in = NULL;
-    in->zs = NULL;
-}
-
-// More compressed bytes in in->in; 0 at the end of the file.
-static int input_refill(Input* in) {
-    if (in->in_pos < in->in_len) return 1;
-    if (in->in_eof) return 0;
-    size_t got = fread(in->in, 1, CHUNK_BYTES, in->f);
-    if (got == 0) {
-        if (ferror(in->f)) fatal("read error on input '%s': %s", in->label, strerror(errno));
-        in->in_eof = 1;
-        return 0;
-    }
-    in->in_pos = 0;
-    in->in_len = got;
-    in->raw_read += (long long)got;
-    return 1;
-}
-
-static size_t read_zstd(Input* in, unsigned char* out, size_t cap) {
-    while (1) {
-        int more = input_refill(in);
-        // At the end of the file, a decoder between frames is done; inside one it may
-        // still hold output, and if it holds none the frame was cut short.
-        if (!more && in->zs_last == 0) return 0;
-        ZSTD_inBuffer ib = {in->in, in->in_len, in->in_pos};
-        ZSTD_outBuffer ob = {out, cap, 0};
-        size_t r = ZSTD_decompressStream(in->zs, &ob, &ib);
-        in->in_pos = ib.pos;
-        if (ZSTD_isError(r)) {
-            in->damaged = ZSTD_getErrorName(r);  // a static string
-            return 0;
-        }
-        in->zs_last = r;
-        if (ob.pos > 0) return ob.pos;
-        if (!more) {
-            in->damaged = "truncated zstd frame";
-            return 0;
-        }
-    }
-}
-
-static size_t read_gzip(Input* in, unsigned char* out, size_t cap) {
-    while (1) {
-        int more = input_refill(in);
-        if (in->z_member_done) {  // gzip files may hold several members, one after the other
-            if (!more) return 0;
-            inflateReset(&in->z);
-            in->z_member_done = 0;
-        }
-        in->z.next_in = in->in + in->in_pos;
-        in->z.avail_in = (uInt)(in->in_len - in->in_pos);
-        in->z.next_out = out;
-        in->z.avail_out = (uInt)cap;
-        int r = inflate(&in->z, Z_NO_FLUSH);
-        in->in_pos = in->in_len - in->z.avail_in;
-        size_t produced = cap - in->z.avail_out;
-        if (r == Z_STREAM_END) in->z_member_done = 1;
-        else if (r != Z_OK && r != Z_BUF_ERROR) {
-            in->damaged = r == Z_MEM_ERROR ? "out of memory in zlib" : "corrupt gzip data";
-            return 0;
-        }
-        if (produced > 0) return produced;
-        if (!more && !in->z_member_done) {
-            in->damaged = "truncated gzip stream";
-            return 0;
-        }
-    }
-}
-
-// Up to cap text bytes; 0 at the end of the input, or where it is damaged (in->damaged).
-static size_t input_read(Input* in, unsigned char* out, size_t cap) {
-    if (in->codec == CODEC_ZSTD) return read_zstd(in, out, cap);
-    if (in->codec == CODEC_GZIP) return read_gzip(in, out, cap);
-    if (!input_refill(in)) return 0;
-    size_t n = in->in_len - in->in_pos < cap ? in->in_len - in->in_pos : cap;
-    memcpy(out, in->in + in->in_pos, n);
-    in->in_pos += n;
-    return n;
 }
 
 // ----------------------------------------------------------------------------
@@ -290,7 +123,7 @@ static char* format_message(const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    return copy_string(buf);
+    return copy_text(buf);
 }
 
 // ----------------------------------------------------------------------------
@@ -299,8 +132,10 @@ static char* format_message(const char* fmt, ...) {
 typedef struct {
     Input* inputs;
     int n_inputs, cur;
+    Verifier* verifier;
     unsigned char* chunk;
     size_t pos, len;
+    int at_start;         // chunk holds the current input's first bytes (for a byte order mark)
     uint64_t line;        // line number at chunk[pos] in the current input
     int open;             // a record is being collected
     Record pending;       // ... this one (its bytes are at the arena's end)
@@ -324,25 +159,32 @@ static void reader_open_record(Reader* r, Batch* b) {
     r->open = 1;
 }
 
-// The current input has ended (or broke off): its last record, or the damage, then the next input.
+static void reader_start_input(Reader* r) {
+    verifier_reading(r->verifier, r->cur);
+    input_start(&r->inputs[r->cur]);
+    r->line = 1;
+    r->pos = r->len = 0;
+    r->at_start = 1;
+}
+
+// The current input has ended (or its verified part has): its last record, unless the
+// damage cut it, and a REC_INPUT_END record (at the first line lost), then the next input.
 static void reader_end_input(Reader* r, Batch* b) {
     Input* in = &r->inputs[r->cur];
+    uint64_t first_lost = r->open ? r->pending.line : r->line;
     if (in->damaged) {
-        if (r->open) b->arena.len = r->pending.off;  // the record it broke off in is lost with it
-        else reader_open_record(r, b);
-        r->pending.line = r->line;  // the line the stream reached
-        r->pending.status = REC_BAD;
-        r->pending.msg = copy_string(in->damaged);
-        reader_close_record(r, b);
+        if (r->open) b->arena.len = r->pending.off;  // the record the verified part ends in is cut: lost
     } else {
         if (in->format == FORMAT_TEXT && !r->open) reader_open_record(r, b);  // an empty file: an empty document
         if (r->open) reader_close_record(r, b);
     }
+    reader_open_record(r, b);
+    r->pending.line = first_lost;
+    r->pending.status = REC_INPUT_END;
+    reader_close_record(r, b);
     input_close(in);
     r->cur++;
-    r->line = 1;
-    r->pos = r->len = 0;
-    if (r->cur < r->n_inputs) input_start(&r->inputs[r->cur]);
+    if (r->cur < r->n_inputs) reader_start_input(r);
 }
 
 // Adds whole records to b until it holds about target bytes; 0 once every input is read.
@@ -351,10 +193,14 @@ static int reader_fill(Reader* r, Batch* b, size_t target, void (*tick)(void)) {
         Input* in = &r->inputs[r->cur];
         if (r->pos == r->len) {
             r->pos = 0;
-            r->len = input_read(in, r->chunk, CHUNK_BYTES);
+            r->len = input_read(r->verifier, in, r->chunk, CHUNK_BYTES);
             r->text_bytes += (long long)r->len;
             if (r->len == 0) { reader_end_input(r, b); continue; }
+            // A UTF-8 byte order mark (as some Windows tools write) is no part of the text.
+            if (r->at_start && r->len >= 3 && memcmp(r->chunk, "\xEF\xBB\xBF", 3) == 0) r->pos = 3;
+            r->at_start = 0;
             tick();
+            if (r->pos == r->len) continue;
         }
         if (!r->open) reader_open_record(r, b);
         const unsigned char* start = r->chunk + r->pos;
@@ -424,11 +270,40 @@ static const char* json_kind(const json_t* v) {
     }
 }
 
+// A copy of the record's n bytes with every number outside strings written as 0 (padded
+// with blanks, so byte positions stay): jansson refuses numbers beyond int64 or double
+// (1e99999, a 30-digit integer), but only the text field matters, and it is a string.
+static char* json_numbers_zeroed(const unsigned char* s, size_t n) {
+    char* c = (char*)mallocCheck(n + 1);
+    memcpy(c, s, n);
+    c[n] = '\0';
+    for (size_t i = 0, in_string = 0; i < n; i++) {
+        if (in_string) {
+            if (c[i] == '\\') i++;
+            else if (c[i] == '"') in_string = 0;
+        } else if (c[i] == '"') {
+            in_string = 1;
+        } else if (c[i] == '-' || (c[i] >= '0' && c[i] <= '9')) {
+            size_t end = i + strspn(c + i + 1, "0123456789+-.eE") + 1;
+            c[i] = '0';
+            memset(c + i + 1, ' ', end - i - 1);
+            i = end - 1;
+        }
+    }
+    return c;
+}
+
 // The document of a JSON Lines record (pointing into *root), or NULL with r->msg set.
 static const char* json_document(Record* r, const unsigned char* s, const Job* job, json_t** root, size_t* len) {
     json_error_t err;
     // Strict on purpose: a duplicate key makes "which text?" ambiguous; \u0000 is valid JSON.
-    *root = json_loadb((const char*)s, r->len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    const size_t flags = JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL;
+    *root = json_loadb((const char*)s, r->len, flags, &err);
+    if (*root == NULL && json_error_code(&err) == json_error_numeric_overflow) {
+        char* zeroed = json_numbers_zeroed(s, r->len);
+        *root = json_loadb(zeroed, r->len, flags, &err);
+        free(zeroed);
+    }
     if (*root == NULL) {
         if (json_error_code(&err) == json_error_invalid_utf8) {
             r->msg = format_message("invalid UTF-8 (byte %d of the line)", err.position);
@@ -701,9 +576,10 @@ static void val_split_finish(ValSplit* v) {
 // writing the records in order
 
 typedef struct {
-    int stop_on_error;
+    int stop_on_error, skip_corrupt;
     const Input* inputs;
     ValSplit* split;
+    int damaged_inputs;  // --on-corrupt skip: inputs whose unverified rest was dropped
 } Emitter;
 
 static void report_bad(const Emitter* e, const Record* r) {
@@ -717,11 +593,34 @@ static void report_bad(const Emitter* e, const Record* r) {
     }
 }
 
+// What is said about an input at its end: a damaged member (tools/corpus_input.h) stops
+// the run, or under --on-corrupt skip is dropped with the rest of the input; zstd frames
+// without a checksum are named.
+static void report_input_end(Emitter* e, const Record* r) {
+    const Input* in = &e->inputs[r->input];
+    progress_clear();
+    if (in->damaged && !e->skip_corrupt) {
+        fatal("%s: %s: it cannot be verified from there on, so no shard is written (--on-corrupt skip would keep "
+              "the members before it and drop the rest)", in->label, in->damaged);
+    }
+    if (in->damaged) {
+        e->damaged_inputs++;
+        fprintf(stderr, "warning: %s: %s: dropped from byte %lld on, unverified; kept the %llu whole line%s before it "
+                "(--on-corrupt skip)\n", in->label, in->damaged, in->damage_at, (unsigned long long)(r->line - 1),
+                r->line == 2 ? "" : "s");
+    }
+    if (in->unchecked_frames > 0) {
+        fprintf(stderr, "warning: %s: %d zstd frame%s without a checksum: corruption inside %s cannot be detected "
+                "(zstd writes one unless told --no-check)\n", in->label, in->unchecked_frames,
+                in->unchecked_frames == 1 ? "" : "s", in->unchecked_frames == 1 ? "it" : "them");
+    }
+}
+
 // Marks where the reader stood when b was complete: the progress of its documents.
 static void batch_mark(Batch* b, const Reader* r) {
     b->text_end = r->text_bytes;
     b->stored_end = 0;
-    for (int k = 0; k < r->n_inputs; k++) b->stored_end += r->inputs[k].raw_read;
+    for (int k = 0; k < r->n_inputs; k++) b->stored_end += r->inputs[k].dec.raw_read;
 }
 
 static void emit_batch(Emitter* e, Batch* b, Input* inputs) {
@@ -737,6 +636,8 @@ static void emit_batch(Emitter* e, Batch* b, Input* inputs) {
             in->bad++;
             progress.bad++;
             report_bad(e, r);
+        } else if (r->status == REC_INPUT_END) {
+            report_input_end(e, r);
         }
     }
     progress.text_done = b->text_end;
@@ -757,6 +658,8 @@ static void usage(void) {
             "                         a tenth of the corpus, at most --shard-tokens and 10000000)\n"
             "  --threads N            tokenizer threads (default: the online CPUs)\n"
             "  --on-error skip|stop   bad records: warn, count and go on (default), or stop with exit 1\n"
+            "  --on-corrupt stop|skip a corrupt or truncated gzip member or zstd frame: stop with exit 1 (default),\n"
+            "                         or drop it and the rest of its input (the members before it are kept)\n"
             "  --progress SECONDS     progress line interval on stderr (default 1; 0: none)\n"
             "  --batch-bytes N        text bytes read ahead per batch (default max(4 MiB, threads x 512 KiB))\n"
             "  --encoder PATH --merges PATH   GPT-2 BPE (default dev/data/gpt2/encoder.json, vocab.bpe)\n");
@@ -770,18 +673,94 @@ static long long parse_count(const char* flag, const char* v, long long lo, long
     return x;
 }
 
+// ----------------------------------------------------------------------------
+// the output directory: one run at a time (its .lock), and what a killed run left there
+
+enum { FILE_OTHER, FILE_SHARD, FILE_SHARD_TMP, FILE_MANIFEST, FILE_MANIFEST_TMP };
+
+// What file f is to the corpus named name: NAME_val_N.bin or NAME_train_N.bin (N digits),
+// NAME_manifest.txt, either with .tmp while unfinished, or none of these.
+static int corpus_file_kind(const char* f, const char* name) {
+    size_t n = strlen(name);
+    if (strncmp(f, name, n) != 0 || f[n] != '_') return FILE_OTHER;
+    const char* rest = f + n + 1;
+    if (strcmp(rest, "manifest.txt") == 0) return FILE_MANIFEST;
+    if (strcmp(rest, "manifest.txt.tmp") == 0) return FILE_MANIFEST_TMP;
+    if (strncmp(rest, "val_", 4) == 0) rest += 4;
+    else if (strncmp(rest, "train_", 6) == 0) rest += 6;
+    else return FILE_OTHER;
+    size_t digits = strspn(rest, "0123456789");
+    if (digits == 0) return FILE_OTHER;
+    if (strcmp(rest + digits, ".bin") == 0) return FILE_SHARD;
+    if (strcmp(rest + digits, ".bin.tmp") == 0) return FILE_SHARD_TMP;
+    return FILE_OTHER;
+}
+
+static void remove_file(const char* dir, const char* f) {
+    char path[PATH_MAX_LEN];
+    path_format(path, sizeof(path), "%s/%s", dir, f);
+    if (unlink(path) != 0 && errno != ENOENT) fatal("cannot remove '%s': %s", path, strerror(errno));
+}
+
+// A run of this corpus that was killed (kill -9, a crash, a power cut) left its temporaries,
+// and if it died during its commit (tools/shard_writer.h) a manifest some of whose shards
+// are still temporaries. This run holds the directory's lock, so no live run owns them:
+// they are removed, and the run says so.
+static void remove_interrupted_run(const char* dir, const char* name) {
+    DIR* d = opendir(dir);
+    if (d == NULL) fatal("cannot read output directory '%s': %s", dir, strerror(errno));
+    char** temps = NULL;
+    int n_temps = 0, shard_temps = 0;
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        int kind = corpus_file_kind(e->d_name, name);
+        if (kind != FILE_SHARD_TMP && kind != FILE_MANIFEST_TMP) continue;
+        temps = (char**)realloc(temps, (size_t)(n_temps + 1) * sizeof(char*));
+        if (temps == NULL) fatal("out of memory listing '%s'", dir);
+        temps[n_temps++] = copy_text(e->d_name);
+        shard_temps += kind == FILE_SHARD_TMP;
+    }
+    closedir(d);
+    if (n_temps == 0) return;
+    // An unfinished commit: the manifest names a shard that is still a temporary.
+    char manifest[PATH_MAX_LEN], line[PATH_MAX_LEN + 128];
+    path_format(manifest, sizeof(manifest), "%s/%s_manifest.txt", dir, name);
+    FILE* f = fopen(manifest, "r");
+    char** listed = NULL;
+    int n_listed = 0, in_commit = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+        int at = -1;
+        line[strcspn(line, "\n")] = '\0';
+        if (sscanf(line, "shard %*s %*s %*s %*s %n", &at) != 0 || at < 0 || corpus_file_kind(line + at, name) != FILE_SHARD) continue;
+        listed = (char**)realloc(listed, (size_t)(n_listed + 1) * sizeof(char*));
+        if (listed == NULL) fatal("out of memory reading '%s'", manifest);
+        listed[n_listed++] = copy_text(line + at);
+        for (int k = 0; k < n_temps; k++) {
+            if (strncmp(temps[k], line + at, strlen(line + at)) == 0 && strcmp(temps[k] + strlen(line + at), ".tmp") == 0) in_commit = 1;
+        }
+    }
+    if (f) fclose(f);
+    for (int k = 0; k < n_temps; k++) remove_file(dir, temps[k]);
+    if (in_commit) {
+        for (int k = 0; k < n_listed; k++) remove_file(dir, listed[k]);
+        remove_file(dir, shard_base_name(manifest));
+    }
+    fprintf(stderr, "prepro_corpus: removed what an interrupted run of corpus '%s' left in '%s': %d unfinished "
+            "shard%s%s\n", name, dir, shard_temps, shard_temps == 1 ? "" : "s",
+            in_commit ? ", and the manifest and shards of the commit it did not finish" : "");
+    for (int k = 0; k < n_temps; k++) free(temps[k]);
+    for (int k = 0; k < n_listed; k++) free(listed[k]);
+    free(temps);
+    free(listed);
+}
+
 // Another run's shards under the same name would be read together with this run's.
 static void refuse_existing_shards(const char* dir, const char* name) {
     DIR* d = opendir(dir);
     if (d == NULL) fatal("cannot read output directory '%s': %s", dir, strerror(errno));
-    char val[PATH_MAX_LEN], train[PATH_MAX_LEN], manifest[PATH_MAX_LEN];
-    path_format(val, sizeof(val), "%s_val_", name);
-    path_format(train, sizeof(train), "%s_train_", name);
-    path_format(manifest, sizeof(manifest), "%s_manifest.txt", name);
     for (struct dirent* e; (e = readdir(d)) != NULL;) {
         const char* f = e->d_name;
-        int ours = strncmp(f, val, strlen(val)) == 0 || strncmp(f, train, strlen(train)) == 0 || strcmp(f, manifest) == 0;
-        if (ours) {
+        int kind = corpus_file_kind(f, name);
+        if (kind == FILE_SHARD || kind == FILE_MANIFEST) {
             closedir(d);
             fatal("output directory '%s' already holds '%s' of a corpus named '%s': use another --out-dir or "
                   "--name, or remove that corpus's files first", dir, f, name);
@@ -799,7 +778,7 @@ int main(int argc, char** argv) {
     long long shard_tokens = DEFAULT_SHARD_TOKENS, val_tokens = -1;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
-    int stop_on_error = 0;
+    int stop_on_error = 0, skip_corrupt = 0;
     double progress_every = 1.0;
     long long batch_bytes = 0;  // 0: chosen from the thread count
     const char** paths = (const char**)mallocCheck((size_t)argc * sizeof(char*));
@@ -825,6 +804,10 @@ int main(int argc, char** argv) {
             if (strcmp(v, "skip") == 0) stop_on_error = 0;
             else if (strcmp(v, "stop") == 0) stop_on_error = 1;
             else fatal("--on-error wants skip or stop, got '%s'", v);
+        } else if (strcmp(a, "--on-corrupt") == 0) {
+            if (strcmp(v, "stop") == 0) skip_corrupt = 0;
+            else if (strcmp(v, "skip") == 0) skip_corrupt = 1;
+            else fatal("--on-corrupt wants stop or skip, got '%s'", v);
         } else {
             usage();
             fatal("unknown option '%s'", a);
@@ -844,6 +827,8 @@ int main(int argc, char** argv) {
     bpe_init(&enc, encoder_path, merges_path);
     job.eot = enc.eot_token;
     shard_make_dir(out_dir);
+    dir_lock_take_for(out_dir, "their shards and manifests");  // held until the process ends, kill -9 included
+    remove_interrupted_run(out_dir, name);
     refuse_existing_shards(out_dir, name);
 
     ShardWriter writer;
@@ -859,8 +844,11 @@ int main(int argc, char** argv) {
     json_object_seed(0);  // before the threads: jansson seeds its hash tables once
     Pool pool;
     pool_start(&pool, threads, &enc, &job);
-    Reader reader = {inputs, n_inputs, 0, (unsigned char*)mallocCheck(CHUNK_BYTES), 0, 0, 1, 0, {0}, 0};
-    input_start(&inputs[0]);
+    Verifier verifier;
+    verifier_start(&verifier, inputs, n_inputs);
+    Reader reader = {.inputs = inputs, .n_inputs = n_inputs, .verifier = &verifier,
+                     .chunk = (unsigned char*)mallocCheck(CHUNK_BYTES)};
+    reader_start_input(&reader);
     progress.t0 = progress.last = now_seconds();
     progress.every = progress_every;
     progress.tty = isatty(fileno(stderr));
@@ -875,7 +863,7 @@ int main(int argc, char** argv) {
     Batch batches[2];
     batch_init(&batches[0], threads);
     batch_init(&batches[1], threads);
-    Emitter emitter = {stop_on_error, inputs, &split};
+    Emitter emitter = {stop_on_error, skip_corrupt, inputs, &split, 0};
     int cur = 0;
     int more = reader_fill(&reader, &batches[cur], target, progress_tick);
     batch_mark(&batches[cur], &reader);
@@ -894,7 +882,8 @@ int main(int argc, char** argv) {
     pool_stop(&pool);
     progress_clear();
 
-    if (progress.documents == 0) fatal("no documents: every record of the input was bad or blank");
+    if (progress.documents == 0) fatal("no documents: every record of the input was bad or blank%s",
+                                           emitter.damaged_inputs ? ", or dropped as unverified" : "");
     val_split_finish(&split);
     shard_writer_finish(&writer);
     char tok_path[PATH_MAX_LEN];
@@ -903,14 +892,19 @@ int main(int argc, char** argv) {
     BpeBytes extra = {0};
     for (int k = 0; k < n_inputs; k++) {
         char line[PATH_MAX_LEN + 128];
-        snprintf(line, sizeof(line), "input %lld %lld %lld %s\n", inputs[k].documents, inputs[k].bad,
-                 inputs[k].raw_read, inputs[k].path);
+        const Input* in = &inputs[k];
+        snprintf(line, sizeof(line), "input %lld %lld %lld %s\n", in->documents, in->bad, in->dec.raw_read, in->path);
         bpe_bytes_append(&extra, line, strlen(line));
+        if (in->damaged) {  // --on-corrupt skip dropped the input's bytes from damage_at on
+            snprintf(line, sizeof(line), "unverified %lld %lld %s\n", in->damage_at, in->size - in->damage_at, in->path);
+            bpe_bytes_append(&extra, line, strlen(line));
+        }
     }
     char line[128];
     snprintf(line, sizeof(line), "documents %lld %lld\n", progress.documents, progress.bad);
     bpe_bytes_append(&extra, line, strlen(line) + 1);  // with its NUL
     shard_writer_write_manifest(&writer, "prepro_corpus", (const char*)extra.data);
+    g_writer = NULL;  // complete; and writer lives in main's frame, gone when the atexit handler runs
 
     double secs = now_seconds() - progress.t0;
     printf("prepro_corpus: %d inputs, %.1f MB of text in %.2f s (%.1f MB/s, %d threads): %lld documents -> %zu tokens "
@@ -918,6 +912,11 @@ int main(int argc, char** argv) {
            (double)reader.text_bytes / 1e6 / secs, threads, progress.documents, writer.total_tokens, (size_t)writer.n_done,
            writer.val_written, writer.total_tokens - writer.val_written);
     if (progress.bad > 0) fprintf(stderr, "prepro_corpus: %lld bad records skipped (see the warnings above)\n", progress.bad);
+    if (emitter.damaged_inputs > 0) {
+        fprintf(stderr, "prepro_corpus: %d input%s ended at a corrupt or truncated member: the unverified rest dropped "
+                "(see the warnings above)\n", emitter.damaged_inputs, emitter.damaged_inputs == 1 ? "" : "s");
+    }
+    verifier_stop(&verifier);  // done with every input: the reader read them all
     free(extra.data);
     free(reader.chunk);
     for (int b = 0; b < 2; b++) {

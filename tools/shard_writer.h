@@ -15,13 +15,19 @@
  * written); unnumbered, exactly NAME_val.bin and NAME_train.bin, either possibly empty
  * (prepro_text's one-file splits, shard_tokens unlimited).
  *
- * A shard is written to NAME....bin.tmp with a placeholder header, its count filled in and
- * the file renamed when it is complete, so a shard that exists is whole. Its CRC32C is
- * computed as the ids stream through (the header's CRC combined with the body's), so the
- * manifest costs no second read. shard_writer_abandon() removes the temporary and every
- * shard this writer completed: a run that fails leaves nothing a trainer could mistake
- * for a prepared corpus; it is safe from an atexit handler and from a signal handler
- * (unlink only, on names prepared in advance).
+ * A shard is written to NAME....bin.tmp with a placeholder header, its count filled in
+ * when it is complete; it keeps that name until the whole corpus is written, so that no
+ * name a trainer's glob (NAME_train_*.bin) matches exists before the corpus does. Then the
+ * commit: the manifest is written and renamed into place first, the shards after it. A
+ * process killed at any moment (kill -9 included) thus leaves either temporaries only, or
+ * a manifest with its shards, some possibly still under their temporary names: the
+ * trainer refuses that (llmc/shard_manifest.h: a shard of the manifest is missing) and
+ * prepro_corpus's next run removes it. Each shard's CRC32C is computed as the ids stream
+ * through (the header's CRC combined with the body's), so the manifest costs no second
+ * read. shard_writer_abandon() removes this writer's temporaries, and during the commit
+ * its manifest and shards too: a run that fails leaves nothing a trainer could mistake for
+ * a prepared corpus; it is safe from an atexit handler and from a signal handler (unlink
+ * only, on names prepared in advance).
  *
  * Manifest (DIR/NAME_manifest.txt, written to a temporary name and renamed), one item a
  * line, fields space separated, a file name always last so it may hold spaces:
@@ -34,6 +40,7 @@
 #define LLMC_SHARD_WRITER_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +49,7 @@
 #include <unistd.h>
 
 #include "llmc/crc32c.h"
+#include "llmc/dir_lock.h"
 #include "llmc/utils.h"
 #include "tools/bpe.h"
 
@@ -53,6 +61,7 @@
 
 typedef struct {
     char* path;  // final name (allocated, kept for the manifest and abandon)
+    char* tmp;   // its temporary name until the commit (allocated)
     int val;
     size_t tokens;
     uint64_t bytes;
@@ -82,8 +91,17 @@ typedef struct {
     size_t cap_done;
     size_t total_tokens, val_written;
     int next_index;
+    char manifest[PATH_MAX_LEN], manifest_tmp[PATH_MAX_LEN];
+    volatile int committing;  // the manifest and shards are being renamed into place
     int finished;
 } ShardWriter;
+
+static inline char* copy_text(const char* s) {
+    size_t n = strlen(s) + 1;
+    char* p = (char*)mallocCheck(n);
+    memcpy(p, s, n);
+    return p;
+}
 
 static inline void shard_make_dir(const char* dir) {
     struct stat st;
@@ -113,15 +131,23 @@ static inline void shard_writer_init(ShardWriter* w, const char* dir, const char
     w->vocab_size = vocab_size;
     w->cap_done = 64;
     w->done = (ShardDone*)callocCheck(w->cap_done, sizeof(ShardDone));
+    path_format(w->manifest, sizeof(w->manifest), "%s/%s_manifest.txt", dir, name);
+    path_format(w->manifest_tmp, sizeof(w->manifest_tmp), "%s.tmp", w->manifest);
 }
 
-// Removes the temporary shard and every completed one. Only unlink(): callable from a
-// signal handler (the names exist before they are counted).
+// Removes the shard being written and every completed one, and during the commit the
+// manifest and the shards' final names. Only unlink(): callable from a signal handler (the
+// names exist before they are counted).
 static inline void shard_writer_abandon(ShardWriter* w) {
     if (w->finished) return;
     if (w->tmp_live) unlink(w->tmp);
     w->tmp_live = 0;
-    for (size_t k = 0; k < w->n_done; k++) unlink(w->done[k].path);
+    unlink(w->manifest_tmp);
+    if (w->committing) unlink(w->manifest);
+    for (size_t k = 0; k < w->n_done; k++) {
+        unlink(w->done[k].tmp);
+        if (w->committing) unlink(w->done[k].path);
+    }
     w->n_done = 0;
 }
 
@@ -141,6 +167,7 @@ static inline void shard_writer_open_next(ShardWriter* w, int val) {
     }
     w->next_index++;
     path_format(w->tmp, sizeof(w->tmp), "%s.tmp", w->path);
+    dir_lock_require();  // where the tool locked its directory: it is still the one locked
     w->tmp_live = 1;  // before fopen: a file half-created by a failing fopen is removed too
     w->f = fopenCheck(w->tmp, "wb");
     int32_t header[256];
@@ -178,15 +205,13 @@ static inline void shard_writer_close_current(ShardWriter* w) {
         free(old);
     }
     ShardDone* d = &w->done[w->n_done];
-    size_t n = strlen(w->path) + 1;
-    d->path = (char*)mallocCheck(n);
-    memcpy(d->path, w->path, n);
+    d->path = copy_text(w->path);
+    d->tmp = copy_text(w->tmp);
     d->val = w->cur_val;
     d->tokens = w->cur_tokens;
     d->bytes = SHARD_FILE_HEADER_BYTES + (uint64_t)w->cur_tokens * sizeof(uint16_t);
     d->crc = crc32c_combine(crc32c_update(0, header, sizeof(header)), w->body_crc, (size_t)(d->bytes - sizeof(header)));
-    w->n_done++;  // counted before the rename: abandon then removes the final name
-    if (rename(w->tmp, w->path) != 0) fatal("cannot rename '%s' to '%s': %s", w->tmp, w->path, strerror(errno));
+    w->n_done++;  // counted before tmp_live is cleared: abandon always sees the file
     w->tmp_live = 0;
 }
 
@@ -225,12 +250,13 @@ static inline void shard_writer_finish(ShardWriter* w) {
     }
 }
 
-// DIR/NAME_manifest.txt (see the top of this file); extra: more lines, or NULL. After
-// this the run is complete and shard_writer_abandon() leaves the shards alone.
+// DIR/NAME_manifest.txt (see the top of this file), then the commit: the manifest renamed
+// into place, then the shards. extra: more lines, or NULL. After this the run is complete
+// and shard_writer_abandon() leaves the files alone.
 static inline void shard_writer_write_manifest(ShardWriter* w, const char* tool, const char* extra) {
-    char path[PATH_MAX_LEN], tmp[PATH_MAX_LEN];
-    path_format(path, sizeof(path), "%s/%s_manifest.txt", w->dir, w->name);
-    path_format(tmp, sizeof(tmp), "%s.tmp", path);
+    const char* path = w->manifest;
+    const char* tmp = w->manifest_tmp;
+    dir_lock_require();
     FILE* f = fopenCheck(tmp, "w");
     fprintf(f, "llmc-shards 1 %s\n", tool);
     for (size_t k = 0; k < w->n_done; k++) {
@@ -243,20 +269,25 @@ static inline void shard_writer_write_manifest(ShardWriter* w, const char* tool,
             w->total_tokens - w->val_written);
     int failed = fflush(f) != 0 || fsync(fileno(f)) != 0 || ferror(f);
     int err = errno;
-    if (fclose(f) != 0 || failed) {
-        unlink(tmp);
-        fatal("%s: write failed: %s", tmp, strerror(failed ? err : errno));
+    if (fclose(f) != 0 || failed) fatal("%s: write failed: %s", tmp, strerror(failed ? err : errno));
+    w->committing = 1;
+    if (rename(tmp, path) != 0) fatal("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    for (size_t k = 0; k < w->n_done; k++) {
+        const ShardDone* d = &w->done[k];
+        if (rename(d->tmp, d->path) != 0) fatal("cannot rename '%s' to '%s': %s", d->tmp, d->path, strerror(errno));
     }
-    if (rename(tmp, path) != 0) {
-        err = errno;
-        unlink(tmp);
-        fatal("cannot rename '%s' to '%s': %s", tmp, path, strerror(err));
-    }
+    // The renames on disk, so that a crash after the exit cannot undo part of them.
+    int dir_fd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0 || fsync(dir_fd) != 0) fatal("cannot sync the directory '%s': %s", w->dir, strerror(errno));
+    close(dir_fd);
     w->finished = 1;
 }
 
 static inline void shard_writer_free(ShardWriter* w) {
-    for (size_t k = 0; k < w->n_done; k++) free(w->done[k].path);
+    for (size_t k = 0; k < w->n_done; k++) {
+        free(w->done[k].path);
+        free(w->done[k].tmp);
+    }
     free(w->done);
     w->done = NULL;
     w->n_done = 0;

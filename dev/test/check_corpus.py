@@ -13,7 +13,7 @@ by the test from its own Python strings, not from the tool's parsing). For each 
     CRC32C (bitwise, from crc32c_reference.py) agree with the manifest, and so do the totals;
   - the ids, shard after shard, are the oracle's (bpe_reference.py): <|endoftext|>, then
     the document's ids, for every document;
-  - DIR holds nothing else but gpt2_tokenizer.bin (no temporary file).
+  - DIR holds nothing else but gpt2_tokenizer.bin and .lock (no temporary file).
 Exits 0 when every case passes.
 """
 import argparse
@@ -78,7 +78,7 @@ def check_case(enc, docs_path, out_dir, shard_tokens, val_tokens):
         problems.append(f"ids differ from the oracle, first at token {int(np.nonzero(got != np.array(expected))[0][0])}")
     if totals != [["total", str(len(shards)), str(len(got)), str(n_val), str(len(got) - n_val)]]:
         problems.append(f"manifest totals {totals}")
-    others = set(os.listdir(out_dir)) - {s[5] for s in shards} - {manifests[0], "gpt2_tokenizer.bin"}
+    others = set(os.listdir(out_dir)) - {s[5] for s in shards} - {manifests[0], "gpt2_tokenizer.bin", ".lock"}
     if others:
         problems.append(f"other files in {out_dir}: {sorted(others)}")
     return problems, len(shards), len(got), len(docs)

@@ -5,7 +5,10 @@
 # one message only (the runner is dev/test/expect_error.sh):
 #   - model headers: L = 2^28 in a 1,024-byte file, C = 65536 (C*C overflows int32),
 #     C beyond its range, negative maxT/V/NH, Vp < V, Vp not a multiple of 128;
-#   - token shards: a token count beyond the file, a negative one;
+#   - token shards: a token count beyond the file, a negative one; against their manifest
+#     (llmc/shard_manifest.h): a flipped byte, a size other than listed, a stray shard the
+#     pattern matches, a listed one missing, a pattern mixing a corpus with other files; a
+#     shard replaced under a running job; shards without a manifest said to be unverified;
 #   - tokenizer files: a vocabulary size out of range, or beyond the file;
 #   - checkpoints: truncated file, flipped byte (CRC32C; in model.bin, at the end of
 #     optimizer.bin read by the last of 3 ranks, in state.txt), missing file, a symlink to
@@ -45,6 +48,24 @@ crafted_model V_negative.bin 0 3 -5
 crafted_model NH_negative.bin 0 5 -4
 crafted_model Vp_below_V.bin 0 7 896
 crafted_model Vp_odd.bin 0 7 1100
+
+# A corpus with its manifest (tools/shard_writer.h's format; CRC32Cs by ./test_crc32c), and
+# copies of it to damage.
+mkdir -p "$TMP/corpus"
+write_shard "$TMP/corpus/c_train_000001.bin" 4096 && write_shard "$TMP/corpus/c_train_000002.bin" 3000
+{
+    echo "llmc-shards 1 test_files"
+    ./test_crc32c "$TMP/corpus"/c_train_00000[12].bin | while read -r crc bytes path; do
+        echo "shard train $(((bytes - 1024) / 2)) $bytes $crc $(basename "$path")"
+    done
+    echo "total 2 7096 0 7096"
+} >"$TMP/corpus/c_manifest.txt"
+corpus_copy() { cp -r "$TMP/corpus" "$TMP/$1" && echo "$TMP/$1"; }
+d=$(corpus_copy shards_crc_flipped) && printf '\x01' | dd of="$d/c_train_000001.bin" bs=1 seek=3001 conv=notrunc status=none
+d=$(corpus_copy shards_size_listed) && sed -i 's/^\(shard train 4096\) 9216 /\1 9218 /' "$d/c_manifest.txt"
+d=$(corpus_copy shards_stray) && cp "$d/c_train_000002.bin" "$d/c_train_000099.bin"
+d=$(corpus_copy shards_missing) && rm "$d/c_train_000002.bin"
+d=$(corpus_copy shards_mixed) && cp "$TMP/good.bin" "$d/extra.bin"
 
 cp "$TMP/good.bin" "$TMP/count_beyond.bin" && set_int32 "$TMP/count_beyond.bin" 2 1000000000
 cp "$TMP/good.bin" "$TMP/count_negative.bin" && set_int32 "$TMP/count_negative.bin" 2 -1
@@ -134,6 +155,40 @@ check model_Vp_not_128    1 "Vp_odd.bin" "header field Vp = 1100 is not a multip
 check shard_count_beyond  1 "count_beyond.bin" "header field token count = 1000000000 needs" -- -i "$TMP/count_beyond.bin"
 check shard_count_beyond  2 "count_beyond.bin" "header field token count = 1000000000 needs" -- -i "$TMP/count_beyond.bin"
 check shard_count_negative 1 "count_negative.bin" "header field token count = -1 is out of range" -- -i "$TMP/count_negative.bin"
+# Against the manifest: the first shard is opened at start, so a defect there stops the job
+# before its first step, on every rank.
+C_GLOB='c_train_*.bin'
+if timeout 60 $BIN "${BASE[@]}" -i "$TMP/corpus/$C_GLOB" >"$TMP/corpus.log" 2>&1 && ! grep -q "unverified" "$TMP/corpus.log" &&
+   [ "$(grep -c "^data: '$TMP/good.bin': 1 shard without a manifest beside it (NAME_manifest.txt): unverified" "$TMP/control.log")" = 1 ]; then
+    ok "control: shards with their manifest train, unannounced; one without one is said once to be unverified"
+else
+    bad "control: the corpus with its manifest did not train, or the unverified shard was not announced once"
+    tail -n 5 "$TMP/corpus.log"; grep "^data:" "$TMP/control.log"
+fi
+check shard_crc_flipped 1 "shards_crc_flipped/c_train_000001.bin: checksum mismatch (CRC32C" "shards_crc_flipped/c_manifest.txt lists" -- -i "$TMP/shards_crc_flipped/$C_GLOB"
+check shard_crc_flipped 2 "shards_crc_flipped/c_train_000001.bin: checksum mismatch (CRC32C" "shards_crc_flipped/c_manifest.txt lists" -- -i "$TMP/shards_crc_flipped/$C_GLOB"
+check shard_size_listed 1 "shards_size_listed/c_train_000001.bin: 9216 bytes, but" "lists it with 9218" -- -i "$TMP/shards_size_listed/$C_GLOB"
+check shard_stray 1 "shards_stray/c_train_000099.bin matches" "is not listed in $TMP/shards_stray/c_manifest.txt" -- -i "$TMP/shards_stray/$C_GLOB"
+check shard_stray 2 "shards_stray/c_train_000099.bin matches" "is not listed in $TMP/shards_stray/c_manifest.txt" -- -i "$TMP/shards_stray/$C_GLOB"
+check shard_listed_missing 1 "shards_missing/c_manifest.txt lists $TMP/shards_missing/c_train_000002.bin" "is missing" -- -i "$TMP/shards_missing/$C_GLOB"
+check shard_mixed 1 "matches shards listed in $TMP/shards_mixed/c_manifest.txt and also $TMP/shards_mixed/extra.bin" "mixes" -- -i "$TMP/shards_mixed/*.bin"
+
+# A shard replaced (a new file under its name) while the job runs: the loader reopens it at
+# every epoch (here every 3 steps: 200 tokens) and stops at the first reopen after.
+write_shard "$TMP/short.bin" 200
+timeout 60 $BIN "${BASE[@]}" -i "$TMP/short.bin" -x 100000 >"$TMP/replaced.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do grep -q "^step *2/" "$TMP/replaced.log" && break; sleep 0.1; done
+cp "$TMP/short.bin" "$TMP/short.new" && mv "$TMP/short.new" "$TMP/short.bin"
+wait $job
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'error:' "$TMP/replaced.log")" = 1 ] &&
+   grep -q "^error: $TMP/short.bin changed while this job ran (it is another file now: inode" "$TMP/replaced.log"; then
+    ok "shard_replaced (np=1, exit $rc after $(grep -c '^step' "$TMP/replaced.log") steps): $(grep 'error:' "$TMP/replaced.log" | cut -c1-140)"
+else
+    bad "shard_replaced: exit $rc, $(grep -E 'error:' "$TMP/replaced.log" | head -2), last: $(tail -n 1 "$TMP/replaced.log")"
+fi
+
 check tokenizer_vocab_huge 1 "tok_huge.bin" "header field vocab size = 1073741824 is out of range" -- -s 1 --tokenizer "$TMP/tok_huge.bin"
 check tokenizer_vocab_beyond 1 "tok_beyond.bin" "header field vocab size = 1000 needs" -- -s 1 --tokenizer "$TMP/tok_beyond.bin"
 

@@ -174,6 +174,17 @@ refuse import_truncated "$B/i1.bin" "truncated" -- import "$B/trunc" "$B/i1.bin"
 refuse import_not_safetensors "$B/i2.bin" "not a safetensors file" -- import "$B/notst" "$B/i2.bin"
 refuse import_bad_json "$B/i3.bin" "malformed JSON at byte" -- import "$B/badjson" "$B/i3.bin"
 refuse import_no_config "$B/i4.bin" "cannot open" "config.json" -- import "$B/noconfig" "$B/i4.bin"
+# A key twice: Python's json (so transformers) takes the last value, a first-match lookup
+# the first; here n_layer 2 (the tensors' count), then 3: refused, naming the key.
+mkdir -p "$B/dupkey" && cp "$F/canonical/model.safetensors" "$B/dupkey/" &&
+    $PY -c 'import sys; t = open(sys.argv[1]).read().rstrip()[:-1]; open(sys.argv[2], "w").write(t + ",\n  \"n_layer\": 3\n}\n")' \
+        "$F/canonical/config.json" "$B/dupkey/config.json"
+if [ "$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["n_layer"])' "$B/dupkey/config.json")" = 3 ] &&
+   [ "$(grep -c '"n_layer"' "$B/dupkey/config.json")" = 2 ]; then
+    refuse import_duplicate_key "$B/i6.bin" 'key "n_layer" appears twice' "config.json" -- import "$B/dupkey" "$B/i6.bin"
+else
+    bad "import_duplicate_key: the fixture is not n_layer 2, then 3 (the last, as Python reads it)"
+fi
 refuse import_out_under_file "$B/afile/x.bin" "cannot open" -- import "$F/canonical" "$B/afile/x.bin"
 check import_out_is_dir 1 "exists and is not a regular file" -- import "$F/canonical" "$B/emptydir"
 BIN="bash $B/limited.sh" refuse import_disk_full "$B/i5.bin" "write failed" -- import "$F/canonical" "$B/i5.bin"
