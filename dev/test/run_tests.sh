@@ -34,6 +34,7 @@ STEPS=(
   "build_stamp     120 dev/test/test_build_stamp.sh"
   "tokenizer       300 dev/test/test_tokenizer.sh"
   "corpus          120 dev/test/test_corpus.sh"
+  "corpus_dir      120 dev/test/test_corpus_dir.sh"
   "kernels         120 ./test_kernels"
   "blas_cores      120 dev/test/test_blas_cores.sh"
   "crc32c          120 dev/test/test_crc32c.sh"
