@@ -97,10 +97,9 @@ static inline void run_evaluations(TrainRun* run, int step, int last) {
     }
 }
 
-// "loss", "grad norm" or "loss and grad norm": what a step's STEP_NONFINITE_* bits name.
-static inline const char* nonfinite_what(int bits) {
-    return bits == STEP_NONFINITE_LOSS ? "loss" : bits == STEP_NONFINITE_NORM ? "grad norm" : "loss and grad norm";
-}
+// What a step's STEP_NONFINITE_* bits name, in messages and as main.log's nf: value.
+static const char* const NONFINITE_WHAT[4] = {"", "loss", "grad norm", "loss and grad norm"};
+static const char* const NONFINITE_LOG_KEY[4] = {"", "loss", "norm", "loss+norm"};
 
 // The step line on rank 0 and main.log, and the epoch line when this step's batch began a
 // pass. in_a_row: the non-finite steps up to and including this one.
@@ -110,13 +109,13 @@ static inline void report_step(TrainRun* run, const StepResult* r, double ms, si
     if (run->rank == 0) {
         char why[64] = "";
         if (r->skipped) snprintf(why, sizeof(why), " | update skipped (%s%s)", r->nonfinite ? "non-finite " : "outlier",
-                                 r->nonfinite ? nonfinite_what(r->nonfinite) : "");
+                                 NONFINITE_WHAT[r->nonfinite]);
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms%s\n",
                step + 1, run->max_steps, r->loss, r->grad_norm, r->lr, ms, run->tokens_per_step / (ms / 1e3),
                r->comm_blocked_ms, why);
         if (r->nonfinite) {
             printf("step %d: update skipped: non-finite %s (%d in a row; --max-nonfinite-steps %d)\n", step + 1,
-                   nonfinite_what(r->nonfinite), in_a_row, run->cfg->max_nonfinite_steps);
+                   NONFINITE_WHAT[r->nonfinite], in_a_row, run->cfg->max_nonfinite_steps);
         } else if (r->skipped) {
             printf("step %d: update skipped: loss z-score %.2f, grad norm z-score %.2f\n", step + 1, r->z_loss,
                    r->z_norm);
@@ -126,10 +125,7 @@ static inline void report_step(TrainRun* run, const StepResult* r, double ms, si
     logger_log_train(logger, step + 1, r->loss, r->grad_norm, r->lr, ms);
     if (r->skipped) {
         logger_line(logger, "s:%d skp:1 zl:%.6g zn:%.6g%s%s\n", step + 1, r->z_loss, r->z_norm,
-                    r->nonfinite ? " nf:" : "", r->nonfinite ? (r->nonfinite == STEP_NONFINITE_LOSS ? "loss"
-                                                                : r->nonfinite == STEP_NONFINITE_NORM ? "norm"
-                                                                                                      : "loss+norm")
-                                                             : "");
+                    r->nonfinite ? " nf:" : "", NONFINITE_LOG_KEY[r->nonfinite]);
     }
     if (run->io.train.epoch != *epoch) {
         *epoch = run->io.train.epoch;
@@ -152,9 +148,9 @@ static inline void stop_if_diverged(const TrainRun* run, const StepResult* r, in
     if (in_a_row == 1) snprintf(span, sizeof(span), "at step %d,", r->step + 1);
     else snprintf(span, sizeof(span), "in %d steps in a row, %d to %d,", in_a_row, r->step + 2 - in_a_row, r->step + 1);
     fatal("non-finite %s (loss %g, grad norm %g) %s more than --max-nonfinite-steps %d: the run has diverged and "
-          "stops; those updates were skipped, so the weights are those after step %d; %s (--check-nan names the first "
-          "non-finite gradient)", nonfinite_what(r->nonfinite), (double)r->loss, (double)r->grad_norm, span,
-          run->cfg->max_nonfinite_steps, r->step + 1 - in_a_row, resume);
+          "stops; those updates were skipped, so the weights are those after step %d; %s%s", NONFINITE_WHAT[r->nonfinite],
+          (double)r->loss, (double)r->grad_norm, span, run->cfg->max_nonfinite_steps, r->step + 1 - in_a_row, resume,
+          r->nonfinite & STEP_NONFINITE_NORM ? " (--check-nan names the first non-finite gradient)" : "");
 }
 
 // Steps start_step..max_steps-1, with evaluations, the step line and main.log, and
