@@ -191,7 +191,19 @@ typedef struct {
 } Trainer;
 
 // Checks the configuration against the model; returns the micro-steps per optimizer step.
+// The GPU trainer's kernel choices have no CPU counterpart: a value other than the default
+// would be silently ignored here, so it is refused.
 static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
+    TrainConfig gpu_defaults;
+    train_config_defaults(&gpu_defaults, 0);
+    char given[96] = "";
+    if (strcmp(cfg->attention, gpu_defaults.attention) != 0) snprintf(given, sizeof(given), "--attention %.60s", cfg->attention);
+    else if (cfg->recompute != gpu_defaults.recompute) snprintf(given, sizeof(given), "-r %d", cfg->recompute);
+    else if (cfg->fused_kernels != gpu_defaults.fused_kernels) snprintf(given, sizeof(given), "--fused-kernels %d", cfg->fused_kernels);
+    if (given[0]) {
+        fatal("%s: a choice of the GPU trainer's kernels (train_gpt2cu); the CPU trainer has one implementation of "
+              "each and cannot honour it: leave the option out", given);
+    }
     if (!plugin_optimizer && (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32)) {
         fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: rebuild with `" REBUILD_WITH_ZERO1 "`");
     }
@@ -239,7 +251,7 @@ static void trainer_free(Trainer* tr) {
 static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx,
                                OutlierState* outliers) {
     Trainer* tr = (Trainer*)t;
-    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, NAN, NAN};
+    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, 0, NAN, NAN};
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
@@ -259,10 +271,9 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
     r.loss = loss / tr->world;
     StepGate g;
     UpdateGate gate;
-    opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, r.loss, &r),
+    opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, &r, NULL, NULL),
                           &r.comm_blocked_ms);
     r.grad_norm = opt->ops->read_norm(opt);
-    step_gate_end(&g, r.loss, r.grad_norm);
     return r;
 }
 
@@ -334,6 +345,7 @@ static void trainer_destroy(void* t) {
 static void trainer_describe(void* t, char* buf, size_t n) { snprintf(buf, n, "%d threads", omp_get_max_threads()); }
 
 static void trainer_write_grad(void* t, int tensor, float value) { ((Trainer*)t)->model.grad[tensor][0] = value; }
+static void trainer_write_loss(void* t, float value) { ((Trainer*)t)->model.mean_loss = value; }
 
 static const TrainerKind CPU_TRAINER = {
     .build = "train_gpt2, CPU fp32, " PLUGIN_BUILT,
@@ -348,6 +360,7 @@ static const TrainerKind CPU_TRAINER = {
     .replicas_identical = trainer_replicas_identical,
     .describe = trainer_describe,
     .write_grad = trainer_write_grad,
+    .write_loss = trainer_write_loss,
 };
 
 #ifndef TESTING

@@ -167,16 +167,12 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
     cudaStream_t st = r->gpu->stream;
     nccl_all_reduce_sum(r->grads, r->numel, &r->nccl, st);
     global_norm(r->norm, r->norm + 1, r->norm_partial, r->grads, r->numel, r->cfg.grad_clip, st);
-    if (r->cfg.check_nan) {  // opt-in: costs one wait per step
+    if (r->cfg.check_nan || gate) {  // the host decides from the norm: the step's one wait comes here
         cudaCheck(cudaMemcpyAsync(r->norm_host, r->norm, sizeof(float), cudaMemcpyDeviceToHost, st));
         cudaCheck(cudaStreamSynchronize(st));
         // step + 1: the 1-based step of the step line, as train_gpt2.c's message says
-        if (!isfinite(r->norm_host[0])) report_non_finite_grad(r, step + 1);
-    }
-    if (gate) {  // -sl/-sg: the host decides from the norm, so this waits for it
-        cudaCheck(cudaMemcpyAsync(r->norm_host, r->norm, sizeof(float), cudaMemcpyDeviceToHost, st));
-        cudaCheck(cudaStreamSynchronize(st));
-        if (gate->skip(gate->ctx, r->norm_host[0])) return;
+        if (r->cfg.check_nan && !isfinite(r->norm_host[0])) report_non_finite_grad(r, step + 1);
+        if (gate && gate->skip(gate->ctx, r->norm_host[0])) return;
     }
     AdamWStep s = rep_adamw_step(r, lr, step + 1);
     for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
@@ -368,6 +364,19 @@ static float loss_over_ranks(Trainer* tr, const char* what, int step) {
     return total;
 }
 
+// The step's mean loss, read by the update gate (llmc/train_loop.h) once finish_step has
+// waited for the norm: the loss's copy to the host was queued before, so it has arrived.
+typedef struct {
+    Trainer* tr;
+    float scale;  // 1 / (micro-steps x ranks)
+    int step;
+} StepLoss;
+
+static float step_loss_at_gate(void* ctx) {
+    StepLoss* l = (StepLoss*)ctx;
+    return loss_over_ranks(l->tr, "loss all-reduce", l->step + 1) * l->scale;
+}
+
 // Micro-step `micro`'s batch from the loader, its upload queued (llmc/batch_upload.cuh).
 static void upload_micro_batch(Trainer* tr, int micro, BatchFn next_batch, void* batch_ctx) {
     const int *inputs, *targets;
@@ -376,14 +385,15 @@ static void upload_micro_batch(Trainer* tr, int micro, BatchFn next_batch, void*
 }
 
 // One optimizer step: k micro-steps of forward+backward, then the optimizer (reduction,
-// norm, AdamW); the host reads the loss and the norm once, after everything is queued.
+// norm, AdamW); the host reads the loss and the norm once, at the update gate: after the
+// norm is computed and before AdamW is queued, so that a non-finite step is never applied.
 // Micro-step i+1's batch is uploaded while micro-step i computes; the first batch of a
 // step is read when the step begins (the loader's position is part of a checkpoint, and
 // the step line reports epochs by it, so no batch is read ahead across steps).
 static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx,
                                OutlierState* outliers) {
     Trainer* tr = (Trainer*)t;
-    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, NAN, NAN};
+    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, 0, NAN, NAN};
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     cudaStream_t st = tr->gpu->stream;
@@ -400,18 +410,12 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
         gpt2_backward(m, loss_scale);
     }
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
+    StepLoss loss = {tr, 1.0f / ((float)k * tr->world), step};
     StepGate g;
     UpdateGate gate;
-    float scale = 1.0f / ((float)k * tr->world);
-    if (step_gate_wanted(&tr->cfg, outliers)) {  // -sl/-sg decide before the update: one more wait, for the loss
-        cudaCheck(cudaStreamSynchronize(st));
-        r.loss = loss_over_ranks(tr, "loss all-reduce", step + 1) * scale;
-    }
-    opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, r.loss, &r),
+    opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, &r, step_loss_at_gate, &loss),
                           &r.comm_blocked_ms);
-    r.grad_norm = opt->ops->read_norm(opt);  // the one sync of the step; the loss copy is before it
-    if (!step_gate_wanted(&tr->cfg, outliers)) r.loss = loss_over_ranks(tr, "loss all-reduce", step + 1) * scale;
-    step_gate_end(&g, r.loss, r.grad_norm);
+    r.grad_norm = opt->ops->read_norm(opt);
     return r;
 }
 
@@ -532,6 +536,12 @@ static void trainer_write_grad(void* t, int tensor, float value) {
     cudaCheck(cudaMemcpyAsync(m->grad[tensor], &value, sizeof(float), cudaMemcpyHostToDevice, m->stream));
 }
 
+// The loss summed on the device so far, on the compute stream after the forward queued so far.
+static void trainer_write_loss(void* t, float value) {
+    GPT2* m = &((Trainer*)t)->model;
+    cudaCheck(cudaMemcpyAsync(m->d_loss, &value, sizeof(float), cudaMemcpyHostToDevice, m->stream));
+}
+
 static const TrainerKind GPU_TRAINER = {
     "train_gpt2cu, GPU " PRECISION_NAME ", " PLUGIN_BUILT,  // build
     DEFAULT_ZERO_STAGE,
@@ -548,6 +558,7 @@ static const TrainerKind GPU_TRAINER = {
     print_kernels,         // print_start
     print_gpu_memory,      // print_end
     trainer_write_grad,
+    trainer_write_loss,
 };
 
 #ifndef TESTING

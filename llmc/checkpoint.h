@@ -371,8 +371,14 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
         if (seen[i]++) fatal("%s: field %s appears twice", path, key);
         char* p = (char*)s + fd->offset;
         if (fd->kind == STATE_WINDOW) {  // one long value: the rest of the line
-            if (!outlier_window_parse(line + at, (OutlierWindow*)p)) {
-                fatal("%s: field %s = '%.60s...' is not a window of finite values", path, key, line + at);
+            int dropped;
+            if (!outlier_window_parse(line + at, (OutlierWindow*)p, &dropped)) {
+                fatal("%s: field %s = '%.60s...' is not a window of numbers", path, key, line + at);
+            }
+            if (dropped && utils_rank() == 0) {
+                fprintf(stderr, "warning: %s: field %s holds %d non-finite values (an older build kept those of "
+                        "non-finite steps): they are left out of -sl/-sg's window\n",
+                        path, key, dropped);
             }
             continue;
         }

@@ -13,11 +13,16 @@
  * MPI_File_read_at_all with an explicit offset (ranks with fewer rounds join with 0
  * bytes), so the MPI library can aggregate the ranks' requests on Lustre or GPFS.
  *
- * Checksums: each rank computes the CRC32C of every round it writes or reads and sends
- * (offset, bytes, crc) to rank 0, which sorts them by offset, requires them to tile the
+ * Checksums and finite values: each rank computes the CRC32C of every round it writes or
+ * reads, and finds the round's first NaN or infinity if it holds one (one more pass over
+ * bytes the CRC has just read), and sends (offset, bytes, crc, that offset) to rank 0, which sorts them by offset, requires them to tile the
  * file exactly, and joins them with crc32c_combine into the file's CRC: written into the
  * manifest on save, compared with it on load (the verdict is broadcast, so every rank
- * stops alike on a mismatch). Rank 0 writes the headers (as rounds of its own), state.txt
+ * stops alike on a mismatch). A non-finite value stops a save before the checkpoint is
+ * renamed into place (the earlier ones stay, and -nk removes nothing), and a load before
+ * training on it: the update gate keeps them out of the state (llmc/train_loop.h), but AdamW's
+ * v overflows on a gradient above ~1.8e19 when --grad-clip 0 lets one through, and a
+ * checkpoint of an older build may hold them. Rank 0 writes the headers (as rounds of its own), state.txt
  * and, once every rank has synced and closed the large files, the manifest, then renames
  * the temporary directory into place.
  *
@@ -72,7 +77,9 @@ typedef struct {
     uint64_t offset, bytes;
     uint32_t crc;
     int32_t file;
+    uint64_t nonfinite_at;   // the file offset of the round's first NaN or infinity; CHECKPOINT_FINITE: none
 } CheckpointCrc;
+#define CHECKPOINT_FINITE UINT64_MAX
 
 // This rank's share of one large file.
 typedef struct {
@@ -238,6 +245,22 @@ static inline void checkpoint_stage_round(const CheckpointFilePlan* f, const Che
     }
 }
 
+// The file offset of the first NaN or infinity in a round's state slices (a header holds
+// integers), or CHECKPOINT_FINITE.
+static inline uint64_t checkpoint_round_nonfinite(const CheckpointFilePlan* f, const CheckpointRound* r,
+                                                  const unsigned char* staging) {
+    uint64_t at = 0;
+    for (int i = r->first; i < r->first + r->count; i++) {
+        const CheckpointSlice* s = &f->slices[i];
+        if (s->which != CHECKPOINT_HEADER_SLICE) {
+            size_t n = s->bytes / sizeof(float), j = floats_first_nonfinite((const float*)(staging + at), n);
+            if (j < n) return s->offset + j * sizeof(float);
+        }
+        at += s->bytes;
+    }
+    return CHECKPOINT_FINITE;
+}
+
 // Collective: this rank's rounds of one file, in as many collective calls as the rank
 // with the most rounds needs. Fills crcs[0..f->num_rounds). dir_fd: the file's directory,
 // open (checkpoint_transfer).
@@ -276,7 +299,8 @@ static inline void checkpoint_move_file(const CheckpointFilePlan* f, int dir_fd,
                   saving ? "is the disk full?" : "was the file cut short?");
         }
         if (!r) continue;
-        CheckpointCrc c = {r->offset, r->bytes, crc32c(staging, r->bytes), f->file};
+        CheckpointCrc c = {r->offset, r->bytes, crc32c(staging, r->bytes), f->file,
+                           checkpoint_round_nonfinite(f, r, staging)};
         crcs[k] = c;
         if (!saving) checkpoint_stage_round(f, r, o, staging, 0);
     }
@@ -291,17 +315,20 @@ static inline int checkpoint_compare_crcs(const void* a, const void* b) {
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-// Rank 0: the CRC32C of each large file from every rank's reports, in file order. The
-// reports must tile each file exactly: a gap or an overlap is a bug in the pieces.
+// Rank 0: the CRC32C of each large file from every rank's reports, in file order, and the
+// offset of its first non-finite value. The reports must tile each file exactly: a gap or
+// an overlap is a bug in the pieces.
 static inline void checkpoint_combine_crcs(CheckpointCrc* all, int n, const CheckpointFilePlan* plans,
-                                           uint32_t* crc_of_file) {
+                                           uint32_t* crc_of_file, uint64_t* nonfinite_of_file) {
     qsort(all, (size_t)n, sizeof(CheckpointCrc), checkpoint_compare_crcs);
     int i = 0;
     for (int k = 0; k < 2; k++) {
         const CheckpointFilePlan* f = &plans[k];
         uint64_t expect = 0;
         uint32_t crc = 0;  // the CRC of nothing; combining onto it gives the first piece's
+        nonfinite_of_file[f->file] = CHECKPOINT_FINITE;
         for (; i < n && all[i].file == f->file; i++) {
+            if (all[i].nonfinite_at < nonfinite_of_file[f->file]) nonfinite_of_file[f->file] = all[i].nonfinite_at;
             if (all[i].offset != expect) {
                 fatal("checkpoint: the ranks' pieces of %s %s at byte %" PRIu64 " (a bug)", f->path,
                       all[i].offset > expect ? "leave a gap" : "overlap", expect);
@@ -351,6 +378,7 @@ static inline CheckpointCrc* checkpoint_gather_crcs(const CheckpointCrc* mine, i
 typedef struct {
     CheckpointFilePlan plans[2];   // model.bin, optimizer.bin
     uint32_t crc[2];               // rank 0: each file's CRC32C, from every rank's rounds
+    uint64_t nonfinite_at[2];      // rank 0: each file's first NaN or infinity (CHECKPOINT_FINITE: none)
     size_t state_bytes;            // this rank's pieces: master + m + v, fp32
     double mib_moved;              // rank 0: both files, MiB
 } CheckpointTransfer;
@@ -387,7 +415,7 @@ static inline void checkpoint_transfer(CheckpointTransfer* t, const char* dir, c
     int total;
     CheckpointCrc* all = checkpoint_gather_crcs(crcs, num_rounds, &total);
     if (rank == 0) {
-        checkpoint_combine_crcs(all, total, t->plans, t->crc);
+        checkpoint_combine_crcs(all, total, t->plans, t->crc, t->nonfinite_at);
         t->mib_moved = (double)(t->plans[0].size + t->plans[1].size) / (1 << 20);
     }
     free(all);
@@ -427,11 +455,37 @@ static inline void checkpoint_memcheck_end(double rss_before, const char* what, 
     fflush(stdout);
 }
 
+// Rank 0: -1 when both files of a transfer are finite; else the file that holds the first
+// NaN or infinity, and in what which value it is ("element 3 of h0.qkvb in AdamW's v").
+static inline int checkpoint_nonfinite_where(const CheckpointTransfer* t, const GPT2Config* cfg, char* what,
+                                             size_t cap) {
+    for (int k = 0; k < 2; k++) {
+        int file = t->plans[k].file;
+        if (t->nonfinite_at[file] == CHECKPOINT_FINITE) continue;
+        size_t n = gpt2_num_parameters(cfg), element = (t->nonfinite_at[file] - CHECKPOINT_HEADER_BYTES) / sizeof(float);
+        const char* state = file == CHECKPOINT_MODEL ? "the master weights" : element < n ? "AdamW's m" : "AdamW's v";
+        element %= n;
+        size_t* offsets = (size_t*)callocCheck((size_t)gpt2_num_tensors(cfg), sizeof(size_t));
+        checkpoint_file_offsets(cfg, offsets);
+        int tensor = 0;
+        for (int i = 0; i < gpt2_num_tensors(cfg); i++) {
+            if (offsets[i] <= element && element - offsets[i] < gpt2_tensor_numel(cfg, i)) tensor = i;
+        }
+        char name[64];
+        snprintf(what, cap, "element %zu of %s in %s", element - offsets[tensor],
+                 gpt2_tensor_name(cfg, tensor, name, sizeof(name)), state);
+        free(offsets);
+        return file;
+    }
+    return -1;
+}
+
 // ----------------------------------------------------------------------------
 // What the trainers call
 
-// Collective: rank 0's verdict on -o (why: llmc/dir_lock.h's message, "" while -o is the
-// directory this job locked) to every rank, so that all stop alike when it was removed.
+// Collective: rank 0's verdict (why: the message, "" when all is well: -o is still the
+// directory this job locked, llmc/dir_lock.h, and the state was finite) to every rank, so
+// that all stop alike.
 static inline void checkpoint_dir_verdict(char* why, int step) {
     MPI_Request request;
     mpiCheck(MPI_Ibcast(why, DIR_LOCK_WHY_MAX, MPI_CHAR, 0, MPI_COMM_WORLD, &request));
@@ -456,7 +510,12 @@ static inline void checkpoint_save(const char* out_dir, const GPT2Config* cfg, O
     CheckpointTransfer t;
     checkpoint_transfer(&t, tmp, cfg, o, s->step, 1);
     // Every rank has synced and closed both files (their reports reached rank 0 after that).
-    if (rank == 0 && !dir_lock_lost(lost)[0]) {  // lost meanwhile: the checkpoint is not renamed into place
+    char what[128];
+    if (rank == 0 && checkpoint_nonfinite_where(&t, cfg, what, sizeof(what)) >= 0) {
+        checkpoint_remove_dir(tmp);
+        snprintf(lost, sizeof(lost), "checkpoint of step %d not saved: %s is not finite (the earlier checkpoints "
+                 "are kept)", s->step, what);
+    } else if (rank == 0 && !dir_lock_lost(lost)[0]) {  // lost meanwhile: the checkpoint is not renamed into place
         CheckpointManifest m;
         for (int k = 0; k < 2; k++) {
             m.bytes[t.plans[k].file] = t.plans[k].size;
@@ -504,6 +563,14 @@ static inline void checkpoint_load(const char* dir, const GPT2Config* cfg, Optim
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[verdict[0]]);
         checkpoint_checksum_mismatch(path, (uint32_t)verdict[1], manifest->crc[verdict[0]]);
     }
+    char why[DIR_LOCK_WHY_MAX] = "", what[128];
+    int file = utils_rank() == 0 ? checkpoint_nonfinite_where(t, cfg, what, sizeof(what)) : -1;
+    if (file >= 0) {
+        snprintf(why, sizeof(why), "resume: %s/%s: %s is not finite (an older build saved its run's state after it "
+                 "had diverged): move %s away to resume from the checkpoint before it", dir, CHECKPOINT_FILES[file],
+                 what, dir);
+    }
+    checkpoint_dir_verdict(why, step);
     o->ops->finish_import(o, step);
 }
 

@@ -57,6 +57,7 @@ typedef struct {
     int pad_busbw;
     int overlap_grad_reduce, overlap_param_gather;
     int check_nan;
+    int max_nonfinite_steps;    // skipped non-finite steps in a row that a run survives (0: stop at the first)
     const char* trace_file;
     int param_dtype, grad_dtype;
     int stochastic_rounding;    // bf16 params: AdamW's write-back rounds stochastically (bits from seed, step, element)
@@ -141,7 +142,11 @@ static const OptionSpec TRAIN_OPTIONS[] = {
      "reduce-scatter after backward instead of during it"},
     {NULL, "--no-overlap-param-gather", OPT_NOFLAG, CLI_FIELD(overlap_param_gather), 0, 0,
      "all-gather synchronously after the update instead of during the next forward"},
-    {NULL, "--check-nan", OPT_FLAG, CLI_FIELD(check_nan), 0, 0, "stop on the first non-finite gradient"},
+    {NULL, "--check-nan", OPT_FLAG, CLI_FIELD(check_nan), 0, 0,
+     "stop at the first non-finite gradient, naming its parameter (costs a scan per step)"},
+    {NULL, "--max-nonfinite-steps", OPT_INT, CLI_FIELD(max_nonfinite_steps), 0, INT_MAX,
+     "a step whose loss or grad norm is not finite is skipped; more than N such steps in a row stop the run (0: stop "
+     "at the first)"},
     {NULL, "--trace", OPT_STR, CLI_FIELD(trace_file), 0, 0, "write a Chrome trace per rank to FILE.rankN.json"},
     {NULL, "--param-dtype", OPT_DTYPE, CLI_FIELD(param_dtype), 0, 0, "fp32|bf16 storage of the param buffer"},
     {NULL, "--stochastic-rounding", OPT_FLAG, CLI_FIELD(stochastic_rounding), 0, 0,
@@ -213,6 +218,7 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->param_dtype = DTYPE_FP32;
     c->grad_dtype = DTYPE_FP32;
     c->outlier_window = 128;
+    c->max_nonfinite_steps = 3;
     c->comm_timeout = 600.0f;
     c->dist_opt_instances = 1;
     c->comm_backend = "auto";
@@ -270,6 +276,21 @@ static inline void train_print_usage(FILE* out, const char* prog, const OptionTa
     fprintf(out, "  %-32s %s\n", "-h, --help", "this help");
 }
 
+// The option arg names in the tables (and the struct its offset points into), or NULL.
+static inline const OptionSpec* cli_find_option(const OptionTable* tables, int n_tables, const char* arg,
+                                                char** fields) {
+    for (int t = 0; t < n_tables; t++) {
+        for (int i = 0; i < tables[t].count; i++) {
+            const OptionSpec* s = &tables[t].options[i];
+            if ((s->short_name && strcmp(arg, s->short_name) == 0) || strcmp(arg, s->long_name) == 0) {
+                if (fields) *fields = (char*)tables[t].fields;
+                return s;
+            }
+        }
+    }
+    return NULL;
+}
+
 static inline double cli_number(const char* flag, const char* value, int integer, double min, double max) {
     char* end = NULL;
     errno = 0;
@@ -307,26 +328,24 @@ static inline void train_parse_args_with(TrainConfig* c, const OptionTable* extr
     int n_tables = 1 + n_extra;
     for (int a = 1; a < argc; a++) {
         const char* arg = argv[a];
-        // llm.c's "-h 0|1" is its HellaSwag flag: the same as -H here; -h alone is the help.
-        if (strcmp(arg, "-h") == 0 && a + 1 < argc && (strcmp(argv[a + 1], "0") == 0 || strcmp(argv[a + 1], "1") == 0)) {
-            c->hellaswag = argv[++a][0] == '1';
+        // llm.c's "-h 0|1" is its HellaSwag flag: the same as -H here; -h alone (or before
+        // another option) is the help, and any other value an error.
+        if (strcmp(arg, "-h") == 0 && a + 1 < argc && strcmp(argv[a + 1], "--help") != 0 &&
+            strcmp(argv[a + 1], "-h") != 0 && !cli_find_option(tables, n_tables, argv[a + 1], NULL)) {
+            const char* value = argv[++a];
+            if (strcmp(value, "0") != 0 && strcmp(value, "1") != 0) {
+                fatal("-h takes 0 or 1 (llm.c's HellaSwag flag, as -H), got '%s'; -h alone or --help prints the help",
+                      value);
+            }
+            c->hellaswag = value[0] == '1';
             continue;
         }
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             if (utils_rank() == 0) train_print_usage(stdout, argv[0], tables, n_tables);
             exit(0);
         }
-        const OptionSpec* o = NULL;
         char* fields = NULL;
-        for (int t = 0; t < n_tables && !o; t++) {
-            for (int i = 0; i < tables[t].count && !o; i++) {
-                const OptionSpec* s = &tables[t].options[i];
-                if ((s->short_name && strcmp(arg, s->short_name) == 0) || strcmp(arg, s->long_name) == 0) {
-                    o = s;
-                    fields = (char*)tables[t].fields;
-                }
-            }
-        }
+        const OptionSpec* o = cli_find_option(tables, n_tables, arg, &fields);
         if (!o) fatal("unknown option '%s' (see %s -h)", arg, argv[0]);
         char* field = fields + o->offset;
         if (o->kind == OPT_FLAG || o->kind == OPT_NOFLAG) {

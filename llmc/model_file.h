@@ -9,7 +9,9 @@
 #ifndef LLMC_MODEL_FILE_H
 #define LLMC_MODEL_FILE_H
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "llmc/bf16.h"
 #include "llmc/gpt2_spec.h"
@@ -36,6 +38,42 @@ static inline size_t gpt2_tensor_offsets_dense(const GPT2Config* c, size_t* offs
         off += gpt2_tensor_numel(c, i);
     }
     return off;
+}
+
+// The index of the first NaN or infinity in x[0..n), or n when every value is finite. The
+// exponent test runs over blocks without a branch (vectorised), so a scan costs about one
+// read of the data; the block that holds one is searched again.
+static inline size_t floats_first_nonfinite(const float* x, size_t n) {
+    const size_t block = 1024;
+    for (size_t at = 0; at < n; at += block) {
+        size_t end = n - at < block ? n : at + block;
+        uint32_t any = 0;
+        for (size_t j = at; j < end; j++) {
+            uint32_t bits;
+            memcpy(&bits, &x[j], sizeof(bits));
+            any |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
+        }
+        if (!any) continue;
+        for (size_t j = at; j < end; j++) {
+            if (!isfinite(x[j])) return j;
+        }
+    }
+    return n;
+}
+
+// Stops with one error naming the first tensor (llm.c's name) of a dense canonical array
+// that holds a NaN or infinity, its element and value; what: the file, why: the consequence.
+static inline void gpt2_dense_check_finite(const GPT2Config* c, const float* dense, const char* what, const char* why) {
+    size_t off = 0;
+    for (int i = 0; i < gpt2_num_tensors(c); i++) {
+        size_t n = gpt2_tensor_numel(c, i), j = floats_first_nonfinite(dense + off, n);
+        if (j < n) {
+            char name[64];
+            fatal("%s: tensor %s holds a non-finite value (%g) at element %zu: %s", what,
+                  gpt2_tensor_name(c, i, name, sizeof(name)), (double)dense[off + j], j, why);
+        }
+        off += n;
+    }
 }
 
 // Bounds on a model's shape, checked before any size arithmetic. Generous: GPT-2 XL is

@@ -46,10 +46,11 @@ typedef struct {
 
 typedef struct Optimizer Optimizer;
 
-// The update's last word (-sl/-sg): finish_step calls skip with the step's grad norm, once
-// the host has it and before any rank updates; 1 skips the update (the gradients are
-// dropped; weights, m and v stay as they were). Every rank passes the same gate and sees
-// the same all-reduced norm, so all decide alike. NULL: always update (and no host wait).
+// The update's last word (a non-finite loss or norm, -sl/-sg: llmc/train_loop.h's StepGate):
+// finish_step calls skip with the step's grad norm, once the host has it and before any rank
+// updates; 1 skips the update (the gradients are dropped; weights, m and v stay as they
+// were). Every rank passes the same gate and sees the same all-reduced norm, so all decide
+// alike. The trainers pass one every step; NULL (tests): always update, no host wait.
 typedef struct {
     int (*skip)(void* ctx, float grad_norm);
     void* ctx;

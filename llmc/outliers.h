@@ -9,8 +9,11 @@
  *          steps;
  *   skip = (-sl Z > 0 and z(loss) > Z) or (-sg Z > 0 and z(norm) > Z): one-sided, only a
  *          rise is an outlier.
- * Every step's value joins its window afterwards, a skipped one too, so that a lasting
- * change of level stops being an outlier after W steps instead of stopping training.
+ * Every finite step's value joins its window afterwards, a skipped one too, so that a
+ * lasting change of level stops being an outlier after W steps instead of stopping
+ * training. A NaN or infinity never joins (a step with one is skipped before it is compared:
+ * llmc/train_loop.h): it would make every later z-score NaN. A window an older build saved
+ * with them loads without them.
  * The sums run over the window in a fixed order, in double, so every rank (all see the
  * same all-reduced loss and norm) reaches the same decision, and a resumed run (the
  * windows are saved in checkpoints' state.txt) the straight run's.
@@ -68,6 +71,7 @@ static inline double outlier_z(const OutlierWindow* w, double x) {
 }
 
 static inline void outlier_push(OutlierWindow* w, double x) {
+    if (!isfinite(x)) return;
     w->values[w->next] = x;
     w->next = (w->next + 1) % w->size;
     if (w->count < w->size) w->count++;
@@ -91,8 +95,9 @@ static inline void outlier_window_format(const OutlierWindow* w, FILE* f) {
     for (int i = 0; i < w->count; i++) fprintf(f, ",%a", outlier_value(w, i));
 }
 
-// The reverse, with the saved W; 0 on malformed text.
-static inline int outlier_window_parse(const char* text, OutlierWindow* w) {
+// The reverse, with the saved W; 0 on malformed text. *dropped: the non-finite values left
+// out (an older build pushed those of non-finite steps).
+static inline int outlier_window_parse(const char* text, OutlierWindow* w, int* dropped) {
     int size, count, used;
     if (sscanf(text, "%d:%d%n", &size, &count, &used) != 2 || size < 1 || size > OUTLIER_MAX_WINDOW || count < 0 ||
         count > size) {
@@ -100,11 +105,13 @@ static inline int outlier_window_parse(const char* text, OutlierWindow* w) {
     }
     outlier_window_init(w, size);
     const char* p = text + used;
+    *dropped = 0;
     for (int i = 0; i < count; i++) {
         char* end = NULL;
         if (*p != ',') return 0;
         double v = strtod(p + 1, &end);
-        if (end == p + 1 || !isfinite(v)) return 0;
+        if (end == p + 1) return 0;
+        *dropped += !isfinite(v);
         outlier_push(w, v);
         p = end;
     }

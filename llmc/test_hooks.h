@@ -1,16 +1,22 @@
 /*
  * Test only: the faults that test scripts plant in the product trainers, read once from the
- * environment (like LLMC_TEST_STOP in llmc/checkpoint_io.h). STEP is 0-based.
- *   LLMC_TEST_PLANT_NAN=STEP   a NaN in h0.qkvb's gradient on the last rank, in the step's last
- *                              micro-step, the moment backward has it final and before the
- *                              optimizer's hook sees it (so its bucket cannot be reducing yet):
- *                              --check-nan must stop every rank (test_zero1.sh, the GPU suite)
- *   LLMC_TEST_GRAD_SPIKE=STEP  the same element set to TEST_HOOKS_GRAD_SPIKE instead: a grad-norm
- *                              outlier for -sg (test_outliers.sh, the GPU suite's skip_update)
- *   LLMC_TEST_LOSS_SPIKE=STEP  every target of the step is the last token id: a loss outlier
- *                              for -sl (test_outliers.sh)
- * They act from outside the step: llmc/train_main.h wraps the model's gradient hook once the
- * trainer is built, and the training loop wraps the step's batch function.
+ * environment (like LLMC_TEST_STOP in llmc/checkpoint_io.h). STEP is 0-based; STEP+ plants
+ * the fault in every step from STEP on (a run that has diverged).
+ *   LLMC_TEST_PLANT_NAN=STEP[+]      a NaN in h0.qkvb's gradient on the last rank, in the step's
+ *                                    last micro-step, the moment backward has it final and before
+ *                                    the optimizer's hook sees it (so its bucket cannot be reducing
+ *                                    yet): --check-nan must stop every rank (test_zero1.sh, the GPU
+ *                                    suite); without it the step is skipped (test_nonfinite.sh)
+ *   LLMC_TEST_GRAD_SPIKE=STEP[:X]    the same element set to X (default TEST_HOOKS_GRAD_SPIKE)
+ *                                    instead: a grad-norm outlier for -sg (test_outliers.sh, the
+ *                                    GPU suite's skip_update), or with --grad-clip 0 a gradient
+ *                                    whose square overflows AdamW's v (test_nonfinite.sh)
+ *   LLMC_TEST_LOSS_SPIKE=STEP        every target of the step is the last token id: a loss outlier
+ *                                    for -sl (test_outliers.sh)
+ *   LLMC_TEST_NAN_LOSS=STEP[+]       the last rank's loss of the step's last micro-step is NaN, its
+ *                                    gradients untouched: a non-finite loss alone (test_nonfinite.sh)
+ * They act from outside the step: llmc/train_main.h wraps the model's hooks once the trainer
+ * is built, and the training loop wraps the step's batch function.
  */
 #ifndef LLMC_TEST_HOOKS_H
 #define LLMC_TEST_HOOKS_H
@@ -32,15 +38,23 @@ extern "C" {
 // its z-score exceeds any -sg threshold a test uses.
 #define TEST_HOOKS_GRAD_SPIKE 1e4f
 
+// When a fault acts: from step `step` (-1: never), in that step only or (from_on) in every later one.
+typedef struct {
+    int step, from_on;
+} TestHookSteps;
+
 typedef struct {
     int installed;             // test_hooks_install has read the environment
-    int plant_nan_step, grad_spike_step, loss_spike_step;  // -1: never
-    int step;                  // the step the loop runs now
+    TestHookSteps plant_nan, grad_spike, loss_spike, nan_loss;
+    float spike_value;
+    int step;                  // the step the loop runs now (-1 before the first)
     int contributions;         // h0.qkvb's gradient contributions in this step so far
-    int micro_steps, planting_rank, positions, vocab_size;
-    ModelHooks inner;          // the optimizer's hooks, which the wrapper calls on
+    int forwards;              // forwards that reached the loss in this step so far
+    int micro_steps, positions, vocab_size, last_block;
+    ModelHooks inner;          // the optimizer's hooks, which the wrappers call on
     void* trainer;
     void (*write_grad)(void* trainer, int tensor, float value);
+    void (*write_loss)(void* trainer, float value);
     BatchFn batch;             // the loop's, during a loss spike's step
     void* batch_ctx;
     int* targets;
@@ -48,49 +62,81 @@ typedef struct {
 
 static TestHooks test_hooks;
 
-static inline int test_hooks_step_from_env(const char* name) {
+// NAME=STEP, or NAME=STEP+ where from_plus allows it, or NAME=STEP:X where value is
+// given (*value: X; unchanged without it).
+static inline TestHookSteps test_hooks_steps_from_env(const char* name, int from_plus, float* value) {
+    TestHookSteps at = {-1, 0};
     const char* text = getenv(name);
-    if (text == NULL || *text == '\0') return -1;
+    if (text == NULL || *text == '\0') return at;
     char* end;
     long step = strtol(text, &end, 10);
-    if (*end != '\0' || step < 0 || step > 1000000000L) fatal("%s = '%s': expected a 0-based step", name, text);
-    return (int)step;
+    at.from_on = from_plus && *end == '+';
+    if (at.from_on) end++;
+    if (value && *end == ':') *value = strtof(end + 1, &end);
+    if (*end != '\0' || step < 0 || step > 1000000000L) {
+        fatal("%s = '%s': expected a 0-based step%s%s", name, text, from_plus ? " (STEP+: every step from it)" : "",
+              value ? " (STEP:X: the value X)" : "");
+    }
+    at.step = (int)step;
+    return at;
+}
+
+static inline int test_hooks_acts(const TestHookSteps* at, int step) {
+    return at->step >= 0 && (step == at->step || (at->from_on && step > at->step));
 }
 
 static inline void test_hooks_grad_done(void* ctx, int tensor) {
     TestHooks* h = &test_hooks;
     if (tensor == gpt2_idx_layer(0, LAYER_QKVB) && h->contributions++ == h->micro_steps - 1) {
-        int nan = h->step == h->plant_nan_step, spike = h->step == h->grad_spike_step;
+        int nan = test_hooks_acts(&h->plant_nan, h->step), spike = test_hooks_acts(&h->grad_spike, h->step);
         if (nan || spike) {
             fprintf(stderr, "test: rank %d plants %s in h0.qkvb's gradient at step %d (%s)\n", utils_rank(),
                     nan ? "a NaN" : "a spike", h->step + 1, nan ? "LLMC_TEST_PLANT_NAN" : "LLMC_TEST_GRAD_SPIKE");
-            h->write_grad(h->trainer, tensor, nan ? NAN : TEST_HOOKS_GRAD_SPIKE);
+            h->write_grad(h->trainer, tensor, nan ? NAN : h->spike_value);
         }
     }
     if (h->inner.grad_contribution_done) h->inner.grad_contribution_done(ctx, tensor);
 }
 
-// After the trainer is built: reads the environment and, where a gradient is to be planted,
-// wraps the model's gradient hook on the last rank. write_grad sets one element of a
-// tensor's gradient, ordered after the backward work queued so far.
+// The forward's last block (block L) ends after the loss: in the step's last micro-step, the
+// loss becomes NaN. Evaluations run between steps and count into the step before, past its
+// micro-steps, so they never match.
+static inline void test_hooks_forward_end(void* ctx, int block) {
+    TestHooks* h = &test_hooks;
+    if (block == h->last_block && h->forwards++ == h->micro_steps - 1 && test_hooks_acts(&h->nan_loss, h->step)) {
+        fprintf(stderr, "test: rank %d makes its loss NaN at step %d (LLMC_TEST_NAN_LOSS)\n", utils_rank(), h->step + 1);
+        h->write_loss(h->trainer, NAN);
+    }
+    if (h->inner.forward_block_end) h->inner.forward_block_end(ctx, block);
+}
+
+// After the trainer is built: reads the environment and, where a fault is to be planted,
+// wraps the model's hooks on the last rank. write_grad sets one element of a tensor's
+// gradient, write_loss the loss of the forward just queued, each ordered after the work
+// queued so far.
 static inline void test_hooks_install(ModelHooks* hooks, void* trainer,
                                       void (*write_grad)(void* trainer, int tensor, float value),
-                                      const TrainConfig* cfg, const GPT2Config* mc, int micro_steps, int rank,
-                                      int world) {
+                                      void (*write_loss)(void* trainer, float value), const TrainConfig* cfg,
+                                      const GPT2Config* mc, int micro_steps, int rank, int world) {
     TestHooks* h = &test_hooks;
     h->installed = 1;
-    h->plant_nan_step = test_hooks_step_from_env("LLMC_TEST_PLANT_NAN");
-    h->grad_spike_step = test_hooks_step_from_env("LLMC_TEST_GRAD_SPIKE");
-    h->loss_spike_step = test_hooks_step_from_env("LLMC_TEST_LOSS_SPIKE");
+    h->step = -1;
+    h->plant_nan = test_hooks_steps_from_env("LLMC_TEST_PLANT_NAN", 1, NULL);
+    h->spike_value = TEST_HOOKS_GRAD_SPIKE;
+    h->grad_spike = test_hooks_steps_from_env("LLMC_TEST_GRAD_SPIKE", 0, &h->spike_value);
+    h->loss_spike = test_hooks_steps_from_env("LLMC_TEST_LOSS_SPIKE", 0, NULL);
+    h->nan_loss = test_hooks_steps_from_env("LLMC_TEST_NAN_LOSS", 1, NULL);
     h->micro_steps = micro_steps;
     h->positions = cfg->B * cfg->T;
     h->vocab_size = mc->vocab_size;
-    if ((h->plant_nan_step >= 0 || h->grad_spike_step >= 0) && rank == world - 1) {
-        h->inner = *hooks;
-        h->trainer = trainer;
-        h->write_grad = write_grad;
-        hooks->grad_contribution_done = test_hooks_grad_done;  // its ctx stays the optimizer's
-    }
+    h->last_block = mc->num_layers;
+    if (rank != world - 1) return;
+    h->inner = *hooks;  // the wrappers call on with the optimizer's ctx, which stays in hooks
+    h->trainer = trainer;
+    h->write_grad = write_grad;
+    h->write_loss = write_loss;
+    if (h->plant_nan.step >= 0 || h->grad_spike.step >= 0) hooks->grad_contribution_done = test_hooks_grad_done;
+    if (h->nan_loss.step >= 0) hooks->forward_block_end = test_hooks_forward_end;
 }
 
 static inline void test_hooks_spiked_batch(void* ctx, int micro, const int** inputs, const int** targets) {
@@ -106,8 +152,8 @@ static inline void test_hooks_spiked_batch(void* ctx, int micro, const int** inp
 static inline void test_hooks_begin_step(int step, BatchFn* batch, void** batch_ctx) {
     TestHooks* h = &test_hooks;
     h->step = step;
-    h->contributions = 0;
-    if (h->installed && step == h->loss_spike_step) {
+    h->contributions = h->forwards = 0;
+    if (h->installed && test_hooks_acts(&h->loss_spike, step)) {
         h->batch = *batch;
         h->batch_ctx = *batch_ctx;
         *batch = test_hooks_spiked_batch;

@@ -1,8 +1,8 @@
 /*
  * What the CPU and GPU trainers share around the step itself: the step's result and its
- * -sl/-sg gate, the model's initial weights, the batch checks, batches from the data
- * loader, sampling, the replica check, and the run's inputs and outputs (RunIO). The
- * training loop and the trainers' main are in llmc/train_main.h.
+ * update gate (non-finite steps, -sl/-sg), the model's initial weights, the batch checks,
+ * batches from the data loader, sampling, the replica check, and the run's inputs and
+ * outputs (RunIO). The training loop and the trainers' main are in llmc/train_main.h.
  */
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
@@ -45,53 +45,57 @@ static inline double wall_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
+// What made a step's loss or grad norm unusable: a non-finite value (NaN or infinity).
+enum { STEP_NONFINITE_LOSS = 1, STEP_NONFINITE_NORM = 2 };
+
 typedef struct {
     int step;                  // 0-based index of this optimizer step
     float loss;                // mean over micro-steps and ranks
     float grad_norm;           // global L2 norm before clipping
     float lr;
     double comm_blocked_ms;    // host time spent waiting on communication
-    int skipped;               // -sl/-sg: the update was skipped (an outlier)
-    double z_loss, z_norm;     // their z-scores (NaN while the windows fill)
+    int skipped;               // the update was skipped: a non-finite step, or (-sl/-sg) an outlier
+    int nonfinite;             // STEP_NONFINITE_* bits: which of the two was not finite (0: both were)
+    double z_loss, z_norm;     // -sl/-sg's z-scores (NaN while the windows fill, and in a non-finite step)
 } StepResult;
 
-// -sl/-sg for one step (llmc/outliers.h). step_gate_begin returns the gate finish_step
-// consults (NULL with both off: no host wait); after finish_step, step_gate_end lets the
-// windows take the step's values where the gate did not run, so that they are the same
-// whatever the flags and a resume that turns them on decides as the straight run would.
+// Every step's last word before its update (llmc/optimizer.h's UpdateGate), given the
+// all-reduced grad norm once the host has it. A step whose loss or norm is not finite is
+// never applied and stays out of -sl/-sg's windows (llmc/outliers.h); a finite one joins
+// them, and -sl/-sg may skip it as an outlier. Every rank sees the same loss and norm, so
+// all decide alike. loss_now, when set, reads the step's loss at the gate (the GPU
+// trainer's, which the wait for the norm has brought to the host); else result->loss is it.
 typedef struct {
-    OutlierState* state;       // NULL: no detection at all (tests that drive trainer_step)
+    OutlierState* state;       // NULL: no windows (tests that drive trainer_step)
     float loss_z_max, norm_z_max;
-    double loss;
+    float (*loss_now)(void* ctx);
+    void* loss_ctx;
     StepResult* result;
-    int decided;
 } StepGate;
 
 static inline int step_gate_skip(void* ctx, float grad_norm) {
     StepGate* g = (StepGate*)ctx;
-    g->decided = 1;
-    g->result->skipped = outlier_step(g->state, g->loss, grad_norm, g->loss_z_max, g->norm_z_max,
-                                      &g->result->z_loss, &g->result->z_norm);
-    return g->result->skipped;
+    StepResult* r = g->result;
+    if (g->loss_now) r->loss = g->loss_now(g->loss_ctx);
+    r->nonfinite = (isfinite(r->loss) ? 0 : STEP_NONFINITE_LOSS) | (isfinite(grad_norm) ? 0 : STEP_NONFINITE_NORM);
+    if (r->nonfinite) {
+        r->skipped = 1;
+    } else if (g->state) {
+        r->skipped = outlier_step(g->state, r->loss, grad_norm, g->loss_z_max, g->norm_z_max, &r->z_loss, &r->z_norm);
+    }
+    return r->skipped;
 }
 
-static inline int step_gate_wanted(const TrainConfig* cfg, const OutlierState* state) {
-    return state && (cfg->skip_loss_z > 0.0f || cfg->skip_norm_z > 0.0f);
-}
-
+// The gate a trainer passes to finish_step, every step. Its cost is where the host has the
+// norm: the CPU trainer at once; zero1/ after the norm's all-reduce, which it waits for
+// anyway; the GPU trainer's one wait per step comes before AdamW instead of after it.
 static inline const UpdateGate* step_gate_begin(StepGate* g, UpdateGate* gate, OutlierState* state,
-                                                const TrainConfig* cfg, double loss, StepResult* r) {
-    *g = (StepGate){state, cfg->skip_loss_z, cfg->skip_norm_z, loss, r, 0};
+                                                const TrainConfig* cfg, StepResult* r, float (*loss_now)(void*),
+                                                void* loss_ctx) {
+    *g = (StepGate){state, cfg->skip_loss_z, cfg->skip_norm_z, loss_now, loss_ctx, r};
     r->z_loss = r->z_norm = NAN;
     *gate = (UpdateGate){step_gate_skip, g};
-    return step_gate_wanted(cfg, state) ? gate : NULL;
-}
-
-static inline void step_gate_end(StepGate* g, double loss, float grad_norm) {
-    if (!g->state || g->decided) return;
-    g->loss = loss;
-    g->loss_z_max = g->norm_z_max = 0.0f;  // off: only the windows move
-    step_gate_skip(g, grad_norm);
+    return gate;
 }
 
 // Supplies the inputs and targets (B*T each, host memory) of micro-step `micro`.
@@ -135,7 +139,9 @@ static inline float* load_initial_weights(const TrainConfig* cfg, GPT2Config* mc
         return dense;
     }
     int version;
-    return gpt2_model_file_read(cfg->model, mc, &version);
+    float* dense = gpt2_model_file_read(cfg->model, mc, &version);
+    gpt2_dense_check_finite(mc, dense, cfg->model, "a model with non-finite weights cannot train");
+    return dense;
 }
 
 // Checks what every trainer needs of -t, -d and -o, and in a build without the zero1/ plugin

@@ -52,6 +52,7 @@ typedef struct {
     void (*print_start)(void* trainer);                         // optional: rank 0, after the start line
     void (*print_end)(void* trainer);                           // optional: every rank, after the replica check
     void (*write_grad)(void* trainer, int tensor, float value); // one gradient element (llmc/test_hooks.h)
+    void (*write_loss)(void* trainer, float value);             // the last forward's loss (llmc/test_hooks.h)
 } TrainerKind;
 
 typedef struct {
@@ -96,25 +97,60 @@ static inline void run_evaluations(TrainRun* run, int step, int last) {
     }
 }
 
-// The step line on rank 0 and main.log, and the epoch line when this step's batch began a pass.
-static inline void report_step(TrainRun* run, const StepResult* r, double ms, size_t* epoch) {
+// What a step's STEP_NONFINITE_* bits name, in messages and as main.log's nf: value.
+static const char* const NONFINITE_WHAT[4] = {"", "loss", "grad norm", "loss and grad norm"};
+static const char* const NONFINITE_LOG_KEY[4] = {"", "loss", "norm", "loss+norm"};
+
+// The step line on rank 0 and main.log, and the epoch line when this step's batch began a
+// pass. in_a_row: the non-finite steps up to and including this one.
+static inline void report_step(TrainRun* run, const StepResult* r, double ms, size_t* epoch, int in_a_row) {
     int step = r->step;
     Logger* logger = &run->io.logger;
     if (run->rank == 0) {
+        char why[64] = "";
+        if (r->skipped) snprintf(why, sizeof(why), " | update skipped (%s%s)", r->nonfinite ? "non-finite " : "outlier",
+                                 NONFINITE_WHAT[r->nonfinite]);
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms%s\n",
                step + 1, run->max_steps, r->loss, r->grad_norm, r->lr, ms, run->tokens_per_step / (ms / 1e3),
-               r->comm_blocked_ms, r->skipped ? " | update skipped (outlier)" : "");
-        if (r->skipped) printf("step %d: update skipped: loss z-score %.2f, grad norm z-score %.2f\n", step + 1,
-                               r->z_loss, r->z_norm);
+               r->comm_blocked_ms, why);
+        if (r->nonfinite) {
+            printf("step %d: update skipped: non-finite %s (%d in a row; --max-nonfinite-steps %d)\n", step + 1,
+                   NONFINITE_WHAT[r->nonfinite], in_a_row, run->cfg->max_nonfinite_steps);
+        } else if (r->skipped) {
+            printf("step %d: update skipped: loss z-score %.2f, grad norm z-score %.2f\n", step + 1, r->z_loss,
+                   r->z_norm);
+        }
         fflush(stdout);
     }
     logger_log_train(logger, step + 1, r->loss, r->grad_norm, r->lr, ms);
-    if (r->skipped) logger_line(logger, "s:%d skp:1 zl:%.6g zn:%.6g\n", step + 1, r->z_loss, r->z_norm);
+    if (r->skipped) {
+        logger_line(logger, "s:%d skp:1 zl:%.6g zn:%.6g%s%s\n", step + 1, r->z_loss, r->z_norm,
+                    r->nonfinite ? " nf:" : "", NONFINITE_LOG_KEY[r->nonfinite]);
+    }
     if (run->io.train.epoch != *epoch) {
         *epoch = run->io.train.epoch;
         if (run->rank == 0) printf("epoch %zu of the train data began with step %d\n", *epoch + 1, step + 1);
         logger_log_epoch(logger, step + 1, *epoch);
     }
+}
+
+// More non-finite steps in a row than --max-nonfinite-steps: the run has diverged. Every
+// rank saw the same loss and norm, so every rank stops here alike. last_checkpoint: the
+// newest this run saved or resumed from (0: none).
+static inline void stop_if_diverged(const TrainRun* run, const StepResult* r, int in_a_row, int last_checkpoint) {
+    if (in_a_row <= run->cfg->max_nonfinite_steps) return;
+    char resume[PATH_MAX_LEN + 96] = "no checkpoint to resume from (-n)";
+    if (last_checkpoint > 0) {
+        snprintf(resume, sizeof(resume), "-y 1 resumes from the newest checkpoint, step %d, in %s", last_checkpoint,
+                 run->cfg->output_dir);
+    }
+    char span[64];
+    if (in_a_row == 1) snprintf(span, sizeof(span), "at step %d,", r->step + 1);
+    else snprintf(span, sizeof(span), "in %d steps in a row, %d to %d,", in_a_row, r->step + 2 - in_a_row, r->step + 1);
+    fatal("non-finite %s (loss %g, grad norm %g) %s more than --max-nonfinite-steps %d: the run has diverged and "
+          "stops; those updates were skipped, so the weights are those after step %d; %s%s", NONFINITE_WHAT[r->nonfinite],
+          (double)r->loss, (double)r->grad_norm, span, run->cfg->max_nonfinite_steps, r->step + 1 - in_a_row, resume,
+          r->nonfinite & STEP_NONFINITE_NORM ? " (--check-nan names the first non-finite gradient)" : "");
 }
 
 // Steps start_step..max_steps-1, with evaluations, the step line and main.log, and
@@ -129,7 +165,7 @@ static inline void run_training(TrainRun* run, int start_step) {
         dataloader_next_batch(train);
     }
     double total_ms = 0.0;
-    int timed_steps = 0;
+    int timed_steps = 0, nonfinite_in_a_row = 0, last_checkpoint = start_step;
     size_t epoch = train->epoch;
     for (int step = start_step; step <= run->max_steps; step++) {
         int last = step == run->max_steps;
@@ -146,11 +182,14 @@ static inline void run_training(TrainRun* run, int start_step) {
             total_ms += ms;
             timed_steps++;
         }
-        report_step(run, &r, ms, &epoch);
+        nonfinite_in_a_row = r.nonfinite ? nonfinite_in_a_row + 1 : 0;
+        report_step(run, &r, ms, &epoch, nonfinite_in_a_row);
+        stop_if_diverged(run, &r, nonfinite_in_a_row, last_checkpoint);
         if (cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps)) {
             checkpoint_save_run(cfg, run->parts.config, run->parts.opt, run->parts.grad_accum_steps, step + 1,
                                 run->max_steps, train, run->sample_rng, &run->io.outliers);
             if (run->rank == 0) checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, step + 1);  // -nk
+            last_checkpoint = step + 1;
         }
         logger_check(&run->io.logger);  // a failed write ends the job, once this step's checkpoint was tried
     }
@@ -193,7 +232,7 @@ static inline int train_main(int argc, char** argv, const TrainerKind* kind, con
     ranks_agree(&cfg, kind->build, cfg.resume ? resume.state.step : -1);  // one job on every rank
 
     run.trainer = kind->create(&cfg, run.rank, run.world, &run.parts);
-    test_hooks_install(run.parts.hooks, run.trainer, kind->write_grad, &cfg, run.parts.config,
+    test_hooks_install(run.parts.hooks, run.trainer, kind->write_grad, kind->write_loss, &cfg, run.parts.config,
                        run.parts.grad_accum_steps, run.rank, run.world);
     Optimizer* opt = run.parts.opt;
     run_io_open(&run.io, &cfg, run.rank, run.world, run.parts.config->vocab_size, run.parts.grad_accum_steps);

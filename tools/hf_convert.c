@@ -1,12 +1,12 @@
 /*
  * hf_convert: llm.c GPT-2 model files <-> Hugging Face `transformers` GPT-2 directories.
  *
- *   hf_convert export IN OUT_DIR [--dtype fp32|bf16]
+ *   hf_convert export IN OUT_DIR [--dtype fp32|bf16] [--allow-nonfinite]
  *       IN: an llm.c model file, a checkpoint directory (DIR/checkpoint_00000100: its
  *       model.bin, checked against the manifest), or a run's output directory (-o DIR:
  *       its newest checkpoint). Writes OUT_DIR/model.safetensors and OUT_DIR/config.json,
  *       loadable with GPT2LMHeadModel.from_pretrained(OUT_DIR).
- *   hf_convert import IN OUT.bin [--dtype fp32|bf16]
+ *   hf_convert import IN OUT.bin [--dtype fp32|bf16] [--allow-nonfinite]
  *       IN: a directory holding model.safetensors and config.json, or a .safetensors file
  *       with config.json beside it. Writes an llm.c model file (version 3, or 5 for bf16)
  *       that the trainers take as -e OUT.bin.
@@ -19,6 +19,9 @@
  * if it equals wte. llm.c pads the vocabulary to Vp rows of wte; the export drops the rows
  * beyond V (a trainer keeps them zero; non-zero ones are reported) and the import pads
  * with zero rows to the smallest multiple of 128.
+ *
+ * A NaN or infinity among the weights (a run that diverged) is refused both ways, naming
+ * the tensor and its first bad index, unless --allow-nonfinite says to convert it anyway.
  *
  * Outputs are written under temporary names and renamed when complete; on any error the
  * temporaries are removed, so no half-written file is ever left. Bad input is one
@@ -215,12 +218,15 @@ static void hf_make_output_dir(const char* dir) {
     if (mkdir(dir, 0755) != 0) fatal("cannot create output directory '%s': %s", dir, strerror(errno));
 }
 
-static void hf_export(const char* in, const char* out_dir, int bf16) {
+#define HF_NONFINITE_HINT "refused: a model that diverged (--allow-nonfinite converts it anyway)"
+
+static void hf_export(const char* in, const char* out_dir, int bf16, int allow_nonfinite) {
     char model[PATH_MAX_LEN], st_path[PATH_MAX_LEN], config_path[PATH_MAX_LEN];
     hf_resolve_model(in, model, sizeof(model));
     GPT2Config c;
     int version;
     float* dense = gpt2_model_file_read(model, &c, &version);
+    if (!allow_nonfinite) gpt2_dense_check_finite(&c, dense, model, HF_NONFINITE_HINT);
     hf_check_padding(&c, dense, model);
     int NT = gpt2_num_tensors(&c);
     size_t* offsets = (size_t*)mallocCheck((size_t)NT * sizeof(size_t));
@@ -375,9 +381,10 @@ static int hf_tensor_index(const GPT2Config* c, const char* full_name, const cha
     return buffer ? HF_IGNORED : gpt2_idx_layer((int)layer, kind);
 }
 
-// Reads tensor t into canonical tensor idx of dense, checking its shape first.
+// Reads tensor t into canonical tensor idx of dense, checking its shape first, and unless
+// allow_nonfinite that its values are finite (the index named is the file's, before any transpose).
 static void hf_import_tensor(SafetensorsFile* sf, const SafetensorsTensor* t, const GPT2Config* c, int idx,
-                             float* dst, float* scratch) {
+                             float* dst, float* scratch, int allow_nonfinite) {
     uint64_t want[2];
     int ndim;
     hf_shape(c, idx, want, &ndim);
@@ -388,12 +395,14 @@ static void hf_import_tensor(SafetensorsFile* sf, const SafetensorsTensor* t, co
               safetensors_shape_text(want, ndim, want_text, sizeof(want_text)), c->num_layers, c->channels,
               c->vocab_size, c->max_seq_len);
     }
-    if (!hf_transposed(c, idx)) {
-        safetensors_read_f32(sf, t, dst);
-        return;
+    float* read = hf_transposed(c, idx) ? scratch : dst;
+    safetensors_read_f32(sf, t, read);
+    size_t n = (size_t)safetensors_numel(t), bad = floats_first_nonfinite(read, n);
+    if (!allow_nonfinite && bad < n) {
+        fatal("%s: tensor '%s' holds a non-finite value (%g) at index %zu: " HF_NONFINITE_HINT, sf->path, t->name,
+              (double)read[bad], bad);
     }
-    safetensors_read_f32(sf, t, scratch);
-    hf_transpose(dst, scratch, want[0], want[1]);
+    if (read == scratch) hf_transpose(dst, scratch, want[0], want[1]);
 }
 
 // A stored lm_head.weight must be the tied one: llm.c's logits use wte.
@@ -428,7 +437,7 @@ static void hf_resolve_import(const char* in, char* st_path, char* config_path) 
     else path_format(config_path, PATH_MAX_LEN, "config.json");
 }
 
-static void hf_import(const char* in, const char* out, int bf16) {
+static void hf_import(const char* in, const char* out, int bf16, int allow_nonfinite) {
     char st_path[PATH_MAX_LEN], config_path[PATH_MAX_LEN];
     hf_resolve_import(in, st_path, config_path);
     struct stat st;
@@ -462,7 +471,7 @@ static void hf_import(const char* in, const char* out, int bf16) {
     // calloc: the padded vocabulary rows V..Vp-1 of wte stay zero.
     float* dense = (float*)callocCheck(gpt2_tensor_offsets_dense(&c, offsets), sizeof(float));
     float* scratch = (float*)mallocCheck(gpt2_tensor_numel(&c, gpt2_idx_wte()) * sizeof(float));
-    for (int i = 0; i < NT; i++) hf_import_tensor(&sf, found[i], &c, i, dense + offsets[i], scratch);
+    for (int i = 0; i < NT; i++) hf_import_tensor(&sf, found[i], &c, i, dense + offsets[i], scratch, allow_nonfinite);
     if (lm_head) hf_check_lm_head(&sf, lm_head, &c, dense, scratch);
     safetensors_close(&sf);
 
@@ -482,12 +491,13 @@ static void hf_import(const char* in, const char* out, int bf16) {
 
 static void hf_usage(FILE* f) {
     fprintf(f,
-            "usage: hf_convert export IN OUT_DIR [--dtype fp32|bf16]\n"
+            "usage: hf_convert export IN OUT_DIR [--dtype fp32|bf16] [--allow-nonfinite]\n"
             "         IN: llm.c model file, checkpoint directory, or run directory (newest checkpoint)\n"
             "         writes OUT_DIR/model.safetensors and OUT_DIR/config.json (transformers' GPT2LMHeadModel)\n"
-            "       hf_convert import IN OUT.bin [--dtype fp32|bf16]\n"
+            "       hf_convert import IN OUT.bin [--dtype fp32|bf16] [--allow-nonfinite]\n"
             "         IN: directory with model.safetensors and config.json, or a .safetensors file beside config.json\n"
-            "         writes an llm.c model file (version 3 fp32, or 5 bf16) for the trainers' -e\n");
+            "         writes an llm.c model file (version 3 fp32, or 5 bf16) for the trainers' -e\n"
+            "       --allow-nonfinite: convert weights that hold NaN or infinity (refused by default)\n");
 }
 
 int main(int argc, char** argv) {
@@ -497,9 +507,11 @@ int main(int argc, char** argv) {
         return 0;
     }
     const char* positional[3];
-    int npos = 0, bf16 = 0;
+    int npos = 0, bf16 = 0, allow_nonfinite = 0;
     for (int a = 1; a < argc; a++) {
-        if (strcmp(argv[a], "--dtype") == 0) {
+        if (strcmp(argv[a], "--allow-nonfinite") == 0) {
+            allow_nonfinite = 1;
+        } else if (strcmp(argv[a], "--dtype") == 0) {
             if (a + 1 >= argc) fatal("--dtype needs a value (fp32|bf16)");
             cli_choice("--dtype", argv[++a], "fp32|bf16");
             bf16 = strcmp(argv[a], "bf16") == 0;
@@ -515,7 +527,7 @@ int main(int argc, char** argv) {
         hf_usage(stderr);
         fatal("expected 'export IN OUT_DIR' or 'import IN OUT.bin'");
     }
-    if (strcmp(positional[0], "export") == 0) hf_export(positional[1], positional[2], bf16);
-    else hf_import(positional[1], positional[2], bf16);
+    if (strcmp(positional[0], "export") == 0) hf_export(positional[1], positional[2], bf16, allow_nonfinite);
+    else hf_import(positional[1], positional[2], bf16, allow_nonfinite);
     return 0;
 }

@@ -14,3 +14,26 @@ small_model() {
     $PY dev/test/gpt2_oracle.py make --out-model "$1/m.bin" --out-state "$1/s.bin" --vocab 1000 --max-seq 32 \
         --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle make"; return 1; }
 }
+
+# pattern_shard PATH: a train shard of 8192 tokens repeating (i * 7) % 50, a pattern the
+# small model learns within tens of steps.
+pattern_shard() {
+    $PY - "$1" <<'PYEOF' || { echo "FAIL shard"; return 1; }
+import struct, sys
+n = 8192
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *((i * 7) % 50 for i in range(n))))
+PYEOF
+}
+
+# small_model_work: for the tests that train the small model, a scratch directory $work
+# (removed on exit) holding its m.bin, and the counters of pass NAME / fail NAME [LOG].
+small_model_work() {
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    passed=0 failed=0
+    small_model "$work"
+}
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }

@@ -26,7 +26,9 @@
 #      and 4 through NCCL (a GPU per rank) and through staged MPI (one shared GPU); np 4 with
 #      --dist-opt-instances 2 over NCCL; --fp32-accumulation, --average-in-collective and
 #      --split-embedding at np 2 over NCCL; a hazard run; ZeRO-1 against replicated; a planted
-#      NaN; a trace whose gradient collectives start before their own step's backward ends
+#      NaN (--check-nan); non-finite steps skipped and the run stopped past --max-nonfinite-steps
+#      (replicated, np 2 ZeRO-1), then resumed; a NaN loss skipped; a NaN model file refused;
+#      a trace whose gradient collectives start before their own step's backward ends
 #      (np 2 reduce-scatters; with one GPU np 1 all-reduces); a stopped rank ends the job
 #      within --comm-timeout + a few s
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact,
@@ -335,6 +337,49 @@ skip_update() {
         echo "PASS step 4's update skipped, its weights unchanged"
 }
 check skip_outlier_update skip_update
+
+# Non-finite steps (llmc/train_loop.h's update gate: the GPU trainer's replicated AdamW, and
+# zero1/ at np 2): a NaN gradient in every step from step 3 (LLMC_TEST_PLANT_NAN=2+) skips
+# steps 3 and 4, and past --max-nonfinite-steps 1 the run stops after step 4 with one error
+# (exit 1, every rank); checkpoint 2, the newest, is what is left, and -y 1 resumes from it.
+# A NaN loss alone (LLMC_TEST_NAN_LOSS) skips its step too; a model file holding a NaN is
+# refused at load.
+nonfinite_stops() {  # nonfinite_stops NAME LAUNCH... -- ARGS...
+    local name=$1 out=$OUT/nonfinite_$1 launch=()
+    shift
+    while [ "$1" != -- ]; do launch+=("$1"); shift; done
+    shift
+    local flags=("${ZFLAGS[@]}" -x 4 -n 2 -nk 1 --max-nonfinite-steps 1 -o "$out" "$@")
+    LLMC_TEST_PLANT_NAN=2+ "${launch[@]}" "${flags[@]}" >"$out.log" 2>&1
+    local rc=$?
+    [ $rc = 1 ] && [ "$(grep -c 'error:' "$out.log")" = 1 ] && ! grep -q '^\[rank [1-9]' "$out.log" &&
+        grep -q 'error: non-finite grad norm .* in 2 steps in a row, 3 to 4, more than --max-nonfinite-steps 1' "$out.log" &&
+        [ "$(grep -c 'update skipped (non-finite grad norm)$' "$out.log")" = 2 ] &&
+        [ "$(cd "$out" && ls -d checkpoint_* | tr '\n' ' ')" = "checkpoint_00000002 " ] || { echo "exit $rc"; return 1; }
+    "${launch[@]}" "${flags[@]}" -y 1 >"$out.resumed.log" 2>&1 &&
+        grep -q "^resumed from $out/checkpoint_00000002: step 2" "$out.resumed.log" &&
+        grep -qE '^step +4/4 ' "$out.resumed.log" &&
+        echo "PASS $name: steps 3-4 skipped, one error (exit $rc), checkpoint 2 left; -y 1 resumes from it"
+}
+check nonfinite_replicated nonfinite_stops replicated "$OUT/train_gpt2cu_FP32" -- -z 0
+check nonfinite_zero1_np2 nonfinite_stops zero1_np2 on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}" -- -b 2 -z 1 \
+    --bucket-size 100000 --comm mpi
+nan_loss_skips() {
+    LLMC_TEST_NAN_LOSS=1 "$OUT/train_gpt2cu_FP32" "${ZFLAGS[@]}" -x 2 -n 1 -o "$OUT/nan_loss" >"$OUT/nan_loss.log" 2>&1 &&
+        [ "$(grep -c '^step 2: update skipped: non-finite loss (1 in a row' "$OUT/nan_loss.log")" = 1 ] &&
+        cmp "$OUT/nan_loss/checkpoint_00000001/model.bin" "$OUT/nan_loss/checkpoint_00000002/model.bin" &&
+        echo "PASS a NaN loss with finite gradients: step 2's update skipped, its weights unchanged"
+}
+check nonfinite_loss nan_loss_skips
+nan_model_refused() {
+    cp "$OUT/model_fp32.bin" "$OUT/nan_model.bin" &&
+        printf '\x00\x00\xc0\x7f' | dd of="$OUT/nan_model.bin" bs=1 seek=$((1024 + 4 * 7)) conv=notrunc status=none
+    "$OUT/train_gpt2cu_FP32" "${ZFLAGS[@]}" -e "$OUT/nan_model.bin" -x 1 >"$OUT/nan_model.log" 2>&1
+    [ $? = 1 ] && [ "$(grep -c 'error:' "$OUT/nan_model.log")" = 1 ] &&
+        grep -q "error: $OUT/nan_model.bin: tensor wte holds a non-finite value (nan) at element 7" "$OUT/nan_model.log" &&
+        echo "PASS a model file holding a NaN is refused, naming the tensor and the element"
+}
+check nonfinite_model nan_model_refused
 
 # --trace: device-time spans; a bucket's gradient collective starts on the communication
 # stream while its own step's backward still runs on the compute stream (dev/test/

@@ -59,6 +59,7 @@ STEPS=(
   "checkpoint      300 dev/test/test_checkpoint.sh"
   "shuffle         300 dev/test/test_shuffle.sh"
   "outliers        300 dev/test/test_outliers.sh"
+  "nonfinite       300 dev/test/test_nonfinite.sh"
   "checkpoint_io   300 dev/test/test_checkpoint_io.sh"
   "paths           300 dev/test/test_paths.sh"
   "multihost       300 dev/test/test_multihost.sh"
@@ -86,6 +87,7 @@ FAST_STEPS=(
   "zero1           300 FAST=1 dev/test/test_zero1.sh"
   "errors          300 FAST=1 dev/test/test_errors.sh"
   "checkpoint      300 FAST=1 dev/test/test_checkpoint.sh"
+  "nonfinite       120 FAST=1 dev/test/test_nonfinite.sh"
   "gpu_smoke       900 dev/test/test_gpu_smoke.sh"
 )
 if [ "${1:-}" = --fast ]; then

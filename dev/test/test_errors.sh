@@ -37,6 +37,10 @@ head -c 100 "$MODEL" >"$TMP/tiny_model.bin"
 cp "$MODEL" "$TMP/badheads_model.bin"        # header[5] = NH = 3: C=64 is not divisible by it
 printf '\x03\x00\x00\x00' | dd of="$TMP/badheads_model.bin" bs=1 seek=20 conv=notrunc status=none
 : >"$TMP/not_a_dir"
+cp "$MODEL" "$TMP/nan_model.bin"             # a NaN as wte's element 7 (the first tensor in the file)
+printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan_model.bin" bs=1 seek=$((1024 + 4 * 7)) conv=notrunc status=none
+cp "$MODEL" "$TMP/inf_model.bin"             # +inf as the file's last value: element 63 of lnfb
+printf '\x00\x00\x80\x7f' | dd of="$TMP/inf_model.bin" bs=1 seek=$((MODEL_BYTES - 4)) conv=notrunc status=none
 
 # Arguments of a good run; each case overrides one thing (later flags win).
 BASE=(-e "$MODEL" -i "$TMP/good.bin" -j "$TMP/good.bin" -b 2 -t 32 -x 1 -v 0 -s 0 -z 0)
@@ -63,6 +67,8 @@ check model_bad_version    1 "version 7"                -- -e "$TMP/badversion_m
 check model_truncated      1 "truncated"                -- -e "$TMP/trunc_model.bin"
 check model_tiny           1 "tiny_model.bin"           -- -e "$TMP/tiny_model.bin"
 check model_C_not_div_NH   1 "not divisible by NH=3"    -- -e "$TMP/badheads_model.bin"
+check model_nan            1 "nan_model.bin: tensor wte holds a non-finite value (nan) at element 7" -- -e "$TMP/nan_model.bin"
+check model_inf            2 "tensor lnfb holds a non-finite value (inf) at element 63" -- -e "$TMP/inf_model.bin"
 # a tokenizer file that exists but is not one (a missing one is only a warning, as in llm.c)
 check bad_tokenizer        1 "not an llm.c tokenizer"   -- -s 1 --tokenizer "$TMP/good.bin"
 # token shards
@@ -82,6 +88,14 @@ check flag_missing_value   1 "-b needs a value"         -- -b
 check flag_out_of_range    1 "-z 7 is out of range"     -- -z 7
 check flag_not_a_number    1 "-b expects an integer"    -- -b four
 check lr_nan               1 "-l nan"                   -- -l nan
+# llm.c's -h takes 0 or 1 (its HellaSwag flag); another value is an error, not the help.
+check h_value_2            1 "-h takes 0 or 1" "got '2'" -- -h 2
+check h_value_word         1 "-h takes 0 or 1" "got 'yes'" -- -h yes
+# The GPU trainer's kernel choices: the CPU trainer cannot honour them, so it refuses them.
+check cpu_attention_bogus  1 "--attention bogus: a choice of the GPU trainer's kernels" -- --attention bogus
+check cpu_attention_naive  2 "--attention naive: a choice of the GPU trainer's kernels" -- --attention naive
+check cpu_recompute_0      1 "-r 0: a choice of the GPU trainer's kernels" -- -r 0
+check cpu_fused_kernels_0  1 "--fused-kernels 0: a choice of the GPU trainer's kernels" -- --fused-kernels 0
 check eps_nan              1 "--eps nan"                -- --eps nan
 check output_not_a_dir     1 "not_a_dir"                -- -o "$TMP/not_a_dir"
 check timeout_negative     1 "--comm-timeout -1 is out of range"     -- --comm-timeout -1

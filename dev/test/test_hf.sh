@@ -189,6 +189,36 @@ refuse import_out_under_file "$B/afile/x.bin" "cannot open" -- import "$F/canoni
 check import_out_is_dir 1 "exists and is not a regular file" -- import "$F/canonical" "$B/emptydir"
 BIN="bash $B/limited.sh" refuse import_disk_full "$B/i5.bin" "write failed" -- import "$F/canonical" "$B/i5.bin"
 
+echo "non-finite weights (a model that diverged): refused both ways unless --allow-nonfinite"
+# poke_st DIR TENSOR INDEX BYTES: the 4 bytes at element INDEX of an F32 tensor in DIR/model.safetensors.
+poke_st() {
+    $PY - "$1/model.safetensors" "$2" "$3" "$4" <<'PYEOF'
+import json, struct, sys
+path, name, index, value = sys.argv[1], sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4])
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    start = json.loads(f.read(n))[name]["data_offsets"][0]
+    f.seek(8 + n + start + 4 * index)
+    f.write(value)
+PYEOF
+}
+cp "$M" "$B/nan.bin" && printf '\x00\x00\xc0\x7f' | dd of="$B/nan.bin" bs=1 seek=$((1024 + 4 * 7)) conv=notrunc 2>/dev/null
+refuse export_nonfinite "$B/o11" "nan.bin: tensor wte holds a non-finite value (nan) at element 7" "--allow-nonfinite" \
+    -- export "$B/nan.bin" "$B/o11"
+for k in bias weight; do
+    mkdir -p "$B/inf_$k" && cp "$TMP/e1"/* "$B/inf_$k/"
+done
+# +inf in a bias, -inf in a transposed weight: the index named is the file's (HF's layout).
+poke_st "$B/inf_bias" transformer.h.0.attn.c_attn.bias 2 0000807f
+poke_st "$B/inf_weight" transformer.h.1.mlp.c_fc.weight 5 000080ff
+refuse import_nonfinite_bias "$B/i6.bin" "tensor 'transformer.h.0.attn.c_attn.bias' holds a non-finite value (inf) at index 2" \
+    "--allow-nonfinite" -- import "$B/inf_bias" "$B/i6.bin"
+refuse import_nonfinite_weight "$B/i7.bin" "tensor 'transformer.h.1.mlp.c_fc.weight' holds a non-finite value (-inf) at index 5" \
+    -- import "$B/inf_weight" "$B/i7.bin"
+run export_nonfinite_allowed $HC export "$B/nan.bin" "$B/o12" --allow-nonfinite &&
+    run import_nonfinite_allowed $HC import "$B/o12" "$B/nan_back.bin" --allow-nonfinite &&
+    same "--allow-nonfinite: the NaN model goes to HF and back byte-identical" "$B/nan.bin" "$B/nan_back.bin"
+
 if [ "$failed" = 0 ]; then
     echo "PASS test_hf ($((SECONDS - t0)) s)"
     exit 0

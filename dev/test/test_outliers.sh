@@ -14,20 +14,8 @@
 #     (the windows are saved in the checkpoint; with empty ones nothing would be skipped).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-small_model "$work" || exit 1
-$PY - "$work/pattern.bin" <<'PYEOF' || { echo "FAIL shard"; exit 1; }
-import struct, sys
-n = 8192
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *((i * 7) % 50 for i in range(n))))
-PYEOF
-
-passed=0 failed=0
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }
+small_model_work || exit 1
+pattern_shard "$work/pattern.bin" || exit 1
 
 COMMON=(-e "$work/m.bin" -i "$work/pattern.bin" -b 2 -t 32 -v 0 -s 0 -l 1e-3 --outlier-window 16)
 run() {  # [SPIKE=grad|loss] run NAME NP ARGS...: with SPIKE, that outlier planted at step 30
