@@ -294,6 +294,7 @@ typedef struct {
     GPT2 model;
     Optimizer* opt;
     float* loss_host;          // pinned: the loss sum read back with the norm
+    float* micro_losses_host;  // pinned, --dp-invariant: each micro-step's loss, read back with the norm
 } Trainer;
 
 // Checks the configuration against the model and the build; returns the micro-steps per step.
@@ -348,6 +349,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     if (dense) tr->opt->ops->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
     cudaCheck(cudaMallocHost((void**)&tr->loss_host, sizeof(float)));
+    cudaCheck(cudaMallocHost((void**)&tr->micro_losses_host, (size_t)tr->grad_accum_steps * sizeof(float)));
 }
 
 static void trainer_init(Trainer* tr, const TrainConfig* cfg, const GpuSetup* gpu) {
@@ -358,6 +360,7 @@ static void trainer_free(Trainer* tr) {
     tr->opt->ops->destroy(tr->opt);
     gpt2_free(&tr->model);
     cudaCheck(cudaFreeHost(tr->loss_host));
+    cudaCheck(cudaFreeHost(tr->micro_losses_host));
 }
 
 // The loss summed on the device since it was zeroed, summed over ranks on the host (one
@@ -366,6 +369,14 @@ static float loss_over_ranks(Trainer* tr, const char* what, int step) {
     float total = tr->loss_host[0];
     if (tr->world > 1) mpi_allreduce_sum_deadline(&total, 1, MPI_FLOAT, what, step);
     return total;
+}
+
+// The step's mean loss over micro-steps and ranks, once the stream has run the copies:
+// --dp-invariant's, from each micro-step's, or the sum's.
+static float step_loss(Trainer* tr, int step) {
+    int k = tr->grad_accum_steps;
+    if (tr->cfg.dp_invariant) return dp_invariant_loss(tr->micro_losses_host, k, tr->world, step + 1);
+    return loss_over_ranks(tr, "loss all-reduce", step + 1) * (1.0f / ((float)k * tr->world));
 }
 
 // Micro-step `micro`'s batch from the loader, its upload queued (llmc/batch_upload.cuh).
@@ -395,6 +406,10 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
     for (int micro = 0; micro < k; micro++) {
         opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward_batch(m, B, T, loss_scale);  // fused kernels: dlogits for loss_scale already here
+        if (tr->cfg.dp_invariant) {  // this micro-step's loss alone
+            cudaCheck(cudaMemcpyAsync(tr->micro_losses_host + micro, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
+            cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
+        }
         // The next micro-step's batch is read and its upload queued while this one computes.
         if (micro + 1 < k) upload_micro_batch(tr, micro + 1, next_batch, batch_ctx);
         gpt2_backward(m, loss_scale);
@@ -402,15 +417,14 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
     StepGate g;
     UpdateGate gate;
-    float scale = 1.0f / ((float)k * tr->world);
     if (step_gate_wanted(&tr->cfg, outliers)) {  // -sl/-sg decide before the update: one more wait, for the loss
         cudaCheck(cudaStreamSynchronize(st));
-        r.loss = loss_over_ranks(tr, "loss all-reduce", step + 1) * scale;
+        r.loss = step_loss(tr, step);
     }
     opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, r.loss, &r),
                           &r.comm_blocked_ms);
     r.grad_norm = opt->ops->read_norm(opt);  // the one sync of the step; the loss copy is before it
-    if (!step_gate_wanted(&tr->cfg, outliers)) r.loss = loss_over_ranks(tr, "loss all-reduce", step + 1) * scale;
+    if (!step_gate_wanted(&tr->cfg, outliers)) r.loss = step_loss(tr, step);
     step_gate_end(&g, r.loss, r.grad_norm);
     return r;
 }
