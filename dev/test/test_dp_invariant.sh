@@ -28,15 +28,9 @@ fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2
 $PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" --vocab 1000 --max-seq 32 \
     --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle model"; exit 1; }
 # 1100 and 1700 tokens: 34 and 53 rows of T=32, 2 and 3 whole steps of 16 rows, so steps 3
-# and 6 begin new shards (and --shuffle's epoch too).
-$PY - "$work" <<'PYEOF' || { echo "FAIL shards"; exit 1; }
-import random, struct, sys
-rng = random.Random(7)
-for i, n in enumerate((1100, 1700, 20000)):
-    with open(f"{sys.argv[1]}/shard_{i}.bin", "wb") as f:
-        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-        f.write(struct.pack(f"<{n}H", *(rng.randrange(1000) for _ in range(n))))
-PYEOF
+# and 6 begin new shards.
+write_shard "$work/shard_0.bin" 1100 && write_shard "$work/shard_1.bin" 1700 && write_shard "$work/shard_2.bin" 20000 ||
+    { echo "FAIL shards"; exit 1; }
 
 BIN=${GPU:-./train_gpt2}
 STEPS=8

@@ -528,14 +528,19 @@ static void run_norm_and_clip(Deferred* d, const DeferredOp* op) {
     zero1_device_cpu_ops.norm_and_clip(NULL, NULL, op->a.norm.sumsq, op->a.norm.max_norm, op->a.norm.out);
 }
 
-static void deferred_norm_and_clip(void* ctx, Zero1Stream s, const double* sumsq, float max_norm, float* out) {
-    Deferred* d = (Deferred*)ctx;
+// norm_and_clip and norm_and_clip_exact: `words` doubles of sums into the norm and clip factor.
+static void enqueue_norm(Deferred* d, Zero1Stream s, void (*run)(Deferred*, const DeferredOp*), const double* sumsq,
+                         size_t words, float max_norm, float* out, const char* what) {
     DeferredOp op;
-    op.run = run_norm_and_clip;
-    op.a.norm.sumsq = (const double*)device_range(d, sumsq, sizeof(double), "norm_and_clip sumsq");
+    op.run = run;
+    op.a.norm.sumsq = (const double*)device_range(d, sumsq, words * sizeof(double), what);
     op.a.norm.max_norm = max_norm;
-    op.a.norm.out = (float*)device_range(d, out, 2 * sizeof(float), "norm_and_clip out");
+    op.a.norm.out = (float*)device_range(d, out, 2 * sizeof(float), what);
     enqueue(s, &op);
+}
+
+static void deferred_norm_and_clip(void* ctx, Zero1Stream s, const double* sumsq, float max_norm, float* out) {
+    enqueue_norm((Deferred*)ctx, s, run_norm_and_clip, sumsq, 1, max_norm, out, "norm_and_clip");
 }
 
 // --dp-invariant's ops: zero1_device_cpu_ops' functions as well.
@@ -588,14 +593,8 @@ static void run_norm_and_clip_exact(Deferred* d, const DeferredOp* op) {
 }
 
 static void deferred_norm_and_clip_exact(void* ctx, Zero1Stream s, const double* words, float max_norm, float* out) {
-    Deferred* d = (Deferred*)ctx;
-    DeferredOp op;
-    op.run = run_norm_and_clip_exact;
-    op.a.norm.sumsq = (const double*)device_range(d, words, ZERO1_EXACT_WORDS * sizeof(double),
-                                                  "norm_and_clip_exact words");
-    op.a.norm.max_norm = max_norm;
-    op.a.norm.out = (float*)device_range(d, out, 2 * sizeof(float), "norm_and_clip_exact out");
-    enqueue(s, &op);
+    enqueue_norm((Deferred*)ctx, s, run_norm_and_clip_exact, words, ZERO1_EXACT_WORDS, max_norm, out,
+                 "norm_and_clip_exact");
 }
 
 const Zero1DeviceOps zero1_device_deferred_ops = {
