@@ -14,6 +14,7 @@
 #   6. a planted change of the tree order is caught: a copy of the tree whose exchange sums
 #      the ranks in rank order ((s0 + s1) + s2) + s3 gives np 4 != np 1
 #   7. what the mode cannot keep is refused, one error each
+#   8. the memory ledger's extra terms (start-up and zero1_plan) against the layout by hand
 # FAST=1: np 1 against np 2 (item 1) only, for the fast tier.
 # GPU=BINARY: a train_gpt2cu USE_ZERO1=1 (run_gpu_tests.sh): np 1, 2 and 4 (one GPU each, or
 # sharing one GPU through staged MPI on a single GPU), 4 steps: item 1 only.
@@ -151,6 +152,26 @@ check overfit 1 "--dp-invariant" "-a 1" -- -a 1
 check three_ranks 3 "--dp-invariant" "power-of-two" "3 ranks" -- -d 384
 check six_micro_steps 1 "--dp-invariant" "power-of-two" "6 micro-steps" -- -d 384
 [ "$failed" = "$before" ] && pass "8 refusals, one error line each"
+
+# 8. The memory ledger's extra terms, by hand from the layout: the start-up ledger of np 1 (8
+# micro-steps: 3 partial buffers of the grad buffer), and zero1_plan at d12, DP 8, K 8 (and its
+# receive temporaries: 2 x the largest bucket in fp32); a DP of 3 refused.
+numel=$(sed -n 's/^zero1: buffer \([0-9]*\) elements.*/\1/p' "$work/log_a1")
+partial=$(sed -n 's/^  dp-inv\. partial grads (log2 k = 3) *0 *0 B *\([0-9]*\) .*/\1/p' "$work/log_a1")
+[ -n "$numel" ] && [ "$partial" = $((3 * numel * 4)) ] && pass "start-up ledger: 3 partial grad buffers of $numel x 4 B" ||
+    fail "start-up ledger: partial grads '$partial' for a buffer of '$numel' elements" "$work/log_a1"
+make -s zero1_plan >/dev/null &&
+./zero1_plan --model d12 --dp 8 --dp-invariant --accumulation 8 --json | $PY -c '
+import json, sys
+plan = json.load(sys.stdin)
+largest = max(b["end"] - b["start"] for b in plan["buckets"])
+for g in plan["ledger"].values():
+    assert g["partial_grads"] == 3 * plan["numel"] * 4, g["partial_grads"]
+    assert g["recv_temporaries"] == 2 * largest * 4, g["recv_temporaries"]
+    assert g["sent_reduce_scatter"] == 7 * plan["numel"] // 8 * 4, g["sent_reduce_scatter"]
+' && ! ./zero1_plan --model d2 --dp 3 --dp-invariant >/dev/null 2>&1 &&
+    pass "zero1_plan --dp-invariant: partial grads, receive temporaries and bytes sent by hand; --dp 3 refused" ||
+    fail "zero1_plan --dp-invariant"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
