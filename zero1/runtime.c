@@ -287,7 +287,7 @@ void zero1_register_grad_ready(Zero1Runtime* rt, int p) {
     if (!rt->opt.overlap_grad_reduce) return;
     int b = rt->layout.params[p].bucket;
     BucketState* s = &rt->buckets[b];
-    if (--s->contributions_left > 0) return;
+    if (--s->contributions_left != 0) return;
     if (rt->is_last_micro) start_grad_sync(rt, b);
     else fold_micro_step(rt, b);
 }
