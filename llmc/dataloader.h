@@ -9,9 +9,9 @@
  * another rank count). With --dp-invariant the step's k*N micro-batches go rank-major
  * instead: micro-step i of rank r takes micro-batch r*k + i of the step (rows from
  * (r*k + i)*B on within the step's), so micro-batch g holds the same rows for every split,
- * and a shard ends at a whole optimizer step. An epoch is one pass over the shards; when the next micro-step would
- * run past a shard's last whole round, the loader moves to the next shard, and after the
- * last, to the next epoch.
+ * and a shard ends at a whole optimizer step. An epoch is one pass over the shards; when
+ * the next micro-step would run past a shard's last whole round, the loader moves to the
+ * next shard, and after the last, to the next epoch.
  *
  * The order, llm.c's without --shuffle: the shards in sorted file-name order, the rows in
  * file order (a rank's B rows are then contiguous: one read). With --shuffle (the train

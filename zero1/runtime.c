@@ -407,11 +407,13 @@ static void next_micro_step(Zero1Runtime* rt, int is_last) {
     }
     rt->micro++;
     if (is_last != (rt->micro == rt->opt.micro_steps - 1)) {
-        fatal("zero1: --dp-invariant was set up for %d micro-steps per step, but micro-step %d of step %d is%s the last",
-              rt->opt.micro_steps, rt->micro + 1, rt->step + 1, is_last ? "" : " not");
+        fatal("zero1: --dp-invariant was set up for %d micro-steps per step, but micro-step %d of step %d is%s the "
+              "last", rt->opt.micro_steps, rt->micro + 1, rt->step + 1, is_last ? "" : " not");
     }
     memset(rt->seen, 0, rt->num_params * sizeof(int));
-    for (int b = 0; b < rt->layout.num_buckets; b++) rt->buckets[b].contributions_left = rt->buckets[b].contributions_total;
+    for (int b = 0; b < rt->layout.num_buckets; b++) {
+        rt->buckets[b].contributions_left = rt->buckets[b].contributions_total;
+    }
 }
 
 void zero1_begin_micro_step(Zero1Runtime* rt, int is_last) {
@@ -505,8 +507,11 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
                                               ZERO1_LABEL_GRAD_NORM);
         wait_blocked(rt, rt->comm, h, "norm", ZERO1_LABEL_GRAD_NORM);
     }
-    if (rt->opt.dp_invariant) ops->norm_and_clip_exact(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
-    else ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
+    if (rt->opt.dp_invariant) {
+        ops->norm_and_clip_exact(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
+    } else {
+        ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
+    }
     // -sl/-sg: no AdamW, no all-gather; every bucket's params are current (the forward
     // waited for them all), so the next forward reads them unchanged.
     if (skip && skip(skip_ctx, zero1_read_norm(rt))) {
