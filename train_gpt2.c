@@ -188,6 +188,7 @@ typedef struct {
     int grad_accum_steps;      // micro-steps per optimizer step
     GPT2 model;
     Optimizer* opt;
+    float* micro_losses;       // this step's, one per micro-step (--dp-invariant sums them in its order)
 } Trainer;
 
 // Checks the configuration against the model; returns the micro-steps per optimizer step.
@@ -221,6 +222,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     GPT2Config mc;
     model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
     tr->grad_accum_steps = check_config(cfg, &mc, world);
+    tr->micro_losses = (float*)mallocCheck((size_t)tr->grad_accum_steps * sizeof(float));
     int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
                                       cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
     memory_check_cpu(cfg, &mc, world, plugin ? plugin_memory : NULL);
@@ -243,6 +245,7 @@ static void trainer_init(Trainer* tr, const TrainConfig* cfg, int rank, int worl
 }
 
 static void trainer_free(Trainer* tr) {
+    free(tr->micro_losses);
     tr->opt->ops->destroy(tr->opt);
     gpt2_free(&tr->model);
 }
@@ -264,11 +267,16 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
         opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward(m, inputs, targets, B, T);
         loss_sum += m->mean_loss;
+        tr->micro_losses[micro] = m->mean_loss;
         gpt2_backward(m, loss_scale);
     }
     float loss = (float)(loss_sum / k);
-    if (tr->world > 1) mpi_allreduce_sum_deadline(&loss, 1, MPI_FLOAT, "loss all-reduce", step + 1);
-    r.loss = loss / tr->world;
+    if (tr->cfg.dp_invariant) {
+        r.loss = dp_invariant_loss(tr->micro_losses, k, tr->world, step + 1);
+    } else {
+        if (tr->world > 1) mpi_allreduce_sum_deadline(&loss, 1, MPI_FLOAT, "loss all-reduce", step + 1);
+        r.loss = loss / tr->world;
+    }
     StepGate g;
     UpdateGate gate;
     opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, &r, NULL, NULL),

@@ -290,6 +290,7 @@ typedef struct {
     GPT2 model;
     Optimizer* opt;
     float* loss_host;          // pinned: the loss sum read back with the norm
+    float* micro_losses_host;  // pinned, --dp-invariant: each micro-step's loss, read back with the norm
 } Trainer;
 
 // Checks the configuration against the model and the build; returns the micro-steps per step.
@@ -344,6 +345,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     if (dense) tr->opt->ops->load_weights(tr->opt, dense);  // else a resume: checkpoint_restore loads it
     free(dense);
     cudaCheck(cudaMallocHost((void**)&tr->loss_host, sizeof(float)));
+    cudaCheck(cudaMallocHost((void**)&tr->micro_losses_host, (size_t)tr->grad_accum_steps * sizeof(float)));
 }
 
 static void trainer_init(Trainer* tr, const TrainConfig* cfg, const GpuSetup* gpu) {
@@ -354,6 +356,7 @@ static void trainer_free(Trainer* tr) {
     tr->opt->ops->destroy(tr->opt);
     gpt2_free(&tr->model);
     cudaCheck(cudaFreeHost(tr->loss_host));
+    cudaCheck(cudaFreeHost(tr->micro_losses_host));
 }
 
 // The loss summed on the device since it was zeroed, summed over ranks on the host (one
@@ -364,17 +367,20 @@ static float loss_over_ranks(Trainer* tr, const char* what, int step) {
     return total;
 }
 
-// The step's mean loss, read by the update gate (llmc/train_loop.h) once finish_step has
-// waited for the norm: the loss's copy to the host was queued before, so it has arrived.
+// The step's mean loss over micro-steps and ranks, read by the update gate (llmc/train_loop.h)
+// once finish_step has waited for the norm: the losses' copies to the host were queued
+// before, so they have arrived. --dp-invariant's from each micro-step's, in its order.
 typedef struct {
     Trainer* tr;
-    float scale;  // 1 / (micro-steps x ranks)
     int step;
 } StepLoss;
 
 static float step_loss_at_gate(void* ctx) {
     StepLoss* l = (StepLoss*)ctx;
-    return loss_over_ranks(l->tr, "loss all-reduce", l->step + 1) * l->scale;
+    Trainer* tr = l->tr;
+    int k = tr->grad_accum_steps;
+    if (tr->cfg.dp_invariant) return dp_invariant_loss(tr->micro_losses_host, k, tr->world, l->step + 1);
+    return loss_over_ranks(tr, "loss all-reduce", l->step + 1) * (1.0f / ((float)k * tr->world));
 }
 
 // Micro-step `micro`'s batch from the loader, its upload queued (llmc/batch_upload.cuh).
@@ -405,12 +411,16 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
     for (int micro = 0; micro < k; micro++) {
         opt->ops->begin_micro_step(opt, micro == k - 1);
         gpt2_forward_batch(m, B, T, loss_scale);  // fused kernels: dlogits for loss_scale already here
+        if (tr->cfg.dp_invariant) {  // this micro-step's loss alone
+            cudaCheck(cudaMemcpyAsync(tr->micro_losses_host + micro, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
+            cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), st));
+        }
         // The next micro-step's batch is read and its upload queued while this one computes.
         if (micro + 1 < k) upload_micro_batch(tr, micro + 1, next_batch, batch_ctx);
         gpt2_backward(m, loss_scale);
     }
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, st));
-    StepLoss loss = {tr, 1.0f / ((float)k * tr->world), step};
+    StepLoss loss = {tr, step};
     StepGate g;
     UpdateGate gate;
     opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, &r, step_loss_at_gate, &loss),

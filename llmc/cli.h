@@ -68,6 +68,7 @@ typedef struct {
     float comm_timeout;         // seconds a rank waits on a collective before aborting the job (0: forever)
     int split_embedding;        // ZeRO-1: reduce wte's classifier part at once, its encoder part as sparse rows
     int dist_opt_instances;     // ZeRO-1 shards within W/K consecutive ranks, all-reduced across the K groups
+    int dp_invariant;           // the same bits for any split of a step over ranks and micro-steps (docs/zero1.md)
     const char* comm_backend;   // GPU: auto|nccl|mpi
     const char* attention;      // GPU: --attention flash|naive|cudnn (llmc/gpt2_kernels.h)
     int recompute;              // GPU: -r 1 recomputes GELU in the backward
@@ -170,6 +171,10 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--split-embedding", OPT_FLAG, CLI_FIELD(split_embedding), 0, 0,
      "ZeRO-1: reduce wte's classifier gradient as soon as it is final and send the encoder's rows sparsely to their "
      "owners (off: wte's bucket waits for the encoder)"},
+    {NULL, "--dp-invariant", OPT_FLAG, CLI_FIELD(dp_invariant), 0, 0,
+     "bitwise the same params, optimizer state, loss and grad norm for any split of the step over power-of-two ranks "
+     "and micro-steps (same -b, -t, -d, binary, device type and threads per rank): resume or replay at another GPU "
+     "count"},
     {NULL, "--comm", OPT_STR, CLI_FIELD(comm_backend), 0, 0,
      "GPU zero1/ communication: auto (NCCL, or MPI staged through host memory when ranks share a GPU), nccl, mpi"},
     {NULL, "--attention", OPT_STR, CLI_FIELD(attention), 0, 0,
@@ -391,6 +396,12 @@ static inline void train_parse_args_with(TrainConfig* c, const OptionTable* extr
 }
 
 static inline void train_parse_args(TrainConfig* c, int argc, char** argv) { train_parse_args_with(c, NULL, 0, argc, argv); }
+
+// Micro-steps per optimizer step: -d over B*T*ranks, 1 without -d (check_run_config checks
+// that it divides).
+static inline int train_micro_steps(const TrainConfig* c, int world) {
+    return c->total_batch_tokens == -1 ? 1 : (int)(c->total_batch_tokens / ((long long)c->B * c->T * world));
+}
 
 #ifdef __cplusplus
 }

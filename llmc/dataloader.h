@@ -6,9 +6,12 @@
  * targets shifted by one). With N ranks, micro-step i of rank r takes rows (i*N + r)*B ..
  * +B-1 of the shard's order, so every optimizer step reads the next ranks*B*accumulation
  * rows whatever their split over ranks, -b and micro-steps (what lets a run resume at
- * another rank count). An epoch is one pass over the shards; when the next micro-step would
- * run past a shard's last whole round, the loader moves to the next shard, and after the
- * last, to the next epoch.
+ * another rank count). With --dp-invariant the step's k*N micro-batches go rank-major
+ * instead: micro-step i of rank r takes micro-batch r*k + i of the step (rows from
+ * (r*k + i)*B on within the step's), so micro-batch g holds the same rows for every split,
+ * and a shard ends at a whole optimizer step. An epoch is one pass over the shards; when
+ * the next micro-step would run past a shard's last whole round, the loader moves to the
+ * next shard, and after the last, to the next epoch.
  *
  * The order, llm.c's without --shuffle: the shards in sorted file-name order, the rows in
  * file order (a rank's B rows are then contiguous: one read). With --shuffle (the train
@@ -61,7 +64,8 @@ typedef struct {
     size_t* shard_order;      // this epoch's shard order
     uint32_t* row_order;      // the current shard's rows, in this epoch's order
     size_t rows_used;         // rows of the current shard this epoch reads
-    size_t rows_per_step;     // --shuffle: rows of one optimizer step (ranks x B x accumulation)
+    size_t rows_per_step;     // --shuffle, --dp-invariant: rows of one optimizer step (ranks x B x accumulation)
+    int micro_steps;          // --dp-invariant: micro-steps per step, handed out rank-major; 0: micro-major
     uint64_t seed;
     FILE* trace;              // tests: "epoch shard row" of every row read (dataloader_trace)
 } DataLoader;
@@ -150,14 +154,15 @@ static inline void dataloader_open_shard(DataLoader* d, size_t index) {
         fatal("%s: token %zu has id %d, not below the vocabulary size %d", path, bad, bad_id, d->vocab_size);
     }
     size_t rows = d->shard_tokens > 0 ? (d->shard_tokens - 1) / d->T : 0;
-    size_t round = d->row_order ? d->rows_per_step : dataloader_rows_per_micro_step(d);
-    if (rows < round && !d->row_order) {
+    size_t round = d->row_order || d->micro_steps ? d->rows_per_step : dataloader_rows_per_micro_step(d);
+    if (rows < round && !d->row_order && !d->micro_steps) {
         fatal("%s: %zu tokens, but one step of %d ranks x B=%d x T=%d needs %zu; use a larger shard or smaller -b/-t",
               path, d->shard_tokens, d->world, d->B, d->T, round * d->T + 1);
     }
     if (rows < round) {
-        fatal("%s: %zu tokens, but --shuffle reads whole optimizer steps, and one of %zu rows of T=%d needs %zu; use a "
-              "larger shard or a smaller batch", path, d->shard_tokens, round, d->T, round * d->T + 1);
+        fatal("%s: %zu tokens, but %s reads whole optimizer steps, and one of %zu rows of T=%d needs %zu; use a "
+              "larger shard or a smaller batch", path, d->shard_tokens, d->row_order ? "--shuffle" : "--dp-invariant",
+              round, d->T, round * d->T + 1);
     }
     d->rows_used = rows / round * round;
     if (d->row_order) {
@@ -233,6 +238,21 @@ static inline void dataloader_shuffle(DataLoader* d, uint64_t seed, size_t rows_
     dataloader_open_shard(d, d->shard_order[0]);
 }
 
+// --dp-invariant: from here on micro-steps are handed out rank-major, micro_steps a step.
+static inline void dataloader_rank_major(DataLoader* d, int micro_steps) {
+    d->micro_steps = micro_steps;
+    d->rows_per_step = dataloader_rows_per_micro_step(d) * (size_t)micro_steps;
+    dataloader_open_shard(d, d->shard_index);  // its rows in whole steps
+}
+
+// The first row of this rank's next micro-batch in the shard's order.
+static inline size_t dataloader_first_row(const DataLoader* d) {
+    size_t i = d->window_index, N = (size_t)d->world, r = (size_t)d->rank;
+    if (!d->micro_steps) return (i * N + r) * d->B;
+    size_t k = (size_t)d->micro_steps;
+    return ((i / k * N + r) * k + i % k) * d->B;
+}
+
 // Number of micro-steps (of all ranks together) one pass over the current shard gives.
 static inline size_t dataloader_windows_per_shard(const DataLoader* d) {
     return d->rows_used / dataloader_rows_per_micro_step(d);
@@ -252,7 +272,7 @@ static inline void dataloader_next_batch(DataLoader* d) {
         }
         dataloader_enter(d, epoch, pos);
     }
-    size_t T = (size_t)d->T, first_row = (d->window_index * d->world + d->rank) * d->B;
+    size_t T = (size_t)d->T, first_row = dataloader_first_row(d);
     for (int b = 0; b < d->B; b++) {
         uint16_t* row = d->window + (size_t)b * T;  // row b's T+1 tokens; b > 0 overwrites row b-1's extra one
         if (!d->row_order) {  // file order: the B rows are contiguous, one read

@@ -98,7 +98,8 @@ static inline void memory_add_overhead(MemoryNeed* n) { memory_add(n, "overhead"
 
 // The optimizer's buffers: elements of the param and grad buffers (padding included), those
 // whose AdamW state this rank keeps, and the bytes of the ZeRO-1 exchange temporaries
-// (fp32 accumulation's receive slots, the split embedding's rows).
+// (fp32 accumulation's receive slots, the split embedding's rows, the DP-invariant mode's
+// partial grads and receive slots).
 typedef struct {
     double numel, owned, temporaries;
 } MemoryBuffers;

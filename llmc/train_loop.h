@@ -15,6 +15,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/dataloader.h"
+#include "llmc/dp_invariant.h"
 #include "llmc/eval_hellaswag.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/logger.h"
@@ -161,13 +162,16 @@ static inline int check_run_config(const TrainConfig* cfg, const GPT2Config* mc,
                             : cfg->trace_file                   ? "--trace needs"
                             : cfg->average_in_collective        ? "--average-in-collective needs"
                             : cfg->dist_opt_instances > 1       ? "--dist-opt-instances needs"
+                            : cfg->dp_invariant                 ? "--dp-invariant needs"
                                                                 : NULL;
         if (needs) fatal("%s the zero1/ plugin: rebuild with `%s`", needs, rebuild);
     }
     if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
         fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
     }
-    return cfg->total_batch_tokens == -1 ? 1 : (int)(cfg->total_batch_tokens / per_micro);
+    int micro_steps = train_micro_steps(cfg, world);
+    if (cfg->dp_invariant) dp_invariant_check(cfg, world, micro_steps);
+    return micro_steps;
 }
 
 // d(step loss)/d(position loss): the step loss is the mean over k*DP*B*T positions; with
@@ -265,6 +269,7 @@ static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int 
     memset(io, 0, sizeof(*io));
     dataloader_init(&io->train, cfg->train_pattern, cfg->B, cfg->T, rank, world, vocab_size);
     if (cfg->shuffle) dataloader_shuffle(&io->train, (uint64_t)cfg->seed, (size_t)world * cfg->B * grad_accum_steps);
+    if (cfg->dp_invariant) dataloader_rank_major(&io->train, grad_accum_steps);
     dataloader_trace(&io->train);
     outlier_state_init(&io->outliers, cfg->outlier_window);
     io->has_val = cfg->val_every > 0;

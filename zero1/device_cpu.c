@@ -135,9 +135,48 @@ static void cpu_add_rows(void* ctx, Zero1Stream st, float* grads, const float* r
 }
 
 static void cpu_norm_and_clip(void* ctx, Zero1Stream st, const double* sumsq, float max_norm, float* out) {
-    float norm = (float)sqrt(sumsq[0]);
-    out[0] = norm;
-    out[1] = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
+    zero1_norm_and_clip_of(sumsq[0], max_norm, out);
+}
+
+static void cpu_add(void* ctx, Zero1Stream st, float* dst, const float* a, const float* b, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) dst[i] = a[i] + b[i];
+}
+
+static void cpu_sum_slices_pairwise(void* ctx, Zero1Stream st, float* dst, const float* src, int count, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) dst[i] = zero1_pairwise_slices_element(src, count, n, i);
+}
+
+// Each thread sums its share into limbs of its own; the limbs are integers, so how the
+// elements fall to threads cannot change the result.
+static void cpu_sum_squares_exact(void* ctx, Zero1Stream st, const Zero1SpanList* spans, const float* grads,
+                                  double* words) {
+    long long total[ZERO1_EXACT_WORDS] = {0};
+#pragma omp parallel
+    {
+        long long mine[ZERO1_EXACT_WORDS] = {0};
+        size_t since_carry = 0;
+        for (int i = 0; i < spans->count; i++) {
+            const float* g = grads + spans->host[i].buffer;
+#pragma omp for schedule(static) nowait
+            for (size_t j = 0; j < spans->host[i].n; j++) {
+                zero1_exact_add_square(g[j], mine);
+                if (++since_carry == ZERO1_EXACT_BATCH) {
+                    zero1_exact_normalize(mine);
+                    since_carry = 0;
+                }
+            }
+        }
+        zero1_exact_normalize(mine);
+#pragma omp critical
+        for (int w = 0; w < ZERO1_EXACT_WORDS; w++) total[w] += mine[w];
+    }
+    zero1_exact_merge(words, total);
+}
+
+static void cpu_norm_and_clip_exact(void* ctx, Zero1Stream st, const double* words, float max_norm, float* out) {
+    zero1_norm_and_clip_of(zero1_exact_value(words), max_norm, out);
 }
 
 const Zero1DeviceOps zero1_device_cpu_ops = {
@@ -149,6 +188,7 @@ const Zero1DeviceOps zero1_device_cpu_ops = {
     cpu_convert, cpu_sum_slices, cpu_upload_spans, cpu_adamw, cpu_round_master, cpu_sum_squares, cpu_nonfinite_flags, cpu_add_rows,
     cpu_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
+    cpu_add, cpu_sum_slices_pairwise, cpu_sum_squares_exact, cpu_norm_and_clip_exact,
 };
 
 Zero1Device zero1_device_cpu(void) {

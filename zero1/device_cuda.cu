@@ -43,8 +43,10 @@ static CudaDeviceCtx* ctx_of(void* ctx) { return (CudaDeviceCtx*)ctx; }
 
 // ----------------------------------------------------------------------------
 // The span table on the device: one allocation holding, in this order,
-//   Zero1Span spans[count]; size_t prefix[count + 1]; double partials[SUMSQ_BLOCKS]
-// (partials: sum_squares' per-block scratch, so each list has its own).
+//   Zero1Span spans[count]; size_t prefix[count + 1]; double partials[SUMSQ_BLOCKS];
+//   long long exact[ZERO1_EXACT_WORDS]
+// (partials: sum_squares' per-block scratch, exact: sum_squares_exact's limbs, zero between
+// launches; so each list has its own).
 
 static_assert(sizeof(Zero1Span) % sizeof(size_t) == 0, "prefix sums follow the spans unpadded");
 
@@ -52,17 +54,19 @@ typedef struct {
     const Zero1Span* spans;
     const size_t* prefix;  // prefix[i] = sum of spans[0..i).n; prefix[count] = numel
     double* partials;
+    long long* exact;
     int count;
     size_t numel;
 } SpanTable;
 
 static size_t span_prefix_offset(int count) { return (size_t)count * sizeof(Zero1Span); }
 static size_t span_partials_offset(int count) { return span_prefix_offset(count) + ((size_t)count + 1) * sizeof(size_t); }
-static size_t span_table_bytes(int count) { return span_partials_offset(count) + SUMSQ_BLOCKS * sizeof(double); }
+static size_t span_exact_offset(int count) { return span_partials_offset(count) + SUMSQ_BLOCKS * sizeof(double); }
+static size_t span_table_bytes(int count) { return span_exact_offset(count) + ZERO1_EXACT_WORDS * sizeof(long long); }
 
 // The device view of a list, after checking that the list is what upload_spans made.
 static SpanTable span_table(const Zero1SpanList* list) {
-    SpanTable t = {NULL, NULL, NULL, list->count, list->numel};
+    SpanTable t = {NULL, NULL, NULL, NULL, list->count, list->numel};
     if (list->count < 0) fatal("zero1 cuda: span list with %d spans", list->count);
     size_t total = 0;
     for (int i = 0; i < list->count; i++) total += list->host[i].n;
@@ -73,6 +77,7 @@ static SpanTable span_table(const Zero1SpanList* list) {
         t.spans = (const Zero1Span*)base;
         t.prefix = (const size_t*)(base + span_prefix_offset(list->count));
         t.partials = (double*)(base + span_partials_offset(list->count));
+        t.exact = (long long*)(base + span_exact_offset(list->count));
     }
     return t;
 }
@@ -200,9 +205,62 @@ static __global__ void sum_squares_final_kernel(const double* partials, double* 
 
 // One thread, zero1/device_cpu.c's arithmetic: the norm in double, rounded to float once.
 static __global__ void norm_and_clip_kernel(const double* sumsq, float max_norm, float* out) {
-    float norm = (float)sqrt(sumsq[0]);
-    out[0] = norm;
-    out[1] = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
+    zero1_norm_and_clip_of(sumsq[0], max_norm, out);
+}
+
+// --dp-invariant's kernels (zero1/exact_sum.h): the CPU device's formulas, so its bits.
+static __global__ void add_kernel(float* dst, const float* a, const float* b, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        dst[i] = a[i] + b[i];
+    }
+}
+
+static __global__ void sum_slices_pairwise_kernel(float* dst, const float* src, int count, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        dst[i] = zero1_pairwise_slices_element(src, count, n, i);
+    }
+}
+
+// Each thread adds its positions' squares into limbs of its own, the block's threads add
+// theirs into shared limbs and the block its, normalized, into the list's scratch, all by
+// integer atomics: in any order the same sums.
+static __global__ void sum_squares_exact_partial_kernel(SpanTable t, size_t chunk, const float* grads) {
+    __shared__ unsigned long long block[ZERO1_EXACT_WORDS];
+    for (int w = threadIdx.x; w < ZERO1_EXACT_WORDS; w += blockDim.x) block[w] = 0;
+    __syncthreads();
+    long long mine[ZERO1_EXACT_WORDS];
+    for (int w = 0; w < ZERO1_EXACT_WORDS; w++) mine[w] = 0;
+    size_t begin = (size_t)blockIdx.x * chunk;
+    for_each_span_element(t, begin, begin + chunk, [&](const Zero1Span& span, size_t j) {
+        zero1_exact_add_square(grads[span.buffer + j], mine);
+    });
+    zero1_exact_normalize(mine);
+    for (int w = 0; w < ZERO1_EXACT_WORDS; w++) {
+        if (mine[w]) atomicAdd(&block[w], (unsigned long long)mine[w]);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        long long sum[ZERO1_EXACT_WORDS];
+        for (int w = 0; w < ZERO1_EXACT_WORDS; w++) sum[w] = (long long)block[w];
+        zero1_exact_normalize(sum);
+        for (int w = 0; w < ZERO1_EXACT_WORDS; w++) {
+            if (sum[w]) atomicAdd((unsigned long long*)&t.exact[w], (unsigned long long)sum[w]);
+        }
+    }
+}
+
+// One thread: the launch's limbs into the words, and the scratch cleared for the next launch.
+static __global__ void sum_squares_exact_final_kernel(long long* scratch, double* words) {
+    long long acc[ZERO1_EXACT_WORDS];
+    for (int w = 0; w < ZERO1_EXACT_WORDS; w++) {
+        acc[w] = scratch[w];
+        scratch[w] = 0;
+    }
+    zero1_exact_merge(words, acc);
+}
+
+static __global__ void norm_and_clip_exact_kernel(const double* words, float max_norm, float* out) {
+    zero1_norm_and_clip_of(zero1_exact_value(words), max_norm, out);
 }
 
 // One block per entry; each thread sums its elements' source rows in plan order, as
@@ -450,6 +508,40 @@ static void cuda_norm_and_clip(void* ctx, Zero1Stream st, const double* sumsq, f
     cudaCheckLaunch();
 }
 
+static void cuda_add(void* ctx, Zero1Stream st, float* dst, const float* a, const float* b, size_t n) {
+    if (n == 0) return;
+    add_kernel<<<flat_blocks(n), FLAT_THREADS, 0, stream_of(st)>>>(dst, a, b, n);
+    cudaCheckLaunch();
+}
+
+static void cuda_sum_slices_pairwise(void* ctx, Zero1Stream st, float* dst, const float* src, int count, size_t n) {
+    if (count < 1 || (count & (count - 1)) != 0) fatal("zero1 cuda: sum_slices_pairwise of %d slices", count);
+    if (n == 0) return;
+    sum_slices_pairwise_kernel<<<flat_blocks(n), FLAT_THREADS, 0, stream_of(st)>>>(dst, src, count, n);
+    cudaCheckLaunch();
+}
+
+// A fixed grid as sum_squares'; a thread then adds at most numel / 2^18 squares to its limbs.
+static void cuda_sum_squares_exact(void* ctx, Zero1Stream st, const Zero1SpanList* spans, const float* grads,
+                                   double* words) {
+    SpanTable t = span_table(spans);
+    if (t.numel == 0) return;
+    if (t.numel / ((size_t)SUMSQ_BLOCKS * SUMSQ_THREADS) >= ZERO1_EXACT_BATCH) {
+        fatal("zero1 cuda: %zu elements in one sum_squares_exact launch", t.numel);
+    }
+    cudaStream_t s = stream_of(st);
+    sum_squares_exact_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(t, CEIL_DIV(t.numel, (size_t)SUMSQ_BLOCKS),
+                                                                           grads);
+    cudaCheckLaunch();
+    sum_squares_exact_final_kernel<<<1, 1, 0, s>>>(t.exact, words);
+    cudaCheckLaunch();
+}
+
+static void cuda_norm_and_clip_exact(void* ctx, Zero1Stream st, const double* words, float max_norm, float* out) {
+    norm_and_clip_exact_kernel<<<1, 1, 0, stream_of(st)>>>(words, max_norm, out);
+    cudaCheckLaunch();
+}
+
 static void cuda_add_rows(void* ctx, Zero1Stream st, float* grads, const float* rows, const Zero1RowPlan* plan) {
     if (plan->count == 0) return;
     add_rows_kernel<<<plan->count, FLAT_THREADS, 0, stream_of(st)>>>(grads, rows, *plan);
@@ -465,6 +557,7 @@ const Zero1DeviceOps zero1_device_cuda_ops = {
     cuda_convert, cuda_sum_slices, cuda_upload_spans, cuda_adamw, cuda_round_master, cuda_sum_squares, cuda_nonfinite_flags,
     cuda_add_rows, cuda_norm_and_clip,
     cuda_event_create_timed, cuda_elapsed_ms,
+    cuda_add, cuda_sum_slices_pairwise, cuda_sum_squares_exact, cuda_norm_and_clip_exact,
 };
 
 Zero1Device zero1_device_cuda_create(cudaStream_t compute) {

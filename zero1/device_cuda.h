@@ -6,7 +6,8 @@
  * given. The arithmetic gives zero1/device_cpu.c's results: bit for bit for convert,
  * adamw and nonfinite_flags (zero1/device_cuda.cu is compiled without fast math and
  * without fused multiply-adds for that); sum_squares is deterministic (same bits run to
- * run and on any GPU) but sums in another order than the CPU.
+ * run and on any GPU) but sums in another order than the CPU. --dp-invariant's ops (add,
+ * sum_slices_pairwise, the exact sum of squares and its norm) give the CPU's bits too.
  *
  * One context per device (the caller selects the GPU with cudaSetDevice first). The
  * compute stream is borrowed: the caller creates it and destroys it after the device.

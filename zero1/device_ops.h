@@ -27,6 +27,7 @@
 
 #include "llmc/adamw.h"
 #include "llmc/bf16.h"
+#include "zero1/exact_sum.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +50,14 @@ LLMC_HOST_DEVICE static inline float zero1_sum_slices_element(const void* src, Z
         acc = r == 0 ? x : acc + x;
     }
     return acc * scale;
+}
+
+// norm_and_clip's arithmetic: the norm in double rounded to float once, and the clip factor
+// (max_norm / norm where clipping bites, else 1) into out[0..1].
+LLMC_HOST_DEVICE static inline void zero1_norm_and_clip_of(double sumsq, float max_norm, float* out) {
+    float norm = (float)sqrt(sumsq);
+    out[0] = norm;
+    out[1] = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
 }
 
 typedef struct Zero1StreamImpl* Zero1Stream;  // cudaStream_t on the GPU
@@ -167,6 +176,20 @@ typedef struct {
     // the device has no clock of its own (the CPU devices: host times are exact there).
     Zero1Event (*event_create_timed)(void* ctx);
     float (*elapsed_ms)(void* ctx, Zero1Event from, Zero1Event to);  // both recorded and completed
+
+    // --dp-invariant's arithmetic (zero1/exact_sum.h), the same bits on every device.
+    // dst[i] = a[i] + b[i] for i < n (fp32; dst may be a or b).
+    void (*add)(void* ctx, Zero1Stream s, float* dst, const float* a, const float* b, size_t n);
+    // dst[i] = zero1_pairwise_slices_element(src, count, n, i) for i < n: the pairwise tree
+    // of count (a power of two, at most 2^31) fp32 slices. dst does not overlap src.
+    void (*sum_slices_pairwise)(void* ctx, Zero1Stream s, float* dst, const float* src, int count, size_t n);
+    // words (ZERO1_EXACT_WORDS doubles, normalized limbs) += the exact sum over the spans of
+    // grads[i]^2 (zero1_exact_add_square), normalized again. Like sum_squares, a span list
+    // may carry scratch for it.
+    void (*sum_squares_exact)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads,
+                              double* words);
+    // norm_and_clip of the sum the words hold (zero1_exact_value).
+    void (*norm_and_clip_exact)(void* ctx, Zero1Stream s, const double* words, float max_norm, float* out);
 } Zero1DeviceOps;
 
 // A device as the runtime and the communicators use it: the ops, their context, and the

@@ -165,3 +165,12 @@ void zero1_layout_free(Zero1Layout* layout) {
     free(layout->buckets);
     memset(layout, 0, sizeof(*layout));
 }
+
+size_t zero1_layout_largest_bucket(const Zero1Layout* layout) {
+    size_t largest = 0;
+    for (int b = 0; b < layout->num_buckets; b++) {
+        size_t n = layout->buckets[b].end - layout->buckets[b].start;
+        if (n > largest) largest = n;
+    }
+    return largest;
+}

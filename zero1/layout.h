@@ -78,6 +78,10 @@ int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, i
 
 void zero1_layout_free(Zero1Layout* layout);
 
+// Elements of the largest bucket (padding included): what one all-to-all receive
+// temporary holds (--fp32-accumulation, --dp-invariant).
+size_t zero1_layout_largest_bucket(const Zero1Layout* layout);
+
 #ifdef __cplusplus
 }
 #endif

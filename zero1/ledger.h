@@ -29,6 +29,12 @@
  * Its receive temporaries, 2 x the largest bucket x 2 B, are added to ZeRO-1's memory
  * (zero1_ledger_add_recv_temporaries).
  *
+ * DP-invariant mode (--dp-invariant, k micro-steps a step): the reduce-scatter is an
+ * all-to-all of the fp32 bucket ((DP-1)/DP * numel * 4 bytes, the fp32 reduce-scatter's
+ * count); ZeRO-1's memory gains log2(k) partial sums of the fp32 grad buffer and, with more
+ * than one rank, two fp32 receive temporaries of the largest bucket
+ * (zero1_ledger_add_dp_invariant).
+ *
  * Split embedding (--split-embedding, P = tokens per micro-step per rank, C = the row
  * width): wte's bucket is reduced as before, only earlier; the last micro-step's encoder
  * rows add, per rank, the compact rows (P x C fp32) and the received rows
@@ -61,7 +67,10 @@ typedef struct {
     uint64_t sent_reduce_scatter, sent_all_gather;  // ZeRO-1, inside the group
     uint64_t sent_cross_all_reduce;            // ZeRO-1, the owned shard across instances (0 for one)
     uint64_t sent_zero1;                       // all of ZeRO-1's
-    uint64_t recv_temporaries;                 // fp32 accumulation: receive temporaries (bytes), else 0
+    uint64_t recv_temporaries;                 // fp32 accumulation, DP-invariant: receive temporaries (bytes), else 0
+    int dp_invariant;                          // 1: the DP-invariant mode's rows (recv_temporaries in fp32)
+    int partial_levels;                        // DP-invariant: log2(micro-steps)
+    uint64_t partial_grads;                    // DP-invariant: its partial sums of the grad buffer (bytes)
     uint64_t split_rows;                       // split embedding: compact + received rows (bytes), else 0
     uint64_t split_sent_max;                   // split embedding: bytes sent sparsely, at most
 
@@ -122,7 +131,8 @@ static inline Zero1Ledger zero1_ledger_compute_instances(uint64_t numel, int dp,
     g.sent_cross_all_reduce = zero1_ledger_ring_all_reduce_(g.owned_numel, grad_bytes, instances, &of);
     g.sent_zero1 = zero1_ledger_add_(zero1_ledger_add_(g.sent_reduce_scatter, g.sent_all_gather, &of),
                                      g.sent_cross_all_reduce, &of);
-    g.recv_temporaries = g.split_rows = g.split_sent_max = 0;
+    g.recv_temporaries = g.split_rows = g.split_sent_max = g.partial_grads = 0;
+    g.dp_invariant = g.partial_levels = 0;
     g.overflow = of;
     return g;
 }
@@ -136,6 +146,21 @@ static inline void zero1_ledger_add_recv_temporaries(Zero1Ledger* g, uint64_t la
     uint64_t cross = zero1_ledger_ring_all_reduce_(g->owned_numel, 4, g->instances, &of);
     g->sent_zero1 = zero1_ledger_add_(g->sent_zero1 - g->sent_cross_all_reduce, cross, &of);
     g->sent_cross_all_reduce = cross;
+    g->overflow = of;
+}
+
+// --dp-invariant with micro_steps (a power of two) a step: log2(micro_steps) fp32 partial
+// sums of the grad buffer, and two fp32 receive temporaries of largest_bucket elements (0
+// where one rank exchanges nothing) join ZeRO-1's memory.
+static inline void zero1_ledger_add_dp_invariant(Zero1Ledger* g, int micro_steps, uint64_t largest_bucket) {
+    int of = g->overflow;
+    g->dp_invariant = 1;
+    g->partial_levels = 0;
+    while ((1 << g->partial_levels) < micro_steps) g->partial_levels++;
+    g->partial_grads = zero1_ledger_mul_(zero1_ledger_mul_(g->numel, 4, &of), (uint64_t)g->partial_levels, &of);
+    g->recv_temporaries = zero1_ledger_mul_(largest_bucket, 8, &of);
+    g->total_zero1 = zero1_ledger_add_(zero1_ledger_add_(g->total_zero1, g->partial_grads, &of), g->recv_temporaries,
+                                       &of);
     g->overflow = of;
 }
 
@@ -163,17 +188,15 @@ static inline void zero1_ledger_add_split(Zero1Ledger* g, uint64_t tokens, uint6
 // The ledger of a built layout (instances groups of layout->dp ranks) with what the options
 // add: fp32 accumulation's receive temporaries (sharded over more than one rank: the
 // largest bucket), the split embedding's rows (split_param: the embedding's index, -1 none;
-// `tokens` per micro-step per rank, rows of `width`).
+// `tokens` per micro-step per rank, rows of `width`), the DP-invariant mode's buffers
+// (dp_invariant_micro_steps: its micro-steps a step; 0: off).
 static inline Zero1Ledger zero1_ledger_of_layout(const Zero1Layout* L, int instances, int param_bytes, int grad_bytes,
                                                  int fp32_accumulation, int split_param, uint64_t tokens,
-                                                 uint64_t width) {
+                                                 uint64_t width, int dp_invariant_micro_steps) {
     Zero1Ledger g = zero1_ledger_compute_instances(L->numel, L->dp, instances, param_bytes, grad_bytes);
-    if (fp32_accumulation && L->dp > 1) {
-        size_t largest = 0;
-        for (int b = 0; b < L->num_buckets; b++) {
-            if (L->buckets[b].end - L->buckets[b].start > largest) largest = L->buckets[b].end - L->buckets[b].start;
-        }
-        zero1_ledger_add_recv_temporaries(&g, largest);
+    if (fp32_accumulation && L->dp > 1) zero1_ledger_add_recv_temporaries(&g, zero1_layout_largest_bucket(L));
+    if (dp_invariant_micro_steps > 0) {
+        zero1_ledger_add_dp_invariant(&g, dp_invariant_micro_steps, L->dp > 1 ? zero1_layout_largest_bucket(L) : 0);
     }
     if (split_param >= 0) {
         const Zero1Bucket* bucket = &L->buckets[L->params[split_param].bucket];
@@ -232,7 +255,14 @@ static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
     zero1_ledger_row_(f, label, g->grad_buffer, g->grad_buffer);
     snprintf(label, sizeof(label), "%s (%d B/elem)", g->state_bytes == 12 ? "fp32 master+m+v" : "fp32 m+v", g->state_bytes);
     zero1_ledger_row_(f, label, g->state_replicated, g->state_zero1);
-    if (g->recv_temporaries) zero1_ledger_row_(f, "fp32-acc. recv temporaries (2 slots)", 0, g->recv_temporaries);
+    if (g->partial_grads) {
+        snprintf(label, sizeof(label), "dp-inv. partial grads (log2 k = %d)", g->partial_levels);
+        zero1_ledger_row_(f, label, 0, g->partial_grads);
+    }
+    if (g->recv_temporaries) {
+        zero1_ledger_row_(f, g->dp_invariant ? "dp-inv. recv temporaries (2 fp32)" : "fp32-acc. recv temporaries (2 slots)",
+                          0, g->recv_temporaries);
+    }
     if (g->split_rows) zero1_ledger_row_(f, "split-emb. rows (compact + received)", 0, g->split_rows);
     zero1_ledger_row_(f, "total", g->total_replicated, g->total_zero1);
     fprintf(f, "  sent per rank per step (ring):\n");

@@ -175,7 +175,9 @@ static void op_print_start(Optimizer* o) {
            cfg->zero_stage == 1 ? "ZeRO-1 sharded optimizer" : "replicated optimizer (bucketed all-reduce)", o->world,
            lay->num_buckets, lay->num_buckets == 1 ? "" : "s", lay->bucket_size ? "" : "none ", lay->bucket_size,
            cfg->param_dtype == DTYPE_BF16 ? "bf16" : "fp32", cfg->grad_dtype == DTYPE_BF16 ? "bf16" : "fp32",
-           zero1_recv_temporary_bytes(z->rt) ? " on the wire (all-to-all), fp32 sums" : "",
+           cfg->dp_invariant                   ? " in the DP-invariant mode (micro-steps folded pairwise, all-to-all)"
+           : zero1_recv_temporary_bytes(z->rt) ? " on the wire (all-to-all), fp32 sums"
+                                               : "",
            cfg->average_in_collective ? ", averaged in the collective" : "",
            cfg->overlap_grad_reduce ? "on" : "off", cfg->overlap_param_gather ? "on" : "off",
            z->backend->device.ops->name, z->backend->comm->name);
@@ -191,7 +193,8 @@ static void op_print_start(Optimizer* o) {
                                                         cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
                                                         cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
     size_t temporaries = zero1_recv_temporary_bytes(z->rt);
-    if (temporaries) zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
+    if (cfg->dp_invariant) zero1_ledger_add_dp_invariant(&ledger, train_micro_steps(cfg, o->world), temporaries / 8);
+    else if (temporaries) zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
     size_t tokens, width, wte_bucket;
     if (zero1_split_shape(z->rt, &tokens, &width, &wte_bucket)) zero1_ledger_add_split(&ledger, tokens, width, wte_bucket);
     zero1_ledger_print(stdout, &ledger);
@@ -307,7 +310,8 @@ int zero1_instance_group_size(const TrainConfig* cfg, int world) {
     return world / k;
 }
 
-static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* spec, Zero1Dtype compute_dtype) {
+static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* spec, Zero1Dtype compute_dtype,
+                                  int world) {
     Zero1Options opt;
     memset(&opt, 0, sizeof(opt));
     opt.zero_stage = cfg->zero_stage;
@@ -325,6 +329,8 @@ static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* s
     opt.grad_dtype = cfg->grad_dtype == DTYPE_BF16 ? ZERO1_BF16 : ZERO1_FP32;
     opt.fp32_accumulation = cfg->fp32_accumulation;
     opt.average_in_collective = cfg->average_in_collective;
+    opt.dp_invariant = cfg->dp_invariant;
+    opt.micro_steps = train_micro_steps(cfg, world);
     opt.beta1 = cfg->beta1;
     opt.beta2 = cfg->beta2;
     opt.eps = cfg->eps;
@@ -354,7 +360,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
     }
     z->tracer = cfg->trace_file ? zero1_tracer_create(world_rank(z)) : NULL;
     if (!backend->host_model) zero1_tracer_use_device(z->tracer, &backend->device);
-    Zero1Options opt = options_from(cfg, spec, compute_dtype);
+    Zero1Options opt = options_from(cfg, spec, compute_dtype, comm->size * instances_of(backend));
     z->embedding_width = spec->embedding_width;
     z->rt = zero1_runtime_create(&opt, spec, comm, backend->cross, &backend->device, z->tracer);
     int n = spec->num_params;

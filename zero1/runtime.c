@@ -19,6 +19,10 @@
  * this rank's fp32 sum of the received slices into the fp32 grads (sum_slices); the
  * exchanges are chained (each bucket's waits for the one fired before it, Megatron's
  * previous_grad_reduce_bucket_group), so two temporaries serve every bucket.
+ * The DP-invariant mode (Zero1Options.dp_invariant) exchanges fp32 slices the same way and
+ * sums them with the pairwise tree; before that, every micro-step's gradient of a bucket is
+ * folded into partial buffers as soon as it is final (fold_micro_step), and the grad norm
+ * is summed exactly.
  * Buckets are in buffer order, which is reverse model order; the forward therefore
  * needs them from the last bucket to the first, and each wait starts the next bucket's
  * param sync before waiting (Megatron's chained param sync).
@@ -75,7 +79,15 @@ static void* cross_buffer_at(const Zero1Runtime* rt, size_t offset) {
 }
 
 static const char* reduce_name(const Zero1Runtime* rt) {
-    return fp32_accumulating(rt) ? "all-to-all" : stage1(rt) ? "reduce-scatter" : "all-reduce";
+    return exchanging_slices(rt) ? "all-to-all" : stage1(rt) ? "reduce-scatter" : "all-reduce";
+}
+
+// The step's sum of squares: one double, or the DP-invariant mode's exact limbs.
+static int sumsq_words(const Zero1Runtime* rt) { return rt->opt.dp_invariant ? ZERO1_EXACT_WORDS : 1; }
+static void sum_squares(Zero1Runtime* rt, const BucketState* s) {
+    const Zero1DeviceOps* ops = rt->dev.ops;
+    if (rt->opt.dp_invariant) ops->sum_squares_exact(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
+    else ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
 }
 
 static void* dup_array(const void* src, size_t bytes) {
@@ -90,7 +102,7 @@ static int is_split_bucket(const Zero1Runtime* rt, int b) { return rt->split && 
 
 static void group_collective_done(Zero1Runtime* rt, int b);
 
-// fp32 accumulation: the bucket fired before this one must be done exchanging (its sum
+// fp32 accumulation, DP-invariant: the bucket fired before this one must be done exchanging (its sum
 // queued) before this one starts, so that its receive temporary is free for the bucket
 // after this one. Blocking here is accounted like any other wait.
 static void drain_previous_exchange(Zero1Runtime* rt) {
@@ -101,8 +113,9 @@ static void drain_previous_exchange(Zero1Runtime* rt) {
     group_collective_done(rt, prev);
 }
 
-// fp32 accumulation's exchange: the uniform all_to_all_v, slice j of the bucket's bf16 copy
-// to rank j, and rank j's slice of this rank's shard into recv[j*n_per_rank].
+// fp32 accumulation's and the DP-invariant mode's exchange: the uniform all_to_all_v, slice
+// j of the bucket (its bf16 copy, or the fp32 grads) to rank j, and rank j's slice of this
+// rank's shard into recv[j*n_per_rank].
 static Zero1Handle exchange_slices(Zero1Runtime* rt, const void* send, void* recv, size_t n_per_rank, int b) {
     size_t* counts = rt->exchange_counts;
     size_t* offsets = counts + rt->comm->size;
@@ -110,7 +123,31 @@ static Zero1Handle exchange_slices(Zero1Runtime* rt, const void* send, void* rec
         counts[j] = n_per_rank;
         offsets[j] = (size_t)j * n_per_rank;
     }
-    return zero1_comm_all_to_all_v(rt->comm, send, counts, offsets, recv, counts, offsets, ZERO1_BF16, b);
+    return zero1_comm_all_to_all_v(rt->comm, send, counts, offsets, recv, counts, offsets, exchange_dtype(rt), b);
+}
+
+// DP-invariant: micro-step rt->micro's gradient of bucket b joins the binary counter of
+// zero1/exact_sum.h, whose level l is partials[l]: a micro-step with t trailing one bits
+// completes t pairs (carry = partials[l] + carry for l < t). The last one leaves the rank's
+// pairwise sum in the grads; the others park their carry in partials[t] and zero the bucket
+// for the next backward, which accumulates into it.
+static void fold_micro_step(Zero1Runtime* rt, int b) {
+    BucketState* s = &rt->buckets[b];
+    if (!rt->opt.dp_invariant || s->folded == rt->micro) return;
+    s->folded = rt->micro;
+    const Zero1Bucket* bk = &rt->layout.buckets[b];
+    size_t n = bk->end - bk->start;
+    float* grads = rt->grads + bk->start;
+    int completes = 0;
+    while ((rt->micro >> completes) & 1) completes++;
+    int last = rt->micro == rt->opt.micro_steps - 1;
+    float* carry = last ? grads : rt->partials[completes] + bk->start;
+    for (int l = 0; l < completes; l++) {
+        rt->dev.ops->add(rt->dev.ctx, rt->dev.compute, carry, rt->partials[l] + bk->start, l == 0 ? grads : carry, n);
+    }
+    if (last) return;
+    if (completes == 0) rt_copy(rt, carry, grads, n * sizeof(float));
+    rt_fill(rt, grads, 0, n * sizeof(float));
 }
 
 // Megatron's start_grad_sync for one bucket: its reduction launched (reduce-scatter,
@@ -119,15 +156,16 @@ static void start_grad_sync(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     const Zero1Bucket* bk = &rt->layout.buckets[b];
     size_t n = bk->end - bk->start;
+    fold_micro_step(rt, b);  // DP-invariant: the rank's pairwise sum first
     if (rt->opt.check_nan) {  // flag non-finite local gradients before they leave this rank
         rt->dev.ops->nonfinite_flags(rt->dev.ctx, rt->dev.compute, &s->whole, rt->grads, rt->nan_flags);
     }
     void* buf = reduce_buffer_at(rt, bk->start);
     if (rt->grad_comm) rt_convert(rt, buf, ZERO1_BF16, rt->grads + bk->start, ZERO1_FP32, n);
-    if (fp32_accumulating(rt)) drain_previous_exchange(rt);
+    if (exchanging_slices(rt)) drain_previous_exchange(rt);
     s->reduce_start_us = zero1_now_us();
     Zero1ReduceOp op = grad_reduce_op(rt);
-    if (fp32_accumulating(rt)) {
+    if (exchanging_slices(rt)) {
         s->recv_slot = rt->num_fired % 2;
         s->reduce = exchange_slices(rt, buf, rt->recv_slots[s->recv_slot], n / (size_t)rt->comm->size, b);
     } else if (stage1(rt)) {
@@ -190,8 +228,12 @@ static void group_collective_done(Zero1Runtime* rt, int b) {
     if (!rt->comm->traces_itself) {
         zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->reduce_start_us, zero1_now_us(), "%s b%d", reduce_name(rt), b);
     }
-    if (fp32_accumulating(rt)) {  // the received slices of this rank's shard, summed in fp32 into the grads
-        const Zero1Range* sh = &rt->shards.buckets[b].shard;
+    const Zero1Range* sh = &rt->shards.buckets[b].shard;
+    if (rt->opt.dp_invariant && exchanging_slices(rt)) {  // the ranks' subtrees, the tree finished
+        rt->dev.ops->sum_slices_pairwise(rt->dev.ctx, rt->dev.compute, rt->grads + sh->start,
+                                         (const float*)rt->recv_slots[s->recv_slot], rt->comm->size,
+                                         sh->end - sh->start);
+    } else if (fp32_accumulating(rt)) {  // the received slices of this rank's shard, summed in fp32 into the grads
         float scale = rt->opt.average_in_collective ? zero1_avg_scale(rt->comm->size) : 1.0f;
         rt->dev.ops->sum_slices(rt->dev.ctx, rt->dev.compute, rt->grads + sh->start, rt->recv_slots[s->recv_slot],
                                 ZERO1_BF16, rt->comm->size, sh->end - sh->start, scale);
@@ -229,7 +271,7 @@ static void cross_all_reduce_done(Zero1Runtime* rt, int b) {
 // as every parameter in it has had the counted number. So the model never has to say that wte gets two (classifier and
 // encoder), and a model that changes what it reports is caught instead of firing early.
 void zero1_register_grad_ready(Zero1Runtime* rt, int p) {
-    if (!rt->is_last_micro) return;
+    if (!rt->is_last_micro && !rt->opt.dp_invariant) return;  // DP-invariant: every micro-step folds
     // The split embedding's encoder rows are ready: they travel sparsely, not a dense contribution.
     if (rt->split && rt->split->param == p && rt->split->active) {
         if (rt->opt.overlap_grad_reduce) split_start_exchange(rt);
@@ -245,7 +287,9 @@ void zero1_register_grad_ready(Zero1Runtime* rt, int p) {
     if (!rt->opt.overlap_grad_reduce) return;
     int b = rt->layout.params[p].bucket;
     BucketState* s = &rt->buckets[b];
-    if (--s->contributions_left == 0) start_grad_sync(rt, b);
+    if (--s->contributions_left != 0) return;
+    if (rt->is_last_micro) start_grad_sync(rt, b);
+    else fold_micro_step(rt, b);
 }
 
 // The end of the first step's backward: its counts become the readiness rule.
@@ -340,7 +384,7 @@ void zero1_begin_step(Zero1Runtime* rt, int step) {
     rt->comm->step = step;
     rt->blocked_ms = 0.0;
     rt_fill(rt, rt->grads, 0, rt->layout.numel * sizeof(float));
-    rt_fill(rt, rt->sumsq, 0, sizeof(double));
+    rt_fill(rt, rt->sumsq, 0, sumsq_words(rt) * sizeof(double));
     if (rt->nan_flags) rt_fill(rt, rt->nan_flags, 0, rt->num_params * sizeof(float));
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         rt->buckets[b].contributions_left = rt->buckets[b].contributions_total;
@@ -349,9 +393,33 @@ void zero1_begin_step(Zero1Runtime* rt, int step) {
     rt->num_fired = rt->num_crossed = 0;
     memset(rt->seen, 0, rt->num_params * sizeof(int));
     if (rt->split) rt->split->active = rt->split->arrived = 0;
+    rt->micro = -1;
+    for (int b = 0; b < rt->layout.num_buckets; b++) rt->buckets[b].folded = -1;
 }
 
-void zero1_begin_micro_step(Zero1Runtime* rt, int is_last) { rt->is_last_micro = is_last; }
+// DP-invariant: every micro-step counts its gradient contributions (each bucket folds when
+// its own are in), so between two micro-steps the counts are checked and reset, and what
+// has not folded (the first step, before the counts are learned; no overlap) folds now.
+static void next_micro_step(Zero1Runtime* rt, int is_last) {
+    if (rt->micro >= 0) {
+        if (rt->counts_learned) check_counts(rt);
+        for (int b = 0; b < rt->layout.num_buckets; b++) fold_micro_step(rt, b);
+    }
+    rt->micro++;
+    if (is_last != (rt->micro == rt->opt.micro_steps - 1)) {
+        fatal("zero1: --dp-invariant was set up for %d micro-steps per step, but micro-step %d of step %d is%s the "
+              "last", rt->opt.micro_steps, rt->micro + 1, rt->step + 1, is_last ? "" : " not");
+    }
+    memset(rt->seen, 0, rt->num_params * sizeof(int));
+    for (int b = 0; b < rt->layout.num_buckets; b++) {
+        rt->buckets[b].contributions_left = rt->buckets[b].contributions_total;
+    }
+}
+
+void zero1_begin_micro_step(Zero1Runtime* rt, int is_last) {
+    if (rt->opt.dp_invariant) next_micro_step(rt, is_last);
+    rt->is_last_micro = is_last;
+}
 
 // All ranks agree on the first parameter with a non-finite gradient (one small sum over
 // every rank: the group's, then across instances) and stop together, naming it. The host
@@ -377,15 +445,14 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
 }
 
 // Megatron's finish_grad_sync: the buckets not started during the backward are started
-// (one group, except with fp32 accumulation: there each exchange waits for the one before
-// it, which no group allows), then every reduction is waited for, through all its stages.
-// Each bucket's share of the norm is queued as soon as its grads are final (with instances:
-// every group reduction first, which issues the ones across them).
+// (one group, except where slices are exchanged: there each exchange waits for the one
+// before it, which no group allows), then every reduction is waited for, through all its
+// stages. Each bucket's share of the norm is queued as soon as its grads are final (with
+// instances: every group reduction first, which issues the ones across them).
 static void finish_grad_sync(Zero1Runtime* rt) {
-    const Zero1DeviceOps* ops = rt->dev.ops;
     int nb = rt->layout.num_buckets;
     rt->finishing = 1;
-    int grouped = !fp32_accumulating(rt);
+    int grouped = !exchanging_slices(rt);
     if (grouped) zero1_comm_group_begin(rt->comm);
     for (int b = 0; b < nb; b++) {
         if (!rt->buckets[b].grad_sync_started) start_grad_sync(rt, b);
@@ -402,7 +469,7 @@ static void finish_grad_sync(Zero1Runtime* rt) {
             wait_blocked(rt, rt->comm, rt->split->exchange, "all-to-all", b);
             split_rows_arrived(rt);
         }
-        if (!rt->cross) ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
+        if (!rt->cross) sum_squares(rt, s);
     }
     if (rt->cross) start_cross_all_reduces(rt);  // those a test() saw complete and left for now
     for (int b = 0; rt->cross && b < nb; b++) {
@@ -411,7 +478,7 @@ static void finish_grad_sync(Zero1Runtime* rt) {
             wait_blocked(rt, rt->cross, s->cross, "all-reduce across instances", b);
             cross_all_reduce_done(rt, b);
         }
-        ops->sum_squares(rt->dev.ctx, rt->dev.compute, &s->owned, rt->grads, rt->sumsq);
+        sum_squares(rt, s);
     }
     rt->finishing = 0;
 }
@@ -425,16 +492,26 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
         fatal("zero1: --split-embedding: the model did not ask for %s's rows (embedding_grad_rows) in the last "
               "micro-step of step %d", name_of(rt, rt->split->param, name, sizeof(name)), step + 1);
     }
+    if (rt->opt.dp_invariant && rt->micro != rt->opt.micro_steps - 1) {
+        fatal("zero1: --dp-invariant was set up for %d micro-steps per step, but step %d had %d", rt->opt.micro_steps,
+              step + 1, rt->micro + 1);
+    }
     if (rt->counts_learned) check_counts(rt);
     else learn_counts(rt);
     finish_grad_sync(rt);
     if (rt->opt.check_nan) stop_on_nonfinite(rt);
-    // Every group holds the same reduced grads: the norm is the group's.
+    // Every group holds the same reduced grads: the norm is the group's (DP-invariant: the
+    // limbs, integers, sum exactly in any order).
     if (stage1(rt)) {
-        Zero1Handle h = zero1_comm_all_reduce(rt->comm, rt->sumsq, 1, ZERO1_FP64, ZERO1_SUM, ZERO1_LABEL_GRAD_NORM);
+        Zero1Handle h = zero1_comm_all_reduce(rt->comm, rt->sumsq, sumsq_words(rt), ZERO1_FP64, ZERO1_SUM,
+                                              ZERO1_LABEL_GRAD_NORM);
         wait_blocked(rt, rt->comm, h, "norm", ZERO1_LABEL_GRAD_NORM);
     }
-    ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
+    if (rt->opt.dp_invariant) {
+        ops->norm_and_clip_exact(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
+    } else {
+        ops->norm_and_clip(rt->dev.ctx, rt->dev.compute, rt->sumsq, rt->opt.grad_clip, rt->norm);
+    }
     // -sl/-sg: no AdamW, no all-gather; every bucket's params are current (the forward
     // waited for them all), so the next forward reads them unchanged.
     if (skip && skip(skip_ctx, zero1_read_norm(rt))) {
@@ -616,17 +693,19 @@ static void allocate_buffers(Zero1Runtime* rt) {
                                                          : rt_alloc(rt, numel * zero1_dtype_size(opt->compute_dtype));
     if (opt->param_dtype != ZERO1_FP32) rt->master = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
     if (opt->grad_dtype == ZERO1_BF16) rt->grad_comm = rt_alloc(rt, numel * 2);
-    if (fp32_accumulating(rt)) {  // two receive temporaries, each the largest bucket in bf16
-        for (int b = 0; b < rt->layout.num_buckets; b++) {
-            size_t bytes = (rt->layout.buckets[b].end - rt->layout.buckets[b].start) * 2;
-            if (bytes > rt->recv_slot_bytes) rt->recv_slot_bytes = bytes;
-        }
+    if (exchanging_slices(rt)) {  // two receive temporaries, each the largest bucket in the exchange's dtype
+        rt->recv_slot_bytes = zero1_layout_largest_bucket(&rt->layout) * zero1_dtype_size(exchange_dtype(rt));
         for (int i = 0; i < 2; i++) rt->recv_slots[i] = rt_alloc(rt, rt->recv_slot_bytes);
         rt->exchange_counts = (size_t*)mallocCheck(2 * (size_t)rt->comm->size * sizeof(size_t));
     }
     rt->adam_m = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
     rt->adam_v = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
-    rt->sumsq = (double*)rt_alloc(rt, sizeof(double));
+    if (opt->dp_invariant) {
+        while ((1 << rt->num_partials) < opt->micro_steps) rt->num_partials++;
+        rt->partials = (float**)callocCheck(rt->num_partials + 1, sizeof(float*));
+        for (int l = 0; l < rt->num_partials; l++) rt->partials[l] = (float*)rt_alloc(rt, numel * sizeof(float));
+    }
+    rt->sumsq = (double*)rt_alloc(rt, sumsq_words(rt) * sizeof(double));
     rt->norm = (float*)rt_alloc(rt, 2 * sizeof(float));
     rt->norm_host = (float*)rt->dev.ops->alloc_host(rt->dev.ctx, 2 * sizeof(float));
     if (opt->check_nan) {
@@ -648,6 +727,13 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     }
     if (opt->fp32_accumulation && (opt->grad_dtype != ZERO1_BF16 || opt->zero_stage != 1)) {
         fatal("zero1: fp32 accumulation needs a bf16 grad reduction under ZeRO-1 (it sums bf16 slices in fp32)");
+    }
+    int power_of_two = opt->micro_steps >= 1 && (opt->micro_steps & (opt->micro_steps - 1)) == 0 &&
+                       (comm->size & (comm->size - 1)) == 0;
+    if (opt->dp_invariant && (!power_of_two || cross || opt->zero_stage != 1 || opt->grad_dtype != ZERO1_FP32 ||
+                              opt->fp32_accumulation || opt->split_embedding || opt->average_in_collective)) {
+        fatal("zero1: the DP-invariant mode needs ZeRO-1 with fp32 grads, power-of-two ranks and micro-steps, and no "
+              "instances, fp32 accumulation, split embedding or averaging in the collective");
     }
     Zero1Runtime* rt = (Zero1Runtime*)callocCheck(1, sizeof(Zero1Runtime));
     rt->opt = *opt;
@@ -716,6 +802,8 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
     void* device[] = {rt->param_buffer, rt->grads, rt->grad_comm, rt->recv_slots[0], rt->recv_slots[1], rt->master,
                       rt->adam_m, rt->adam_v, rt->sumsq, rt->norm, rt->nan_flags};
     for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++) rt_free(rt, device[i]);
+    for (int l = 0; l < rt->num_partials; l++) rt_free(rt, rt->partials[l]);
+    free(rt->partials);
     if (rt->norm_host) rt->dev.ops->free_host(rt->dev.ctx, rt->norm_host);
     if (rt->nan_flags_host) rt->dev.ops->free_host(rt->dev.ctx, rt->nan_flags_host);
     for (int k = 0; rt->block_buckets && k < rt->num_blocks; k++) free(rt->block_buckets[k]);
@@ -741,6 +829,9 @@ size_t zero1_param_offset(const Zero1Runtime* rt, int p) { return rt->layout.par
 size_t zero1_owned_numel(const Zero1Runtime* rt) { return rt->owned_numel; }
 
 size_t zero1_recv_temporary_bytes(const Zero1Runtime* rt) { return 2 * rt->recv_slot_bytes; }
+size_t zero1_partial_grad_bytes(const Zero1Runtime* rt) {
+    return (size_t)rt->num_partials * rt->layout.numel * sizeof(float);
+}
 
 size_t zero1_state_bytes(const Zero1Runtime* rt) {
     return rt->owned_numel * sizeof(float) * (rt->master ? 3 : 2);

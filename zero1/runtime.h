@@ -72,6 +72,17 @@ typedef struct {
     // The reductions average (ZERO1_AVG) instead of summing: the trainer then scales the
     // loss without the 1/world factor. With instances: over the group, then over the K groups.
     int average_in_collective;
+    // The DP-invariant mode (--dp-invariant): the step's sum is the same bits for every split
+    // of its micro-batches over ranks and micro-steps. Each micro-step's backward writes into
+    // zeroed grads and the rank folds it into a binary counter of log2(micro_steps) partial
+    // buffers (zero1/exact_sum.h's pairwise tree), bucket by bucket as each is final; a
+    // bucket's exchange is an fp32 all_to_all whose DP slices the owner sums with the same
+    // tree (sum_slices_pairwise), so the ranks' subtrees finish one tree; the grad norm is
+    // exact (sum_squares_exact). Needs ZeRO-1 with fp32 grads, power-of-two ranks and
+    // micro_steps, and none of split_embedding, fp32_accumulation, average_in_collective,
+    // instances. micro_steps: the trainer's micro-steps per step (each step must have them).
+    int dp_invariant;
+    int micro_steps;
     float beta1, beta2, eps, weight_decay, grad_clip;
     // bf16 params: AdamW's write-back of the fp32 master rounds stochastically, with bits
     // from (rounding_seed, step, model-space index) (llmc/adamw.h's adamw_round_bf16). The
@@ -184,9 +195,11 @@ void zero1_finish_import(Zero1Runtime* rt, int steps_done);
 int zero1_holds_checkpoint_pieces(const Zero1Runtime* rt);
 void zero1_share_state_across(Zero1Runtime* rt);
 
-// Bytes of the fp32-accumulation receive temporaries (2 x the largest bucket in bf16; 0
-// when the mode is off or does nothing).
+// Bytes of the all-to-all receive temporaries: 2 x the largest bucket in bf16 (fp32
+// accumulation) or fp32 (the DP-invariant mode); 0 when neither is on or they do nothing.
 size_t zero1_recv_temporary_bytes(const Zero1Runtime* rt);
+// The DP-invariant mode's partial sums: bytes of its log2(micro_steps) fp32 grad buffers.
+size_t zero1_partial_grad_bytes(const Zero1Runtime* rt);
 
 // --split-embedding: the tokens per micro-step, the row width and the size of the
 // embedding's bucket (for the ledger); 0 without the split.

@@ -14,7 +14,8 @@ typedef struct {
     int contributions_total;     // learned on the first step (zero1_register_grad_ready)
     int reduce_in_flight;
     int grad_sync_started;            // this step
-    int recv_slot;               // fp32 accumulation: the receive temporary of its exchange
+    int recv_slot;               // fp32 accumulation, DP-invariant: the receive temporary of its exchange
+    int folded;                  // DP-invariant: the micro-step whose gradient it folded last (-1: none)
     Zero1Handle reduce;
     double reduce_start_us;
     int awaiting_cross;          // instances: reduced in the group, its all-reduce across them not yet issued
@@ -83,7 +84,9 @@ struct Zero1Runtime {
     // Device memory.
     float* grads;                // fp32, layout numel
     void* grad_comm;             // bf16 copy for a bf16 reduction, else NULL
-    void* recv_slots[2];         // fp32 accumulation: the exchange's receive temporaries, else NULL
+    void* recv_slots[2];         // fp32 accumulation, DP-invariant: the exchange's receive temporaries, else NULL
+    float** partials;            // DP-invariant: the binary counter's levels, log2(micro_steps) buffers of numel
+    int num_partials;
     size_t* exchange_counts;     // host: its counts, then offsets (comm->size each)
     size_t recv_slot_bytes;
     void* param_buffer;          // param_dtype, layout numel
@@ -91,7 +94,7 @@ struct Zero1Runtime {
     float* master;               // fp32 master of the owned shards (bf16 storage only)
     float* adam_m;
     float* adam_v;
-    double* sumsq;               // the step's sum of squares over owned views
+    double* sumsq;               // the step's sum of squares over owned views (DP-invariant: exact limbs)
     float* norm;                 // [grad norm, clip factor]
     float* nan_flags;            // per parameter (check_nan)
     // Host memory for what the host reads back.
@@ -110,6 +113,7 @@ struct Zero1Runtime {
     int* block_num_buckets;
     SplitEmbedding* split;       // NULL unless opt.split_embedding
     int is_last_micro;
+    int micro;                   // DP-invariant: this step's micro-step (0-based; -1 before the first)
     int step;
     double blocked_ms;
 };
@@ -118,6 +122,9 @@ struct Zero1Runtime {
 static inline int stage1(const Zero1Runtime* rt) { return rt->opt.zero_stage == 1 && rt->comm->size > 1; }
 // Buckets are exchanged by all_to_all_v and summed here in fp32 (Zero1Options.fp32_accumulation).
 static inline int fp32_accumulating(const Zero1Runtime* rt) { return stage1(rt) && rt->opt.fp32_accumulation; }
+// ... in bf16 (fp32 accumulation) or, in the DP-invariant mode, in fp32.
+static inline int exchanging_slices(const Zero1Runtime* rt) { return fp32_accumulating(rt) || (stage1(rt) && rt->opt.dp_invariant); }
+static inline Zero1Dtype exchange_dtype(const Zero1Runtime* rt) { return rt->opt.dp_invariant ? ZERO1_FP32 : ZERO1_BF16; }
 static inline Zero1ReduceOp grad_reduce_op(const Zero1Runtime* rt) {
     return rt->opt.average_in_collective ? ZERO1_AVG : ZERO1_SUM;
 }

@@ -20,7 +20,7 @@ static const char* USAGE =
     "usage: zero1_plan (--numels a,b,c | --model dN [--vocab V] [--max-seq T] [--heads H])\n"
     "                  [--dp N] [--instances K] [--bucket-size N|none] [--pad-busbw] [--shared-embedding I|none]\n"
     "                  [--grad-dtype fp32|bf16] [--fp32-accumulation] [--average-in-collective]\n"
-    "                  [--split-embedding [--tokens P]] [--json] [--shards]\n"
+    "                  [--split-embedding [--tokens P]] [--dp-invariant [--accumulation K]] [--json] [--shards]\n"
     "       zero1_plan --batch FILE   (one argument list per line; prints one JSON per line)\n"
     "  --numels a,b,c       parameter sizes in definition order (each >= 1)\n"
     "  --model dN           GPT-2 of depth N in canonical order (wte, wpe, layers, lnf);\n"
@@ -42,6 +42,8 @@ static const char* USAGE =
     "  --split-embedding    (--model) wte in a bucket of its own, reduced as soon as the\n"
     "                       classifier's backward is done; its encoder rows exchanged sparsely,\n"
     "                       --tokens P per micro-step per rank (default 16384 = 16 x 1024)\n"
+    "  --dp-invariant       (power-of-two DP) fp32 all-to-all summed pairwise, log2(K) partial\n"
+    "                       grad buffers for --accumulation K micro-steps (a power of two, default 1)\n"
     "  --json               print one JSON object instead of tables\n"
     "  --shards             include every (rank, bucket) shard and its four views\n";
 
@@ -60,6 +62,8 @@ typedef struct {
     int grad_bytes;         // --grad-dtype: 4 or 2
     int fp32_accumulation, average_in_collective;
     int tokens;             // --split-embedding: tokens per micro-step per rank
+    int dp_invariant;
+    int accumulation;       // --dp-invariant: micro-steps per step
     int json, shards, help;
     const char* batch_file;
 } PlanOptions;
@@ -136,6 +140,7 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
     o->shared_embedding = -1;
     o->grad_bytes = 4;
     o->tokens = 16 * 1024;
+    o->accumulation = 1;
     const char* numels_arg = NULL;
     for (int i = 0; i < argc; i++) {
         const char* a = argv[i];
@@ -148,11 +153,13 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
         if (strcmp(a, "--split-embedding") == 0) { o->split_embedding = 1; continue; }
         if (strcmp(a, "--fp32-accumulation") == 0) { o->fp32_accumulation = 1; continue; }
         if (strcmp(a, "--average-in-collective") == 0) { o->average_in_collective = 1; continue; }
+        if (strcmp(a, "--dp-invariant") == 0) { o->dp_invariant = 1; continue; }
         int takes_value = strcmp(a, "--numels") == 0 || strcmp(a, "--model") == 0 || strcmp(a, "--vocab") == 0 ||
                           strcmp(a, "--max-seq") == 0 || strcmp(a, "--heads") == 0 || strcmp(a, "--dp") == 0 ||
                           strcmp(a, "--instances") == 0 ||
                           strcmp(a, "--bucket-size") == 0 || strcmp(a, "--shared-embedding") == 0 ||
-                          strcmp(a, "--batch") == 0 || strcmp(a, "--grad-dtype") == 0 || strcmp(a, "--tokens") == 0;
+                          strcmp(a, "--batch") == 0 || strcmp(a, "--grad-dtype") == 0 || strcmp(a, "--tokens") == 0 ||
+                          strcmp(a, "--accumulation") == 0;
         if (!takes_value) return plan_error(err, n, "unknown argument '%s'%s", a, "");
         if (!has_value) return plan_error(err, n, "%s needs a value%s", a, "");
         i++;
@@ -179,6 +186,9 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
             if (strcmp(v, "fp32") == 0) o->grad_bytes = 4;
             else if (strcmp(v, "bf16") == 0) o->grad_bytes = 2;
             else return plan_error(err, n, "bad --grad-dtype '%s' (fp32 or bf16)%s", v, "");
+        } else if (strcmp(a, "--accumulation") == 0) {
+            if (!parse_int_range(v, 1, 1 << 30, &o->accumulation) || (o->accumulation & (o->accumulation - 1)))
+                return plan_error(err, n, "bad --accumulation '%s' (a power of two)%s", v, "");
         } else if (strcmp(a, "--tokens") == 0) {
             if (!parse_int_range(v, 1, 1 << 30, &o->tokens)) return plan_error(err, n, "bad --tokens '%s'%s", v, "");
         } else if (strcmp(a, "--shared-embedding") == 0) {
@@ -197,6 +207,10 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
     if (o->split_embedding) o->shared_embedding = 0;  // wte gets a bucket of its own, as in the trainers
     if (o->fp32_accumulation && o->grad_bytes != 2)
         return plan_error(err, n, "--fp32-accumulation needs --grad-dtype bf16%s%s", "", "");
+    if (o->dp_invariant && (o->grad_bytes != 4 || o->average_in_collective || o->split_embedding || o->instances > 1 ||
+                            (o->dp & (o->dp - 1))))
+        return plan_error(err, n, "--dp-invariant needs a power-of-two --dp with fp32 grads and none of "
+                                  "--average-in-collective, --split-embedding, --instances%s%s", "", "");
     if (numels_arg) return parse_numels(numels_arg, o, err, n);
     if (gpt2_config_from_descriptor(o->model, o->vocab, o->max_seq, &o->cfg) != 0)
         return plan_error(err, n, "bad --model '%s' (want dN, e.g. d12)%s", o->model, "");
@@ -225,11 +239,17 @@ static const char* block_name(const PlanOptions* o, int block, char* buf, size_t
     return buf;
 }
 
+static int zero1_plan_log2(int power_of_two) {
+    int l = 0;
+    while ((1 << l) < power_of_two) l++;
+    return l;
+}
+
 // The ledger of this plan's options for param_bytes (2: bf16 params, 4: fp32).
 static Zero1Ledger plan_ledger(const PlanOptions* o, const Zero1Layout* L, int param_bytes) {
     return zero1_ledger_of_layout(L, o->instances, param_bytes, o->grad_bytes, o->fp32_accumulation,
                                   o->split_embedding ? gpt2_idx_wte() : -1, (uint64_t)o->tokens,
-                                  (uint64_t)o->cfg.channels);
+                                  (uint64_t)o->cfg.channels, o->dp_invariant ? o->accumulation : 0);
 }
 
 // ---------------------------------------------------------------------------- JSON
@@ -245,7 +265,7 @@ static void json_ledger(FILE* f, const Zero1Ledger* g) {
             "\"total_replicated\":%llu,\"total_zero1\":%llu,\"sent_all_reduce\":%llu,"
             "\"sent_reduce_scatter\":%llu,\"sent_all_gather\":%llu,\"sent_cross_all_reduce\":%llu,"
             "\"sent_zero1\":%llu,\"recv_temporaries\":%llu,\"split_rows\":%llu,\"split_sent_max\":%llu,"
-            "\"overflow\":%s}",
+            "\"partial_grads\":%llu,\"overflow\":%s}",
             g->param_bytes, g->grad_bytes, g->state_bytes, (unsigned long long)g->owned_numel,
             (unsigned long long)g->param_buffer, (unsigned long long)g->grad_buffer,
             (unsigned long long)g->state_replicated, (unsigned long long)g->state_zero1,
@@ -253,7 +273,8 @@ static void json_ledger(FILE* f, const Zero1Ledger* g) {
             (unsigned long long)g->sent_all_reduce, (unsigned long long)g->sent_reduce_scatter,
             (unsigned long long)g->sent_all_gather, (unsigned long long)g->sent_cross_all_reduce,
             (unsigned long long)g->sent_zero1, (unsigned long long)g->recv_temporaries,
-            (unsigned long long)g->split_rows, (unsigned long long)g->split_sent_max, g->overflow ? "true" : "false");
+            (unsigned long long)g->split_rows, (unsigned long long)g->split_sent_max,
+            (unsigned long long)g->partial_grads, g->overflow ? "true" : "false");
 }
 
 // Returns 0, or -1 (message in err) if a shard could not be built.
@@ -263,8 +284,9 @@ static int print_json(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
     if (L->bucket_size == 0) fprintf(f, "null");
     else fprintf(f, "%zu", L->bucket_size);
     fprintf(f, ",\"grad_dtype\":\"%s\",\"fp32_accumulation\":%s,\"average_in_collective\":%s,\"split_embedding\":%s,"
-               "\"tokens\":%d", o->grad_bytes == 2 ? "bf16" : "fp32", o->fp32_accumulation ? "true" : "false",
-            o->average_in_collective ? "true" : "false", o->split_embedding ? "true" : "false", o->tokens);
+               "\"tokens\":%d,\"dp_invariant\":%s,\"accumulation\":%d", o->grad_bytes == 2 ? "bf16" : "fp32",
+            o->fp32_accumulation ? "true" : "false", o->average_in_collective ? "true" : "false",
+            o->split_embedding ? "true" : "false", o->tokens, o->dp_invariant ? "true" : "false", o->accumulation);
     fprintf(f, ",\"pad_busbw\":%s,\"shared_embedding\":", L->pad_busbw ? "true" : "false");
     if (L->shared_embedding < 0) fprintf(f, "null");
     else fprintf(f, "%d", L->shared_embedding);
@@ -408,7 +430,13 @@ static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
         fprintf(f, "split embedding: wte's encoder rows of the last micro-step (at most %d tokens per rank) go by a "
                    "sparse all-to-all-v after the embeddings' backward\n", o->tokens);
     }
-    if (o->fp32_accumulation || o->average_in_collective || o->split_embedding) fprintf(f, "\n");
+    if (o->dp_invariant) {
+        fprintf(f, "DP-invariant: %d micro-step%s a step folded pairwise into %d partial grad buffer%s; each bucket's "
+                   "fp32 slices go by all-to-all (the fp32 reduce-scatter's bytes) and are summed as the same tree\n",
+                o->accumulation, o->accumulation == 1 ? "" : "s", zero1_plan_log2(o->accumulation),
+                zero1_plan_log2(o->accumulation) == 1 ? "" : "s");
+    }
+    if (o->fp32_accumulation || o->average_in_collective || o->split_embedding || o->dp_invariant) fprintf(f, "\n");
     fprintf(f, "memory and communication, bf16 params + %s grads (GPU default):\n", gdt);
     Zero1Ledger g = plan_ledger(o, L, 2);
     zero1_ledger_print(f, &g);

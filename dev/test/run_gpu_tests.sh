@@ -424,6 +424,11 @@ stopped_rank() {
 }
 if [ "$NUM_GPUS" -ge 2 ]; then check zero1_stopped_rank stopped_rank; else skip zero1_stopped_rank "fewer than 2 GPUs"; fi
 
+# ---- --dp-invariant: 1, 2 and 4 ranks (a GPU each over NCCL; ranks that share a GPU over
+# staged MPI), 4 steps with clipping: byte-identical checkpoints and step lines
+# (dev/test/test_dp_invariant.sh's GPU mode, on the FP32 zero1/ build above) ----
+check dp_invariant_gpu env GPU="$OUT/train_gpt2cu_z_FP32" bash dev/test/test_dp_invariant.sh
+
 # ---- Checkpoints across trainers (the FP32 GPU builds above, the CPU trainer) ----
 if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head -n 1)" ] || [ -f /usr/include/cblas.h ]; then
     check build_train_cpu make train_gpt2 USE_ZERO1=1

@@ -22,9 +22,13 @@
  *     all-reduce in place are the identity for fp32, bf16, fp64; a collective waits for
  *     the compute stream, and wait() makes the compute stream wait for the collective;
  *     groups; handle table growth; abort
- *  8. under mpirun (2 to 8 ranks, one GPU each), in place of 1-7: the in-place
+ *  8. under mpirun (2 to 8 ranks, one GPU each), in place of 1-7 and 9: the in-place
  *     offsets and the sums of reduce-scatter, all-gather and all-reduce (fp32, bf16,
  *     fp64; alone and grouped) against the sums worked out here
+ *  9. --dp-invariant's ops (zero1/exact_sum.h) bitwise equal to the CPU device:
+ *     sum_squares_exact's limbs (the span sets above with the smallest denormal and FLT_MAX
+ *     planted, two launches) and norm_and_clip_exact on them, add, sum_slices_pairwise of
+ *     1 to 64 slices
  * Without a GPU it prints SKIPPED.
  */
 #include <math.h>
@@ -411,6 +415,63 @@ static void test_norm_and_clip(void) {
 }
 
 // ----------------------------------------------------------------------------
+// 9. --dp-invariant's ops
+
+static void test_dp_invariant_ops(const SpanSet* set) {
+    uint64_t rng = 77;
+    float* grads = random_array(set->buffer_numel, &rng, 0);
+    for (int i = 0; i < set->count; i++) {  // the extremes, in the first span that holds two
+        if (set->spans[i].n < 2) continue;
+        grads[set->spans[i].buffer] = ldexpf(1.0f, -149);
+        grads[set->spans[i].buffer + 1] = -3.4028234663852886e38f;
+        break;
+    }
+    float* d_grads = (float*)to_gpu(grads, set->buffer_numel * 4);
+    Zero1SpanList cpu_list = span_list(&cpu, set), gpu_list = span_list(&gpu, set);
+    double words[ZERO1_EXACT_WORDS] = {0};
+    double* d_words = (double*)to_gpu(words, sizeof(words));
+    for (int call = 0; call < 2; call++) {
+        cpu.ops->sum_squares_exact(cpu.ctx, cpu.compute, &cpu_list, grads, words);
+        gpu.ops->sum_squares_exact(gpu.ctx, gpu.compute, &gpu_list, d_grads, d_words);
+    }
+    char setting[96];
+    snprintf(setting, sizeof(setting), "sum_squares_exact %s", set->name);
+    check_same_bits("limbs after two launches", setting, words, d_words, ZERO1_EXACT_WORDS, 8);
+    const float max_norm[3] = {0.0f, 1e-3f, 1e30f};
+    float want[6];
+    float* d_out = (float*)gpu.ops->alloc(gpu.ctx, sizeof(want));
+    for (int i = 0; i < 3; i++) {
+        cpu.ops->norm_and_clip_exact(cpu.ctx, cpu.compute, words, max_norm[i], want + 2 * i);
+        gpu.ops->norm_and_clip_exact(gpu.ctx, gpu.compute, d_words, max_norm[i], d_out + 2 * i);
+    }
+    snprintf(setting, sizeof(setting), "norm_and_clip_exact %s", set->name);
+    check_same_bits("norm and clip factor", setting, want, d_out, 6, 4);
+
+    size_t n = set->buffer_numel;
+    float* b = random_array(n, &rng, 0);
+    float* d_b = (float*)to_gpu(b, n * 4);
+    cpu.ops->add(cpu.ctx, cpu.compute, b, grads, b, n);
+    gpu.ops->add(gpu.ctx, gpu.compute, d_b, d_grads, d_b, n);
+    snprintf(setting, sizeof(setting), "add %s", set->name);
+    check_same_bits("a + b", setting, b, d_b, n, 4);
+    for (int count = 1; count <= 64; count *= 4) {
+        size_t per = n / (size_t)count;
+        float* d_sum = (float*)gpu.ops->alloc(gpu.ctx, per * 4);
+        cpu.ops->sum_slices_pairwise(cpu.ctx, cpu.compute, b, grads, count, per);
+        gpu.ops->sum_slices_pairwise(gpu.ctx, gpu.compute, d_sum, d_grads, count, per);
+        snprintf(setting, sizeof(setting), "sum_slices_pairwise %s, %d slices", set->name, count);
+        check_same_bits("the tree's sums", setting, b, d_sum, per, 4);
+        gpu.ops->free(gpu.ctx, d_sum);
+    }
+    free(grads);
+    free(b);
+    cpu.ops->free(cpu.ctx, (void*)cpu_list.device);
+    gpu.ops->free(gpu.ctx, (void*)gpu_list.device);
+    void* all[] = {d_grads, d_words, d_out, d_b};
+    for (int i = 0; i < 4; i++) gpu.ops->free(gpu.ctx, all[i]);
+}
+
+// ----------------------------------------------------------------------------
 // 6. events; 7. NCCL
 
 // Busy for `cycles` of the SM clock (clock64: no inline PTX, so this also runs on the CPU
@@ -746,6 +807,7 @@ int main(int argc, char** argv) {
         test_adamw(sets[s], ZERO1_BF16, 1, 1);
         test_sum_squares(sets[s]);
         test_nonfinite_flags(sets[s]);
+        test_dp_invariant_ops(sets[s]);
     }
     test_sum_squares_empty();
     test_norm_and_clip();

@@ -695,6 +695,128 @@ static void check_convert(const Zero1Device* d) {
     }
 }
 
+// --dp-invariant's ops (zero1/exact_sum.h). add and sum_slices_pairwise: the CPU device
+// against the formulas written out here (the tree recursively), the deferred device bitwise
+// against the CPU. sum_squares_exact: exact (integer multiples of 2^-10, whose squares a
+// double sums exactly; the smallest denormal's square lands in limb 0; FLT_MAX's square
+// keeps the top), the same words for any split of the spans (one span or reversed pieces,
+// one launch or two, two ranks' words added as doubles as the all-reduce adds them), NaN
+// and infinity; norm_and_clip_exact on them.
+static float pairwise_reference(const float* src, int count, size_t n, size_t i) {
+    if (count == 1) return src[i];
+    return pairwise_reference(src, count / 2, n, i) + pairwise_reference(src + (size_t)(count / 2) * n, count / 2, n, i);
+}
+
+static void exact_words_on(const Zero1Device* d, const float* grads, size_t n, const Zero1Span* spans, int count,
+                           int launches, double* words, float out[2]) {
+    const Zero1DeviceOps* o = d->ops;
+    float* dgrads = (float*)upload(d, grads, n * sizeof(float));
+    double* dwords = (double*)o->alloc(d->ctx, ZERO1_EXACT_WORDS * sizeof(double));
+    float* dout = (float*)o->alloc(d->ctx, 2 * sizeof(float));
+    int per = (count + launches - 1) / launches;
+    for (int first = 0; first < count; first += per) {
+        int k = count - first < per ? count - first : per;
+        size_t numel = 0;
+        for (int i = 0; i < k; i++) numel += spans[first + i].n;
+        void* dspans = o->upload_spans(d->ctx, spans + first, k);
+        Zero1SpanList list = {k, numel, spans + first, dspans};
+        o->sum_squares_exact(d->ctx, d->compute, &list, dgrads, dwords);
+        o->sync_stream(d->ctx, d->compute);
+        o->free(d->ctx, dspans);
+    }
+    o->norm_and_clip_exact(d->ctx, d->compute, dwords, 1.0f, dout);
+    download(d, d->compute, words, dwords, ZERO1_EXACT_WORDS * sizeof(double));
+    download(d, d->compute, out, dout, 2 * sizeof(float));
+    void* all[] = {dgrads, dwords, dout};
+    for (int i = 0; i < 3; i++) o->free(d->ctx, all[i]);
+}
+
+static void check_dp_invariant_ops(const Zero1Device* d) {
+    enum { N = 1000, COUNT = 16 };
+    Zero1Device cpu = zero1_device_cpu();
+    const Zero1Device* devs[2] = {&cpu, d};
+    static float a[N], b[N], slices[COUNT * N], out[2][COUNT * N];
+    fill_uniform(a, N, -3.0f, 3.0f);
+    fill_uniform(b, N, -3.0f, 3.0f);
+    for (int k = 0; k < 2; k++) {
+        float* da = (float*)upload(devs[k], a, sizeof(a));
+        float* db = (float*)upload(devs[k], b, sizeof(b));
+        devs[k]->ops->add(devs[k]->ctx, devs[k]->compute, da, da, db, N);  // in place, as the runtime adds
+        download(devs[k], devs[k]->compute, out[k], da, sizeof(a));
+        devs[k]->ops->free(devs[k]->ctx, da);
+        devs[k]->ops->free(devs[k]->ctx, db);
+    }
+    int ok = memcmp(out[0], out[1], sizeof(a)) == 0;
+    for (int i = 0; i < N; i++) ok &= out[0][i] == a[i] + b[i];
+    CHECK(ok, "add: not a + b, or the deferred device differs from the CPU device");
+
+    fill_uniform(slices, COUNT * N, -3.0f, 3.0f);
+    // Element 0's slices 1e8, 1, -1e8, 1: pairwise (1e8 + 1) + (-1e8 + 1) = 0 in fp32, in
+    // slice order 1: the formula's association shows.
+    const float order[4] = {1e8f, 1.0f, -1e8f, 1.0f};
+    for (int r = 0; r < 4; r++) slices[(size_t)r * N] = order[r];
+    for (int count = 1; count <= COUNT; count *= 2) {
+        for (int k = 0; k < 2; k++) {
+            float* src = (float*)upload(devs[k], slices, (size_t)count * N * sizeof(float));
+            float* dst = (float*)devs[k]->ops->alloc(devs[k]->ctx, N * sizeof(float));
+            devs[k]->ops->sum_slices_pairwise(devs[k]->ctx, devs[k]->compute, dst, src, count, N);
+            download(devs[k], devs[k]->compute, out[k], dst, N * sizeof(float));
+            devs[k]->ops->free(devs[k]->ctx, src);
+            devs[k]->ops->free(devs[k]->ctx, dst);
+        }
+        ok = memcmp(out[0], out[1], N * sizeof(float)) == 0;
+        for (int i = 0; i < N; i++) ok &= out[0][i] == pairwise_reference(slices, count, N, (size_t)i);
+        CHECK(ok, "sum_slices_pairwise of %d slices: not the pairwise tree, or deferred != CPU", count);
+        if (count == 4) CHECK(out[0][0] == 0.0f, "sum_slices_pairwise: 1e8, 1, -1e8, 1 gave %g, the tree gives 0", out[0][0]);
+    }
+
+    // Multiples of 2^-10 up to 1000 in magnitude: every square and every partial sum is exact in double.
+    static float g[N];
+    double exact = 0.0;
+    for (int i = 0; i < N; i++) {
+        g[i] = ldexpf((float)((int)(uniform(0.0f, 2048000.0f)) - 1024000), -10);
+        exact += (double)g[i] * g[i];
+    }
+    Zero1Span whole = {0, 0, N, 0, 0, 0}, pieces[7];
+    const size_t cuts[8] = {0, 1, 130, 131, 500, 777, 998, N};
+    for (int i = 0; i < 7; i++) pieces[i] = (Zero1Span){cuts[6 - i], 0, cuts[7 - i] - cuts[6 - i], 0, 0, 0};
+    double words[4][ZERO1_EXACT_WORDS];
+    float norms[4][2];
+    exact_words_on(&cpu, g, N, &whole, 1, 1, words[0], norms[0]);
+    exact_words_on(&cpu, g, N, pieces, 7, 3, words[1], norms[1]);  // reversed pieces, three launches
+    exact_words_on(d, g, N, pieces, 7, 1, words[2], norms[2]);
+    CHECK(memcmp(words[0], words[1], sizeof(words[0])) == 0 && memcmp(words[0], words[2], sizeof(words[0])) == 0 &&
+          memcmp(norms[0], norms[1], sizeof(norms[0])) == 0 && memcmp(norms[0], norms[2], sizeof(norms[0])) == 0,
+          "sum_squares_exact: other spans, launches or the deferred device gave other words");
+    CHECK(zero1_exact_value(words[0]) == exact && norms[0][0] == (float)sqrt(exact) && norms[0][1] == 1.0f / norms[0][0],
+          "sum_squares_exact: %.17g (norm %g, clip %g), want %.17g exactly", zero1_exact_value(words[0]), norms[0][0],
+          norms[0][1], exact);
+    // Two ranks' halves, their words added as doubles (the grad norm's all-reduce).
+    Zero1Span half[2] = {{0, 0, 400, 0, 0, 0}, {400, 0, N - 400, 0, 0, 0}};
+    exact_words_on(&cpu, g, N, &half[0], 1, 1, words[1], norms[1]);
+    exact_words_on(&cpu, g, N, &half[1], 1, 1, words[2], norms[2]);
+    for (int w = 0; w < ZERO1_EXACT_WORDS; w++) words[3][w] = words[1][w] + words[2][w];
+    float* dout = (float*)cpu.ops->alloc(cpu.ctx, 2 * sizeof(float));
+    cpu.ops->norm_and_clip_exact(cpu.ctx, cpu.compute, words[3], 1.0f, dout);
+    CHECK(memcmp(dout, norms[0], sizeof(norms[0])) == 0, "sum_squares_exact: two halves' words added: norm %g, want %g",
+          dout[0], norms[0][0]);
+    // The extremes: the smallest denormal's square is limb 0's lowest bit; FLT_MAX's dominates.
+    const float ends[3] = {ldexpf(1.0f, -149), 3.4028234663852886e38f, 1.0f};
+    Zero1Span three = {0, 0, 3, 0, 0, 0};
+    exact_words_on(&cpu, ends, 3, &three, 1, 1, words[1], norms[1]);
+    double top = (double)ends[1] * ends[1];
+    CHECK(words[1][0] == 1.0 && zero1_exact_value(words[1]) == top + 1.0 && norms[1][0] == (float)sqrt(top),
+          "sum_squares_exact of 2^-149, FLT_MAX, 1: limb 0 %g, value %.17g (want %.17g)", words[1][0],
+          zero1_exact_value(words[1]), top + 1.0);
+    float specials[3] = {1.0f, INFINITY, 2.0f};
+    exact_words_on(&cpu, specials, 3, &three, 1, 1, words[1], norms[1]);
+    specials[0] = NAN;
+    exact_words_on(d, specials, 3, &three, 1, 1, words[2], norms[2]);
+    CHECK(isinf(norms[1][0]) && isnan(norms[2][0]), "sum_squares_exact: an infinity gave norm %g, a NaN %g", norms[1][0],
+          norms[2][0]);
+    cpu.ops->free(cpu.ctx, dout);
+}
+
 // ---- bad input stops with one message: the deferred device, the hazard communicator ----
 
 static char* bad_alloc(const Zero1Device* d, size_t n) { return (char*)d->ops->alloc(d->ctx, n); }
@@ -1071,6 +1193,7 @@ int main(int argc, char** argv) {
     check_reductions(&d);
     check_convert(&d);
     check_sum_slices(&d);
+    check_dp_invariant_ops(&d);
     check_bad_input(&d);
     Zero1Device cpu = zero1_device_cpu();
     check_hazard(&cpu, zero1_comm_single_create(&cpu), "hazard(single) on the CPU device");

@@ -42,6 +42,7 @@ struct DeferredOp {
         struct { void* p; int byte; size_t bytes; } fill;
         struct { void* dst; Zero1Dtype dst_type; const void* src; Zero1Dtype src_type; size_t n; } convert;
         struct { float* dst; const void* src; Zero1Dtype src_type; int count; size_t n; float scale; } sum_slices;
+        struct { float* dst; const float *a, *b; size_t n; } add;
         struct {
             Zero1SpanList spans;
             void* params;
@@ -527,14 +528,73 @@ static void run_norm_and_clip(Deferred* d, const DeferredOp* op) {
     zero1_device_cpu_ops.norm_and_clip(NULL, NULL, op->a.norm.sumsq, op->a.norm.max_norm, op->a.norm.out);
 }
 
+// norm_and_clip and norm_and_clip_exact: `words` doubles of sums into the norm and clip factor.
+static void enqueue_norm(Deferred* d, Zero1Stream s, void (*run)(Deferred*, const DeferredOp*), const double* sumsq,
+                         size_t words, float max_norm, float* out, const char* what) {
+    DeferredOp op;
+    op.run = run;
+    op.a.norm.sumsq = (const double*)device_range(d, sumsq, words * sizeof(double), what);
+    op.a.norm.max_norm = max_norm;
+    op.a.norm.out = (float*)device_range(d, out, 2 * sizeof(float), what);
+    enqueue(s, &op);
+}
+
 static void deferred_norm_and_clip(void* ctx, Zero1Stream s, const double* sumsq, float max_norm, float* out) {
+    enqueue_norm((Deferred*)ctx, s, run_norm_and_clip, sumsq, 1, max_norm, out, "norm_and_clip");
+}
+
+// --dp-invariant's ops: zero1_device_cpu_ops' functions as well.
+static void run_add(Deferred* d, const DeferredOp* op) {
+    zero1_device_cpu_ops.add(NULL, NULL, op->a.add.dst, op->a.add.a, op->a.add.b, op->a.add.n);
+}
+
+static void deferred_add(void* ctx, Zero1Stream s, float* dst, const float* a, const float* b, size_t n) {
     Deferred* d = (Deferred*)ctx;
     DeferredOp op;
-    op.run = run_norm_and_clip;
-    op.a.norm.sumsq = (const double*)device_range(d, sumsq, sizeof(double), "norm_and_clip sumsq");
-    op.a.norm.max_norm = max_norm;
-    op.a.norm.out = (float*)device_range(d, out, 2 * sizeof(float), "norm_and_clip out");
+    op.run = run_add;
+    op.a.add.dst = (float*)device_range(d, dst, n * sizeof(float), "add destination");
+    op.a.add.a = (const float*)device_range(d, a, n * sizeof(float), "add a");
+    op.a.add.b = (const float*)device_range(d, b, n * sizeof(float), "add b");
+    op.a.add.n = n;
     enqueue(s, &op);
+}
+
+static void run_sum_slices_pairwise(Deferred* d, const DeferredOp* op) {
+    zero1_device_cpu_ops.sum_slices_pairwise(NULL, NULL, op->a.sum_slices.dst, (const float*)op->a.sum_slices.src,
+                                             op->a.sum_slices.count, op->a.sum_slices.n);
+}
+
+static void deferred_sum_slices_pairwise(void* ctx, Zero1Stream s, float* dst, const float* src, int count, size_t n) {
+    Deferred* d = (Deferred*)ctx;
+    DeferredOp op;
+    memset(&op, 0, sizeof(op));
+    op.run = run_sum_slices_pairwise;
+    op.a.sum_slices.dst = (float*)device_range(d, dst, n * sizeof(float), "sum_slices_pairwise destination");
+    op.a.sum_slices.src = device_range(d, src, (size_t)(count > 0 ? count : 0) * n * sizeof(float),
+                                       "sum_slices_pairwise source");
+    op.a.sum_slices.count = count;
+    op.a.sum_slices.n = n;
+    enqueue(s, &op);
+}
+
+static void run_sum_squares_exact(Deferred* d, const DeferredOp* op) {
+    zero1_device_cpu_ops.sum_squares_exact(NULL, NULL, &op->a.span_reduce.spans, op->a.span_reduce.grads,
+                                           (double*)op->a.span_reduce.out);
+}
+
+static void deferred_sum_squares_exact(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const float* grads,
+                                       double* words) {
+    enqueue_span_reduce((Deferred*)ctx, s, run_sum_squares_exact, spans, grads, words, 0,
+                        ZERO1_EXACT_WORDS * sizeof(double), "sum_squares_exact");
+}
+
+static void run_norm_and_clip_exact(Deferred* d, const DeferredOp* op) {
+    zero1_device_cpu_ops.norm_and_clip_exact(NULL, NULL, op->a.norm.sumsq, op->a.norm.max_norm, op->a.norm.out);
+}
+
+static void deferred_norm_and_clip_exact(void* ctx, Zero1Stream s, const double* words, float max_norm, float* out) {
+    enqueue_norm((Deferred*)ctx, s, run_norm_and_clip_exact, words, ZERO1_EXACT_WORDS, max_norm, out,
+                 "norm_and_clip_exact");
 }
 
 const Zero1DeviceOps zero1_device_deferred_ops = {
@@ -547,6 +607,7 @@ const Zero1DeviceOps zero1_device_deferred_ops = {
     deferred_sum_squares,
     deferred_nonfinite_flags, deferred_add_rows, deferred_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
+    deferred_add, deferred_sum_slices_pairwise, deferred_sum_squares_exact, deferred_norm_and_clip_exact,
 };
 
 // For a model that computes on the host (the CPU trainer) and so stands for the compute
