@@ -97,10 +97,17 @@ static inline T* opaque_pointer(T* p) {
     __asm__("" : "+r"(p));
     return p;
 }
+// #pragma unroll (rewrite.py): g++ unrolls as nvcc would, so that an array indexed by the
+// loop's counter is registers, as on a GPU, not local memory.
+#define CUDA_CPU_PRAGMA(x) _Pragma(#x)
+#define CUDA_CPU_UNROLL CUDA_CPU_PRAGMA(GCC unroll 64)
+#define CUDA_CPU_UNROLL_N(n) CUDA_CPU_PRAGMA(GCC unroll n)
 #else
 #define CUDA_CPU_NOT_TRACED
 #define CUDA_CPU_ATOMIC_SEEN(p) ((void)0)
 #define CUDA_CPU_SHARED_VIEW(p) (p)
+#define CUDA_CPU_UNROLL
+#define CUDA_CPU_UNROLL_N(n)
 #endif
 
 // ---- launches ------------------------------------------------------------------------

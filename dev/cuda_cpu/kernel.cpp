@@ -508,7 +508,7 @@ static void run_kernel(const Launch* L) {
     b.tids = tids.data();
     with_tools = tools_on();
     if (with_tools) {
-        tools_launch_begin(L->site, L->grid, L->block, L->shmem, w->stacks, (kStackBytes + kPage) * kStacks);
+        tools_launch_begin(L->site, L->grid, L->block, L->shmem, w->stacks, kStackBytes + kPage, kStacks);
     }
     sigjmp_buf escape;
     if (sigsetjmp(escape, 1) != 0) {  // a memory fault inside the kernel (see kernel_fault_escape)

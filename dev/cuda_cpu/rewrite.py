@@ -14,6 +14,11 @@ line number stays; a `#line 1 "FILE"` at the top makes g++ name the original fil
   extern __shared__ T buf[];
       -> T* buf = (T*)cudacpu::dynamic_shared();
 
+  #pragma unroll [N]
+      -> CUDA_CPU_UNROLL / CUDA_CPU_UNROLL_N(N): nothing (g++ ignored it before), but a
+         request to unroll in builds with the layer's tools, so that their model of a
+         thread's local memory sees nvcc's unrolling (dev/cuda_cpu/cuda_cpu.h)
+
 Comments and string literals are never rewritten. Everything else is left alone: the
 rest of CUDA C++ compiles as C++ with dev/cuda_cpu/cuda_cpu.h force-included.
 """
@@ -140,6 +145,7 @@ def shared_replacement(is_extern, body):
 
 
 SHARED = re.compile(r"(extern\s+)?__shared__\s+([^;]*);")
+UNROLL = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll(?:[ \t]+(\w+))?[ \t]*$", re.M)
 STORAGE = "__cudacpu_storage"
 
 
@@ -162,6 +168,9 @@ def rewrite(text, display_name):
         if "\n" in body:
             raise SyntaxError("a __shared__ declaration over several lines is not supported")
         edits.append((m.start(), m.end(), shared_replacement(bool(m.group(1)), body) + ";"))
+    for m in UNROLL.finditer(mask):
+        n = m.group(1)
+        edits.append((m.start(), m.end(), "CUDA_CPU_UNROLL_N(%s)" % n if n else "CUDA_CPU_UNROLL"))
     edits.sort()
     out, last = [], 0
     for s, e, r in edits:

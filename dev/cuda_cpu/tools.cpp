@@ -264,8 +264,8 @@ std::string source_of(uintptr_t pc) {
 static std::atomic<uint32_t> launches{0};
 static thread_local Worker* worker_of_thread;
 
-void tools_launch_begin(const LaunchSite& site, dim3 grid, dim3 block, size_t shmem, const void* stacks,
-                        size_t stacks_bytes) {
+void tools_launch_begin(const LaunchSite& site, dim3 grid, dim3 block, size_t shmem, const void* stacks, size_t slot,
+                        int count) {
     Worker* w = worker_of_thread;
     if (!w) {
         w = worker_of_thread = new Worker();
@@ -282,7 +282,8 @@ void tools_launch_begin(const LaunchSite& site, dim3 grid, dim3 block, size_t sh
     device_arena(&w->arena_lo, &len);
     w->arena_len = len;
     w->stack_lo = (uintptr_t)stacks;
-    w->stack_len = stacks_bytes;
+    w->stack_slot = slot;
+    w->stack_len = slot * count;
     w->stats = KernelStats();
     w->stats.launches = 1;
     w->finding.clear();

@@ -38,8 +38,10 @@ bool tools_profile();
 bool tools_on();
 
 // ---- events from kernel.cpp (only while tools_on()) --------------------------------------
-void tools_launch_begin(const LaunchSite& site, dim3 grid, dim3 block, size_t shmem, const void* stacks,
-                        size_t stacks_bytes);
+// stacks: the worker's fiber stacks, `count` slots of `slot` bytes (a thread's frames lie at
+// the same offsets in whichever slot it runs on).
+void tools_launch_begin(const LaunchSite& site, dim3 grid, dim3 block, size_t shmem, const void* stacks, size_t slot,
+                        int count);
 // Before block `linear` (blockIdx) runs; *current is the running thread's linear index.
 void tools_block_begin(uint64_t linear, uint3 block_idx, int threads, const int* current, void* dynamic_shared,
                        size_t shmem);
@@ -89,9 +91,14 @@ struct Traffic {
     }
 };
 
-// Per instruction (return address), for the table's worst source lines.
+// Per instruction (return address), for the table's worst source lines. Stack accesses: the
+// bytes [lo, hi) of the thread's stack slot it touched, and whether at one offset always
+// (a register on a GPU) or at several (an array indexed at run time: local memory there too,
+// and so is every access to the bytes such an instruction touches: tools_profile.cpp).
 struct PcTraffic {
     uint8_t space, kind;
+    bool offsets_vary;
+    int64_t first_offset = -1, lo = 0, hi = 0;
     Traffic t;
 };
 
@@ -112,7 +119,7 @@ struct Worker {
     int line;
     dim3 grid, block_dim;
     uint32_t launch_id;
-    uintptr_t arena_lo, arena_len, stack_lo, stack_len;
+    uintptr_t arena_lo, arena_len, stack_lo, stack_len, stack_slot;
     // the block
     uint64_t block_linear;
     uint3 block_idx;

@@ -41,125 +41,230 @@ void KernelStats::add(const KernelStats& o) {
         PcTraffic& mine = pcs[p.first];
         mine.space = p.second.space;
         mine.kind = p.second.kind;
-        mine.t.add(p.second.t);
+        const PcTraffic& o = p.second;
+        if (o.first_offset >= 0) {
+            if (mine.first_offset < 0) {
+                mine.first_offset = o.first_offset;
+                mine.lo = o.lo;
+                mine.hi = o.hi;
+            }
+            mine.offsets_vary |= o.offsets_vary || mine.first_offset != o.first_offset;
+            mine.lo = std::min(mine.lo, o.lo);
+            mine.hi = std::max(mine.hi, o.hi);
+        }
+        mine.t.add(o.t);
     }
 }
 
 // ---- one request ---------------------------------------------------------------------------------
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// Distinct bytes covered by the accesses.
-static uint64_t distinct_bytes(const Access* a, int n) {
-    std::vector<std::pair<uintptr_t, uintptr_t>> iv(n);
-    for (int i = 0; i < n; i++) iv[i] = {a[i].addr, a[i].addr + a[i].size};
-    std::sort(iv.begin(), iv.end());
-    uint64_t total = 0;
+// Small sets of addresses, sorted in place (a request has at most a few hundred).
+static size_t sort_unique(uintptr_t* v, size_t n) {
+    std::sort(v, v + n);
+    return std::unique(v, v + n) - v;
+}
+
+static const int kMaxUnits = 4096;  // words or sectors of one request we look at (more: ignored)
+
+static Traffic global_request(const Access* const* a, int n) {
+    uintptr_t sectors[kMaxUnits];
+    std::pair<uintptr_t, uintptr_t> iv[256];
+    size_t ns = 0;
+    Traffic t;
+    for (int i = 0; i < n; i++) {
+        for (uintptr_t s = a[i]->addr >> 5; s <= (a[i]->addr + a[i]->size - 1) >> 5 && ns < kMaxUnits; s++) {
+            sectors[ns++] = s;
+        }
+        t.bytes += a[i]->size;
+        if (i < 256) iv[i] = {a[i]->addr, a[i]->addr + a[i]->size};
+    }
+    t.requests = 1;
+    t.units = sort_unique(sectors, ns);
+    // The distinct bytes asked, in sectors.
+    int m = std::min(n, 256);
+    std::sort(iv, iv + m);
+    uint64_t bytes = 0;
     uintptr_t lo = iv[0].first, hi = iv[0].second;
-    for (int i = 1; i < n; i++) {
+    for (int i = 1; i < m; i++) {
         if (iv[i].first > hi) {
-            total += hi - lo;
+            bytes += hi - lo;
             lo = iv[i].first;
         }
         hi = std::max(hi, iv[i].second);
     }
-    return total + (hi - lo);
-}
-
-static Traffic global_request(const Access* a, int n) {
-    std::vector<uintptr_t> sectors;
-    Traffic t;
-    for (int i = 0; i < n; i++) {
-        for (uintptr_t s = a[i].addr >> 5; s <= (a[i].addr + a[i].size - 1) >> 5; s++) sectors.push_back(s);
-        t.bytes += a[i].size;
-    }
-    std::sort(sectors.begin(), sectors.end());
-    t.requests = 1;
-    t.units = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
-    t.ideal = ceil_div(distinct_bytes(a, n), 32);
+    t.ideal = ceil_div(bytes + (hi - lo), 32);
     return t;
 }
 
-static Traffic shared_request(const Access* a, int n) {
+static Traffic shared_request(const Access* const* a, int n) {
     unsigned widest = 0;
-    for (int i = 0; i < n; i++) widest = std::max<unsigned>(widest, a[i].size);
+    for (int i = 0; i < n; i++) widest = std::max<unsigned>(widest, a[i]->size);
     int lanes_per_phase = widest <= 4 ? 32 : widest <= 8 ? 16 : 8;
-    std::vector<std::pair<int, uintptr_t>> words;  // (phase, word)
+    // Words tagged with their phase in the top bits (addresses use 47).
+    uintptr_t words[kMaxUnits];
+    size_t nw = 0;
     Traffic t;
     for (int i = 0; i < n; i++) {
-        int phase = (a[i].thread & 31) / lanes_per_phase;
-        for (uintptr_t wd = a[i].addr >> 2; wd <= (a[i].addr + a[i].size - 1) >> 2; wd++) words.push_back({phase, wd});
-        t.bytes += a[i].size;
+        uintptr_t phase = (uintptr_t)((a[i]->thread & 31) / lanes_per_phase) << 56;
+        for (uintptr_t wd = a[i]->addr >> 2; wd <= (a[i]->addr + a[i]->size - 1) >> 2 && nw < kMaxUnits; wd++) {
+            words[nw++] = phase | wd;
+        }
+        t.bytes += a[i]->size;
     }
-    std::sort(words.begin(), words.end());
-    words.erase(std::unique(words.begin(), words.end()), words.end());
+    nw = sort_unique(words, nw);
     uint64_t wavefronts = 0;
-    for (size_t i = 0; i < words.size();) {
-        int phase = words[i].first, per_bank[32] = {0}, most = 0;
-        for (; i < words.size() && words[i].first == phase; i++) most = std::max(most, ++per_bank[words[i].second & 31]);
+    for (size_t i = 0; i < nw;) {
+        uintptr_t phase = words[i] >> 56;
+        int per_bank[32] = {0}, most = 0;
+        for (; i < nw && words[i] >> 56 == phase; i++) most = std::max(most, ++per_bank[words[i] & 31]);
         wavefronts += most;
     }
-    std::vector<uintptr_t> distinct;
-    for (const auto& p : words) distinct.push_back(p.second);
-    std::sort(distinct.begin(), distinct.end());
-    uint64_t nd = std::unique(distinct.begin(), distinct.end()) - distinct.begin();
+    for (size_t i = 0; i < nw; i++) words[i] &= ((uintptr_t)1 << 56) - 1;
     t.requests = 1;
     t.units = wavefronts;
-    t.ideal = std::max<uint64_t>(1, ceil_div(nd, 32));
+    t.ideal = std::max<uint64_t>(1, ceil_div(sort_unique(words, nw), 32));
     return t;
 }
 
-static void count_request(Worker* w, const Access* a, int n) {
+// A small cache in front of the per-instruction map (its nodes stay put).
+struct PcCache {
+    uintptr_t pc[64];
+    PcTraffic* slot[64];
+};
+static thread_local PcCache pc_cache;
+static thread_local const KernelStats* pc_cache_owner;
+
+static PcTraffic& pc_traffic(Worker* w, uintptr_t pc) {
+    if (pc_cache_owner != &w->stats || w->stats.pcs.empty()) {
+        memset(&pc_cache, 0, sizeof(pc_cache));
+        pc_cache_owner = &w->stats;
+    }
+    unsigned h = (unsigned)((pc >> 2) ^ (pc >> 9)) & 63;
+    if (pc_cache.pc[h] != pc || !pc_cache.slot[h]) {
+        pc_cache.pc[h] = pc;
+        pc_cache.slot[h] = &w->stats.pcs[pc];
+    }
+    return *pc_cache.slot[h];
+}
+
+static void count_request(Worker* w, const Access* const* a, int n) {
+    int space = a[0]->space, kind = a[0]->kind;
+    PcTraffic& p = pc_traffic(w, a[0]->pc);
+    p.space = (uint8_t)space;
+    p.kind = (uint8_t)kind;
     Traffic t;
-    int space = a[0].space, kind = a[0].kind;
     if (space == SPACE_GLOBAL) {
         t = global_request(a, n);
     } else if (space == SPACE_SHARED) {
         t = shared_request(a, n);
-    } else {
+    } else {  // local: the thread's stack-slot offsets decide (profile_launch_end)
         t.requests = 1;
-        for (int i = 0; i < n; i++) t.bytes += a[i].size;
+        for (int i = 0; i < n; i++) {
+            t.bytes += a[i]->size;
+            int64_t off = (int64_t)((a[i]->addr - w->stack_lo) % w->stack_slot);
+            if (p.first_offset < 0) {
+                p.first_offset = p.lo = off;
+                p.hi = off + a[i]->size;
+            } else if (off != p.first_offset) {
+                p.offsets_vary = true;
+                p.lo = std::min(p.lo, off);
+                p.hi = std::max(p.hi, off + (int64_t)a[i]->size);
+            }
+        }
+        p.t.add(t);
+        return;
     }
     w->stats.traffic[space][kind].add(t);
-    PcTraffic& p = w->stats.pcs[a[0].pc];
-    p.space = (uint8_t)space;
-    p.kind = (uint8_t)kind;
     p.t.add(t);
 }
 
+// Counts the requests of group (accesses of one instruction, one per lane or more), split
+// by space where one instruction reached several (a generic pointer).
+static void count_group(Worker* w, const Access** g, int n) {
+    bool mixed = false;
+    for (int i = 1; i < n; i++) mixed |= g[i]->space != g[0]->space;
+    if (!mixed) {
+        count_request(w, g, n);
+        return;
+    }
+    for (int s = 0; s < NUM_SPACES; s++) {
+        const Access* part[kMaxUnits];
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            if (g[i]->space == s) part[m++] = g[i];
+        }
+        if (m) count_request(w, part, m);
+    }
+}
+
 // ---- grouping a warp's accesses into requests -------------------------------------------------------
+// The common case: every lane ran the same instructions in the same order (one run of
+// records per lane, equal lengths, the same pcs): access i of each lane is one request.
+static bool flush_converged(Worker* w, const std::vector<Access>& v) {
+    int starts[33], lanes = 0;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (i == 0 || v[i].thread != v[i - 1].thread) {
+            if (lanes == 32) return false;
+            for (int l = 0; l < lanes; l++) {
+                if (v[starts[l]].thread == v[i].thread) return false;  // a lane in two runs
+            }
+            starts[lanes++] = (int)i;
+        }
+    }
+    starts[lanes] = (int)v.size();
+    size_t len = (size_t)starts[1] - starts[0];
+    for (int l = 1; l < lanes; l++) {
+        if ((size_t)(starts[l + 1] - starts[l]) != len) return false;
+        for (size_t i = 0; i < len; i++) {
+            if (v[starts[l] + i].pc != v[starts[0] + i].pc) return false;
+        }
+    }
+    const Access* g[32];
+    for (size_t i = 0; i < len; i++) {
+        for (int l = 0; l < lanes; l++) g[l] = &v[starts[l] + i];
+        count_group(w, g, lanes);
+    }
+    return true;
+}
+
+// Otherwise (divergent lanes): the n-th access of each lane at one pc form a request.
 struct Keyed {
     uintptr_t pc;
-    uint32_t n;     // the lane's n-th access at pc since the lanes last met
-    uint8_t space;  // one instruction may reach several spaces (a generic pointer)
+    uint32_t n;
     uint32_t index;
 };
 
 void profile_flush(Worker* w, int warp) {
     std::vector<Access>& v = w->pending[warp];
     if (v.empty()) return;
-    std::vector<Keyed> keys(v.size());
-    for (size_t i = 0; i < v.size(); i++) keys[i] = Keyed{v[i].pc, 0, v[i].space, (uint32_t)i};
-    // n: order the accesses by (pc, lane), keeping each lane's own order, and count.
-    std::stable_sort(keys.begin(), keys.end(), [&](const Keyed& x, const Keyed& y) {
-        return x.pc != y.pc ? x.pc < y.pc : v[x.index].thread < v[y.index].thread;
+    if (flush_converged(w, v)) {
+        v.clear();
+        return;
+    }
+    static thread_local std::vector<Keyed> keys;
+    keys.resize(v.size());
+    for (size_t i = 0; i < v.size(); i++) keys[i] = Keyed{v[i].pc, v[i].thread, (uint32_t)i};
+    // (pc, lane, order) first, to number each lane's accesses at each pc ...
+    std::sort(keys.begin(), keys.end(), [](const Keyed& x, const Keyed& y) {
+        return x.pc != y.pc ? x.pc < y.pc : x.n != y.n ? x.n < y.n : x.index < y.index;
     });
     for (size_t i = 0; i < keys.size(); i++) {
         bool same = i > 0 && keys[i].pc == keys[i - 1].pc && v[keys[i].index].thread == v[keys[i - 1].index].thread;
         keys[i].n = same ? keys[i - 1].n + 1 : 0;
     }
+    // ... then (pc, n): the requests.
     std::sort(keys.begin(), keys.end(), [](const Keyed& x, const Keyed& y) {
-        if (x.pc != y.pc) return x.pc < y.pc;
-        if (x.n != y.n) return x.n < y.n;
-        return x.space < y.space;
+        return x.pc != y.pc ? x.pc < y.pc : x.n != y.n ? x.n < y.n : x.index < y.index;
     });
-    std::vector<Access> group;
+    const Access* g[kMaxUnits];
     for (size_t i = 0; i < keys.size();) {
-        group.clear();
+        int m = 0;
         size_t j = i;
-        for (; j < keys.size() && keys[j].pc == keys[i].pc && keys[j].n == keys[i].n && keys[j].space == keys[i].space;
-             j++)
-            group.push_back(v[keys[j].index]);
-        count_request(w, group.data(), (int)group.size());
+        for (; j < keys.size() && keys[j].pc == keys[i].pc && keys[j].n == keys[i].n; j++) {
+            if (m < kMaxUnits) g[m++] = &v[keys[j].index];
+        }
+        count_group(w, g, m);
         i = j;
     }
     v.clear();
@@ -167,15 +272,16 @@ void profile_flush(Worker* w, int warp) {
 
 // The layer's whole-warp operations say themselves which accesses form a request.
 void profile_modeled(Worker* w, uintptr_t pc, const Access* a, int n) {
-    std::vector<Access> sorted(a, a + n);
-    std::stable_sort(sorted.begin(), sorted.end(), [](const Access& x, const Access& y) {
-        return x.request != y.request ? x.request < y.request : x.space < y.space;
-    });
-    for (int i = 0; i < n;) {
-        int j = i;
-        while (j < n && sorted[j].request == sorted[i].request && sorted[j].space == sorted[i].space) j++;
-        count_request(w, sorted.data() + i, j - i);
-        i = j;
+    const Access* g[kMaxUnits];
+    for (int r = 0;; r++) {
+        int m = 0;
+        bool more = false;
+        for (int i = 0; i < n; i++) {
+            if (a[i].request == r && m < kMaxUnits) g[m++] = &a[i];
+            more |= a[i].request > r;
+        }
+        if (m) count_group(w, g, m);
+        if (!more) break;
     }
 }
 
@@ -183,36 +289,64 @@ void profile_modeled(Worker* w, uintptr_t pc, const Access* a, int n) {
 static std::mutex all_mu;
 static std::map<std::string, KernelStats>* all;
 
+// Local memory: the stack bytes some instruction indexes at run time (an array nvcc puts in
+// local memory too), and every access to them; an instruction always at one offset outside
+// them is a register on a GPU.
+static bool is_local(const KernelStats& k, const PcTraffic& p) {
+    if (p.space != SPACE_LOCAL || p.first_offset < 0) return false;
+    if (p.offsets_vary) return true;
+    for (const auto& q : k.pcs) {
+        if (q.second.space == SPACE_LOCAL && q.second.offsets_vary && p.first_offset >= q.second.lo &&
+            p.first_offset < q.second.hi)
+            return true;
+    }
+    return false;
+}
+
+static void count_local(KernelStats* k) {
+    for (int kd = 0; kd < NUM_KINDS; kd++) k->traffic[SPACE_LOCAL][kd] = Traffic();
+    for (auto& p : k->pcs) {
+        if (is_local(*k, p.second)) k->traffic[SPACE_LOCAL][p.second.kind].add(p.second.t);
+    }
+}
+
 void profile_launch_end(Worker* w) {
     std::lock_guard<std::mutex> g(all_mu);
     if (!all) all = new std::map<std::string, KernelStats>();
-    (*all)[w->kernel].add(w->stats);
+    KernelStats& k = (*all)[w->kernel];
+    k.add(w->stats);
+    count_local(&k);
     w->stats = KernelStats();
+    pc_cache_owner = nullptr;
 }
 
 static const char* const kSpaceNames[NUM_SPACES] = {"global", "shared", "local"};
 static const char* const kKindNames[NUM_KINDS] = {"load", "store", "atomic"};
 static const char* const kUnitNames[NUM_SPACES] = {"sectors", "wavefronts", "bytes"};
-static const int kWorstLines = 4;
+static const int kWorstLines = 3, kWorstLocal = 2;
 
 static double per(uint64_t a, uint64_t b) { return b ? (double)a / b : 0.0; }
 
 // The instructions of a kernel that lose the most units to conflicts or scatter (global and
-// shared), then its local-memory ones by bytes.
+// shared), then its local-memory ones with the most bytes.
 static std::vector<std::pair<uintptr_t, const PcTraffic*>> worst_lines(const KernelStats& k) {
-    std::vector<std::pair<uintptr_t, const PcTraffic*>> v;
+    std::vector<std::pair<uintptr_t, const PcTraffic*>> lost, local;
     for (const auto& p : k.pcs) {
         const Traffic& t = p.second.t;
-        if (p.second.space == SPACE_LOCAL || t.units > t.ideal) v.push_back({p.first, &p.second});
+        if (is_local(k, p.second)) local.push_back({p.first, &p.second});
+        else if (p.second.space != SPACE_LOCAL && t.units > t.ideal) lost.push_back({p.first, &p.second});
     }
-    auto excess = [](const PcTraffic* p) {
-        return p->space == SPACE_LOCAL ? p->t.bytes / 64 : p->t.units - p->t.ideal;
+    auto by = [](auto measure) {
+        return [measure](const std::pair<uintptr_t, const PcTraffic*>& a, const std::pair<uintptr_t, const PcTraffic*>& b) {
+            return measure(a.second) != measure(b.second) ? measure(a.second) > measure(b.second) : a.first < b.first;
+        };
     };
-    std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
-        return excess(a.second) != excess(b.second) ? excess(a.second) > excess(b.second) : a.first < b.first;
-    });
-    if (v.size() > (size_t)kWorstLines) v.resize(kWorstLines);
-    return v;
+    std::sort(lost.begin(), lost.end(), by([](const PcTraffic* p) { return p->t.units - p->t.ideal; }));
+    std::sort(local.begin(), local.end(), by([](const PcTraffic* p) { return p->t.bytes; }));
+    if (lost.size() > (size_t)kWorstLines) lost.resize(kWorstLines);
+    if (local.size() > (size_t)kWorstLocal) local.resize(kWorstLocal);
+    lost.insert(lost.end(), local.begin(), local.end());
+    return lost;
 }
 
 static std::string json_escape(const std::string& s) {

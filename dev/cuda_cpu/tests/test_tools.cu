@@ -72,8 +72,8 @@ __global__ void shared_vector16(float4* out, const float4* in) {
     out[threadIdx.x] = s[threadIdx.x];
 }
 
-// An array indexed at run time lives in the thread's local memory: 8 stores of 4 bytes and
-// one load of 4 per lane. The plain kernel above has none.
+// An array indexed at run time (lane l reads element l % 8) lives in the thread's local
+// memory: 8 stores of 4 bytes and one load of 4 per lane. The plain kernel above has none.
 __global__ void local_array(float* out, const float* in, const int* idx) {
     float a[8];
     for (int i = 0; i < 8; i++) a[i] = in[i * 32 + threadIdx.x];
@@ -110,7 +110,9 @@ static int profile_case(void) {
     cudaMalloc(&idx, 32 * sizeof(int));
     cudaMalloc(&g, 16 * 24 * sizeof(__nv_bfloat16));
     cudaMemset(in, 0, 64 * 32 * sizeof(float));
-    cudaMemset(idx, 0, 32 * sizeof(int));
+    int lanes[32];
+    for (int l = 0; l < 32; l++) lanes[l] = l;
+    cudaMemcpy(idx, lanes, sizeof(lanes), cudaMemcpyHostToDevice);
     cudaMemset(g, 0, 16 * 24 * sizeof(__nv_bfloat16));
     global_consecutive<<<1, 32>>>(out, in);
     global_scattered<<<1, 32>>>(out, in);
