@@ -202,7 +202,7 @@ static void count_group(Worker* w, const Access** g, int n) {
 // The common case: every lane ran the same instructions in the same order (one run of
 // records per lane, equal lengths, the same pcs): access i of each lane is one request.
 static bool flush_converged(Worker* w, const std::vector<Access>& v) {
-    int starts[33], lanes = 0;
+    int starts[33] = {0}, lanes = 0;
     for (size_t i = 0; i < v.size(); i++) {
         if (i == 0 || v[i].thread != v[i - 1].thread) {
             if (lanes == 32) return false;
@@ -323,7 +323,7 @@ void profile_launch_end(Worker* w) {
 static const char* const kSpaceNames[NUM_SPACES] = {"global", "shared", "local"};
 static const char* const kKindNames[NUM_KINDS] = {"load", "store", "atomic"};
 static const char* const kUnitNames[NUM_SPACES] = {"sectors", "wavefronts", "bytes"};
-static const int kWorstLines = 3, kWorstLocal = 2;
+static const int kWorstLines = 5, kWorstLocal = 2;
 
 static double per(uint64_t a, uint64_t b) { return b ? (double)a / b : 0.0; }
 

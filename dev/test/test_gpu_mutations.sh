@@ -70,7 +70,7 @@ caught_one() {
         echo "FAIL $name: the mutated tree does not build (see $log)"
         return
     fi
-    (cd "$dir" && timeout 300 "$@") >>"$log" 2>&1
+    (cd "$dir" && timeout 300 bash -c '"$@"' caught_one "$@") >>"$log" 2>&1  # bash: COMMAND may be a function below
     local rc=$?
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE -- "$reason" "$log"; then
         echo "PASS $name: caught (exit $rc): $(grep -m1 -E -- "$reason" "$log" | cut -c1-200)"
@@ -136,6 +136,8 @@ over_budget() {  # over_budget BUDGETS COMMAND...: fails when COMMAND's profile 
     tools_only CUDA_CPU_PROFILE=profile.jsonl -- "$@" >/dev/null || return 0
     $PY dev/test/check_kernel_budgets.py profile.jsonl "$budgets"
 }
+export -f tools_only over_budget
+export PY
 PREC=BF16 TOOLS=1 expect_caught flash_no_barrier llmc/attention_flash.cuh \
     "        flash_load_rows(v_s, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BC, T, hs);
         __syncthreads();" \
@@ -162,7 +164,7 @@ TOOLS=1 expect_caught no_padding llmc/attention_flash.cuh \
     over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
 TOOLS=1 expect_caught strided_load llmc/residual.cuh \
     "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK_X;" \
-    "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x % 8 * 32 + threadIdx.x / 8) * PACK_X;" \
+    "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x % 32 * 8 + threadIdx.x / 32) * PACK_X;" \
     test_kernels_cuda 0 "FAIL residual_forward_kernel: global_load_sectors_per_request .* over its budget" \
     over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
 
