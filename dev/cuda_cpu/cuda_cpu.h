@@ -248,7 +248,8 @@ template <typename T>
 static inline T __ldg(const T* p) { return *p; }
 
 // ---- atomics (blocks run one after another on one worker, but keep them atomic) -------------
-// Under the tools each reports itself (CUDA_CPU_ATOMIC_SEEN) and is not instrumented.
+// Under the tools each reports itself (CUDA_CPU_ATOMIC_SEEN) and is not instrumented; the
+// public functions are plain inline ones, so the report names the kernel's call site.
 #define CUDA_CPU_ATOMIC CUDA_CPU_NOT_TRACED static inline
 template <typename T>
 CUDA_CPU_ATOMIC T cudacpu_atomic_update(T* p, T (*f)(T, T), T v) {
@@ -258,17 +259,21 @@ CUDA_CPU_ATOMIC T cudacpu_atomic_update(T* p, T (*f)(T, T), T v) {
     }
     return old;
 }
-CUDA_CPU_ATOMIC int atomicAdd(int* p, int v) {
+template <typename T>
+CUDA_CPU_ATOMIC T cudacpu_atomic_fetch_add(T* p, T v) {
     CUDA_CPU_ATOMIC_SEEN(p);
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
-CUDA_CPU_ATOMIC unsigned atomicAdd(unsigned* p, unsigned v) {
+template <typename T>
+CUDA_CPU_ATOMIC T cudacpu_atomic_exchange(T* p, T v) {
     CUDA_CPU_ATOMIC_SEEN(p);
-    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
 }
-CUDA_CPU_ATOMIC unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+template <typename T>
+CUDA_CPU_ATOMIC T cudacpu_atomic_cas(T* p, T cmp, T v) {
     CUDA_CPU_ATOMIC_SEEN(p);
-    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
 }
 // Floating-point adds through compare-and-swap on the bits (U: the same-sized integer).
 template <typename F, typename U>
@@ -285,6 +290,11 @@ CUDA_CPU_ATOMIC F cudacpu_atomic_add_float(F* p, F v) {
     memcpy(&f, &old, sizeof(F));
     return f;
 }
+static inline int atomicAdd(int* p, int v) { return cudacpu_atomic_fetch_add(p, v); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return cudacpu_atomic_fetch_add(p, v); }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    return cudacpu_atomic_fetch_add(p, v);
+}
 static inline float atomicAdd(float* p, float v) { return cudacpu_atomic_add_float<float, uint32_t>(p, v); }
 static inline double atomicAdd(double* p, double v) { return cudacpu_atomic_add_float<double, uint64_t>(p, v); }
 static inline int cudacpu_max_int(int a, int b) { return a > b ? a : b; }
@@ -293,28 +303,12 @@ static inline unsigned cudacpu_max_uint(unsigned a, unsigned b) { return a > b ?
 static inline int atomicMax(int* p, int v) { return cudacpu_atomic_update(p, cudacpu_max_int, v); }
 static inline int atomicMin(int* p, int v) { return cudacpu_atomic_update(p, cudacpu_min_int, v); }
 static inline unsigned atomicMax(unsigned* p, unsigned v) { return cudacpu_atomic_update(p, cudacpu_max_uint, v); }
-CUDA_CPU_ATOMIC int atomicExch(int* p, int v) {
-    CUDA_CPU_ATOMIC_SEEN(p);
-    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
-}
-CUDA_CPU_ATOMIC unsigned atomicExch(unsigned* p, unsigned v) {
-    CUDA_CPU_ATOMIC_SEEN(p);
-    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
-}
-CUDA_CPU_ATOMIC int atomicCAS(int* p, int cmp, int v) {
-    CUDA_CPU_ATOMIC_SEEN(p);
-    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return cmp;
-}
-CUDA_CPU_ATOMIC unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) {
-    CUDA_CPU_ATOMIC_SEEN(p);
-    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return cmp;
-}
-CUDA_CPU_ATOMIC unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v) {
-    CUDA_CPU_ATOMIC_SEEN(p);
-    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return cmp;
+static inline int atomicExch(int* p, int v) { return cudacpu_atomic_exchange(p, v); }
+static inline unsigned atomicExch(unsigned* p, unsigned v) { return cudacpu_atomic_exchange(p, v); }
+static inline int atomicCAS(int* p, int cmp, int v) { return cudacpu_atomic_cas(p, cmp, v); }
+static inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { return cudacpu_atomic_cas(p, cmp, v); }
+static inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v) {
+    return cudacpu_atomic_cas(p, cmp, v);
 }
 
 // ---- intrinsics with exact host equivalents ---------------------------------------------

@@ -15,14 +15,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char** environ;
+#include "dev/cuda_cpu/tests/run_case.h"
+
 using namespace nvcuda;
 
 static int passed = 0, failed = 0;
@@ -212,33 +211,7 @@ static int race_case(const char* name) {
     return sync == cudaSuccess ? 0 : 3;
 }
 
-// ---- running the cases ---------------------------------------------------------------------------------
-// Runs this program's case `name` in a child with env set (one NAME=value); its exit status
-// and stderr.
-static int run_case(const char* self, const char* name, const char* env, char* err, size_t n) {
-    char path[] = "/tmp/test_tools_stderr.XXXXXX";
-    int fd = mkstemp(path);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fd, 2);
-    char* argv[] = {(char*)self, (char*)name, NULL};
-    int count = 0;
-    while (environ[count]) count++;
-    char** envp = (char**)calloc(count + 2, sizeof(char*));
-    for (int i = 0; i < count; i++) envp[i] = environ[i];
-    envp[count] = (char*)env;
-    pid_t pid;
-    int status = -1;
-    if (posix_spawn(&pid, self, &fa, NULL, argv, envp) == 0) waitpid(pid, &status, 0);
-    free(envp);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t got = read(fd, err, n - 1);
-    err[got > 0 ? got : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
+// ---- the checks -----------------------------------------------------------------------------------------
 // The integer `key` of kernel `kernel`'s line in the profile (JSON Lines), -1 if absent.
 static long long profile_value(const char* profile, const char* kernel, const char* key) {
     char want[256];
