@@ -274,7 +274,7 @@ test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS)
 # The CPU execution layer's own tests (CUDA_ON_CPU=1 only): kernels, launches, memory and
 # streams (test_layer.cu), cuBLAS/cuBLASLt (test_blas.cpp), NCCL (test_nccl.cpp, under mpirun),
 # and its speed (bench_layer.cu, make bench).
-test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
+test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_layer.cu -o $@ $(NVCC_LIBS)
 test_cuda_cpu_blas: dev/cuda_cpu/tests/test_blas.cpp $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) -O2 $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_blas.cpp -o $@
@@ -282,7 +282,7 @@ test_cuda_cpu_nccl: dev/cuda_cpu/tests/test_nccl.cpp $(CUDA_HEADERS) $(GPU_STAMP
 	$(check_mpi_flags)
 	$(NVCC) -O2 $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/cuda_cpu/tests/test_nccl.cpp -o $@ $(MPI_NVCC_LDFLAGS)
 # The sanitizer and profiler against hand-worked numbers: built with the tools whatever CUDA_CPU_TOOLS says.
-test_cuda_cpu_tools: dev/cuda_cpu/tests/test_tools.cu $(CUDA_HEADERS) $(GPU_STAMP)
+test_cuda_cpu_tools: dev/cuda_cpu/tests/test_tools.cu dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(filter-out --cuda-cpu-tools,$(NVCC_FLAGS)) --cuda-cpu-tools $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_tools.cu -o $@ $(NVCC_LIBS)
 bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)

@@ -21,19 +21,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dev/cuda_cpu/tests/run_case.h"
-
 #include <type_traits>
 #include <vector>
 
-
-static int passed = 0, failed = 0;
-static void check(int ok, const char* what) {
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    fflush(stdout);
-    if (ok) passed++;
-    else failed++;
-}
+#include "dev/cuda_cpu/tests/layer_test.h"
 
 // ---- kernels under test ---------------------------------------------------------------------
 // Each lane gets the value of lane (lane ^ 1), (lane + 3) if < 32 else its own, (lane - 2) if

@@ -20,17 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dev/cuda_cpu/tests/run_case.h"
+#include "dev/cuda_cpu/tests/layer_test.h"
 
 using namespace nvcuda;
-
-static int passed = 0, failed = 0;
-static void check(int ok, const char* what) {
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    fflush(stdout);
-    if (ok) passed++;
-    else failed++;
-}
 
 // ---- profiler cases ---------------------------------------------------------------------------------
 // 32 lanes x 4 bytes, consecutive, 256-byte aligned: 128 bytes = 4 sectors, as asked.

@@ -1,17 +1,27 @@
 /*
- * dev/cuda_cpu/tests/run_case.h: the layer tests' child processes. A case that must end in
- * a fault (a fault is sticky, as on a GPU) or needs its own environment runs as this same
- * program with the case's name as its argument.
+ * dev/cuda_cpu/tests/layer_test.h: what the layer's CUDA tests share (test_layer.cu,
+ * test_tools.cu): PASS/FAIL lines with their counts, and child processes: a case that must
+ * end in a fault (a fault is sticky, as on a GPU) or needs its own environment runs as this
+ * same program with the case's name as its argument.
  */
-#ifndef CUDA_CPU_TESTS_RUN_CASE_H
-#define CUDA_CPU_TESTS_RUN_CASE_H
+#ifndef CUDA_CPU_TESTS_LAYER_TEST_H
+#define CUDA_CPU_TESTS_LAYER_TEST_H
 
 #include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 extern char** environ;
+
+static int passed = 0, failed = 0;
+static void check(int ok, const char* what) {
+    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
+    fflush(stdout);
+    if (ok) passed++;
+    else failed++;
+}
 
 // Runs `self name` with our environment plus env (one NAME=value, or NULL); returns its exit
 // status (128 + signal when killed) and its stderr in err.
