@@ -38,25 +38,32 @@ struct Settings {
     std::string file;
 };
 
-static void write_profile_at_exit() { profile_write(getenv("CUDA_CPU_PROFILE")); }
+static void write_profile_at_exit();
 
+// Never destroyed: the profile is written at exit, after static objects may be gone.
 static const Settings& settings() {
-    static const Settings s = [] {
-        Settings r;
+    static const Settings* s = [] {
+        Settings* r = new Settings();
         static const char* const checks[] = {"off", "race"};
-        r.race = env_choice("CHECK", checks, 2) == 1;
+        r->race = env_choice("CHECK", checks, 2) == 1;
         const char* f = getenv("CUDA_CPU_PROFILE");
-        r.profile = f && *f;
-        if ((r.race || r.profile) && !instrumented) {
+        r->profile = f && *f;
+        if (r->profile) {  // %p: the process id (each rank of a job its own file)
+            r->file = f;
+            size_t at = r->file.find("%p");
+            if (at != std::string::npos) r->file.replace(at, 2, std::to_string((long)getpid()));
+        }
+        if ((r->race || r->profile) && !instrumented) {
             fprintf(stderr, "error: cuda_cpu: %s needs the layer's tools in the build: rebuild with make ... "
                     "CUDA_ON_CPU=1 CUDA_CPU_TOOLS=1 (this program's kernels report no memory accesses)\n",
-                    r.race ? "CUDA_CPU_CHECK=race" : "CUDA_CPU_PROFILE");
+                    r->race ? "CUDA_CPU_CHECK=race" : "CUDA_CPU_PROFILE");
             exit(1);
         }
-        if (r.profile) {
-            FILE* probe = fopen(f, "w");  // a bad path fails now, not at exit
+        if (r->profile) {
+            FILE* probe = fopen(r->file.c_str(), "w");  // a bad path fails now, not at exit
             if (!probe) {
-                fprintf(stderr, "error: cuda_cpu: CUDA_CPU_PROFILE=%s: cannot write it (%s)\n", f, strerror(errno));
+                fprintf(stderr, "error: cuda_cpu: CUDA_CPU_PROFILE=%s: cannot write %s (%s)\n", f, r->file.c_str(),
+                        strerror(errno));
                 exit(1);
             }
             fclose(probe);
@@ -64,8 +71,10 @@ static const Settings& settings() {
         }
         return r;
     }();
-    return s;
+    return *s;
 }
+
+static void write_profile_at_exit() { profile_write(settings().file.c_str()); }
 
 bool tools_race() { return settings().race; }
 bool tools_profile() { return settings().profile; }
