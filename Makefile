@@ -37,6 +37,14 @@ CUDA_CPU_LIB := build/cuda_cpu/libcuda_cpu.a
 CUDA_HOME := $(or $(shell CUDA_HOME='$(CUDA_HOME)' bash dev/cuda_cpu/cuda_headers.sh),$(CUDA_HOME))
 export CUDA_HOME
 endif
+# CUDA_CPU_TOOLS=1 (with CUDA_ON_CPU=1): kernels built for the layer's sanitizer and profiler
+# (CUDA_CPU_CHECK=race, CUDA_CPU_PROFILE=FILE; docs/cuda_cpu.md); slower, so a build of its own.
+CUDA_CPU_TOOLS ?= 0
+ifeq ($(CUDA_CPU_TOOLS),1)
+ifneq ($(CUDA_ON_CPU),1)
+$(error CUDA_CPU_TOOLS=1 needs CUDA_ON_CPU=1: the sanitizer and profiler are the CPU execution layer's)
+endif
+endif
 USE_ZERO1 ?= 0
 USE_CUDNN ?= 0
 PRECISION ?= BF16
@@ -89,7 +97,7 @@ stamp_stale = $(shell echo "$(2)" | cmp -s - $(1) || echo .stamp-stale)
 CPU_STAMP := .build-cpu.stamp
 GPU_STAMP := .build-gpu.stamp
 CPU_BUILD := USE_ZERO1=$(USE_ZERO1) CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC))
-GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) USE_ZERO1=$(USE_ZERO1) USE_CUDNN=$(USE_CUDNN) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
+GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) CUDA_CPU_TOOLS=$(CUDA_CPU_TOOLS) USE_ZERO1=$(USE_ZERO1) USE_CUDNN=$(USE_CUDNN) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
              MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC))
 # (Rules, but never the default goal: their names start with a dot.)
 .PHONY: .stamp-stale
@@ -186,6 +194,9 @@ ifeq ($(PRECISION),FP32)
 NVCC_FLAGS += -DENABLE_FP32
 else
 NVCC_FLAGS += -DENABLE_BF16 --use_fast_math
+endif
+ifeq ($(CUDA_CPU_TOOLS),1)
+NVCC_FLAGS += --cuda-cpu-tools
 endif
 # NCCL_HOME before CUDA_HOME, so that its nccl.h and libnccl win over a toolkit's own.
 CUDA_LIB_DIR = $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
@@ -287,13 +298,16 @@ test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS)
 # The CPU execution layer's own tests (CUDA_ON_CPU=1 only): kernels, launches, memory and
 # streams (test_layer.cu), cuBLAS/cuBLASLt (test_blas.cpp), NCCL (test_nccl.cpp, under mpirun),
 # and its speed (bench_layer.cu, make bench).
-test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
+test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_layer.cu -o $@ $(NVCC_LIBS)
 test_cuda_cpu_blas: dev/cuda_cpu/tests/test_blas.cpp $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) -O2 $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_blas.cpp -o $@
 test_cuda_cpu_nccl: dev/cuda_cpu/tests/test_nccl.cpp $(CUDA_HEADERS) $(GPU_STAMP)
 	$(check_mpi_flags)
 	$(NVCC) -O2 $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/cuda_cpu/tests/test_nccl.cpp -o $@ $(MPI_NVCC_LDFLAGS)
+# The sanitizer and profiler against hand-worked numbers: built with the tools whatever CUDA_CPU_TOOLS says.
+test_cuda_cpu_tools: dev/cuda_cpu/tests/test_tools.cu dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(filter-out --cuda-cpu-tools,$(NVCC_FLAGS)) --cuda-cpu-tools $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_tools.cu -o $@ $(NVCC_LIBS)
 bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
 
@@ -310,7 +324,7 @@ CUDA_CPU_SRC = $(wildcard dev/cuda_cpu/*.cpp)
 CUDA_CPU_OBJ = $(patsubst dev/cuda_cpu/%.cpp,build/cuda_cpu/%.o,$(CUDA_CPU_SRC))
 CUDA_CPU_CXXFLAGS = -std=c++17 -O2 -g -pthread -Wall -Wno-unused-function -I. $(if $(BLAS_INC),-I$(BLAS_INC)) \
   $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
-build/cuda_cpu/%.o: dev/cuda_cpu/%.cpp dev/cuda_cpu/internal.h dev/cuda_cpu/cuda_cpu.h dev/cuda_cpu/include/mma.h
+build/cuda_cpu/%.o: dev/cuda_cpu/%.cpp dev/cuda_cpu/internal.h dev/cuda_cpu/tools.h dev/cuda_cpu/cuda_cpu.h dev/cuda_cpu/include/mma.h
 	@mkdir -p build/cuda_cpu
 	g++ $(CUDA_CPU_CXXFLAGS) -c $< -o $@
 build/cuda_cpu/libcuda_cpu.a: $(CUDA_CPU_OBJ)
@@ -341,5 +355,5 @@ demo:
 clean:
 	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain train_gpt2_testing test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer \
+	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer test_cuda_cpu_tools \
 	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert

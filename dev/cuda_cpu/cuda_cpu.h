@@ -69,6 +69,47 @@ long long clock_cycles(void);
 // cuBLASLt matmul, layout and preference descriptors created and not destroyed (blas.cpp).
 long blas_live_descriptors(void);
 
+// ---- the sanitizer and profiler (dev/cuda_cpu/tools.h; builds with CUDA_CPU_TOOLS=1) ------
+// Such builds compile kernels with g++'s -fsanitize=address hooks and define
+// __CUDA_CPU_TOOLS__; the layer's own whole-warp operations (WMMA) then report the
+// accesses the hardware would make, lane by lane: each of `n` entries one lane's access,
+// `request` numbering the warp-wide memory instructions of the operation. pc: the user's
+// call site.
+struct ModeledAccess {
+    const void* addr;
+    unsigned short size, request;
+    unsigned char lane;
+    bool store;
+};
+void tools_modeled(const void* pc, const ModeledAccess* accesses, int n);
+void tools_mma(void);  // one warp's m16n16k16 product: 2 x 16^3 FLOPs
+// An atomic access of `size` bytes at p by the instruction pc (the atomics below, which
+// the instrumentation would take for plain stores).
+void tools_atomic(const void* p, unsigned size, const void* pc);
+#ifdef __CUDA_CPU_TOOLS__
+#define CUDA_CPU_NOT_TRACED __attribute__((no_sanitize_address, noinline))  // the layer's own accesses
+#define CUDA_CPU_ATOMIC_SEEN(p) cudacpu::tools_atomic((p), sizeof(*(p)), __builtin_return_address(0))
+// A __shared__ variable as the kernel sees it (rewrite.py): through a pointer the compiler
+// cannot see through, so that accesses at constant offsets are instrumented too.
+#define CUDA_CPU_SHARED_VIEW(p) cudacpu::opaque_pointer(p)
+template <typename T>
+static inline T* opaque_pointer(T* p) {
+    __asm__("" : "+r"(p));
+    return p;
+}
+// #pragma unroll (rewrite.py): g++ unrolls as nvcc would, so that an array indexed by the
+// loop's counter is registers, as on a GPU, not local memory.
+#define CUDA_CPU_PRAGMA(x) _Pragma(#x)
+#define CUDA_CPU_UNROLL CUDA_CPU_PRAGMA(GCC unroll 64)
+#define CUDA_CPU_UNROLL_N(n) CUDA_CPU_PRAGMA(GCC unroll n)
+#else
+#define CUDA_CPU_NOT_TRACED
+#define CUDA_CPU_ATOMIC_SEEN(p) ((void)0)
+#define CUDA_CPU_SHARED_VIEW(p) (p)
+#define CUDA_CPU_UNROLL
+#define CUDA_CPU_UNROLL_N(n)
+#endif
+
 // ---- launches ------------------------------------------------------------------------
 struct LaunchSite {
     const char* kernel;
@@ -121,7 +162,7 @@ struct KernelCall {
         if constexpr (std::is_pointer<T>::value) out[(*n)++] = PointerArg{index, (const void*)v};
     }
     template <typename Payload>
-    static void run_body(void* raw) {
+    CUDA_CPU_NOT_TRACED static void run_body(void* raw) {
         Payload* p = (Payload*)raw;
         std::apply(p->func, p->args);
     }
@@ -207,21 +248,37 @@ template <typename T>
 static inline T __ldg(const T* p) { return *p; }
 
 // ---- atomics (blocks run one after another on one worker, but keep them atomic) -------------
+// Under the tools each reports itself (CUDA_CPU_ATOMIC_SEEN) and is not instrumented; the
+// public functions are plain inline ones, so the report names the kernel's call site.
+#define CUDA_CPU_ATOMIC CUDA_CPU_NOT_TRACED static inline
 template <typename T>
-static inline T cudacpu_atomic_update(T* p, T (*f)(T, T), T v) {
+CUDA_CPU_ATOMIC T cudacpu_atomic_update(T* p, T (*f)(T, T), T v) {
+    CUDA_CPU_ATOMIC_SEEN(p);
     T old = __atomic_load_n(p, __ATOMIC_RELAXED);
     while (!__atomic_compare_exchange_n(p, &old, f(old, v), false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     }
     return old;
 }
-static inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+template <typename T>
+CUDA_CPU_ATOMIC T cudacpu_atomic_fetch_add(T* p, T v) {
+    CUDA_CPU_ATOMIC_SEEN(p);
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+template <typename T>
+CUDA_CPU_ATOMIC T cudacpu_atomic_exchange(T* p, T v) {
+    CUDA_CPU_ATOMIC_SEEN(p);
+    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
+}
+template <typename T>
+CUDA_CPU_ATOMIC T cudacpu_atomic_cas(T* p, T cmp, T v) {
+    CUDA_CPU_ATOMIC_SEEN(p);
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
 }
 // Floating-point adds through compare-and-swap on the bits (U: the same-sized integer).
 template <typename F, typename U>
-static inline F cudacpu_atomic_add_float(F* p, F v) {
+CUDA_CPU_ATOMIC F cudacpu_atomic_add_float(F* p, F v) {
+    CUDA_CPU_ATOMIC_SEEN(p);
     U* u = (U*)p;
     U old = __atomic_load_n(u, __ATOMIC_RELAXED), next;
     F f;
@@ -233,6 +290,11 @@ static inline F cudacpu_atomic_add_float(F* p, F v) {
     memcpy(&f, &old, sizeof(F));
     return f;
 }
+static inline int atomicAdd(int* p, int v) { return cudacpu_atomic_fetch_add(p, v); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return cudacpu_atomic_fetch_add(p, v); }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    return cudacpu_atomic_fetch_add(p, v);
+}
 static inline float atomicAdd(float* p, float v) { return cudacpu_atomic_add_float<float, uint32_t>(p, v); }
 static inline double atomicAdd(double* p, double v) { return cudacpu_atomic_add_float<double, uint64_t>(p, v); }
 static inline int cudacpu_max_int(int a, int b) { return a > b ? a : b; }
@@ -241,19 +303,12 @@ static inline unsigned cudacpu_max_uint(unsigned a, unsigned b) { return a > b ?
 static inline int atomicMax(int* p, int v) { return cudacpu_atomic_update(p, cudacpu_max_int, v); }
 static inline int atomicMin(int* p, int v) { return cudacpu_atomic_update(p, cudacpu_min_int, v); }
 static inline unsigned atomicMax(unsigned* p, unsigned v) { return cudacpu_atomic_update(p, cudacpu_max_uint, v); }
-static inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
-static inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
-static inline int atomicCAS(int* p, int cmp, int v) {
-    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return cmp;
-}
-static inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) {
-    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return cmp;
-}
+static inline int atomicExch(int* p, int v) { return cudacpu_atomic_exchange(p, v); }
+static inline unsigned atomicExch(unsigned* p, unsigned v) { return cudacpu_atomic_exchange(p, v); }
+static inline int atomicCAS(int* p, int cmp, int v) { return cudacpu_atomic_cas(p, cmp, v); }
+static inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { return cudacpu_atomic_cas(p, cmp, v); }
 static inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v) {
-    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return cmp;
+    return cudacpu_atomic_cas(p, cmp, v);
 }
 
 // ---- intrinsics with exact host equivalents ---------------------------------------------

@@ -39,10 +39,14 @@
 
 #include "dev/cuda_cpu/cuda_cpu.h"
 #include "dev/cuda_cpu/internal.h"
+#include "dev/cuda_cpu/tools.h"
 
 namespace cudacpu {
 
 thread_local ThreadCoords coords;
+// CUDA_CPU_CHECK / CUDA_CPU_PROFILE (dev/cuda_cpu/tools.h): the launches tell the tools
+// where blocks start and where threads meet.
+static bool with_tools;
 
 // ---- fibers ---------------------------------------------------------------------------
 // Saves the callee-saved registers on the current stack, stores the stack pointer in *save
@@ -338,7 +342,9 @@ static int resolve_group(BlockRun* b, int i) {
         if (f.op == WARP_CUSTOM) {
             void* lanes[32];
             for (int l = 0; l < 32; l++) lanes[l] = (void*)(uintptr_t)b->fibers[warp_base + l].value;
+            if (with_tools) tools_pause(true);
             const char* err = f.complete(lanes);
+            if (with_tools) tools_pause(false);
             if (err) {
                 block_fault(b, "warp %d: %s: %s", warp_base / 32, f.custom_name, err);
                 return -1;
@@ -356,6 +362,7 @@ static int resolve_group(BlockRun* b, int i) {
             }
             b->fibers[warp_base + l].result = r;
         }
+        if (with_tools) tools_warp_met(warp_base / 32, f.op != WARP_CUSTOM);
         for (int l = 0; l < 32; l++) {
             if (mask >> l & 1) b->fibers[warp_base + l].state = RUNNABLE;
         }
@@ -393,6 +400,7 @@ static bool resolve_barrier(BlockRun* b) {
     if (waiting != b->count) return false;
     for (int i = 0; i < b->count; i++) count += b->fibers[i].value != 0;
     b->barrier_result = count;
+    if (with_tools) tools_barrier();
     for (int i = 0; i < b->count; i++) b->fibers[i].state = RUNNABLE;
     b->at_barrier = 0;
     return true;
@@ -498,10 +506,15 @@ static void run_kernel(const Launch* L) {
         tids[i] = make_uint3(i % L->block.x, (i / L->block.x) % L->block.y, i / (L->block.x * L->block.y));
     }
     b.tids = tids.data();
+    with_tools = tools_on();
+    if (with_tools) {
+        tools_launch_begin(L->site, L->grid, L->block, L->shmem, w->stacks, kStackBytes + kPage, kStacks);
+    }
     sigjmp_buf escape;
     if (sigsetjmp(escape, 1) != 0) {  // a memory fault inside the kernel (see kernel_fault_escape)
         w->block = nullptr;
         w->escape = nullptr;
+        if (with_tools) tools_launch_end();
         device_fault(cudaErrorIllegalAddress, "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s",
                      L->site.kernel, L->site.file, L->site.line, b.block.x, b.block.y, b.block.z, coords.thread_idx.x,
                      coords.thread_idx.y, coords.thread_idx.z, w->escape_message);
@@ -520,16 +533,21 @@ static void run_kernel(const Launch* L) {
         b.shared_bytes = 0;
         b.fault.clear();
         w->block = &b;
+        if (with_tools) tools_block_begin(id, b.block, count, &b.current, w->dynamic_shared.data(), L->shmem);
         run_block(&b, seed * 7919u + id);
         w->block = nullptr;
+        std::string finding;
+        if (with_tools && !tools_block_end(&finding) && b.fault.empty()) b.fault = finding;
         if (!b.fault.empty()) {
             w->escape = nullptr;
+            if (with_tools) tools_launch_end();
             device_fault(cudaErrorLaunchFailure, "kernel %s (launched at %s:%d) block (%u,%u,%u): %s", L->site.kernel,
                          L->site.file, L->site.line, b.block.x, b.block.y, b.block.z, b.fault.c_str());
             return;
         }
     }
     w->escape = nullptr;
+    if (with_tools) tools_launch_end();
 }
 
 // Called by the SIGSEGV handler (runtime.cpp): inside a kernel on this thread, the fault
@@ -627,6 +645,7 @@ void shared_declared(void* address, size_t bytes, const char* name) {
     }
     b->shared.push_back({address, bytes});
     b->shared_bytes += bytes;
+    if (with_tools) tools_shared_declared(address, bytes, name);
     memset(address, 0xff, bytes);
     if (b->shared_bytes > kStaticSharedLimit) {
         block_fault(b, "static __shared__ memory of %zu bytes (with '%s') exceeds the 48 KiB a kernel may declare "

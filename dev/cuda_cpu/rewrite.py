@@ -9,9 +9,15 @@ line number stays; a `#line 1 "FILE"` at the top makes g++ name the original fil
   k<<<grid, block, shmem, stream>>>(args)
       -> cudacpu_kernel(k, "k", __FILE__, __LINE__).config(grid, block, shmem, stream).launch(args)
   __shared__ T a[8][33], b[8][33];
-      -> static thread_local T a[8][33], b[8][33]; cudacpu::shared_declared(&a, sizeof(a), "a"); ...
+      -> static thread_local T a__cudacpu_storage[8][33], b__cudacpu_storage[8][33];
+         auto& a = *CUDA_CPU_SHARED_VIEW(&a__cudacpu_storage); cudacpu::shared_declared(&a, sizeof(a), "a"); ...
   extern __shared__ T buf[];
       -> T* buf = (T*)cudacpu::dynamic_shared();
+
+  #pragma unroll [N]
+      -> CUDA_CPU_UNROLL / CUDA_CPU_UNROLL_N(N): nothing (g++ ignored it before), but a
+         request to unroll in builds with the layer's tools, so that their model of a
+         thread's local memory sees nvcc's unrolling (dev/cuda_cpu/cuda_cpu.h)
 
 Comments and string literals are never rewritten. Everything else is left alone: the
 rest of CUDA C++ compiles as C++ with dev/cuda_cpu/cuda_cpu.h force-included.
@@ -121,14 +127,26 @@ def shared_replacement(is_extern, body):
     type_text = first[:name_at].strip()
     if is_extern:
         return "%s* %s = (%s*)cudacpu::dynamic_shared()" % (type_text, name, type_text)
-    out = "static thread_local " + body.strip() + ";"
-    all_names = [name] + [IDENT.findall(d)[0] for d in decls[1:] if IDENT.findall(d)]
+    # Each variable's storage gets a name of its own; the kernel's name is a reference to it
+    # (through an opaque pointer in builds with the layer's tools: dev/cuda_cpu/tools.h).
+    renamed = [first[:name_at] + name + STORAGE + first[name_at + len(name):]]
+    all_names = [name]
+    for d in decls[1:]:
+        m = IDENT.search(d)
+        if not m:
+            raise SyntaxError("cannot read the __shared__ declaration '%s'" % body.strip())
+        all_names.append(m.group(0))
+        renamed.append(d[:m.end()] + STORAGE + d[m.end():])
+    out = "static thread_local " + ",".join(renamed).strip() + ";"
     for nm in all_names:
+        out += " auto& %s = *CUDA_CPU_SHARED_VIEW(&%s%s);" % (nm, nm, STORAGE)
         out += ' cudacpu::shared_declared(&%s, sizeof(%s), "%s");' % (nm, nm, nm)
     return out[:-1] if out.endswith(";") else out
 
 
 SHARED = re.compile(r"(extern\s+)?__shared__\s+([^;]*);")
+UNROLL = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll(?:[ \t]+(\w+))?[ \t]*$", re.M)
+STORAGE = "__cudacpu_storage"
 
 
 def rewrite(text, display_name):
@@ -150,6 +168,9 @@ def rewrite(text, display_name):
         if "\n" in body:
             raise SyntaxError("a __shared__ declaration over several lines is not supported")
         edits.append((m.start(), m.end(), shared_replacement(bool(m.group(1)), body) + ";"))
+    for m in UNROLL.finditer(mask):
+        n = m.group(1)
+        edits.append((m.start(), m.end(), "CUDA_CPU_UNROLL_N(%s)" % n if n else "CUDA_CPU_UNROLL"))
     edits.sort()
     out, last = [], 0
     for s, e, r in edits:

@@ -52,6 +52,8 @@ namespace cudacpu {
 void kernel_fault_escape(const char* message);  // kernel.cpp
 bool address_in_fiber_guard(const void* p);     // kernel.cpp
 bool in_kernel();                               // kernel.cpp
+bool tools_on();                                // tools.cpp
+void race_forget_range(const void* base, size_t bytes);  // tools_race.cpp
 }  // namespace cudacpu
 
 namespace cudacpu {
@@ -131,6 +133,7 @@ struct Allocation {
     MemKind kind;
     int device;
     bool freed;
+    const void* made_at;  // cudaMalloc's return address (the sanitizer names it)
 };
 
 struct Memory {
@@ -186,6 +189,21 @@ bool check_device_range(const void* p, size_t bytes, const char* what, bool allo
     return true;
 }
 
+void device_arena(uintptr_t* lo, size_t* len) {
+    *lo = (uintptr_t)mem->arena;
+    *len = kArenaBytes;
+}
+
+bool device_allocation(const void* p, const char** base, size_t* size, const void** made_at) {
+    std::lock_guard<std::mutex> g(mem->mu);
+    Allocation* a = find_locked(p);
+    if (!a) return false;
+    *base = a->base;
+    *size = a->size;
+    *made_at = a->made_at;
+    return true;
+}
+
 static bool protect_mode() { return mem && mem->pkey >= 0; }
 
 static thread_local int access_depth = 0;
@@ -205,7 +223,7 @@ static void grant_worker_access() {
     set_access(true);
 }
 
-static cudaError_t device_alloc(void** out, size_t size, int device) {
+static cudaError_t device_alloc(void** out, size_t size, int device, const void* made_at) {
     size_t rounded = round_up(size ? size : 1, 256);
     size_t pages = round_up(rounded, kPage);
     std::lock_guard<std::mutex> g(mem->mu);
@@ -222,7 +240,7 @@ static cudaError_t device_alloc(void** out, size_t size, int device) {
         memset(base, 0xff, size);
         memset(base + size, 0xa5, rounded - size);
     }
-    mem->allocs[(uintptr_t)base] = Allocation{base, size, rounded, MEM_DEVICE, device, false};
+    mem->allocs[(uintptr_t)base] = Allocation{base, size, rounded, MEM_DEVICE, device, false, made_at};
     mem->in_use += rounded;
     *out = base;
     return cudaSuccess;
@@ -254,6 +272,7 @@ static cudaError_t device_free(void* p) {
     size_t pages = round_up(a.rounded, kPage);
     madvise(region, pages, MADV_DONTNEED);
     mprotect(region, pages, PROT_NONE);
+    race_forget_range(region, pages);
     a.freed = true;
     mem->in_use -= a.rounded;
     return cudaSuccess;
@@ -339,6 +358,7 @@ static void init_once() {
     std::call_once(once, [] {
         init_memory();
         exec_mode();
+        tools_on();
     });
 }
 
@@ -702,7 +722,7 @@ cudaError_t cudaMalloc(void** p, size_t size) {
     init_once();
     if (sticky_error() != cudaSuccess) return sticky_error();
     if (!p) return result(cudaErrorInvalidValue);
-    cudaError_t e = device_alloc(p, size, current_device());
+    cudaError_t e = device_alloc(p, size, current_device(), __builtin_return_address(0));
     if (e != cudaSuccess) {
         *p = nullptr;
         diag("cudaMalloc of %zu bytes: out of device memory", size);
@@ -727,7 +747,7 @@ cudaError_t cudaMallocHost(void** p, size_t size) {
     if (posix_memalign(&q, kPage, size ? size : 1) != 0) return result(cudaErrorMemoryAllocation);
     memset(q, 0xff, size);
     std::lock_guard<std::mutex> g(mem->mu);
-    mem->allocs[(uintptr_t)q] = Allocation{(char*)q, size, size, MEM_PINNED, 0, false};
+    mem->allocs[(uintptr_t)q] = Allocation{(char*)q, size, size, MEM_PINNED, 0, false, __builtin_return_address(0)};
     *p = q;
     return cudaSuccess;
 }

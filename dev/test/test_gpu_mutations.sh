@@ -8,6 +8,16 @@
 #   4. matmul_forward's cuBLASLt call with transA swapped
 #   5. zero1's NCCL reduce-scatter at the wrong in-place offset
 #   6. zero1's NCCL collectives without cudaStreamWaitEvent on the compute stream
+# and these, which today's checks in forward order pass, and the layer's tools (built with
+# CUDA_CPU_TOOLS=1; docs/cuda_cpu.md) must catch:
+#   7. the BF16 flash forward without the __syncthreads between the k/v tile's loads and the
+#      warps' reads of it: CUDA_CPU_CHECK=race reports the hazard
+#   8. layernorm_forward_kernel's last warp also normalizing the next block's first row (the
+#      same values, written twice): CUDA_CPU_CHECK=race reports the race between blocks
+#   9. the flash forward's q/k/v tiles without their 8 elements of row padding: the
+#      profiler's shared-memory wavefronts per request exceed the kernel's budget
+#  10. residual_forward_kernel's threads taking their packs in a strided order (each still
+#      once): the profiler's sectors per request exceed the kernel's budget
 # A mutation whose text is not found in the source is a failure too (the test would have
 # rotted). Two mutations run at a time. Prints "N passed, M failed".
 set -uo pipefail
@@ -54,11 +64,13 @@ caught_one() {
         echo "FAIL $name: the mutation could not be applied: $(tail -n 1 "$log")"
         return
     fi
-    if ! (cd "$dir" && make -j2 "$target" CUDA_ON_CPU=1 PRECISION=FP32 USE_ZERO1="$z") >>"$log" 2>&1; then
+    # PREC and TOOLS (set by the caller): the build's precision, and CUDA_CPU_TOOLS.
+    if ! (cd "$dir" && make -j2 "$target" CUDA_ON_CPU=1 PRECISION="${PREC:-FP32}" CUDA_CPU_TOOLS="${TOOLS:-0}" \
+            USE_ZERO1="$z") >>"$log" 2>&1; then
         echo "FAIL $name: the mutated tree does not build (see $log)"
         return
     fi
-    (cd "$dir" && timeout 300 "$@") >>"$log" 2>&1
+    (cd "$dir" && timeout 300 bash -c '"$@"' caught_one "$@") >>"$log" 2>&1  # bash: COMMAND may be a function below
     local rc=$?
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE -- "$reason" "$log"; then
         echo "PASS $name: caught (exit $rc): $(grep -m1 -E -- "$reason" "$log" | cut -c1-200)"
@@ -107,6 +119,54 @@ expect_caught no_stream_wait zero1/comm_nccl.cu \
     s->trace_start" \
     "    s->trace_start" \
     test_gpt2cu 1 "^FAIL" env CUDA_CPU_EXEC=lazy "${ZERO1_NP2[@]}"
+
+# The layer's tools. Each check first runs the test as today's suite does (forward order, no
+# tools: it must pass, or the mutation proves nothing about the tools), then with them.
+tools_only() {  # tools_only NAME=value... -- COMMAND...: fails when COMMAND fails under those settings
+    local envs=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    CUDA_CPU_ORDER=forward "$@" >plain.log 2>&1 || { echo "caught without the tools already: not a test of them"; return 0; }
+    echo "today's check passes in forward order"
+    env "${envs[@]}" "$@"
+}
+over_budget() {  # over_budget BUDGETS COMMAND...: fails when COMMAND's profile exceeds BUDGETS
+    local budgets=$1
+    shift
+    tools_only CUDA_CPU_PROFILE=profile.jsonl -- "$@" >/dev/null || return 0
+    $PY dev/test/check_kernel_budgets.py profile.jsonl "$budgets"
+}
+export -f tools_only over_budget
+export PY
+PREC=BF16 TOOLS=1 expect_caught flash_no_barrier llmc/attention_flash.cuh \
+    "        flash_load_rows(v_s, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BC, T, hs);
+        __syncthreads();" \
+    "        flash_load_rows(v_s, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BC, T, hs);" \
+    test_kernels_cuda 0 "kernel flash_attention_forward_kernel .*shared-memory hazard \(read after write\)" \
+    tools_only CUDA_CPU_CHECK=race -- "${KERNELS[@]}"
+TOOLS=1 expect_caught neighbour_row llmc/layernorm.cuh \
+    "    layernorm_row(out + (size_t)row * C, mean + row, rstd + row, inp + (size_t)row * C, weight, bias, C, vec,
+                  threadIdx.x % WARP_SIZE);
+}" \
+    "    layernorm_row(out + (size_t)row * C, mean + row, rstd + row, inp + (size_t)row * C, weight, bias, C, vec,
+                  threadIdx.x % WARP_SIZE);
+    int next = row + 1;
+    if (threadIdx.x / WARP_SIZE == blockDim.x / WARP_SIZE - 1 && next < N)
+        layernorm_row(out + (size_t)next * C, mean + next, rstd + next, inp + (size_t)next * C, weight, bias, C, vec,
+                      threadIdx.x % WARP_SIZE);
+}" \
+    test_kernels_cuda 0 "kernel layernorm_forward_kernel .*global-memory race between blocks \(write after write\)" \
+    tools_only CUDA_CPU_CHECK=race -- "${KERNELS[@]}"
+TOOLS=1 expect_caught no_padding llmc/attention_flash.cuh \
+    "const int BR = FLASH_QUERY_TILE, BC = FLASH_KEY_TILE, C = NH * hs, ld = hs + 8;" \
+    "const int BR = FLASH_QUERY_TILE, BC = FLASH_KEY_TILE, C = NH * hs, ld = hs;" \
+    test_kernels_cuda 0 "FAIL flash_attention_forward_kernel: shared_load_wavefronts_per_request .* over its budget" \
+    over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
+TOOLS=1 expect_caught strided_load llmc/residual.cuh \
+    "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK_X;" \
+    "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x % 32 * 8 + threadIdx.x / 32) * PACK_X;" \
+    test_kernels_cuda 0 "FAIL residual_forward_kernel: global_load_sectors_per_request .* over its budget" \
+    over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
 
 wait
 for name in "${NAMES[@]}"; do

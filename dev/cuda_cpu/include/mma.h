@@ -29,6 +29,15 @@
  * 16 bytes (8 bf16/half elements, 4 floats); a warp with fewer than 32 lanes taking part
  * (a lane that returned, one waiting elsewhere, a block whose last warp is partial).
  *
+ * Under the layer's tools (CUDA_CPU_TOOLS=1 builds: docs/cuda_cpu.md) a load or store reports
+ * the accesses a GPU makes for it, lane by lane, in the fragment layouts the PTX ISA
+ * documents for mma.m16n8k16 ("Matrix Fragments for mma.m16n8k16 with floating point
+ * type"; m16n16k16 is two of them side by side in n): see ptx_element below. Each lane
+ * moves its fragment one 32-bit register at a time (two 16-bit elements, or two
+ * adjacent f32 accumulators as one 8-byte access), as one access where the pair is
+ * adjacent in memory and as two where it is not; each register index is one warp-wide
+ * request.
+ *
  * Precision contract. mma_sync computes each element of d as c[i][j] plus the 16
  * products a[i][k] * b[k][j], added one after another in k order (k = 0..15), each sum
  * rounded to fp32 (round to nearest even). A product of two bf16 or two half values is
@@ -90,13 +99,14 @@ class fragment {
     enum { num_elements = cpu_detail::kPerLane, num_storage_elements = cpu_detail::kPerLane };
     typedef T element_type;
     typedef T storage_element_type;
+    typedef Use use_type;  // the layer's own (its tools' access model)
     T x[num_elements];
 };
 
 // v converts to the fragment's element type (a float fills a bf16 fragment, as with the
 // toolkit's overload); lane-local: the mapping is unspecified, so all lanes pass one value.
 template <typename Use, int M, int N, int K, typename T, typename Layout>
-inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f,
+CUDA_CPU_NOT_TRACED inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f,
                           const typename fragment<Use, M, N, K, T, Layout>::element_type& v) {
     for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
 }
@@ -109,9 +119,10 @@ struct MemoryArgs {
     T* ptr;  // const T* for loads, cast away (never written then)
     unsigned ldm;
     bool row_major;  // how memory holds the tile
+    const void* pc;  // the call site (under the tools)
 };
 
-static inline const char* disagreement(void* const lanes[32], const void* (*ptr_of)(void*), unsigned (*ldm_of)(void*),
+CUDA_CPU_NOT_TRACED static inline const char* disagreement(void* const lanes[32], const void* (*ptr_of)(void*), unsigned (*ldm_of)(void*),
                                        bool (*row_of)(void*), size_t elem_bytes) {
     static thread_local char msg[320];
     const void* p0 = ptr_of(lanes[0]);
@@ -140,11 +151,11 @@ static inline const char* disagreement(void* const lanes[32], const void* (*ptr_
 }
 
 template <typename Args>
-const void* args_ptr(void* a) { return ((Args*)a)->ptr; }
+CUDA_CPU_NOT_TRACED const void* args_ptr(void* a) { return ((Args*)a)->ptr; }
 template <typename Args>
-unsigned args_ldm(void* a) { return ((Args*)a)->ldm; }
+CUDA_CPU_NOT_TRACED unsigned args_ldm(void* a) { return ((Args*)a)->ldm; }
 template <typename Args>
-bool args_row(void* a) { return ((Args*)a)->row_major; }
+CUDA_CPU_NOT_TRACED bool args_row(void* a) { return ((Args*)a)->row_major; }
 
 // Memory element (r, c) of the tile the lanes name.
 template <typename T>
@@ -152,9 +163,56 @@ static inline T* at(T* p, unsigned ldm, bool row_major, int r, int c) {
     return row_major ? p + (size_t)r * ldm + c : p + (size_t)c * ldm + r;
 }
 
+#ifdef __CUDA_CPU_TOOLS__
+// Tile element (r, c) of element i of lane `lane`'s fragment in the PTX ISA's layouts for
+// mma.m16n8k16 (g = lane / 4, t = lane % 4; B and the accumulator: elements 4..7 are the
+// second 16 x 8 half, columns + 8):
+//   matrix_a (m, k): i = 0,1: (g, 2t + i)      2,3: (g + 8, 2t + i - 2)
+//                    i = 4,5: (g, 2t + i + 4)  6,7: (g + 8, 2t + i + 2)
+//   matrix_b (k, n): j = i % 4 = 0,1: (2t + j, g)      2,3: (2t + j + 6, g)
+//   accumulator (m, n): j = 0,1: (g, 2t + j)            2,3: (g + 8, 2t + j - 2)
+template <typename Use>
+CUDA_CPU_NOT_TRACED static inline void ptx_element(int i, int lane, int* r, int* c) {
+    int g = lane >> 2, t = lane & 3, j = i & 3, half = i >> 2;
+    if (std::is_same<Use, matrix_a>::value) {
+        *r = g + (j >= 2 ? 8 : 0);
+        *c = 2 * t + (i & 1) + 8 * half;
+    } else if (std::is_same<Use, matrix_b>::value) {
+        *r = 2 * t + (i & 1) + (j >= 2 ? 8 : 0);
+        *c = g + 8 * half;
+    } else {
+        *r = g + (j >= 2 ? 8 : 0);
+        *c = 2 * t + (i & 1) + 8 * half;
+    }
+}
+
+// What the warp's lanes access for a load or store of the tile at p (header comment).
+template <typename Use, typename T>
+CUDA_CPU_NOT_TRACED void report_copy(const void* pc, T* p, unsigned ldm, bool row_major, bool store) {
+    cudacpu::ModeledAccess list[kLanes * kPerLane];
+    int n = 0;
+    for (int l = 0; l < kLanes; l++) {
+        for (int i = 0; i < kPerLane; i += 2) {
+            int r0, c0, r1, c1;
+            ptx_element<Use>(i, l, &r0, &c0);
+            ptx_element<Use>(i + 1, l, &r1, &c1);
+            T *e0 = at(p, ldm, row_major, r0, c0), *e1 = at(p, ldm, row_major, r1, c1);
+            unsigned short req = (unsigned short)(i / 2);
+            if (e1 == e0 + 1) {
+                list[n++] = cudacpu::ModeledAccess{e0, (unsigned short)(2 * sizeof(T)), req, (unsigned char)l, store};
+            } else {
+                list[n++] = cudacpu::ModeledAccess{e0, (unsigned short)sizeof(T), req, (unsigned char)l, store};
+                list[n++] = cudacpu::ModeledAccess{e1, (unsigned short)sizeof(T), req, (unsigned char)l, store};
+            }
+        }
+    }
+    cudacpu::tools_modeled(pc, list, n);
+}
+#endif
+
 // Loads (every lane's fragment from the tile) or stores (the tile from every lane's).
 template <typename Frag, typename T, bool Store>
-const char* complete_copy(void* const lanes[32]) {
+CUDA_CPU_NOT_TRACED const char* complete_copy(void* const lanes[32]) {
     typedef MemoryArgs<Frag, T> Args;
     const char* err = disagreement(lanes, args_ptr<Args>, args_ldm<Args>, args_row<Args>, sizeof(T));
     if (err) return err;
@@ -168,6 +226,9 @@ const char* complete_copy(void* const lanes[32]) {
             else f->x[i] = *m;
         }
     }
+#ifdef __CUDA_CPU_TOOLS__
+    report_copy<typename Frag::use_type>(a0->pc, a0->ptr, a0->ldm, a0->row_major, Store);
+#endif
     return nullptr;
 }
 
@@ -181,7 +242,7 @@ struct MmaArgs {
 };
 
 template <typename FragD, typename FragA, typename FragB, typename FragC>
-const char* complete_mma(void* const lanes[32]) {
+CUDA_CPU_NOT_TRACED const char* complete_mma(void* const lanes[32]) {
     typedef MmaArgs<FragD, FragA, FragB, FragC> Args;
     float A[kTile][kTile], B[kTile][kTile];  // the operands, gathered from every lane
     for (int l = 0; l < kLanes; l++) {
@@ -208,37 +269,49 @@ const char* complete_mma(void* const lanes[32]) {
             g->d->x[i] = acc;
         }
     }
+#ifdef __CUDA_CPU_TOOLS__
+    cudacpu::tools_mma();
+#endif
     return nullptr;
 }
 }  // namespace cpu_detail
 
 // matrix_a / matrix_b: the layout is the fragment's.
+// Under the tools these are not inlined (CUDA_CPU_NOT_TRACED): their return address is the
+// user's call site.
+#ifdef __CUDA_CPU_TOOLS__
+#define CUDA_CPU_CALL_SITE __builtin_return_address(0)
+#else
+#define CUDA_CPU_CALL_SITE nullptr
+#endif
+
 template <typename Use, int M, int N, int K, typename T, typename Layout>
-inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned ldm) {
+CUDA_CPU_NOT_TRACED inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned ldm) {
     static_assert(!std::is_same<Use, accumulator>::value,
                   "load_matrix_sync of an accumulator takes a layout_t (mem_row_major or mem_col_major)");
     typedef fragment<Use, M, N, K, T, Layout> Frag;
-    cpu_detail::MemoryArgs<Frag, T> args = {&f, (T*)p, ldm, std::is_same<Layout, row_major>::value};
+    cpu_detail::MemoryArgs<Frag, T> args = {&f, (T*)p, ldm, std::is_same<Layout, row_major>::value, CUDA_CPU_CALL_SITE};
     cudacpu::warp_custom("wmma::load_matrix_sync", &cpu_detail::complete_copy<Frag, T, false>, &args);
 }
 
 template <int M, int N, int K>
-inline void load_matrix_sync(fragment<accumulator, M, N, K, float>& f, const float* p, unsigned ldm, layout_t layout) {
+CUDA_CPU_NOT_TRACED inline void load_matrix_sync(fragment<accumulator, M, N, K, float>& f, const float* p, unsigned ldm,
+                                                 layout_t layout) {
     typedef fragment<accumulator, M, N, K, float> Frag;
-    cpu_detail::MemoryArgs<Frag, float> args = {&f, (float*)p, ldm, layout == mem_row_major};
+    cpu_detail::MemoryArgs<Frag, float> args = {&f, (float*)p, ldm, layout == mem_row_major, CUDA_CPU_CALL_SITE};
     cudacpu::warp_custom("wmma::load_matrix_sync", &cpu_detail::complete_copy<Frag, float, false>, &args);
 }
 
 template <int M, int N, int K>
-inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm,
-                              layout_t layout) {
+CUDA_CPU_NOT_TRACED inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f,
+                                                  unsigned ldm, layout_t layout) {
     typedef fragment<accumulator, M, N, K, float> Frag;
-    cpu_detail::MemoryArgs<Frag, float> args = {(Frag*)&f, p, ldm, layout == mem_row_major};
+    cpu_detail::MemoryArgs<Frag, float> args = {(Frag*)&f, p, ldm, layout == mem_row_major, CUDA_CPU_CALL_SITE};
     cudacpu::warp_custom("wmma::store_matrix_sync", &cpu_detail::complete_copy<Frag, float, true>, &args);
 }
 
 template <int M, int N, int K, typename T, typename LayoutA, typename LayoutB>
-inline void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LayoutA>& a,
+CUDA_CPU_NOT_TRACED inline void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LayoutA>& a,
                      const fragment<matrix_b, M, N, K, T, LayoutB>& b, const fragment<accumulator, M, N, K, float>& c,
                      bool satf = false) {
     typedef fragment<accumulator, M, N, K, float> FragC;

@@ -15,26 +15,16 @@
 #include <errno.h>
 #include <math.h>
 #include <mma.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <type_traits>
 #include <vector>
 
-extern char** environ;
-
-static int passed = 0, failed = 0;
-static void check(int ok, const char* what) {
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    fflush(stdout);
-    if (ok) passed++;
-    else failed++;
-}
+#include "dev/cuda_cpu/tests/layer_test.h"
 
 // ---- kernels under test ---------------------------------------------------------------------
 // Each lane gets the value of lane (lane ^ 1), (lane + 3) if < 32 else its own, (lane - 2) if
@@ -180,32 +170,6 @@ static void check_async(int ok, const char* what) {
 }
 
 static void fetch(void* host, const void* dev, size_t bytes) { cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost); }
-
-// Runs this program with one fault case in a child; returns its exit status and stderr.
-static int run_case(const char* self, const char* name, const char* env, char* err, size_t n) {
-    char path[] = "/tmp/test_layer_stderr.XXXXXX";
-    int fd = mkstemp(path);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fd, 2);
-    char* argv[] = {(char*)self, (char*)name, NULL};
-    // The child's environment: ours plus env (one NAME=value, or NULL).
-    int count = 0;
-    while (environ[count]) count++;
-    char** envp = (char**)calloc(count + 2, sizeof(char*));
-    for (int i = 0; i < count; i++) envp[i] = environ[i];
-    if (env) envp[count] = (char*)env;
-    pid_t pid;
-    int status = -1;
-    if (posix_spawn(&pid, self, &fa, NULL, argv, envp) == 0) waitpid(pid, &status, 0);
-    free(envp);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t got = read(fd, err, n - 1);
-    err[got > 0 ? got : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 // ---- fault cases (child processes) ----------------------------------------------------------------
 static int fault_case(const char* name) {
