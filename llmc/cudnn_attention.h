@@ -19,7 +19,7 @@
  * one workspace (grown when a graph needs more) and one cuDNN handle serve them all, made
  * on first use on the current device. cudnn_attention_free() releases everything (at the
  * model's exit); a later call starts afresh. Any cuDNN failure is one fatal() naming the
- * shape and cuDNN's message. Not yet run on a GPU: see README, "cuDNN attention (optional)".
+ * shape and cuDNN's message. Not yet run on a GPU: see docs/gpu.md, "cuDNN attention".
  */
 #ifndef LLMC_CUDNN_ATTENTION_H
 #define LLMC_CUDNN_ATTENTION_H

@@ -11,7 +11,7 @@
 # the local python or CPU is.
 # Idempotent: a DIR made from the same version is reused at once (DIR/version.stamp).
 # The cuDNN library itself is not fetched: the CUDA toolkit may carry it (libcudnn.so in
-# $CUDA_HOME/lib64), else the nvidia-cudnn-cu13 wheel does (see README, "cuDNN attention").
+# $CUDA_HOME/lib64), else the nvidia-cudnn-cu13 wheel does (see docs/building.md, "cuDNN (optional)").
 # Exit 0 with the include directory on stdout; 1 with one error line on stderr.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -11,7 +11,7 @@
 # shards' manifest is there), train (always -y 1: a rerun of the same command resumes
 # from the newest checkpoint, a finished run exits at once), export (hf_convert, once the
 # run has reached its last step). The 124M hyperparameters are llm.c's GPT-2 (124M)
-# reproduction's (README.md, "Pretraining GPT-2 124M"): 524,288 tokens per step,
+# reproduction's (docs/training.md, "Pretraining GPT-2 124M"): 524,288 tokens per step,
 # -b 64 -t 1024 per GPU at 8 GPUs, lr 6e-4, 700 warmup steps, cosine to 0, weight
 # decay 0.1, plus ZeRO-1, --shuffle, checkpoints and the HellaSwag-format eval.
 #
@@ -153,7 +153,7 @@ cat <<'EOF'
  What has run: the same phases and flags, CPU-sized (--cpu-smoke, dev/test/test_recipe.sh
  in make test): train_gpt2 at np 2 with ZeRO-1, a kill and a -y 1 resume, the evals and
  the Hugging Face export checked by an independent reader. The GPU trainer's code runs in
- make test only on the CPU execution layer for CUDA (README.md).
+ make test only on the CPU execution layer for CUDA (docs/cuda_cpu.md).
 ==========================================================================================
 EOF
 if [ "$DRY_RUN" = 1 ]; then phase "recipe: $PROFILE; dry run: the commands are printed, not run"
@@ -231,14 +231,14 @@ echo "plan: $RANKS ranks ($LAUNCHER), $MODEL, -b $MICRO_BATCH -t $SEQ_LEN x $ACC
 phase "inputs"
 MANIFEST=$SHARDS_DIR/${SHARDS_NAME}_manifest.txt
 if [ ! -f "$HELLASWAG_FILE" ]; then
-    msg="the -H 1 eval file '$HELLASWAG_FILE' is missing: make it with llm.c's dev/data/hellaswag.py (README.md, \"HellaSwag-style eval\") and copy it there, or pass --hellaswag FILE"
+    msg="the -H 1 eval file '$HELLASWAG_FILE' is missing: make it with llm.c's dev/data/hellaswag.py (docs/huggingface.md, \"HellaSwag-style eval\") and copy it there, or pass --hellaswag FILE"
     if [ "$DRY_RUN" = 1 ]; then echo "warning: $msg"; else die "$msg"; fi
 fi
 if [ -f "$MANIFEST" ]; then
     echo "shards: $MANIFEST exists ($(awk '$1 == "total" { printf "%s shards, %s tokens: val %s, train %s", $2, $3, $4, $5 }' "$MANIFEST")); prepro_corpus is skipped"
 else
     if [ ${#CORPUS_LIST[@]} = 0 ]; then
-        msg="no shards in $SHARDS_DIR (no $MANIFEST) and no corpus given: pass --corpus PATH (e.g. FineWeb-Edu's sample-10BT as JSONL / .jsonl.zst; README.md, \"Pretraining GPT-2 124M\")"
+        msg="no shards in $SHARDS_DIR (no $MANIFEST) and no corpus given: pass --corpus PATH (e.g. FineWeb-Edu's sample-10BT as JSONL / .jsonl.zst; docs/training.md, \"Pretraining GPT-2 124M\")"
         if [ "$DRY_RUN" = 1 ]; then echo "warning: $msg"; CORPUS_LIST=("CORPUS.jsonl.zst"); else die "$msg"; fi
     fi
     INPUTS=()

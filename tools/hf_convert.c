@@ -11,7 +11,7 @@
  *       with config.json beside it. Writes an llm.c model file (version 3, or 5 for bf16)
  *       that the trainers take as -e OUT.bin.
  *
- * The name mapping and the transpose rule are in docs/design.md ("Hugging Face layout").
+ * The name mapping and the transpose rule are in docs/huggingface.md ("The layout").
  * In short: HF's GPT-2 computes its four matrix layers with Conv1D, y = x W + b with W of
  * shape (in, out), where llm.c's matmul takes W as (out, in); those four weights are
  * transposed both ways, everything else is copied. The LM head is tied to wte, so no

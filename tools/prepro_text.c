@@ -54,7 +54,7 @@ static const char* DOWNLOAD_HINT =
     "  input.txt (tinyshakespeare): karpathy/char-rnn,\n"
     "    https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt\n"
     "Put them in dev/data/{gpt2,tinyshakespeare}/ (or set LLMC_DATA_DIR for\n"
-    "scripts/prepare_data.sh), or pass --encoder/--merges/--input. See README.md.";
+    "scripts/prepare_data.sh), or pass --encoder/--merges/--input. See docs/data.md.";
 
 static double now_seconds(void) {
     struct timespec ts;

@@ -1,7 +1,7 @@
 /*
  * zero1_plan: prints the ZeRO-1 buffer layout of a model (bucket table, padding,
  * per-rank memory ledger, bytes sent per step) and, with --json, the whole layout and
- * every rank's four views as one JSON object. See zero1/README.md.
+ * every rank's four views as one JSON object. See docs/zero1.md, "zero1_plan".
  *
  * Exit codes: 0 ok, 2 bad arguments (usage on stderr), 1 out of memory.
  */

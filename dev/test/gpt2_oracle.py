@@ -8,7 +8,7 @@ gradient, and the losses/norms of several clipped-AdamW steps on one batch).
 
 Run it with an interpreter that has torch: $LLMC_PYTHON, by default Debian's /usr/bin/python3
 (the tests call it that way): $LLMC_PYTHON dev/test/gpt2_oracle.py ...
-Subcommands: make, bench, check-model, selftest (see dev/test/README.md for formats).
+Subcommands: make, bench, check-model, selftest (formats: docs/formats.md, "Model file" and "Oracle debug state").
 
 Numerics: everything is float32 (parameters, activations, gradients, AdamW state and
 arithmetic), because that is what the C trainer computes; only the global gradient norm

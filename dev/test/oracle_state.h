@@ -1,5 +1,5 @@
 /*
- * The oracle's debug state (dev/test/gpt2_oracle.py make; format in dev/test/README.md)
+ * The oracle's debug state (dev/test/gpt2_oracle.py make; format in docs/formats.md, "Oracle debug state")
  * and the checks both oracle tests share: test_gpt2.c (CPU) and test_gpt2.cu (GPU).
  */
 #ifndef DEV_TEST_ORACLE_STATE_H

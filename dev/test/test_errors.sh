@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bad input to ./train_gpt2 (docs/design.md, "Bad input"): every case must end with an exit code != 0 (not a timeout,
+# Bad input to ./train_gpt2 (docs/design.md, "Errors"): every case must end with an exit code != 0 (not a timeout,
 # not a signal), exactly one `error:` line that names the problem (a keyword), and no
 # hang (timeout 60 s); the runner is dev/test/expect_error.sh. Some cases also under
 # mpirun -np 2, where the message must appear exactly once (rank 0 speaks for an error

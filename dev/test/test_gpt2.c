@@ -10,7 +10,7 @@
  * is split over ranks and micro-steps; then the step losses are checked, and that every rank ends
  * with bitwise identical parameters.
  *
- * Tolerances (docs/design.md, "Tests"): logits max abs 1e-4, loss 1e-5, each gradient tensor max
+ * Tolerances (docs/testing.md, "The PyTorch oracle"): logits max abs 1e-4, loss 1e-5, each gradient tensor max
  * abs error <= 1e-3 of that tensor's largest magnitude, each step loss within 1e-4.
  */
 #define TESTING

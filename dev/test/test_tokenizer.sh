@@ -13,7 +13,7 @@ CC_FLAGS="-std=c11 -D_DEFAULT_SOURCE -O3 -march=native -Wall -Wextra -Wno-unused
 
 for f in "$ENCODER" "$MERGES" "$SHAKESPEARE"; do
     if [ ! -f "$f" ]; then
-        echo "FAIL test_tokenizer: missing input $f (see README.md for where to download it)"
+        echo "FAIL test_tokenizer: missing input $f (docs/data.md, 'The inputs in the repository', says where it comes from)"
         exit 1
     fi
 done
