@@ -14,7 +14,12 @@
 # Each binary is removed first and the Makefile's stamp (PRECISION, USE_ZERO1) rebuilds
 # whatever depends on the switch, so no stale binary or object of the other precision can
 # hide a compile error, and no object is compiled twice for the same settings. Each binary
-# is moved to a scratch directory. Exits non-zero if any build failed.
+# is moved to a scratch directory. Then, on what those builds left (no build of its own):
+#   - the real compiler's report on every kernel, both precisions (nvcc -Xptxas -v, the PTX
+#     and the SASS of cubins kept with --keep), against dev/test/compiler_budgets.txt
+#     (dev/test/check_compiler_report.py; docs/gpu.md, "The compiler's report");
+#   - each binary's RUNPATH holds its libcublasLt, libcublas and libnccl (readelf).
+# Exits non-zero if any build or check failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if ! command -v "${NVCC:-nvcc}" >/dev/null 2>&1 && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
@@ -29,7 +34,20 @@ build() {  # build TARGET PRECISION [extra make args]
     shift 2
     echo "== make $target PRECISION=$precision $*"
     rm -f "$target"
-    make "$target" PRECISION="$precision" "$@" && mv "$target" "$OUT/${target}_${precision}"
+    if [ -z "${REPORT:-}" ]; then
+        make "$target" PRECISION="$precision" "$@" && mv "$target" "$OUT/${target}_${precision}"
+        return
+    fi
+    # For the compiler report: ptxas' resources per kernel in build.log (left out of the
+    # printed log), the PTX (launch bounds) and the cubins (SASS) kept; nothing else changes.
+    local keep rc=0
+    keep=$REPORT/$precision/$target$(echo "${*:+_$*}" | tr -c 'A-Za-z0-9_\n' _)
+    mkdir -p "$keep"
+    NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} -Xptxas -v --keep --keep-dir $keep" \
+        make "$target" PRECISION="$precision" "$@" >"$keep/build.log" 2>&1 || rc=$?
+    grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' "$keep/build.log" || true
+    find "$keep" -type f ! -name '*.ptx' ! -name '*.cubin' ! -name build.log -delete
+    [ $rc -eq 0 ] && mv "$target" "$OUT/${target}_${precision}"
 }
 # precision_builds PRECISION: every target of that precision, in this directory; stops at
 # the first failure (explicitly: set -e does not apply inside a function called with ||).
@@ -47,10 +65,10 @@ precision_builds() {
 # never share an object or a stamp, BF16 here. Each log is printed whole, FP32's first.
 mkdir -p "$OUT/fp32_tree" "$OUT/bin"
 bash scripts/copy_sources.sh "$OUT/fp32_tree"
-(cd "$OUT/fp32_tree" && OUT=$OUT/bin precision_builds FP32) >"$OUT/fp32.log" 2>&1 &
+(cd "$OUT/fp32_tree" && REPORT=$OUT/report OUT=$OUT/bin precision_builds FP32) >"$OUT/fp32.log" 2>&1 &
 fp32=$!
 bf16_status=0
-OUT=$OUT/bin precision_builds BF16 >"$OUT/bf16.log" 2>&1 || bf16_status=$?
+REPORT=$OUT/report OUT=$OUT/bin precision_builds BF16 >"$OUT/bf16.log" 2>&1 || bf16_status=$?
 fp32_status=0
 wait $fp32 || fp32_status=$?
 cat "$OUT/fp32.log" "$OUT/bf16.log"
@@ -58,6 +76,28 @@ if [ $fp32_status -ne 0 ] || [ $bf16_status -ne 0 ]; then
     echo "check_cuda_build: FAILED (FP32 builds exit $fp32_status, BF16 builds exit $bf16_status)" >&2
     exit 1
 fi
+# The real compiler's report on every kernel of those builds, against the repository's budgets.
+echo "== the compiler's report (dev/test/check_compiler_report.py, budgets dev/test/compiler_budgets.txt)"
+cuobjdump=$(bash dev/test/cuda_cuobjdump.sh) || cuobjdump=""
+report_dirs=()
+for d in "$OUT"/report/FP32/* "$OUT"/report/BF16/*; do report_dirs+=("$(basename "$(dirname "$d")"):$d"); done
+python3 dev/test/check_compiler_report.py --budgets dev/test/compiler_budgets.txt --cuobjdump "$cuobjdump" \
+    --json "${COMPILER_REPORT_JSON:-$OUT/compiler_report.jsonl}" "${report_dirs[@]}" ||
+    { echo "check_cuda_build: FAILED: the compiler's report is over its budgets (above)" >&2; exit 1; }
+# Each binary finds libcublasLt, libcublas and libnccl through its own run path (a RUNPATH,
+# which LD_LIBRARY_PATH overrides; not an RPATH, which it would not).
+for bin in "$OUT"/bin/*; do
+    runpath=$(readelf -d "$bin" | sed -n 's/.*(RUNPATH) *Library runpath: \[\(.*\)\]/\1/p')
+    readelf -d "$bin" | grep -q '(RPATH)' && { echo "check_cuda_build: $bin has an RPATH (want RUNPATH)" >&2; exit 1; }
+    for lib in libcublasLt.so libcublas.so libnccl.so; do
+        soname=$(readelf -d "$bin" | sed -n "s/.*(NEEDED) *Shared library: \[\($lib[.0-9]*\)\]/\1/p")
+        found=""
+        IFS=: read -r -a dirs <<<"$runpath"
+        for d in "${dirs[@]}"; do [ -n "$soname" ] && [ -e "$d/$soname" ] && found=$d/$soname; done
+        [ -n "$found" ] || { echo "check_cuda_build: $(basename "$bin") needs ${soname:-$lib} but its run path ($runpath) does not hold it" >&2; exit 1; }
+    done
+done
+echo "check_cuda_build: every binary finds libcublasLt, libcublas, libnccl through its RUNPATH ($runpath)"
 # Last, so the switch of USE_CUDNN rebuilds nothing the loop above still needs.
 if reason=$(make -s cudnn_check USE_CUDNN=1 2>&1); then
     start=$SECONDS
