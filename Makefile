@@ -201,8 +201,12 @@ endif
 # NCCL_HOME before CUDA_HOME, so that its nccl.h and libnccl win over a toolkit's own.
 CUDA_LIB_DIR = $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
 NVCC_INCLUDES = -I. $(if $(NCCL_HOME),-I$(NCCL_HOME)/include) $(if $(CUDA_HOME),-I$(CUDA_HOME)/include)
-NVCC_LIB_DIRS = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NCCL_HOME)/lib) \
-  $(if $(CUDA_LIB_DIR),-L$(CUDA_LIB_DIR))
+# A run path to each library directory linked against, so that the binary finds libcublasLt,
+# libcublas and libnccl without ldconfig; RUNPATH (--enable-new-dtags), so LD_LIBRARY_PATH
+# still overrides it (docs/building.md, "Run paths").
+nvcc_rpath = -Xlinker -rpath -Xlinker $(abspath $(1))
+NVCC_LIB_DIRS = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib $(call nvcc_rpath,$(NCCL_HOME)/lib)) \
+  $(if $(CUDA_LIB_DIR),-L$(CUDA_LIB_DIR) $(call nvcc_rpath,$(CUDA_LIB_DIR))) -Xlinker --enable-new-dtags
 # The MPI wrapper's flags, translated for nvcc (Open MPI 5 and MPICH pass gcc-only flags).
 # Expanded only when a GPU target builds; a wrapper that answers nothing stops the build.
 MPI_NVCC_CFLAGS = $(shell bash scripts/mpi_nvcc_flags.sh compile $(MPICC))
@@ -247,7 +251,7 @@ $(CUDNN_STAMP): $(call stamp_stale,$(CUDNN_STAMP),$(CUDNN_BUILD))
 CUDNN_OBJ := build/cudnn_attention.o
 # NVRTC: the frontend also compiles an experimental Blackwell engine that calls it (never
 # used for attention, but linked).
-CUDNN_LIBS = $(CUDNN_OBJ) -L$(CUDNN_LIB_DIR) -l:$(notdir $(CUDNN_LIB)) -Xlinker -rpath -Xlinker $(abspath $(CUDNN_LIB_DIR)) -lnvrtc
+CUDNN_LIBS = $(CUDNN_OBJ) -L$(CUDNN_LIB_DIR) -l:$(notdir $(CUDNN_LIB)) $(call nvcc_rpath,$(CUDNN_LIB_DIR)) -lnvrtc
 build/cudnn_attention.o: llmc/cudnn_attention.cpp llmc/cudnn_attention.h llmc/gpt2_kernels.h llmc/cli.h llmc/outliers.h \
   llmc/utils.h $(CUDNN_STAMP)
 	$(check_cudnn)

@@ -620,6 +620,8 @@ static const struct {
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+     "CUDA driver version is insufficient for CUDA runtime version"},
 };
 
 const char* cudaGetErrorName(cudaError_t e) {
@@ -636,8 +638,29 @@ const char* cudaGetErrorString(cudaError_t e) {
     return "unknown error";
 }
 
+// The driver's CUDA version (1000 x major + 10 x minor): the headers' own, or
+// CUDA_CPU_DRIVER_VERSION, so that a test can play a driver older than the binary.
+static int driver_version() { return (int)env_long("DRIVER_VERSION", CUDART_VERSION); }
+
+cudaError_t cudaDriverGetVersion(int* version) {
+    if (!version) return result(cudaErrorInvalidValue);
+    *version = driver_version();
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+    if (!version) return result(cudaErrorInvalidValue);
+    *version = CUDART_VERSION;
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceCount(int* count) {
     init_once();
+    // A runtime newer (in major version) than the driver cannot start, as on a GPU.
+    if (driver_version() / 1000 < CUDART_VERSION / 1000) {
+        *count = 0;
+        return result(cudaErrorInsufficientDriver);
+    }
     *count = device_count();
     return cudaSuccess;
 }
