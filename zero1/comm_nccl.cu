@@ -23,6 +23,12 @@
  * see zero1/comm.h). all_to_all_v is one NCCL group of an ncclSend and an ncclRecv per
  * peer (itself included), ordered like the collectives.
  *
+ * One communication stream per device, shared by all its NCCL communicators (the group and
+ * the cross communicator of --dist-opt-instances): NCCL does not support collectives of two
+ * communicators running at once on one GPU (each may wait on its peers while holding SMs
+ * the other needs); on one stream they run one after another, in issue order, which every
+ * rank keeps the same (issue_order_matters).
+ *
  * Errors end the program (fatal, NCCL's through llmc/nccl_comm.cuh's check), except
  * abort's: it runs while the job is already ending, so it returns NCCL's result.
  */
@@ -49,7 +55,7 @@ typedef struct {
 
 typedef struct {
     ncclComm_t comm;          // NULL after abort
-    cudaStream_t stream;      // the communication stream
+    cudaStream_t stream;      // the device's communication stream (shared: comm_stream_acquire)
     cudaStream_t compute;     // the device's compute stream (borrowed)
     cudaEvent_t compute_ready;
     NcclSlot* slots;
@@ -59,6 +65,40 @@ typedef struct {
 } NcclImpl;
 
 static NcclImpl* impl_of(Zero1Comm* c) { return (NcclImpl*)c->impl; }
+
+// The communication streams, one per device (known by its compute stream), with the
+// number of communicators using each.
+#define MAX_COMM_STREAMS 16
+static struct {
+    cudaStream_t compute, comm;
+    int users;
+} comm_streams[MAX_COMM_STREAMS];
+
+static cudaStream_t comm_stream_acquire(cudaStream_t compute) {
+    int free_at = -1;
+    for (int i = 0; i < MAX_COMM_STREAMS; i++) {
+        if (comm_streams[i].users > 0 && comm_streams[i].compute == compute) {
+            comm_streams[i].users++;
+            return comm_streams[i].comm;
+        }
+        if (comm_streams[i].users == 0 && free_at < 0) free_at = i;
+    }
+    if (free_at < 0) fatal("zero1 nccl: more than %d devices with NCCL communicators in one process", MAX_COMM_STREAMS);
+    comm_streams[free_at].compute = compute;
+    comm_streams[free_at].users = 1;
+    cudaCheck(cudaStreamCreateWithFlags(&comm_streams[free_at].comm, cudaStreamNonBlocking));
+    return comm_streams[free_at].comm;
+}
+
+static void comm_stream_release(cudaStream_t comm) {
+    for (int i = 0; i < MAX_COMM_STREAMS; i++) {
+        if (comm_streams[i].users > 0 && comm_streams[i].comm == comm) {
+            if (--comm_streams[i].users == 0) cudaCheck(cudaStreamDestroy(comm));
+            return;
+        }
+    }
+    fatal("zero1 nccl: releasing a communication stream that was not acquired");
+}
 
 static ncclDataType_t nccl_type(Zero1Dtype t) {
     switch (t) {
@@ -252,7 +292,7 @@ static void nccl_progress(Zero1Comm* c) {
 static void nccl_destroy(Zero1Comm* c) {
     NcclImpl* im = impl_of(c);
     if (im->in_group) fatal("zero1 nccl: destroy inside an open group");
-    cudaCheck(cudaStreamSynchronize(im->stream));  // every collective has finished
+    cudaCheck(cudaStreamSynchronize(im->stream));  // every collective has finished (the other communicators' too)
     if (im->comm) ncclCheck(ncclCommDestroy(im->comm));
     for (int i = 0; i < im->num_slots; i++) {
         if (im->slots[i].done) cudaCheck(cudaEventDestroy(im->slots[i].done));
@@ -260,7 +300,7 @@ static void nccl_destroy(Zero1Comm* c) {
     free(im->slots);
     mpiCheck(MPI_Comm_free(&im->host_comm));
     cudaCheck(cudaEventDestroy(im->compute_ready));
-    cudaCheck(cudaStreamDestroy(im->stream));
+    comm_stream_release(im->stream);
     free(im);
 }
 
@@ -311,11 +351,11 @@ Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, int color) {
     ncclUniqueId id;
     bootstrap_mpi(color, &id, &rank, &size, &im->host_comm);
     im->compute = (cudaStream_t)dev->compute;
-    cudaCheck(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
+    im->stream = comm_stream_acquire(im->compute);
     cudaCheck(cudaEventCreateWithFlags(&im->compute_ready, cudaEventDisableTiming));
     ncclCheck(ncclCommInitRank(&im->comm, size, id, rank));
     Zero1Comm* c = zero1_comm_new(&nccl_ops, im, rank, size, "nccl");
-    c->traces_itself = 1;  // its collectives run on its own stream: device-time spans
+    c->traces_itself = 1;  // its collectives run on the communication stream: device-time spans
     c->issue_order_matters = 1;  // NCCL kernels of all communicators queue on one GPU
     return c;
 }

@@ -2,9 +2,10 @@
  * zero1/comm_nccl.h: the communicator of zero1/comm.h for GPU buffers, over NCCL.
  *
  * One GPU per process: the caller selects it (cudaSetDevice) before creating the
- * communicator, and the device must be zero1/device_cuda.h's. Collectives run on the
- * communicator's own non-blocking stream; a handle is an event recorded after the
- * collective. Ordering in: the communication stream waits on an event recorded on the
+ * communicator, and the device must be zero1/device_cuda.h's. Collectives run on a
+ * non-blocking communication stream, one per device, shared by every NCCL communicator of
+ * that device (so no two of their collectives run at once on the GPU); a handle is an
+ * event recorded after the collective. Ordering in: the communication stream waits on an event recorded on the
  * compute stream at the call. wait(h) makes the compute stream wait on the handle's
  * event and returns at once; test(h) asks the event and never blocks; abort() is
  * ncclCommAbort.
@@ -29,7 +30,7 @@ extern "C" {
 
 Zero1Comm* zero1_comm_nccl_create(const Zero1Device* dev, int color);
 
-// The communication stream (a cudaStream_t), for tests.
+// The communication stream (a cudaStream_t; the same for every communicator of a device), for tests.
 void* zero1_comm_nccl_stream(Zero1Comm* c);
 
 #ifdef __cplusplus

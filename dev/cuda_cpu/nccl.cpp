@@ -42,6 +42,13 @@
  * abort or error, or a peer that exited (ncclRemoteError); a rank whose device faulted
  * (the runtime then refuses its launches) tells its peers the same way. Device faults
  * raised here use cudaErrorLaunchFailure; the message says what went wrong.
+ * CUDA_CPU_NCCL_CONCURRENT=1: no tickets; the operations of one device's communicators
+ * run as their streams allow, as a GPU may run them, at once. NCCL does not support that
+ * (each may hold SMs the other's peers wait for), so an operation launched while another
+ * communicator of the device has one queued or running on another stream is a device
+ * fault and ncclInvalidUsage. Operations on one stream are ordered, so code that queues a
+ * device's communicators on one stream passes; an event chain between two streams is not
+ * followed (it would be reported).
  * Groups: calls between ncclGroupStart/End are validated, recorded and launched at the
  * outermost ncclGroupEnd, in call order, one queued operation per (communicator, stream).
  * A group in which a call failed launches nothing and ncclGroupEnd returns that error.
@@ -310,6 +317,7 @@ struct CommState {
     int pending = 0;  // queued units not finished
     std::condition_variable pending_cv;
     std::set<cudaStream_t> streams;
+    std::multiset<cudaStream_t> in_flight;  // the streams of the queued units not finished
     double next_host_liveness = 0;  // ncclCommGetAsyncError probes the peers at most every 50 ms
 
     RankSlot& slot(int r) { return slots[r]; }
@@ -394,6 +402,10 @@ std::condition_variable g_tcv;
 std::map<int, TicketQueue> g_tickets;
 
 bool lazy_mode() { return cudacpu::exec_mode() == cudacpu::EXEC_LAZY; }
+bool concurrent_mode() {
+    static const bool on = cudacpu::env_long("NCCL_CONCURRENT", 0) != 0;
+    return on;
+}
 
 void end_ticket(int device, uint64_t t) {
     std::lock_guard<std::mutex> l(g_tmu);
@@ -409,7 +421,7 @@ void end_ticket(int device, uint64_t t) {
 
 // False when the communicator was aborted while this unit waited for its turn.
 bool wait_turn(CommState& c, uint64_t t) {
-    if (lazy_mode()) return true;
+    if (lazy_mode() || concurrent_mode()) return true;
     std::unique_lock<std::mutex> l(g_tmu);
     TicketQueue& q = g_tickets[c.device];
     while (q.turn != t) {
@@ -907,6 +919,7 @@ ncclResult_t exec_p2p(Run& x, const std::vector<const Op*>& ops) {
 // ---- units: what one enqueue runs --------------------------------------------------------------
 struct Unit {
     std::shared_ptr<CommState> c;
+    cudaStream_t stream = nullptr;
     std::vector<Op> ops;
     uint64_t ticket = 0, seq = 0;  // seq: the collective number, 0 for Send/Recv only
     atomic<bool> ran{false};
@@ -914,10 +927,30 @@ struct Unit {
     ~Unit();
 };
 
-void unit_finished(CommState& c) {
+void unit_finished(CommState& c, cudaStream_t s) {
     std::lock_guard<std::mutex> l(c.mu);
     c.pending--;
+    auto it = c.in_flight.find(s);
+    if (it != c.in_flight.end()) c.in_flight.erase(it);
     c.pending_cv.notify_all();
+}
+
+// CUDA_CPU_NCCL_CONCURRENT=1: another communicator of c's device with an operation queued
+// or running on a stream other than s (which an operation on s could then run beside);
+// its description, or "" when there is none.
+std::string in_flight_beside(const CommState& c, cudaStream_t s) {
+    std::vector<std::shared_ptr<CommState>> others;
+    {
+        std::lock_guard<std::mutex> l(g_mu);
+        for (auto& o : g_live)
+            if (o.get() != &c && o->device == c.device) others.push_back(o);
+    }
+    for (auto& o : others) {
+        std::lock_guard<std::mutex> l(o->mu);
+        for (cudaStream_t t : o->in_flight)
+            if (t != s) return format("communicator %s has an operation in flight on stream %p", o->name, (void*)t);
+    }
+    return "";
 }
 
 // A closure dropped without running (stream destroyed, device faulted): its ticket must not
@@ -930,7 +963,7 @@ Unit::~Unit() {
                                  "or the device faulted)", c->name);
         set_async(*c, ncclUnhandledCudaError, true, why);
     }
-    unit_finished(*c);
+    unit_finished(*c, stream);
 }
 
 void run_unit(Unit& u) {
@@ -954,10 +987,22 @@ void run_unit(Unit& u) {
         publish_running(c.device, RUN_IDLE, 0, 0, "");
     }
     end_ticket(c.device, u.ticket);
-    unit_finished(c);
+    unit_finished(c, u.stream);
 }
 
 ncclResult_t launch(const std::shared_ptr<CommState>& c, cudaStream_t s, std::vector<Op> ops, const char* label) {
+    if (concurrent_mode()) {
+        std::string beside = in_flight_beside(*c, s);
+        if (!beside.empty()) {
+            std::string why = format("%s on communicator %s, stream %p, while %s of the same device: the two may run "
+                                     "at once on one GPU, which NCCL does not support (CUDA_CPU_NCCL_CONCURRENT=1; "
+                                     "queue a device's communicators on one stream)",
+                                     label, c->name, (void*)s, beside.c_str());
+            cudacpu::device_fault(cudaErrorLaunchFailure, "%s", why.c_str());
+            set_async(*c, ncclInvalidUsage, true, why);
+            return fail(ncclInvalidUsage, "%s", why.c_str());
+        }
+    }
     auto u = std::make_shared<Unit>();
     u->c = c;
     u->ops = std::move(ops);
@@ -969,6 +1014,7 @@ ncclResult_t launch(const std::shared_ptr<CommState>& c, cudaStream_t s, std::ve
                     label, ncoll, c->name, (c->stage_bytes - sizeof(WireHead)) / sizeof(WireOp));
     }
     bool coll = ncoll > 0;
+    u->stream = s;
     {
         std::lock_guard<std::mutex> l(g_tmu);  // ticket and number in one order across threads
         u->ticket = g_tickets[c->device].next++;
@@ -978,6 +1024,7 @@ ncclResult_t launch(const std::shared_ptr<CommState>& c, cudaStream_t s, std::ve
         std::lock_guard<std::mutex> l(c->mu);
         c->pending++;
         c->streams.insert(s);
+        c->in_flight.insert(s);
     }
     cudaError_t e = cudacpu::enqueue(s, label, [u] { run_unit(*u); });
     if (e == cudaSuccess) return ncclSuccess;

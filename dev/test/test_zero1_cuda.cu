@@ -653,6 +653,13 @@ static void test_nccl(void) {
     c = zero1_comm_nccl_create(&gpu, 3);
     check(c->rank == 0 && c->size == 1, "nccl over color 3: rank 0 of 1");
     test_nccl_identity(c, "color 3");
+    // A second communicator of the device (as --dist-opt-instances makes) queues on the same
+    // stream, so the two never run collectives at once; the stream outlives either.
+    Zero1Comm* other = zero1_comm_nccl_create(&gpu, 5);
+    check(zero1_comm_nccl_stream(other) == zero1_comm_nccl_stream(c),
+          "nccl: two communicators of one device share one communication stream");
+    zero1_comm_destroy(other);
+    test_nccl_identity(c, "color 3, after another communicator of the device was destroyed");
     check(zero1_comm_abort(c) == 0, "nccl: abort returns 0");
     zero1_comm_destroy(c);
 }

@@ -9,6 +9,9 @@
  *   mpirun -np 2 test_nccl abort      ncclCommAbort while a peer never arrives
  *   mpirun -np 2 test_nccl order      two communicators in the same order, one rank slow
  *   CUDA_CPU_SHARED_GPU=1 mpirun -np 2 test_nccl shared_gpu
+ *   CUDA_CPU_NCCL_CONCURRENT=1 mpirun -np 2 test_nccl concurrent   two communicators on one
+ *                                     stream pass; on two streams, one launched while the
+ *                                     other's waits for its peer: a fault, exits 2
  *   test_nccl dead | stopped          without mpirun: a forked peer exits / is stopped
  * Prints PASS/FAIL lines; exit 1 on a failed check.
  */
@@ -620,6 +623,38 @@ static int test_order() {
     return g_failed ? 1 : 0;
 }
 
+// Under CUDA_CPU_NCCL_CONCURRENT=1. Two communicators of the device on one stream: ordered,
+// right sums. Then on two streams, rank 1 late: rank 0's op on the first stream still waits
+// for rank 1 when rank 0 launches on the second: refused, a device fault.
+static int test_concurrent() {
+    ncclComm_t a = make_comm(), b = make_comm();
+    cudaStream_t s, s2;
+    cudaStreamCreate(&s);
+    cudaStreamCreate(&s2);
+    float* x = to_dev(values<float>(g_rank, 1000));
+    float* y = to_dev(values<float>(g_rank, 1000));
+    ncclResult_t ra = ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, a, s);
+    ncclResult_t rb = ncclAllReduce(y, y, 1000, ncclFloat, ncclSum, b, s);
+    cudaError_t e = cudaStreamSynchronize(s);
+    std::vector<float> want(1000);
+    for (size_t i = 0; i < 1000; i++) want[i] = expected_sum<float>(0, i);
+    check_all(ra == ncclSuccess && rb == ncclSuccess && e == cudaSuccess && same(from_dev(x, 1000), want) &&
+                  same(from_dev(y, 1000), want),
+              "two communicators of a device on one stream: no fault, right sums");
+    barrier();
+    if (g_rank == 1) usleep(300 * 1000);
+    ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, a, s);
+    rb = ncclAllReduce(y, y, 1000, ncclFloat, ncclSum, b, s2);
+    if (g_rank == 0) {
+        check_mine(rb == ncclInvalidUsage && contains(ncclGetLastError(b), "may run at once on one GPU"),
+                   fmt("a launch on a second stream while the other communicator's op is in flight: %s: %s",
+                       ncclGetErrorString(rb), ncclGetLastError(b)));
+        check_mine(cudaStreamSynchronize(s2) != cudaSuccess, "the device faulted");
+    }
+    barrier();
+    return g_failed ? 1 : 2;
+}
+
 static int test_shared_gpu() {
     ncclUniqueId id;
     if (g_rank == 0) ncclGetUniqueId(&id);
@@ -696,6 +731,8 @@ int main(int argc, char** argv) {
         rc = test_abort();
     } else if (mode == "order") {
         rc = test_order();
+    } else if (mode == "concurrent") {
+        rc = test_concurrent();
     } else if (mode == "shared_gpu") {
         rc = test_shared_gpu();
     } else if (g_rank == 0) {

@@ -70,6 +70,9 @@ expect "inversion, CUDA_CPU_EXEC=eager" 2 +"error: cuda_cpu: $INVERSION" \
 expect "abort while a peer never arrives" 0 +"abandoned: ncclCommAbort was called" +"rank 0 aborted the communicator" \
     -- "${MPIRUN[@]}" -np 2 "$BIN" abort
 expect "same order on two communicators, one rank late: no inversion" 0 -"$INVERSION" -- "${MPIRUN[@]}" -np 2 "$BIN" order
+expect "CUDA_CPU_NCCL_CONCURRENT=1: one stream passes, a second stream beside an op in flight faults, exit 2" 2 \
+    +"may run at once on one GPU, which NCCL does not support" \
+    -- env CUDA_CPU_NCCL_CONCURRENT=1 "${MPIRUN[@]}" -x CUDA_CPU_NCCL_CONCURRENT -np 2 "$BIN" concurrent
 expect "two ranks on one GPU: ncclInvalidUsage" 0 +"use the same GPU" \
     -- env CUDA_CPU_SHARED_GPU=1 "${MPIRUN[@]}" -x CUDA_CPU_SHARED_GPU -np 2 "$BIN" shared_gpu
 expect "a peer that exits: ncclRemoteError" 0 +"has exited" -- "$BIN" dead
