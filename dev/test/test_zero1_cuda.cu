@@ -659,7 +659,7 @@ static void test_nccl(void) {
     check(zero1_comm_nccl_stream(other) == zero1_comm_nccl_stream(c),
           "nccl: two communicators of one device share one communication stream");
     zero1_comm_destroy(other);
-    test_nccl_identity(c, "color 3, after another communicator of the device was destroyed");
+    test_nccl_identity(c, "color 3, the other one destroyed");
     check(zero1_comm_abort(c) == 0, "nccl: abort returns 0");
     zero1_comm_destroy(c);
 }
