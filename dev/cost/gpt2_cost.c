@@ -5,6 +5,7 @@
  *   ./gpt2_cost --model d12 -b 16 -t 1024 --path naive        the per-kernel table and the step
  *   ./gpt2_cost ... --gpu h200 --brief                        one line (scripts/gpu_check.sh)
  *   ./gpt2_cost ... --json                                    everything, as one JSON object
+ *   ./gpt2_cost ... --profile P.jsonl --occupancy R.jsonl     with what was measured of the kernels
  *
  * Prints, for H100 SXM and H200 (989 TFLOP/s dense bf16 tensor cores and 67 TFLOP/s fp32
  * for both; 3.35 and 4.8 TB/s of HBM):
@@ -19,7 +20,11 @@
  *     of the HBM bandwidth, plus --launch-us (default 2) per kernel launch; tokens/s per
  *     GPU and MFU = tokens/s x model FLOPs per token / 989
  *     TFLOP/s, the model FLOPs per token being 6N + 6LCT (llm.c's definition: N parameters,
- *     the causal half of attention), whatever the kernels recompute. For scale: llm.c
+ *     the causal half of attention), whatever the kernels recompute. --profile FILE (the CPU
+ *     layer's CUDA_CPU_PROFILE of a BF16 test_kernels_cuda) and --occupancy FILE (the compiler
+ *     report's JSON Lines, dev/test/check_compiler_report.py --json) replace assumptions of
+ *     the achievable time by measurements for the kernels they cover (cost_model.h's header);
+ *     the table marks those rows (p: profile, c: compiler). For scale: llm.c
  *     reaches about 38% MFU on GPT-2 124M on H100s, so the achievable column, not the
  *     roofline, is the one to hold a measurement against;
  *   - communication of ZeRO-1 (-z 1) at DP 8, 16, ..., 1024: the reduce-scatter of the grads
@@ -48,6 +53,7 @@
 #include "dev/cost/cost_model.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/utils.h"
+#include "tools/json.h"
 #include "zero1/bucket_timing.h"
 #include "zero1/layout.h"
 #include "zero1/ledger.h"
@@ -59,6 +65,7 @@ static const char* USAGE =
     "                 [--gemm-efficiency F] [--flash-efficiency F] [--cudnn-efficiency F]\n"
     "                 [--bandwidth-efficiency F] [--launch-us U]\n"
     "                 [--nvlink-gbs G] [--ib-gbs G] [--ring-latency-us U] [--json | --brief]\n"
+    "                 [--profile FILE] [--occupancy FILE]\n"
     "  --model          GPT-2 of depth N (d12 = 124M, d24 = 350M, d36 = 774M, d48 = 1558M), default d12\n"
     "  -b, -t           micro-batch per GPU and sequence length (default 16, 1024; T <= --max-seq)\n"
     "  --path           naive = --attention naive --fused-kernels 0 -r 0 (the reference kernels);\n"
@@ -72,7 +79,10 @@ static const char* USAGE =
     "  --*-efficiency   the achievable estimate's fractions of peak (defaults 0.7 GEMM, 0.35 flash,\n"
     "                   0.6 cuDNN, 0.8 bandwidth) and --launch-us per kernel launch (default 2)\n"
     "  --nvlink-gbs, --ib-gbs  bus bandwidths of the DP table (default 370, 50 GB/s);\n"
-    "                   --ring-latency-us per ring step (default 0)\n";
+    "                   --ring-latency-us per ring step (default 0)\n"
+    "  --profile FILE   the CPU layer's profile (CUDA_CPU_PROFILE=FILE of a BF16 test_kernels_cuda built with\n"
+    "                   CUDA_CPU_TOOLS=1): bytes in whole sectors, the flash kernels' shared-memory wavefronts\n"
+    "  --occupancy FILE the compiler report (check_compiler_report.py --json): blocks per SM, waves of blocks\n";
 
 typedef struct {
     const char* model;
@@ -85,7 +95,74 @@ typedef struct {
     double nvlink_gbs, ib_gbs, ring_latency_us;
     int json, brief;
     GPT2Config cfg;
+    const char *profile, *occupancy;  // the files of the measured inputs (NULL: none)
+    CostMeasurements measured;
 } Options;
+
+// ---------------------------------------------------------------------------- measured inputs
+
+static CostMeasured* measured_entry(CostMeasurements* m, const char* kernel) {
+    char base[64];
+    snprintf(base, sizeof(base), "%.*s", (int)strcspn(kernel, "<"), kernel);  // a template's name alone
+    for (int i = 0; i < m->n; i++) {
+        if (strcmp(m->k[i].kernel, base) == 0) return &m->k[i];
+    }
+    if (m->n == COST_MAX_MEASURED) fatal("more than %d kernels in the measured inputs", COST_MAX_MEASURED);
+    CostMeasured* x = &m->k[m->n++];
+    memset(x, 0, sizeof(*x));
+    snprintf(x->kernel, sizeof(x->kernel), "%s", base);
+    return x;
+}
+
+static double json_number_of(const JsonValue* v, const char* key, const char* path, int line) {
+    const JsonValue* x = json_get(v, key);
+    if (!x || x->type != JSON_NUMBER) fatal("%s:%d: no number \"%s\"", path, line, key);
+    return x->number;
+}
+
+// Calls each(object, line) for every line of the JSON Lines file path.
+static void read_json_lines(const char* path, CostMeasurements* m,
+                            void (*each)(CostMeasurements*, const JsonValue*, const char*, int)) {
+    FILE* f = fopen(path, "r");
+    if (!f) fatal("cannot read %s", path);
+    char* text = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    for (int line = 1; (n = getline(&text, &cap, f)) > 0; line++) {
+        if (strspn(text, " \t\r\n") == (size_t)n) continue;
+        char what[300];
+        snprintf(what, sizeof(what), "%s line %d", path, line);
+        JsonValue v;
+        json_parse(text, (size_t)n, what, &v);
+        const JsonValue* k = json_get(&v, "kernel");
+        if (!k || k->type != JSON_STRING) fatal("%s: no string \"kernel\"", what);
+        each(m, &v, path, line);
+        json_free(&v);
+    }
+    free(text);
+    fclose(f);
+}
+
+static void profile_line(CostMeasurements* m, const JsonValue* v, const char* path, int line) {
+    CostMeasured* x = measured_entry(m, json_get(v, "kernel")->string);
+    x->profiled = 1;
+    x->sectors = json_number_of(v, "global_load_sectors", path, line) + json_number_of(v, "global_store_sectors", path, line);
+    x->ideal_sectors = json_number_of(v, "global_load_ideal_sectors", path, line) +
+                       json_number_of(v, "global_store_ideal_sectors", path, line);
+    x->wavefronts = json_number_of(v, "shared_load_wavefronts", path, line) +
+                    json_number_of(v, "shared_store_wavefronts", path, line);
+    x->wmma_flops = json_number_of(v, "wmma_flops", path, line);
+}
+
+// The BF16 rows (the trainer's default precision); blocks_per_sm is null where the launch's
+// block is not known.
+static void occupancy_line(CostMeasurements* m, const JsonValue* v, const char* path, int line) {
+    const JsonValue* p = json_get(v, "precision");
+    if (!p || p->type != JSON_STRING) fatal("%s:%d: no string \"precision\"", path, line);
+    const JsonValue* b = json_get(v, "blocks_per_sm");
+    if (strcmp(p->string, "BF16") != 0 || !b || b->type != JSON_NUMBER) return;
+    measured_entry(m, json_get(v, "kernel")->string)->blocks_per_sm = (int)b->number;
+}
 
 static int parse_int(const char* flag, const char* v, int lo, int hi) {
     char* end = NULL;
@@ -124,7 +201,7 @@ static void parse_options(int argc, char** argv, Options* o) {
     o->grad_bytes = 4;
     o->bucket_size = -1;
     o->gpu = -1;
-    o->eff = (CostEfficiency){{0.7, 0.35, 0.6}, 0.8, 2.0};
+    o->eff = (CostEfficiency){{0.7, 0.35, 0.6}, 0.8, 2.0, 1};
     o->nvlink_gbs = 370.0;
     o->ib_gbs = 50.0;
     for (int i = 1; i < argc; i++) {
@@ -155,6 +232,8 @@ static void parse_options(int argc, char** argv, Options* o) {
         else if (strcmp(a, "--nvlink-gbs") == 0) o->nvlink_gbs = parse_double(a, v, 1e-6, 1e6);
         else if (strcmp(a, "--ib-gbs") == 0) o->ib_gbs = parse_double(a, v, 1e-6, 1e6);
         else if (strcmp(a, "--ring-latency-us") == 0) o->ring_latency_us = parse_double(a, v, 0, 1e6);
+        else if (strcmp(a, "--profile") == 0) o->profile = v;
+        else if (strcmp(a, "--occupancy") == 0) o->occupancy = v;
         else if (strcmp(a, "--path") == 0) {
             if (strcmp(v, "naive") == 0) o->kernels = (GPT2Kernels){ATTENTION_NAIVE, 0, 0};
             else if (strcmp(v, "new") == 0) o->kernels = (GPT2Kernels){ATTENTION_FLASH, 1, 1};
@@ -184,6 +263,8 @@ static void parse_options(int argc, char** argv, Options* o) {
         fatal("--model %s: expected dN (N in 1..%d), 124M, 350M, 774M or 1558M", o->model, GPT2_MAX_DESCRIPTOR_DEPTH);
     }
     if (o->T > o->max_seq) fatal("-t %d exceeds the model's maximum sequence length %d (--max-seq)", o->T, o->max_seq);
+    if (o->profile) read_json_lines(o->profile, &o->measured, profile_line);
+    if (o->occupancy) read_json_lines(o->occupancy, &o->measured, occupancy_line);
 }
 
 static CostSetup setup_for(const Options* o, int dp, double opt_numel) {
@@ -197,6 +278,7 @@ static CostSetup setup_for(const Options* o, int dp, double opt_numel) {
     s.zero_stage = o->zero_stage;
     s.dp = dp;
     s.opt_numel = opt_numel;
+    s.measured = o->profile || o->occupancy ? &o->measured : NULL;
     return s;
 }
 
@@ -407,6 +489,29 @@ static void print_brief(const Options* o) {
     }
 }
 
+// Which inputs of the achievable time were measured, and for which kernels (the rest assumed).
+static void print_measured_inputs(const Options* o) {
+    if (!o->profile && !o->occupancy) {
+        printf("measured inputs: none (the efficiencies below are all assumed; --profile, --occupancy)\n");
+        return;
+    }
+    CostSetup s;
+    CostList list;
+    step_setup(o, &s, &list);
+    int prof = 0, comp = 0, shared = 0;
+    for (int i = 0; i < list.n; i++) {
+        prof += (list.k[i].measured & COST_MEASURED_PROFILE) != 0;
+        comp += (list.k[i].measured & COST_MEASURED_COMPILER) != 0;
+        shared += list.k[i].shared_wavefronts > 0;
+    }
+    if (o->profile) {
+        printf("measured: %s (the CPU layer's profiler): whole-sector bytes of %d rows, shared-memory wavefronts of %d\n",
+               o->profile, prof, shared);
+    }
+    if (o->occupancy) printf("measured: %s (the real compiler): blocks per SM of %d rows\n", o->occupancy, comp);
+    printf("assumed: the fractions of peak below, and everything of the rows without a mark\n");
+}
+
 static void print_text(const Options* o) {
     const GPT2Config* c = &o->cfg;
     CostSetup s;
@@ -419,10 +524,12 @@ static void print_text(const Options* o) {
            o->dp, o->zero_stage);
     printf("path %s: --attention %s --fused-kernels %d -r %d\n", path_name(&o->kernels),
            attention_kind_name(o->kernels.attention), o->kernels.fused, o->kernels.recompute_gelu);
-    printf("PREDICTED (a FLOP and byte count, dev/cost/cost_model.h; no GPU has measured it yet)\n\n");
-    printf("per kernel, one step (xN: instances per step; GFLOP and GB per step; us: roofline time per step)\n");
-    printf("%-5s %-42s %4s %10s %9s %10s %10s %6s\n", "phase", "kernel", "xN", "GFLOP", "GB", "H100 us", "H200 us",
-           "bound");
+    printf("PREDICTED (a FLOP and byte count, dev/cost/cost_model.h; no GPU has measured it yet)\n");
+    print_measured_inputs(o);
+    printf("\nper kernel, one step (xN: instances per step; GFLOP and GB per step; us: roofline time per step, and\n"
+           "achievable on the H100; in: measured inputs, p profile, c compiler)\n");
+    printf("%-5s %-42s %4s %10s %9s %10s %10s %6s %9s %-2s\n", "phase", "kernel", "xN", "GFLOP", "GB", "H100 us",
+           "H200 us", "bound", "achv us", "in");
     for (int i = 0; i < list.n; i++) {
         const CostKernel* k = &list.k[i];
         double m = cost_kernel_count(&s, k);
@@ -431,9 +538,11 @@ static void print_text(const Options* o) {
         const CostGPU* h = &COST_GPUS[0];
         double ct = k->tc_flops / (h->tensor_core_tflops * 1e12) + k->cc_flops / (h->fp32_tflops * 1e12);
         double mt = k->bytes / (h->hbm_tbs * 1e12);
-        printf("%-5s %-42s %4.0f %10.2f %9.3f %10.1f %10.1f %6s\n", PHASE_NAMES[k->phase], k->name, m, m * flops / 1e9,
-               m * k->bytes / 1e9, m * cost_kernel_roofline(k, &COST_GPUS[0]) * 1e6,
-               m * cost_kernel_roofline(k, &COST_GPUS[1]) * 1e6, ct > mt ? "FLOPs" : "bytes");
+        printf("%-5s %-42s %4.0f %10.2f %9.3f %10.1f %10.1f %6s %9.1f %c%c\n", PHASE_NAMES[k->phase], k->name, m,
+               m * flops / 1e9, m * k->bytes / 1e9, m * cost_kernel_roofline(k, &COST_GPUS[0]) * 1e6,
+               m * cost_kernel_roofline(k, &COST_GPUS[1]) * 1e6, ct > mt ? "FLOPs" : "bytes",
+               m * cost_kernel_time(k, h, &o->eff) * 1e6, k->measured & COST_MEASURED_PROFILE ? 'p' : ' ',
+               k->measured & COST_MEASURED_COMPILER ? 'c' : ' ');
     }
     printf("\nper step%s:\n", o->dp > 1 ? " (compute only; communication below)" : "");
     for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
@@ -503,11 +612,18 @@ static void print_json(const Options* o) {
     for (int i = 0; i < list.n; i++) {
         const CostKernel* k = &list.k[i];
         printf("%s{\"name\":\"%s\",\"phase\":\"%s\",\"block\":%d,\"per_layer\":%d,\"count\":%.0f,\"tc_flops\":%.17g,"
-               "\"cc_flops\":%.17g,\"bytes\":%.17g,\"launches\":%.0f,\"roofline_s\":{",
+               "\"cc_flops\":%.17g,\"bytes\":%.17g,\"launches\":%.0f,\"eff_class\":%d,\"covers\":\"%s\",\"grid\":%.0f,"
+               "\"sector_factor\":%.17g,\"shared_wavefronts\":%.17g,\"blocks_per_sm\":%d,\"measured\":%u,"
+               "\"roofline_s\":{",
                i ? "," : "", k->name, PHASE_NAMES[k->phase], k->block, k->per_layer, cost_kernel_count(&s, k),
-               k->tc_flops, k->cc_flops, k->bytes, k->launches);
+               k->tc_flops, k->cc_flops, k->bytes, k->launches, k->eff_class, k->covers, k->grid, k->sector_factor,
+               k->shared_wavefronts, k->blocks_per_sm, k->measured);
         for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
             printf("%s\"%s\":%.17g", gi ? "," : "", COST_GPUS[gi].name, cost_kernel_roofline(k, &COST_GPUS[gi]));
+        }
+        printf("},\"achievable_s\":{");
+        for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
+            printf("%s\"%s\":%.17g", gi ? "," : "", COST_GPUS[gi].name, cost_kernel_time(k, &COST_GPUS[gi], &o->eff));
         }
         printf("}}");
     }
@@ -516,10 +632,10 @@ static void print_json(const Options* o) {
         const CostGPU* g = &COST_GPUS[gi];
         CostTotals t;
         cost_totals(&s, &list, -1, g, &o->eff, &t);
-        printf("%s\"%s\":{\"tensor_core_tflops\":%g,\"fp32_tflops\":%g,\"hbm_tbs\":%g,\"tc_flops\":%.17g,"
+        printf("%s\"%s\":{\"tensor_core_tflops\":%g,\"fp32_tflops\":%g,\"hbm_tbs\":%g,\"sms\":%d,\"tc_flops\":%.17g,"
                "\"cc_flops\":%.17g,\"bytes\":%.17g,\"launches\":%.0f,\"roofline_s\":%.17g,\"achievable_s\":%.17g,"
                "\"roofline_tok_s\":%.17g,\"achievable_tok_s\":%.17g,\"roofline_mfu\":%.17g,\"achievable_mfu\":%.17g}",
-               gi ? "," : "", g->name, g->tensor_core_tflops, g->fp32_tflops, g->hbm_tbs, t.tc_flops, t.cc_flops,
+               gi ? "," : "", g->name, g->tensor_core_tflops, g->fp32_tflops, g->hbm_tbs, g->sms, t.tc_flops, t.cc_flops,
                t.bytes, t.launches, t.roofline_s, t.achievable_s, tokens(o) / t.roofline_s,
                tokens(o) / t.achievable_s, mfu(o, t.roofline_s, g), mfu(o, t.achievable_s, g));
     }

@@ -16,13 +16,19 @@ and not) and paths:
   4. the roofline re-derived from the rows, MFU from its definition, MFU <= 1, H200 <= H100,
      flash moves fewer bytes than naive at T = 1024;
   5. communication: reduce-scatter / all-gather / all-reduce times from (n-1)/n x the padded
-     buffer, the padding's bounds, and the overlap's two limits (one bucket: all exposed).
+     buffer, the padding's bounds, and the overlap's two limits (one bucket: all exposed);
+  6. measured inputs (--profile, --occupancy) from small files written here: a covered row's
+     achievable time from its sectors / ideal sectors, the flash forward's from its shared-memory
+     wavefronts per tensor-core FLOP at one wavefront per clock per SM and from its waves of
+     blocks; uncovered rows, FP32 and unknown occupancy rows, and the roofline unchanged.
 """
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 
 H100 = dict(tc=989e12, cc=67e12, bw=3.35e12)
 H200 = dict(tc=989e12, cc=67e12, bw=4.8e12)
@@ -175,6 +181,57 @@ def check_comm(j, label):
         check(all(close(x, v[0]) for x in v), f"{label}: {link} time does not scale with (n-1)/n")
 
 
+def profile_line(kernel, sectors, ideal, wavefronts=0, wmma_flops=0):
+    z = dict(kernel=kernel, launches=1, global_load_sectors=sectors, global_load_ideal_sectors=ideal,
+             global_store_sectors=0, global_store_ideal_sectors=0, shared_load_wavefronts=wavefronts,
+             shared_store_wavefronts=0, wmma_flops=wmma_flops)
+    return json.dumps(z)
+
+
+def check_measured(binary):
+    """6. gpt2_cost with a profile and a compiler report made here, against the plain run."""
+    d = tempfile.mkdtemp(prefix="cost_reference.")
+    prof, occ = os.path.join(d, "profile.jsonl"), os.path.join(d, "occupancy.jsonl")
+    with open(prof, "w") as f:  # the fused LayerNorm at 3 sectors per ideal one; flash 1.5, 0.1 wavefronts/FLOP
+        f.write(profile_line("layernorm_fused_residual_forward_kernel", 300, 100) + "\n")
+        f.write(profile_line("flash_attention_forward_kernel", 150, 100, 10**6, 10**7) + "\n")
+    with open(occ, "w") as f:  # the flash forward at 4 blocks per SM in BF16; an FP32 row and an unknown one
+        f.write(json.dumps(dict(kernel="flash_attention_forward_kernel", precision="BF16", blocks_per_sm=4)) + "\n")
+        f.write(json.dumps(dict(kernel="flash_attention_forward_kernel", precision="FP32", blocks_per_sm=1)) + "\n")
+        f.write(json.dumps(dict(kernel="layernorm_forward_kernel", precision="BF16", blocks_per_sm=None)) + "\n")
+    args = ["--model", "d12", "-b", "16", "-t", "1024", "--path", "new"]
+    plain, meas = run(binary, *args), run(binary, *args, "--profile", prof, "--occupancy", occ)
+    for f in (prof, occ):
+        os.remove(f)
+    os.rmdir(d)
+    B, T, NH = 16, 1024, 12
+    g = H100
+    sms, eff_tc, eff_bw, launch = 132, meas["flash_efficiency"], meas["bandwidth_efficiency"], meas["launch_us"] * 1e-6
+    clock = g["tc"] / (sms * 4 * 1024)  # 4 tensor cores an SM, 1024 dense bf16 FLOPs a clock each
+    by_name = lambda j: {k["name"]: k for k in j["kernels"]}
+    p, m = by_name(plain), by_name(meas)
+    ln = m["residual + layernorm ln2 (fused)"]
+    want = max(ln["cc_flops"] / g["cc"], 3 * ln["bytes"] / (g["bw"] * eff_bw)) + launch
+    check(close(ln["achievable_s"]["H100"], want), f"measured: fused LayerNorm {ln['achievable_s']['H100']} != {want}")
+    fl = m["attention flash fwd"]
+    compute = fl["tc_flops"] / (g["tc"] * eff_tc) + fl["cc_flops"] / g["cc"]
+    memory = 1.5 * fl["bytes"] / (g["bw"] * eff_bw)
+    shared = fl["tc_flops"] * 0.1 / (sms * clock)
+    waves = B * NH * math.ceil(T / FWD_ROWS) / (4 * sms)
+    want = max(compute, memory, shared) * math.ceil(waves) / waves + launch
+    check(close(fl["achievable_s"]["H100"], want), f"measured: flash forward {fl['achievable_s']['H100']} != {want}")
+    check(shared > compute, "measured: 0.1 wavefronts per FLOP should bind the flash forward")
+    for name in ("matmul qkv", "layernorm ln1 (block 0)", "attention flash bwd dQ", "encoder"):
+        check(close(m[name]["achievable_s"]["H100"], p[name]["achievable_s"]["H100"]),
+              f"measured: '{name}' (not measured) changed")
+    for name, k in m.items():
+        check(close(k["roofline_s"]["H100"], p[name]["roofline_s"]["H100"]), f"measured: roofline of '{name}' changed")
+    for gpu in ("H100", "H200"):
+        step = sum(k["count"] * k["achievable_s"][gpu] for k in meas["kernels"])
+        check(close(meas["step"][gpu]["achievable_s"], step), f"measured: {gpu} step is not the sum of its rows")
+    check(meas["step"]["H100"]["achievable_s"] > plain["step"]["H100"]["achievable_s"], "measured: step not slower")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default="./gpt2_cost")
@@ -200,6 +257,8 @@ def main():
                "d4 bf16 grads, 100k buckets")
     check_comm(run(a.binary, "--model", "d12", "--bucket-size", "none"), "d12 one bucket")
     n += 3
+    check_measured(a.binary)
+    n += 2
     # flash moves fewer bytes than naive at T = 1024, in attention and in the whole step
     for B in (16, 64):
         naive, new = results[("d12", B, 1024, "naive")], results[("d12", B, 1024, "new")]
@@ -212,7 +271,8 @@ def main():
             print("FAIL", f)
         print(f"cost_reference: {len(failures)} failures in {n} runs")
         return 1
-    print(f"cost_reference: {n} runs of gpt2_cost agree with the shapes (FLOPs, bytes, roofline, MFU, comm)")
+    print(f"cost_reference: {n} runs of gpt2_cost agree with the shapes (FLOPs, bytes, roofline, MFU, comm, "
+          "measured inputs)")
     return 0
 
 

@@ -27,6 +27,7 @@ ref=$($PY dev/test/cost_reference.py --binary ./gpt2_cost) || fail "$ref"
 echo "  $ref"
 
 # 2. bad input
+echo '{"precision": "BF16", "blocks_per_sm": 4}' >"$TMP/no_kernel.jsonl"
 bad_cases=(
     "bad model|--model d0"
     "bad model name|--model gpt5"
@@ -40,6 +41,9 @@ bad_cases=(
     "zero dp|--dp 0"
     "bad efficiency|--gemm-efficiency 1.5"
     "json and brief|--json --brief"
+    "missing profile|--profile /nonexistent/profile.jsonl"
+    "profile not JSON|--profile Makefile"
+    "occupancy without kernel|--occupancy $TMP/no_kernel.jsonl"
 )
 for c in "${bad_cases[@]}"; do
     IFS='|' read -r name args <<<"$c"
