@@ -597,21 +597,36 @@ static int test_abort() {
     return g_failed ? 1 : 0;
 }
 
+// Two communicators of this device, two streams, and two buffers of this rank's 1000 values.
+struct TwoComms {
+    ncclComm_t a, b;
+    cudaStream_t sa, sb;
+    float *x, *y;
+    std::vector<float> want;  // every rank's values summed
+};
+static TwoComms two_comms() {
+    TwoComms t;
+    t.a = make_comm();
+    t.b = make_comm();
+    cudaStreamCreate(&t.sa);
+    cudaStreamCreate(&t.sb);
+    t.x = to_dev(values<float>(g_rank, 1000));
+    t.y = to_dev(values<float>(g_rank, 1000));
+    for (size_t i = 0; i < 1000; i++) t.want.push_back(expected_sum<float>(0, i));
+    return t;
+}
+
 // Same order on two communicators with rank 1 late: waiting, not an inversion.
 static int test_order() {
-    ncclComm_t a = make_comm(), b = make_comm();
-    cudaStream_t sa, sb;
-    cudaStreamCreate(&sa);
-    cudaStreamCreate(&sb);
-    float* x = to_dev(values<float>(g_rank, 1000));
-    float* y = to_dev(values<float>(g_rank, 1000));
+    TwoComms t = two_comms();
+    ncclComm_t a = t.a, b = t.b;
+    float *x = t.x, *y = t.y;
+    const std::vector<float>& want = t.want;
     if (g_rank == 1) usleep(2600 * 1000);
-    ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, a, sa);
-    ncclAllReduce(y, y, 1000, ncclFloat, ncclSum, b, sb);
-    cudaError_t e = cudaStreamSynchronize(sa);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(sb);
-    std::vector<float> want(1000);
-    for (size_t i = 0; i < 1000; i++) want[i] = expected_sum<float>(0, i);
+    ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, a, t.sa);
+    ncclAllReduce(y, y, 1000, ncclFloat, ncclSum, b, t.sb);
+    cudaError_t e = cudaStreamSynchronize(t.sa);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(t.sb);
     ncclResult_t aa = ncclInternalError, ab = ncclInternalError;
     ncclCommGetAsyncError(a, &aa);
     ncclCommGetAsyncError(b, &ab);
@@ -627,17 +642,14 @@ static int test_order() {
 // right sums. Then on two streams, rank 1 late: rank 0's op on the first stream still waits
 // for rank 1 when rank 0 launches on the second: refused, a device fault.
 static int test_concurrent() {
-    ncclComm_t a = make_comm(), b = make_comm();
-    cudaStream_t s, s2;
-    cudaStreamCreate(&s);
-    cudaStreamCreate(&s2);
-    float* x = to_dev(values<float>(g_rank, 1000));
-    float* y = to_dev(values<float>(g_rank, 1000));
+    TwoComms t = two_comms();
+    ncclComm_t a = t.a, b = t.b;
+    cudaStream_t s = t.sa, s2 = t.sb;
+    float *x = t.x, *y = t.y;
+    const std::vector<float>& want = t.want;
     ncclResult_t ra = ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, a, s);
     ncclResult_t rb = ncclAllReduce(y, y, 1000, ncclFloat, ncclSum, b, s);
     cudaError_t e = cudaStreamSynchronize(s);
-    std::vector<float> want(1000);
-    for (size_t i = 0; i < 1000; i++) want[i] = expected_sum<float>(0, i);
     check_all(ra == ncclSuccess && rb == ncclSuccess && e == cudaSuccess && same(from_dev(x, 1000), want) &&
                   same(from_dev(y, 1000), want),
               "two communicators of a device on one stream: no fault, right sums");
