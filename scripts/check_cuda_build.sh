@@ -18,6 +18,7 @@
 #   - the real compiler's report on every kernel, both precisions (nvcc -Xptxas -v, the PTX
 #     and the SASS of cubins kept with --keep), against dev/test/compiler_budgets.txt
 #     (dev/test/check_compiler_report.py; docs/gpu.md, "The compiler's report");
+#     COMPILER_REPORT_JSON=FILE keeps its table as JSON Lines (gpt2_cost --occupancy);
 #   - each binary's RUNPATH holds its libcublasLt, libcublas and libnccl (readelf).
 # Exits non-zero if any build or check failed.
 set -euo pipefail
