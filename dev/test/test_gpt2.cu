@@ -19,7 +19,8 @@
  * rank) and/or with --accum K the oracle's batch is split over ranks and micro-steps;
  * then the step losses are checked and that every rank ends with bitwise identical
  * parameters.
- * Without a GPU it prints SKIPPED and exits 0.
+ * Without a usable GPU (none, or a driver too old) it prints SKIPPED and exits 2: not a pass,
+ * so that a suite which found a GPU cannot count the run as one.
  *
  * Tolerances depend on the build:
  * FP32 (PRECISION=FP32, oracle --dtype fp32): the CPU test's (logits max abs 1e-4,
@@ -170,8 +171,9 @@ int main(int argc, char** argv) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        printf("SKIPPED: no GPU (%s)\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
-        return 0;
+        printf("SKIPPED: no usable GPU (%s): nothing was tested (exit 2)\n",
+               err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
+        return 2;
     }
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
