@@ -41,6 +41,7 @@ STEPS=(
   "zero1_layout    120 ./test_zero1_layout"
   "zero1_plan      300 dev/test/test_zero1_plan.sh"
   "gpt2_cost       120 dev/test/test_gpt2_cost.sh"
+  "compiler_report 120 dev/test/test_compiler_report.sh"
   "zero1_runtime   120 dev/test/test_zero1_runtime.sh"
   "zero1_devices   300 dev/test/test_zero1_devices.sh"
   "oracle          300 dev/test/test_oracle.sh"
