@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int layout_error(char* err, size_t err_len, const char* fmt, ...) {
+int zero1_error(char* err, size_t err_len, const char* fmt, ...) {
     if (err != NULL && err_len > 0) {
         va_list ap;
         va_start(ap, fmt);
@@ -85,17 +85,17 @@ static int close_bucket(LayoutWalk* w, size_t close_point, size_t* padded_end) {
 int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, int dp,
                        long long bucket_size, int pad_busbw, int shared_embedding,
                        char* err, size_t err_len) {
-    if (out == NULL) return layout_error(err, err_len, "zero1_layout_build: out is NULL");
+    if (out == NULL) return zero1_error(err, err_len, "zero1_layout_build: out is NULL");
     memset(out, 0, sizeof(*out));
-    if (dp < 1) return layout_error(err, err_len, "data-parallel size must be >= 1 (got %d)", dp);
+    if (dp < 1) return zero1_error(err, err_len, "data-parallel size must be >= 1 (got %d)", dp);
     if (num_params < 1 || numels == NULL)
-        return layout_error(err, err_len, "the parameter list is empty");
+        return zero1_error(err, err_len, "the parameter list is empty");
     if (shared_embedding < -1 || shared_embedding >= num_params)
-        return layout_error(err, err_len, "shared-embedding index %d is outside 0..%d", shared_embedding,
+        return zero1_error(err, err_len, "shared-embedding index %d is outside 0..%d", shared_embedding,
                             num_params - 1);
     for (int i = 0; i < num_params; i++) {
         if (numels[i] == 0)
-            return layout_error(err, err_len, "parameter %d has zero elements (every parameter needs >= 1)", i);
+            return zero1_error(err, err_len, "parameter %d has zero elements (every parameter needs >= 1)", i);
     }
     if (bucket_size < 0) bucket_size = zero1_default_bucket_size(dp);
 
@@ -112,7 +112,7 @@ int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, i
     if (L.params == NULL || L.buckets == NULL) {
         free(L.params);
         free(L.buckets);
-        return layout_error(err, err_len, "out of memory for a layout of %d parameters", num_params);
+        return zero1_error(err, err_len, "out of memory for a layout of %d parameters", num_params);
     }
 
     LayoutWalk w;
@@ -152,7 +152,7 @@ int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, i
     if (overflow) {
         free(L.params);
         free(L.buckets);
-        return layout_error(err, err_len, "parameter sizes overflow 64-bit buffer offsets");
+        return zero1_error(err, err_len, "parameter sizes overflow 64-bit buffer offsets");
     }
     L.numel = L.buckets[L.num_buckets - 1].end;
     *out = L;

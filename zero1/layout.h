@@ -78,6 +78,10 @@ int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, i
 
 void zero1_layout_free(Zero1Layout* layout);
 
+// The error convention of the layout and the shards (shards.h): the message into err (when
+// err is not NULL), and -1 to return.
+int zero1_error(char* err, size_t err_len, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
 // Elements of the largest bucket (padding included): what one all-to-all receive
 // temporary holds (--fp32-accumulation, --dp-invariant).
 size_t zero1_layout_largest_bucket(const Zero1Layout* layout);

@@ -2,20 +2,9 @@
 // Errors go back to the caller (-1 and a message in err), running out of memory included.
 #include "zero1/shards.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int shards_error(char* err, size_t err_len, const char* fmt, ...) {
-    if (err != NULL && err_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static Zero1Range shifted(Zero1Range r, size_t origin) {
     Zero1Range s;
@@ -25,12 +14,12 @@ static Zero1Range shifted(Zero1Range r, size_t origin) {
 }
 
 int zero1_shards_build(Zero1RankShards* out, const Zero1Layout* layout, int rank, char* err, size_t err_len) {
-    if (out == NULL) return shards_error(err, err_len, "zero1_shards_build: out is NULL");
+    if (out == NULL) return zero1_error(err, err_len, "zero1_shards_build: out is NULL");
     memset(out, 0, sizeof(*out));
     if (layout == NULL || layout->num_buckets < 1 || layout->buckets == NULL || layout->params == NULL)
-        return shards_error(err, err_len, "zero1_shards_build: the layout is empty (was it built?)");
+        return zero1_error(err, err_len, "zero1_shards_build: the layout is empty (was it built?)");
     if (rank < 0 || rank >= layout->dp)
-        return shards_error(err, err_len, "rank %d is outside 0..%d", rank, layout->dp - 1);
+        return zero1_error(err, err_len, "rank %d is outside 0..%d", rank, layout->dp - 1);
 
     Zero1RankShards S;
     memset(&S, 0, sizeof(S));
@@ -38,7 +27,7 @@ int zero1_shards_build(Zero1RankShards* out, const Zero1Layout* layout, int rank
     S.dp = layout->dp;
     S.num_buckets = layout->num_buckets;
     S.buckets = (Zero1BucketShard*)calloc((size_t)layout->num_buckets, sizeof(Zero1BucketShard));
-    if (S.buckets == NULL) return shards_error(err, err_len, "out of memory for %d bucket shards", layout->num_buckets);
+    if (S.buckets == NULL) return zero1_error(err, err_len, "out of memory for %d bucket shards", layout->num_buckets);
 
     for (int b = 0; b < layout->num_buckets; b++) {
         const Zero1Bucket* bucket = &layout->buckets[b];
@@ -50,7 +39,7 @@ int zero1_shards_build(Zero1RankShards* out, const Zero1Layout* layout, int rank
         bs->views = (Zero1ParamView*)calloc((size_t)capacity, sizeof(Zero1ParamView));
         if (bs->views == NULL) {
             zero1_shards_free(&S);
-            return shards_error(err, err_len, "out of memory for the views of bucket %d", b);
+            return zero1_error(err, err_len, "out of memory for the views of bucket %d", b);
         }
         // Buffer order is reverse definition order: the highest index sits at the bucket start.
         for (int p = bucket->last_param; p >= bucket->first_param; p--) {
