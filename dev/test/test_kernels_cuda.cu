@@ -884,7 +884,7 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                     sum += exp(pre[t2] - mx);
                     E = fmax(E, 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + 4 * U + FAST);
                 }
-                int nt = t / FLASH_KEY_TILE + 1;
+                int nt = t / flash_forward_key_tile(hs) + 1;
                 double eps = nt * (6 * U + FAST + 2 * U * amax), chain = sum_err(t + 1 + nt);
                 double relw = 2 * (E + eps) + 2 * XR + 2 * chain + 2 * U;  // a normalised weight's error
                 for (int t2 = 0; t2 <= t; t2++) P[t2] = exp(pre[t2] - mx) / sum;
