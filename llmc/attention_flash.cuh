@@ -72,11 +72,6 @@ static_assert(FLASH_KEY_TILE == FLASH_BWD_TILE, "one score stride serves the for
 // Output tiles of 16 x 16 each warp keeps in the backward (keys or queries x HS).
 #define FLASH_BWD_ACC(HS) ((FLASH_BWD_TILE / 16) * ((HS) / 16) / FLASH_WARPS)
 
-// 4 floatX: a lane's quad of P or dS (8 bytes in bf16, 16 in fp32).
-struct alignas(4 * sizeof(floatX)) FlashQuad {
-    floatX v[4];
-};
-
 // ---- one warp's 16 x 16 fp32 product tile ----------------------------------------------------
 // acc += op(A) op(B) with A 16 x k and B k x 16 in shared memory (k a multiple of 16):
 // A_T: A is stored transposed (element (r, kk) at A[kk * lda + r]), else at A[r * lda + kk];
@@ -162,9 +157,10 @@ __device__ __forceinline__ void flash_acc_zero(FlashAcc& a) {
 #pragma unroll
     for (int e = 0; e < 8; e++) a.x[e] = 0.0f;
 }
-// A rows (not transposed) are read 16 bytes (4 k) at a time, in distinct banks for a
-// quarter-warp's 4 rows; B one element at a time, the two halves of the warp taking B_T's
-// rows 9 (then 7) apart, so never in the same bank (header comment).
+// 16 bytes at a time: A rows (not transposed) and B_T's rows as 4 k, B rows (not B_T) as 4
+// columns; a quarter-warp (one phase of a 16-byte access) never meets a bank twice: A's 4
+// rows, and B_T's rows which the two halves of the warp take 9 (then 7) apart (header
+// comment). Each sum in k order.
 template <bool A_T, bool B_T>
 __device__ __forceinline__ void flash_mma(FlashAcc& acc, const floatX* A, int lda, const floatX* Bm, int ldb, int k) {
     const int lane = threadIdx.x % WARP_SIZE, r = lane >> 1, half = lane & 1;
@@ -178,20 +174,27 @@ __device__ __forceinline__ void flash_mma(FlashAcc& acc, const floatX* A, int ld
 #pragma unroll
             for (int i = 0; i < 4; i++) a[i] = p.v[i];
         }
+        if (B_T) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            if (B_T) {
+            for (int e = 0; e < 8; e += 2) {
+                Packed128<float> first = load128(Bm + (size_t)(8 * half + e + half) * ldb + kk);
+                Packed128<float> second = load128(Bm + (size_t)(8 * half + e + 1 - half) * ldb + kk);
 #pragma unroll
-                for (int e = 0; e < 8; e += 2) {
-                    float first = Bm[(size_t)(8 * half + e + half) * ldb + kk + i];
-                    float second = Bm[(size_t)(8 * half + e + 1 - half) * ldb + kk + i];
-                    acc.x[e] += a[i] * (half ? second : first);
-                    acc.x[e + 1] += a[i] * (half ? first : second);
+                for (int i = 0; i < 4; i++) {
+                    acc.x[e] += a[i] * (half ? second.v[i] : first.v[i]);
+                    acc.x[e + 1] += a[i] * (half ? first.v[i] : second.v[i]);
                 }
-            } else {
-                const floatX* brow = Bm + (size_t)(kk + i) * ldb + 8 * half;
+            }
+        } else {
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc.x[e] += a[i] * brow[e];
+            for (int i = 0; i < 4; i++) {
+                const floatX* brow = Bm + (size_t)(kk + i) * ldb + 8 * half;
+                Packed128<float> b0 = load128(brow), b1 = load128(brow + 4);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    acc.x[e] += a[i] * b0.v[e];
+                    acc.x[4 + e] += a[i] * b1.v[e];
+                }
             }
         }
     }
@@ -343,13 +346,13 @@ __global__ void __launch_bounds__(FLASH_THREADS, FlashForwardSmem<HS>::MIN_BLOCK
         float m_new = fmaxf(m, mx), alpha = expf(m - m_new), sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < BC / 8; i++) {
-            FlashQuad p;
+            Packed4<floatX> p;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 p.v[e] = from_float<floatX>(expf(x[4 * i + e] - m_new));
                 sum += to_float(p.v[e]);
             }
-            *reinterpret_cast<FlashQuad*>(p_warp + row * SLD + 4 * (2 * i + half)) = p;
+            *reinterpret_cast<Packed4<floatX>*>(p_warp + row * SLD + 4 * (2 * i + half)) = p;
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         l = l * alpha + sum;
@@ -477,14 +480,14 @@ __device__ __forceinline__ void flash_backward_scores(const FlashBackwardTiles& 
 #pragma unroll
     for (int it = 0; it < PER_THREAD; it++) {
         const int c = 4 * (2 * (warp / ROW_GROUPS + it * COL_STEP) + half);
-        FlashQuad p4, ds4;
+        Packed4<floatX> p4, ds4;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             p4.v[e] = from_float<floatX>(p[it][e]);
             ds4.v[e] = from_float<floatX>(ds[it][e]);
         }
-        *reinterpret_cast<FlashQuad*>(t.p + r * SLD + c) = p4;
-        *reinterpret_cast<FlashQuad*>(t.ds + r * SLD + c) = ds4;
+        *reinterpret_cast<Packed4<floatX>*>(t.p + r * SLD + c) = p4;
+        *reinterpret_cast<Packed4<floatX>*>(t.ds + r * SLD + c) = ds4;
     }
     __syncthreads();
 }

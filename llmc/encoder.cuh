@@ -50,34 +50,31 @@ static void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
     cudaCheckLaunch();
 }
 
-// dwpe[t,c] += sum over b (in order) of dout[b,t,c]: a thread per pack of PACK_X positions
-// of the (T,C) rows; vec: T*C a multiple of the pack, dout and dwpe 16-byte aligned.
+// dwpe[t,c] += sum over b (in order) of dout[b,t,c]. vec (T*C a multiple of 4, dout and
+// dwpe 16-byte aligned): a thread per 4 positions of the (T,C) rows (a 128-bit fp32 pack
+// of dwpe, 64 or 128 bits of dout per b); else a thread per position.
 __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C, int vec) {
-    const size_t n = (size_t)T * C, i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK_X;
-    if (i >= n) return;
-    if (vec) {
-        float sum[PACK_X];
-#pragma unroll
-        for (int k = 0; k < PACK_X; k++) sum[k] = 0.0f;
-        for (int b = 0; b < B; b++) {
-            Packed128<floatX> g = load128(dout + (size_t)b * n + i);
-#pragma unroll
-            for (int k = 0; k < PACK_X; k++) sum[k] += to_float(g.v[k]);
-        }
-#pragma unroll
-        for (int k = 0; k < PACK_X; k += 4) {
-            Packed128<float> d = load128(dwpe + i + k);
-#pragma unroll
-            for (int j = 0; j < 4; j++) d.v[j] += sum[k + j];
-            store128(dwpe + i + k, d);
-        }
-    } else {
-        for (size_t j = i; j < n && j < i + PACK_X; j++) {
-            float sum = 0.0f;
-            for (int b = 0; b < B; b++) sum += to_float(dout[(size_t)b * n + j]);
-            dwpe[j] += sum;
-        }
+    const size_t n = (size_t)T * C, thread = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (!vec) {
+        if (thread >= n) return;
+        float sum = 0.0f;
+        for (int b = 0; b < B; b++) sum += to_float(dout[(size_t)b * n + thread]);
+        dwpe[thread] += sum;
+        return;
     }
+    const size_t i = thread * 4;
+    if (i >= n) return;
+    Packed4<float> sum = {};
+    for (int b = 0; b < B; b++) {
+        Packed4<floatX> g = *reinterpret_cast<const Packed4<floatX>*>(dout + (size_t)b * n + i);
+#pragma unroll
+        for (int k = 0; k < 4; k++) sum.v[k] += to_float(g.v[k]);
+    }
+    Packed4<float>* d = reinterpret_cast<Packed4<float>*>(dwpe + i);
+    Packed4<float> w = *d;
+#pragma unroll
+    for (int k = 0; k < 4; k++) w.v[k] += sum.v[k];
+    *d = w;
 }
 
 // dwte, pass 1. Block s sums segment s of the plan (at most ENCODER_WTE_SEGMENT positions of
@@ -272,8 +269,9 @@ static void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
                              int C, int compact, cudaStream_t stream) {
     if (C != plan->C) fatal("encoder backward: C %d, the plan was made for %d", C, plan->C);
     size_t n = (size_t)T * C;
-    int vec_wpe = n % PACK_X == 0 && aligned16(dout) && aligned16(dwpe);
-    encoder_backward_wpe_kernel<<<packed_blocks(n, 256), 256, 0, stream>>>(dwpe, dout, B, T, C, vec_wpe);
+    int vec_wpe = n % 4 == 0 && aligned16(dout) && aligned16(dwpe);
+    unsigned wpe_blocks = (unsigned)CEIL_DIV(vec_wpe ? n / 4 : n, 256);
+    encoder_backward_wpe_kernel<<<wpe_blocks, 256, 0, stream>>>(dwpe, dout, B, T, C, vec_wpe);
     cudaCheckLaunch();
     if (plan->num_segments > 0) {
         int vec = C % PACK_X == 0 && aligned16(dout) && aligned16(dwte);
