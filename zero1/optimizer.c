@@ -114,13 +114,24 @@ static void op_begin_step(Optimizer* o, int step) {
     zero1_begin_step(impl(o)->rt, step);
 }
 static void op_begin_micro_step(Optimizer* o, int is_last) { zero1_begin_micro_step(impl(o)->rt, is_last); }
-static void op_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
-    zero1_finish_step(impl(o)->rt, step, lr, gate ? gate->skip : NULL, gate ? gate->ctx : NULL, blocked_ms);
-}
 static float op_read_norm(Optimizer* o) {
     Zero1Optimizer* z = impl(o);
     if (z->backend->sync_compute) z->backend->sync_compute(z->backend, z->step + 1);
     return zero1_read_norm(z->rt);
+}
+// The update gate sees the norm read like every other: under the backend's deadline (a
+// stopped peer ends the job instead of hanging the wait).
+typedef struct {
+    Optimizer* o;
+    const UpdateGate* gate;
+} GateAtNorm;
+static int gate_at_norm(void* ctx) {
+    GateAtNorm* g = (GateAtNorm*)ctx;
+    return g->gate->skip(g->gate->ctx, op_read_norm(g->o));
+}
+static void op_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
+    GateAtNorm g = {o, gate};
+    zero1_finish_step(impl(o)->rt, step, lr, gate ? gate_at_norm : NULL, &g, blocked_ms);
 }
 static void op_sync_params(Optimizer* o) {
     zero1_sync_params(impl(o)->rt);

@@ -483,7 +483,7 @@ static void finish_grad_sync(Zero1Runtime* rt) {
     rt->finishing = 0;
 }
 
-void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* ctx, float grad_norm), void* skip_ctx,
+void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* ctx), void* skip_ctx,
                        double* blocked_ms) {
     const Zero1DeviceOps* ops = rt->dev.ops;
     int nb = rt->layout.num_buckets;
@@ -514,7 +514,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
     }
     // -sl/-sg: no AdamW, no all-gather; every bucket's params are current (the forward
     // waited for them all), so the next forward reads them unchanged.
-    if (skip && skip(skip_ctx, zero1_read_norm(rt))) {
+    if (skip && skip(skip_ctx)) {
         *blocked_ms += rt->blocked_ms;
         return;
     }

@@ -151,9 +151,10 @@ float* zero1_embedding_rows(Zero1Runtime* rt, int param, const int* tokens, int 
 size_t zero1_embedding_rows_sent(const Zero1Runtime* rt);
 void zero1_poke(Zero1Runtime* rt);
 // Queues the rest of the step; adds the ms the host blocked on communication. skip (may be
-// NULL): called with the step's grad norm on the host (the one wait for the device) before
-// the update; 1 leaves the weights, the master and the moments as they were.
-void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* ctx, float grad_norm), void* skip_ctx,
+// NULL): called once the norm is queued and before the update; it reads the norm
+// (zero1_read_norm, after a wait under its backend's deadline) and returns 1 to leave the
+// weights, the master and the moments as they were.
+void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* ctx), void* skip_ctx,
                        double* blocked_ms);
 // The last step's grad norm on the host: syncs the compute stream.
 float zero1_read_norm(Zero1Runtime* rt);

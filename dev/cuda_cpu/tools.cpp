@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 
+#include "dev/cuda_cpu/cuda_cpu.h"  // the qualifiers before the toolkit's headers (internal.h)
 #include "dev/cuda_cpu/internal.h"
 #include "dev/cuda_cpu/tools.h"
 

@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 
+#include "dev/cuda_cpu/cuda_cpu.h"  // the qualifiers before the toolkit's headers (internal.h)
 #include "dev/cuda_cpu/internal.h"
 #include "dev/cuda_cpu/tools.h"
 
