@@ -142,7 +142,7 @@ PREC=BF16 TOOLS=1 expect_caught flash_no_barrier llmc/attention_flash.cuh \
     "        flash_load_rows(v_s, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BC, T, hs);
         __syncthreads();" \
     "        flash_load_rows(v_s, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BC, T, hs);" \
-    test_kernels_cuda 0 "kernel flash_attention_forward_kernel .*shared-memory hazard \(read after write\)" \
+    test_kernels_cuda 0 "kernel flash_attention_forward_kernel<[0-9]+> .*shared-memory hazard \(read after write\)" \
     tools_only CUDA_CPU_CHECK=race -- "${KERNELS[@]}"
 TOOLS=1 expect_caught neighbour_row llmc/layernorm.cuh \
     "    layernorm_row(out + (size_t)row * C, mean + row, rstd + row, inp + (size_t)row * C, weight, bias, C, vec,
