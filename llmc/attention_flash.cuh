@@ -286,7 +286,7 @@ struct FlashForwardSmem {
     static constexpr int WARPS_AT = Q_AT + Q;
     static constexpr int BYTES = WARPS_AT + FLASH_WARPS * WARP;
     // Blocks per SM that the registers (at most 65536 / (128 MIN_BLOCKS)) and these bytes allow
-    // on sm_90 (docs/gpu.md, "Kernels"); the BF16 build promises them to the compiler.
+    // on sm_90 (docs/gpu.md, "How the trainer works"); the BF16 build promises them to the compiler.
     static constexpr int MIN_BLOCKS = FLOATX_IS_BF16 ? (HS > 64 ? 4 : 6) : 1;
 };
 
