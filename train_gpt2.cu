@@ -114,6 +114,7 @@ typedef struct {
     NcclComm nccl;
     size_t numel;
     size_t* offsets;
+    AdamWTensors tensors;    // every tensor, for the one AdamW launch of a step
     floatX* params;
     float *grads, *master, *adam_m, *adam_v;
     float* norm;             // device: [norm, clip factor]
@@ -175,11 +176,7 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
         if (gate && gate->skip(gate->ctx, r->norm_host[0])) return;
     }
     AdamWStep s = rep_adamw_step(r, lr, step + 1);
-    for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
-        size_t off = r->offsets[i];  // dense canonical: also the tensor's model-space index
-        adamw_update(r->params + off, r->master + off, r->grads + off, r->adam_m + off, r->adam_v + off,
-                     gpt2_tensor_numel(&r->config, i), off, &s, r->norm + 1, gpt2_tensor_decays(&r->config, i), st);
-    }
+    adamw_update(r->params, r->master, r->grads, r->adam_m, r->adam_v, &r->tensors, &s, r->norm + 1, st);
 }
 
 static float rep_read_norm(Optimizer* o) {
@@ -245,6 +242,7 @@ static void rep_destroy(Optimizer* o) {
     void* all[] = {r->params, r->grads, r->master, r->adam_m, r->adam_v, r->norm, r->norm_partial};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) cudaCheck(cudaFree(all[i]));
     cudaCheck(cudaFreeHost(r->norm_host));
+    adamw_tensors_free(&r->tensors);
     nccl_comm_free(&r->nccl);
     free(r->offsets);
     free(r);
@@ -256,6 +254,17 @@ static const OptimizerOps replicated_ops = {
     rep_print_end, rep_destroy,
 };
 
+// The model's tensors for AdamW: dense canonical, one after another from model-space index 0.
+static void rep_adamw_tensors(AdamWTensors* t, const GPT2Config* mc) {
+    int n = gpt2_num_tensors(mc);
+    size_t* sizes = (size_t*)mallocCheck((size_t)n * sizeof(size_t));
+    int* decays = (int*)mallocCheck((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) sizes[i] = gpt2_tensor_numel(mc, i), decays[i] = gpt2_tensor_decays(mc, i);
+    adamw_tensors_init(t, sizes, decays, n, 0);
+    free(sizes);
+    free(decays);
+}
+
 static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config* mc, const GpuSetup* gpu) {
     ReplicatedOptimizer* r = (ReplicatedOptimizer*)callocCheck(1, sizeof(ReplicatedOptimizer));
     nccl_comm_init(&r->nccl, gpu->rank, gpu->world, gpu->local_rank, gpu->local_world);
@@ -264,6 +273,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     r->gpu = gpu;
     r->offsets = (size_t*)mallocCheck(gpt2_num_tensors(mc) * sizeof(size_t));
     r->numel = gpt2_tensor_offsets_dense(mc, r->offsets);
+    rep_adamw_tensors(&r->tensors, mc);
     r->params = alloc_x(r->numel);
     r->grads = alloc_f(r->numel);
     r->master = alloc_f(r->numel);

@@ -4,7 +4,8 @@
  * or --stochastic-rounding, with each element's model-space index). The per-element arithmetic is
  * adamw_element() from llmc/adamw.h, the very function the CPU trainer and zero1/ use.
  * The clip factor is read from device memory (written by global_norm), so the update
- * is queued without the host waiting for the norm.
+ * is queued without the host waiting for the norm. One launch updates every tensor of the
+ * model (AdamWTensors: a table of runs with their weight decay, made once).
  */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -18,24 +19,80 @@ __device__ __forceinline__ void store_rounded(__nv_bfloat16* p, float x, const A
     *(bf16_bits*)p = adamw_round_bf16(x, &s, element);
 }
 
-// model: the model-space index of element 0 (the range's dense canonical offset).
-__global__ void adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t n,
-                             size_t model, AdamWStep s, const float* grad_scale, int decays) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+// The tensors of one update, as one launch takes them: runs of consecutive elements
+// [starts[k], starts[k+1]) of the dense buffers, each with its weight decay (neighbours
+// that agree are merged), in one device allocation made once; element i's model-space
+// index is model + i.
+typedef struct {
+    int count;          // runs
+    size_t numel;       // starts[count]
+    size_t model;
+    size_t* d_starts;   // count + 1, then the ints
+    int* d_decays;      // count
+} AdamWTensors;
+
+// n tensors of sizes[i] elements, one after another from model-space index model.
+static void adamw_tensors_init(AdamWTensors* t, const size_t* sizes, const int* decays, int n, size_t model) {
+    size_t* starts = (size_t*)mallocCheck(((size_t)n + 1) * sizeof(size_t));
+    int* runs = (int*)mallocCheck(((size_t)n + 1) * sizeof(int));
+    int count = 0;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] == 0) continue;
+        if (count == 0 || runs[count - 1] != (decays[i] != 0)) {
+            starts[count] = at;
+            runs[count++] = decays[i] != 0;
+        }
+        at += sizes[i];
+    }
+    starts[count] = at;
+    t->count = count, t->numel = at, t->model = model;
+    size_t bytes = ((size_t)count + 1) * sizeof(size_t) + (size_t)count * sizeof(int);
+    t->d_starts = (size_t*)cudaMallocCheck(bytes);
+    t->d_decays = (int*)(t->d_starts + count + 1);
+    cudaCheck(cudaMemcpy(t->d_starts, starts, ((size_t)count + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(t->d_decays, runs, (size_t)count * sizeof(int), cudaMemcpyHostToDevice));
+    free(starts);
+    free(runs);
+}
+static void adamw_tensors_free(AdamWTensors* t) { cudaCheck(cudaFree(t->d_starts)); }
+
+#define ADAMW_THREADS 256
+#define ADAMW_CHUNK (ADAMW_THREADS * 8)  // elements per block
+// Block b updates elements [b CHUNK, (b+1) CHUNK): thread 0 finds the run of the first by
+// a binary search of the starts, then each thread walks on through the runs as its
+// elements go up (reads and writes of consecutive threads are consecutive).
+__global__ void __launch_bounds__(ADAMW_THREADS)
+    adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t numel, size_t model,
+                 const size_t* starts, const int* decays, int count, AdamWStep s, const float* grad_scale) {
+    __shared__ int first_run;
+    const size_t begin = (size_t)blockIdx.x * ADAMW_CHUNK, end = numel - begin < ADAMW_CHUNK ? numel : begin + ADAMW_CHUNK;
+    if (threadIdx.x == 0) {
+        int lo = 0, hi = count - 1;  // the largest k with starts[k] <= begin
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (starts[mid] <= begin) lo = mid;
+            else hi = mid - 1;
+        }
+        first_run = lo;
+    }
+    __syncthreads();
     s.grad_scale = grad_scale[0];
-    float p = adamw_element(master[i], grads[i], &m[i], &v[i], &s, decays);
-    master[i] = p;
-    store_rounded(&params[i], p, s, model + i);
+    int k = first_run;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        while (i >= starts[k + 1]) k++;
+        float p = adamw_element(master[i], grads[i], &m[i], &v[i], &s, decays[k]);
+        master[i] = p;
+        store_rounded(&params[i], p, s, model + i);
+    }
 }
 
-// One contiguous range (a tensor or a piece of one) starting at model-space index model;
-// decays says whether weight decay applies.
-static void adamw_update(floatX* params, float* master, const float* grads, float* m, float* v, size_t n,
-                         size_t model, const AdamWStep* s, const float* grad_scale, int decays, cudaStream_t stream) {
-    if (n == 0) return;
-    adamw_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(params, master, grads, m, v, n, model, *s, grad_scale,
-                                                                 decays);
+// Every tensor of t in one launch.
+static void adamw_update(floatX* params, float* master, const float* grads, float* m, float* v, const AdamWTensors* t,
+                         const AdamWStep* s, const float* grad_scale, cudaStream_t stream) {
+    if (t->numel == 0) return;
+    adamw_kernel<<<(unsigned)CEIL_DIV(t->numel, (size_t)ADAMW_CHUNK), ADAMW_THREADS, 0, stream>>>(
+        params, master, grads, m, v, t->numel, t->model, t->d_starts, t->d_decays, t->count, *s, grad_scale);
     cudaCheckLaunch();
 }
 

@@ -77,41 +77,96 @@ __global__ void attention_unpermute_qkv_kernel(floatX* dqkv, const floatX* dq, c
     dqkv[dst + 2 * C] = dv[idx];
 }
 
-// One warp per row (b,h,t): att[t2] = softmax(scale * preatt[0..t]), 0 for t2 > t.
-__global__ void attention_softmax_kernel(floatX* att, const float* preatt, int rows, int T, float scale) {
-    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    int lane = threadIdx.x % WARP_SIZE;
-    if (row >= rows) return;
-    int t = row % T;
-    const float* x = preatt + (size_t)row * T;
-    floatX* y = att + (size_t)row * T;
+// N (1 or 4) elements at p: 4 with one 128-bit (fp32) or 64-bit (bf16) access, p aligned.
+template <int N, typename T>
+__device__ __forceinline__ Packed4<T> load_n(const T* p) {
+    Packed4<T> q;
+    if (N == 4) q = *reinterpret_cast<const Packed4<T>*>(p);
+    else q.v[0] = p[0];
+    return q;
+}
+template <int N>
+__device__ __forceinline__ void store_n(floatX* p, const Packed4<floatX>& q) {
+    if (N == 4) *reinterpret_cast<Packed4<floatX>*>(p) = q;
+    else p[0] = q.v[0];
+}
+
+// The softmax of one row by one warp, STEP elements per lane and step: 4 (T a multiple of
+// 4, att and preatt 16-byte aligned: 128-bit fp32 loads, 64- or 128-bit floatX stores, a
+// warp's lanes on consecutive bytes) or 1.
+template <int STEP>
+__device__ __forceinline__ void attention_softmax_row(floatX* y, const float* x, int t, int T, float scale, int lane) {
     float maxv = -INFINITY;
-    for (int j = lane; j <= t; j += WARP_SIZE) maxv = fmaxf(maxv, x[j] * scale);
+    for (int j = lane * STEP; j <= t; j += WARP_SIZE * STEP) {
+        Packed4<float> v = load_n<STEP>(x + j);
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
+            if (j + k <= t) maxv = fmaxf(maxv, v.v[k] * scale);
+        }
+    }
     maxv = warp_reduce_max(maxv);
     float sum = 0.0f;
-    for (int j = lane; j <= t; j += WARP_SIZE) sum += expf(x[j] * scale - maxv);
+    for (int j = lane * STEP; j <= t; j += WARP_SIZE * STEP) {
+        Packed4<float> v = load_n<STEP>(x + j);
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
+            if (j + k <= t) sum += expf(v.v[k] * scale - maxv);
+        }
+    }
     float inv = 1.0f / warp_reduce_sum(sum);
-    for (int j = lane; j < T; j += WARP_SIZE) {
-        y[j] = from_float<floatX>(j <= t ? expf(x[j] * scale - maxv) * inv : 0.0f);
+    for (int j = lane * STEP; j < T; j += WARP_SIZE * STEP) {
+        Packed4<float> v = load_n<STEP>(x + j);
+        Packed4<floatX> p;
+#pragma unroll
+        for (int k = 0; k < STEP; k++) p.v[k] = from_float<floatX>(j + k <= t ? expf(v.v[k] * scale - maxv) * inv : 0.0f);
+        store_n<STEP>(y + j, p);
     }
 }
 
-// One warp per row: dpreatt[t2] = scale * att[t2] * (datt[t2] - sum_j att[j] datt[j]), 0 above the diagonal.
-__global__ void attention_softmax_backward_kernel(floatX* dpreatt, const float* datt, const floatX* att, int rows,
-                                                  int T, float scale) {
+// One warp per row (b,h,t): att[t2] = softmax(scale * preatt[0..t]), 0 for t2 > t; vec: as
+// attention_softmax_row's STEP 4.
+__global__ void attention_softmax_kernel(floatX* att, const float* preatt, int rows, int T, float scale, int vec) {
     int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     int lane = threadIdx.x % WARP_SIZE;
     if (row >= rows) return;
-    int t = row % T;
-    const float* dy = datt + (size_t)row * T;
-    const floatX* y = att + (size_t)row * T;
+    size_t at = (size_t)row * T;
+    if (vec) attention_softmax_row<4>(att + at, preatt + at, row % T, T, scale, lane);
+    else attention_softmax_row<1>(att + at, preatt + at, row % T, T, scale, lane);
+}
+
+// dpreatt[t2] = scale * att[t2] * (datt[t2] - sum_j att[j] datt[j]), 0 above the diagonal,
+// for one row by one warp; STEP as attention_softmax_row's.
+template <int STEP>
+__device__ __forceinline__ void attention_softmax_backward_row(floatX* dx, const float* dy, const floatX* y, int t,
+                                                               int T, float scale, int lane) {
     float dot = 0.0f;
-    for (int j = lane; j <= t; j += WARP_SIZE) dot += to_float(y[j]) * dy[j];
-    dot = warp_reduce_sum(dot);
-    floatX* dx = dpreatt + (size_t)row * T;
-    for (int j = lane; j < T; j += WARP_SIZE) {
-        dx[j] = from_float<floatX>(j <= t ? scale * to_float(y[j]) * (dy[j] - dot) : 0.0f);
+    for (int j = lane * STEP; j <= t; j += WARP_SIZE * STEP) {
+        Packed4<floatX> a = load_n<STEP>(y + j);
+        Packed4<float> g = load_n<STEP>(dy + j);
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
+            if (j + k <= t) dot += to_float(a.v[k]) * g.v[k];
+        }
     }
+    dot = warp_reduce_sum(dot);
+    for (int j = lane * STEP; j < T; j += WARP_SIZE * STEP) {
+        Packed4<floatX> a = load_n<STEP>(y + j), d;
+        Packed4<float> g = load_n<STEP>(dy + j);
+#pragma unroll
+        for (int k = 0; k < STEP; k++) d.v[k] = from_float<floatX>(j + k <= t ? scale * to_float(a.v[k]) * (g.v[k] - dot) : 0.0f);
+        store_n<STEP>(dx + j, d);
+    }
+}
+
+// One warp per row; vec: T a multiple of 4, dpreatt, datt and att 16-byte aligned.
+__global__ void attention_softmax_backward_kernel(floatX* dpreatt, const float* datt, const floatX* att, int rows,
+                                                  int T, float scale, int vec) {
+    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    int lane = threadIdx.x % WARP_SIZE;
+    if (row >= rows) return;
+    size_t at = (size_t)row * T;
+    if (vec) attention_softmax_backward_row<4>(dpreatt + at, datt + at, att + at, row % T, T, scale, lane);
+    else attention_softmax_backward_row<1>(dpreatt + at, datt + at, att + at, row % T, T, scale, lane);
 }
 
 // Strided-batched column-major gemm: C(m,n) = op(A) op(B), fp32 compute.
@@ -139,7 +194,8 @@ static void attention_forward(floatX* out, floatX* qkvr, floatX* vaccum, float* 
                    CUDA_R_32F, T, (long long)T * T, B * NH, stream);
     int rows = B * NH * T;
     float scale = 1.0f / sqrtf((float)hs);
-    attention_softmax_kernel<<<CEIL_DIV(rows, 8), 256, 0, stream>>>(att, preatt, rows, T, scale);
+    int vec = T % 4 == 0 && aligned16(att) && aligned16(preatt);
+    attention_softmax_kernel<<<CEIL_DIV(rows, 8), 256, 0, stream>>>(att, preatt, rows, T, scale, vec);
     cudaCheckLaunch();
     // out^T (hs x T1) = v (hs x T2) @ att^T (T2 x T1)
     attention_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, v, hs, (long long)T * hs, att, T, (long long)T * T, vaccum,
@@ -172,7 +228,8 @@ static void attention_backward(floatX* dqkv, floatX* qkvr, floatX* dqkvr, floatX
                    stream);
     int rows = B * NH * T;
     float scale = 1.0f / sqrtf((float)hs);
-    attention_softmax_backward_kernel<<<CEIL_DIV(rows, 8), 256, 0, stream>>>(dpreatt, datt, att, rows, T, scale);
+    int vec = T % 4 == 0 && aligned16(dpreatt) && aligned16(datt) && aligned16(att);
+    attention_softmax_backward_kernel<<<CEIL_DIV(rows, 8), 256, 0, stream>>>(dpreatt, datt, att, rows, T, scale, vec);
     cudaCheckLaunch();
     // dq[t1] = sum_t2 dpre[t1,t2] k[t2]:  dq^T (hs x T1) = k^T (hs x T2) @ dpre^T (T2 x T1)
     attention_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, k, hs, sq, dpreatt, T, sa, dq, CUBLAS_FLOATX, hs, sq, batch,

@@ -31,7 +31,11 @@
 
 #include "llmc/cuda_common.cuh"
 
-__global__ void crossentropy_forward_kernel(float* losses, float* lse, const floatX* logits, const int* targets, int V,
+// The block of the row kernels and of mean_loss: their __launch_bounds__ and launches.
+#define CROSSENTROPY_THREADS 1024
+
+__global__ void __launch_bounds__(CROSSENTROPY_THREADS)
+    crossentropy_forward_kernel(float* losses, float* lse, const floatX* logits, const int* targets, int V,
                                             int Vp) {
     int row = blockIdx.x;
     const floatX* x = logits + (size_t)row * Vp;
@@ -61,21 +65,21 @@ __global__ void crossentropy_backward_kernel(floatX* dlogits, const float* lse, 
     dlogits[idx] = from_float<floatX>(g);
 }
 
-// The fused forward and backward of one row (header comment). vec: Vp a multiple of the
-// pack and logits 16-byte aligned, so every row's packs are.
-__global__ void crossentropy_fused_kernel(floatX* logits, float* losses, float* lse, const int* targets, float dloss,
-                                          int V, int Vp, int vec) {
-    int row = blockIdx.x;
-    floatX* x = logits + (size_t)row * Vp;
-    int target = targets[row];
+// The fused forward and backward of row x (header comment) by the whole block. STEP:
+// PACK_X (Vp a multiple of the pack, logits 16-byte aligned, so every row's packs are) or
+// 1; a compile-time width keeps each pack in registers.
+template <int STEP>
+__device__ __forceinline__ void crossentropy_fused_row(floatX* x, float* loss, float* lse, int target, float dloss,
+                                                       int V, int Vp) {
     float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;  // before pass 2 overwrites it
-    const int step = vec ? PACK_X : 1;
     float m = -INFINITY, sum = 0.0f;
-    for (int v0 = threadIdx.x * step; v0 < V; v0 += blockDim.x * step) {
+    for (int v0 = threadIdx.x * STEP; v0 < V; v0 += blockDim.x * STEP) {
         Packed128<floatX> p;
-        if (vec) p = load128(x + v0);
+        if (STEP == PACK_X) p = load128(x + v0);
         else p.v[0] = x[v0];
-        for (int k = 0; k < step && v0 + k < V; k++) {
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
+            if (v0 + k >= V) break;
             float xv = to_float(p.v[k]);
             if (xv > m) {
                 sum = sum * expf(m - xv) + 1.0f;
@@ -89,26 +93,37 @@ __global__ void crossentropy_fused_kernel(floatX* logits, float* losses, float* 
     float total = block_reduce_sum(m == -INFINITY ? 0.0f : sum * expf(m - block_max));
     float l = block_max + logf(total);
     if (threadIdx.x == 0) {
-        lse[row] = l;
-        losses[row] = l - target_logit;
+        *lse = l;
+        *loss = l - target_logit;
     }
-    for (int v0 = threadIdx.x * step; v0 < Vp; v0 += blockDim.x * step) {
+    for (int v0 = threadIdx.x * STEP; v0 < Vp; v0 += blockDim.x * STEP) {
         Packed128<floatX> p;
-        if (vec) p = load128(x + v0);
+        if (STEP == PACK_X) p = load128(x + v0);
         else p.v[0] = x[v0];
-        for (int k = 0; k < step; k++) {
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
             int v = v0 + k;
             float g = 0.0f;
             if (v < V) g = (expf(to_float(p.v[k]) - l) - (v == target ? 1.0f : 0.0f)) * dloss;
             p.v[k] = from_float<floatX>(g);
         }
-        if (vec) store128(x + v0, p);
+        if (STEP == PACK_X) store128(x + v0, p);
         else x[v0] = p.v[0];
     }
 }
 
+__global__ void __launch_bounds__(CROSSENTROPY_THREADS)
+    crossentropy_fused_kernel(floatX* logits, float* losses, float* lse, const int* targets, float dloss, int V, int Vp,
+                              int vec) {
+    int row = blockIdx.x;
+    floatX* x = logits + (size_t)row * Vp;
+    if (vec) crossentropy_fused_row<PACK_X>(x, losses + row, lse + row, targets[row], dloss, V, Vp);
+    else crossentropy_fused_row<1>(x, losses + row, lse + row, targets[row], dloss, V, Vp);
+}
+
 // out[0] (+)= mean of losses[0..n)
-__global__ void mean_loss_kernel(float* out, const float* losses, int n, int accumulate) {
+__global__ void __launch_bounds__(CROSSENTROPY_THREADS)
+    mean_loss_kernel(float* out, const float* losses, int n, int accumulate) {
     double sum = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) sum += (double)losses[i];
     sum = block_reduce_sum_double(sum);
@@ -121,9 +136,9 @@ __global__ void mean_loss_kernel(float* out, const float* losses, int n, int acc
 // targets must lie in [0, V): the data loader checks every token of a shard on open.
 static void crossentropy_forward(float* losses, float* lse, float* loss_out, int accumulate, const floatX* logits,
                                  const int* targets, int BT, int V, int Vp, cudaStream_t stream) {
-    crossentropy_forward_kernel<<<BT, 1024, 0, stream>>>(losses, lse, logits, targets, V, Vp);
+    crossentropy_forward_kernel<<<BT, CROSSENTROPY_THREADS, 0, stream>>>(losses, lse, logits, targets, V, Vp);
     cudaCheckLaunch();
-    mean_loss_kernel<<<1, 1024, 0, stream>>>(loss_out, losses, BT, accumulate);
+    mean_loss_kernel<<<1, CROSSENTROPY_THREADS, 0, stream>>>(loss_out, losses, BT, accumulate);
     cudaCheckLaunch();
 }
 
@@ -142,9 +157,10 @@ static void crossentropy_forward_backward(floatX* logits_to_dlogits, float* loss
                                           int accumulate, const int* targets, float dloss, int BT, int V, int Vp,
                                           cudaStream_t stream) {
     int vec = Vp % PACK_X == 0 && aligned16(logits_to_dlogits);
-    crossentropy_fused_kernel<<<BT, 1024, 0, stream>>>(logits_to_dlogits, losses, lse, targets, dloss, V, Vp, vec);
+    crossentropy_fused_kernel<<<BT, CROSSENTROPY_THREADS, 0, stream>>>(logits_to_dlogits, losses, lse, targets, dloss,
+                                                                       V, Vp, vec);
     cudaCheckLaunch();
-    mean_loss_kernel<<<1, 1024, 0, stream>>>(loss_out, losses, BT, accumulate);
+    mean_loss_kernel<<<1, CROSSENTROPY_THREADS, 0, stream>>>(loss_out, losses, BT, accumulate);
     cudaCheckLaunch();
 }
 

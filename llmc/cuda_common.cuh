@@ -136,6 +136,11 @@ struct alignas(16) Packed128 {
     T v[16 / sizeof(T)];
 };
 #define PACK_X Packed128<floatX>::size  // floatX elements per pack: 8 (bf16) or 4 (fp32)
+// 4 elements of T: the floatX that go with one 128-bit pack of fp32 (8 bytes of bf16).
+template <typename T>
+struct alignas(4 * sizeof(T)) Packed4 {
+    T v[4];
+};
 
 // Only for 16-byte aligned p (aligned16).
 template <typename T> __device__ __forceinline__ Packed128<T> load128(const T* p) {

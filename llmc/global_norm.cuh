@@ -10,9 +10,10 @@
 #include "llmc/cuda_common.cuh"
 
 #define GLOBAL_NORM_BLOCKS 512
-#define GLOBAL_NORM_THREADS 512
+#define GLOBAL_NORM_THREADS 512  // the block of both kernels: their __launch_bounds__ and launches
 
-__global__ void global_norm_partial_kernel(double* partial, const float* grads, size_t n) {
+__global__ void __launch_bounds__(GLOBAL_NORM_THREADS)
+    global_norm_partial_kernel(double* partial, const float* grads, size_t n) {
     double sum = 0.0;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -24,8 +25,8 @@ __global__ void global_norm_partial_kernel(double* partial, const float* grads, 
 }
 
 // norm_out[0] = sqrt(sum); scale_out[0] = clip / norm when clipping applies, else 1.
-__global__ void global_norm_final_kernel(float* norm_out, float* scale_out, const double* partial, int num_partials,
-                                         float clip) {
+__global__ void __launch_bounds__(GLOBAL_NORM_THREADS)
+    global_norm_final_kernel(float* norm_out, float* scale_out, const double* partial, int num_partials, float clip) {
     double sum = 0.0;
     for (int i = threadIdx.x; i < num_partials; i += blockDim.x) sum += partial[i];
     sum = block_reduce_sum_double(sum);

@@ -162,7 +162,7 @@ static void gpt2_init(GPT2* m, const GPT2Config* cfg, int B, int T, cudaStream_t
     s->colreduce = alloc_f((size_t)colreduce_num_chunks((int)BT) * 4 * C);
     s->norm_partial = (double*)cudaMallocCheck(GLOBAL_NORM_BLOCKS * sizeof(double));
     batch_uploader_init(&m->uploader, (int)BT);
-    encoder_plan_init(&m->enc_plan, (int)BT);
+    encoder_plan_init(&m->enc_plan, (int)BT, (int)C);
     m->d_loss = alloc_f(1);
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), stream));
 }

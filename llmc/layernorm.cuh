@@ -1,13 +1,15 @@
 /*
  * LayerNorm over the last dim C (eps 1e-5, biased variance, as PyTorch).
  * Forward: one warp per row; mean and rstd kept in fp32 for the backward; 128-bit packs
- * of the row where C and the pointers allow (llmc/cuda_common.cuh).
+ * of the row where C and the pointers allow (llmc/cuda_common.cuh), element by element
+ * otherwise; the pack width is a template argument, so a pack never goes to local memory.
  * Fused forward (--fused-kernels 1): residual = a + b (rounded to floatX, stored), then
  * the LayerNorm of that rounded residual, in one kernel: the same math and bits as
  * residual_forward followed by layernorm_forward, one pass over a and b fewer.
- * Backward: dinp is accumulated (+=) into the residual-stream gradient; dweight and
- * dbias are fp32 grad-buffer views, accumulated with a deterministic two-pass column
- * reduction (row chunks -> fp32 partials -> summed in chunk order), no atomics.
+ * Backward: dinp is accumulated (+=) into the residual-stream gradient (one warp per row,
+ * packs as in the forward); dweight and dbias are fp32 grad-buffer views, accumulated with
+ * a deterministic two-pass column reduction (row chunks -> fp32 partials -> summed in chunk
+ * order), no atomics.
  */
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
@@ -24,58 +26,72 @@ static inline int colreduce_num_chunks(int rows) {
     return n < COLREDUCE_MAX_CHUNKS ? n : COLREDUCE_MAX_CHUNKS;
 }
 
-// A pack of x at c (vec: 128-bit, x + c 16-byte aligned) or, without vec, element c alone in v[0].
-__device__ __forceinline__ Packed128<floatX> load_pack_or_one(const floatX* x, int c, int vec) {
-    if (vec) return load128(x + c);
+// STEP elements of x at c: PACK_X (a 128-bit pack, x + c 16-byte aligned) or 1. STEP is a
+// compile-time width, so the pack's elements stay in registers (a run-time one makes nvcc
+// copy the pack to local memory to index it).
+template <int STEP>
+__device__ __forceinline__ Packed128<floatX> load_pack_or_one(const floatX* x, int c) {
+    if (STEP == PACK_X) return load128(x + c);
     Packed128<floatX> p;
     p.v[0] = x[c];
     return p;
 }
-__device__ __forceinline__ void store_pack_or_one(floatX* x, int c, const Packed128<floatX>& p, int vec) {
-    if (vec) store128(x + c, p);
+template <int STEP>
+__device__ __forceinline__ void store_pack_or_one(floatX* x, int c, const Packed128<floatX>& p) {
+    if (STEP == PACK_X) store128(x + c, p);
     else x[c] = p.v[0];
 }
 
 // One row x (C floatX) by one warp: mean, rstd and the normalized output. The plain and
-// the fused kernel both run this, so that they give the same bits. vec: C a multiple of
-// the pack and x, o, weight, bias 16-byte aligned; each lane then takes every 32nd pack,
-// else every 32nd element (the sums' orders differ between the two, within fp32 rounding).
-__device__ __forceinline__ void layernorm_row(floatX* o, float* mean, float* rstd, const floatX* x,
-                                              const floatX* weight, const floatX* bias, int C, int vec, int lane) {
-    const int step = vec ? PACK_X : 1;
+// the fused kernel both run this, so that they give the same bits. STEP = PACK_X: C a
+// multiple of the pack and x, o, weight, bias 16-byte aligned; each lane then takes every
+// 32nd pack, else (STEP 1) every 32nd element (the sums' orders differ between the two,
+// within fp32 rounding).
+template <int STEP>
+__device__ __forceinline__ void layernorm_row_by(floatX* o, float* mean, float* rstd, const floatX* x,
+                                                 const floatX* weight, const floatX* bias, int C, int lane) {
     float sum = 0.0f;
-    for (int c = lane * step; c < C; c += WARP_SIZE * step) {
-        Packed128<floatX> p = load_pack_or_one(x, c, vec);
-        for (int k = 0; k < step; k++) sum += to_float(p.v[k]);
+    for (int c = lane * STEP; c < C; c += WARP_SIZE * STEP) {
+        Packed128<floatX> p = load_pack_or_one<STEP>(x, c);
+#pragma unroll
+        for (int k = 0; k < STEP; k++) sum += to_float(p.v[k]);
     }
     float m = warp_reduce_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane * step; c < C; c += WARP_SIZE * step) {
-        Packed128<floatX> p = load_pack_or_one(x, c, vec);
-        for (int k = 0; k < step; k++) {
+    for (int c = lane * STEP; c < C; c += WARP_SIZE * STEP) {
+        Packed128<floatX> p = load_pack_or_one<STEP>(x, c);
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
             float d = to_float(p.v[k]) - m;
             var += d * d;
         }
     }
     var = warp_reduce_sum(var) / C;
     float s = 1.0f / sqrtf(var + 1e-5f);
-    for (int c = lane * step; c < C; c += WARP_SIZE * step) {
-        Packed128<floatX> p = load_pack_or_one(x, c, vec), w = load_pack_or_one(weight, c, vec),
-                          b = load_pack_or_one(bias, c, vec), y;
-        for (int k = 0; k < step; k++) {
+    for (int c = lane * STEP; c < C; c += WARP_SIZE * STEP) {
+        Packed128<floatX> p = load_pack_or_one<STEP>(x, c), w = load_pack_or_one<STEP>(weight, c),
+                          b = load_pack_or_one<STEP>(bias, c), y;
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
             y.v[k] = from_float<floatX>((to_float(p.v[k]) - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
         }
-        store_pack_or_one(o, c, y, vec);
+        store_pack_or_one<STEP>(o, c, y);
     }
     if (lane == 0) {
         *mean = m;
         *rstd = s;
     }
 }
+// vec: layernorm_vec's answer for the row's pointers.
+__device__ __forceinline__ void layernorm_row(floatX* o, float* mean, float* rstd, const floatX* x,
+                                              const floatX* weight, const floatX* bias, int C, int vec, int lane) {
+    if (vec) layernorm_row_by<PACK_X>(o, mean, rstd, x, weight, bias, C, lane);
+    else layernorm_row_by<1>(o, mean, rstd, x, weight, bias, C, lane);
+}
 
-// Whether layernorm_row may take 128-bit packs of rows of C starting at these pointers.
-static inline int layernorm_vec(const void* x, const void* out, const void* weight, const void* bias, int C) {
-    return C % PACK_X == 0 && aligned16(x) && aligned16(out) && aligned16(weight) && aligned16(bias);
+// Whether a row kernel may take 128-bit packs of rows of C starting at these four pointers.
+static inline int layernorm_vec(const void* p0, const void* p1, const void* p2, const void* p3, int C) {
+    return C % PACK_X == 0 && aligned16(p0) && aligned16(p1) && aligned16(p2) && aligned16(p3);
 }
 
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
@@ -94,6 +110,17 @@ static void layernorm_forward(floatX* out, float* mean, float* rstd, const float
     cudaCheckLaunch();
 }
 
+// residual = a + b over one row by one warp, STEP as layernorm_row_by's.
+template <int STEP>
+__device__ __forceinline__ void residual_row_by(floatX* residual, const floatX* a, const floatX* b, int C, int lane) {
+    for (int c = lane * STEP; c < C; c += WARP_SIZE * STEP) {
+        Packed128<floatX> x = load_pack_or_one<STEP>(a, c), y = load_pack_or_one<STEP>(b, c), r;
+#pragma unroll
+        for (int k = 0; k < STEP; k++) r.v[k] = residual_add(x.v[k], y.v[k]);
+        store_pack_or_one<STEP>(residual, c, r);
+    }
+}
+
 // The residual add fused into the LayerNorm that reads it: residual = a + b (rounded to
 // floatX and stored: the backward reads it), then the LayerNorm of that stored row, the
 // same code as layernorm_forward on it (so the same bits). One warp per row; the row is
@@ -105,12 +132,8 @@ __global__ void layernorm_fused_residual_forward_kernel(floatX* residual, floatX
     int lane = threadIdx.x % WARP_SIZE;
     if (row >= N) return;
     size_t base = (size_t)row * C;
-    const int step = vec_add ? PACK_X : 1;
-    for (int c = lane * step; c < C; c += WARP_SIZE * step) {
-        Packed128<floatX> x = load_pack_or_one(a + base, c, vec_add), y = load_pack_or_one(b + base, c, vec_add), r;
-        for (int k = 0; k < step; k++) r.v[k] = residual_add(x.v[k], y.v[k]);
-        store_pack_or_one(residual + base, c, r, vec_add);
-    }
+    if (vec_add) residual_row_by<PACK_X>(residual + base, a + base, b + base, C, lane);
+    else residual_row_by<1>(residual + base, a + base, b + base, C, lane);
     __syncwarp();
     layernorm_row(out + base, mean + row, rstd + row, residual + base, weight, bias, C, vec, lane);
 }
@@ -125,32 +148,48 @@ static void layernorm_fused_residual_forward(floatX* residual, floatX* out, floa
     cudaCheckLaunch();
 }
 
-// dinp += d(LN)/d(inp) . dout, one warp per row.
-__global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                                const floatX* weight, const float* mean, const float* rstd, int N,
-                                                int C) {
-    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    int lane = threadIdx.x % WARP_SIZE;
-    if (row >= N) return;
-    const floatX* x = inp + (size_t)row * C;
-    const floatX* dy = dout + (size_t)row * C;
-    float m = mean[row], s = rstd[row];
+// dinp += d(LN)/d(inp) . dout for one row by one warp, STEP as layernorm_row_by's.
+template <int STEP>
+__device__ __forceinline__ void layernorm_backward_row_by(floatX* dx, const floatX* dy, const floatX* x,
+                                                          const floatX* weight, float m, float s, int C, int lane) {
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int c = lane; c < C; c += WARP_SIZE) {
-        float norm = (to_float(x[c]) - m) * s;
-        float dnorm = to_float(weight[c]) * to_float(dy[c]);
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
+    for (int c = lane * STEP; c < C; c += WARP_SIZE * STEP) {
+        Packed128<floatX> xp = load_pack_or_one<STEP>(x, c), wp = load_pack_or_one<STEP>(weight, c),
+                          gp = load_pack_or_one<STEP>(dy, c);
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
+            float norm = (to_float(xp.v[k]) - m) * s;
+            float dnorm = to_float(wp.v[k]) * to_float(gp.v[k]);
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
     }
     dnorm_mean = warp_reduce_sum(dnorm_mean) / C;
     dnorm_norm_mean = warp_reduce_sum(dnorm_norm_mean) / C;
-    floatX* dx = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += WARP_SIZE) {
-        float norm = (to_float(x[c]) - m) * s;
-        float dnorm = to_float(weight[c]) * to_float(dy[c]);
-        float g = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-        dx[c] = from_float<floatX>(to_float(dx[c]) + g);
+    for (int c = lane * STEP; c < C; c += WARP_SIZE * STEP) {
+        Packed128<floatX> xp = load_pack_or_one<STEP>(x, c), wp = load_pack_or_one<STEP>(weight, c),
+                          gp = load_pack_or_one<STEP>(dy, c), dp = load_pack_or_one<STEP>(dx, c);
+#pragma unroll
+        for (int k = 0; k < STEP; k++) {
+            float norm = (to_float(xp.v[k]) - m) * s;
+            float dnorm = to_float(wp.v[k]) * to_float(gp.v[k]);
+            float g = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+            dp.v[k] = from_float<floatX>(to_float(dp.v[k]) + g);
+        }
+        store_pack_or_one<STEP>(dx, c, dp);
     }
+}
+
+// One warp per row; vec: C a multiple of the pack and dinp, dout, inp, weight 16-byte aligned.
+__global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
+                                                const floatX* weight, const float* mean, const float* rstd, int N,
+                                                int C, int vec) {
+    int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    int lane = threadIdx.x % WARP_SIZE;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    if (vec) layernorm_backward_row_by<PACK_X>(dinp + base, dout + base, inp + base, weight, mean[row], rstd[row], C, lane);
+    else layernorm_backward_row_by<1>(dinp + base, dout + base, inp + base, weight, mean[row], rstd[row], C, lane);
 }
 
 // Pass 1: block (x: 32 columns, y: 8 row lanes) sums its chunk's rows for 32 columns.
@@ -204,7 +243,7 @@ static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float
                                int T, int C, cudaStream_t stream) {
     int N = B * T, warps_per_block = 8;
     layernorm_backward_input_kernel<<<CEIL_DIV(N, warps_per_block), warps_per_block * WARP_SIZE, 0, stream>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C);
+        dinp, dout, inp, weight, mean, rstd, N, C, layernorm_vec(dinp, dout, inp, weight, C));
     cudaCheckLaunch();
     int chunks = colreduce_num_chunks(N);
     int rows_per_chunk = CEIL_DIV(N, chunks);

@@ -27,7 +27,7 @@
 // sum_squares: a fixed grid, whatever the GPU and the input, so that the summation
 // order (and so the bits of the result) depends on the spans alone.
 #define SUMSQ_BLOCKS 512
-#define SUMSQ_THREADS 512
+#define SUMSQ_THREADS 512  // the sum_squares kernels' block: their __launch_bounds__ and launches
 // Element-wise span launches: positions per block (8 per thread).
 #define SPAN_THREADS 256
 #define SPAN_CHUNK (SPAN_THREADS * 8)
@@ -185,7 +185,8 @@ static __global__ void nonfinite_flags_kernel(SpanTable t, const float* grads, f
 
 // Block b sums the squares of positions [b*chunk, (b+1)*chunk) into partials[b]; g*g of a
 // float is exact in double, so only the additions round, in a fixed order.
-static __global__ void sum_squares_partial_kernel(SpanTable t, size_t chunk, const float* grads) {
+static __global__ void __launch_bounds__(SUMSQ_THREADS)
+    sum_squares_partial_kernel(SpanTable t, size_t chunk, const float* grads) {
     double sum = 0.0;
     size_t begin = (size_t)blockIdx.x * chunk;
     for_each_span_element(t, begin, begin + chunk, [&](const Zero1Span& span, size_t j) {
@@ -196,7 +197,8 @@ static __global__ void sum_squares_partial_kernel(SpanTable t, size_t chunk, con
     if (threadIdx.x == 0) t.partials[blockIdx.x] = sum;
 }
 
-static __global__ void sum_squares_final_kernel(const double* partials, double* acc) {
+static __global__ void __launch_bounds__(SUMSQ_THREADS)
+    sum_squares_final_kernel(const double* partials, double* acc) {
     double sum = 0.0;
     for (int i = threadIdx.x; i < SUMSQ_BLOCKS; i += blockDim.x) sum += partials[i];
     sum = block_reduce_sum_double(sum);
@@ -224,7 +226,8 @@ static __global__ void sum_slices_pairwise_kernel(float* dst, const float* src, 
 // Each thread adds its positions' squares into limbs of its own, the block's threads add
 // theirs into shared limbs and the block its, normalized, into the list's scratch, all by
 // integer atomics: in any order the same sums.
-static __global__ void sum_squares_exact_partial_kernel(SpanTable t, size_t chunk, const float* grads) {
+static __global__ void __launch_bounds__(SUMSQ_THREADS)
+    sum_squares_exact_partial_kernel(SpanTable t, size_t chunk, const float* grads) {
     __shared__ unsigned long long block[ZERO1_EXACT_WORDS];
     for (int w = threadIdx.x; w < ZERO1_EXACT_WORDS; w += blockDim.x) block[w] = 0;
     __syncthreads();

@@ -80,6 +80,9 @@
 #define COST_FLASH_FWD_ROWS 64
 #define COST_FLASH_FWD_COLS 32
 #define COST_FLASH_BWD_TILE 32
+// The flash kernels' instances (llmc/attention_flash.cuh): <64> for head sizes up to 64
+// (every GPT-2), <128> above; the measured inputs are those of the instance the model runs.
+#define COST_FLASH_HS_SMALL 64
 #define COST_ONCHIP_ROW_BYTES 32768     // a row re-read within one kernel up to this size costs one HBM read
 #define COST_COLREDUCE_ROWS 64          // llmc/layernorm.cuh's colreduce_num_chunks(), the bias/LN partials
 #define COST_COLREDUCE_MAX_CHUNKS 256
@@ -132,6 +135,7 @@ typedef struct {
 typedef struct {
     CostMeasured k[COST_MAX_MEASURED];
     int n;
+    int instance;  // the flash kernels' template argument that applies (COST_FLASH_HS_SMALL or 128)
 } CostMeasurements;
 enum { COST_MEASURED_PROFILE = 1, COST_MEASURED_COMPILER = 2 };
 

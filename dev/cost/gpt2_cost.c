@@ -101,6 +101,16 @@ typedef struct {
 
 // ---------------------------------------------------------------------------- measured inputs
 
+// A template instance whose argument is a number other than m->instance (a flash kernel for
+// other head sizes): not the model's.
+static int other_instance(const CostMeasurements* m, const char* kernel) {
+    const char* lt = strchr(kernel, '<');
+    if (!lt) return 0;
+    char* end = NULL;
+    long n = strtol(lt + 1, &end, 10);
+    return end != lt + 1 && *end == '>' && n != m->instance;
+}
+
 static CostMeasured* measured_entry(CostMeasurements* m, const char* kernel) {
     char base[64];
     snprintf(base, sizeof(base), "%.*s", (int)strcspn(kernel, "<"), kernel);  // a template's name alone
@@ -144,6 +154,7 @@ static void read_json_lines(const char* path, CostMeasurements* m,
 }
 
 static void profile_line(CostMeasurements* m, const JsonValue* v, const char* path, int line) {
+    if (other_instance(m, json_get(v, "kernel")->string)) return;
     CostMeasured* x = measured_entry(m, json_get(v, "kernel")->string);
     x->profiled = 1;
     x->sectors = json_number_of(v, "global_load_sectors", path, line) + json_number_of(v, "global_store_sectors", path, line);
@@ -161,6 +172,7 @@ static void occupancy_line(CostMeasurements* m, const JsonValue* v, const char* 
     if (!p || p->type != JSON_STRING) fatal("%s:%d: no string \"precision\"", path, line);
     const JsonValue* b = json_get(v, "blocks_per_sm");
     if (strcmp(p->string, "BF16") != 0 || !b || b->type != JSON_NUMBER) return;
+    if (other_instance(m, json_get(v, "kernel")->string)) return;
     measured_entry(m, json_get(v, "kernel")->string)->blocks_per_sm = (int)b->number;
 }
 
@@ -263,6 +275,7 @@ static void parse_options(int argc, char** argv, Options* o) {
         fatal("--model %s: expected dN (N in 1..%d), 124M, 350M, 774M or 1558M", o->model, GPT2_MAX_DESCRIPTOR_DEPTH);
     }
     if (o->T > o->max_seq) fatal("-t %d exceeds the model's maximum sequence length %d (--max-seq)", o->T, o->max_seq);
+    o->measured.instance = o->cfg.channels / o->cfg.num_heads <= COST_FLASH_HS_SMALL ? COST_FLASH_HS_SMALL : 128;
     if (o->profile) read_json_lines(o->profile, &o->measured, profile_line);
     if (o->occupancy) read_json_lines(o->occupancy, &o->measured, occupancy_line);
 }

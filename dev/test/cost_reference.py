@@ -20,7 +20,8 @@ and not) and paths:
   6. measured inputs (--profile, --occupancy) from small files written here: a covered row's
      achievable time from its sectors / ideal sectors, the flash forward's from its shared-memory
      wavefronts per tensor-core FLOP at one wavefront per clock per SM and from its waves of
-     blocks; uncovered rows, FP32 and unknown occupancy rows, and the roofline unchanged.
+     blocks (the instance for d12's head size, not the <128> one); uncovered rows, FP32 and
+     unknown occupancy rows, and the roofline unchanged.
 """
 import argparse
 import json
@@ -195,8 +196,12 @@ def check_measured(binary):
     with open(prof, "w") as f:  # the fused LayerNorm at 3 sectors per ideal one; flash 1.5, 0.1 wavefronts/FLOP
         f.write(profile_line("layernorm_fused_residual_forward_kernel", 300, 100) + "\n")
         f.write(profile_line("flash_attention_forward_kernel", 150, 100, 10**6, 10**7) + "\n")
-    with open(occ, "w") as f:  # the flash forward at 4 blocks per SM in BF16; an FP32 row and an unknown one
-        f.write(json.dumps(dict(kernel="flash_attention_forward_kernel", precision="BF16", blocks_per_sm=4)) + "\n")
+        # the instance for head sizes above 64, which d12 (64) does not run: ignored
+        f.write(profile_line("flash_attention_forward_kernel<128>", 900, 100, 10**7, 10**7) + "\n")
+    with open(occ, "w") as f:  # the flash forward at 4 blocks per SM in BF16 (its <64> instance, then
+        # the <128> one, ignored); an FP32 row and an unknown one
+        f.write(json.dumps(dict(kernel="flash_attention_forward_kernel<64>", precision="BF16", blocks_per_sm=4)) + "\n")
+        f.write(json.dumps(dict(kernel="flash_attention_forward_kernel<128>", precision="BF16", blocks_per_sm=1)) + "\n")
         f.write(json.dumps(dict(kernel="flash_attention_forward_kernel", precision="FP32", blocks_per_sm=1)) + "\n")
         f.write(json.dumps(dict(kernel="layernorm_forward_kernel", precision="BF16", blocks_per_sm=None)) + "\n")
     args = ["--model", "d12", "-b", "16", "-t", "1024", "--path", "new"]

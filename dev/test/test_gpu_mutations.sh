@@ -142,7 +142,7 @@ PREC=BF16 TOOLS=1 expect_caught flash_no_barrier llmc/attention_flash.cuh \
     "        flash_load_rows(v_s, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BC, T, hs);
         __syncthreads();" \
     "        flash_load_rows(v_s, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BC, T, hs);" \
-    test_kernels_cuda 0 "kernel flash_attention_forward_kernel .*shared-memory hazard \(read after write\)" \
+    test_kernels_cuda 0 "kernel flash_attention_forward_kernel<[0-9]+> .*shared-memory hazard \(read after write\)" \
     tools_only CUDA_CPU_CHECK=race -- "${KERNELS[@]}"
 TOOLS=1 expect_caught neighbour_row llmc/layernorm.cuh \
     "    layernorm_row(out + (size_t)row * C, mean + row, rstd + row, inp + (size_t)row * C, weight, bias, C, vec,
@@ -157,11 +157,15 @@ TOOLS=1 expect_caught neighbour_row llmc/layernorm.cuh \
 }" \
     test_kernels_cuda 0 "kernel layernorm_forward_kernel .*global-memory race between blocks \(write after write\)" \
     tools_only CUDA_CPU_CHECK=race -- "${KERNELS[@]}"
-TOOLS=1 expect_caught no_padding llmc/attention_flash.cuh \
-    "const int BR = FLASH_QUERY_TILE, BC = FLASH_KEY_TILE, C = NH * hs, ld = hs + 8;" \
-    "const int BR = FLASH_QUERY_TILE, BC = FLASH_KEY_TILE, C = NH * hs, ld = hs;" \
-    test_kernels_cuda 0 "FAIL flash_attention_forward_kernel: shared_load_wavefronts_per_request .* over its budget" \
-    over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
+# BF16: its WMMA loads of the unpadded rows meet 5x their bound; the FP32 build's 16-byte
+# loads only just cross theirs (the <128> instance, 4.83 against 4.40).
+PREC=BF16 TOOLS=1 expect_caught no_padding llmc/attention_flash.cuh \
+    "    const int C = NH * hs, ld = hs + 8;
+    const int qt" \
+    "    const int C = NH * hs, ld = hs;
+    const int qt" \
+    test_kernels_cuda 0 "FAIL flash_attention_forward_kernel<[0-9]+>: shared_load_wavefronts_per_request .* over its budget" \
+    over_budget dev/test/kernel_budgets_bf16.txt "${KERNELS[@]}"
 TOOLS=1 expect_caught strided_load llmc/residual.cuh \
     "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK_X;" \
     "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x % 32 * 8 + threadIdx.x / 32) * PACK_X;" \

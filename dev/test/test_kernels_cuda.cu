@@ -884,7 +884,7 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                     sum += exp(pre[t2] - mx);
                     E = fmax(E, 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + 4 * U + FAST);
                 }
-                int nt = t / FLASH_KEY_TILE + 1;
+                int nt = t / flash_forward_key_tile(hs) + 1;
                 double eps = nt * (6 * U + FAST + 2 * U * amax), chain = sum_err(t + 1 + nt);
                 double relw = 2 * (E + eps) + 2 * XR + 2 * chain + 2 * U;  // a normalised weight's error
                 for (int t2 = 0; t2 <= t; t2++) P[t2] = exp(pre[t2] - mx) / sum;
@@ -1043,8 +1043,10 @@ static void test_gelu(size_t n, cudaStream_t st, int skew = 0) {
 // Embeddings: out[b,t] = wte[tok[b,t]] + wpe[t]; dwte[v] += sum over positions of token v,
 // dwpe[t] += sum over b.
 // ============================================================================================
-static void test_encoder(int B, int T, int C, int V, cudaStream_t st) {
-    set_case("B=%d T=%d C=%d V=%d", B, T, C, V);
+// dominant: 9 of 10 positions hold token 0 (an end-of-text or padding token dominating a
+// batch: its sum is cut into segments whose partials a second kernel adds).
+static void test_encoder(int B, int T, int C, int V, cudaStream_t st, bool dominant = false) {
+    set_case("B=%d T=%d C=%d V=%d%s", B, T, C, V, dominant ? " dominant" : "");
     const int BT = B * T;
     const size_t n = (size_t)BT * C;
     Buf<floatX> wte((size_t)V * C), wpe((size_t)T * C), out(n), dout(n);
@@ -1052,7 +1054,7 @@ static void test_encoder(int B, int T, int C, int V, cudaStream_t st) {
     Buf<float> dwte((size_t)V * C), dwpe((size_t)T * C);
     std::vector<int> h_tok(BT);
     // Few distinct tokens for many positions (repeats), the last row of wte used.
-    for (int i = 0; i < BT; i++) h_tok[i] = rand_int(V < 8 ? V : V / 4);
+    for (int i = 0; i < BT; i++) h_tok[i] = dominant && rand_int(10) ? 0 : rand_int(V < 8 ? V : V / 4);
     h_tok[BT - 1] = V - 1;
     Vec tv(BT);
     for (int i = 0; i < BT; i++) tv[i] = h_tok[i];
@@ -1078,16 +1080,28 @@ static void test_encoder(int B, int T, int C, int V, cudaStream_t st) {
     for (size_t i = 0; i < rwte.size(); i++) mwte[i] = fabs(rwte[i]);
     for (size_t i = 0; i < rwpe.size(); i++) mwpe[i] = fabs(rwpe[i]);
     EncoderBackwardPlan plan;
-    encoder_plan_init(&plan, BT);
+    encoder_plan_init(&plan, BT, C);
     for (int step = 0; step < 2; step++) {
         if (step == 1) {
-            for (int i = 0; i < BT; i++) h_tok[i] = rand_int(V);
+            for (int i = 0; i < BT; i++) h_tok[i] = dominant && rand_int(10) ? 0 : rand_int(V);
             h_tok[0] = V - 1;
         }
         Vec dy = upload(dout, rand_vec(n, -1, 1));
         encoder_plan_build(&plan, h_tok.data(), BT, st);
         encoder_backward(dwte.p, dwpe.p, dout.p, &plan, B, T, C, 0, st);
         sync(st, "encoder_backward");
+        if (dominant) {  // the plan's segments: none longer than ENCODER_WTE_SEGMENT, all positions once
+            std::vector<int> h(plan.num_ints);
+            cudaCheck(cudaMemcpy(h.data(), plan.d_ints, h.size() * sizeof(int), cudaMemcpyDeviceToHost));
+            const int* seg_start = h.data() + plan.num_unique + BT;
+            bool ok = seg_start[0] == 0 && seg_start[plan.num_segments] == BT && plan.num_multi > 0;
+            for (int k = 0; k < plan.num_segments; k++) {
+                int len = seg_start[k + 1] - seg_start[k];
+                ok = ok && len >= 1 && len <= ENCODER_WTE_SEGMENT;
+            }
+            report(ok, "encoder_backward plan segments", "(%d segments of at most %d positions, %d tokens of several)",
+                   plan.num_segments, ENCODER_WTE_SEGMENT, plan.num_multi);
+        }
         for (int bt = 0; bt < BT; bt++) {
             cnt_wte[h_tok[bt]]++;
             for (int c = 0; c < C; c++) {
@@ -1274,8 +1288,24 @@ static void test_global_norm(size_t n, cudaStream_t st) {
 // v = b2 v + (1-b2) g^2; p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps);
 // params = floatX(p) (round to nearest even).
 // ============================================================================================
-static void test_adamw(size_t n, int decays, float grad_scale, cudaStream_t st) {
-    set_case("n=%zu decays=%d grad_scale=%g", n, decays, grad_scale);
+// Tensors of the given sizes and weight decays, one after another, in one launch.
+static void test_adamw(std::initializer_list<size_t> sizes, std::initializer_list<int> decay_list, float grad_scale,
+                       cudaStream_t st) {
+    std::vector<size_t> size_v(sizes);
+    std::vector<int> decay_v(decay_list);
+    size_t n = 0;
+    std::vector<int> decays;  // per element
+    char shape[128] = "";
+    for (size_t k = 0; k < size_v.size(); k++) {
+        n += size_v[k];
+        decays.insert(decays.end(), size_v[k], decay_v[k]);
+        snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%zu%s", k ? "," : "", size_v[k],
+                 decay_v[k] ? "d" : "");
+    }
+    set_case("tensors %s (d: decays) grad_scale=%g", shape, grad_scale);
+    const size_t model = 1000;  // the first tensor's model-space index (the bits' element count starts there)
+    AdamWTensors tensors;
+    adamw_tensors_init(&tensors, size_v.data(), decay_v.data(), (int)size_v.size(), model);
     Buf<floatX> params(n);
     Buf<float> master(n), grads(n), m(n), v(n), gscale(1);
     const float lr = 0.01f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
@@ -1295,8 +1325,7 @@ static void test_adamw(size_t n, int decays, float grad_scale, cudaStream_t st) 
         s.beta2_correction = (float)(1.0 - pow((double)b2, t));
         s.grad_scale = NAN;  // the kernel must take the factor from device memory
         s.step = t, s.stochastic = t == 4, s.rounding_seed = 7;  // the second step rounds stochastically
-        const size_t model = 1000;  // the range's model-space index (the bits' element count starts there)
-        adamw_update(params.p, master.p, grads.p, m.p, v.p, n, model, &s, gscale.p, decays, st);
+        adamw_update(params.p, master.p, grads.p, m.p, v.p, &tensors, &s, gscale.p, st);
         sync(st, "adamw_update");
 
         const double c1 = 1.0 - pow((double)b1, t), c2 = 1.0 - pow((double)b2, t);
@@ -1304,7 +1333,7 @@ static void test_adamw(size_t n, int decays, float grad_scale, cudaStream_t st) 
         Vec rp(n), tp(n), rm(n), tm(n), rv(n), tv(n);
         for (size_t i = 0; i < n; i++) {
             double g = G[i] * (double)grad_scale;
-            double p = P[i], dec = decays ? LR * WD * p : 0.0;
+            double p = P[i], dec = decays[i] ? LR * WD * p : 0.0;
             p -= dec;
             double mn = B1 * M[i] + (1 - B1) * g, vn = B2 * Vv[i] + (1 - B2) * g * g;
             double denom = sqrt(vn / c2) + EPS, upd = LR * (mn / c1) / denom;
@@ -1337,6 +1366,7 @@ static void test_adamw(size_t n, int decays, float grad_scale, cudaStream_t st) 
         snprintf(name, sizeof(name), "adamw_update params = floatX(master) (t=%d)", t);
         check(name, params, rx, zeros(n));
     }
+    adamw_tensors_free(&tensors);
 }
 
 // floatX(master), round to nearest even: ties both ways, carries into the exponent, signs.
@@ -1506,6 +1536,7 @@ int main(void) {
     test_encoder(4, 64, 300, 3, st);
     test_encoder(1, 1, 8, 5, st);
     test_encoder(2, 3, 13, 4, st);  // C not a multiple of the pack
+    test_encoder(3, 400, 40, 9, st, true);  // one token in 9 of 10 positions: 17 segments of it
 
     test_crossentropy(37, 200, 256, st);
     test_crossentropy(5, 3001, 3072, st);
@@ -1525,9 +1556,11 @@ int main(void) {
     test_global_norm(1000, st);
     test_global_norm((size_t)GLOBAL_NORM_BLOCKS * GLOBAL_NORM_THREADS + 37, st);  // beyond one grid-stride round
 
-    test_adamw(1, 1, 1.0f, st);
-    test_adamw(257, 1, 1.0f, st);
-    test_adamw(1000, 0, 0.37f, st);
+    test_adamw({1}, {1}, 1.0f, st);
+    test_adamw({257}, {1}, 1.0f, st);
+    test_adamw({1000}, {0}, 0.37f, st);
+    // several tensors, an empty one, neighbours that merge, runs across the blocks' chunks
+    test_adamw({300, 0, 1, 2053, 77, 2500, 9}, {1, 0, 0, 1, 1, 0, 1}, 0.5f, st);
     test_copy_master(1, st);
     test_copy_master(1000, st);
     test_batch_upload(37, 6, st);
