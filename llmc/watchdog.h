@@ -24,10 +24,14 @@
  *   error: [rank 2] zero1: reduce-scatter of bucket 1 at step 5 did not complete within
  *   10 s (a rank stopped or its network is gone); aborting the job
  *
- * Time this process did not run does not count: a gap of more than 1 s between two polls
- * means it was stopped (SIGSTOP, a scheduler's suspend) or not scheduled, and the deadline
- * moves by the gap. Otherwise a job suspended and resumed as a whole would abort at once,
- * and a rank that was itself stopped would blame the others when it is continued.
+ * A deadline counts the time this process ran, not wall time: the wait adds up the
+ * intervals between its own clock reads, and an interval longer than 1 s means the process
+ * was stopped (SIGSTOP, a scheduler's suspend or preemption) or not scheduled, so it counts
+ * nothing. A job stopped and continued as a whole thus goes on whatever the length of the
+ * stop (every rank's clock stood still with it), while ranks that keep running and poll for
+ * a peer that stopped alone add up their waiting and end the job; a rank that was itself
+ * stopped does not blame the others when it is continued. The check uses the very clock
+ * read that the sum took, so a stop between the two cannot count either.
  *
  * watchdog_abort_job prints that line, arms an alarm that ends this process a few seconds
  * later whatever happens, and calls end_job (MPI_Abort): MPI_Abort itself can block when
@@ -43,8 +47,8 @@
  *   watchdog_arm("checkpoint save: MPI_File_write_at_all of DIR/model.bin at step 4",
  *                timeout_s, end_job);   ... the blocking call ...   watchdog_disarm();
  *
- * The thread (started on the first arm) looks every 50 ms; past timeout_s it ends the job
- * exactly as a poll would, with the same message and the same gap rule. It calls end_job
+ * The thread (started on the first arm) looks every 50 ms and adds up its own ticks the same
+ * way; past timeout_s it ends the job exactly as a poll would, with the same message. It calls end_job
  * from its own thread while the main thread sits inside MPI: MPI_Abort is the one call
  * that must work from anywhere, and the alarm ends the process if it does not.
  *
@@ -59,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "llmc/test_stop.h"
 #include "llmc/utils.h"
 
 #ifdef __cplusplus
@@ -78,19 +83,27 @@ static inline double watchdog_monotonic_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-// timeout_s <= 0: the deadline never expires.
+// The time this process ran since start: the sum of the intervals between its clock reads,
+// each at most WATCHDOG_STOPPED_GAP_S (a longer one: the process was not running).
 typedef struct {
-    double start_s, timeout_s;
-} WatchdogDeadline;
+    double last_s, ran_s;
+} WatchdogClock;
 
-static inline WatchdogDeadline watchdog_deadline_start(double timeout_s) {
-    WatchdogDeadline d = {watchdog_monotonic_s(), timeout_s};
-    return d;
+static inline WatchdogClock watchdog_clock_start(void) {
+    WatchdogClock c = {watchdog_monotonic_s(), 0.0};
+    return c;
 }
 
-static inline int watchdog_deadline_expired(const WatchdogDeadline* d) {
-    return d->timeout_s > 0 && watchdog_monotonic_s() - d->start_s >= d->timeout_s;
+// Reads the clock once; returns the seconds run so far.
+static inline double watchdog_clock_tick(WatchdogClock* c) {
+    double now = watchdog_monotonic_s(), interval = now - c->last_s;
+    c->last_s = now;
+    if (interval > 0 && interval <= WATCHDOG_STOPPED_GAP_S) c->ran_s += interval;
+    return c->ran_s;
 }
+
+// timeout_s <= 0: never expires.
+static inline int watchdog_expired(double ran_s, double timeout_s) { return timeout_s > 0 && ran_s >= timeout_s; }
 
 static inline void watchdog_sleep_us(long us) {
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
@@ -137,24 +150,29 @@ static inline void watchdog_timeout_abort(const char* what, double timeout_s, vo
     watchdog_abort_job(message, end_job);
 }
 
-// Polls done(ctx) until it returns 1 (the schedule above); past timeout_s (<= 0: never)
-// ends the job, naming what describe(ctx, buf, n) says was waited for. done() is called
-// once before the clock starts, so a completed wait costs one call.
+// Waits that found their collective incomplete, counted for LLMC_TEST_STOP's wait point.
+static long watchdog_polled_waits_ = 0;
+
+// Polls done(ctx) until it returns 1 (the schedule above); past timeout_s (<= 0: never) of
+// this process's running time ends the job, naming what describe(ctx, buf, n) says was
+// waited for. done() is called once before the clock starts, so a completed wait costs one call.
 static inline void watchdog_poll_until(int (*done)(void* ctx), void* ctx, double timeout_s,
                                     const char* (*describe)(void* ctx, char* buf, size_t n), void (*end_job)(void)) {
     if (done(ctx)) return;
-    WatchdogDeadline deadline = watchdog_deadline_start(timeout_s);
-    double last_poll = deadline.start_s;
+    WatchdogClock clock = watchdog_clock_start();
     long sleep_us = WATCHDOG_POLL_FIRST_US;
+    int first = 1;
     while (!done(ctx)) {
-        double now = watchdog_monotonic_s();
-        if (now - last_poll > WATCHDOG_STOPPED_GAP_S) deadline.start_s += now - last_poll;  // we were not running
-        last_poll = now;
-        if (watchdog_deadline_expired(&deadline)) {
+        double ran = watchdog_clock_tick(&clock);
+        if (first) {  // where a stop between the clock read and the check used to count (tests)
+            first = 0;
+            test_stop_at("wait", ++watchdog_polled_waits_, "in the deadline wait");
+        }
+        if (watchdog_expired(ran, timeout_s)) {
             char what[256];
             watchdog_timeout_abort(describe(ctx, what, sizeof(what)), timeout_s, end_job);
         }
-        if (now - deadline.start_s < WATCHDOG_POLL_SPIN_S) continue;
+        if (ran < WATCHDOG_POLL_SPIN_S) continue;
         watchdog_sleep_us(sleep_us);
         sleep_us = sleep_us * 2 < WATCHDOG_POLL_MAX_US ? sleep_us * 2 : WATCHDOG_POLL_MAX_US;
     }
@@ -169,8 +187,8 @@ typedef struct {
     pthread_mutex_t lock;
     int started, armed;
     char what[PATH_MAX_LEN + 128];
-    WatchdogDeadline deadline;
-    double last_tick;
+    WatchdogClock clock;  // the armed call's running time
+    double timeout_s;
     void (*end_job)(void);
 } WatchdogThread;
 
@@ -183,13 +201,10 @@ static void* watchdog_thread_main_(void* unused) {
         watchdog_sleep_us(WATCHDOG_THREAD_TICK_US);
         pthread_mutex_lock(&w->lock);
         if (w->armed) {
-            double now = watchdog_monotonic_s();
-            if (now - w->last_tick > WATCHDOG_STOPPED_GAP_S) w->deadline.start_s += now - w->last_tick;  // we were stopped
-            w->last_tick = now;
-            if (watchdog_deadline_expired(&w->deadline)) {
+            if (watchdog_expired(watchdog_clock_tick(&w->clock), w->timeout_s)) {
                 char what[sizeof(w->what)];
                 memcpy(what, w->what, sizeof(what));
-                double timeout_s = w->deadline.timeout_s;
+                double timeout_s = w->timeout_s;
                 void (*end_job)(void) = w->end_job;
                 pthread_mutex_unlock(&w->lock);
                 watchdog_timeout_abort(what, timeout_s, end_job);
@@ -216,8 +231,8 @@ static inline void watchdog_arm(const char* what, double timeout_s, void (*end_j
         w->started = 1;
     }
     snprintf(w->what, sizeof(w->what), "%s", what);
-    w->deadline = watchdog_deadline_start(timeout_s);
-    w->last_tick = w->deadline.start_s;
+    w->clock = watchdog_clock_start();
+    w->timeout_s = timeout_s;
     w->end_job = end_job;
     w->armed = 1;
     pthread_mutex_unlock(&w->lock);
