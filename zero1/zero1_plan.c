@@ -484,14 +484,14 @@ static int run_plan(PlanOptions* o, int force_json) {
     Zero1Layout L;
     if (zero1_layout_build(&L, o->numels, o->num_params, o->dp / o->instances, o->bucket_size, o->pad_busbw,
                            o->shared_embedding, err, sizeof(err)) != 0) {
-        fprintf(stderr, "zero1_plan: %s\n", err);
+        fprintf(stderr, "error: %s\n", err);
         return 2;
     }
     int rc = (o->json || force_json) ? print_json(stdout, o, &L, err, sizeof(err))
                                      : print_text(stdout, o, &L, err, sizeof(err));
     zero1_layout_free(&L);
     if (rc != 0) {
-        fprintf(stderr, "zero1_plan: %s\n", err);
+        fprintf(stderr, "error: %s\n", err);
         return 1;
     }
     return 0;
@@ -502,7 +502,7 @@ static int run_plan(PlanOptions* o, int force_json) {
 static int run_batch(const char* path) {
     FILE* f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
     if (f == NULL) {
-        fprintf(stderr, "zero1_plan: cannot open batch file '%s': %s\n", path, strerror(errno));
+        fprintf(stderr, "error: cannot open batch file '%s': %s\n", path, strerror(errno));
         return 2;
     }
     char* line = NULL;
@@ -515,7 +515,7 @@ static int run_batch(const char* path) {
         int argc = 0;
         for (char* tok = strtok(line, " \t\r\n"); tok != NULL; tok = strtok(NULL, " \t\r\n")) {
             if (argc == MAX_BATCH_ARGS) {
-                fprintf(stderr, "zero1_plan: %s:%ld: more than %d arguments\n", path, line_no, MAX_BATCH_ARGS);
+                fprintf(stderr, "error: %s:%ld: more than %d arguments\n", path, line_no, MAX_BATCH_ARGS);
                 rc = 2;
                 break;
             }
@@ -525,7 +525,7 @@ static int run_batch(const char* path) {
         PlanOptions o;
         char err[512];
         if (parse_plan_args(argc, args, &o, err, sizeof(err)) != 0 || o.help || o.batch_file) {
-            fprintf(stderr, "zero1_plan: %s:%ld: %s\n", path, line_no,
+            fprintf(stderr, "error: %s:%ld: %s\n", path, line_no,
                     (o.help || o.batch_file) ? "--help/--batch are not allowed in a batch line" : err);
             rc = 2;
         } else {
@@ -542,7 +542,7 @@ int main(int argc, char** argv) {
     PlanOptions o;
     char err[512];
     if (parse_plan_args(argc - 1, argv + 1, &o, err, sizeof(err)) != 0) {
-        fprintf(stderr, "zero1_plan: %s\n%s", err, USAGE);
+        fprintf(stderr, "error: %s\n%s", err, USAGE);
         free(o.numels);
         return 2;
     }

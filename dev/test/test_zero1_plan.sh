@@ -163,13 +163,20 @@ bad_cases=(
     "--model d12 --fp32-accumulation"
     "--model d12 --grad-dtype fp16"
     "--model d12 --split-embedding --tokens 0"
+    "--model d2 --dp 3 --dp-invariant"
+    "--model d2 --dp-invariant --accumulation 3"
 )
 for args in "${bad_cases[@]}"; do
     # shellcheck disable=SC2086
     err=$(./zero1_plan $args 2>&1 >/dev/null); rc=$?
     [ $rc -eq 2 ] || fail "'zero1_plan $args' exited $rc, want 2"
     echo "$err" | grep -q "usage:" || fail "'zero1_plan $args' printed no usage"
+    [ "$(grep -c '^error: ' <<<"$err")" = 1 ] || fail "'zero1_plan $args' printed no single 'error:' line naming the problem"
 done
+grep -q "^error: --dp-invariant needs a power-of-two --dp" <<<"$(./zero1_plan --model d2 --dp 3 --dp-invariant 2>&1)" ||
+    fail "--dp 3 --dp-invariant: the error does not name the power of two"
+grep -q "^error: bad --accumulation '3' (a power of two)" <<<"$(./zero1_plan --model d2 --dp-invariant --accumulation 3 2>&1)" ||
+    fail "--accumulation 3: the error does not name it"
 ./zero1_plan --batch /nonexistent/file >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "--batch on a missing file exited $rc, want 2"
 printf -- '--numels 1,2 --dp 2\n--numels 0\n' | ./zero1_plan --batch - >/dev/null 2>&1; rc=$?
