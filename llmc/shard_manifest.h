@@ -9,6 +9,10 @@
  * job. So, where a manifest stands beside the shards:
  *   - every shard the pattern matches must be listed in a manifest of its directory, and
  *     every listed shard that the pattern matches must exist (shard_manifest_check);
+ *   - the shards must be of one corpus: a pattern that matches shards of two manifests
+ *     (NAME_train_*.bin of two names, a glob over two directories) is refused, and so is a
+ *     shard that two manifests list;
+ *   - a manifest lists each shard once, and is of a version this reader knows;
  *   - each shard, at every open, must have the listed size and CRC32C, computed during the
  *     full read the loader makes anyway to check the token ids (shard_check_content).
  * A shard that no manifest lists is refused when its own name's manifest exists (for
@@ -50,6 +54,8 @@ typedef struct {
     ino_t ino;
     off_t size;
     struct timespec mtime;
+    uint32_t content_crc;  // its CRC32C as the loader computed it (content_read 1), for its identity
+    int content_read;
 } ShardCheck;
 
 typedef struct {
@@ -58,6 +64,7 @@ typedef struct {
     char* name;      // the shard it lists (a base name)
     uint64_t bytes;
     uint32_t crc;
+    int line;        // where the manifest lists it
     int matched;     // the pattern matched it
 } ManifestEntry;
 
@@ -95,17 +102,23 @@ static inline void manifest_join(char* out, size_t n, const char* dir, const cha
 }
 
 // Adds the shard lines of one manifest. Any *_manifest.txt that does not start with
-// "llmc-shards 1 " is someone else's file and is passed over; one of ours that is
-// malformed is an error.
+// "llmc-shards " is someone else's file and is passed over; one of ours of another version
+// than 1, or malformed, or listing a shard twice, is an error.
 static inline void manifest_read(ManifestSet* set, const char* dir, const char* path) {
-    FILE* f = fopen(path, "r");
-    if (f == NULL) fatal("cannot read the shard manifest '%s': %s", path, strerror(errno));
+    FILE* f = fopenCheck(path, "r");  // a FIFO or a directory is refused, never waited on
     char line[PATH_MAX_LEN + 128];
     int number = 0;
+    size_t first = set->n;  // this manifest's entries start here
     while (fgets(line, sizeof(line), f)) {
         number++;
         line[strcspn(line, "\n")] = '\0';
-        if (number == 1 && strncmp(line, "llmc-shards 1 ", 14) != 0) break;
+        if (number == 1 && strncmp(line, "llmc-shards ", 12) != 0) break;
+        if (number == 1 && strncmp(line, "llmc-shards 1 ", 14) != 0) {
+            fclose(f);
+            fatal("%s: manifest version '%.*s' is unknown to this build (it reads 'llmc-shards 1'): prepare the corpus "
+                  "with this build's tools, or train with the build that prepared it", path,
+                  (int)strcspn(line + 12, " "), line + 12);
+        }
         if (strncmp(line, "shard ", 6) != 0) continue;
         char split[8];
         unsigned long long tokens, bytes;
@@ -121,12 +134,22 @@ static inline void manifest_read(ManifestSet* set, const char* dir, const char* 
             set->entries = (ManifestEntry*)realloc(set->entries, set->cap * sizeof(ManifestEntry));
             if (set->entries == NULL) fatal("out of memory reading '%s'", path);
         }
+        for (size_t k = first; k < set->n; k++) {
+            const ManifestEntry* seen = &set->entries[k];
+            if (strcmp(seen->name, line + name_at) != 0) continue;
+            int same = seen->bytes == bytes && seen->crc == crc;
+            fclose(f);
+            fatal("%s: line %d lists %s again (first at line %d%s): a manifest lists each shard once; it was edited "
+                  "or damaged, prepare the corpus again", path, number, seen->name, seen->line,
+                  same ? "" : ", with another size or checksum: the two lines contradict each other");
+        }
         ManifestEntry* e = &set->entries[set->n++];
         e->dir = manifest_copy(dir);
         e->manifest = manifest_copy(path);
         e->name = manifest_copy(line + name_at);
         e->bytes = bytes;
         e->crc = crc;
+        e->line = number;
         e->matched = 0;
     }
     fclose(f);
@@ -188,7 +211,7 @@ static inline void manifest_set_free(ManifestSet* set) {
 // (allocated); refuses a set of shards that is not whole (see the top). rank 0 says when
 // the shards have no manifest.
 static inline ShardCheck* shard_manifest_check(const glob_t* files, const char* pattern, int rank) {
-    size_t n = files->gl_pathc, listed = 0;
+    size_t n = files->gl_pathc, listed = 0, first_listed = n;
     ShardCheck* checks = (ShardCheck*)callocCheck(n, sizeof(ShardCheck));
     ManifestSet set;
     memset(&set, 0, sizeof(set));
@@ -206,13 +229,23 @@ static inline ShardCheck* shard_manifest_check(const glob_t* files, const char* 
         for (size_t j = 0; j < set.n; j++) {
             ManifestEntry* e = &set.entries[j];
             if (strcmp(e->dir, dir) != 0 || strcmp(e->name, base) != 0) continue;
+            if (checks[k].manifest) {
+                fatal("%s is listed in both %s and %s: two corpora claim the same shard (a manifest copied or renamed?); "
+                      "remove the one that is not its corpus's", files->gl_pathv[k], checks[k].manifest, e->manifest);
+            }
             checks[k].manifest = manifest_copy(e->manifest);
             checks[k].bytes = e->bytes;
             checks[k].crc = e->crc;
             e->matched = 1;
             listed++;
-            break;
         }
+        // One corpus per run: its checkpoints record which (llmc/data_identity.h).
+        if (checks[k].manifest && first_listed < n && strcmp(checks[first_listed].manifest, checks[k].manifest) != 0) {
+            fatal("'%s' matches shards of two corpora: %s (listed in %s) and %s (listed in %s); a run trains on one "
+                  "corpus: narrow the pattern, or prepare the data as one corpus", pattern, files->gl_pathv[first_listed],
+                  checks[first_listed].manifest, files->gl_pathv[k], checks[k].manifest);
+        }
+        if (checks[k].manifest && first_listed == n) first_listed = k;
     }
     for (size_t k = 0; k < n; k++) {
         if (checks[k].manifest) continue;

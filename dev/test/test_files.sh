@@ -9,10 +9,13 @@
 #     (llmc/shard_manifest.h): a flipped byte, a size other than listed, a stray shard the
 #     pattern matches, a listed one missing, a pattern mixing a corpus with other files; a
 #     shard replaced under a running job; shards without a manifest said to be unverified;
+#     a manifest listing a shard twice (the same line, or another size), of version 2, a
+#     FIFO as a manifest; a pattern over two corpora, a shard two manifests list;
 #   - tokenizer files: a vocabulary size out of range, or beyond the file;
 #   - checkpoints: truncated file, flipped byte (CRC32C; in model.bin, at the end of
-#     optimizer.bin read by the last of 3 ranks, in state.txt), missing file, a symlink to
-#     a FIFO, missing or malformed manifest, and with a manifest that matches the damage
+#     optimizer.bin read by the last of 3 ranks, in state.txt), missing file, a FIFO (as
+#     optimizer.bin, as manifest.txt), a symlink (to a FIFO, to a state.txt outside),
+#     missing or malformed manifest, and with a manifest that matches the damage
 #     (so the file's own checks must catch it): wrong magic, an optimizer of another
 #     model, state.txt fields out of range or inconsistent, a data position beyond the
 #     shard; a checkpoint of another model than -e.
@@ -66,6 +69,16 @@ d=$(corpus_copy shards_size_listed) && sed -i 's/^\(shard train 4096\) 9216 /\1 
 d=$(corpus_copy shards_stray) && cp "$d/c_train_000002.bin" "$d/c_train_000099.bin"
 d=$(corpus_copy shards_missing) && rm "$d/c_train_000002.bin"
 d=$(corpus_copy shards_mixed) && cp "$TMP/good.bin" "$d/extra.bin"
+# A manifest edited or damaged: a shard listed twice (the same line; another size), another
+# version; a second corpus beside the first (its own manifest), a shard two manifests claim;
+# a FIFO where a manifest is looked for.
+d=$(corpus_copy shards_dup) && sed -i '3p' "$d/c_manifest.txt"
+d=$(corpus_copy shards_contradict) && sed -i '3{p;s/^\(shard train 3000\) 7024 /\1 7026 /}' "$d/c_manifest.txt"
+d=$(corpus_copy shards_version) && sed -i '1s/^llmc-shards 1 /llmc-shards 2 /' "$d/c_manifest.txt"
+d=$(corpus_copy shards_two_corpora) && for f in c_train_000001.bin c_train_000002.bin; do cp "$d/$f" "$d/o${f#c}"; done &&
+    sed 's/ c_train_/ o_train_/' "$d/c_manifest.txt" >"$d/o_manifest.txt"
+d=$(corpus_copy shards_two_claims) && cp "$d/c_manifest.txt" "$d/copy_manifest.txt"
+d=$(corpus_copy shards_manifest_fifo) && mkfifo "$d/x_manifest.txt"
 
 cp "$TMP/good.bin" "$TMP/count_beyond.bin" && set_int32 "$TMP/count_beyond.bin" 2 1000000000
 cp "$TMP/good.bin" "$TMP/count_negative.bin" && set_int32 "$TMP/count_negative.bin" 2 -1
@@ -120,8 +133,13 @@ d=$(damaged state_overflow) && set_state "$d" B 99999999999999999999999
 d=$(damaged state_step) && set_state "$d" step 1
 d=$(damaged state_position) && set_state "$d" shard_tokens_done 4000000
 damaged other_model >/dev/null  # undamaged: resumed with another -e
-# A file that is a symlink to a FIFO: named as a FIFO, not as a truncated file.
-d=$(damaged fifo) && mkfifo "$TMP/a_fifo" && ln -sf "$TMP/a_fifo" "$d/optimizer.bin"
+# A FIFO: named as one, not as a truncated file, and never opened (a read would wait for a
+# writer forever); the manifest itself too. A symbolic link (here to a FIFO): the job's own
+# files are never read through one.
+d=$(damaged fifo) && rm "$d/optimizer.bin" && mkfifo "$d/optimizer.bin"
+d=$(damaged fifo_manifest) && rm "$d/manifest.txt" && mkfifo "$d/manifest.txt"
+d=$(damaged link) && mkfifo "$TMP/a_fifo" && ln -sf "$TMP/a_fifo" "$d/optimizer.bin"
+d=$(damaged link_state) && mv "$d/state.txt" "$TMP/outside_state.txt" && ln -s "$TMP/outside_state.txt" "$d/state.txt"
 
 # ---- controls ---------------------------------------------------------------------------
 if timeout 60 $BIN "${BASE[@]}" -o "$TMP/control" >"$TMP/control.log" 2>&1; then
@@ -172,6 +190,16 @@ check shard_stray 1 "shards_stray/c_train_000099.bin matches" "is not listed in 
 check shard_stray 2 "shards_stray/c_train_000099.bin matches" "is not listed in $TMP/shards_stray/c_manifest.txt" -- -i "$TMP/shards_stray/$C_GLOB"
 check shard_listed_missing 1 "shards_missing/c_manifest.txt lists $TMP/shards_missing/c_train_000002.bin" "is missing" -- -i "$TMP/shards_missing/$C_GLOB"
 check shard_mixed 1 "matches shards listed in $TMP/shards_mixed/c_manifest.txt and also $TMP/shards_mixed/extra.bin" "mixes" -- -i "$TMP/shards_mixed/*.bin"
+check manifest_dup 1 "shards_dup/c_manifest.txt: line 4 lists c_train_000002.bin again (first at line 3)" "lists each shard once" -- \
+    -i "$TMP/shards_dup/$C_GLOB"
+check manifest_contradict 1 "shards_contradict/c_manifest.txt: line 4 lists c_train_000002.bin again (first at line 3, with another size or checksum" \
+    "contradict" -- -i "$TMP/shards_contradict/$C_GLOB"
+check manifest_version 1 "shards_version/c_manifest.txt: manifest version '2' is unknown to this build" -- -i "$TMP/shards_version/$C_GLOB"
+check two_corpora 1 "'$TMP/shards_two_corpora/*_train_*.bin' matches shards of two corpora" "o_manifest.txt" "c_manifest.txt" -- \
+    -i "$TMP/shards_two_corpora/*_train_*.bin"
+check two_corpora 2 "matches shards of two corpora" -- -i "$TMP/shards_two_corpora/*_train_*.bin"
+check shard_two_claims 1 "c_train_000001.bin is listed in both" "copy_manifest.txt" -- -i "$TMP/shards_two_claims/$C_GLOB"
+check manifest_fifo 1 "shards_manifest_fifo/x_manifest.txt' is a pipe or FIFO" -- -i "$TMP/shards_manifest_fifo/$C_GLOB"
 
 # A shard replaced (a new file under its name) while the job runs: the loader reopens it at
 # every epoch (here every 3 steps: 200 tokens) and stops at the first reopen after.
@@ -208,6 +236,10 @@ check_resume ckpt_state_edited     2 state_edited    "$CK/state.txt: checksum mi
 check_resume ckpt_missing_file     1 missing         "$CK/optimizer.bin is missing" "delete its directory"
 check_resume ckpt_missing_file     2 missing         "$CK/optimizer.bin is missing"
 check_resume ckpt_fifo             1 fifo            "$CK/optimizer.bin is a pipe or FIFO" "not a regular file"
+check_resume ckpt_fifo_manifest    1 fifo_manifest   "$CK/manifest.txt' is a pipe or FIFO" "never a link"
+check_resume ckpt_fifo_manifest    2 fifo_manifest   "$CK/manifest.txt' is a pipe or FIFO"
+check_resume ckpt_link             1 link            "$CK/optimizer.bin is a symbolic link, not a regular file"
+check_resume ckpt_link_state       1 link_state      "$CK/state.txt is a symbolic link, not a regular file"
 check_resume ckpt_no_manifest      1 no_manifest     "$CK/manifest.txt is missing"
 check_resume ckpt_bad_manifest     1 bad_manifest    "$CK/manifest.txt: malformed line 'model.bin 12 zz'"
 check_resume ckpt_opt_magic        1 opt_magic       "$CK/optimizer.bin: not an optimizer state file"
