@@ -192,8 +192,8 @@ typedef struct {
 } Trainer;
 
 // Checks the configuration against the model; returns the micro-steps per optimizer step.
-// The GPU trainer's kernel choices have no CPU counterpart: a value other than the default
-// would be silently ignored here, so it is refused.
+// The GPU trainer's kernel and communication choices have no CPU counterpart: a value other
+// than the default would be silently ignored here, so it is refused.
 static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
     TrainConfig gpu_defaults;
     train_config_defaults(&gpu_defaults, 0);
@@ -204,6 +204,10 @@ static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world)
     if (given[0]) {
         fatal("%s: a choice of the GPU trainer's kernels (train_gpt2cu); the CPU trainer has one implementation of "
               "each and cannot honour it: leave the option out", given);
+    }
+    if (strcmp(cfg->comm_backend, gpu_defaults.comm_backend) != 0) {
+        fatal("--comm %.60s: a choice of the GPU trainer's communication (train_gpt2cu); the CPU trainer always "
+              "communicates over MPI and cannot honour it: leave the option out", cfg->comm_backend);
     }
     if (!plugin_optimizer && (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32)) {
         fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: rebuild with `" REBUILD_WITH_ZERO1 "`");

@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 
 #include "llmc/crc32c.h"
+#include "llmc/data_identity.h"
 #include "llmc/gpt2_spec.h"
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
@@ -81,6 +82,16 @@ typedef struct {
     // decides as the straight run would; absent from earlier checkpoints (has_outliers 0).
     OutlierState outliers;
     int has_outliers;
+    // Non-finite steps in a row up to this step, so that a resume that diverges again stops
+    // as the straight run would (--max-nonfinite-steps); absent from earlier checkpoints (0).
+    int nonfinite_in_a_row;
+    int has_nonfinite_count;
+    // The train data (llmc/dataloader.h's DataIdentity): a resume on another corpus is refused
+    // unless --allow-corpus-change; absent from earlier checkpoints (has_corpus 0: not checked).
+    char corpus[DATA_CORPUS_NAME_MAX];
+    size_t corpus_shards;
+    uint64_t corpus_digest;
+    int has_corpus;
 } CheckpointState;
 
 // ----------------------------------------------------------------------------
@@ -214,6 +225,44 @@ static inline void checkpoint_remove_stale_temporaries(const char* dir) {
     free(steps);
 }
 
+// Rank 0, under -o's lock, for a run that does not resume from a checkpoint there: a run
+// owns its directory. Another run's checkpoints would be replaced step by step (and -nk
+// would remove the rest), its main.log overwritten, so a fresh run refuses a directory that
+// holds either and says how to resume it or start over; start_over (--start-over) removes
+// them first. resume_asked: -y 1 found no checkpoint, so a main.log is this run's own, from
+// an attempt that stopped before its first save. An empty main.log holds nothing.
+static inline void checkpoint_claim_output_dir(const char* dir, int resume_asked, int start_over) {
+    int* steps;
+    int n = checkpoint_list(dir, 0, &steps);
+    char log_path[PATH_MAX_LEN], names[256] = "";
+    path_format(log_path, sizeof(log_path), "%s/main.log", dir);
+    struct stat st;
+    int has_log = !resume_asked && lstat(log_path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    if (n == 0 && !has_log) {
+        free(steps);
+        return;
+    }
+    for (int i = n - 1; i >= 0 && i >= n - 3; i--) {  // the oldest three, oldest first
+        size_t at = strlen(names);
+        snprintf(names + at, sizeof(names) - at, "%scheckpoint_%08d", at ? ", " : "", steps[i]);
+    }
+    if (!start_over) {
+        fatal("output directory '%s' holds another run's %s%s%s%s%s: a fresh run would replace them; resume that run "
+              "with -y 1, choose another -o, or pass --start-over to remove them and start again", dir,
+              has_log ? "main.log" : "", has_log && n ? " and " : "", n ? "checkpoints (" : "", names,
+              n > 3 ? ", ...)" : n ? ")" : "");
+    }
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX_LEN];
+        checkpoint_path(path, sizeof(path), dir, steps[i], 0);
+        if (!checkpoint_remove_dir(path)) fatal("--start-over: cannot remove %s (see the warning above)", path);
+    }
+    free(steps);
+    if (has_log && unlink(log_path) != 0) fatal("--start-over: cannot remove %s: %s", log_path, strerror(errno));
+    printf("--start-over: removed the run that was in %s (%d checkpoint%s%s)\n", dir, n, n == 1 ? "" : "s",
+           has_log ? " and main.log" : "");
+}
+
 // -nk keep: removes the checkpoints beyond the newest `keep` of those up to step `newest`
 // (the one just saved, complete and in place). Checkpoints of later steps, which an
 // earlier run may have left in the same directory, are not this run's to count or remove.
@@ -242,10 +291,12 @@ static inline void checkpoint_missing_file(const char* path) {
           "afterwards; delete its directory to resume from the one before", path, strerror(errno));
 }
 
-// Reads a whole small text file into buf (NUL-terminated).
+// Reads a whole small text file into buf (NUL-terminated); a FIFO or a link is refused
+// before it is opened (fopenOwnCheck), never waited on.
 static inline void checkpoint_read_text(const char* path, char* buf, size_t cap) {
-    FILE* f = fopen(path, "rb");
-    if (!f) checkpoint_missing_file(path);
+    struct stat st;
+    if (lstat(path, &st) != 0) checkpoint_missing_file(path);
+    FILE* f = fopenOwnCheck(path, "rb");
     size_t n = fread(buf, 1, cap, f);
     if (ferror(f)) fatal("%s: read failed", path);
     fclose(f);
@@ -280,7 +331,7 @@ static inline void checkpoint_fsync(const char* path) {
 // state.txt: "key value" lines, every value a non-negative integer in a stated range, or
 // a finite non-negative float written with the 9 digits that give back its exact bits.
 
-enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32, STATE_WINDOW };
+enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32, STATE_WINDOW, STATE_NAME };
 typedef struct {
     const char* key;
     size_t offset;
@@ -289,7 +340,8 @@ typedef struct {
     int group;          // 0: always there; a later group: all of its fields or none (earlier versions)
 } CheckpointStateField;
 
-enum { STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_GROUP_OUTLIERS, STATE_NUM_GROUPS };
+enum { STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_GROUP_OUTLIERS,
+       STATE_GROUP_NONFINITE, STATE_GROUP_CORPUS, STATE_NUM_GROUPS };
 #define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 0}
 #define STATE_MEANING(key, member, kind, min, max) \
     {key, offsetof(CheckpointState, member), kind, min, max, STATE_GROUP_STEP_MEANING}
@@ -319,6 +371,10 @@ static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_ORDER("epoch", epoch, STATE_SIZE, 0, INT64_MAX),
     {"loss_window", offsetof(CheckpointState, outliers.loss), STATE_WINDOW, 0, 0, STATE_GROUP_OUTLIERS},
     {"norm_window", offsetof(CheckpointState, outliers.norm), STATE_WINDOW, 0, 0, STATE_GROUP_OUTLIERS},
+    {"nonfinite_in_a_row", offsetof(CheckpointState, nonfinite_in_a_row), STATE_INT, 0, INT_MAX, STATE_GROUP_NONFINITE},
+    {"train_corpus", offsetof(CheckpointState, corpus), STATE_NAME, 0, 0, STATE_GROUP_CORPUS},
+    {"train_shards", offsetof(CheckpointState, corpus_shards), STATE_SIZE, 1, INT64_MAX, STATE_GROUP_CORPUS},
+    {"train_digest", offsetof(CheckpointState, corpus_digest), STATE_U64, 0, UINT64_MAX, STATE_GROUP_CORPUS},
 };
 #define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
 
@@ -335,6 +391,10 @@ static inline void checkpoint_write_state(const char* path, const CheckpointStat
             fprintf(f, "%s ", fd->key);
             outlier_window_format((const OutlierWindow*)p, f);
             fputc('\n', f);
+            continue;
+        }
+        if (fd->kind == STATE_NAME) {
+            fprintf(f, "%s %s\n", fd->key, p);
             continue;
         }
         uint64_t v = fd->kind == STATE_INT ? (uint64_t)*(const int*)p
@@ -383,6 +443,11 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
             continue;
         }
         if (sscanf(line, "%63s %63s %c", key, value, &extra) != 2) fatal("%s: malformed line '%.80s'", path, line);
+        if (fd->kind == STATE_NAME) {
+            if (!data_corpus_name_ok(value)) fatal("%s: field %s = '%s' is not a corpus name", path, key, value);
+            snprintf(p, DATA_CORPUS_NAME_MAX, "%s", value);
+            continue;
+        }
         if (fd->kind == STATE_F32) {
             if (!checkpoint_parse_f32(value, (float*)p)) {
                 fatal("%s: field %s = '%s' is not a finite non-negative number", path, key, value);
@@ -403,6 +468,8 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
     s->has_step_meaning = group_seen[STATE_GROUP_STEP_MEANING] > 0;
     s->has_data_order = group_seen[STATE_GROUP_DATA_ORDER] > 0;
     s->has_outliers = group_seen[STATE_GROUP_OUTLIERS] > 0;
+    s->has_nonfinite_count = group_seen[STATE_GROUP_NONFINITE] > 0;
+    s->has_corpus = group_seen[STATE_GROUP_CORPUS] > 0;
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
         int group = CHECKPOINT_STATE_FIELDS[i].group;
         if (!seen[i] && (group == STATE_GROUP_ALWAYS || group_seen[group])) {
@@ -501,8 +568,8 @@ static inline void checkpoint_read_manifest(const char* dir, CheckpointManifest*
     for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[i]);
         struct stat st;
-        if (stat(path, &st) != 0) checkpoint_missing_file(path);
-        const char* kind = not_regular_file_kind(path);  // a FIFO's size 0 is no truncation
+        if (lstat(path, &st) != 0) checkpoint_missing_file(path);
+        const char* kind = file_kind_of_mode(st.st_mode);  // a FIFO's size 0 is no truncation
         if (kind) fatal("%s is %s, not a regular file: a checkpoint holds regular files only", path, kind);
         if ((uint64_t)st.st_size != m->bytes[i]) {
             fatal("%s: %lld bytes, manifest says %" PRIu64 ": the file is truncated or corrupt", path,

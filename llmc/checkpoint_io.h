@@ -48,6 +48,7 @@
 #include "llmc/mpi_wait.h"
 #include "llmc/optimizer.h"
 #include "llmc/rng.h"
+#include "llmc/test_stop.h"
 #include "llmc/train_loop.h"
 #include "llmc/utils.h"
 
@@ -202,20 +203,6 @@ static inline void checkpoint_io_begin(const CheckpointFilePlan* f, int saving, 
         checkpoint_io_check(rc_, (f)->path, name, saving); \
     } while (0)
 
-// Test only: LLMC_TEST_STOP=save:R:S (or load:R:S) makes rank R stop itself (SIGSTOP) in
-// the save (or the load) of step S's checkpoint, before its first collective call on
-// model.bin, as a rank whose host hangs there would: the test that its peers end the job.
-static inline void checkpoint_test_stop(const CheckpointFilePlan* f, int saving) {
-    const char* spec = getenv("LLMC_TEST_STOP");
-    char phase[8];
-    int rank, step;
-    if (!spec || sscanf(spec, "%7[a-z]:%d:%d", phase, &rank, &step) != 3) return;
-    if (strcmp(phase, saving ? "save" : "load") != 0 || rank != utils_rank() || step != f->step) return;
-    if (f->file != CHECKPOINT_MODEL) return;
-    fprintf(stderr, "test: rank %d stops itself in the checkpoint %s of step %d (LLMC_TEST_STOP)\n", rank, phase, step);
-    raise(SIGSTOP);
-}
-
 // MPI's error classes rarely say why a write failed (a full disk can come back as
 // MPI_ERR_OTHER, depending on which rank aggregated the write), so a failed save says
 // what usually causes it.
@@ -224,7 +211,10 @@ static inline void checkpoint_io_check(int rc, const char* path, const char* cal
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof(text), "MPI error %d", rc);
-    fatal("%s: %s failed: %s%s", path, call, text, saving ? " (is the disk full?)" : "");
+    int error_class = MPI_ERR_OTHER;
+    MPI_Error_class(rc, &error_class);
+    int missing = error_class == MPI_ERR_NO_SUCH_FILE;  // its directory is gone: llmc/dir_lock.h explains
+    fatal("%s: %s failed: %s%s", path, call, text, saving && !missing ? " (is the disk full?)" : "");
 }
 
 // Saving: the round's slices from the optimizer (and the header) into the staging buffer.
@@ -268,7 +258,10 @@ static inline void checkpoint_move_file(const CheckpointFilePlan* f, int dir_fd,
                                         int saving, CheckpointCrc* crcs) {
     MPI_File fh;
     int mode = saving ? MPI_MODE_CREATE | MPI_MODE_WRONLY : MPI_MODE_RDONLY;
-    if (!saving) checkpoint_test_stop(f, saving);
+    if (f->file == CHECKPOINT_MODEL) {  // tests: a rank that hangs here, -o removed under a save (llmc/test_stop.h)
+        if (saving) test_stop_at("save_open", f->step, "in the checkpoint save, before opening model.bin, of step");
+        else test_stop_at("load", f->step, "in the checkpoint load of step");
+    }
     // Open MPI 4.1 copies the name with a suffix into a 256-byte buffer and aborts the job on a
     // longer one (-o of about 200 characters), so MPI-IO gets a name of the same file that is
     // short at any -o: relative to the open directory, through /proc. Messages name f->path.
@@ -284,7 +277,7 @@ static inline void checkpoint_move_file(const CheckpointFilePlan* f, int dir_fd,
         MPI_Offset at = r ? (MPI_Offset)r->offset : 0;
         int bytes = r ? (int)r->bytes : 0;  // at most the staging size, 1 GiB
         if (r && saving) checkpoint_stage_round(f, r, o, staging, 1);
-        if (saving && k == 0) checkpoint_test_stop(f, saving);
+        if (saving && k == 0 && f->file == CHECKPOINT_MODEL) test_stop_at("save", f->step, "in the checkpoint save of step");
         // Blocking collective I/O (Open MPI 4's non-blocking MPI_File_iwrite_at_all crashed
         // on a full disk, where this one reports the error), under the watchdog thread.
         const char* call = saving ? "MPI_File_write_at_all" : "MPI_File_read_at_all";
@@ -511,6 +504,7 @@ static inline void checkpoint_save(const char* out_dir, const GPT2Config* cfg, O
     checkpoint_transfer(&t, tmp, cfg, o, s->step, 1);
     // Every rank has synced and closed both files (their reports reached rank 0 after that).
     char what[128];
+    test_stop_at("save_commit", s->step, "in the checkpoint save, its files written, of step");
     if (rank == 0 && checkpoint_nonfinite_where(&t, cfg, what, sizeof(what)) >= 0) {
         checkpoint_remove_dir(tmp);
         snprintf(lost, sizeof(lost), "checkpoint of step %d not saved: %s is not finite (the earlier checkpoints "
@@ -620,8 +614,8 @@ static inline void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps
 
 // The training loop's checkpoint: every -n steps and at the end (collective).
 static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config* mc, Optimizer* o,
-                                       int grad_accum_steps, int steps_done, int max_steps, const DataLoader* train,
-                                       uint64_t sample_rng, const OutlierState* outliers) {
+                                       int grad_accum_steps, int steps_done, int max_steps, const RunIO* io,
+                                       uint64_t sample_rng) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
     s.step = steps_done;
@@ -631,12 +625,18 @@ static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config*
     s.T = cfg->T;
     s.grad_accum_steps = grad_accum_steps;
     checkpoint_step_meaning(cfg, max_steps, &s);
-    DataPosition at = dataloader_position(train);
+    DataPosition at = dataloader_position(&io->train);
     s.epoch = at.epoch;
     s.shard = at.shard;
     s.shard_tokens_done = at.tokens_done;
-    s.outliers = *outliers;
+    s.outliers = io->outliers;
     s.has_outliers = 1;
+    s.nonfinite_in_a_row = io->nonfinite_in_a_row;
+    s.has_nonfinite_count = 1;
+    snprintf(s.corpus, sizeof(s.corpus), "%s", io->train_identity.corpus);
+    s.corpus_shards = io->train_identity.shards;
+    s.corpus_digest = io->train_identity.digest;
+    s.has_corpus = 1;
     checkpoint_save(cfg->output_dir, mc, o, &s);
 }
 
@@ -654,6 +654,30 @@ static inline void checkpoint_note_change(char* list, size_t n, const char* name
     snprintf(list + at, n - at, "%s%s %s -> %s", at ? ", " : "", name, a, b);
 }
 
+// -y 1, once the train data is open (every rank alike): the checkpoint's corpus must be the
+// one -i names now (llmc/data_identity.h), unless --allow-corpus-change says the change is
+// meant; the saved data position then applies to the new data as it stands. A checkpoint
+// that predates the record resumes with the data unchecked, saying so.
+static inline void checkpoint_corpus_check(const TrainConfig* cfg, const CheckpointResume* r, const DataIdentity* now) {
+    const CheckpointState* saved = &r->state;
+    char was[160], is[160];
+    if (!saved->has_corpus) {
+        if (utils_rank() == 0) printf("resume: %s predates the record of its train data; the data was not checked\n", r->dir);
+        return;
+    }
+    if (saved->corpus_shards == now->shards && saved->corpus_digest == now->digest) return;  // names do not count
+    data_identity_text(saved->corpus, saved->corpus_shards, saved->corpus_digest, was, sizeof(was));
+    data_identity_text(now->corpus, now->shards, now->digest, is, sizeof(is));
+    if (!cfg->allow_corpus_change) {
+        fatal("resume: %s was trained on other data (%s) than -i '%s' holds now (%s): resume on the saved corpus, or "
+              "pass --allow-corpus-change to continue on this one", r->dir, was, cfg->train_pattern, is);
+    }
+    if (utils_rank() == 0) {
+        printf("resume: --allow-corpus-change: continuing %s on other data (%s; it was trained on %s)\n", r->dir, is,
+               was);
+    }
+}
+
 // -y 1, once the run's batch and length are known (every rank alike): a resume continues
 // the saved run's steps exactly, so what a step means must not change. The rank count,
 // -b and the accumulation may (a run saved on 4 ranks resumes on 2 with twice the
@@ -661,7 +685,7 @@ static inline void checkpoint_note_change(char* list, size_t n, const char* name
 // where the learning rate decays) and AdamW's settings may not, unless
 // --allow-resume-change says the change is meant. Returns 1 when the checkpoint is already
 // at -x (nothing left to do).
-static inline int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r,
+static inline int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r, const DataIdentity* data,
                                           long long tokens_per_step, int max_steps) {
     const CheckpointState* saved = &r->state;
     if (saved->step > max_steps) {
@@ -707,6 +731,7 @@ static inline int checkpoint_resume_check(const TrainConfig* cfg, const Checkpoi
     if (!saved->has_step_meaning && utils_rank() == 0) {
         printf("resume: %s predates the saved schedule and AdamW settings; only the batch was checked\n", r->dir);
     }
+    checkpoint_corpus_check(cfg, r, data);
     if (saved->step < max_steps) return 0;
     if (utils_rank() == 0) printf("resume: %s is at step %d = -x: the run is already complete\n", r->dir, saved->step);
     return 1;
@@ -745,6 +770,7 @@ static inline int checkpoint_start_step(const TrainConfig* cfg, const Checkpoint
         io->outliers.loss = outlier_window_resized(&r->state.outliers.loss, cfg->outlier_window);
         io->outliers.norm = outlier_window_resized(&r->state.outliers.norm, cfg->outlier_window);
     }
+    io->nonfinite_in_a_row = r->state.nonfinite_in_a_row;  // 0 from a checkpoint that predates the count
     logger_resume_at(&io->logger, r->state.step);
     return r->state.step;
 }

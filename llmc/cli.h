@@ -45,8 +45,11 @@ typedef struct {
     int sample_every, gen_tokens;  // -s -g
     int checkpoint_every;       // -n
     int checkpoints_keep;       // -nk (0: keep all)
-    int resume;                 // -y
+    int resume;                 // -y 1, while -o holds a checkpoint to resume from (llmc/checkpoint_io.h clears it)
+    int resume_asked;           // -y 1 as given
+    int start_over;             // --start-over: a fresh run removes the checkpoints and main.log of the run in -o
     int allow_resume_change;    // resume even where what a step means differs from the checkpoint's
+    int allow_corpus_change;    // resume even on train data other than the checkpoint's
     int zero_stage;             // -z
     int master_weights;         // -w: llm.c's flag, only 1 (fp32 master weights are always kept)
     int overfit_single_batch;   // -a
@@ -124,6 +127,11 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--allow-resume-change", OPT_FLAG, CLI_FIELD(allow_resume_change), 0, 0,
      "with -y 1: continue even if the tokens per step, -t, -a, the schedule or AdamW's settings differ from the "
      "checkpoint's"},
+    {NULL, "--allow-corpus-change", OPT_FLAG, CLI_FIELD(allow_corpus_change), 0, 0,
+     "with -y 1: continue even if the train data (-i) is not the corpus the checkpoint was trained on"},
+    {NULL, "--start-over", OPT_FLAG, CLI_FIELD(start_over), 0, 0,
+     "a fresh run (no -y 1) into an -o that holds another run's checkpoints or main.log: remove them first (without "
+     "it, such an -o is refused)"},
     {"-z", "--zero-stage", OPT_INT, CLI_FIELD(zero_stage), 0, 1, "0: replicated AdamW, 1: ZeRO-1 (zero1/ plugin)"},
     {"-w", "--master-weights", OPT_INT, CLI_FIELD(master_weights), 1, 1,
      "llm.c's master-weights flag, accepted so that llm.c command lines run: only 1 (fp32 master weights are always "
@@ -393,6 +401,15 @@ static inline void train_parse_args_with(TrainConfig* c, const OptionTable* extr
               "add --param-dtype bf16; train_gpt2cu: build with PRECISION=BF16)");
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
+    if (c->start_over && c->resume) {
+        fatal("--start-over removes the run in -o to start a fresh one, -y 1 resumes it: give one of the two");
+    }
+    if (c->trace_file && c->trace_file[0] == '\0') fatal("--trace '': give the trace files' path prefix (FILE.rankN.json)");
+    if (c->output_dir && c->output_dir[0] == '\0') fatal("-o '': give the output directory");
+    if (c->checkpoints_keep > 0 && c->checkpoint_every == 0) {
+        fatal("-nk %d keeps the newest of the checkpoints that -n saves in -o: give -n and -o too", c->checkpoints_keep);
+    }
+    c->resume_asked = c->resume;
 }
 
 static inline void train_parse_args(TrainConfig* c, int argc, char** argv) { train_parse_args_with(c, NULL, 0, argc, argv); }

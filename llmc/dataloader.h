@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "llmc/crc32c.h"
+#include "llmc/data_identity.h"
 #include "llmc/rng.h"
 #include "llmc/shard_manifest.h"
 #include "llmc/untrusted.h"
@@ -150,6 +151,8 @@ static inline void dataloader_open_shard(DataLoader* d, size_t index) {
     d->shard_tokens = shard_check_header(d->file, path, &crc);
     size_t bad = shard_scan_tokens(d->file, path, d->shard_tokens, d->vocab_size, &crc, &bad_id);
     shard_check_content(&d->checks[index], path, SHARD_HEADER_INTS * sizeof(int) + d->shard_tokens * sizeof(uint16_t), crc);
+    d->checks[index].content_crc = crc;
+    d->checks[index].content_read = 1;
     if (bad < d->shard_tokens) {
         fatal("%s: token %zu has id %d, not below the vocabulary size %d", path, bad, bad_id, d->vocab_size);
     }
@@ -223,6 +226,21 @@ static inline void dataloader_init(DataLoader* d, const char* pattern, int B, in
     d->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
     d->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
     dataloader_open_shard(d, 0);
+}
+
+// The corpus the loader reads (llmc/data_identity.h), as its start found it: the first shard
+// has been read whole, so its CRC32C is known even without a manifest.
+static inline void dataloader_identity(const DataLoader* d, DataIdentity* id) {
+    memset(id, 0, sizeof(*id));
+    snprintf(id->corpus, sizeof(id->corpus), "-");
+    id->shards = d->num_shards;
+    id->digest = DATA_DIGEST_START;
+    for (size_t k = 0; k < d->num_shards; k++) {
+        const ShardCheck* c = &d->checks[k];
+        if (c->manifest) data_corpus_of_manifest(c->manifest, id->corpus);
+        uint32_t crc = c->manifest ? c->crc : k == 0 && c->content_read ? c->content_crc : 0;
+        id->digest = data_digest_add(id->digest, c->manifest ? c->bytes : (uint64_t)c->size, crc);
+    }
 }
 
 // --shuffle: from here on the order of the top, for steps of rows_per_step rows (ranks x B

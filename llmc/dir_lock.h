@@ -10,7 +10,12 @@
  * job holds a lock file with no name, and a second job on the same -o locks a new one. So
  * before every write there (each main.log line, each checkpoint) the job checks that -o
  * is still the directory it locked, same device and inode, with its lock file still linked
- * in it (dir_lock_lost), and stops if not, writing nothing more there.
+ * in it (dir_lock_lost), and stops if not, writing nothing more there. Between two checks
+ * any operation there can fail instead (a save in flight: "cannot open .../model.bin"), so
+ * the lock also explains every error of the process (fatal's cause, llmc/utils.h): while -o
+ * is lost, that is what the error says, the failed operation in parentheses.
+ *
+ * The lock file, like every file the job writes, must be a regular file and not a link.
  */
 #ifndef LLMC_DIR_LOCK_H
 #define LLMC_DIR_LOCK_H
@@ -64,6 +69,14 @@ static inline const char* dir_lock_lost(char* why) {
     return why;
 }
 
+// fatal()'s cause (llmc/utils.h): -o lost explains whatever failed.
+static inline int dir_lock_explain(char* buf, size_t n) {
+    char why[DIR_LOCK_WHY_MAX];
+    if (!dir_lock_lost(why)[0]) return 0;
+    snprintf(buf, n, "%s", why);
+    return 1;
+}
+
 // Stops (this rank) when -o is no longer the directory this process locked.
 static inline void dir_lock_require(void) {
     char why[DIR_LOCK_WHY_MAX];
@@ -75,7 +88,15 @@ static inline void dir_lock_require(void) {
 static inline void dir_lock_take_for(const char* dir, const char* clash) {
     char path[PATH_MAX_LEN];
     path_format(path, sizeof(path), "%s/.lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat st;
+    const char* kind = lstat(path, &st) == 0 ? file_kind_of_mode(st.st_mode) : NULL;
+    int fd = kind ? -1 : open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0 && !kind && (errno == ELOOP || errno == ENXIO)) kind = errno == ELOOP ? "a symbolic link" : "a FIFO";
+    if (fd >= 0 && fstat(fd, &st) == 0 && (kind = file_kind_of_mode(st.st_mode)) != NULL) close(fd);
+    if (kind) {
+        fatal("the lock file '%s' is %s, not a regular file: the job locks its directory with a regular file of its "
+              "own (remove it)", path, kind);
+    }
     if (fd < 0) fatal("cannot open the lock file '%s': %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno != EWOULDBLOCK) fatal("cannot lock '%s': %s", path, strerror(errno));
@@ -86,7 +107,6 @@ static inline void dir_lock_take_for(const char* dir, const char* clash) {
         fatal("output directory '%s' is in use by another job (%s): one job per output directory, or %s would "
               "clash", dir, holder[0] ? holder : "holder unknown", clash);
     }
-    struct stat st;
     if (stat(dir, &st) != 0) fatal("cannot stat the output directory '%s': %s", dir, strerror(errno));
     dir_lock_.fd = fd;
     path_format(dir_lock_.dir, sizeof(dir_lock_.dir), "%s", dir);
@@ -94,6 +114,7 @@ static inline void dir_lock_take_for(const char* dir, const char* clash) {
     dir_lock_.dir_dev = st.st_dev;
     dir_lock_.dir_ino = st.st_ino;
     dir_lock_require();  // the lock file opened is the one in the directory now
+    fatal_cause_ = dir_lock_explain;
     char host[128] = "?", when[64];
     gethostname(host, sizeof(host) - 1);
     time_t now = time(NULL);
@@ -111,6 +132,7 @@ static inline void dir_lock_take(const char* dir) { dir_lock_take_for(dir, "its 
 static inline void dir_lock_release(void) {
     if (dir_lock_.fd >= 0) close(dir_lock_.fd);
     dir_lock_.fd = -1;
+    if (fatal_cause_ == dir_lock_explain) fatal_cause_ = NULL;
 }
 
 #endif

@@ -73,11 +73,12 @@ static inline void make_dir_or_die(const char* dir) {
 // eval entries at it: those of the run that saved the checkpoint go (written to a temporary file that
 // replaces the log, so a crash leaves the old log or the new one, never half of one).
 static inline void logger_drop_repeated(const char* path, int step) {
-    FILE* in = fopen(path, "r");
-    if (!in) return;  // no log yet
+    struct stat st;
+    if (lstat(path, &st) != 0) return;  // no log yet
+    FILE* in = fopenOwnCheck(path, "r");
     char tmp[PATH_MAX_LEN], line[1024], kind[8];
     path_format(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* out = fopenCheck(tmp, "w");
+    FILE* out = fopenOwnCheck(tmp, "w");
     int dropped = 0, s;
     while (fgets(line, sizeof(line), in)) {
         if (sscanf(line, "s:%d %7[a-z]:", &s, kind) != 2) kind[0] = '\0';
@@ -103,9 +104,12 @@ static inline void logger_remove_dead_temporary(const char* log_path) {
     else if (errno != ENOENT) fatal("cannot remove %s: %s", tmp, strerror(errno));
 }
 
-// append: a resumed run's log (logger_resume_at then drops what the run repeats).
-static inline void logger_init(Logger* lg, const char* dir, int rank, int append) {
+// Every rank: -o's length; rank 0: the directory made and locked (llmc/dir_lock.h), what a
+// rewrite cut short left removed. main.log itself is opened by logger_open, once the run has
+// claimed the directory (llmc/checkpoint.h: a fresh run does not replace another run's).
+static inline void logger_init(Logger* lg, const char* dir, int rank) {
     lg->file = NULL;
+    lg->path[0] = '\0';
     lg->write_errno = 0;
     lg->dir_lost = 0;
     if (dir == NULL) return;
@@ -115,7 +119,12 @@ static inline void logger_init(Logger* lg, const char* dir, int rank, int append
     dir_lock_take(dir);
     path_format(lg->path, sizeof(lg->path), "%s/main.log", dir);
     logger_remove_dead_temporary(lg->path);
-    lg->file = fopenCheck(lg->path, append ? "a" : "w");
+}
+
+// Rank 0 with -o: main.log, a regular file and no link. append: a resumed run's log
+// (logger_resume_at then drops what the run repeats).
+static inline void logger_open(Logger* lg, int append) {
+    if (lg->path[0]) lg->file = fopenOwnCheck(lg->path, append ? "a" : "w");
 }
 
 // Once a resume from `step` is accepted (rank 0's log only).
@@ -124,7 +133,7 @@ static inline void logger_resume_at(Logger* lg, int step) {
     dir_lock_require();
     fcloseCheck(lg->file, lg->path);
     logger_drop_repeated(lg->path, step);
-    lg->file = fopenCheck(lg->path, "a");
+    lg->file = fopenOwnCheck(lg->path, "a");
 }
 
 static inline void logger_line(Logger* lg, const char* fmt, ...) LLMC_PRINTF(2, 3);

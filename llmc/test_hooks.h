@@ -1,6 +1,6 @@
 /*
  * Test only: the faults that test scripts plant in the product trainers, read once from the
- * environment (like LLMC_TEST_STOP in llmc/checkpoint_io.h). STEP is 0-based; STEP+ plants
+ * environment (like LLMC_TEST_STOP in llmc/test_stop.h). STEP is 0-based; STEP+ plants
  * the fault in every step from STEP on (a run that has diverged).
  *   LLMC_TEST_PLANT_NAN=STEP[+]      a NaN in h0.qkvb's gradient on the last rank, in the step's
  *                                    last micro-step, the moment backward has it final and before

@@ -166,8 +166,8 @@ static inline int check_run_config(const TrainConfig* cfg, const GPT2Config* mc,
                                                                 : NULL;
         if (needs) fatal("%s the zero1/ plugin: rebuild with `%s`", needs, rebuild);
     }
-    if ((cfg->checkpoint_every > 0 || cfg->resume) && cfg->output_dir == NULL) {
-        fatal("checkpoints (-n, -y) live in the output directory: give one with -o");
+    if ((cfg->checkpoint_every > 0 || cfg->resume_asked || cfg->start_over) && cfg->output_dir == NULL) {
+        fatal("checkpoints (-n, -nk, -y, --start-over) live in the output directory: give one with -o");
     }
     int micro_steps = train_micro_steps(cfg, world);
     if (cfg->dp_invariant) dp_invariant_check(cfg, world, micro_steps);
@@ -262,6 +262,8 @@ typedef struct {
     Tokenizer tok;
     Logger logger;
     OutlierState outliers;  // -sl/-sg's windows (saved in checkpoints)
+    int nonfinite_in_a_row; // non-finite steps in a row so far, a resumed run's included (saved in checkpoints)
+    DataIdentity train_identity;  // the corpus of -i (saved in checkpoints)
 } RunIO;
 
 static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int world, int vocab_size,
@@ -271,6 +273,7 @@ static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int 
     if (cfg->shuffle) dataloader_shuffle(&io->train, (uint64_t)cfg->seed, (size_t)world * cfg->B * grad_accum_steps);
     if (cfg->dp_invariant) dataloader_rank_major(&io->train, grad_accum_steps);
     dataloader_trace(&io->train);
+    dataloader_identity(&io->train, &io->train_identity);
     outlier_state_init(&io->outliers, cfg->outlier_window);
     io->has_val = cfg->val_every > 0;
     if (io->has_val) dataloader_init(&io->val, cfg->val_pattern, cfg->B, cfg->T, rank, world, vocab_size);
@@ -281,7 +284,9 @@ static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int 
         if (rank == 0) printf("hellaswag: %s, %d items\n", cfg->hellaswag_path, io->hellaswag.num_items);
     }
     if (cfg->sample_every > 0) tokenizer_init(&io->tok, cfg->tokenizer_path);
-    logger_init(&io->logger, cfg->output_dir, rank, cfg->resume);
+    logger_init(&io->logger, cfg->output_dir, rank);
+    if (rank == 0 && cfg->output_dir && !cfg->resume) checkpoint_claim_output_dir(cfg->output_dir, cfg->resume_asked, cfg->start_over);
+    logger_open(&io->logger, cfg->resume);
 }
 
 static inline void run_io_close(RunIO* io) {

@@ -19,6 +19,7 @@
 #include "llmc/optimizer.h"
 #include "llmc/ranks_agree.h"
 #include "llmc/test_hooks.h"
+#include "llmc/test_stop.h"
 #include "llmc/train_loop.h"
 
 #ifdef __cplusplus
@@ -165,7 +166,8 @@ static inline void run_training(TrainRun* run, int start_step) {
         dataloader_next_batch(train);
     }
     double total_ms = 0.0;
-    int timed_steps = 0, nonfinite_in_a_row = 0, last_checkpoint = start_step;
+    int timed_steps = 0, last_checkpoint = start_step;
+    int* nonfinite_in_a_row = &run->io.nonfinite_in_a_row;  // a resumed run's goes on from its checkpoint's
     size_t epoch = train->epoch;
     for (int step = start_step; step <= run->max_steps; step++) {
         int last = step == run->max_steps;
@@ -175,6 +177,7 @@ static inline void run_training(TrainRun* run, int start_step) {
         BatchFn batch = cfg->overfit_single_batch ? fixed_batch : loader_batch;
         void* batch_ctx = train;
         test_hooks_begin_step(step, &batch, &batch_ctx);
+        test_stop_at("step", step + 1, "before step");
         double t0 = wall_ms();
         StepResult r = run->kind->step(run->trainer, step, lr, batch, batch_ctx, &run->io.outliers);
         double ms = wall_ms() - t0;
@@ -182,12 +185,12 @@ static inline void run_training(TrainRun* run, int start_step) {
             total_ms += ms;
             timed_steps++;
         }
-        nonfinite_in_a_row = r.nonfinite ? nonfinite_in_a_row + 1 : 0;
-        report_step(run, &r, ms, &epoch, nonfinite_in_a_row);
-        stop_if_diverged(run, &r, nonfinite_in_a_row, last_checkpoint);
+        *nonfinite_in_a_row = r.nonfinite ? *nonfinite_in_a_row + 1 : 0;
+        report_step(run, &r, ms, &epoch, *nonfinite_in_a_row);
+        stop_if_diverged(run, &r, *nonfinite_in_a_row, last_checkpoint);
         if (cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps)) {
             checkpoint_save_run(cfg, run->parts.config, run->parts.opt, run->parts.grad_accum_steps, step + 1,
-                                run->max_steps, train, run->sample_rng, &run->io.outliers);
+                                run->max_steps, &run->io, run->sample_rng);
             if (run->rank == 0) checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, step + 1);  // -nk
             last_checkpoint = step + 1;
         }
@@ -239,7 +242,8 @@ static inline int train_main(int argc, char** argv, const TrainerKind* kind, con
     run.tokens_per_step = (long long)cfg.B * cfg.T * run.world * run.parts.grad_accum_steps;
     run.max_steps = resolve_max_steps(&cfg, &run.io.train, run.tokens_per_step);
     int status = 0;
-    if (!(cfg.resume && checkpoint_resume_check(&cfg, &resume, run.tokens_per_step, run.max_steps))) {
+    if (!(cfg.resume && checkpoint_resume_check(&cfg, &resume, &run.io.train_identity, run.tokens_per_step,
+                                                run.max_steps))) {
         if (run.rank == 0) print_start_lines(&run);
         opt->ops->print_start(opt);
         int start_step = checkpoint_start_step(&cfg, &resume, run.parts.config, opt, &run.io, &run.sample_rng);

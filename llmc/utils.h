@@ -13,6 +13,7 @@
 #define LLMC_UTILS_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,21 +63,34 @@ static inline void utils_set_rank(int rank, int world) {
 #define LLMC_NORETURN
 #endif
 
+// What may explain any error of this process better than the failing call can: it writes
+// that explanation into buf and returns 1, or returns 0 (llmc/dir_lock.h's: the output
+// directory was removed under the job, so "cannot open .../model.bin" is not the story).
+typedef int (*FatalCause)(char* buf, size_t n);
+static FatalCause fatal_cause_ = NULL;
+
 static inline void fatal(const char* fmt, ...) LLMC_PRINTF(1, 2) LLMC_NORETURN;
 static inline void fatal(const char* fmt, ...) {
     fflush(stdout);
     if (utils_rank() != 0) usleep(3000 * 1000);  // let rank 0 speak for a shared error
     // One write for the whole line: stderr is unbuffered, and under mpirun another stream's
     // output could otherwise land between "error: " and the message.
-    char line[8192];
+    char message[8192], cause[4608], line[sizeof(message) + sizeof(cause) + 64];
     size_t n = 0;
     if (utils_world() > 1 && utils_rank() != 0) n = (size_t)snprintf(line, sizeof(line), "[rank %d] ", utils_rank());
     n += (size_t)snprintf(line + n, sizeof(line) - n, "error: ");
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+    vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
-    n = m < 0 ? n : n + (size_t)m < sizeof(line) - 2 ? n + (size_t)m : sizeof(line) - 2;
+    FatalCause explain = fatal_cause_;
+    fatal_cause_ = NULL;  // once: an error inside the explanation is reported plainly
+    if (explain && explain(cause, sizeof(cause)) && strcmp(cause, message) != 0) {
+        snprintf(line + n, sizeof(line) - n - 2, "%s (the operation that failed: %s)", cause, message);
+    } else {
+        snprintf(line + n, sizeof(line) - n - 2, "%s", message);
+    }
+    n = strlen(line);
     line[n] = '\n';
     line[n + 1] = '\0';
     fputs(line, stderr);
@@ -116,31 +130,68 @@ static inline void* calloc_check(size_t n, size_t size, const char* file, int li
 }
 #define callocCheck(n, size) calloc_check((n), (size), __FILE__, __LINE__)
 
-// What a path is when it is not a regular file, for messages ("a directory"), or NULL.
-static inline const char* not_regular_file_kind(const char* path) {
-    struct stat st;
-    if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return NULL;
-    if (S_ISDIR(st.st_mode)) return "a directory";
-    if (S_ISFIFO(st.st_mode)) return "a pipe or FIFO (such as <(...))";
-    if (S_ISCHR(st.st_mode)) return "a character device";
-    if (S_ISBLK(st.st_mode)) return "a block device";
-    if (S_ISSOCK(st.st_mode)) return "a socket";
+// What a file of this mode is when it is not a regular file, for messages ("a directory"), or NULL.
+static inline const char* file_kind_of_mode(mode_t mode) {
+    if (S_ISREG(mode)) return NULL;
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a pipe or FIFO (such as <(...))";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISLNK(mode)) return "a symbolic link";
     return "not a regular file";
 }
 
+// What a path is when it is not a regular file (symbolic links followed), or NULL.
+static inline const char* not_regular_file_kind(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return NULL;
+    return file_kind_of_mode(st.st_mode);
+}
+
 // Inputs and outputs are regular files: every rank reads them, some more than once and at
-// offsets, and opening a FIFO would block forever.
-static inline FILE* fopen_check(const char* path, const char* mode, const char* file, int line) {
-    const char* kind = not_regular_file_kind(path);
+// offsets, and opening a FIFO would block forever. So the file is opened without blocking
+// (O_NONBLOCK: a FIFO opens at once) and what was opened is checked before any use. A file
+// this program writes, or reads back from its own directory (own_file), must not be a
+// symbolic link either: the link could send main.log or a checkpoint anywhere. Inputs may be
+// links to regular files.
+static inline FILE* fopen_check(const char* path, const char* mode, int own_file, const char* file, int line) {
+    int writing = mode[0] != 'r', update = strchr(mode, '+') != NULL;
+    int refuse_links = writing || own_file;
+    struct stat st;
+    const char* kind = NULL;
+    if ((refuse_links ? lstat(path, &st) : stat(path, &st)) == 0) kind = file_kind_of_mode(st.st_mode);
+    int flags = O_NONBLOCK | O_CLOEXEC | (refuse_links ? O_NOFOLLOW : 0) | (update ? O_RDWR : writing ? O_WRONLY : O_RDONLY);
+    if (writing) flags |= O_CREAT | (mode[0] == 'w' ? O_TRUNC : O_APPEND);
+    int fd = kind ? -1 : open(path, flags, 0644);
+    if (fd < 0 && !kind) {
+        if (errno == ELOOP && refuse_links) kind = "a symbolic link";
+        else if (errno == ENXIO) kind = "a pipe or FIFO (such as <(...))";  // a FIFO with no reader
+    }
+    if (fd >= 0 && fstat(fd, &st) == 0 && (kind = file_kind_of_mode(st.st_mode)) != NULL) {
+        close(fd);  // replaced since the check: the kind of what was opened
+        fd = -1;
+    }
+    if (kind && refuse_links) {
+        fatal("'%s' is %s: what the job writes (and main.log and the checkpoints it reads back) must be a regular "
+              "file, never a link; remove it (%s:%d)", path, kind, file, line);
+    }
     if (kind) fatal("'%s' is %s, not a regular file: pass a file (%s:%d)", path, kind, file, line);
-    FILE* f = fopen(path, mode);
+    FILE* f = fd < 0 ? NULL : fdopen(fd, mode);
+    if (fd >= 0 && (f == NULL || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)) {
+        if (f) fclose(f);
+        else close(fd);
+        f = NULL;
+    }
     if (f == NULL) {
         fatal("cannot open '%s' for %s: %s (%s:%d)", path, mode[0] == 'r' ? "reading" : "writing",
               strerror(errno), file, line);
     }
     return f;
 }
-#define fopenCheck(path, mode) fopen_check((path), (mode), __FILE__, __LINE__)
+#define fopenCheck(path, mode) fopen_check((path), (mode), 0, __FILE__, __LINE__)
+// A file of the job's own directory (main.log, a checkpoint's), read or written: never a link.
+#define fopenOwnCheck(path, mode) fopen_check((path), (mode), 1, __FILE__, __LINE__)
 
 // A short read means the file is truncated (or unreadable): name the file.
 static inline void fread_check(void* dst, size_t size, size_t count, FILE* f, const char* what,

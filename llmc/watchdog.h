@@ -150,9 +150,6 @@ static inline void watchdog_timeout_abort(const char* what, double timeout_s, vo
     watchdog_abort_job(message, end_job);
 }
 
-// Waits that found their collective incomplete, counted for LLMC_TEST_STOP's wait point.
-static long watchdog_polled_waits_ = 0;
-
 // Polls done(ctx) until it returns 1 (the schedule above); past timeout_s (<= 0: never) of
 // this process's running time ends the job, naming what describe(ctx, buf, n) says was
 // waited for. done() is called once before the clock starts, so a completed wait costs one call.
@@ -164,9 +161,10 @@ static inline void watchdog_poll_until(int (*done)(void* ctx), void* ctx, double
     int first = 1;
     while (!done(ctx)) {
         double ran = watchdog_clock_tick(&clock);
-        if (first) {  // where a stop between the clock read and the check used to count (tests)
+        if (first) {  // tests: a stop between the clock read and the check used to count in full
             first = 0;
-            test_stop_at("wait", ++watchdog_polled_waits_, "in the deadline wait");
+            char what[256];
+            test_stop_in_wait(describe(ctx, what, sizeof(what)));
         }
         if (watchdog_expired(ran, timeout_s)) {
             char what[256];

@@ -37,3 +37,20 @@ small_model_work() {
 }
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }
+
+# wait_stopped LOG N: waits (120 s at most) until N processes have said in LOG that they stop
+# themselves (LLMC_TEST_STOP, llmc/test_stop.h) and every one of them is stopped; prints
+# their pids. A test then acts at that known place and continues them (kill -CONT).
+wait_stopped() {
+    local pids p all
+    for _ in $(seq 1200); do
+        pids=$(sed -n 's/^test: rank .* (LLMC_TEST_STOP, pid \([0-9]*\))$/\1/p' "$1" 2>/dev/null)
+        if [ "$(wc -w <<<"$pids")" -ge "$2" ]; then
+            all=1
+            for p in $pids; do [[ $(ps -o stat= -p "$p" 2>/dev/null) == T* ]] || all=0; done
+            [ $all = 1 ] && { echo $pids; return 0; }
+        fi
+        sleep 0.1
+    done
+    return 1
+}

@@ -58,7 +58,7 @@ STEPS=(
   "zero1           600 dev/test/test_zero1.sh"
   "dp_invariant    300 dev/test/test_dp_invariant.sh"
   "numeric_coretypes 600 dev/test/test_numeric_coretypes.sh"
-  "checkpoint      300 dev/test/test_checkpoint.sh"
+  "checkpoint      420 dev/test/test_checkpoint.sh"
   "shuffle         300 dev/test/test_shuffle.sh"
   "outliers        300 dev/test/test_outliers.sh"
   "nonfinite       300 dev/test/test_nonfinite.sh"

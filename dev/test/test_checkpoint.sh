@@ -11,8 +11,10 @@
 #      plain replicated build, 2 distributed-optimizer instances, and ZeRO-1 resuming a
 #      checkpoint of the plain build: the step 4-6 losses match the straight run within
 #      1e-5; with instances, a same-flags resume is also bit-identical;
-#   3. a stale temporary directory is never taken for a checkpoint; -n without -o is a
-#      clear error;
+#   3. the train data: another corpus of the same size is refused unless
+#      --allow-corpus-change, a copy of the same one elsewhere resumes, and so does a
+#      checkpoint that predates the record; a stale temporary directory is never taken for a
+#      checkpoint; -n without -o is a clear error;
 #   4. the life cycle of a requeued job: -y 1 before the first checkpoint starts from step
 #      0 (== the straight run) and the first save removes a stale temporary; -nk 2 keeps
 #      the newest two (symlinks unlinked, never followed; foreign files kept); a kill -9
@@ -164,6 +166,67 @@ else
     bad "--allow-resume-change"; tail -5 "$dir.log"
 fi
 
+# The train data: the checkpoint records its corpus (tinyshakespeare's manifest: its shard's
+# size and CRC32C). Another shard of the same size (one token changed) is refused, touching
+# nothing, unless --allow-corpus-change; the same shard copied elsewhere without its
+# manifest resumes; so does a checkpoint that predates the record (its fields taken out),
+# saying the data was not checked.
+mkdir -p "$work/data_copy" "$work/data_other"
+cp data/tinyshakespeare_train.bin "$work/data_copy/shard.bin"
+cp data/tinyshakespeare_train.bin "$work/data_other/shard.bin"
+printf '\x07\x00' | dd of="$work/data_other/shard.bin" bs=1 seek=$((1024 + 2 * 5000)) conv=notrunc status=none
+# The saved digest, by its definition (llmc/data_identity.h): FNV-1a 64 over each shard's
+# bytes (uint64) and CRC32C (uint32), little-endian, from the manifest.
+digest=$($PY -c 'import struct, sys
+h = 1469598103934665603
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] == "shard" and f[1] == "train":
+        for b in struct.pack("<QI", int(f[3]), int(f[4], 16)):
+            h = ((h ^ b) * 1099511628211) % 2**64
+print(h)' data/tinyshakespeare_manifest.txt)
+dir=$work/corpus_other
+resume_from "$work/straight_fp32" "$dir"
+before=$(cd "$dir" && find . -type f | sort | xargs md5sum)
+train ./train_gpt2 2 2 "$dir" -z 1 -y 1 -i "$work/data_other/shard.bin"
+rc=$? msg=$(grep "error:" "$dir.log")
+if [ $rc -ne 0 ] && [ "$(grep -c "error:" "$dir.log")" = 1 ] &&
+   [[ $msg == *"checkpoint_00000003 was trained on other data (corpus 'tinyshakespeare', 1 shard, digest $digest) than -i '$work/data_other/shard.bin' holds now (shards without a manifest, 1 shard, digest "*"--allow-corpus-change"* ]] &&
+   [ "$(cd "$dir" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$before" ]; then
+    ok "resume on another corpus of the same size is refused, naming both, nothing written"
+else
+    bad "resume on another corpus: exit $rc"; tail -3 "$dir.log"
+fi
+if train ./train_gpt2 2 2 "$dir" -z 1 -y 1 -i "$work/data_other/shard.bin" --allow-corpus-change &&
+   grep -q "^resume: --allow-corpus-change: continuing .*checkpoint_00000003 on other data (shards without a manifest, 1 shard, digest [0-9]*; it was trained on corpus 'tinyshakespeare', 1 shard, digest $digest)$" "$dir.log" &&
+   [ "$(losses "$dir" | wc -l)" = 6 ]; then
+    ok "--allow-corpus-change continues on the other corpus, saying so"
+else
+    bad "--allow-corpus-change"; tail -5 "$dir.log"
+fi
+dir=$work/corpus_copy
+resume_from "$work/straight_fp32" "$dir"
+if train ./train_gpt2 2 2 "$dir" -z 1 --bucket-size 20000 --param-dtype fp32 -n 3 -y 1 -i "$work/data_copy/shard.bin" &&
+   ! grep -q "other data" "$dir.log" &&
+   same_checkpoint "$work/straight_fp32/checkpoint_00000006" "$dir/checkpoint_00000006"; then
+    ok "the same shard copied elsewhere, without its manifest: the same corpus, the resume equals the straight run"
+else
+    bad "resume on a copy of the corpus"; tail -5 "$dir.log"
+fi
+dir=$work/corpus_unrecorded
+resume_from "$work/straight_fp32" "$dir"
+ck=$dir/checkpoint_00000003
+sed -i '/^train_corpus \|^train_shards \|^train_digest \|^nonfinite_in_a_row /d' "$ck/state.txt"
+make -s test_crc32c >/dev/null && ./test_crc32c "$ck/model.bin" "$ck/optimizer.bin" "$ck/state.txt" |
+    awk '{ n = split($3, part, "/"); print part[n], $2, $1 }' >"$ck/manifest.txt"
+if train ./train_gpt2 2 2 "$dir" -z 1 -y 1 -i "$work/data_other/shard.bin" &&
+   grep -q "^resume: $ck predates the record of its train data; the data was not checked$" "$dir.log" &&
+   [ "$(losses "$dir" | wc -l)" = 6 ]; then
+    ok "a checkpoint without the record (an earlier version) resumes, saying the data was not checked"
+else
+    bad "a checkpoint without the record"; tail -5 "$dir.log"
+fi
+
 # Distributed-optimizer instances (np=4 as 2 groups of 2): group 0 saves and loads the
 # pieces, the other group gets the loaded state across the instances.
 inst=$work/straight_inst
@@ -235,22 +298,15 @@ else
     bad "-nk 2"; tail -5 "$dir.log"; ls -la "$dir" "$work/outside"
 fi
 
-# kill -9 in the middle of a save (caught with SIGSTOP while the temporary directory
-# exists): the checkpoints before it stay whole, and the same command line resumes from
-# the newest of them and finishes.
+# kill -9 in the middle of a save (the job stopped in the save of step 3, its temporary
+# directory written to: LLMC_TEST_STOP=save, llmc/test_stop.h): the checkpoints before it
+# stay whole, and the same command line resumes from the newest of them and finishes.
 dir=$work/killed
 mkdir -p "$dir"
 KILL_RUN=(./train_gpt2 "${COMMON[@]}" -b 4 -x 4 -n 1 -o "$dir")
-"${KILL_RUN[@]}" >"$dir.log" 2>&1 &
-pid=$! caught="" deadline=$((SECONDS + 120))
-while kill -0 $pid 2>/dev/null && [ $SECONDS -lt $deadline ]; do
-    [ -d "$dir/checkpoint_00000001" ] || continue
-    tmp=$(compgen -G "$dir/.checkpoint_*.tmp") || continue
-    kill -STOP $pid
-    while read -r _ _ state _ <"/proc/$pid/stat" 2>/dev/null && [ "$state" != T ]; do :; done  # stopped for sure
-    if [ -d "$tmp" ]; then caught=$tmp; break; fi
-    kill -CONT $pid
-done
+LLMC_TEST_STOP=save:0:3 "${KILL_RUN[@]}" >"$dir.log" 2>&1 &
+pid=$! caught=""
+if wait_stopped "$dir.log" 1 >/dev/null && [ -d "$dir/.checkpoint_00000003.tmp" ]; then caught=$dir/.checkpoint_00000003.tmp; fi
 kill -KILL $pid 2>/dev/null
 wait $pid 2>/dev/null
 if [ -z "$caught" ]; then
@@ -365,7 +421,7 @@ else
 fi
 
 timeout 60 ./train_gpt2 -e "$work/m.bin" -t 64 -n 3 -x 1 >"$work/noout.log" 2>&1
-if [ $? -ne 0 ] && grep -q "error: checkpoints (-n, -y) live in the output directory" "$work/noout.log"; then
+if [ $? -ne 0 ] && grep -q "error: checkpoints (-n, -nk, -y, --start-over) live in the output directory" "$work/noout.log"; then
     ok "-n without -o is a clear error"
 else
     bad "-n without -o"; cat "$work/noout.log"

@@ -96,6 +96,13 @@ check cpu_attention_bogus  1 "--attention bogus: a choice of the GPU trainer's k
 check cpu_attention_naive  2 "--attention naive: a choice of the GPU trainer's kernels" -- --attention naive
 check cpu_recompute_0      1 "-r 0: a choice of the GPU trainer's kernels" -- -r 0
 check cpu_fused_kernels_0  1 "--fused-kernels 0: a choice of the GPU trainer's kernels" -- --fused-kernels 0
+check cpu_comm_nccl        1 "--comm nccl: a choice of the GPU trainer's communication" -- --comm nccl
+check cpu_comm_mpi         2 "--comm mpi: a choice of the GPU trainer's communication" -- --comm mpi
+check trace_empty          1 "--trace '': give the trace files' path prefix" -- -z 1 --trace ''
+check output_empty         1 "-o '': give the output directory" -- -o ''
+check keep_without_o       1 "-nk 2 keeps the newest of the checkpoints that -n saves in -o" -- -nk 2
+check keep_without_n       1 "-nk 2 keeps the newest of the checkpoints that -n saves in -o" -- -nk 2 -o "$TMP/keep_out"
+check start_over_without_o 1 "checkpoints (-n, -nk, -y, --start-over) live in the output directory" -- --start-over
 check eps_nan              1 "--eps nan"                -- --eps nan
 check output_not_a_dir     1 "not_a_dir"                -- -o "$TMP/not_a_dir"
 check timeout_negative     1 "--comm-timeout -1 is out of range"     -- --comm-timeout -1
@@ -125,15 +132,17 @@ fi
 check instances_zero       1 "--dist-opt-instances 0 is out of range" -- --dist-opt-instances 0
 # One job per output directory: while a job runs in D, a second one on D stops at once naming
 # the holder; once the first is gone (kill -9 too: the lock is the kernel's), D is free again.
+# The holder stands stopped before its step 3 (LLMC_TEST_STOP), holding the lock, while the
+# second job tries.
 lock_cases() {
     rm -rf "$TMP/busy_out"
-    $BIN "${BASE[@]}" -x 100000 -o "$TMP/busy_out" >"$TMP/holder.log" 2>&1 &
+    LLMC_TEST_STOP=step:0:3 $BIN "${BASE[@]}" -x 100000 -o "$TMP/busy_out" >"$TMP/holder.log" 2>&1 &
     holder=$!
-    for _ in $(seq 100); do [ -s "$TMP/busy_out/main.log" ] && break; sleep 0.1; done
+    wait_stopped "$TMP/holder.log" 1 >/dev/null || bad "output_dir_in_use: the holder did not stop before step 3"
     check output_dir_in_use 1 "is in use by another job (host $(hostname), pid $holder, started" -- -o "$TMP/busy_out"
     kill -9 $holder 2>/dev/null
     wait $holder 2>/dev/null
-    if timeout 60 $BIN "${BASE[@]}" -o "$TMP/busy_out" >"$TMP/after_holder.log" 2>&1; then
+    if timeout 60 $BIN "${BASE[@]}" -y 1 -o "$TMP/busy_out" >"$TMP/after_holder.log" 2>&1; then
         ok "output_dir_free_after_kill: after the holder was killed (-9) a new job runs in the same directory"
     else
         bad "output_dir_free_after_kill: exit $?"; tail -n 5 "$TMP/after_holder.log" | sed 's/^/       | /'

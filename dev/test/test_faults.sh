@@ -5,7 +5,9 @@
 #      results are right; when the last rank never joins, a multi-piece all-reduce ends
 #      the job within the deadline (2 s) plus a few seconds with one line naming it, and no
 #      process is left; a job whose ranks are all stopped for 4 s and continued one by one
-#      (a scheduler's suspend and resume) does not time out;
+#      (a scheduler's suspend and resume) does not time out; nor does one stopped with its
+#      ranks inside a wait right after the deadline's clock read (LLMC_TEST_STOP: rank 0
+#      before step 20, the others in its wait), for 3 s and 8 s (and the trainer at np 2, 5 s);
 #   1. one host, 4 ranks: rank 2 is stopped (SIGSTOP) mid-run. Every rank exits (mpirun
 #      non-zero) within the timeout plus a few seconds; exactly one `error:` line says which
 #      collective at which step did not complete, from a rank other than the stopped one;
@@ -133,6 +135,40 @@ if [ -n "$ranks" ] && [ $rc -eq 0 ] && grep -q "^PASS" "$TMP/suspend.log" && ! g
 else
     bad "suspend: exit $rc (ranks: $ranks)"; tail -n 10 "$TMP/suspend.log" | sed 's/^/       | /'
 fi
+
+# The same at the worst place, every time, with no race: rank 0 stops itself before step 20
+# and every other rank inside the wait of step 20 that waits for it, right after the
+# deadline read the clock (LLMC_TEST_STOP step:0:20 and wait:R:20, llmc/test_stop.h; a stop
+# landing there used to count in full, and ended 1 run in 3 of the trainer so). The whole
+# job stands stopped longer than the deadline; then the ranks are continued, rank 0 first or
+# last. No timeout, the run completes: the test_mpi_wait loop at np 3 (deadline 2 s, stopped
+# 3 s and 8 s), and the trainer at np 2 (--comm-timeout 2, 5 s).
+suspend_at_wait() {  # suspend_at_wait NAME NP STOP_S ORDER CMD...: ORDER first|last (rank 0's turn)
+    local name=$1 np=$2 stop_s=$3 order=$4 log=$TMP/$1.log pids rank0 p rc r spec=step:0:20
+    shift 4
+    for r in $(seq 1 $((np - 1))); do spec+=",wait:$r:20"; done
+    LLMC_TEST_STOP=$spec timeout 120 "${MPIRUN[@]}" -x LLMC_TEST_STOP -np "$np" "$@" >"$log" 2>&1 &
+    JOB_PID=$!
+    if pids=$(wait_stopped "$log" "$np"); then
+        rank0=$(sed -n 's/^test: rank 0 stops itself before step 20 (LLMC_TEST_STOP, pid \([0-9]*\))$/\1/p' "$log")
+        sleep "$stop_s"
+        [ $order = first ] && kill -CONT "$rank0"
+        for p in $pids; do [ "$p" = "$rank0" ] || kill -CONT "$p"; done
+        [ $order = last ] && kill -CONT "$rank0"
+    fi
+    wait $JOB_PID
+    rc=$?
+    if [ -n "$rank0" ] && [ "$(grep -c "stops itself in a deadline wait, right after its clock read, at step 20" "$log")" = $((np - 1)) ] &&
+       [ $rc -eq 0 ] && ! grep -q "did not complete" "$log"; then
+        ok "$name: rank 0 stopped before step 20, the others in its wait right after the clock read, the whole job $stop_s s; rank 0 continued $order: no timeout, exit 0"
+    else
+        bad "$name: exit $rc (stopped: '$pids', rank 0: '$rank0')"; tail -n 10 "$log" | sed 's/^/       | /'
+    fi
+}
+suspend_at_wait suspend_wait_first 3 3 first ./test_mpi_wait loop 2 300
+suspend_at_wait suspend_wait_last 3 8 last ./test_mpi_wait loop 2 300
+suspend_at_wait suspend_trainer 2 5 first "$BIN" -e d2 -i "$DATA" -b 1 -t 64 -x 60 -v 0 -s 0 -z 1 --bucket-size 2000000 \
+    --comm-timeout 2 -o "$TMP/suspend_trainer"
 
 # ---- 1. one host: a stopped rank ------------------------------------------------------
 # stop_run NAME BIN ARGS...: 4 ranks, rank $STOPPED_RANK stopped after step 3.

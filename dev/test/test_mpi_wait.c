@@ -11,7 +11,8 @@
  *                                 10 ms late to each (so the others are mostly waiting in
  *                                 one), then a PASS line: the test stops every rank for
  *                                 longer than SECONDS and continues them one by one, which
- *                                 must not count as waiting
+ *                                 must not count as waiting (the test stops them also
+ *                                 at known places: LLMC_TEST_STOP's step and wait points)
  */
 #include <math.h>
 #include <stdio.h>
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "loop") == 0) {
         int n = atoi(argv[3]);
         for (int i = 0; i < n; i++) {
+            test_stop_at("step", i + 1, "before step");  // LLMC_TEST_STOP (llmc/test_stop.h), as the trainers
             float x = 1.0f;
             mpi_allreduce_sum_deadline(&x, 1, MPI_FLOAT, "loop all-reduce", i + 1);
             if (x != (float)world) fatal("loop all-reduce %d: %g, want %d", i + 1, x, world);

@@ -9,7 +9,9 @@
 #                steps and the grad norm, exit 1 on every rank; left on disk: checkpoints 6
 #                and 8, both finite and holding the same state (a skipped update changes
 #                nothing); -y 1 resumes from 8, its step 9 has the diverged run's loss (the
-#                same weights and batch), and finishes. At np 1 and 2, ZeRO-1 and replicated
+#                same weights and batch), and finishes; resumed with the NaN still planted, it stops
+#                after step 9 (the count of non-finite steps goes on from the checkpoint's 3). At
+#                np 1 and 2, ZeRO-1 and replicated
 #                (zero1/'s -z 0, and the trainer's own optimizer: train_gpt2_plain)
 #   nan_loss     a NaN loss alone (LLMC_TEST_NAN_LOSS=5+; the gradients finite): the error
 #                names the loss; one such step skips its update exactly as a NaN gradient
@@ -77,6 +79,17 @@ diverged() {
        finite "$(ckpt "$out" 6)"/{model,optimizer}.bin "$(ckpt "$out" 8)"/{model,optimizer}.bin && same_state "$out" 6 8; then
         pass "$name: -nk 2 kept checkpoints 6 and 8, finite, the same state"
     else fail "$name: the checkpoints left: $(checkpoints "$out")"; fi
+    # Diverging again after the resume: checkpoint 8 came after 3 non-finite steps (6-8), so
+    # step 9 non-finite is the 4th in a row and stops at once, as the straight run did
+    # (counted from 0 after the resume it would run on to step 12, 4 more).
+    LLMC_TEST_PLANT_NAN=5+ run "log_${name}_again" "$out" "$np" "$bin" -x 12 -n 2 -nk 2 -y 1 "$@"
+    rc=$?
+    if [ $rc = 1 ] && grep -q "^resumed from $(ckpt "$out" 8): step 8" "$work/log_${name}_again" &&
+       one_error "$work/log_${name}_again" "in 4 steps in a row, 6 to 9, more than --max-nonfinite-steps 3" \
+           "the weights are those after step 5" && ! grep -qE '^step +10/' "$work/log_${name}_again" &&
+       [ "$(checkpoints "$out")" = "checkpoint_00000006 checkpoint_00000008 " ]; then
+        pass "$name: resumed from 8 and diverging again, it stops after step 9 (4 in a row across the resume)"
+    else fail "$name: the resume that diverges again (exit $rc)" "$work/log_${name}_again"; fi
     if run "log_${name}_resumed" "$out" "$np" "$bin" -x 12 -n 2 -nk 2 -y 1 "$@" &&
        grep -q "^resumed from $(ckpt "$out" 8): step 8" "$work/log_${name}_resumed" &&
        [ -n "$(loss_at "$log" 9)" ] && [ "$(loss_at "$log" 9)" = "$(loss_at "$work/log_${name}_resumed" 9)" ] &&

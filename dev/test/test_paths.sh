@@ -4,23 +4,29 @@
 #          and 2 (Open MPI 4.1's MPI_File_open aborted the job, "buffer overflow detected",
 #          on names over about 230 characters); an -o too long for the system's paths is
 #          refused at start, before any step, with the limit and the path;
-#   lock   rm -rf of -o during a run stops the job at its next main.log line with one
-#          error, and nothing is recreated there (np 1 and 2); rm -rf, then a second job on
-#          the same -o while the first is stopped: once it goes on, the first job stops,
-#          the second finishes, and the log and every checkpoint are the second job's;
+#   own    a fresh run refuses an -o holding another run's checkpoints or main.log (np 1 and
+#          2, nothing changed there), --start-over replaces them, -y 1 with no checkpoint yet
+#          takes main.log as its own; main.log or .lock a symbolic link (main.log a FIFO) is
+#          refused, nothing written through it;
+#   lock   with the job stopped at a known place (LLMC_TEST_STOP, llmc/test_stop.h): rm -rf
+#          of -o before a step (np 1 and 2) or with a save in flight (np 2) stops the job with
+#          one error saying -o is gone, and nothing is recreated there; rm -rf, then a second
+#          job on the same -o, stopped at its step 20, while the first is stopped (before a
+#          step, a save in flight, a save's files written): once continued, the first job
+#          stops, the second finishes, and the log and every checkpoint are the second's;
 #   temps  a resume, and a fresh start, in a directory holding a dead .checkpoint_*.tmp and
 #          main.log.tmp remove them before writing anything, saying so; a save that failed
 #          on a full disk, then a little space freed (less than main.log: the rewrite of
 #          the log needs the dead temporary's space): the resume succeeds and leaves no
 #          temporary (root and a tmpfs in a private mount namespace: else SKIPPED).
-# Usage: dev/test/test_paths.sh [long] [lock] [temps] (all by default); TRAIN_BIN (default
+# Usage: dev/test/test_paths.sh [long] [own] [lock] [temps] (all by default); TRAIN_BIN (default
 # ./train_gpt2) is the trainer, e.g. a CUDA_ON_CPU=1 ./train_gpt2cu for `long`.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 BIN=${TRAIN_BIN:-./train_gpt2}
 source dev/test/expect_error.sh
 PARTS=("$@")
-[ ${#PARTS[@]} -gt 0 ] || PARTS=(long lock temps)
+[ ${#PARTS[@]} -gt 0 ] || PARTS=(long own lock temps)
 if [ "$BIN" = ./train_gpt2 ]; then
     make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL test_paths: build"; exit 1; }
 fi
@@ -39,16 +45,6 @@ train() {
 }
 # line_of LOG TEXT: the number of the first line holding TEXT (0 when none).
 line_of() { grep -nF -- "$2" "$1" | head -n 1 | cut -d: -f1 | grep . || echo 0; }
-# wait_lines FILE N PID: until FILE has N lines, while PID runs (10 s at most).
-wait_lines() {
-    local i
-    for i in $(seq 500); do
-        [ "$({ wc -l <"$1"; } 2>/dev/null || echo 0)" -ge "$2" ] && return 0
-        kill -0 "$3" 2>/dev/null || return 1
-        sleep 0.02
-    done
-    return 1
-}
 show() { sed 's/^/       | /' "$1" | tail -n "${2:-8}"; }
 temporaries() { find "$1" -maxdepth 1 \( -name '.checkpoint_*.tmp' -o -name main.log.tmp \) -printf '%f ' 2>/dev/null; }
 lost_msg="is no longer the one this job locked"
@@ -92,57 +88,124 @@ part_long() {
     [ -e "$TMP/toolong" ] && bad "too long -o: $TMP/toolong was created"
 }
 
+# stopped_run NAME POINT STOPPERS NP ARGS...: the trainer (under mpirun when NP > 1) in the
+# background, LLMC_TEST_STOP=POINT (llmc/test_stop.h), until STOPPERS processes stand
+# stopped there; sets job (its pid) and pids (the stopped ones). Output in $TMP/NAME.log.
+stopped_run() {
+    local name=$1 point=$2 stoppers=$3 np=$4
+    shift 4
+    local cmd=("$BIN" "${BASE[@]}" "$@")
+    [ "$np" = 1 ] || cmd=("${MPIRUN[@]}" -x LLMC_TEST_STOP -np "$np" "${cmd[@]}")
+    LLMC_TEST_STOP=$point timeout --kill-after=5 240 "${cmd[@]}" >"$TMP/$name.log" 2>&1 &
+    job=$!
+    pids=$(wait_stopped "$TMP/$name.log" "$stoppers") || { bad "$name: no process stopped at $point"; show "$TMP/$name.log"; }
+}
+# lost_ok LOG RC WHAT: one error, rank 0's, saying -o is lost (WHAT: how), exit != 0.
+lost_ok() {
+    [ "$2" != 0 ] && [ "$2" != 124 ] && [ "$(grep -c 'error:' "$1")" = 1 ] && ! grep -q '^\[rank [1-9]' "$1" &&
+        grep 'error:' "$1" | grep -qF "$lost_msg ($3"
+}
+
 part_lock() {
-    local np out pid rc
-    # Alone: rm -rf of -o while the job runs (its next checkpoint would be at step 1000).
-    for np in 1 2; do
-        out=$TMP/removed$np
-        local cmd=("$BIN" "${BASE[@]}" -x 2000 -n 1000 -o "$out")
-        [ $np = 1 ] || cmd=("${MPIRUN[@]}" -np $np "${cmd[@]}")
-        timeout --kill-after=5 120 "${cmd[@]}" >"$TMP/removed$np.log" 2>&1 &
-        pid=$!
-        wait_lines "$out/main.log" 3 $pid || bad "rm -rf, np $np: the job wrote no main.log"
+    local np out rc point
+    # Alone: rm -rf of -o while the job stands before step 3 (np 1, 2), and while a save is in
+    # flight (np 2: every rank stopped in the save of step 2, its temporary directory made,
+    # before model.bin is opened; the open then fails, and the error says why).
+    for point in "step:*:3 1" "step:*:3 2" "save_open:*:2 2"; do
+        np=${point#* } point=${point% *}
+        out=$TMP/removed_${point%%:*}_$np
+        stopped_run "removed_${point%%:*}_$np" "$point" "$np" "$np" -x 2000 -n 2 -o "$out"
         rm -rf "$out"
-        wait $pid
+        # shellcheck disable=SC2086  # one pid per word
+        kill -CONT $pids
+        wait $job
         rc=$?
-        if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c 'error:' "$TMP/removed$np.log")" = 1 ] &&
-           grep 'error:' "$TMP/removed$np.log" | grep -qF "output directory '$out' $lost_msg" &&
-           ! grep -q '^\[rank [1-9]' "$TMP/removed$np.log" && [ ! -e "$out" ]; then
-            ok "rm -rf of -o during a run, np $np: exit $rc, nothing recreated: $(grep 'error:' "$TMP/removed$np.log" | cut -c1-150)"
+        if lost_ok "$TMP/removed_${point%%:*}_$np.log" $rc "it no longer exists" && [ ! -e "$out" ]; then
+            ok "rm -rf of -o at $point, np $np: exit $rc, nothing recreated: $(grep 'error:' "$TMP/removed_${point%%:*}_$np.log" | cut -c1-150)"
         else
-            bad "rm -rf of -o during a run, np $np: exit $rc, $out $([ -e "$out" ] && echo exists || echo "is gone")"
-            show "$TMP/removed$np.log"
+            bad "rm -rf of -o at $point, np $np: exit $rc, $out $([ -e "$out" ] && echo exists || echo "is gone")"
+            show "$TMP/removed_${point%%:*}_$np.log"
         fi
     done
-    # A second job on the same -o once the first one's directory was removed: the first is
-    # stopped (SIGSTOP, so not under timeout: the signal must reach the trainer) from the
-    # removal until the second runs.
-    out=$TMP/shared
-    "$BIN" "${BASE[@]}" -x 3000 -n 10 -l 1e-3 -o "$out" >"$TMP/first.log" 2>&1 &
-    local first=$!
-    wait_lines "$out/main.log" 3 $first || bad "second job: the first job wrote no main.log"
-    kill -STOP $first
-    rm -rf "$out"
-    timeout --kill-after=5 120 "$BIN" "${BASE[@]}" -x 40 -n 10 -l 2e-4 -o "$out" >"$TMP/second.log" 2>&1 &
-    local second=$!
-    wait_lines "$out/main.log" 1 $second || bad "second job: it wrote no main.log"
-    kill -CONT $first
-    wait $first
-    local rc1=$?
-    wait $second
-    local rc2=$?
-    local lrs logged
-    lrs=$(cat "$out"/checkpoint_*/state.txt 2>/dev/null | awk '$1 == "lr" { print ($2 > 1.9e-4 && $2 < 2.1e-4) ? "second" : "other" }' | sort | uniq -c | xargs)
-    logged=$(grep -c '^s:[0-9]* trl:.* lr:2.00e-04 ' "$out/main.log")
-    if [ $rc1 != 0 ] && [ $rc1 != 124 ] && [ "$(grep -c 'error:' "$TMP/first.log")" = 1 ] &&
-       grep 'error:' "$TMP/first.log" | grep -qF "output directory '$out' $lost_msg (it is another directory now" &&
-       [ $rc2 = 0 ] && [ "$lrs" = "4 second" ] && [ "$logged" = 40 ] && [ "$(wc -l <"$out/main.log")" = 40 ]; then
-        ok "a second job on a removed -o: the first stopped (exit $rc1), the second's 40 log lines and 4 checkpoints alone are there"
+    # A second job on the same -o once the first one's directory was removed, the first
+    # stopped at a known place: before a step, with a save in flight (np 2), with a save's
+    # files written but not yet renamed into place. The second stops itself at its step 20
+    # (holding its lock); then the first is continued and must stop, the second continued
+    # and must finish; the log and every checkpoint are the second job's alone.
+    for point in "step:*:3 1" "save_open:*:2 2" "save_commit:0:2 1"; do
+        np=${point#* } point=${point% *}
+        out=$TMP/shared_${point%%:*}
+        local first second
+        stopped_run "first_${point%%:*}" "$point" "$np" "$np" -x 3000 -n 2 -l 1e-3 -o "$out"
+        first=$job
+        local first_pids=$pids
+        rm -rf "$out"
+        stopped_run "second_${point%%:*}" "step:0:20" 1 1 -x 40 -n 10 -l 2e-4 -o "$out"
+        second=$job
+        # shellcheck disable=SC2086
+        kill -CONT $first_pids
+        wait $first
+        local rc1=$?
+        # shellcheck disable=SC2086
+        kill -CONT $pids
+        wait $second
+        local rc2=$?
+        local lrs logged
+        lrs=$(cat "$out"/checkpoint_*/state.txt 2>/dev/null | awk '$1 == "lr" { print ($2 > 1.9e-4 && $2 < 2.1e-4) ? "second" : "other" }' | sort | uniq -c | xargs)
+        logged=$(grep -c '^s:[0-9]* trl:.* lr:2.00e-04 ' "$out/main.log")
+        if lost_ok "$TMP/first_${point%%:*}.log" $rc1 "it is another directory now" && [ $rc2 = 0 ] &&
+           [ "$lrs" = "4 second" ] && [ "$logged" = 40 ] && [ "$(wc -l <"$out/main.log")" = 40 ] &&
+           [ -z "$(temporaries "$out")" ]; then
+            ok "a second job on a removed -o, the first stopped at $point (np $np): the first stopped (exit $rc1), the second's 40 log lines and 4 checkpoints alone are there"
+        else
+            bad "a second job on a removed -o, the first at $point: first exit $rc1, second exit $rc2, checkpoints' lr: '$lrs', the second's log lines: $logged of $(wc -l <"$out/main.log"), temporaries: $(temporaries "$out")"
+            show "$TMP/first_${point%%:*}.log" 4
+            show "$TMP/second_${point%%:*}.log" 4
+        fi
+    done
+}
+
+# A run owns its directory: a fresh run refuses another run's checkpoints and main.log (at
+# np 1 and 2, changing nothing), --start-over replaces them, -y 1 with no checkpoint yet
+# takes main.log as its own; main.log or .lock a symbolic link is refused, writing nothing
+# through it.
+part_own() {
+    local out=$TMP/owned before rc
+    train 1 "$TMP/owned_run.log" -x 4 -n 2 -o "$out" || { bad "own: the first run failed"; show "$TMP/owned_run.log"; }
+    before=$(cd "$out" && find . -type f ! -name .lock | sort | xargs md5sum)
+    local want="output directory '$out' holds another run's main.log and checkpoints (checkpoint_00000002, checkpoint_00000004): a fresh run would replace them"
+    check fresh_into_a_run 1 "$want" "-y 1" "--start-over" -- -x 4 -n 2 -l 1e-3 -o "$out"
+    check fresh_into_a_run 2 "$want" -- -x 4 -n 2 -l 1e-3 -o "$out"
+    [ "$(cd "$out" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$before" ] ||
+        bad "fresh_into_a_run: the refused runs changed files in $out"
+    mkdir -p "$TMP/log_only" && echo "s:1 trl:10.0 norm:1 lr:3.00e-04 ms:1.0" >"$TMP/log_only/main.log"
+    check fresh_into_a_log 1 "holds another run's main.log: a fresh run would replace them" -- -x 1 -o "$TMP/log_only"
+    if train 1 "$TMP/log_only_y.log" -x 1 -y 1 -o "$TMP/log_only" && [ "$(grep -c '^s:1 trl' "$TMP/log_only/main.log")" = 1 ] &&
+       grep -q "resume: no checkpoint in $TMP/log_only yet; starting from step 0" "$TMP/log_only_y.log"; then
+        ok "-y 1 with a main.log and no checkpoint yet: the run's own, started again from step 0"
     else
-        bad "a second job on a removed -o: first exit $rc1, second exit $rc2, checkpoints' lr: '$lrs', the second's log lines: $logged of $(wc -l <"$out/main.log")"
-        show "$TMP/first.log" 4
-        show "$TMP/second.log" 4
+        bad "-y 1 with a main.log and no checkpoint"; show "$TMP/log_only_y.log"
     fi
+    if train 2 "$TMP/start_over.log" -x 4 -n 2 -l 1e-3 --start-over -o "$out" &&
+       grep -q "^--start-over: removed the run that was in $out (2 checkpoints and main.log)$" "$TMP/start_over.log" &&
+       [ "$(awk '$1 == "lr" { print $2 }' "$out"/checkpoint_*/state.txt | sort -u)" = 0.00100000005 ] &&
+       [ "$(grep -c ' lr:1.00e-03 ' "$out/main.log")" = 4 ] && [ "$(wc -l <"$out/main.log")" = 4 ]; then
+        ok "--start-over (np 2): the other run's checkpoints and main.log removed, saying so; the new run's alone are there"
+    else
+        bad "--start-over"; show "$TMP/start_over.log"
+    fi
+    check start_over_resume 1 "--start-over removes the run in -o to start a fresh one, -y 1 resumes it" -- -x 1 -y 1 --start-over -o "$out"
+    # Symbolic links: main.log to a file outside, .lock to one; the outside files untouched.
+    mkdir -p "$TMP/links_log" "$TMP/links_lock"
+    echo outside >"$TMP/outside.txt"
+    ln -s "$TMP/outside.txt" "$TMP/links_log/main.log"
+    ln -s "$TMP/outside.txt" "$TMP/links_lock/.lock"
+    check main_log_link 1 "'$TMP/links_log/main.log' is a symbolic link: what the job writes" "never a link" -- -x 1 -o "$TMP/links_log"
+    check main_log_link 2 "'$TMP/links_log/main.log' is a symbolic link" -- -x 1 -y 1 -o "$TMP/links_log"
+    check lock_link 1 "the lock file '$TMP/links_lock/.lock' is a symbolic link, not a regular file" -- -x 1 -o "$TMP/links_lock"
+    mkdir -p "$TMP/fifo_log" && mkfifo "$TMP/fifo_log/main.log"
+    check main_log_fifo 1 "'$TMP/fifo_log/main.log' is a pipe or FIFO" -- -x 1 -o "$TMP/fifo_log"
+    [ "$(cat "$TMP/outside.txt")" = outside ] || bad "links: the file outside -o was written through a link"
 }
 
 # plant DIR: what a save and a log rewrite cut short leave behind.
@@ -159,7 +222,7 @@ part_temps() {
         plant "$out"
         log=$TMP/temps_$mode.log
         if [ $mode = resume ]; then train 1 "$log" -x 3 -n 1 -y 1 -o "$out"
-        else train 1 "$log" -x 1 -n 0 -o "$out"; fi
+        else train 1 "$log" -x 1 -n 0 --start-over -o "$out"; fi
         rc=$?
         local first_write removed_ck removed_log
         first_write=$(line_of "$log" "$([ $mode = resume ] && echo "resumed from" || echo "step    1/1")")
@@ -227,8 +290,8 @@ EOF
 
 for part in "${PARTS[@]}"; do
     case $part in
-    long | lock | temps) part_$part ;;
-    *) echo "FAIL test_paths: unknown part '$part' (long, lock, temps)"; exit 1 ;;
+    long | own | lock | temps) part_$part ;;
+    *) echo "FAIL test_paths: unknown part '$part' (long, own, lock, temps)"; exit 1 ;;
     esac
 done
 if [ $failed -eq 0 ]; then
