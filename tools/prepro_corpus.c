@@ -19,10 +19,14 @@
  * DIR/NAME_train_00000K.bin, ... (the first tokens are val: see "the val split" below;
  * shards of --shard-tokens tokens, under temporary names until the commit at the end),
  * DIR/gpt2_tokenizer.bin and DIR/NAME_manifest.txt. The run holds DIR/.lock (one run per
- * directory, llmc/dir_lock.h) and first removes what a killed run of NAME left there; a
- * run that fails removes the shards it wrote, so shards without a manifest never survive;
- * DIR must not hold a corpus of NAME already (it would mix with this one under the
- * trainer's glob).
+ * directory, under any NAME: llmc/dir_lock.h) and first removes what killed runs left there
+ * (their temporaries, of any NAME, and a commit cut short); a run that fails removes every
+ * file it wrote, so shards without a manifest never survive and a full disk keeps no space
+ * taken; DIR removed or replaced under the run ends it with an error, the last check after
+ * the commit. DIR must not hold a corpus of NAME already (it would mix with this one under
+ * the trainer's glob), unless that corpus is complete and came from this very job (the same
+ * inputs, unchanged, and settings: the manifest's job line), which a rerun of a job killed
+ * after its commit finds done: it exits 0 saying so.
  *
  * Parallelism: the main thread reads and decompresses, cutting the input into records
  * (lines, or whole .txt files) in batches; the workers parse the JSON, check it and
@@ -50,6 +54,7 @@
 #include <unistd.h>
 
 #include "llmc/dir_lock.h"
+#include "llmc/test_stop.h"
 #include "llmc/utils.h"
 #include "tools/bpe.h"
 #include "tools/corpus_input.h"
@@ -480,9 +485,13 @@ static void progress_tick(void) {
 }
 
 static ShardWriter* g_writer;  // what a failed or interrupted run removes
+static char g_tokenizer_tmp[PATH_MAX_LEN];  // ... and the tokenizer file's temporary
 
 static void remove_partial_output(void) {
-    if (g_writer) shard_writer_abandon(g_writer);
+    if (g_writer) {
+        shard_writer_abandon(g_writer);
+        unlink(g_tokenizer_tmp);
+    }
 }
 
 static void on_signal(int sig) {
@@ -696,16 +705,46 @@ static int corpus_file_kind(const char* f, const char* name) {
     return FILE_OTHER;
 }
 
+// The corpus name of a temporary a run writes (NAME_manifest.txt.tmp, NAME_val_N.bin.tmp,
+// NAME_train_N.bin.tmp) into name (n bytes); 0 for any other file.
+static int corpus_of_temporary(const char* f, char* name, size_t n) {
+    const char* suffixes[] = {"_manifest.txt.tmp", "_val_", "_train_"};
+    for (int k = 0; k < 3; k++) {
+        for (const char* at = strstr(f, suffixes[k]); at; at = strstr(at + 1, suffixes[k])) {
+            size_t len = (size_t)(at - f);
+            if (len == 0 || len >= n) continue;
+            memcpy(name, f, len);
+            name[len] = '\0';
+            int kind = corpus_file_kind(f, name);
+            if (kind == FILE_SHARD_TMP || kind == FILE_MANIFEST_TMP) return 1;
+        }
+    }
+    return 0;
+}
+
+// A corpus name is a plain file-name prefix: letters, digits, '.', '_', '-', not starting
+// with '.' or '-' (so never "..", a hidden file, an option, or a path).
+static int corpus_name_ok(const char* name) {
+    if (name[0] == '\0' || name[0] == '.' || name[0] == '-' || strlen(name) > 200) return 0;
+    for (const char* p = name; *p; p++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+              *p == '_' || *p == '-')) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void remove_file(const char* dir, const char* f) {
     char path[PATH_MAX_LEN];
     path_format(path, sizeof(path), "%s/%s", dir, f);
     if (unlink(path) != 0 && errno != ENOENT) fatal("cannot remove '%s': %s", path, strerror(errno));
 }
 
-// A run of this corpus that was killed (kill -9, a crash, a power cut) left its temporaries,
-// and if it died during its commit (tools/shard_writer.h) a manifest some of whose shards
-// are still temporaries. This run holds the directory's lock, so no live run owns them:
-// they are removed, and the run says so.
+// A run of the corpus `name` that was killed (kill -9, a crash, a power cut) left its
+// temporaries, and if it died during its commit (tools/shard_writer.h) a manifest some of
+// whose shards are still temporaries. This run holds the directory's lock, so no live run
+// owns them: they are removed, and the run says so.
 static void remove_interrupted_run(const char* dir, const char* name) {
     DIR* d = opendir(dir);
     if (d == NULL) fatal("cannot read output directory '%s': %s", dir, strerror(errno));
@@ -724,7 +763,8 @@ static void remove_interrupted_run(const char* dir, const char* name) {
     // An unfinished commit: the manifest names a shard that is still a temporary.
     char manifest[PATH_MAX_LEN], line[PATH_MAX_LEN + 128];
     path_format(manifest, sizeof(manifest), "%s/%s_manifest.txt", dir, name);
-    FILE* f = fopen(manifest, "r");
+    struct stat st;
+    FILE* f = lstat(manifest, &st) == 0 ? fopenCheck(manifest, "r") : NULL;
     char** listed = NULL;
     int n_listed = 0, in_commit = 0;
     while (f && fgets(line, sizeof(line), f)) {
@@ -753,20 +793,94 @@ static void remove_interrupted_run(const char* dir, const char* name) {
     free(listed);
 }
 
-// Another run's shards under the same name would be read together with this run's.
-static void refuse_existing_shards(const char* dir, const char* name) {
+// Every killed run's leftovers, under any name (one run holds the directory at a time, so
+// all of them are dead): on a full disk they would hold the space the next run needs.
+static void remove_interrupted_runs(const char* dir) {
+    char tokenizer_tmp[PATH_MAX_LEN];
+    path_format(tokenizer_tmp, sizeof(tokenizer_tmp), "%s/gpt2_tokenizer.bin.tmp", dir);
+    if (unlink(tokenizer_tmp) == 0) fprintf(stderr, "prepro_corpus: removed %s, left by an interrupted run\n", tokenizer_tmp);
+    for (;;) {  // one name at a time: removing its files changes the listing
+        DIR* d = opendir(dir);
+        if (d == NULL) fatal("cannot read output directory '%s': %s", dir, strerror(errno));
+        char name[256];
+        int found = 0;
+        for (struct dirent* e; !found && (e = readdir(d)) != NULL;) found = corpus_of_temporary(e->d_name, name, sizeof(name));
+        closedir(d);
+        if (!found) return;
+        remove_interrupted_run(dir, name);
+    }
+}
+
+// The job as it would be repeated: every input (its path as given, size and modification
+// time), the settings that shape the shards, the BPE files. Its 64-bit FNV-1a digest, as
+// 16 hex digits, is the manifest's job line; "-" for a job that reads stdin (never the same).
+static void job_digest(const Input* inputs, int n_inputs, const char* const* settings, int n_settings,
+                       char out[17]) {
+    uint64_t h = 1469598103934665603ull;
+    char item[PATH_MAX_LEN + 96];
+    for (int k = 0; k < n_inputs + n_settings; k++) {
+        const char* text = k < n_inputs ? inputs[k].path : settings[k - n_inputs];
+        struct stat st;
+        if (k < n_inputs && strcmp(text, "-") == 0) {
+            snprintf(out, 17, "-");
+            return;
+        }
+        int file = k < n_inputs || strncmp(text, "file ", 5) == 0;
+        const char* path = k < n_inputs ? text : text + (file ? 5 : 0);
+        if (file && stat(path, &st) == 0) {
+            snprintf(item, sizeof(item), "%s %lld %lld.%09ld\n", text, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                     st.st_mtim.tv_nsec);
+        } else {
+            snprintf(item, sizeof(item), "%s\n", text);
+        }
+        for (const char* p = item; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+// Another run's shards under the same name would be read together with this run's. Returns
+// 1 when the directory already holds this very job's corpus, complete (a rerun of a job
+// killed after its commit: nothing to do); refuses any other corpus of that name.
+static int corpus_already_prepared(const char* dir, const char* name, const char* job) {
     DIR* d = opendir(dir);
     if (d == NULL) fatal("cannot read output directory '%s': %s", dir, strerror(errno));
-    for (struct dirent* e; (e = readdir(d)) != NULL;) {
-        const char* f = e->d_name;
-        int kind = corpus_file_kind(f, name);
-        if (kind == FILE_SHARD || kind == FILE_MANIFEST) {
-            closedir(d);
-            fatal("output directory '%s' already holds '%s' of a corpus named '%s': use another --out-dir or "
-                  "--name, or remove that corpus's files first", dir, f, name);
-        }
+    char found[256] = "";
+    for (struct dirent* e; (e = readdir(d)) != NULL && !found[0];) {
+        int kind = corpus_file_kind(e->d_name, name);
+        if (kind == FILE_SHARD || kind == FILE_MANIFEST) snprintf(found, sizeof(found), "%s", e->d_name);
     }
     closedir(d);
+    if (!found[0]) return 0;
+    char manifest[PATH_MAX_LEN], line[PATH_MAX_LEN + 128], saved_job[32] = "";
+    path_format(manifest, sizeof(manifest), "%s/%s_manifest.txt", dir, name);
+    struct stat st;
+    FILE* f = lstat(manifest, &st) == 0 ? fopenCheck(manifest, "r") : NULL;
+    int shards = 0, whole = f != NULL;
+    while (f && fgets(line, sizeof(line), f)) {
+        int at = -1;
+        unsigned long long bytes = 0;
+        line[strcspn(line, "\n")] = '\0';
+        if (sscanf(line, "job %31s", saved_job) == 1) continue;
+        if (sscanf(line, "shard %*s %*s %llu %*s %n", &bytes, &at) < 1 || at < 0) continue;
+        char path[PATH_MAX_LEN];
+        path_format(path, sizeof(path), "%s/%s", dir, line + at);
+        shards++;
+        if (stat(path, &st) != 0 || (unsigned long long)st.st_size != bytes) whole = 0;
+    }
+    if (f) fclose(f);
+    if (whole && strcmp(saved_job, job) == 0 && strcmp(job, "-") != 0) {
+        printf("prepro_corpus: '%s' already holds corpus '%s' from this job (the same inputs, unchanged, and settings), "
+               "complete: its manifest and %d shards; nothing to do\n", dir, name, shards);
+        return 1;
+    }
+    if (whole) {
+        fatal("output directory '%s' already holds a corpus named '%s', complete (%s_manifest.txt and %d shards), %s: "
+              "use another --out-dir or --name, or remove that corpus's files first", dir, name, name, shards,
+              strcmp(job, "-") == 0 ? "and this job reads stdin, which cannot be compared with its inputs"
+                                    : "prepared from other inputs or settings");
+    }
+    fatal("output directory '%s' already holds '%s' of a corpus named '%s': use another --out-dir or --name, or "
+          "remove that corpus's files first", dir, found, name);
 }
 
 int main(int argc, char** argv) {
@@ -815,7 +929,15 @@ int main(int argc, char** argv) {
     }
     if (out_dir == NULL) { usage(); fatal("--out-dir DIR is required"); }
     if (n_inputs == 0) { usage(); fatal("no input given (files, or - for JSON Lines on stdin)"); }
-    if (name[0] == '\0' || strchr(name, '/') || strpbrk(name, " \t\n")) fatal("--name '%s': want a plain file name prefix", name);
+    if (!corpus_name_ok(name)) {
+        fatal("--name '%s': want a plain file name prefix (letters, digits, '.', '_', '-'; not starting with '.' or "
+              "'-')", name);
+    }
+    for (int k = 0; k < n_inputs; k++) {
+        for (int j = 0; j < k && strcmp(paths[k], "-") == 0; j++) {
+            if (strcmp(paths[j], "-") == 0) fatal("- is given twice: standard input can be read once");
+        }
+    }
 
     Input* inputs = (Input*)callocCheck((size_t)n_inputs, sizeof(Input));
     long long total_stored = 0;
@@ -826,10 +948,19 @@ int main(int argc, char** argv) {
     BpeEncoder enc;
     bpe_init(&enc, encoder_path, merges_path);
     job.eot = enc.eot_token;
+    char settings_text[5][PATH_MAX_LEN + 32];
+    snprintf(settings_text[0], sizeof(settings_text[0]), "--text-field %s --shard-tokens %lld --val-tokens %lld "
+             "--on-error %d --on-corrupt %d", job.text_field, shard_tokens, val_tokens, stop_on_error, skip_corrupt);
+    snprintf(settings_text[1], sizeof(settings_text[1]), "file %s", encoder_path);
+    snprintf(settings_text[2], sizeof(settings_text[2]), "file %s", merges_path);
+    const char* settings[3] = {settings_text[0], settings_text[1], settings_text[2]};
+    char job_id[17];
+    job_digest(inputs, n_inputs, settings, 3, job_id);
     shard_make_dir(out_dir);
     dir_lock_take_for(out_dir, "their shards and manifests");  // held until the process ends, kill -9 included
-    remove_interrupted_run(out_dir, name);
-    refuse_existing_shards(out_dir, name);
+    remove_interrupted_runs(out_dir);
+    if (corpus_already_prepared(out_dir, name, job_id)) return 0;
+    path_format(g_tokenizer_tmp, sizeof(g_tokenizer_tmp), "%s/gpt2_tokenizer.bin.tmp", out_dir);
 
     ShardWriter writer;
     shard_writer_init(&writer, out_dir, name, (size_t)shard_tokens, 0, 1, enc.vocab_size);
@@ -840,6 +971,7 @@ int main(int argc, char** argv) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
+    signal(SIGXFSZ, SIG_IGN);  // a file size limit (ulimit -f) fails the write, as a full disk does, instead of killing
 
     json_object_seed(0);  // before the threads: jansson seeds its hash tables once
     Pool pool;
@@ -901,10 +1033,13 @@ int main(int argc, char** argv) {
         }
     }
     char line[128];
-    snprintf(line, sizeof(line), "documents %lld %lld\n", progress.documents, progress.bad);
+    snprintf(line, sizeof(line), "documents %lld %lld\njob %s\n", progress.documents, progress.bad, job_id);
     bpe_bytes_append(&extra, line, strlen(line) + 1);  // with its NUL
+    test_stop_at("corpus_commit", 1, "before the commit of run");
     shard_writer_write_manifest(&writer, "prepro_corpus", (const char*)extra.data);
     g_writer = NULL;  // complete; and writer lives in main's frame, gone when the atexit handler runs
+    test_stop_at("corpus_done", 1, "after the commit of run");
+    dir_lock_require();  // a corpus written into a directory removed meanwhile is lost: say so
 
     double secs = now_seconds() - progress.t0;
     printf("prepro_corpus: %d inputs, %.1f MB of text in %.2f s (%.1f MB/s, %d threads): %lld documents -> %zu tokens "

@@ -359,8 +359,11 @@ fi
 chmod 644 "$C/first60.jsonl"
 expect_error "unknown format" "cannot tell its format" --out-dir "$TMP/e1" "$C/docs.json"
 expect_error "missing output parent dir" "cannot create output directory '$TMP/no/such'" --out-dir "$TMP/no/such" "$C/a.jsonl"
-expect_error "existing shards of the name" "already holds 'corpus_.*' of a corpus named 'corpus'" --out-dir "$TMP/first60" "$C/first60.jsonl"
+expect_error "existing corpus of the name" "already holds a corpus named 'corpus', complete (corpus_manifest.txt and [0-9]* shards), prepared from other inputs or settings" --out-dir "$TMP/first60" "$C/first60.jsonl"
 expect_error "bad --on-error" "--on-error wants skip or stop" --out-dir "$TMP/e1" --on-error maybe "$C/a.jsonl"
+expect_error "--name .." "--name '..': want a plain file name prefix" --out-dir "$TMP/e1" --name .. "$C/a.jsonl"
+expect_error "--name with a slash" "--name 'x/y': want a plain file name prefix" --out-dir "$TMP/e1" --name x/y "$C/a.jsonl"
+expect_error "stdin given twice" "- is given twice: standard input can be read once" --out-dir "$TMP/e1" - "$C/a.jsonl" -
 printf '\n \n\n' >"$C/blank.jsonl"
 expect_error "no documents" "no documents" --out-dir "$TMP/e2" "$C/blank.jsonl"
 printf '{"text": ""}\n' >"$C/one_token.jsonl"

@@ -7,13 +7,23 @@
 #     inside the final renames) a manifest some of whose shards are still temporaries,
 #     which the trainer refuses; the next run removes the leftovers, says so, and writes
 #     the same corpus as a run that was never interrupted;
-#   - -o removed and made again while a run writes: it stops, writing nothing into the new one.
+#   - -o removed and made again while a run writes: it stops, writing nothing into the new one;
+#     -o removed with the run stopped (LLMC_TEST_STOP, llmc/test_stop.h) before its commit,
+#     and after it: exit 1 with the error each time (a corpus renamed into a removed
+#     directory is lost, and the run says so);
+#   - kill -9 at those two points: the next run completes (after the commit: it finds this
+#     job's corpus complete and exits 0 saying there is nothing to do); a killed run of
+#     another --name leaves temporaries that the next run into the directory removes;
+#   - a full disk (a tmpfs in a private mount namespace, root only) failing the run in its
+#     shards, and in the tokenizer file after them, and a file size limit (ulimit -f, any
+#     user; SIGXFSZ would kill the run uncleaned): exit 1, nothing left but .lock, and the
+#     next small run on the same disk succeeds;
+#   - two corpora in one directory: the trainer refuses a glob that matches both.
 # Stdin is a FIFO this script holds open, so that a run waits, lock taken, where the test wants.
 # Exits 0 only if every check passes.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-
+source dev/test/env.sh   # wait_stopped
 source dev/test/data_checks.sh
 
 build_or_exit test_corpus_dir prepro_corpus
@@ -169,6 +179,104 @@ if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/moved.err")" = 1 ] && [ -z "$(ls -A "$TMP/
     pass "--out-dir removed and made again under a run: exit 1, '$(sed "s|$TMP/||" "$TMP/moved.err" | cut -c1-100)...', the new one left empty"
 else
     fail "--out-dir removed and made again under a run: exit $rc, $(head -2 "$TMP/moved.err" | tr '\n' '|'), in it: $(ls -A "$TMP/moved" | head -3 | tr '\n' ' ')"
+fi
+
+# ---- stopped at a known place: removed, or killed --------------------------------------------
+# at POINT NAME: a run in the background, stopped (LLMC_TEST_STOP) at POINT; sets A and pids.
+at() {
+    LLMC_TEST_STOP=$1:0:1 "${TOOL[@]}" --out-dir "$TMP/$2" "$IN" >"$TMP/$2.out" 2>"$TMP/$2.err" &
+    A=$!
+    pids=$(wait_stopped "$TMP/$2.err" 1) || fail "$2: the run did not stop at $1"
+}
+for point in corpus_commit corpus_done; do
+    at $point "gone_$point"
+    rm -rf "$TMP/gone_$point"
+    kill -CONT $A
+    wait $A
+    rc=$?
+    if [ $rc -eq 1 ] && [ ! -e "$TMP/gone_$point" ] && [ "$(grep -c 'error:' "$TMP/gone_$point.err")" = 1 ] &&
+       grep -q "^error: output directory '$TMP/gone_$point' is no longer the one this job locked (it no longer exists)" "$TMP/gone_$point.err"; then
+        pass "--out-dir removed at $point: exit 1, '$(grep error: "$TMP/gone_$point.err" | sed "s|$TMP/||" | cut -c1-100)...'"
+    else
+        fail "--out-dir removed at $point: exit $rc, $(grep -v '^test:' "$TMP/gone_$point.err" | head -2 | tr '\n' '|')"
+    fi
+    at $point "kill_$point"
+    kill -9 $A
+    wait $A 2>/dev/null
+    if [ $point = corpus_commit ]; then
+        rerun "kill -9 before the commit" "$TMP/kill_$point"
+    else
+        "${TOOL[@]}" --out-dir "$TMP/kill_$point" "$IN" >"$TMP/rerun.out" 2>"$TMP/rerun.err"
+        rc=$?
+        if [ $rc -eq 0 ] && same_as_reference "$TMP/kill_$point" && [ ! -s "$TMP/rerun.err" ] &&
+           grep -q "^prepro_corpus: '$TMP/kill_$point' already holds corpus 'corpus' from this job (.*), complete: its manifest and $SHARDS shards; nothing to do$" "$TMP/rerun.out"; then
+            pass "kill -9 after the commit: the next run finds this job's corpus complete, exit 0, nothing to do"
+        else
+            fail "kill -9 after the commit: the next run: exit $rc, $(cat "$TMP/rerun.out" "$TMP/rerun.err" | head -2 | tr '\n' '|')"
+        fi
+    fi
+done
+# Another name's killed run: its temporaries hold space the next run (any name) may need.
+at corpus_commit other_dead && kill -9 $A && wait $A 2>/dev/null
+mv "$TMP/other_dead" "$TMP/shared_dir"
+"${TOOL[@]}" --out-dir "$TMP/shared_dir" --name other "$IN" >/dev/null 2>"$TMP/other.err"
+rc=$?
+if [ $rc -eq 0 ] && [ -z "$(ls "$TMP/shared_dir" | grep '\.tmp$')" ] &&
+   grep -q "^prepro_corpus: removed what an interrupted run of corpus 'corpus' left in '$TMP/shared_dir': $SHARDS unfinished shards" "$TMP/other.err"; then
+    pass "a killed run of corpus 'corpus': a run of 'other' into the directory removes its $SHARDS temporaries, saying so"
+else
+    fail "another name's leftovers: exit $rc, $(head -2 "$TMP/other.err" | tr '\n' '|'), left: $(ls "$TMP/shared_dir" | grep -c '\.tmp$') temporaries"
+fi
+
+# ---- two corpora in one directory: a glob over both is refused ------------------------------
+"${TOOL[@]}" --out-dir "$TMP/shared_dir" --name third "$IN" >/dev/null 2>&1 || fail "a third corpus into the shared directory"
+./train_gpt2 -e d2 -b 2 -t 32 -x 1 -v 0 -s 0 -i "$TMP/shared_dir/*_train_*.bin" >"$TMP/two.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c '^error:' "$TMP/two.log")" = 1 ] &&
+   grep -q "^error: '$TMP/shared_dir/\*_train_\*.bin' matches shards of two corpora: .*other_train_000001.bin (listed in $TMP/shared_dir/other_manifest.txt) and .*third_train_000001.bin (listed in $TMP/shared_dir/third_manifest.txt)" "$TMP/two.log"; then
+    pass "two corpora in one directory: the trainer refuses a glob over both (exit $rc)"
+else
+    fail "two corpora under one glob: exit $rc, $(grep -E '^(error|step)' "$TMP/two.log" | head -2 | tr '\n' '|')"
+fi
+
+# ---- a full disk, a file size limit ---------------------------------------------------------
+# left DIR: what is in DIR besides .lock.
+left() { ls -A "$1" 2>/dev/null | grep -v '^\.lock$' | tr '\n' ' '; }
+SMALL=$TMP/small.jsonl
+head -n 50 "$IN" >"$SMALL"
+# ulimit -f 200 (KiB): the shards fit (2000 tokens each), the tokenizer file (363 KiB) does not.
+(ulimit -f 200 && exec "${TOOL[@]}" --out-dir "$TMP/limited" "$IN") >/dev/null 2>"$TMP/limited.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/limited.err")" = 1 ] && grep -q "gpt2_tokenizer.bin.tmp: write failed: File too large" "$TMP/limited.err" &&
+   [ -z "$(left "$TMP/limited")" ]; then
+    pass "a file size limit (ulimit -f) at the tokenizer file: exit 1, '$(sed "s|$TMP/||" "$TMP/limited.err" | cut -c1-80)...', nothing left"
+else
+    fail "a file size limit: exit $rc, $(head -2 "$TMP/limited.err" | tr '\n' '|'), left: $(left "$TMP/limited")"
+fi
+if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
+    echo "SKIPPED full disk: needs root and unshare -m for a small tmpfs (not run here)"
+else
+    # 1100 KiB: the corpus's shards (110 files, 900 KiB on a tmpfs) fit, the tokenizer file
+    # after them does not; 500 KiB: the shards themselves fail. After each, a small corpus
+    # (2 shards and the tokenizer file, 380 KiB) on the same disk.
+    for size in 1100 500; do
+        mkdir -p "$TMP/fs$size"
+        unshare -m --propagation private bash -c '
+            fs=$1 in=$2 small=$3; shift 3
+            mount -t tmpfs -o size='$size'k tmpfs "$fs" || exit 97
+            "$@" --out-dir "$fs/out" "$in" >/dev/null 2>"$fs.err"
+            echo $? >"$fs.rc"
+            ls -A "$fs/out" | grep -v "^\.lock$" >"$fs.left"
+            "$@" --out-dir "$fs/out" "$small" >/dev/null 2>"$fs.small.err"
+            echo $? >"$fs.small.rc"' _ "$TMP/fs$size" "$IN" "$SMALL" "${TOOL[@]}"
+        r=$TMP/fs$size
+        if [ "$(cat "$r.rc")" = 1 ] && grep -q "No space left on device" "$r.err" && [ ! -s "$r.left" ] &&
+           [ "$(cat "$r.small.rc")" = 0 ]; then
+            pass "full disk ($size KiB): exit 1, '$(sed "s|$TMP/||" "$r.err" | cut -c1-70)...', nothing left; the next small run succeeds"
+        else
+            fail "full disk ($size KiB): exit $(cat "$r.rc"), $(head -1 "$r.err"), left: $(xargs <"$r.left"); the next run: exit $(cat "$r.small.rc"), $(head -1 "$r.small.err")"
+        fi
+    done
 fi
 
 verdict test_corpus_dir
