@@ -173,8 +173,9 @@ static inline FILE* fopen_check(const char* path, const char* mode, int own_file
         fd = -1;
     }
     if (kind && refuse_links) {
-        fatal("'%s' is %s: what the job writes (and main.log and the checkpoints it reads back) must be a regular "
-              "file, never a link; remove it (%s:%d)", path, kind, file, line);
+        if (strncmp(kind, "a pipe", 6) == 0) kind = "a FIFO";
+        fatal("'%s' is %s: the job writes, and reads back from its own directory, regular files only, never through "
+              "a link; remove it (%s:%d)", path, kind, file, line);
     }
     if (kind) fatal("'%s' is %s, not a regular file: pass a file (%s:%d)", path, kind, file, line);
     FILE* f = fd < 0 ? NULL : fdopen(fd, mode);

@@ -200,11 +200,11 @@ part_own() {
     echo outside >"$TMP/outside.txt"
     ln -s "$TMP/outside.txt" "$TMP/links_log/main.log"
     ln -s "$TMP/outside.txt" "$TMP/links_lock/.lock"
-    check main_log_link 1 "'$TMP/links_log/main.log' is a symbolic link: what the job writes" "never a link" -- -x 1 -o "$TMP/links_log"
+    check main_log_link 1 "'$TMP/links_log/main.log' is a symbolic link: the job writes, and reads back from its own directory, regular files only, never through a link" -- -x 1 -o "$TMP/links_log"
     check main_log_link 2 "'$TMP/links_log/main.log' is a symbolic link" -- -x 1 -y 1 -o "$TMP/links_log"
     check lock_link 1 "the lock file '$TMP/links_lock/.lock' is a symbolic link, not a regular file" -- -x 1 -o "$TMP/links_lock"
     mkdir -p "$TMP/fifo_log" && mkfifo "$TMP/fifo_log/main.log"
-    check main_log_fifo 1 "'$TMP/fifo_log/main.log' is a pipe or FIFO" -- -x 1 -o "$TMP/fifo_log"
+    check main_log_fifo 1 "'$TMP/fifo_log/main.log' is a FIFO" -- -x 1 -o "$TMP/fifo_log"
     [ "$(cat "$TMP/outside.txt")" = outside ] || bad "links: the file outside -o was written through a link"
 }
 
