@@ -112,13 +112,12 @@ static inline void hellaswag_parse_item(const char* path, const uint16_t* stream
 static inline void hellaswag_read(HellaswagSet* s, const char* path, int vocab_size) {
     memset(s, 0, sizeof(*s));
     path_format(s->path, sizeof(s->path), "%s", path);
-    FILE* probe = fopen(path, "rb");
-    if (!probe && errno == ENOENT) {
+    struct stat st;  // stat, not a trial open: opening a FIFO would wait for a writer forever
+    if (stat(path, &st) != 0 && errno == ENOENT) {
         fatal("HellaSwag eval file '%s' does not exist: make it with llm.c's dev/data/hellaswag.py (it writes "
               "hellaswag_val.bin), or pass --hellaswag-file data/tinyshakespeare_hellaswag.bin, the small set `make "
               "data` builds", path);
     }
-    if (probe) fclose(probe);
     FILE* f = fopenCheck(path, "rb");  // names a directory, a FIFO, a permission problem
     long size = file_size_of(f, path);
     if (size < 1024) fatal("%s: %ld bytes, shorter than the 1024-byte header of an eval file", path, size);

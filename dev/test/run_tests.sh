@@ -65,7 +65,7 @@ STEPS=(
   "checkpoint_io   300 dev/test/test_checkpoint_io.sh"
   "paths           300 dev/test/test_paths.sh"
   "multihost       300 dev/test/test_multihost.sh"
-  "faults          180 dev/test/test_faults.sh"
+  "faults          300 dev/test/test_faults.sh"
   "plot_loss       120 dev/test/test_plot_loss.sh"
   "hf              120 dev/test/test_hf.sh"
   "recipe          120 dev/test/test_recipe.sh"

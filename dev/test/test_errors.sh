@@ -120,6 +120,7 @@ check model_is_directory   1 "a_dir' is a directory"   -- -e "$TMP/a_dir"
 check model_is_pipe        1 "is a pipe or FIFO"        -- -e <(cat "$TMP/good.bin")
 check shard_is_fifo        1 "fifo_shard' is a pipe or FIFO" -- -i "$TMP/fifo_shard"
 check tokenizer_is_fifo    1 "tokenizer '$TMP/fifo_model' is a pipe" -- -s 1 --tokenizer "$TMP/fifo_model"
+check hellaswag_is_fifo    1 "fifo_model' is a pipe or FIFO" -- -H 1 --hellaswag-file "$TMP/fifo_model"
 check output_dangling_link 1 "symbolic link to '$TMP/no_such_dir', which does not exist" -- -o "$TMP/dangling_out"
 check output_parent_file   1 "cannot create output directory '$TMP/not_a_dir/run': Not a directory" -- -o "$TMP/not_a_dir/run"
 # -o's missing parents are made, as mkdir -p would (a job script's path is often fresh).

@@ -7,10 +7,11 @@
 #      process is left; a job whose ranks are all stopped for 4 s and continued one by one
 #      (a scheduler's suspend and resume) does not time out; nor does one stopped with its
 #      ranks inside a wait right after the deadline's clock read (LLMC_TEST_STOP: rank 0
-#      before step 20, the others in its wait), for 3 s and 8 s (and the trainer at np 2, 5 s);
+#      before step 20, the others in its wait), for 3 s and 6 s (and the trainer at np 2, 5 s);
 #   1. one host, 4 ranks: rank 2 is stopped (SIGSTOP) mid-run. Every rank exits (mpirun
-#      non-zero) within the timeout plus a few seconds; exactly one `error:` line says which
-#      collective at which step did not complete, from a rank other than the stopped one;
+#      non-zero) within the timeout plus a few seconds; one `error:` line (on a loaded machine
+#      sometimes one per live rank) says which collective at which step did not complete,
+#      from a rank other than the stopped one;
 #      no process of the run is left, the stopped one included; while they wait, the live
 #      ranks sleep between polls instead of spinning (CPU time measured during the stall).
 #      With ZeRO-1, and with the plain trainer's replicated optimizer (-z 0);
@@ -81,16 +82,22 @@ check_abort() {
     else
         bad "$name: exit $rc ${secs} s after the fault; expected a failure within $((TIMEOUT + SLACK)) s"
     fi
+    # Usually one live rank speaks and its abort ends the others within their 0.25 s stagger;
+    # on a loaded machine a second live rank may print the same timeout first, which is as
+    # true. So: one message or more, each naming the collective, none from the stopped rank.
     lines=$(grep -c "did not complete within" "$log")
-    local msg re
-    msg=$(grep -m1 "did not complete within" "$log")
+    local msg re all_ok=1
     re="^error: \[rank ([0-9]+)\] (zero1: (reduce-scatter|all-gather|all-reduce)( across instances)? of (bucket [0-9]+|the grad norm)"
     re+="|loss all-reduce|gradient all-reduce) at step [0-9]+ did not complete within $TIMEOUT s \(a rank stopped or its "
     re+="network is gone\); aborting the job$"
-    if [ "$lines" = 1 ] && [[ $msg =~ $re ]] && [ "${BASH_REMATCH[1]}" != "$STOPPED_RANK" ]; then
-        ok "$name: one message: $msg"
+    while read -r msg; do
+        [[ $msg =~ $re ]] && [ "${BASH_REMATCH[1]}" != "$STOPPED_RANK" ] || all_ok=0
+    done < <(grep "did not complete within" "$log")
+    msg=$(grep -m1 "did not complete within" "$log")
+    if [ "$lines" -ge 1 ] && [ $all_ok = 1 ] && [ "$(grep -c 'error:' "$log")" = "$lines" ]; then
+        ok "$name: $([ "$lines" = 1 ] && echo "one message" || echo "$lines live ranks' messages, the first"): $msg"
     else
-        bad "$name: $lines timeout message(s), expected exactly one naming the collective from a live rank"
+        bad "$name: $lines timeout message(s), expected one or more naming the collective, from live ranks only"
         tail -n 20 "$log" | sed 's/^/       | /'
     fi
 }
@@ -109,24 +116,23 @@ rc=$? secs=$(elapsed "$t_start" "$(now)")
 n=$(grep -c "did not complete within" "$TMP/stall.log")
 want="error: [rank 0] gradient all-reduce at step 7 did not complete within 2 s (a rank stopped or its network is gone); aborting the job"
 sleep 0.5
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && awk -v s="$secs" 'BEGIN { exit !(s < 12) }' && [ "$n" = 1 ] &&
+# Rank 0 speaks; rank 1, 0.25 s later, only if the abort has not ended it (a loaded machine).
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && awk -v s="$secs" 'BEGIN { exit !(s < 12) }' && [ "$n" -ge 1 ] &&
+   [ "$(grep -c "did not complete within" "$TMP/stall.log")" = "$(grep -cxF -e "$want" -e "${want/rank 0/rank 1}" "$TMP/stall.log")" ] &&
    grep -qxF "$want" "$TMP/stall.log" && ! grep -q "got past" "$TMP/stall.log" && [ -z "$(pgrep -f "test_mpi_wait stall 2")" ]; then
-    ok "stall: a rank that never joins: the job ended (exit $rc) after $secs s with one line naming the all-reduce"
+    ok "stall: a rank that never joins: the job ended (exit $rc) after $secs s with $([ "$n" = 1 ] && echo "one line" || echo "rank 0's line (and rank 1's)") naming the all-reduce"
 else
     bad "stall: exit $rc after $secs s, $n timeout line(s)"; tail -n 10 "$TMP/stall.log" | sed 's/^/       | /'
 fi
-# A suspended job (every rank stopped, then continued one by one 0.6 s apart, as a
+# A suspended job (every rank stopped, then continued one by one 0.4 s apart, as a
 # scheduler's suspend and resume do): the time stopped is not waiting. A rank continued
-# first finds its all-reduce still waiting for the others and must not count the 4 s.
-"${MPIRUN[@]}" -np 3 ./test_mpi_wait loop 2 300 >"$TMP/suspend.log" 2>&1 &
+# first finds its all-reduce still waiting for the others and must not count the 4 s. The
+# ranks stop themselves before step 50 (LLMC_TEST_STOP), so the stop never misses the run.
+LLMC_TEST_STOP='step:*:50' "${MPIRUN[@]}" -x LLMC_TEST_STOP -np 3 ./test_mpi_wait loop 2 300 >"$TMP/suspend.log" 2>&1 &
 JOB_PID=$!
-sleep 1.5
-ranks=$(for p in $(pgrep -f "test_mpi_wait loop 2 300"); do
-            tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=" && echo "$p"; done)
-# shellcheck disable=SC2086  # one pid per word
-if [ -n "$ranks" ] && kill -STOP $ranks; then
+if ranks=$(wait_stopped "$TMP/suspend.log" 3); then
     sleep 4
-    for p in $ranks; do kill -CONT "$p"; sleep 0.6; done
+    for p in $ranks; do kill -CONT "$p"; sleep 0.4; done
 fi
 wait $JOB_PID
 rc=$?
@@ -142,7 +148,7 @@ fi
 # landing there used to count in full, and ended 1 run in 3 of the trainer so). The whole
 # job stands stopped longer than the deadline; then the ranks are continued, rank 0 first or
 # last. No timeout, the run completes: the test_mpi_wait loop at np 3 (deadline 2 s, stopped
-# 3 s and 8 s), and the trainer at np 2 (--comm-timeout 2, 5 s).
+# 3 s and 6 s), and the trainer at np 2 (--comm-timeout 2, 5 s).
 suspend_at_wait() {  # suspend_at_wait NAME NP STOP_S ORDER CMD...: ORDER first|last (rank 0's turn)
     local name=$1 np=$2 stop_s=$3 order=$4 log=$TMP/$1.log pids rank0 p rc r spec=step:0:20
     shift 4
@@ -166,7 +172,7 @@ suspend_at_wait() {  # suspend_at_wait NAME NP STOP_S ORDER CMD...: ORDER first|
     fi
 }
 suspend_at_wait suspend_wait_first 3 3 first ./test_mpi_wait loop 2 300
-suspend_at_wait suspend_wait_last 3 8 last ./test_mpi_wait loop 2 300
+suspend_at_wait suspend_wait_last 3 6 last ./test_mpi_wait loop 2 300
 suspend_at_wait suspend_trainer 2 5 first "$BIN" -e d2 -i "$DATA" -b 1 -t 64 -x 60 -v 0 -s 0 -z 1 --bucket-size 2000000 \
     --comm-timeout 2 -o "$TMP/suspend_trainer"
 
