@@ -104,8 +104,7 @@ void zero1_tracer_write(const Zero1Tracer* t, const char* path) {
     static const char* lanes[] = {"compute", "grad reduce", "param gather", "blocked in wait"};
     char tmp[PATH_MAX_LEN];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "w");
-    if (!f) write_failed(path);
+    FILE* f = fopenCheck(tmp, "w");  // a regular file of the job's, never written through a link
     double t0 = t->count ? t->events[0].start_us : 0.0;
     for (size_t i = 0; i < t->count; i++) t0 = t->events[i].start_us < t0 ? t->events[i].start_us : t0;
     fprintf(f, "{\"traceEvents\": [\n");

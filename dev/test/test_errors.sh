@@ -99,6 +99,9 @@ check cpu_fused_kernels_0  1 "--fused-kernels 0: a choice of the GPU trainer's k
 check cpu_comm_nccl        1 "--comm nccl: a choice of the GPU trainer's communication" -- --comm nccl
 check cpu_comm_mpi         2 "--comm mpi: a choice of the GPU trainer's communication" -- --comm mpi
 check trace_empty          1 "--trace '': give the trace files' path prefix" -- -z 1 --trace ''
+echo outside >"$TMP/outside.txt" && ln -s "$TMP/outside.txt" "$TMP/traced.rank0.json.tmp"
+check trace_through_link   1 "traced.rank0.json.tmp' is a symbolic link" -- -z 1 --trace "$TMP/traced"
+[ "$(cat "$TMP/outside.txt")" = outside ] || bad "trace_through_link: the trace was written through the link"
 check output_empty         1 "-o '': give the output directory" -- -o ''
 check keep_without_o       1 "-nk 2 keeps the newest of the checkpoints that -n saves in -o" -- -nk 2
 check keep_without_n       1 "-nk 2 keeps the newest of the checkpoints that -n saves in -o" -- -nk 2 -o "$TMP/keep_out"
