@@ -192,6 +192,10 @@ static void op_print_start(Optimizer* o) {
            cfg->average_in_collective ? ", averaged in the collective" : "",
            cfg->overlap_grad_reduce ? "on" : "off", cfg->overlap_param_gather ? "on" : "off",
            z->backend->device.ops->name, z->backend->comm->name);
+    if (!cfg->overlap_grad_reduce && cfg->bucket_size > 0) {
+        printf("zero1: note: --no-overlap-grad-reduce lays out one bucket, as Megatron does without overlap; "
+               "--bucket-size %lld is not used\n", cfg->bucket_size);
+    }
     printf("zero1: bucket      start        end   unpadded   padding  params\n");
     for (int b = 0; b < lay->num_buckets; b++) {
         const Zero1Bucket* bk = &lay->buckets[b];
