@@ -2,7 +2,8 @@
 # zero1_plan end to end:
 #   1. 2000 random configurations vs the independent Python oracle (dev/test/layout_oracle.py);
 #   2. the GPT-2 124M layout, ledger and bucket timing at DP=8 vs arithmetic and reasoning done
-#      by hand below, also as 2 distributed-optimizer instances of 4 ranks;
+#      by hand below, also as 2 distributed-optimizer instances of 4 ranks; the bucket size
+#      as Megatron's DDP picks it (64 ranks as 2 instances, overlap off, 0 refused);
 #   3. bad arguments -> usage and exit code 2;
 #   4. the zero1 headers compile as C++ (nvcc includes them).
 # Run from anywhere; builds zero1_plan with make. Prints one PASS/FAIL line.
