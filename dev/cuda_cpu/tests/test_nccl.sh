@@ -46,9 +46,20 @@ expect() {
 }
 
 INVERSION="ranks issued collectives on two communicators in different orders (NCCL can deadlock): rank "
+# basic's expected sums are worked out in rank order (at 2 ranks every order gives them).
 for n in 2 3 4; do
-    expect "basic, $n ranks" 0 -"$INVERSION" -- "${MPIRUN[@]}" -np $n "$BIN" basic
+    expect "basic, $n ranks" 0 -"$INVERSION" -- env CUDA_CPU_NCCL_ORDER=rank "${MPIRUN[@]}" -x CUDA_CPU_NCCL_ORDER \
+        -np $n "$BIN" basic
 done
+# The sum orders (CUDA_CPU_NCCL_ORDER), against results worked out by hand from NCCL's
+# ring and tree (test_nccl.cpp, test_orders); the default is ring.
+for order in ring tree random; do
+    for n in 3 4; do
+        expect "orders: $order, $n ranks" 0 -- env CUDA_CPU_NCCL_ORDER=$order "${MPIRUN[@]}" -x CUDA_CPU_NCCL_ORDER \
+            -np $n "$BIN" orders $order
+    done
+done
+expect "orders: the default is ring" 0 -- "${MPIRUN[@]}" -np 3 "$BIN" orders ring
 for mode in eager lazy; do
     expect "basic, 2 ranks, CUDA_CPU_EXEC=$mode" 0 -- env CUDA_CPU_EXEC=$mode "${MPIRUN[@]}" -x CUDA_CPU_EXEC -np 2 "$BIN" basic
 done
