@@ -57,7 +57,8 @@
  * A group in which a call failed launches nothing and ncclGroupEnd returns that error.
  * Collectives of count 0 are skipped on the host, as NCCL does; Send/Recv of 0 still pair.
  * ncclCommDestroy waits for the communicator's queued operations, then frees local state;
- * ncclCommAbort returns at once (waiting operations give up within ~20 ms). Handles are
+ * ncclCommAbort returns at once (waiting operations give up within ~20 ms), or with
+ * CUDA_CPU_NCCL_ABORT=block once the device's queued work has run (see there). Handles are
  * kept as tombstones so that a call on a destroyed communicator is reported, not a crash.
  *
  * Not modelled: the ring's order of ranks (NCCL picks it from the topology: here rank
@@ -1551,8 +1552,11 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return ncclSuccess;
 }
 
-// Returns at once: operations waiting on peers see the flag and give up; the peers see the
-// segment's aborted-by word (ncclRemoteError).
+// Operations waiting on peers see the flag and give up; the peers see the segment's
+// aborted-by word (ncclRemoteError). Then it returns at once, or with CUDA_CPU_NCCL_ABORT=block
+// waits first until the work queued on the communicator's device has run, as a GPU's
+// ncclCommAbort may (it frees device memory, which synchronizes the device): behind a kernel
+// that never ends, forever. The handle is retired before: a call made meanwhile is refused.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
     std::shared_ptr<CommState> c;
@@ -1566,6 +1570,14 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
         g_tcv.notify_all();  // a unit waiting for its turn gives up now
     }
     retire(comm, H_ABORTED);
+    static const char* const modes[] = {"return", "block"};
+    if (cudacpu::env_choice("NCCL_ABORT", modes, 2) == 1) {
+        int before = 0;
+        cudaGetDevice(&before);
+        cudaSetDevice(c->device);
+        (void)cudaDeviceSynchronize();  // its sticky error, if any, is not abort's to report
+        cudaSetDevice(before);
+    }
     return ncclSuccess;
 }
 

@@ -80,6 +80,10 @@ expect "inversion, CUDA_CPU_EXEC=eager" 2 +"error: cuda_cpu: $INVERSION" \
 # (abort needs a host thread that is not inside the collective: not under eager execution)
 expect "abort while a peer never arrives" 0 +"abandoned: ncclCommAbort was called" +"rank 0 aborted the communicator" \
     -- "${MPIRUN[@]}" -np 2 "$BIN" abort
+# A blocking abort (CUDA_CPU_NCCL_ABORT=block) waits for the device's queued work, which gives
+# up at once here (nothing else runs): the same results. test_watchdog_cuda blocks it forever.
+expect "abort, CUDA_CPU_NCCL_ABORT=block" 0 +"abandoned: ncclCommAbort was called" \
+    -- env CUDA_CPU_NCCL_ABORT=block "${MPIRUN[@]}" -x CUDA_CPU_NCCL_ABORT -np 2 "$BIN" abort
 expect "same order on two communicators, one rank late: no inversion" 0 -"$INVERSION" -- "${MPIRUN[@]}" -np 2 "$BIN" order
 expect "CUDA_CPU_NCCL_CONCURRENT=1: one stream passes, a second stream beside an op in flight faults, exit 2" 2 \
     +"may run at once on one GPU, which NCCL does not support" \
