@@ -117,7 +117,7 @@ echo "GPU tests on $WHERE; work dir $OUT"
 VARIANT_TARGETS_FP32_0="test_kernels_cuda test_gpt2cu train_gpt2cu"
 VARIANT_TARGETS_BF16_0="gpu_compute_mode test_kernels_cuda test_gpt2cu train_gpt2cu test_zero1_cuda test_watchdog_cuda"
 VARIANT_TARGETS_FP32_1="test_gpt2cu train_gpt2cu"
-VARIANT_TARGETS_BF16_1="test_gpt2cu"
+VARIANT_TARGETS_BF16_1="test_gpt2cu train_gpt2cu"
 prebuild() {  # prebuild PRECISION USE_ZERO1: the variant's targets in $OUT/tree_P_z; .rc when done
     local dir=$OUT/tree_$1_$2 targets=VARIANT_TARGETS_$1_$2
     mkdir -p "$dir"
@@ -505,10 +505,13 @@ if [ "$NUM_GPUS" -ge 2 ]; then check zero1_stopped_rank stopped_rank; else skip 
 
 # ---- --dp-invariant: 1, 2 and 4 ranks (a GPU each over NCCL; ranks that share a GPU over
 # staged MPI), 4 steps with clipping: byte-identical checkpoints and step lines
-# (dev/test/test_dp_invariant.sh's GPU mode, on the FP32 zero1/ build above) ----
+# (dev/test/test_dp_invariant.sh's GPU mode, on the BF16 zero1/ build) ----
 # Its bits hold in any order of NCCL's sums (its own exact sums: docs/zero1.md) and for any
-# layout's alignments (the cuBLASLt plans' keys: llmc/matmul.cuh): on the layer both random.
-DPI=(env GPU="$OUT/train_gpt2cu_z_FP32" bash dev/test/test_dp_invariant.sh)
+# layout's alignments (the cuBLASLt plans' keys: llmc/matmul.cuh; bf16 views are 128 or 256
+# bytes aligned as the bucket size falls, fp32 ones always 256): the BF16 build, on the
+# layer with both random.
+check build_train_z_bf16 build train_gpt2cu BF16 z
+DPI=(env GPU="$OUT/train_gpt2cu_z_BF16" bash dev/test/test_dp_invariant.sh)
 if [ $LAYER = 1 ]; then
     check dp_invariant_gpu on_layer CUDA_CPU_NCCL_ORDER=random CUDA_CPU_BLASLT_HEURISTIC=random "${DPI[@]}"
 else
