@@ -52,7 +52,7 @@ run test_blas ./test_cuda_cpu_blas
 # CUDA_CPU_BLASLT_HEURISTIC: each value's answers; random's the same in another process, and
 # others under another CUDA_CPU_SEED; a value it does not know is refused.
 heuristic_modes() {
-    local m a b c
+    local m a b c out
     for m in documented none random all; do
         CUDA_CPU_BLASLT_HEURISTIC=$m ./test_cuda_cpu_blas heuristic $m || return 1
     done
@@ -63,8 +63,8 @@ heuristic_modes() {
     echo "seed 1: $a; again: $b; seed 2: $c"
     [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] || return 1
     echo "PASS random: the same answers in another process, others under CUDA_CPU_SEED=2"
-    CUDA_CPU_BLASLT_HEURISTIC=bogus ./test_cuda_cpu_blas heuristic bogus 2>&1 |
-        grep -q "^error: cuda_cpu: CUDA_CPU_BLASLT_HEURISTIC=bogus: use one of documented none random all" &&
+    out=$(CUDA_CPU_BLASLT_HEURISTIC=bogus ./test_cuda_cpu_blas heuristic bogus 2>&1) && return 1
+    grep -q "^error: cuda_cpu: CUDA_CPU_BLASLT_HEURISTIC=bogus: use one of documented none random all" <<<"$out" &&
         echo "PASS CUDA_CPU_BLASLT_HEURISTIC=bogus refused"
 }
 run "test_blas CUDA_CPU_BLASLT_HEURISTIC" heuristic_modes
