@@ -35,9 +35,8 @@
  *
  * Plans (llmc/cuda_common.cuh MatmulPlan): one per distinct key (shape, transposes,
  * epilogue, types, beta == 0, the six alignments the heuristic was told, capped at
- * MATMUL_ALIGN_CAP), with its
- * descriptor, layouts, preference and algorithm, made on first use (the heuristic runs
- * once per key) and freed by cuda_libs_free. Per call only the bias and aux pointers are
+ * MATMUL_ALIGN_CAP), with its descriptor, layouts, preference and algorithm, made on first
+ * use (the heuristic runs once per key) and freed by cuda_libs_free. Per call only the bias and aux pointers are
  * set on the plan's descriptor (cublasLtMatmul reads it when called).
  */
 #ifndef LLMC_MATMUL_CUH
@@ -48,9 +47,9 @@
 #include "llmc/layernorm.cuh"  // colreduce_num_chunks
 
 // The alignment the heuristic is told, in bytes: the pointer's, at most MATMUL_ALIGN_CAP.
-// Every layout gives a parameter view at least 128 bytes (zero1/ starts each parameter at a
-// multiple of 64 elements; the plain trainer's views of GPT-2 shapes too), and a view may be
-// 256-byte aligned in one layout and not in another (another --bucket-size, DP or padding).
+// zero1/'s layouts give every parameter view at least 128 bytes (each parameter starts at a
+// multiple of 64 elements), and a bf16 view may be 256-byte aligned in one layout and not in
+// another (another --bucket-size, DP or padding).
 // Told 256, a GPU's heuristic may pick another algorithm for that layout, with other bits;
 // capped, every layout gives the same keys, so --dp-invariant's bits do not depend on it.
 #define MATMUL_ALIGN_CAP 128
@@ -199,7 +198,7 @@ static int matmul_cublaslt_epilogue(void* d, cudaDataType_t d_type, const floatX
 // where cuBLASLt has no algorithm for it.
 __global__ void add_bias_kernel(floatX* d, const floatX* bias, int m, size_t n_elements) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n_elements) d[i] = (floatX)((float)d[i] + (float)bias[i % (size_t)m]);
+    if (i < n_elements) d[i] = from_float<floatX>(to_float(d[i]) + to_float(bias[i % (size_t)m]));
 }
 
 // The plain matmul, with the bias (floatX, may be NULL) as an epilogue, or added after it

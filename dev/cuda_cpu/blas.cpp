@@ -468,12 +468,6 @@ HeuristicMode heuristic_mode() {
     return mode;
 }
 
-uint64_t mix64(uint64_t x) {  // splitmix64's finalizer
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 // Whether the heuristic answers "no algorithm"; why (for the documented refusal's message).
 bool refused(const Plan& p, const MatmulDesc& desc, const uint32_t al[6], const char** why) {
     bool fused = p.epilogue != CUBLASLT_EPILOGUE_DEFAULT || desc.bias || desc.aux;
@@ -493,8 +487,8 @@ bool refused(const Plan& p, const MatmulDesc& desc, const uint32_t al[6], const 
     const int64_t seen[] = {(int64_t)p.a.type, (int64_t)p.d.type, desc.compute, p.ta, p.tb, p.m, p.n, p.k, p.batch,
                             (int64_t)p.epilogue, (int64_t)p.bias.type, desc.aux_ld, desc.bias_stride, desc.aux_stride,
                             al[0], al[1], al[2], al[3], al[4], al[5]};
-    uint64_t h = mix64(0x9e3779b97f4a7c15ull ^ (uint64_t)cudacpu::env_long("SEED", 1));
-    for (int64_t v : seen) h = mix64(h ^ (uint64_t)v);
+    uint64_t h = cudacpu::splitmix64((uint64_t)cudacpu::env_long("SEED", 1));
+    for (int64_t v : seen) h = cudacpu::splitmix64(h ^ (uint64_t)v);
     return (h >> 63) != 0;
 }
 

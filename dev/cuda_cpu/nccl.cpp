@@ -708,21 +708,15 @@ SumTree btree_order(int n) {
     return t;
 }
 
-uint64_t mix64(uint64_t x) {  // splitmix64's finalizer
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 // A chain in a random order drawn from (CUDA_CPU_SEED, communicator, collective number, call
 // of its group, piece): every rank draws the same, every call another.
 SumTree random_order(int n, uint64_t comm_id, uint64_t seq, int call, int piece) {
-    uint64_t h = mix64(mix64(mix64(mix64((uint64_t)cudacpu::env_long("SEED", 1)) ^ comm_id) ^ seq) ^
-                       (uint64_t)(call * 65536 + piece));
+    uint64_t h = cudacpu::splitmix64((uint64_t)cudacpu::env_long("SEED", 1));
+    for (uint64_t v : {comm_id, seq, (uint64_t)call << 32 | (uint32_t)piece}) h = cudacpu::splitmix64(h ^ v);
     std::vector<int> seq_r(n);
     for (int i = 0; i < n; i++) seq_r[i] = i;
     for (int i = n - 1; i > 0; i--) {  // Fisher-Yates
-        h = mix64(h + 0x9e3779b97f4a7c15ull);
+        h = cudacpu::splitmix64(h);
         std::swap(seq_r[i], seq_r[h % (uint64_t)(i + 1)]);
     }
     return chain(seq_r);
