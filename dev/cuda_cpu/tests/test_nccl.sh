@@ -5,7 +5,7 @@
 #   dev/cuda_cpu/tests/test_nccl.sh [path/to/test_nccl]     (default ./test_nccl)
 #
 # Prints one line per run and "N passed, M failed"; exits 1 when any failed. Each run is
-# under a 60 s timeout: a hang fails, it does not block CI. About 20 s on 2 cores.
+# under a 60 s timeout: a hang fails, it does not block CI. About 30 s on 2 cores.
 set -uo pipefail
 BIN=${1:-./test_nccl}
 [ -x "$BIN" ] || { echo "test_nccl.sh: $BIN is not an executable (build test_nccl first)" >&2; exit 2; }
