@@ -294,6 +294,10 @@ test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/c
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
 
+# GPU 0's compute mode, for the GPU suite (rows whose ranks share a GPU need Default).
+gpu_compute_mode: dev/test/gpu_compute_mode.cu $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/test/gpu_compute_mode.cu -o $@ $(NVCC_LIBS)
+
 # Every CUDA kernel of llmc/ against plain C double references (dev/test/test_kernels_cuda.cu).
 test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
 	$(check_mpi_flags)
@@ -359,5 +363,5 @@ demo:
 clean:
 	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain train_gpt2_testing test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer test_cuda_cpu_tools \
+	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda gpu_compute_mode test_cuda_cpu_layer test_cuda_cpu_tools \
 	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert

@@ -90,6 +90,16 @@ int current_device();
 // the same in every process with CUDA_CPU_SHARED_GPU=1 (ranks sharing one GPU).
 void device_uuid(int device, unsigned char out[16]);
 
+// ---- seeded choices ---------------------------------------------------------------------
+// One step of splitmix64 (the golden-ratio increment, then its finalizer): the layer's
+// random orders and answers hash their inputs and CUDA_CPU_SEED through it.
+static inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 // ---- bf16, exactly ----------------------------------------------------------------------
 static inline float bf16_bits_to_float(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;

@@ -677,6 +677,14 @@ cudaError_t cudaGetDevice(int* device) {
     return cudaSuccess;
 }
 
+// CUDA_CPU_COMPUTE_MODE: the compute mode reported (nvidia-smi -c sets a GPU's), only
+// reported: exclusive-process does not keep a second process off the emulated GPU.
+static int compute_mode() {
+    static const char* const names[] = {"default", "exclusive-process", "prohibited"};
+    static const int modes[] = {cudaComputeModeDefault, cudaComputeModeExclusiveProcess, cudaComputeModeProhibited};
+    return modes[env_choice("COMPUTE_MODE", names, 3)];
+}
+
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device) {
     init_once();
     if (device < 0 || device >= device_count()) return result(cudaErrorInvalidDevice);
@@ -727,6 +735,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
         case cudaDevAttrWarpSize: *value = 32; break;
         case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
         case cudaDevAttrClockRate: *value = 1980000; break;  // kHz
+        case cudaDevAttrComputeMode: *value = compute_mode(); break;  // not in CUDA 13's cudaDeviceProp
         default: return result(cudaErrorInvalidValue);
     }
     return cudaSuccess;

@@ -18,6 +18,12 @@
 #      profiler's shared-memory wavefronts per request exceed the kernel's budget
 #  10. residual_forward_kernel's threads taking their packs in a strided order (each still
 #      once): the profiler's sectors per request exceed the kernel's budget
+# and these, which pass under the layer's former behaviour (every cuBLASLt request gets an
+# algorithm; NCCL sums in rank order) and its freedoms (docs/cuda_cpu.md) must catch:
+#  11. test_kernels_cuda requiring the fused BGRADB path: fails under
+#      CUDA_CPU_BLASLT_HEURISTIC=none, where a GPU's cuBLASLt may have no algorithm
+#  12. test_gpt2cu asserting its rerun's bits at 4 ranks without NCCL_ALGO pinned: fails under
+#      CUDA_CPU_NCCL_ORDER=random, where NCCL may pick another order on the rerun
 # A mutation whose text is not found in the source is a failure too (the test would have
 # rotted). Two mutations run at a time. Prints "N passed, M failed".
 set -uo pipefail
@@ -171,6 +177,31 @@ TOOLS=1 expect_caught strided_load llmc/residual.cuh \
     "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x % 32 * 8 + threadIdx.x / 32) * PACK_X;" \
     test_kernels_cuda 0 "FAIL residual_forward_kernel: global_load_sectors_per_request .* over its budget" \
     over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
+
+# The layer's freedoms. Each check first runs the test under the layer's former behaviour
+# (it must pass, or the mutation proves nothing about the new mode), then under the mode.
+mode_only() {  # mode_only OLD=value... -- NEW=value... -- COMMAND...: fails when COMMAND fails under NEW
+    local old=() new=()
+    while [ "$1" != -- ]; do old+=("$1"); shift; done
+    shift
+    while [ "$1" != -- ]; do new+=("$1"); shift; done
+    shift
+    env "${old[@]}" "$@" >former.log 2>&1 || { echo "caught under ${old[*]} already: not a test of the mode"; return 0; }
+    echo "passes under ${old[*]}"
+    env "${new[@]}" "$@"
+}
+export -f mode_only
+expect_caught needs_fused_path dev/test/test_kernels_cuda.cu \
+    "    report(bgrad != NOT_ASKED, \"matmul_backward_fused dbias path\"" \
+    "    report(bgrad == FUSED, \"matmul_backward_fused dbias path\"" \
+    test_kernels_cuda 0 "^FAIL matmul_backward_fused dbias path .*\(BGRADB refused by the heuristic" \
+    mode_only CUDA_CPU_BLASLT_HEURISTIC=all -- CUDA_CPU_BLASLT_HEURISTIC=none -- "${KERNELS[@]}"
+expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
+    "    const char* algo = getenv(\"NCCL_ALGO\");" \
+    "    const char* algo = \"Ring\";  // taken as pinned" \
+    test_gpt2cu 1 "^FAIL rerun bitwise identical" \
+    mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
+    "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$WORK/model.bin" "$WORK/state.bin" -z 1 --bucket-size 65536 --comm nccl
 
 wait
 for name in "${NAMES[@]}"; do

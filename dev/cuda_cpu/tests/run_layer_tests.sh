@@ -4,7 +4,8 @@
 #   test_layer  kernels (barriers, warp collectives, faults), launch checks, memory, streams
 #               and events, in every thread order (forward, reverse, random) and execution
 #               mode (async, eager, lazy), and under CUDA_CPU_PROTECT=1
-#   test_blas   cuBLAS and cuBLASLt on hand-worked examples and the documented errors
+#   test_blas   cuBLAS and cuBLASLt on hand-worked examples and the documented errors, and
+#               the heuristic's answers under each CUDA_CPU_BLASLT_HEURISTIC
 #   test_nccl   NCCL at 2, 3 and 4 ranks, its rules and its failures (test_nccl.sh)
 #   test_tools  the sanitizer and profiler (CUDA_CPU_CHECK, CUDA_CPU_PROFILE) on hand-worked
 #               cases; and a build without CUDA_CPU_TOOLS=1 refusing them with the fix
@@ -48,6 +49,25 @@ else
     echo "$PKEYS_SKIPPED (test_layer protect, test_blas protect)"
 fi
 run test_blas ./test_cuda_cpu_blas
+# CUDA_CPU_BLASLT_HEURISTIC: each value's answers; random's the same in another process, and
+# others under another CUDA_CPU_SEED; a value it does not know is refused.
+heuristic_modes() {
+    local m a b c out
+    for m in documented none random all; do
+        CUDA_CPU_BLASLT_HEURISTIC=$m ./test_cuda_cpu_blas heuristic $m || return 1
+    done
+    a=$(CUDA_CPU_BLASLT_HEURISTIC=random ./test_cuda_cpu_blas heuristic random 2>/dev/null | grep '^random answers')
+    b=$(CUDA_CPU_BLASLT_HEURISTIC=random ./test_cuda_cpu_blas heuristic random 2>/dev/null | grep '^random answers')
+    c=$(CUDA_CPU_SEED=2 CUDA_CPU_BLASLT_HEURISTIC=random ./test_cuda_cpu_blas heuristic random 2>/dev/null |
+        grep '^random answers')
+    echo "seed 1: $a; again: $b; seed 2: $c"
+    [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] || return 1
+    echo "PASS random: the same answers in another process, others under CUDA_CPU_SEED=2"
+    out=$(CUDA_CPU_BLASLT_HEURISTIC=bogus ./test_cuda_cpu_blas heuristic bogus 2>&1) && return 1
+    grep -q "^error: cuda_cpu: CUDA_CPU_BLASLT_HEURISTIC=bogus: use one of documented none random all" <<<"$out" &&
+        echo "PASS CUDA_CPU_BLASLT_HEURISTIC=bogus refused"
+}
+run "test_blas CUDA_CPU_BLASLT_HEURISTIC" heuristic_modes
 pkeys_available && run "test_blas protect" env CUDA_CPU_PROTECT=1 CUDA_CPU_EXEC=lazy ./test_cuda_cpu_blas
 run test_nccl bash dev/cuda_cpu/tests/test_nccl.sh ./test_cuda_cpu_nccl
 run test_tools ./test_cuda_cpu_tools
