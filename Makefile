@@ -309,9 +309,14 @@ test_cuda_cpu_blas: dev/cuda_cpu/tests/test_blas.cpp $(CUDA_HEADERS) $(GPU_STAMP
 test_cuda_cpu_nccl: dev/cuda_cpu/tests/test_nccl.cpp $(CUDA_HEADERS) $(GPU_STAMP)
 	$(check_mpi_flags)
 	$(NVCC) -O2 $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/cuda_cpu/tests/test_nccl.cpp -o $@ $(MPI_NVCC_LDFLAGS)
-# The sanitizer and profiler against hand-worked numbers: built with the tools whatever CUDA_CPU_TOOLS says.
+# The sanitizer, memcheck and profiler against hand-worked numbers: built with the tools whatever
+# CUDA_CPU_TOOLS says (memcheck's with a C file, compiled by gcc as zero1/'s are).
 test_cuda_cpu_tools: dev/cuda_cpu/tests/test_tools.cu dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(filter-out --cuda-cpu-tools,$(NVCC_FLAGS)) --cuda-cpu-tools $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_tools.cu -o $@ $(NVCC_LIBS)
+test_cuda_cpu_memcheck: dev/cuda_cpu/tests/test_memcheck.cu dev/cuda_cpu/tests/memcheck_host.c dev/cuda_cpu/tests/layer_test.h \
+  $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(filter-out --cuda-cpu-tools,$(NVCC_FLAGS)) --cuda-cpu-tools $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_memcheck.cu \
+	  dev/cuda_cpu/tests/memcheck_host.c -o $@ $(NVCC_LIBS)
 bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
 
@@ -359,5 +364,5 @@ demo:
 clean:
 	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain train_gpt2_testing test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer test_cuda_cpu_tools \
+	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer test_cuda_cpu_tools test_cuda_cpu_memcheck \
 	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert

@@ -144,7 +144,8 @@ struct WorkerState {
     std::vector<char> dynamic_shared;
     BlockRun* block = nullptr;
     sigjmp_buf* escape = nullptr;  // where a fault inside a kernel continues
-    char escape_message[512];
+    char escape_message[1536];
+    cudaError_t escape_error = cudaErrorIllegalAddress;  // the sticky error an escape leaves
 };
 static thread_local WorkerState* worker;
 
@@ -515,7 +516,9 @@ static void run_kernel(const Launch* L) {
         w->block = nullptr;
         w->escape = nullptr;
         if (with_tools) tools_launch_end();
-        device_fault(cudaErrorIllegalAddress, "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s",
+        cudaError_t err = w->escape_error;
+        w->escape_error = cudaErrorIllegalAddress;
+        device_fault(err, "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s",
                      L->site.kernel, L->site.file, L->site.line, b.block.x, b.block.y, b.block.z, coords.thread_idx.x,
                      coords.thread_idx.y, coords.thread_idx.z, w->escape_message);
         return;
@@ -557,6 +560,14 @@ void kernel_fault_escape(const char* message) {
     if (!w || !w->escape) return;
     snprintf(w->escape_message, sizeof(w->escape_message), "%s", message);
     siglongjmp(*w->escape, 1);
+}
+
+// memcheck's faults (tools.cpp): the access has not happened; the kernel ends with `err`.
+void kernel_memcheck_fault(cudaError_t err, const char* message) {
+    WorkerState* w = worker;
+    if (!w || !w->escape) return;
+    w->escape_error = err;
+    kernel_fault_escape(message);
 }
 
 bool in_kernel() { return worker && worker->block; }

@@ -190,18 +190,27 @@ bool check_device_range(const void* p, size_t bytes, const char* what, bool allo
 }
 
 void device_arena(uintptr_t* lo, size_t* len) {
-    *lo = (uintptr_t)mem->arena;
-    *len = kArenaBytes;
+    *lo = mem ? (uintptr_t)mem->arena : 0;
+    *len = mem ? kArenaBytes : 0;
 }
 
-bool device_allocation(const void* p, const char** base, size_t* size, const void** made_at) {
+// The device allocation that holds p, else the nearest one below it, else the first above
+// (memcheck names it); false when there is none.
+bool device_allocation_near(const void* p, DeviceAllocationInfo* out) {
     std::lock_guard<std::mutex> g(mem->mu);
-    Allocation* a = find_locked(p);
-    if (!a) return false;
-    *base = a->base;
-    *size = a->size;
-    *made_at = a->made_at;
-    return true;
+    auto above = mem->allocs.upper_bound((uintptr_t)p);
+    for (auto it = above; it != mem->allocs.begin();) {
+        --it;
+        if (it->second.kind != MEM_DEVICE) continue;
+        *out = {it->second.base, it->second.size, it->second.made_at, it->second.freed};
+        return true;
+    }
+    for (auto it = above; it != mem->allocs.end(); ++it) {
+        if (it->second.kind != MEM_DEVICE) continue;
+        *out = {it->second.base, it->second.size, it->second.made_at, it->second.freed};
+        return true;
+    }
+    return false;
 }
 
 static bool protect_mode() { return mem && mem->pkey >= 0; }
@@ -617,6 +626,7 @@ static const struct {
     {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
     {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorMisalignedAddress, "cudaErrorMisalignedAddress", "misaligned address"},
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},

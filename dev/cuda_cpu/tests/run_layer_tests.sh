@@ -6,8 +6,10 @@
 #               mode (async, eager, lazy), and under CUDA_CPU_PROTECT=1
 #   test_blas   cuBLAS and cuBLASLt on hand-worked examples and the documented errors
 #   test_nccl   NCCL at 2, 3 and 4 ranks, its rules and its failures (test_nccl.sh)
-#   test_tools  the sanitizer and profiler (CUDA_CPU_CHECK, CUDA_CPU_PROFILE) on hand-worked
+#   test_tools  the sanitizer and profiler (CUDA_CPU_CHECK=race, CUDA_CPU_PROFILE) on hand-worked
 #               cases; and a build without CUDA_CPU_TOOLS=1 refusing them with the fix
+#   test_memcheck  memcheck (CUDA_CPU_CHECK=memcheck) on hand-worked faults: out of bounds,
+#               misaligned, host code (C++ and C) touching device memory
 # Prints "N passed, M failed".
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../test/env.sh"
@@ -35,7 +37,8 @@ run() {  # run NAME COMMAND...: counts the result of one run, showing its tail o
     fi
     rm -f "$log"
 }
-run build make -s test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl test_cuda_cpu_tools CUDA_ON_CPU=1
+run build make -s test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl test_cuda_cpu_tools test_cuda_cpu_memcheck \
+    CUDA_ON_CPU=1
 for order in forward reverse random; do
     run "test_layer order=$order" env CUDA_CPU_ORDER=$order ./test_cuda_cpu_layer
 done
@@ -51,9 +54,10 @@ run test_blas ./test_cuda_cpu_blas
 pkeys_available && run "test_blas protect" env CUDA_CPU_PROTECT=1 CUDA_CPU_EXEC=lazy ./test_cuda_cpu_blas
 run test_nccl bash dev/cuda_cpu/tests/test_nccl.sh ./test_cuda_cpu_nccl
 run test_tools ./test_cuda_cpu_tools
+run test_memcheck ./test_cuda_cpu_memcheck
 tools_refused() {  # CUDA_CPU_CHECK / CUDA_CPU_PROFILE in a build without the tools: one error with the fix
     local v out
-    for v in CUDA_CPU_CHECK=race CUDA_CPU_PROFILE=/dev/null; do
+    for v in CUDA_CPU_CHECK=race CUDA_CPU_CHECK=memcheck CUDA_CPU_PROFILE=/dev/null; do
         out=$(env "$v" ./test_cuda_cpu_layer 2>&1) && { echo "FAIL $v: ran"; return 1; }
         grep -q "^error: cuda_cpu: .* needs the layer's tools in the build: rebuild with make ... CUDA_ON_CPU=1 CUDA_CPU_TOOLS=1" \
             <<<"$out" || { echo "FAIL $v: $out" | head -n 3; return 1; }
