@@ -305,6 +305,14 @@ static inline int atomicMin(int* p, int v) { return cudacpu_atomic_update(p, cud
 static inline unsigned atomicMax(unsigned* p, unsigned v) { return cudacpu_atomic_update(p, cudacpu_max_uint, v); }
 static inline int atomicExch(int* p, int v) { return cudacpu_atomic_exchange(p, v); }
 static inline unsigned atomicExch(unsigned* p, unsigned v) { return cudacpu_atomic_exchange(p, v); }
+static inline float atomicExch(float* p, float v) {
+    unsigned u, old;
+    float f;
+    memcpy(&u, &v, 4);
+    old = cudacpu_atomic_exchange((unsigned*)p, u);
+    memcpy(&f, &old, 4);
+    return f;
+}
 static inline int atomicCAS(int* p, int cmp, int v) { return cudacpu_atomic_cas(p, cmp, v); }
 static inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { return cudacpu_atomic_cas(p, cmp, v); }
 static inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v) {
