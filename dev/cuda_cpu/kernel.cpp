@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <xmmintrin.h>
 
 #include "dev/cuda_cpu/cuda_cpu.h"
 #include "dev/cuda_cpu/internal.h"
@@ -491,7 +492,22 @@ static void run_block(BlockRun* b, uint64_t seed) {
     }
 }
 
+// While a kernel of a --use_fast_math translation unit runs under GPU numerics (cuda_cpu.h's
+// CUDA_CPU_FTZ): SSE's flush-to-zero and denormals-are-zero, nvcc's -ftz=true (for doubles
+// too, which a GPU does not flush).
+struct FlushDenormals {
+    unsigned saved;
+    bool on;
+    explicit FlushDenormals(bool ftz) : saved(_mm_getcsr()), on(ftz) {
+        if (on) _mm_setcsr(saved | 0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
+    }
+    ~FlushDenormals() {
+        if (on) _mm_setcsr(saved);
+    }
+};
+
 static void run_kernel(const Launch* L) {
+    FlushDenormals flush(L->site.ftz);
     WorkerState* w = worker_state();
     uint64_t seed = __atomic_add_fetch(&launch_counter, 1, __ATOMIC_RELAXED);
     int count = (int)(L->block.x * L->block.y * L->block.z);

@@ -362,12 +362,32 @@ static void init_memory() {
     sigaction(SIGBUS, &sa, nullptr);
 }
 
+// GPU numerics are a build setting (cuda_cpu.h): each translation unit reports whether it has
+// them before main; CUDA_CPU_NUMERICS in the environment, where set, must match the build.
+static bool numerics_gpu_seen = false;
+void numerics_built(bool gpu) { numerics_gpu_seen |= gpu; }
+
+static void check_numerics() {
+    const char* v = getenv("CUDA_CPU_NUMERICS");
+    if (!v || !*v) return;
+    bool gpu = strcmp(v, "gpu") == 0;
+    if (!gpu && strcmp(v, "ieee") != 0) {
+        fprintf(stderr, "error: cuda_cpu: CUDA_CPU_NUMERICS=%s: use ieee or gpu\n", v);
+        exit(1);
+    }
+    if (gpu == numerics_gpu_seen) return;
+    fprintf(stderr, "error: cuda_cpu: CUDA_CPU_NUMERICS=%s, but this program was built with %s numerics: rebuild with "
+            "make ... CUDA_ON_CPU=1 CUDA_CPU_NUMERICS=%s\n", v, numerics_gpu_seen ? "gpu" : "ieee", v);
+    exit(1);
+}
+
 static void init_once() {
     static std::once_flag once;
     std::call_once(once, [] {
         init_memory();
         exec_mode();
         tools_on();
+        check_numerics();
     });
 }
 

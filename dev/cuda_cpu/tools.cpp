@@ -447,6 +447,8 @@ extern "C" {
 void __asan_init(void) { cudacpu::instrumented = true; }
 void __asan_version_mismatch_check_v8(void) {}
 void __asan_handle_no_return(void) {}
+void __asan_before_dynamic_init(const char*) {}  // around a unit's dynamic initializers
+void __asan_after_dynamic_init(void) {}
 
 #define CUDA_CPU_HOOKS(n)                                                           \
     void __asan_load##n(void* p) { hook(p, n, KIND_LOAD, RET); }                    \
