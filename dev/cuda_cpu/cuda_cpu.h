@@ -368,13 +368,13 @@ static inline float max(float a, float b) { return fmaxf(a, b); }
 // gives each the largest error CUDA documents for it. Host code keeps glibc's.
 namespace cudacpu {
 enum GpuMathFn { GPU_EXPF, GPU_LOGF, GPU_TANHF, GPU_SQRTF, GPU_RSQRTF, GPU_FAST_EXPF, GPU_FAST_LOGF, GPU_FAST_SQRTF,
-                 GPU_FAST_DIVIDEF };
+                 GPU_FAST_TANHF, GPU_FAST_DIVIDEF };
 float gpu_math(int fn, float x, float y, bool ftz);
 void numerics_built(bool gpu);  // whether this translation unit has GPU numerics (runtime.cpp)
 }  // namespace cudacpu
 #ifdef __CUDA_CPU_GPU_NUMERICS__
 #ifdef __CUDA_CPU_FAST_MATH__
-#define CUDA_CPU_MATH_(precise, fast) fast  // --use_fast_math: expf is __expf, sqrtf approximate
+#define CUDA_CPU_MATH_(precise, fast) fast  // --use_fast_math: expf is __expf, sqrtf and tanhf approximate
 #else
 #define CUDA_CPU_MATH_(precise, fast) precise
 #endif
@@ -383,7 +383,7 @@ void numerics_built(bool gpu);  // whether this translation unit has GPU numeric
 CUDA_CPU_MATH1_(cudacpu_gpu_expf, CUDA_CPU_MATH_(GPU_EXPF, GPU_FAST_EXPF))
 CUDA_CPU_MATH1_(cudacpu_gpu_logf, CUDA_CPU_MATH_(GPU_LOGF, GPU_FAST_LOGF))
 CUDA_CPU_MATH1_(cudacpu_gpu_sqrtf, CUDA_CPU_MATH_(GPU_SQRTF, GPU_FAST_SQRTF))
-CUDA_CPU_MATH1_(cudacpu_gpu_tanhf, GPU_TANHF)
+CUDA_CPU_MATH1_(cudacpu_gpu_tanhf, CUDA_CPU_MATH_(GPU_TANHF, GPU_FAST_TANHF))
 CUDA_CPU_MATH1_(cudacpu_gpu_rsqrtf, GPU_RSQRTF)
 CUDA_CPU_MATH1_(cudacpu_gpu_fast_expf, GPU_FAST_EXPF)
 CUDA_CPU_MATH1_(cudacpu_gpu_fast_logf, GPU_FAST_LOGF)
