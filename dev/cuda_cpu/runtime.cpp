@@ -317,7 +317,10 @@ static void describe_address(const void* p, char* out, size_t n) {
 
 static void on_segv(int sig, siginfo_t* info, void* ctx) {
     char what[256];
-    describe_address(info->si_addr, what, sizeof(what));
+    if (info->si_code == SI_KERNEL && info->si_addr == nullptr)  // x86's general protection: no address
+        snprintf(what, sizeof(what), "a general-protection fault (on x86 most likely an aligned 16-byte move at a "
+                 "misaligned address: CUDA_CPU_CHECK=memcheck names the access)");
+    else describe_address(info->si_addr, what, sizeof(what));
     if (in_kernel()) kernel_fault_escape(what);  // does not return inside a kernel
     char line[512];
     int protect = protect_mode() && mem && (const char*)info->si_addr >= mem->arena &&

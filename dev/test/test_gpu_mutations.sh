@@ -18,8 +18,9 @@
 #      profiler's shared-memory wavefronts per request exceed the kernel's budget
 #  10. residual_forward_kernel's threads taking their packs in a strided order (each still
 #      once): the profiler's sectors per request exceed the kernel's budget
-#  11. gelu_forward's 128-bit path taken at an input aligned to 4 bytes only (x86 loads it
-#      silently): CUDA_CPU_CHECK=memcheck reports the misaligned 16-byte load
+#  11. layernorm's 128-bit path chosen by the weight's and bias's alignment alone, so taken at
+#      rows aligned to 4 bytes only (x86 loads them silently): CUDA_CPU_CHECK=memcheck reports
+#      the misaligned 16-byte load
 #  12. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
 #      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
 # A mutation whose text is not found in the source is a failure too (the test would have
@@ -175,11 +176,11 @@ TOOLS=1 expect_caught strided_load llmc/residual.cuh \
     "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x % 32 * 8 + threadIdx.x / 32) * PACK_X;" \
     test_kernels_cuda 0 "FAIL residual_forward_kernel: global_load_sectors_per_request .* over its budget" \
     over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
-# FP32: the skewed input is 4 bytes off its 16-byte alignment (test_gelu's skew 1).
-TOOLS=1 expect_caught misaligned_vector llmc/gelu.cuh \
-    "(out, inp, n, aligned16(out) && aligned16(inp));" \
-    "(out, inp, n, aligned16(out));" \
-    test_kernels_cuda 0 "kernel gelu_forward_kernel .*memcheck: misaligned 16-byte load \(address mod 16 = 4\)" \
+# FP32: the skewed rows are 4 bytes off their 16-byte alignment (test_layernorm's skew 1).
+TOOLS=1 expect_caught misaligned_vector llmc/layernorm.cuh \
+    "return C % PACK_X == 0 && aligned16(p0) && aligned16(p1) && aligned16(p2) && aligned16(p3);" \
+    "return C % PACK_X == 0 && aligned16(p2) && aligned16(p3);" \
+    test_kernels_cuda 0 "kernel layernorm_forward_kernel .*memcheck: misaligned 16-byte load \(address mod 16 = 4\)" \
     tools_only CUDA_CPU_CHECK=memcheck -- "${KERNELS[@]}"
 PREC=BF16 TOOLS=1 expect_caught host_reads_device zero1/runtime.c \
     "    fold_micro_step(rt, b);  // DP-invariant: the rank's pairwise sum first" \

@@ -40,6 +40,15 @@ __global__ void load_float4_at(float* out, const char* in, int offset) {
 __global__ void load_double_at(float* out, const char* in, int offset) { out[0] = (float)*(const double*)(in + offset); }
 __global__ void load_short_at(float* out, const char* in, int offset) { out[0] = (float)*(const short*)(in + offset); }
 __global__ void store_float_at(char* out, int offset) { *(float*)(out + offset) = 2.0f; }
+// A 16-byte aligned aggregate copied whole (g++ moves it with an aligned SSE load, which x86
+// refuses at a misaligned address: a general-protection fault, with or without memcheck).
+struct alignas(16) Quad {
+    float v[4];
+};
+__global__ void copy_quad_at(float* out, const char* in, int offset) {
+    Quad q = *(const Quad*)(in + offset);
+    out[threadIdx.x] = q.v[threadIdx.x % 4];
+}
 // A 16-byte read 8 bytes into a __shared__ float4 array (16-byte aligned, 64 bytes).
 __global__ void shared_float4_at(float* out, int offset) {
     __shared__ float4 s[4];
@@ -86,6 +95,7 @@ static int run(const char* name) {
     else if (strcmp(name, "misaligned4") == 0) store_float_at<<<1, 1>>>((char*)out, 2);
     else if (strcmp(name, "misaligned2") == 0) load_short_at<<<1, 1>>>(out, (const char*)out, 1);
     else if (strcmp(name, "shared_misaligned") == 0) shared_float4_at<<<1, 4>>>(out, 8);
+    else if (strcmp(name, "quad_misaligned") == 0) copy_quad_at<<<1, 4>>>(out, (const char*)out, 4);
     else if (strcmp(name, "valid") == 0) all_valid<<<1, 32>>>(out, (const char*)out, pinned, counter);
     else if (strcmp(name, "host_read") == 0) host_reads(out);
     else if (strcmp(name, "host_write") == 0) host_writes(out);
@@ -165,6 +175,13 @@ int main(int argc, char** argv) {
     const char* ms[] = {"misaligned 16-byte load (address mod 16 = 8) at __shared__ 's' (byte 8 of 64)",
                         "sync=cudaErrorMisalignedAddress", NULL};
     expect(self, "shared_misaligned", mc, 3, ms, "misaligned: a 16-byte load 8 bytes into a __shared__ float4 array");
+    const char* gp[] = {"kernel copy_quad_at", "a general-protection fault (on x86 most likely an aligned 16-byte move",
+                        "sync=cudaErrorIllegalAddress", NULL};
+    expect(self, "quad_misaligned", NULL, 3, gp,
+           "without memcheck, an aligned 16-byte copy at byte 4 is x86's general-protection fault, named so");
+    const char* mq[] = {"kernel copy_quad_at", "misaligned 16-byte load (address mod 16 = 4)",
+                        "sync=cudaErrorMisalignedAddress", NULL};
+    expect(self, "quad_misaligned", mc, 3, mq, "  ... and memcheck's misaligned load, before x86 sees it");
     expect(self, "valid", mc, 0, quiet,
            "no finding: every size aligned, an allocation's last bytes, a byte at an odd address, pinned memory");
 
