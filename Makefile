@@ -38,7 +38,7 @@ CUDA_HOME := $(or $(shell CUDA_HOME='$(CUDA_HOME)' bash dev/cuda_cpu/cuda_header
 export CUDA_HOME
 endif
 # CUDA_CPU_TOOLS=1 (with CUDA_ON_CPU=1): kernels built for the layer's sanitizer and profiler
-# (CUDA_CPU_CHECK=race, CUDA_CPU_PROFILE=FILE; docs/cuda_cpu.md); slower, so a build of its own.
+# (CUDA_CPU_CHECK=race|memcheck, CUDA_CPU_PROFILE=FILE; docs/cuda_cpu.md); slower, so a build of its own.
 CUDA_CPU_TOOLS ?= 0
 ifeq ($(CUDA_CPU_TOOLS),1)
 ifneq ($(CUDA_ON_CPU),1)

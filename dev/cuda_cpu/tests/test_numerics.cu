@@ -31,11 +31,6 @@ static uint32_t bits(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
-static float from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 // Steps of the float grid from the correctly rounded value (positive values).
 static long steps(float r, uint32_t correct) { return (long)bits(r) - (long)correct; }
 
