@@ -11,8 +11,9 @@
 #   2. each profile against the kernels' budgets (dev/test/kernel_budgets_{fp32,bf16}.txt,
 #      dev/test/check_kernel_budgets.py): no kernel over its bound, none without one
 #   3. one training step of the BF16 trainer (test_gpt2cu --dump-params on a random d2 model:
-#      forward, backward, AdamW), replicated at np 1 and ZeRO-1 at np 2 over NCCL (zero1/'s C
-#      runtime, instrumented too, its CUDA ops and communicator): no finding
+#      forward, backward, AdamW), replicated at np 1 and ZeRO-1 at np 2 over NCCL and over
+#      staged MPI on a shared GPU (zero1/'s C runtime and MPI communicator, instrumented too,
+#      its CUDA ops and NCCL communicator): no finding
 #   4. test_zero1_cuda (every zero1/ CUDA kernel, bitwise against the CPU device, and the NCCL
 #      communicator at one rank): no finding
 #   5. test_gpt2cu BF16 against the PyTorch oracle (4 AdamW steps): its tolerances hold under
@@ -73,8 +74,12 @@ for P in FP32 BF16; do
 done
 T=$OUT/tree_BF16/test_gpt2cu
 check gpt2cu_bf16_step_checks env "${CHECKS[@]}" "$T" --dump-params "$OUT/params.bin" d2 1
-check gpt2cu_bf16_zero1_np2_step_checks env "${CHECKS[@]}" "${MPIRUN[@]}" -np 2 "$T" --dump-params "$OUT/params_z.bin" d2 1 \
-    -z 1 --bucket-size 65536 --comm nccl
+for comm in nccl mpi; do
+    shared=()
+    [ $comm = mpi ] && shared=(CUDA_CPU_SHARED_GPU=1)  # ranks sharing a GPU: the staged copies
+    check "gpt2cu_bf16_zero1_np2_${comm}_step_checks" env "${CHECKS[@]}" "${shared[@]}" "${MPIRUN[@]}" -np 2 "$T" \
+        --dump-params "$OUT/params_z.bin" d2 1 -z 1 --bucket-size 65536 --comm $comm
+done
 check zero1_cuda_checks env "${CHECKS[@]}" "$OUT/tree_BF16/test_zero1_cuda"
 check oracle_bf16 $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_bf16.bin" --out-state "$OUT/state_bf16.bin" \
     --dtype bf16 --steps 4
