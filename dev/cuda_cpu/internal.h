@@ -59,6 +59,15 @@ MemRange lookup(const void* p);
 // 0 (then p may equal the allocation's end).
 bool check_device_range(const void* p, size_t bytes, const char* what, bool allow_pinned);
 
+// A device allocation as memcheck names it (tools.cpp): device_allocation_near (runtime.cpp).
+struct DeviceAllocationInfo {
+    const char* base;
+    size_t size;
+    const void* made_at;  // cudaMalloc's caller
+    bool freed;
+};
+bool device_allocation_near(const void* p, DeviceAllocationInfo* out);
+
 // Device memory is host memory; in protect mode (CUDA_CPU_PROTECT=1) only device
 // operations may touch it. Layer code that must read or write it outside an operation
 // (on the host thread) holds one of these for the duration.

@@ -24,6 +24,12 @@
 #      CUDA_CPU_BLASLT_HEURISTIC=none, where a GPU's cuBLASLt may have no algorithm
 #  12. test_gpt2cu asserting its rerun's bits at 4 ranks without NCCL_ALGO pinned: fails under
 #      CUDA_CPU_NCCL_ORDER=random, where NCCL may pick another order on the rerun
+# and these, which only CUDA_CPU_CHECK=memcheck catches:
+#  13. layernorm's 128-bit path chosen by the weight's and bias's alignment alone, so taken at
+#      rows aligned to 4 bytes only (x86 loads them silently): CUDA_CPU_CHECK=memcheck reports
+#      the misaligned 16-byte load
+#  14. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
+#      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
 # A mutation whose text is not found in the source is a failure too (the test would have
 # rotted). Two mutations run at a time. Prints "N passed, M failed".
 set -uo pipefail
@@ -177,6 +183,19 @@ TOOLS=1 expect_caught strided_load llmc/residual.cuh \
     "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x % 32 * 8 + threadIdx.x / 32) * PACK_X;" \
     test_kernels_cuda 0 "FAIL residual_forward_kernel: global_load_sectors_per_request .* over its budget" \
     over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
+# FP32: the skewed rows are 4 bytes off their 16-byte alignment (test_layernorm's skew 1).
+TOOLS=1 expect_caught misaligned_vector llmc/layernorm.cuh \
+    "return C % PACK_X == 0 && aligned16(p0) && aligned16(p1) && aligned16(p2) && aligned16(p3);" \
+    "return C % PACK_X == 0 && aligned16(p2) && aligned16(p3);" \
+    test_kernels_cuda 0 "kernel layernorm_forward_kernel .*memcheck: misaligned 16-byte load \(address mod 16 = 4\)" \
+    tools_only CUDA_CPU_CHECK=memcheck -- "${KERNELS[@]}"
+PREC=BF16 TOOLS=1 expect_caught host_reads_device zero1/runtime.c \
+    "    fold_micro_step(rt, b);  // DP-invariant: the rank's pairwise sum first" \
+    "    fold_micro_step(rt, b);  // DP-invariant: the rank's pairwise sum first
+    if (isnan(rt->grads[bk->start])) fatal(\"zero1: a NaN gradient in bucket %d\", b);" \
+    test_gpt2cu 1 "memcheck: host code reads 4 bytes of device memory, .* at zero1/runtime.c:[0-9]+" \
+    tools_only CUDA_CPU_CHECK=memcheck -- "${MPIRUN[@]}" -np 2 ./test_gpt2cu --dump-params params.bin d2 1 -z 1 \
+    --comm nccl
 
 # The layer's freedoms. Each check first runs the test under the layer's former behaviour
 # (it must pass, or the mutation proves nothing about the new mode), then under the mode.
