@@ -87,6 +87,9 @@ typedef struct {
 } OptionSpec;
 
 #define CLI_FIELD(f) offsetof(TrainConfig, f)
+// --tokenizer's default. While tokenizer_path is this very pointer the flag was not given,
+// and the trainer first looks beside the train shards (llmc/train_loop.h).
+static const char* const TRAIN_DEFAULT_TOKENIZER = "data/gpt2_tokenizer.bin";
 #define CLI_MIN_COMM_TIMEOUT_S 1.0  // --comm-timeout: 0 (none), or at least this
 
 static const OptionSpec TRAIN_OPTIONS[] = {
@@ -94,7 +97,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {"-j", "--val-data", OPT_STR, CLI_FIELD(val_pattern), 0, 0, "validation token shards (glob pattern)"},
     {"-e", "--model", OPT_STR, CLI_FIELD(model), 0, 0, "llm.c model file, or dN for a random GPT-2 of depth N"},
     {"-o", "--output-dir", OPT_STR, CLI_FIELD(output_dir), 0, 0, "directory for main.log and checkpoints"},
-    {NULL, "--tokenizer", OPT_STR, CLI_FIELD(tokenizer_path), 0, 0, "llm.c tokenizer file, for printing samples"},
+    {NULL, "--tokenizer", OPT_STR, CLI_FIELD(tokenizer_path), 0, 0,
+     "llm.c tokenizer file, for printing samples (not given: the gpt2_tokenizer.bin beside the train shards, if there "
+     "is one)"},
     {"-b", "--batch-size", OPT_INT, CLI_FIELD(B), 1, 1 << 20, "micro-batch size per rank (sequences)"},
     {"-t", "--seq-len", OPT_INT, CLI_FIELD(T), 1, 1 << 20, "sequence length (<= the model's maxT)"},
     {"-d", "--total-batch", OPT_INT, CLI_FIELD(total_batch_tokens), -1, INT_MAX,
@@ -196,7 +201,7 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->val_pattern = "data/tinyshakespeare_val.bin";
     c->model = "d12";
     c->output_dir = NULL;
-    c->tokenizer_path = "data/gpt2_tokenizer.bin";
+    c->tokenizer_path = TRAIN_DEFAULT_TOKENIZER;
     c->B = 4;
     c->T = 1024;
     c->total_batch_tokens = -1;
