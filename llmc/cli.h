@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "llmc/outliers.h"
+#include "llmc/skip_batches.h"
 #include "llmc/utils.h"
 
 #ifdef __cplusplus
@@ -51,6 +52,8 @@ typedef struct {
     int master_weights;         // -w: llm.c's flag, only 1 (fp32 master weights are always kept)
     int overfit_single_batch;   // -a
     int shuffle;                // --shuffle: the train data's order per epoch, from --seed
+    const char* skip_batches;   // --skip-batches A-B (llmc/skip_batches.h); parsed into the two below
+    int skip_from, skip_to;     // 1-based steps whose batches are not trained on (0: none)
     float beta1, beta2, eps, grad_clip;
     int seed;
     long long bucket_size;      // -1: default max(40M, 1M*DP); 0: one bucket
@@ -141,6 +144,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--seed", OPT_INT, CLI_FIELD(seed), 0, INT_MAX, "seed for init, sampling and --shuffle"},
     {NULL, "--shuffle", OPT_FLAG, CLI_FIELD(shuffle), 0, 0,
      "permute the train shards, and the rows of T tokens in each, every epoch (from --seed; resumable)"},
+    {NULL, "--skip-batches", OPT_STR, CLI_FIELD(skip_batches), 0, 0,
+     "A-B (or A): do not train on the global batches that steps A to B would read; step A reads what step B+1 would "
+     "have (the data a run diverged on; recorded in checkpoints)"},
     {NULL, "--bucket-size", OPT_BUCKET, CLI_FIELD(bucket_size), 0, 0,
      "ZeRO-1 bucket size in elements, or none (default max(40M, 1M*DP))"},
     {NULL, "--pad-busbw", OPT_FLAG, CLI_FIELD(pad_busbw), 0, 0, "pad buckets to lcm(DP,128,65536) for NCCL bus bandwidth"},
@@ -398,6 +404,13 @@ static inline void train_parse_args_with(TrainConfig* c, const OptionTable* extr
               "add --param-dtype bf16; train_gpt2cu: build with PRECISION=BF16)");
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
+    if (c->skip_batches) {
+        if (!skip_batches_parse_range(c->skip_batches, &c->skip_from, &c->skip_to)) {
+            fatal("--skip-batches expects A-B or A, the 1-based steps whose batches to skip (1 <= A <= B), got '%s'",
+                  c->skip_batches);
+        }
+        if (c->overfit_single_batch) fatal("--skip-batches moves past train data, and -a 1 trains on one batch only");
+    }
 }
 
 static inline void train_parse_args(TrainConfig* c, int argc, char** argv) { train_parse_args_with(c, NULL, 0, argc, argv); }

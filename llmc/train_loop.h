@@ -262,6 +262,7 @@ typedef struct {
     Tokenizer tok;
     Logger logger;
     OutlierState outliers;  // -sl/-sg's windows (saved in checkpoints)
+    SkipBatches skipped;    // the --skip-batches ranges applied so far (saved in checkpoints)
 } RunIO;
 
 // The tokenizer for samples: --tokenizer's file, or where the flag was not given the

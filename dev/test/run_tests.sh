@@ -60,6 +60,7 @@ STEPS=(
   "numeric_coretypes 600 dev/test/test_numeric_coretypes.sh"
   "checkpoint      300 dev/test/test_checkpoint.sh"
   "shuffle         300 dev/test/test_shuffle.sh"
+  "skip_batches    120 dev/test/test_skip_batches.sh"
   "outliers        300 dev/test/test_outliers.sh"
   "nonfinite       300 dev/test/test_nonfinite.sh"
   "checkpoint_io   300 dev/test/test_checkpoint_io.sh"
