@@ -160,9 +160,9 @@ static inline void skip_batches_now(TrainRun* run) {
     dataloader_skip(&run->io.train, (size_t)steps * (size_t)run->parts.grad_accum_steps);
     skip_batches_add(&run->io.skipped, cfg->skip_from, cfg->skip_to);
     if (run->rank == 0) {
-        printf("data: --skip-batches %d-%d: moved past %d steps' batches (%lld tokens, not trained on); step %d reads "
-               "what step %d would have\n", cfg->skip_from, cfg->skip_to, steps, steps * run->tokens_per_step,
-               cfg->skip_from, cfg->skip_to + 1);
+        printf("data: --skip-batches %d-%d: moved past %d optimizer step%s of data (%lld tokens), not trained on; "
+               "step %d reads what step %d would have\n", cfg->skip_from, cfg->skip_to, steps, steps == 1 ? "" : "s",
+               steps * run->tokens_per_step, cfg->skip_from, cfg->skip_to + 1);
     }
 }
 

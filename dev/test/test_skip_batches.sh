@@ -99,7 +99,7 @@ then pass "the rows and losses of the skipping runs"; else fail "the rows and lo
 # The record: checkpoints from 6 on hold the range, 3 none; the requeued run said nothing.
 rec() { sed -n 's/^skipped_batches //p' "$work/out_R/checkpoint_$(printf %08d "$1")/state.txt"; }
 if [ "$(rec 3)" = none ] && [ "$(rec 6)" = 5-10 ] && [ "$(rec 16)" = 5-10 ] &&
-    [ "$(grep -c '^data: --skip-batches 5-10: moved past 6 steps' "$work/log_R_first")" = 1 ] &&
+    [ "$(grep -c '^data: --skip-batches 5-10: moved past 6 optimizer steps of data (768 tokens)' "$work/log_R_first")" = 1 ] &&
     [ "$(grep -c '^data: --skip-batches' "$work/log_R")" = 0 ]; then
     pass "state.txt: skipped_batches none at step 3, 5-10 at 6 and 16; one skip line, none in the requeued run"
 else
