@@ -295,7 +295,7 @@ def plan(path, out_dir):
     return n
 
 
-TIMING = re.compile(r"(\b[0-9][0-9.]*( ms\b| tok/s\b)|\bms:[0-9][0-9.]*)")
+TIMING = (re.compile(r"\bms:[0-9][0-9.]*"), re.compile(r"(?<![\w.:+-])[0-9][0-9.]* (ms|tok/s)(?![\w:])"))
 NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
@@ -306,7 +306,8 @@ def approx_equal(want, got):
     if len(a) != len(b):
         return False, f"{len(a)} lines in the block, {len(b)} printed"
     for x, y in zip(a, b):
-        x, y = TIMING.sub("TIME", x), TIMING.sub("TIME", y)
+        for t in TIMING:
+            x, y = t.sub("TIME", x), t.sub("TIME", y)
         if NUMBER.sub("N", x) != NUMBER.sub("N", y):
             return False, f"block: {x!r}\n  printed: {y!r}"
         for u, v in zip(NUMBER.finditer(x), NUMBER.finditer(y)):

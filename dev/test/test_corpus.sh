@@ -116,7 +116,7 @@ for z in zst gz; do
     head -c $(((START[$z] + END[$z,2]) / 2)) "$C/full.jsonl.$z" >"$C/trunc.jsonl.$z"
     cp "$C/full.jsonl.$z" "$C/corrupt.jsonl.$z"
 done
-# The issue's cases: 8 bytes overwritten in the middle of gzip member 3, one bit flipped in zstd frame 3.
+# The damage that once passed: 8 bytes overwritten in the middle of gzip member 3, one bit flipped in zstd frame 3.
 printf 'XXXXXXXX' | dd of="$C/corrupt.jsonl.gz" bs=1 seek=$(((START[gz] + END[gz,2]) / 2)) conv=notrunc status=none
 "$PY" -c 'import sys
 with open(sys.argv[1], "r+b") as f:

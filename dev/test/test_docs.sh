@@ -28,10 +28,11 @@ fail() { echo "FAIL $*"; failed=$((failed + 1)); }
 # run_page PAGE TREE LOGDIR: PAGE's runnable and output blocks in document order, in TREE;
 # 0 only if all pass. A block runs as written with bash -e -o pipefail and without the
 # runner's thread settings (the docs' commands set what they need); an output block's
-# command may read $BLOCK_OUTPUT, what the last runnable block printed. Without the pinned
+# command may read $BLOCK_OUTPUT, what the last runnable block printed (stdout and stderr,
+# as a terminal shows them). Without the pinned
 # transformers (PyPI unreachable, outside CI) the `runnable: pypi` blocks say SKIPPED.
 run_page() {
-    local page=$1 tree=$2 logs=$3 n k stem kind status rc=0 last=/dev/null ok why
+    local page=$1 tree=$2 logs=$3 n k stem kind status rc=0 last=/dev/null ok t0
     mkdir -p "$logs"
     n=$($PY "$ROOT/dev/test/docs_check.py" plan "$page" "$logs") || return 1
     for ((k = 1; k <= n; k++)); do
@@ -42,16 +43,17 @@ run_page() {
                 echo "  SKIPPED block $k (the pinned transformers cannot be installed here): $(head -n 1 "$stem.sh")"
                 continue
             fi
+            t0=$SECONDS
             (cd "$tree" && env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS timeout 600 bash -eo pipefail "$stem.sh") \
-                >"$stem.out" 2>"$stem.err"
+                >"$stem.out" 2>&1
             status=$?
             last=$stem.out
             if [ $status -eq 0 ]; then
-                echo "  ok   block $k: $(head -n 1 "$stem.sh")"
+                echo "  ok   block $k ($((SECONDS - t0)) s): $(head -n 1 "$stem.sh" | cut -c1-110)"
             else
                 echo "  FAIL block $k (exit $status):"
                 sed 's/^/    | /' "$stem.sh"
-                tail -n 15 "$stem.out" "$stem.err" | sed 's/^/    > /'
+                tail -n 15 "$stem.out" | sed 's/^/    > /'
                 rc=1
             fi
             continue
@@ -88,9 +90,10 @@ $PY dev/test/docs_check.py summary . | sed 's/^/    /'
 TREE=$WORK/tree
 bash scripts/copy_sources.sh "$TREE"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    # Built binaries, build stamps and prepared data (mtimes kept, so make sees them current).
-    git ls-files -o -i --exclude-standard | grep -E '^[^/]+$|^data/[^/]+$' | grep -v '\.tmp$' |
-        tar -cf - -T - | tar -xf - -C "$TREE"
+    # Built binaries, build stamps and prepared data (mtimes kept, so make sees them current),
+    # and the CPU layer's library where the GPU suite built it (not its rewritten sources).
+    git ls-files -o -i --exclude-standard | grep -E '^[^/]+$|^data/[^/]+$|^build/cuda_cpu/' |
+        grep -v -e '\.tmp$' -e '^build/cuda_cpu/src/' | tar -cf - -T - | tar -xf - -C "$TREE"
 fi
 
 # ---- 2. negative controls: each check must see a planted fault -------------------------------
@@ -133,6 +136,8 @@ printf '%s\n' '' '```' 'make train_gpt2' '```' >>"$CTL/docs/data.md"
 control "unmarked shell block" "docs/data.md:.*a shell block without a marker"
 printf '%s\n' '' '<!-- not runnable: too tired -->' '```' 'make train_gpt2' '```' >>"$CTL/docs/data.md"
 control "not runnable without a known reason" "'not runnable: too tired': the reason must start with one of"
+printf '%s\n' '' '## A section the contents line lacks' >>"$CTL/docs/data.md"
+control "section missing from the contents line" "section 'A section the contents line lacks' is missing"
 rm -rf "$CTL"
 # The runner: each planted page must fail (or, the last, pass) for its one fault.
 planted() {  # planted NAME WANT LINES...: a page of LINES through run_page; WANT pass or fail
@@ -141,8 +146,8 @@ planted() {  # planted NAME WANT LINES...: a page of LINES through run_page; WAN
     mkdir -p "$WORK/planted/$name"
     printf '%s\n' '# planted' "$@" >"$WORK/planted/$name/page.md"
     run_page "$WORK/planted/$name/page.md" "$WORK/planted/$name" "$WORK/planted/$name/logs" >"$WORK/ctl.log" 2>&1 || got=fail
-    if [ $got = "$want" ]; then pass "control runner, $name: ${want}s"
-    else fail "control runner, $name: ${got}s, expected to $want"; sed 's/^/    | /' "$WORK/ctl.log"; fi
+    if [ $got = "$want" ]; then pass "control runner, $name: the page must $want, and does"
+    else fail "control runner, $name: the page must $want, and does not"; sed 's/^/    | /' "$WORK/ctl.log"; fi
 }
 planted failing_block fail '<!-- runnable -->' '```' 'true' '```' '<!-- runnable -->' '```' 'false' '```'
 planted set_e fail '<!-- runnable -->' '```' 'false' 'true' '```'
