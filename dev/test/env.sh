@@ -27,6 +27,19 @@ with open(sys.argv[1], "wb") as f:
 PYEOF
 }
 
+# random_shards DIR: DIR/shard_{0,1,2}.bin, 700, 600 and 900 random tokens below 1000 (the
+# small model's vocabulary), the same every time: shards of odd sizes for the data-order tests.
+random_shards() {
+    $PY - "$1" <<'PYEOF' || { echo "FAIL shards"; return 1; }
+import random, struct, sys
+rng = random.Random(7)
+for i, n in enumerate((700, 600, 900)):
+    with open(f"{sys.argv[1]}/shard_{i}.bin", "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        f.write(struct.pack(f"<{n}H", *(rng.randrange(1000) for _ in range(n))))
+PYEOF
+}
+
 # small_model_work: for the tests that train the small model, a scratch directory $work
 # (removed on exit) holding its m.bin, and the counters of pass NAME / fail NAME [LOG].
 small_model_work() {
