@@ -30,7 +30,7 @@ echo "install_hf_client: $PIN into a venv over $SYSTEM_PY at $VENV" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 if "$SYSTEM_PY" -m venv --system-site-packages "$VENV" >"$log" 2>&1 &&
-    "$VENV/bin/pip" install --disable-pip-version-check --quiet "$PIN" >>"$log" 2>&1 && ready; then
+    "$VENV/bin/pip" install "$PIN" >>"$log" 2>&1 && ready; then
     echo "$VENV/bin/python"
     exit 0
 fi
