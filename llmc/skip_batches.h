@@ -3,8 +3,8 @@
  * (1-based, as the step lines count) would read. When step A begins, the data loader first
  * moves past B-A+1 optimizer steps' worth of rows (B-A+1 times -d tokens), reading none of
  * them, so step A trains on what step B+1 would have read; the step count, the schedule and
- * -x are not moved. It is how a run that diverged on some data goes on without it, as
- * Megatron's --skip-train-iteration-range does for iterations.
+ * -x are not moved. It is how a run that diverged on some data goes on without it
+ * (Megatron-LM's --iterations-to-skip skips whole iterations, their count going on).
  *
  * The position is the loader's own (epoch, shard, tokens), so a skip covers the same rows at
  * any rank count and with --shuffle. Checkpoints record the ranges a run has applied
