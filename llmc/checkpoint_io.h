@@ -631,6 +631,7 @@ static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config*
     s.shard_tokens_done = at.tokens_done;
     s.outliers = io->outliers;
     s.has_outliers = 1;
+    s.skipped = io->skipped;
     s.nonfinite_in_a_row = io->nonfinite_in_a_row;
     s.has_nonfinite_count = 1;
     snprintf(s.corpus, sizeof(s.corpus), "%s", io->train_identity.corpus);
@@ -720,6 +721,15 @@ static inline int checkpoint_resume_check(const TrainConfig* cfg, const Checkpoi
         checkpoint_note_change(changes, sizeof(changes), "--seed (which sets the --shuffle order)", saved->data_seed,
                                cfg->seed);
     }
+    // --skip-batches A-B at a checkpoint past step A: only the run that skipped them (a
+    // requeued job repeats its command line) may name them; else other batches would go.
+    if (cfg->skip_from && cfg->skip_from <= saved->step && !skip_batches_has(&saved->skipped, cfg->skip_from,
+                                                                              cfg->skip_to)) {
+        fatal("--skip-batches %d-%d: %s is at step %d, past step %d, and the run that saved it did not skip those "
+              "batches: resume from a checkpoint of step %d or earlier (move the newer ones out of %s), or name steps "
+              "after %d", cfg->skip_from, cfg->skip_to, r->dir, saved->step, cfg->skip_from, cfg->skip_from - 1,
+              cfg->output_dir, saved->step);
+    }
     if (changes[0] && !cfg->allow_resume_change) {
         fatal("resume: this run's steps would not mean what %s's did (saved -> now: %s): resume with the saved "
               "settings, or pass --allow-resume-change to continue with the new ones", r->dir, changes);
@@ -770,6 +780,7 @@ static inline int checkpoint_start_step(const TrainConfig* cfg, const Checkpoint
         io->outliers.loss = outlier_window_resized(&r->state.outliers.loss, cfg->outlier_window);
         io->outliers.norm = outlier_window_resized(&r->state.outliers.norm, cfg->outlier_window);
     }
+    io->skipped = r->state.skipped;
     io->nonfinite_in_a_row = r->state.nonfinite_in_a_row;  // 0 from a checkpoint that predates the count
     logger_resume_at(&io->logger, r->state.step);
     return r->state.step;
