@@ -4,47 +4,120 @@
  * the bias sum is written here.
  * The backward accumulates (+=) into dinp, dweight and dbias via sgemm's beta = 1, so the
  * trainer can sum gradients over micro-steps straight in its gradient buffer.
- * The bias sum below gives the same bits for any OpenMP thread count. OpenBLAS itself does
- * not promise that: 0.3.21 changes the last bits of sgemm with its own thread count, so
- * bit-reproducible runs keep OPENBLAS_NUM_THREADS fixed.
+ *
+ * Threads: while OpenBLAS runs single-threaded (the trainer's default, llmc/threads.h),
+ * each OpenMP thread computes one tile of every product with its own sgemm call, so one
+ * pool of threads does all the work and none spins while another pool needs the core.
+ * A tile's elements are summed over K exactly as the whole product's are, so the results
+ * are the same bits for any OpenMP thread count. OpenBLAS's own threading does not promise
+ * that (0.3.21 changes the last bits with its thread count): with OPENBLAS_NUM_THREADS > 1
+ * (a user's choice) OpenBLAS threads each product and bit-reproducible runs keep it fixed.
+ * The bias sum below gives the same bits for any thread count too.
  */
 #ifndef LLMC_MATMUL_H
 #define LLMC_MATMUL_H
 
 #include <cblas.h>
 #include <stddef.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+// Weak, so that a program linked with another BLAS still links (and splits every product).
+int openblas_get_num_threads(void) __attribute__((weak));
+int openblas_get_parallel(void) __attribute__((weak));  // 0 sequential, 1 pthreads, 2 OpenMP build
+
+// 1 when the OpenMP threads split the products: OpenBLAS is single-threaded, and not its
+// OpenMP build (which, called from several threads at once, queues them on its buffers).
+static inline int matmul_split_threads(void) {
+    if (openblas_get_parallel && openblas_get_parallel() == 2) return 0;
+    return !openblas_get_num_threads || openblas_get_num_threads() == 1;
+}
+
+// One thread's part of an sgemm's output: rows [m0,m1), columns [n0,n1).
+typedef struct {
+    int m0, m1, n0, n1;
+} GemmTile;
+
+// Share i of `parts` of [0,n): bounds in multiples of 16 floats (a cache line of the output).
+static inline void gemm_share(int n, int parts, int i, int* lo, int* hi) {
+    long lines = (n + 15) / 16;
+    *lo = (int)(lines * i / parts) * 16;
+    *hi = (int)(lines * (i + 1) / parts) * 16;
+    if (*lo > n) *lo = n;
+    if (*hi > n) *hi = n;
+}
+
+// The calling thread's tile of an M x N output (the whole of it outside a parallel region).
+// The threads form a grid of pm x pn tiles, pm the divisor of the thread count that makes
+// them squarest: a tile's sgemm packs (rows + columns) x K floats of its operands.
+static inline GemmTile gemm_thread_tile(int M, int N) {
+    int nth = 1, tid = 0;
+#ifdef _OPENMP
+    nth = omp_get_num_threads();
+    tid = omp_get_thread_num();
+#endif
+    int pm = 1;
+    double best = -1.0;
+    for (int p = 1; p <= nth; p++) {
+        if (nth % p) continue;
+        double edge = (double)M / p + (double)N / (nth / p);
+        if (best < 0.0 || edge < best) {
+            best = edge;
+            pm = p;
+        }
+    }
+    GemmTile t;
+    gemm_share(M, pm, tid % pm, &t.m0, &t.m1);
+    gemm_share(N, nth / pm, tid / pm, &t.n0, &t.n1);
+    return t;
+}
+
+// C[tile] = alpha op(A)[tile rows] op(B)[tile columns] + beta C[tile], row-major, op(A) M x K
+// and op(B) K x N as cblas_sgemm takes them.
+static inline void sgemm_tile(const GemmTile* t, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int K, float alpha,
+                              const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    int m = t->m1 - t->m0, n = t->n1 - t->n0;
+    if (m <= 0 || n <= 0) return;
+    const float* a = ta == CblasNoTrans ? A + (size_t)t->m0 * lda : A + t->m0;
+    const float* b = tb == CblasNoTrans ? B + t->n0 : B + (size_t)t->n0 * ldb;
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, C + (size_t)t->m0 * ldc + t->n0, ldc);
+}
+
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                            int BT, int C, int OC) {
-    float beta = 0.0f;
-    if (bias != NULL) {
+    #pragma omp parallel if (matmul_split_threads())
+    {
+        GemmTile t = gemm_thread_tile(BT, OC);
         // start from the bias and let sgemm add the product (beta = 1), as addmm does:
         // one pass over out instead of a second one to add the bias
-        #pragma omp parallel for schedule(static)
-        for (int i = 0; i < BT; i++) {
-            float* o = out + (size_t)i * OC;
-            for (int j = 0; j < OC; j++) o[j] = bias[j];
+        if (bias != NULL) {
+            for (int i = t.m0; i < t.m1; i++) {
+                float* o = out + (size_t)i * OC;
+                for (int j = t.n0; j < t.n1; j++) o[j] = bias[j];
+            }
         }
-        beta = 1.0f;
+        sgemm_tile(&t, CblasNoTrans, CblasTrans, C, 1.0f, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C,
-                1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 // dinp += dout @ weight (skipped when dinp == NULL); dweight += dout^T @ inp;
 // dbias += column sums of dout (skipped when dbias == NULL).
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* weight, int BT, int C, int OC) {
-    if (dinp != NULL) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC,
-                    1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    #pragma omp parallel if (matmul_split_threads())
+    {
+        if (dinp != NULL) {
+            GemmTile t = gemm_thread_tile(BT, C);
+            sgemm_tile(&t, CblasNoTrans, CblasNoTrans, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+        }
+        GemmTile t = gemm_thread_tile(OC, C);
+        sgemm_tile(&t, CblasTrans, CblasNoTrans, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT,
-                1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias != NULL) {
         // each thread owns a block of output columns and walks the rows in order: the sum
         // order per element is fixed, and the inner loop runs along contiguous memory
