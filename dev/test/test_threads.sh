@@ -78,24 +78,13 @@ fi
 # ---- 3. 1 and 2 threads: the same bits ------------------------------------------------------
 STEPS=3
 CKPT=$(printf "checkpoint_%08d" $STEPS)
-steps() { sed -n 's/^\(step *[0-9]*\/[0-9]* | loss [^|]* | norm [^|]*\) |.*/\1/p' "$1"; }
 same_bits() {  # same_bits NAME BIN ARGS...: OMP_NUM_THREADS=1 against 2
-    local name=$1 bin=$2 t f diffs=(); shift 2
+    local name=$1 bin=$2 t; shift 2
     for t in 1 2; do
         env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS=$t "$bin" "${ARGS[@]}" -x $STEPS -l 1e-3 --grad-clip 0.01 -n $STEPS \
-            -o "$TMP/$name.t$t" "$@" >"$TMP/$name.t$t.log" 2>&1 || diffs+=("the $t-thread run failed")
+            -o "$TMP/$name.t$t" "$@" >"$TMP/$name.t$t.log" 2>&1 || bad "$name: the $t-thread run failed"
     done
-    [ "$(steps "$TMP/$name.t1.log" | wc -l)" = $STEPS ] || diffs+=("not $STEPS step lines")
-    cmp -s <(steps "$TMP/$name.t1.log") <(steps "$TMP/$name.t2.log") || diffs+=("step losses/norms differ")
-    for f in model.bin optimizer.bin; do
-        cmp -s "$TMP/$name.t1/$CKPT/$f" "$TMP/$name.t2/$CKPT/$f" || diffs+=("$CKPT/$f differs")
-    done
-    if [ ${#diffs[@]} -eq 0 ]; then
-        ok "$name: 1 and 2 threads bitwise equal ($STEPS step lines, $CKPT/model.bin, optimizer.bin)"
-    else
-        bad "$name: $(printf "%s; " "${diffs[@]}")"
-        paste -d '\n' <(steps "$TMP/$name.t1.log") <(steps "$TMP/$name.t2.log") | sed 's/^/       | /'
-    fi
+    same_runs "$name.t1" "$name.t2"
 }
 same_bits zero1_z1 ./train_gpt2 -z 1
 same_bits zero1_z0 ./train_gpt2 -z 0
