@@ -13,9 +13,9 @@
  * copied. To use the causal structure, the rows are processed in blocks of ATTN_BLOCK:
  * rows [i0,i1) only need keys [0,i1), so about half of the T*T products are skipped; the
  * few above-diagonal entries a block computes are masked out by zeros in att/dpreatt.
- * The (batch, head) pairs are independent: OpenMP threads take whole pairs, each running its
- * gemms single-threaded (llmc/matmul.h); with a multi-threaded OpenBLAS (a user's
- * OPENBLAS_NUM_THREADS) the pairs run in turn and OpenBLAS threads each gemm.
+ * The (batch, head) pairs are independent: OpenMP threads take whole pairs as they come
+ * free, each running its gemms single-threaded (llmc/matmul.h); with a multi-threaded
+ * OpenBLAS (a user's OPENBLAS_NUM_THREADS) the pairs run in turn and OpenBLAS threads each gemm.
  */
 #ifndef LLMC_ATTENTION_H
 #define LLMC_ATTENTION_H
@@ -73,7 +73,7 @@ static void attention_forward(float* out, float* preatt, float* att, const float
     int C3 = 3 * C;
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(2) schedule(static) if (matmul_split_threads())
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (matmul_split_threads())
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const float* q = qkv + (size_t)b * T * C3 + h * hs;
@@ -131,7 +131,7 @@ static void attention_backward(float* dqkv, float* dpreatt, float* datt, const f
     int C3 = 3 * C;
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(2) schedule(static) if (matmul_split_threads())
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (matmul_split_threads())
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const float* q = qkv + (size_t)b * T * C3 + h * hs;

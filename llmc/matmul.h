@@ -6,8 +6,8 @@
  * trainer can sum gradients over micro-steps straight in its gradient buffer.
  *
  * Threads: while OpenBLAS runs single-threaded (the trainer's default, llmc/threads.h),
- * each OpenMP thread computes one tile of every product with its own sgemm call, so one
- * pool of threads does all the work and none spins while another pool needs the core.
+ * the OpenMP threads split every product into tiles, each computed by one sgemm call, so
+ * one pool of threads does all the work and none spins while another pool needs the core.
  * A tile's elements are summed over K exactly as the whole product's are, so the results
  * are the same bits for any OpenMP thread count. OpenBLAS's own threading does not promise
  * that (0.3.21 changes the last bits with its thread count): with OPENBLAS_NUM_THREADS > 1
@@ -38,7 +38,7 @@ static inline int matmul_split_threads(void) {
     return !openblas_get_num_threads || openblas_get_num_threads() == 1;
 }
 
-// One thread's part of an sgemm's output: rows [m0,m1), columns [n0,n1).
+// A part of an sgemm's output: rows [m0,m1), columns [n0,n1).
 typedef struct {
     int m0, m1, n0, n1;
 } GemmTile;
@@ -52,28 +52,41 @@ static inline void gemm_share(int n, int parts, int i, int* lo, int* hi) {
     if (*hi > n) *hi = n;
 }
 
-// The calling thread's tile of an M x N output (the whole of it outside a parallel region).
-// The threads form a grid of pm x pn tiles, pm the divisor of the thread count that makes
-// them squarest: a tile's sgemm packs (rows + columns) x K floats of its operands.
-static inline GemmTile gemm_thread_tile(int M, int N) {
-    int nth = 1, tid = 0;
+#ifndef GEMM_TILES_PER_THREAD
+#define GEMM_TILES_PER_THREAD 4
+#endif
+
+// The tiles of an M x N output for the threads of the calling region (one tile outside a
+// parallel region), GEMM_TILES_PER_THREAD each, taken as threads come free: a thread that
+// the machine's other jobs hold up does fewer. They form a grid of rows x (tiles / rows),
+// rows the divisor of the count that makes them squarest: a tile's sgemm packs
+// (rows + columns) x K floats of its operands.
+typedef struct {
+    int count, rows;
+} GemmTiles;
+
+static inline GemmTiles gemm_tiles(int M, int N) {
+    int nth = 1;
 #ifdef _OPENMP
     nth = omp_get_num_threads();
-    tid = omp_get_thread_num();
 #endif
-    int pm = 1;
+    GemmTiles g = {nth > 1 ? nth * GEMM_TILES_PER_THREAD : 1, 1};
     double best = -1.0;
-    for (int p = 1; p <= nth; p++) {
-        if (nth % p) continue;
-        double edge = (double)M / p + (double)N / (nth / p);
+    for (int p = 1; p <= g.count; p++) {
+        if (g.count % p) continue;
+        double edge = (double)M / p + (double)N / (g.count / p);
         if (best < 0.0 || edge < best) {
             best = edge;
-            pm = p;
+            g.rows = p;
         }
     }
+    return g;
+}
+
+static inline GemmTile gemm_tile(const GemmTiles* g, int M, int N, int i) {
     GemmTile t;
-    gemm_share(M, pm, tid % pm, &t.m0, &t.m1);
-    gemm_share(N, nth / pm, tid / pm, &t.n0, &t.n1);
+    gemm_share(M, g->rows, i % g->rows, &t.m0, &t.m1);
+    gemm_share(N, g->count / g->rows, i / g->rows, &t.n0, &t.n1);
     return t;
 }
 
@@ -92,16 +105,20 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
                            int BT, int C, int OC) {
     #pragma omp parallel if (matmul_split_threads())
     {
-        GemmTile t = gemm_thread_tile(BT, OC);
-        // start from the bias and let sgemm add the product (beta = 1), as addmm does:
-        // one pass over out instead of a second one to add the bias
-        if (bias != NULL) {
-            for (int i = t.m0; i < t.m1; i++) {
-                float* o = out + (size_t)i * OC;
-                for (int j = t.n0; j < t.n1; j++) o[j] = bias[j];
+        GemmTiles g = gemm_tiles(BT, OC);
+        #pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < g.count; i++) {
+            GemmTile t = gemm_tile(&g, BT, OC, i);
+            // start from the bias and let sgemm add the product (beta = 1), as addmm does:
+            // one pass over out instead of a second one to add the bias
+            if (bias != NULL) {
+                for (int r = t.m0; r < t.m1; r++) {
+                    float* o = out + (size_t)r * OC;
+                    for (int j = t.n0; j < t.n1; j++) o[j] = bias[j];
+                }
             }
+            sgemm_tile(&t, CblasNoTrans, CblasTrans, C, 1.0f, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
         }
-        sgemm_tile(&t, CblasNoTrans, CblasTrans, C, 1.0f, inp, C, weight, C, bias != NULL ? 1.0f : 0.0f, out, OC);
     }
 }
 
@@ -111,12 +128,19 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
                             const float* inp, const float* weight, int BT, int C, int OC) {
     #pragma omp parallel if (matmul_split_threads())
     {
+        GemmTiles gi = gemm_tiles(BT, C), gw = gemm_tiles(OC, C);
         if (dinp != NULL) {
-            GemmTile t = gemm_thread_tile(BT, C);
-            sgemm_tile(&t, CblasNoTrans, CblasNoTrans, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+            #pragma omp for schedule(dynamic, 1) nowait
+            for (int i = 0; i < gi.count; i++) {
+                GemmTile t = gemm_tile(&gi, BT, C, i);
+                sgemm_tile(&t, CblasNoTrans, CblasNoTrans, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+            }
         }
-        GemmTile t = gemm_thread_tile(OC, C);
-        sgemm_tile(&t, CblasTrans, CblasNoTrans, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        #pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < gw.count; i++) {
+            GemmTile t = gemm_tile(&gw, OC, C, i);
+            sgemm_tile(&t, CblasTrans, CblasNoTrans, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        }
     }
     if (dbias != NULL) {
         // each thread owns a block of output columns and walks the rows in order: the sum
