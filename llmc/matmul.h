@@ -52,32 +52,34 @@ static inline void gemm_share(int n, int parts, int i, int* lo, int* hi) {
     if (*hi > n) *hi = n;
 }
 
-#ifndef GEMM_TILES_PER_THREAD
-#define GEMM_TILES_PER_THREAD 4
-#endif
+// The tiles of an M x N output, sums of K products: while the threads split the products,
+// GEMM_TILES of them (fewer where a side is short), else one. The grid is fixed by the shape
+// alone, so that every element is computed by the same sgemm call at any thread count (an
+// OpenBLAS kernel may sum an element in an order that depends on where it sits in its
+// call's output: 0.3.21's Haswell kernels do). Threads take tiles as they come free, so a
+// thread the machine's other jobs hold up does fewer. Of the grids rows x cols, the one
+// that reads the least: each tile's sgemm reads its rows of op(A) and its columns of op(B),
+// K (M cols + N rows) floats in all. A product with K above both M and N (the classifier's
+// dinp: K = Vp) re-reads operands too large for the caches, so it gets 2 tiles: 16 made its
+// sgemm 1.43x slower on one thread, 8 1.25x, 2 1.03x.
+#define GEMM_TILES 8
+#define GEMM_TILES_LONG_K 2
 
-// The tiles of an M x N output for the threads of the calling region (one tile outside a
-// parallel region), GEMM_TILES_PER_THREAD each, taken as threads come free: a thread that
-// the machine's other jobs hold up does fewer. They form a grid of rows x (tiles / rows),
-// rows the divisor of the count that makes them squarest: a tile's sgemm packs
-// (rows + columns) x K floats of its operands.
 typedef struct {
     int count, rows;
 } GemmTiles;
 
-static inline GemmTiles gemm_tiles(int M, int N) {
-    int nth = 1;
-#ifdef _OPENMP
-    nth = omp_get_num_threads();
-#endif
-    GemmTiles g = {nth > 1 ? nth * GEMM_TILES_PER_THREAD : 1, 1};
+static inline GemmTiles gemm_tiles(int M, int N, int K) {
+    GemmTiles g = {1, 1};
+    if (!matmul_split_threads()) return g;
+    g.count = K > M && K > N ? GEMM_TILES_LONG_K : GEMM_TILES;
     double best = -1.0;
-    for (int p = 1; p <= g.count; p++) {
-        if (g.count % p) continue;
-        double edge = (double)M / p + (double)N / (g.count / p);
-        if (best < 0.0 || edge < best) {
-            best = edge;
-            g.rows = p;
+    for (int rows = 1; rows <= g.count; rows *= 2) {
+        int cols = g.count / rows;
+        double reads = (double)M * cols + (double)N * rows;
+        if (best < 0.0 || reads < best) {
+            best = reads;
+            g.rows = rows;
         }
     }
     return g;
@@ -105,7 +107,7 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
                            int BT, int C, int OC) {
     #pragma omp parallel if (matmul_split_threads())
     {
-        GemmTiles g = gemm_tiles(BT, OC);
+        GemmTiles g = gemm_tiles(BT, OC, C);
         #pragma omp for schedule(dynamic, 1)
         for (int i = 0; i < g.count; i++) {
             GemmTile t = gemm_tile(&g, BT, OC, i);
@@ -128,7 +130,7 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
                             const float* inp, const float* weight, int BT, int C, int OC) {
     #pragma omp parallel if (matmul_split_threads())
     {
-        GemmTiles gi = gemm_tiles(BT, C), gw = gemm_tiles(OC, C);
+        GemmTiles gi = gemm_tiles(BT, C, OC), gw = gemm_tiles(OC, C, BT);
         if (dinp != NULL) {
             #pragma omp for schedule(dynamic, 1) nowait
             for (int i = 0; i < gi.count; i++) {
