@@ -121,7 +121,8 @@ static inline void cpu_threads_describe(const CpuThreads* t, char* buf, size_t n
     else snprintf(why, sizeof(why), "%d core%s for %d rank%s of this host", t->cores, t->cores == 1 ? "" : "s",
                   t->sharing, t->sharing == 1 ? "" : "s");
     if (matmul_split_threads()) snprintf(blas, sizeof(blas), "OpenBLAS 1 thread%s", t->threads > 1 ? ", each matmul split over the threads" : "");
-    else if (t->blas_openmp) snprintf(blas, sizeof(blas), "OpenBLAS's OpenMP build, %d threads from the same pool", t->blas_threads);
+    else if (t->blas_openmp) snprintf(blas, sizeof(blas), "OpenBLAS's OpenMP build, %d thread%s from the same pool",
+                                      t->blas_threads, t->blas_threads == 1 ? "" : "s");
     else snprintf(blas, sizeof(blas), "OpenBLAS %d threads of its own beside them", t->blas_threads);
     snprintf(buf, n, "threads: %d per rank (%s); %s%s%s%s", t->threads, why, blas, t->user_blas ? " (OPENBLAS_NUM_THREADS=" : "",
              t->user_blas ? getenv("OPENBLAS_NUM_THREADS") : "", t->user_blas ? ", yours)" : "");

@@ -86,9 +86,13 @@ same_bits() {  # same_bits NAME BIN ARGS...: OMP_NUM_THREADS=1 against 2
     done
     same_runs "$name.t1" "$name.t2"
 }
-same_bits zero1_z1 ./train_gpt2 -z 1
-same_bits zero1_z0 ./train_gpt2 -z 0
-same_bits plain_z0 ./train_gpt2_plain -z 0
+if [[ $split == "OpenBLAS 1 thread" ]]; then
+    same_bits zero1_z1 ./train_gpt2 -z 1
+    same_bits zero1_z0 ./train_gpt2 -z 0
+    same_bits plain_z0 ./train_gpt2_plain -z 0
+else
+    echo "  SKIPPED 1 and 2 threads bitwise: OpenBLAS's OpenMP build threads the matmuls (its sums follow its threads)"
+fi
 
 if [ $failed -eq 0 ]; then
     echo "PASS test_threads"
