@@ -8,10 +8,10 @@
  * Threads: while OpenBLAS runs single-threaded (the trainer's default, llmc/threads.h),
  * the OpenMP threads split every product into tiles, each computed by one sgemm call, so
  * one pool of threads does all the work and none spins while another pool needs the core.
- * A tile's elements are summed over K exactly as the whole product's are, so the results
- * are the same bits for any OpenMP thread count. OpenBLAS's own threading does not promise
- * that (0.3.21 changes the last bits with its thread count): with OPENBLAS_NUM_THREADS > 1
- * (a user's choice) OpenBLAS threads each product and bit-reproducible runs keep it fixed.
+ * The tiles follow the shape alone (gemm_tiles), so the results are the same bits for any
+ * OpenMP thread count. OpenBLAS's own threading does not promise that (0.3.21 changes the
+ * last bits with its thread count): with OPENBLAS_NUM_THREADS > 1 (a user's choice)
+ * OpenBLAS threads each product and bit-reproducible runs keep it fixed.
  * The bias sum below gives the same bits for any thread count too.
  */
 #ifndef LLMC_MATMUL_H

@@ -2,17 +2,17 @@
  * The CPU trainer's threads: how many per rank, and who runs the matmuls.
  *
  * One pool of threads does all the work. With Debian's default OpenBLAS (its pthread
- * build) OpenBLAS is set to one thread and the trainer's OpenMP threads each compute a
- * tile of every product (llmc/matmul.h): OpenBLAS's own pool next to OpenMP's made the
- * two spin and yield against each other on the same cores (half the samples of a 2-core
- * profile in libgomp's spin and sched_yield). OpenBLAS's OpenMP build shares OpenMP's
- * pool already, so there it threads the products itself.
+ * build) OpenBLAS is set to one thread and the trainer's OpenMP threads share out the
+ * tiles of every product (llmc/matmul.h): OpenBLAS's own pool next to OpenMP's made the
+ * two spin and yield against each other on the same cores (two thirds of the samples of a
+ * 2-core profile in libgomp's spin and the kernel's scheduling). OpenBLAS's OpenMP build
+ * shares OpenMP's pool already, so there it threads the products itself.
  *
  * How many: the cores this rank may run on (sched_getaffinity: mpirun's or taskset's
  * binding) divided among the ranks of its host whose cores overlap them, at least 1, so
  * that N ranks on a host never run more threads than it has cores. A user's
- * OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is kept as given; the start line says which
- * numbers were chosen and which were the user's (docs/training.md#threads).
+ * OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is kept as given; the line after the start line
+ * says which numbers were chosen and which were the user's (docs/training.md#threads).
  */
 #ifndef LLMC_THREADS_H
 #define LLMC_THREADS_H
