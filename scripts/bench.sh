@@ -217,9 +217,13 @@ ours=(./train_gpt2 -z 0 -e "$work/model.bin" -i "$lc/dev/data/tinyshakespeare/ti
       -j "$lc/dev/data/tinyshakespeare/tiny_shakespeare_val.bin" -b $B -t $T -x $((STEPS + 1)) -v 1000 -m 5 -s 0
       -l 1e-4 --beta2 0.999 -c 0 --grad-clip 0)
 : >"$work/gf_sgemm"; : >"$work/gf_ours"; : >"$work/ms_ours"; : >"$work/ms_llmc"
+sgemm_rate() { env OPENBLAS_NUM_THREADS="$THREADS" ./bench_sgemm 0.5 | awk '/^sgemm_gflops/ { print $2 }'; }
 for r in $(seq "$REPEATS"); do
-    env OPENBLAS_NUM_THREADS="$THREADS" ./bench_sgemm 0.5 | awk '/^sgemm_gflops/ { print $2 }' >>"$work/gf_sgemm"
+    # sgemm's rate just before and just after the trainer's run, their mean: a load that
+    # moves in between then moves both sides alike
+    before=$(sgemm_rate)
     env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS="$THREADS" "${ours[@]}" >"$work/ours.log" 2>&1
+    awk -v a="$before" -v b="$(sgemm_rate)" 'BEGIN { printf "%.1f\n", (a + b) / 2 }' >>"$work/gf_sgemm"
     ms=$(step_ms "$work/ours.log")
     echo "$ms" >>"$work/ms_ours"
     awk -v ms="$ms" -v bt=$((B * T)) '/^GPT-2:.* parameters$/ { n = $(NF - 1) }
