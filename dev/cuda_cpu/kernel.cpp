@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <xmmintrin.h>
 
 #include "dev/cuda_cpu/cuda_cpu.h"
 #include "dev/cuda_cpu/internal.h"
@@ -144,7 +145,8 @@ struct WorkerState {
     std::vector<char> dynamic_shared;
     BlockRun* block = nullptr;
     sigjmp_buf* escape = nullptr;  // where a fault inside a kernel continues
-    char escape_message[512];
+    char escape_message[1536];
+    cudaError_t escape_error = cudaErrorIllegalAddress;  // the sticky error an escape leaves
 };
 static thread_local WorkerState* worker;
 
@@ -490,7 +492,22 @@ static void run_block(BlockRun* b, uint64_t seed) {
     }
 }
 
+// While a kernel of a --use_fast_math translation unit runs under GPU numerics (cuda_cpu.h's
+// CUDA_CPU_FTZ): SSE's flush-to-zero and denormals-are-zero, nvcc's -ftz=true (for doubles
+// too, which a GPU does not flush).
+struct FlushDenormals {
+    unsigned saved;
+    bool on;
+    explicit FlushDenormals(bool ftz) : saved(_mm_getcsr()), on(ftz) {
+        if (on) _mm_setcsr(saved | 0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
+    }
+    ~FlushDenormals() {
+        if (on) _mm_setcsr(saved);
+    }
+};
+
 static void run_kernel(const Launch* L) {
+    FlushDenormals flush(L->site.ftz);
     WorkerState* w = worker_state();
     uint64_t seed = __atomic_add_fetch(&launch_counter, 1, __ATOMIC_RELAXED);
     int count = (int)(L->block.x * L->block.y * L->block.z);
@@ -515,7 +532,9 @@ static void run_kernel(const Launch* L) {
         w->block = nullptr;
         w->escape = nullptr;
         if (with_tools) tools_launch_end();
-        device_fault(cudaErrorIllegalAddress, "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s",
+        cudaError_t err = w->escape_error;
+        w->escape_error = cudaErrorIllegalAddress;
+        device_fault(err, "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s",
                      L->site.kernel, L->site.file, L->site.line, b.block.x, b.block.y, b.block.z, coords.thread_idx.x,
                      coords.thread_idx.y, coords.thread_idx.z, w->escape_message);
         return;
@@ -557,6 +576,14 @@ void kernel_fault_escape(const char* message) {
     if (!w || !w->escape) return;
     snprintf(w->escape_message, sizeof(w->escape_message), "%s", message);
     siglongjmp(*w->escape, 1);
+}
+
+// memcheck's faults (tools.cpp): the access has not happened; the kernel ends with `err`.
+void kernel_memcheck_fault(cudaError_t err, const char* message) {
+    WorkerState* w = worker;
+    if (!w || !w->escape) return;
+    w->escape_error = err;
+    kernel_fault_escape(message);
 }
 
 bool in_kernel() { return worker && worker->block; }
