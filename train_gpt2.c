@@ -28,6 +28,7 @@
 #include "llmc/optimizer.h"
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
+#include "llmc/threads.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_loop.h"
 #include "llmc/train_main.h"
@@ -97,16 +98,32 @@ static void check_grads_finite(const ReplicatedOptimizer* r, int step) {
     }
 }
 
+// The sum of squares in fixed chunks, each summed in order, the chunks in order: the same
+// bits for any thread count (an OpenMP reduction's order depends on it).
+static double sum_squares_fixed_order(const float* x, size_t n) {
+    enum { CHUNK = 1 << 16 };
+    size_t chunks = (n + CHUNK - 1) / CHUNK;
+    double* part = (double*)mallocCheck((chunks > 0 ? chunks : 1) * sizeof(double));
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        size_t end = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
+        double s = 0.0;
+        for (size_t i = c * CHUNK; i < end; i++) s += (double)x[i] * x[i];
+        part[c] = s;
+    }
+    double sum = 0.0;
+    for (size_t c = 0; c < chunks; c++) sum += part[c];
+    free(part);
+    return sum;
+}
+
 static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
     ReplicatedOptimizer* r = replicated(o);
     double t0 = wall_ms();
     if (o->world > 1) mpi_allreduce_sum_deadline(r->grads, r->numel, MPI_FLOAT, "gradient all-reduce", step + 1);
     *blocked_ms += wall_ms() - t0;
     if (r->cfg.check_nan) check_grads_finite(r, step);
-    double sumsq = 0.0;
-#pragma omp parallel for reduction(+ : sumsq)
-    for (size_t i = 0; i < r->numel; i++) sumsq += (double)r->grads[i] * r->grads[i];
-    r->norm = (float)sqrt(sumsq);
+    r->norm = (float)sqrt(sum_squares_fixed_order(r->grads, r->numel));
     if (gate && gate->skip(gate->ctx, r->norm)) return;
     float clip = r->cfg.grad_clip;
     float grad_scale = (clip > 0.0f && r->norm > clip) ? clip / r->norm : 1.0f;
@@ -189,6 +206,7 @@ typedef struct {
     GPT2 model;
     Optimizer* opt;
     float* micro_losses;       // this step's, one per micro-step (--dp-invariant sums them in its order)
+    CpuThreads threads;        // as cpu_threads_setup chose them (the trainer's main only)
 } Trainer;
 
 // Checks the configuration against the model; returns the micro-steps per optimizer step.
@@ -344,7 +362,9 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
 
 static void* trainer_create(const TrainConfig* cfg, int rank, int world, TrainerParts* parts) {
     Trainer* tr = (Trainer*)mallocCheck(sizeof(Trainer));
+    CpuThreads threads = cpu_threads_setup();
     trainer_init(tr, cfg, rank, world);
+    tr->threads = threads;
     *parts = (TrainerParts){&tr->model.config, tr->opt, tr->grad_accum_steps, &tr->model.hooks};
     return tr;
 }
@@ -355,6 +375,11 @@ static void trainer_destroy(void* t) {
 }
 
 static void trainer_describe(void* t, char* buf, size_t n) { snprintf(buf, n, "%d threads", omp_get_max_threads()); }
+static void trainer_print_threads(void* t) {
+    char line[512];
+    cpu_threads_describe(&((Trainer*)t)->threads, line, sizeof(line));
+    printf("%s\n", line);
+}
 
 static void trainer_write_grad(void* t, int tensor, float value) { ((Trainer*)t)->model.grad[tensor][0] = value; }
 static void trainer_write_loss(void* t, float value) { ((Trainer*)t)->model.mean_loss = value; }
@@ -371,6 +396,7 @@ static const TrainerKind CPU_TRAINER = {
     .hellaswag_rows = hellaswag_rows,
     .replicas_identical = trainer_replicas_identical,
     .describe = trainer_describe,
+    .print_start = trainer_print_threads,
     .write_grad = trainer_write_grad,
     .write_loss = trainer_write_loss,
 };

@@ -12,6 +12,11 @@
 #  4. OpenBLAS kernels: sgemm GFLOP/s and a C trainer step with the Prescott kernels forced
 #     (what cloud VMs with a generic CPU model got) against the automatic choice
 #     (llmc/blas_cores.h), and with that fault faked and repaired by the restart.
+#  5. the C trainer at BENCH_THREADS threads (default 2) against the machine's limit: its
+#     FLOP rate (6 N x tokens a step over the step time) over OpenBLAS's sgemm rate at the
+#     same threads, and its step time against llm.c's CPU trainer (train_gpt2.c of
+#     LLMC_REF_DIR, a clone of https://github.com/karpathy/llm.c; SKIPPED without it) on
+#     the same model file and data, with their losses compared.
 # Runs alternate (A B A B ...) so that drift in machine load hits both sides alike;
 # medians over the repeats. Environment: BENCH_REPEATS (default 3), BENCH_STEPS (default 8).
 #
@@ -168,6 +173,91 @@ r=$(ratio "$sf" "$sa")
 figure "train_gpt2 step L=$L C=$C B=$B4 T=$T ms, Prescott forced / auto" \
     "$(printf %.1f "$sf") / $(printf %.1f "$sa") = $r ($(spread "$work/st_forced" "$work/st_auto"))" "> 1" \
     "$(judge "$r" gt 1)"
+
+# ---- 5. the C trainer at the machine's limit: sgemm and llm.c ----------------------------
+# One run of train_gpt2 per repeat gives both figures: the settings are llm.c's (AdamW with
+# beta2 0.999, no weight decay, no clipping, lr 1e-4) and the train data one batch of B*T+1
+# tokens, which llm.c's shuffling loader and ours both read every step, so the losses
+# compare step by step; the validation loss (5 batches) at step 0 too.
+THREADS=${BENCH_THREADS:-2}
+section 5 "the C trainer at $THREADS threads: GPT-2 L=$L C=$C NH=$NH, B=$B T=$T, against sgemm and llm.c"
+lc=$work/llmc
+mkdir -p "$lc/dev/data/tinyshakespeare"
+$PY - data/tinyshakespeare_train.bin "$lc/dev/data/tinyshakespeare/tiny_shakespeare_train.bin" $((B * T + 1)) <<'PYEOF'
+import struct, sys
+n = int(sys.argv[3])
+with open(sys.argv[1], "rb") as f:
+    header, tokens = f.read(1024), f.read(2 * n)
+with open(sys.argv[2], "wb") as f:
+    f.write(struct.pack("<3i", *struct.unpack("<3i", header[:12])[:2], n) + header[12:] + tokens)
+PYEOF
+ln -s "$PWD/data/tinyshakespeare_val.bin" "$lc/dev/data/tinyshakespeare/tiny_shakespeare_val.bin"
+ln -s "$work/model.bin" "$lc/gpt2_124M.bin"
+ln -s "$PWD/data/gpt2_tokenizer.bin" "$lc/gpt2_tokenizer.bin"
+# llm.c's train_gpt2.c, built by its own Makefile in a copy; it hardcodes B=4, T=64 and 41
+# steps, which sed sets to ours in the copy (nothing else of it changes).
+llmc_skip=""
+if [ -z "${LLMC_REF_DIR:-}" ]; then
+    llmc_skip="LLMC_REF_DIR is not set (a clone of https://github.com/karpathy/llm.c: docs/benchmarks.md)"
+elif ! cp -r "$LLMC_REF_DIR/Makefile" "$LLMC_REF_DIR/train_gpt2.c" "$LLMC_REF_DIR/llmc" "$lc/" 2>"$lc/copy.log"; then
+    llmc_skip="LLMC_REF_DIR=$LLMC_REF_DIR has no Makefile, train_gpt2.c and llmc/ ($(head -1 "$lc/copy.log"))"
+else
+    sed -i -e "s/^    int B = 4;/    int B = $B;/" -e "s/^    int T = 64;/    int T = $T;/" \
+        -e "s/step <= 40; step++/step <= $STEPS; step++/" "$lc/train_gpt2.c"
+    if ! grep -q "^    int B = $B;" "$lc/train_gpt2.c" || ! grep -q "^    int T = $T;" "$lc/train_gpt2.c" ||
+        ! grep -q "step <= $STEPS; step++" "$lc/train_gpt2.c"; then
+        llmc_skip="LLMC_REF_DIR's train_gpt2.c has no 'int B = 4;', 'int T = 64;' or 'step <= 40' to set (another llm.c version?)"
+    elif ! env -u MAKEFLAGS -u MAKELEVEL -u CC make -C "$lc" train_gpt2 >"$lc/build.log" 2>&1; then
+        llmc_skip="llm.c's train_gpt2 did not build: $(grep -m1 -i error "$lc/build.log")"
+    fi
+fi
+[ -n "$llmc_skip" ] && echo "  SKIPPED: llm.c's CPU trainer: $llmc_skip" >&2
+make -s bench_sgemm >/dev/null
+ours=(./train_gpt2 -z 0 -e "$work/model.bin" -i "$lc/dev/data/tinyshakespeare/tiny_shakespeare_train.bin"
+      -j "$lc/dev/data/tinyshakespeare/tiny_shakespeare_val.bin" -b $B -t $T -x $((STEPS + 1)) -v 1000 -m 5 -s 0
+      -l 1e-4 --beta2 0.999 -c 0 --grad-clip 0)
+: >"$work/gf_sgemm"; : >"$work/gf_ours"; : >"$work/ms_ours"; : >"$work/ms_llmc"
+sgemm_rate() { env OPENBLAS_NUM_THREADS="$THREADS" ./bench_sgemm 0.5 | awk '/^sgemm_gflops/ { print $2 }'; }
+for r in $(seq "$REPEATS"); do
+    # sgemm's rate just before and just after the trainer's run, their mean: a load that
+    # moves in between then moves both sides alike
+    before=$(sgemm_rate)
+    env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS="$THREADS" "${ours[@]}" >"$work/ours.log" 2>&1
+    awk -v a="$before" -v b="$(sgemm_rate)" 'BEGIN { printf "%.1f\n", (a + b) / 2 }' >>"$work/gf_sgemm"
+    ms=$(step_ms "$work/ours.log")
+    echo "$ms" >>"$work/ms_ours"
+    awk -v ms="$ms" -v bt=$((B * T)) '/^GPT-2:.* parameters$/ { n = $(NF - 1) }
+        END { printf "%.2f\n", 6 * n * bt / (ms / 1000) / 1e9 }' "$work/ours.log" >>"$work/gf_ours"
+    if [ -z "$llmc_skip" ]; then
+        (cd "$lc" && env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS="$THREADS" ./train_gpt2 >llmc.log 2>&1)
+        awk '/^step [0-9]+: train loss/ && $2 + 0 > 0 { gsub(/\(/, "", $(NF - 1)); s += $(NF - 1); c++ }
+             END { printf "%.3f\n", s / c }' "$lc/llmc.log" >>"$work/ms_llmc"
+    fi
+done
+gs=$(median <"$work/gf_sgemm") go=$(median <"$work/gf_ours")
+r=$(ratio "$go" "$gs")
+figure "train_gpt2 6N x tokens / step time, over sgemm at $THREADS threads, GFLOP/s" \
+    "$go / $gs = $r ($(spread "$work/gf_ours" "$work/gf_sgemm"))" ">= 0.50 of sgemm" "$(judge "$r" ge 0.50)"
+if [ -n "$llmc_skip" ]; then
+    figure "llm.c / train_gpt2 step time, ms" "SKIPPED: $llmc_skip" ">= 3x llm.c" "SKIPPED"
+    figure "llm.c - train_gpt2 losses, max abs difference" "SKIPPED" "<= 1e-6" "SKIPPED"
+else
+    mo=$(median <"$work/ms_ours") ml=$(median <"$work/ms_llmc")
+    r=$(ratio "$ml" "$mo")
+    figure "llm.c / train_gpt2 step time, ms" "$(printf %.1f "$ml") / $(printf %.1f "$mo") = $r ($(spread \
+        "$work/ms_llmc" "$work/ms_ours"))" ">= 3x llm.c" "$(judge "$r" ge 3.0)"
+    # Both print 6 decimals: the difference in units of the last digit (1 = 1e-6).
+    paste <(awk '/^val loss/ && !v++ { print $3 } /^step [0-9]+: train loss/ { print $5 }' "$lc/llmc.log") \
+          <(awk '/^val loss/ && !v++ { print $3 } /^step +[0-9]+\/[0-9]+ \| loss/ { print $5 }' "$work/ours.log") \
+        >"$work/losses"
+    read -r nl units < <(awk '{ d = $1 - $2; d = d < 0 ? -d : d; u = int(d * 1e6 + 0.5); m = u > m ? u : m; n++ }
+                              END { print n, m + 0 }' "$work/losses")
+    want=$((STEPS + 2))
+    verdict=$(judge "$units" le 1)
+    [ "$nl" = "$want" ] || verdict="NOT met ($nl of $want losses to compare)"
+    figure "llm.c - train_gpt2 losses, max abs difference ($((STEPS + 1)) steps + val at step 0)" "${units}e-6" "<= 1e-6" \
+        "$verdict"
+fi
 
 echo "== the table (medians of $REPEATS alternating repeats)"
 echo "| section | figure | value | goal |"

@@ -87,3 +87,24 @@ hf_client() {
     echo "$out" | tail -n 8 | sed 's/^/       | /'
     return 1
 }
+
+# Tests that train twice and compare (ok/bad their own): run NAME's output is $TMP/NAME.log,
+# its -o directory $TMP/NAME, holding checkpoint $CKPT after $STEPS steps.
+# step_lines NAME: its step lines' step, loss and norm.
+step_lines() { sed -n 's/^\(step *[0-9]*\/[0-9]* | loss [^|]* | norm [^|]*\) |.*/\1/p' "$TMP/$1.log"; }
+# same_runs A B: identical step lines (loss, norm) and final checkpoint files, byte for byte.
+same_runs() {
+    local n f diffs=()
+    n=$(step_lines "$1" | wc -l)
+    [ "$n" = "$STEPS" ] || diffs+=("$1 printed $n step lines, expected $STEPS")
+    cmp -s <(step_lines "$1") <(step_lines "$2") || diffs+=("step losses/norms differ")
+    for f in model.bin optimizer.bin; do
+        cmp -s "$TMP/$1/$CKPT/$f" "$TMP/$2/$CKPT/$f" || diffs+=("$CKPT/$f differs")
+    done
+    if [ ${#diffs[@]} -eq 0 ]; then
+        ok "$1 == $2 bitwise ($STEPS step lines, $CKPT/model.bin, optimizer.bin)"
+    else
+        bad "$1 vs $2: $(printf "%s; " "${diffs[@]}")"
+        paste -d '\n' <(step_lines "$1" | sed "s/^/$1: /") <(step_lines "$2" | sed "s/^/$2: /") | sed 's/^/       | /'
+    fi
+}

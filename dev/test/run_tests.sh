@@ -37,6 +37,7 @@ STEPS=(
   "corpus_dir      120 dev/test/test_corpus_dir.sh"
   "kernels         120 ./test_kernels"
   "blas_cores      120 dev/test/test_blas_cores.sh"
+  "threads         300 dev/test/test_threads.sh"
   "crc32c          120 dev/test/test_crc32c.sh"
   "zero1_layout    120 ./test_zero1_layout"
   "zero1_plan      300 dev/test/test_zero1_plan.sh"

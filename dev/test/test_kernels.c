@@ -365,24 +365,37 @@ static void test_matmul(void) {
     check_accum_grad(&c, "dweight (dinp, dbias NULL)", g0w, g3w, g2w, fdw, nw);  // g2w - g3w: one more increment on g1w
     free(g3w);
 
-    {   // OpenMP thread-count independence. OpenBLAS stays at one thread: its own results
-        // (0.3.21, measured) change in the last bits with its thread count, so bit-identical
-        // runs need a fixed OPENBLAS_NUM_THREADS, which is the trainer's business.
+    {   // OpenMP thread-count independence: with OpenBLAS at one thread each OpenMP thread
+        // computes a tile of the product (1 x 2, 1 x 3 and 2 x 2 grids here), which must
+        // not change a bit. OpenBLAS's own threads (0.3.21, measured) do change the last
+        // bits, so bit-identical runs need a fixed OPENBLAS_NUM_THREADS: the trainer's business.
         int BT2 = 256, C2 = 128, OC2 = 200;
         float *x = frand((size_t)BT2 * C2, 1.0f), *w2 = frand((size_t)OC2 * C2, 1.0f), *d = frand((size_t)BT2 * OC2, 1.0f);
+        float *b2 = frand(OC2, 1.0f), *o1 = frand((size_t)BT2 * OC2, 1.0f), *o2 = frand((size_t)BT2 * OC2, 1.0f);
         float *di1 = frand((size_t)BT2 * C2, 1.0f), *dw1 = frand((size_t)OC2 * C2, 1.0f), *db1 = frand(OC2, 1.0f);
         float *di2 = fcopy(di1, (size_t)BT2 * C2), *dw2 = fcopy(dw1, (size_t)OC2 * C2), *db2 = fcopy(db1, OC2);
+        float *di0 = fcopy(di1, (size_t)BT2 * C2), *dw0 = fcopy(dw1, (size_t)OC2 * C2), *db0 = fcopy(db1, OC2);
         omp_set_num_threads(1);
         openblas_set_num_threads(1);
+        matmul_forward(o1, x, w2, b2, BT2, C2, OC2);
         matmul_backward(di1, dw1, db1, d, x, w2, BT2, C2, OC2);
-        omp_set_num_threads(2);
-        matmul_backward(di2, dw2, db2, d, x, w2, BT2, C2, OC2);
+        int same = 1;
+        for (int threads = 2; threads <= 4; threads++) {
+            memcpy(di2, di0, (size_t)BT2 * C2 * sizeof(float));
+            memcpy(dw2, dw0, (size_t)OC2 * C2 * sizeof(float));
+            memcpy(db2, db0, OC2 * sizeof(float));
+            omp_set_num_threads(threads);
+            matmul_forward(o2, x, w2, b2, BT2, C2, OC2);
+            matmul_backward(di2, dw2, db2, d, x, w2, BT2, C2, OC2);
+            same &= memcmp(o1, o2, (size_t)BT2 * OC2 * sizeof(float)) == 0 &&
+                    memcmp(di1, di2, (size_t)BT2 * C2 * sizeof(float)) == 0 &&
+                    memcmp(dw1, dw2, (size_t)OC2 * C2 * sizeof(float)) == 0 &&
+                    memcmp(db1, db2, OC2 * sizeof(float)) == 0;
+        }
         omp_set_num_threads(1);
-        check_true(&c, "dinp/dweight/dbias identical with 1 and 2 threads",
-                   memcmp(di1, di2, (size_t)BT2 * C2 * sizeof(float)) == 0 &&
-                   memcmp(dw1, dw2, (size_t)OC2 * C2 * sizeof(float)) == 0 &&
-                   memcmp(db1, db2, OC2 * sizeof(float)) == 0);
-        free(x); free(w2); free(d); free(di1); free(dw1); free(db1); free(di2); free(dw2); free(db2);
+        check_true(&c, "out/dinp/dweight/dbias identical with 1, 2, 3 and 4 threads", same);
+        free(x); free(w2); free(d); free(b2); free(o1); free(o2); free(di1); free(dw1); free(db1); free(di2); free(dw2);
+        free(db2); free(di0); free(dw0); free(db0);
     }
     report(&c);
     free(inp); free(w); free(R); free(out); free(m.inp); free(m.w); free(m.R); free(ref);

@@ -96,24 +96,6 @@ train() {
     tail -n 15 "$TMP/$name.log" | sed 's/^/       | /'
     return 1
 }
-steps() { sed -n 's/^\(step *[0-9]*\/[0-9]* | loss [^|]* | norm [^|]*\) |.*/\1/p' "$TMP/$1.log"; }
-
-# same A B: identical step lines (loss, norm) and final checkpoint files, byte for byte.
-same() {
-    local n f diffs=()
-    n=$(steps "$1" | wc -l)
-    [ "$n" = $STEPS ] || diffs+=("$1 printed $n step lines, expected $STEPS")
-    cmp -s <(steps "$1") <(steps "$2") || diffs+=("step losses/norms differ")
-    for f in model.bin optimizer.bin; do
-        cmp -s "$TMP/$1/$CKPT/$f" "$TMP/$2/$CKPT/$f" || diffs+=("$CKPT/$f differs")
-    done
-    if [ ${#diffs[@]} -eq 0 ]; then
-        ok "$1 == $2 bitwise ($STEPS step lines, $CKPT/model.bin, optimizer.bin)"
-    else
-        bad "$1 vs $2: $(printf "%s; " "${diffs[@]}")"
-        paste -d '\n' <(steps "$1" | sed "s/^/$1: /") <(steps "$2" | sed "s/^/$2: /") | sed 's/^/       | /'
-    fi
-}
 
 # The traffic ZeRO-1 must send off every host per step, with H hosts each holding 1/H of
 # the ranks, fp32 grads and params, N parameters: the reduce-scatter's results for the
@@ -151,7 +133,7 @@ for cfg in "2 2 1" "3 1 1" "2 2 2"; do
     tx_start $nh
     train "$multi" $np mh_mpirun $nh $per || continue
     tx_check "$multi" $nh
-    same "$multi" "$ref"
+    same_runs "$multi" "$ref"
 done
 EXTRA=()   # the runs below are flat ZeRO-1 again
 
@@ -165,7 +147,7 @@ launch_multi() {  # launch_multi BIN ARGS...
 tx_start 2
 if train launch2x2 4 launch_multi; then
     tx_check launch2x2 2
-    same launch2x2 single_np4
+    same_runs launch2x2 single_np4
 fi
 
 # Control: the same job with all 4 ranks on host 0 (shared memory between them) equals the
@@ -178,7 +160,7 @@ if train hosts1x4 4 mh_mpirun 1 4; then
     else
         bad "control: 1 host x 4 ranks sent $sent bytes on the link; expected almost none"
     fi
-    same hosts1x4 single_np4
+    same_runs hosts1x4 single_np4
 fi
 
 # Shaped links show in the step time (figures for the log; the machine is shared).
