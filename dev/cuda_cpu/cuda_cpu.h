@@ -39,13 +39,18 @@
 
 namespace cudacpu {
 
-// The running fiber's coordinates (kernel.cpp sets them before every switch). Plain
-// uint3 (blockDim and gridDim are dim3 in CUDA, which converts from uint3), so that the
-// thread_local is constant-initialized and read without a TLS init call.
+// The running fiber's coordinates (kernel.cpp sets them before every switch), one set per
+// worker thread. Plain uint3 (blockDim and gridDim are dim3 in CUDA, which converts from
+// uint3), so that the thread_local is constant-initialized; declared so (g++'s
+// __constinit), a kernel reads it without first checking for a TLS init function.
 struct ThreadCoords {
     uint3 thread_idx, block_idx, block_dim, grid_dim;
 };
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+extern thread_local __constinit ThreadCoords coords;
+#else
 extern thread_local ThreadCoords coords;
+#endif
 
 void block_barrier(void);
 int block_barrier_count(int predicate);  // __syncthreads_count; _and/_or from it

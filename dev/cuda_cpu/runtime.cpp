@@ -328,6 +328,11 @@ static void install_signal_stack() {
     sigaltstack(&ss, nullptr);
 }
 
+void device_thread_setup() {
+    grant_worker_access();
+    install_signal_stack();
+}
+
 static void init_memory() {
     mem = new Memory();
     void* a = mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -459,8 +464,7 @@ static void run_op(Stream* s, Op& op) {
 }
 
 static void worker_loop(Stream* s) {
-    grant_worker_access();
-    install_signal_stack();
+    device_thread_setup();
     std::unique_lock<std::mutex> lk(S->mu);
     for (;;) {
         S->cv.wait(lk, [&] {
