@@ -146,6 +146,7 @@ struct BlockRun {
     BlockDeal* deal;
     const Launch* launch;
     uint64_t position;  // in the deal's order
+    uint64_t taken;     // blocks this worker took of the launch
     uint3 block;
     uint64_t block_seed;
     Fiber* fibers;
@@ -586,6 +587,7 @@ static bool begin_block(BlockRun* b) {
     uint64_t id = !d->order.empty() ? (uint64_t)d->order[p] : d->reverse ? d->blocks - 1 - p : p;
     const Launch* L = b->launch;
     b->position = p;
+    b->taken++;
     b->block = make_uint3((unsigned)(id % L->grid.x), (unsigned)(id / L->grid.x % L->grid.y),
                           (unsigned)(id / ((uint64_t)L->grid.x * L->grid.y)));
     b->block_seed = d->seed * 7919u + id;
@@ -650,8 +652,9 @@ static void schedule(BlockRun* b) {
     }
 }
 
-// This thread's share of the deal: blocks taken one at a time until none is left.
-static void run_blocks(BlockDeal* d) {
+// This thread's share of the deal: blocks taken one at a time until none is left. Returns
+// how many it took.
+static uint64_t run_blocks(BlockDeal* d) {
     WorkerState* w = worker_state();
     BlockRun* b = &w->run;
     const Launch* L = d->launch;
@@ -663,6 +666,7 @@ static void run_blocks(BlockDeal* d) {
         b->tids[i] = make_uint3(i % L->block.x, (i / L->block.x) % L->block.y, i / (L->block.x * L->block.y));
     }
     b->num_free = b->fresh_stacks = 0;
+    b->taken = 0;
     b->launch_done = false;
     if (w->dynamic_shared.size() < L->shmem) w->dynamic_shared.resize(L->shmem);
     coords.block_dim = L->block;
@@ -675,13 +679,14 @@ static void run_blocks(BlockDeal* d) {
                      "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s", L->site.kernel,
                      L->site.file, L->site.line, b->block.x, b->block.y, b->block.z, coords.thread_idx.x,
                      coords.thread_idx.y, coords.thread_idx.z, w->escape_message);
-        return;
+        return b->taken;
     }
     w->escape = &escape;
     w->block = b;
     if (begin_block(b)) schedule(b);
     w->block = nullptr;
     w->escape = nullptr;
+    return b->taken;
 }
 
 // ---- parallel blocks ---------------------------------------------------------------------------
@@ -762,6 +767,48 @@ static void pool_close() {
     pool->left.wait(lk, [] { return pool->joined == 0; });
 }
 
+// ---- when helpers pay --------------------------------------------------------------------------
+// Offering a launch to the helpers costs a wake-up (microseconds), and a helper that the
+// machine's other work preempts in the middle of a block holds the launch up until it runs
+// again. So a launch site whose blocks took, the last time, less than kHelpedSeconds in all
+// runs alone; and when a launch waited long for its helpers (longer than kStallSeconds and
+// than a quarter of its own time), they sit out a while (10 ms, doubling up to 1 s).
+static const double kHelpedSeconds = 100e-6, kStallSeconds = 200e-6;
+struct HelpRecord {
+    std::mutex mu;
+    std::unordered_map<uint64_t, double> block_seconds;  // by launch site
+    double quiet_until = 0, quiet_for = 0.01;
+};
+static HelpRecord* help = new HelpRecord();  // never destroyed: stream workers may use it at exit
+
+static double now_seconds() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static uint64_t site_key(const Launch* L) { return (uint64_t)(uintptr_t)L->site.file * 31 + (uint64_t)L->site.line; }
+
+static bool help_pays(const Launch* L, uint64_t blocks, double now) {
+    std::lock_guard<std::mutex> g(help->mu);
+    if (now < help->quiet_until) return false;
+    auto it = help->block_seconds.find(site_key(L));
+    return it == help->block_seconds.end() || it->second * (double)blocks >= kHelpedSeconds;
+}
+
+// own: the blocks the launch's own worker ran, in own_seconds; waited: then for the helpers.
+static void help_learn(const Launch* L, uint64_t own, double own_seconds, bool helped, double waited) {
+    std::lock_guard<std::mutex> g(help->mu);
+    if (own) help->block_seconds[site_key(L)] = own_seconds / (double)own;
+    if (!helped) return;
+    if (waited > kStallSeconds && waited > own_seconds / 4) {
+        help->quiet_until = now_seconds() + help->quiet_for;
+        help->quiet_for = std::min(help->quiet_for * 2, 1.0);
+    } else {
+        help->quiet_for = std::max(help->quiet_for / 2, 0.01);
+    }
+}
+
 static void run_kernel(const Launch* L) {
     with_tools = tools_on();
     BlockDeal d;
@@ -774,9 +821,12 @@ static void run_kernel(const Launch* L) {
     WorkerState* w = worker_state();
     if (with_tools) tools_launch_begin(L->site, L->grid, L->block, L->shmem, w->stacks, kSlotBytes, kStacks);
     int helpers = with_tools || o != ORDER_FORWARD ? 0 : (int)std::min<uint64_t>(block_workers() - 1, d.blocks - 1);
-    bool shared = helpers > 0 && pool_open(&d, helpers);
-    run_blocks(&d);
+    double start = now_seconds();
+    bool shared = helpers > 0 && help_pays(L, d.blocks, start) && pool_open(&d, helpers);
+    uint64_t own = run_blocks(&d);
+    double own_end = now_seconds();
     if (shared) pool_close();
+    if (helpers > 0) help_learn(L, own, own_end - start, shared, now_seconds() - own_end);
     if (with_tools) tools_launch_end();
     if (d.fault_error != cudaSuccess) device_fault(d.fault_error, "%s", d.fault_message.c_str());
 }
