@@ -106,7 +106,7 @@ static const int kStacks = kMaxThreads + 1;  // every thread suspended, plus the
 
 enum FiberState : uint8_t { NOT_STARTED, RUNNABLE, AT_BARRIER, AT_WARP, DONE };
 
-struct Fiber {
+struct alignas(64) Fiber {  // one cache line each
     void* sp;
     // The collective it waits in, and what it gets back.
     WarpOp op;
@@ -247,13 +247,19 @@ static BlockRun* running_block(const char* what) {
 
 // The next fiber of this round's order that can run (b->current and threadIdx set to it);
 // false when none is left.
-static bool next_runnable(BlockRun* b) {
+static inline __attribute__((always_inline)) bool next_runnable(BlockRun* b) {
     while (b->cursor < b->count) {
         int k = b->cursor++;
         int i = b->round_order.empty() ? k : b->round_order[k];
         if (b->state[i] == RUNNABLE) {
             b->current = i;
             coords.thread_idx = b->tids[i];
+            if (b->cursor < b->count) {  // the likely next one: its saved registers and frames into the cache
+                const char* sp = (const char*)b->fibers[b->round_order.empty() ? b->cursor : b->round_order[b->cursor]].sp;
+                __builtin_prefetch(sp);
+                __builtin_prefetch(sp + 64);
+                __builtin_prefetch(sp + 128);
+            }
             return true;
         }
     }
@@ -264,7 +270,7 @@ static bool next_runnable(BlockRun* b) {
 // pointer goes to *save): the worker goes on with what the scheduler would run next, without
 // passing through it: in round 0 a new runner for the threads not yet started, in a later
 // round the next fiber that can run; the scheduler when neither is left.
-static void leave_fiber(BlockRun* b, void** save) {
+static inline __attribute__((always_inline)) void leave_fiber(BlockRun* b, void** save) {
     if (!b->launch_done && b->round == 0 && b->next_start < b->count) {
         b->new_runner_stack = b->num_free ? b->free_stacks[--b->num_free] : b->fresh_stacks++;
         cudacpu_switch_context(save, fiber_prepare(b->new_runner_stack));
@@ -868,7 +874,7 @@ static bool warp_complete(const BlockRun* b, int warp_base, const Fiber& f) {
     return true;
 }
 
-static uint64_t warp_wait(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* custom_name,
+static inline __attribute__((always_inline)) uint64_t warp_wait(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* custom_name,
                           WarpComplete complete) {
     BlockRun* b = worker && worker->block ? worker->block : running_block(custom_name ? custom_name : op_name(op));
     Fiber& f = b->fibers[b->current];
