@@ -288,7 +288,15 @@ static void describe_address(const void* p, char* out, size_t n) {
         snprintf(out, n, "invalid address %p (not device memory)", p);
         return;
     }
-    if (!mem->mu.try_lock()) {
+    // Another worker's fault may hold the lock for a moment (blocks run on several at once);
+    // this thread may hold it itself (a fault inside the layer's lookup): wait 0.1 s at most.
+    bool locked = mem->mu.try_lock();
+    for (int i = 0; i < 1000 && !locked; i++) {
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, nullptr);
+        locked = mem->mu.try_lock();
+    }
+    if (!locked) {
         snprintf(out, n, "address %p in device memory", p);
         return;
     }
