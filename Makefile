@@ -38,12 +38,23 @@ CUDA_HOME := $(or $(shell CUDA_HOME='$(CUDA_HOME)' bash dev/cuda_cpu/cuda_header
 export CUDA_HOME
 endif
 # CUDA_CPU_TOOLS=1 (with CUDA_ON_CPU=1): kernels built for the layer's sanitizer and profiler
-# (CUDA_CPU_CHECK=race, CUDA_CPU_PROFILE=FILE; docs/cuda_cpu.md); slower, so a build of its own.
+# (CUDA_CPU_CHECK=race|memcheck, CUDA_CPU_PROFILE=FILE; docs/cuda_cpu.md); slower, so a build of its own.
 CUDA_CPU_TOOLS ?= 0
 ifeq ($(CUDA_CPU_TOOLS),1)
 ifneq ($(CUDA_ON_CPU),1)
 $(error CUDA_CPU_TOOLS=1 needs CUDA_ON_CPU=1: the sanitizer and profiler are the CPU execution layer's)
 endif
+endif
+# CUDA_CPU_NUMERICS=gpu (with CUDA_ON_CPU=1): kernels built with the freedoms nvcc takes with
+# float math (fused multiply-adds; --use_fast_math's approximations and flushed denormals), each
+# at its documented worst (dev/cuda_cpu/nvcc, docs/cuda_cpu.md); ieee (the default): none.
+CUDA_CPU_NUMERICS ?= ieee
+ifeq ($(CUDA_CPU_NUMERICS),gpu)
+ifneq ($(CUDA_ON_CPU),1)
+$(error CUDA_CPU_NUMERICS=gpu needs CUDA_ON_CPU=1: nvcc takes these freedoms itself on a GPU)
+endif
+else ifneq ($(CUDA_CPU_NUMERICS),ieee)
+$(error CUDA_CPU_NUMERICS=$(CUDA_CPU_NUMERICS): use ieee or gpu)
 endif
 USE_ZERO1 ?= 0
 USE_CUDNN ?= 0
@@ -97,7 +108,7 @@ stamp_stale = $(shell echo "$(2)" | cmp -s - $(1) || echo .stamp-stale)
 CPU_STAMP := .build-cpu.stamp
 GPU_STAMP := .build-gpu.stamp
 CPU_BUILD := USE_ZERO1=$(USE_ZERO1) CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC))
-GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) CUDA_CPU_TOOLS=$(CUDA_CPU_TOOLS) USE_ZERO1=$(USE_ZERO1) USE_CUDNN=$(USE_CUDNN) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
+GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) CUDA_CPU_TOOLS=$(CUDA_CPU_TOOLS) CUDA_CPU_NUMERICS=$(CUDA_CPU_NUMERICS) USE_ZERO1=$(USE_ZERO1) USE_CUDNN=$(USE_CUDNN) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
              MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC))
 # (Rules, but never the default goal: their names start with a dot.)
 .PHONY: .stamp-stale
@@ -198,6 +209,9 @@ endif
 ifeq ($(CUDA_CPU_TOOLS),1)
 NVCC_FLAGS += --cuda-cpu-tools
 endif
+ifeq ($(CUDA_CPU_NUMERICS),gpu)
+NVCC_FLAGS += --cuda-cpu-numerics=gpu
+endif
 # NCCL_HOME before CUDA_HOME, so that its nccl.h and libnccl win over a toolkit's own.
 CUDA_LIB_DIR = $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
 NVCC_INCLUDES = -I. $(if $(NCCL_HOME),-I$(NCCL_HOME)/include) $(if $(CUDA_HOME),-I$(CUDA_HOME)/include)
@@ -294,6 +308,10 @@ test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/c
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
 
+# GPU 0's compute mode, for the GPU suite (rows whose ranks share a GPU need Default).
+gpu_compute_mode: dev/test/gpu_compute_mode.cu $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/test/gpu_compute_mode.cu -o $@ $(NVCC_LIBS)
+
 # Every CUDA kernel of llmc/ against plain C double references (dev/test/test_kernels_cuda.cu).
 test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
 	$(check_mpi_flags)
@@ -309,9 +327,24 @@ test_cuda_cpu_blas: dev/cuda_cpu/tests/test_blas.cpp $(CUDA_HEADERS) $(GPU_STAMP
 test_cuda_cpu_nccl: dev/cuda_cpu/tests/test_nccl.cpp $(CUDA_HEADERS) $(GPU_STAMP)
 	$(check_mpi_flags)
 	$(NVCC) -O2 $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/cuda_cpu/tests/test_nccl.cpp -o $@ $(MPI_NVCC_LDFLAGS)
-# The sanitizer and profiler against hand-worked numbers: built with the tools whatever CUDA_CPU_TOOLS says.
+# The sanitizer, memcheck and profiler against hand-worked numbers: built with the tools whatever
+# CUDA_CPU_TOOLS says (memcheck's with a C file, compiled by gcc as zero1/'s are).
 test_cuda_cpu_tools: dev/cuda_cpu/tests/test_tools.cu dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(filter-out --cuda-cpu-tools,$(NVCC_FLAGS)) --cuda-cpu-tools $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_tools.cu -o $@ $(NVCC_LIBS)
+test_cuda_cpu_memcheck: dev/cuda_cpu/tests/test_memcheck.cu dev/cuda_cpu/tests/memcheck_host.c dev/cuda_cpu/tests/layer_test.h \
+  $(CUDA_HEADERS) $(GPU_STAMP)
+	$(NVCC) $(filter-out --cuda-cpu-tools,$(NVCC_FLAGS)) --cuda-cpu-tools $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_memcheck.cu \
+	  dev/cuda_cpu/tests/memcheck_host.c -o $@ $(NVCC_LIBS)
+# GPU numerics against hand-worked values: built with CUDA_CPU_NUMERICS=gpu whatever the build says,
+# one file with --use_fast_math, one with -fmad=false and without it.
+NUMERICS_FLAGS = $(filter-out --use_fast_math --cuda-cpu-numerics=gpu,$(NVCC_FLAGS)) --cuda-cpu-numerics=gpu
+test_cuda_cpu_numerics: dev/cuda_cpu/tests/test_numerics.cu dev/cuda_cpu/tests/numerics_precise.cu \
+  dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
+	@mkdir -p build/cuda_cpu
+	$(NVCC) $(NUMERICS_FLAGS) -fmad=false $(NVCC_INCLUDES) -c dev/cuda_cpu/tests/numerics_precise.cu \
+	  -o build/cuda_cpu/numerics_precise.o
+	$(NVCC) $(NUMERICS_FLAGS) --use_fast_math $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_numerics.cu \
+	  build/cuda_cpu/numerics_precise.o -o $@ $(NVCC_LIBS)
 bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
 
@@ -359,5 +392,5 @@ demo:
 clean:
 	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain train_gpt2_testing test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda test_cuda_cpu_layer test_cuda_cpu_tools \
+	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda gpu_compute_mode test_cuda_cpu_layer test_cuda_cpu_tools test_cuda_cpu_memcheck test_cuda_cpu_numerics \
 	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert

@@ -2,7 +2,9 @@
  * AdamW on the GPU: fp32 master weights, m, v; the updated master is rounded once into
  * the floatX param buffer (bf16: llmc/adamw.h's adamw_round_bf16, round-to-nearest-even
  * or --stochastic-rounding, with each element's model-space index). The per-element arithmetic is
- * adamw_element() from llmc/adamw.h, the very function the CPU trainer and zero1/ use.
+ * adamw_element() from llmc/adamw.h, the very function the CPU trainer and zero1/ use, compiled
+ * with the trainer's flags (contraction, BF16's fast math): the same formula, not the same bits
+ * on a GPU (llmc/adamw.h).
  * The clip factor is read from device memory (written by global_norm), so the update
  * is queued without the host waiting for the norm. One launch updates every tensor of the
  * model (AdamWTensors: a table of runs with their weight decay, made once).

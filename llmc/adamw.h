@@ -1,7 +1,12 @@
 /*
  * AdamW, one element at a time. The same static inline function runs in the CPU
- * trainer, in the zero1/ shard update and (as __host__ __device__) in the CUDA kernel,
- * so every path applies bit-for-bit the same arithmetic.
+ * trainer, in the zero1/ shard update and (as __host__ __device__) in the CUDA kernels,
+ * so every path applies the same formula. Its bits are the same where it is compiled
+ * alike: the CPU trainer and zero1/ on either device (zero1/'s CUDA objects are built
+ * without fused multiply-adds or fast math for that). The GPU trainer's replicated update
+ * (llmc/adamw.cuh) is compiled as the trainer is, with nvcc's contraction of a*b+c and, in
+ * BF16, --use_fast_math's approximate division and square root: on a GPU it agrees with
+ * the others to rounding, not bit for bit.
  *
  * PyTorch semantics (decoupled weight decay, applied before the moment update):
  *   p -= lr*wd*p;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2;
@@ -65,7 +70,8 @@ static inline void adamw_step_stochastic(AdamWStep* s, int stochastic, uint64_t 
 // The updated master x of the element at index `element` in model space (its parameter's
 // offset in definition order plus its index inside it), rounded into a bf16 param: to
 // nearest even, or stochastically with bits that depend only on (seed, step, element), so
-// that any DP, bucket layout, device or trainer, and a resume, store the same bits.
+// that any DP, bucket layout, device or trainer, and a resume, store the same bits for the
+// same master value.
 LLMC_HOST_DEVICE static inline bf16_bits adamw_round_bf16(float x, const AdamWStep* s, size_t element) {
     if (!s->stochastic) return float_to_bf16(x);
     return float_to_bf16_stochastic(x, stochastic_rounding_bits(s->rounding_seed, (uint64_t)s->step, element));

@@ -34,10 +34,11 @@
  *
  * Limits: head size hs = C / NH a multiple of 16 up to 128 (flash_attention_check tells
  * the user to pass --attention naive otherwise); any T >= 1 (partial tiles are zero-
- * filled and masked). Shared memory: static, under the 48 KiB a kernel may declare
- * (largest at hs 128: forward 46 KiB, backward 46.3 KiB in BF16, 38.1 KiB in FP32), so
- * no cudaFuncSetAttribute is needed on any GPU; the tiles (BF16: BR 64 x BC 32 forward,
- * 32 x 32 backward, 4 warps; FP32: 32 x 16 and 16 x 16, 2 warps) are sized to fit it.
+ * filled and masked). Shared memory: static, under the 48 KiB (49,152 B) a kernel may
+ * declare (FlashForwardSmem, FlashBackwardSmem; largest at hs 128: forward 35,328 B in BF16
+ * and 40,960 B in FP32, backward 45,312 B and 38,016 B), so no cudaFuncSetAttribute is
+ * needed on any GPU; the tiles (BF16: BR 64 x BC 32 forward, BC 16 above hs 64, 32 x 32
+ * backward, 4 warps; FP32: 32 x 16 and 16 x 16, 2 warps) are sized to fit it.
  */
 #ifndef LLMC_ATTENTION_FLASH_CUH
 #define LLMC_ATTENTION_FLASH_CUH
@@ -107,7 +108,7 @@ __device__ __forceinline__ void flash_mma(FlashAcc& acc, const floatX* A, int ld
     }
 }
 // A warp's 16 rows of a left operand (16 x k, k <= KMAX), loaded into registers once and
-// multiplied by several B tiles: the forward's q and P.
+// multiplied by several B tiles: the forward's P (q is read from shared memory per tile).
 template <int KMAX>
 struct FlashRows {
     nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major> f[KMAX / 16];
@@ -271,9 +272,8 @@ __device__ __forceinline__ void flash_store8(floatX* dst, const float* y, float 
 
 // ---- forward --------------------------------------------------------------------------------------
 // Shared memory of the forward, in bytes: k and v tiles (BC x (HS + 8)), the q tile
-// (BR x (HS + 8)) and each warp's S (16 x FLASH_SCORE_LD fp32, later its P v stage) and P
-// (16 x FLASH_SCORE_LD floatX). BF16 keeps q in registers after the first barrier, so the
-// warps' tiles reuse q's bytes.
+// (BR x (HS + 8), read by every key tile's S = q k^T) and each warp's S (16 x SLD fp32,
+// later its P v stage) and P (16 x SLD floatX), each region its own.
 template <int HS>
 struct FlashForwardSmem {
     static constexpr int LD = HS + 8;
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, FlashForwardSmem<HS>::MIN_BLOCK
     const int last_tile = min(T - 1, q0 + BR - 1) / BC;
     for (int kt = 0; kt <= last_tile; kt++) {
         const int k0 = kt * BC;
-        __syncthreads();  // the previous tile's k_s, v_s (at the first: BF16's q_s) are no longer read
+        __syncthreads();  // the previous tile's k_s, v_s are no longer read
         flash_load_rows(k_s, ld, qkv, 3 * C, C + h * hs, b, k0, BC, T, hs);
         flash_load_rows(v_s, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BC, T, hs);
         __syncthreads();

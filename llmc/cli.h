@@ -18,6 +18,7 @@
 
 #include "llmc/outliers.h"
 #include "llmc/utils.h"
+#include "zero1/layout.h"  // zero1_parse_bucket_size (header only)
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,7 +54,7 @@ typedef struct {
     int shuffle;                // --shuffle: the train data's order per epoch, from --seed
     float beta1, beta2, eps, grad_clip;
     int seed;
-    long long bucket_size;      // -1: default max(40M, 1M*DP); 0: one bucket
+    long long bucket_size;      // -1: default max(40M, 1M*DP); 0: one bucket (also without overlap)
     int pad_busbw;
     int overlap_grad_reduce, overlap_param_gather;
     int check_nan;
@@ -137,10 +138,11 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--shuffle", OPT_FLAG, CLI_FIELD(shuffle), 0, 0,
      "permute the train shards, and the rows of T tokens in each, every epoch (from --seed; resumable)"},
     {NULL, "--bucket-size", OPT_BUCKET, CLI_FIELD(bucket_size), 0, 0,
-     "ZeRO-1 bucket size in elements, or none (default max(40M, 1M*DP))"},
+     "ZeRO-1 bucket size in elements, or none (default max(40M, 1M*DP), DP all data-parallel ranks; one bucket "
+     "with --no-overlap-grad-reduce)"},
     {NULL, "--pad-busbw", OPT_FLAG, CLI_FIELD(pad_busbw), 0, 0, "pad buckets to lcm(DP,128,65536) for NCCL bus bandwidth"},
     {NULL, "--no-overlap-grad-reduce", OPT_NOFLAG, CLI_FIELD(overlap_grad_reduce), 0, 0,
-     "reduce-scatter after backward instead of during it"},
+     "reduce-scatter after backward instead of during it, as one bucket"},
     {NULL, "--no-overlap-param-gather", OPT_NOFLAG, CLI_FIELD(overlap_param_gather), 0, 0,
      "all-gather synchronously after the update instead of during the next forward"},
     {NULL, "--check-nan", OPT_FLAG, CLI_FIELD(check_nan), 0, 0,
@@ -368,10 +370,11 @@ static inline void train_parse_args_with(TrainConfig* c, const OptionTable* extr
                 else if (strcmp(value, "bf16") == 0) *(int*)field = DTYPE_BF16;
                 else fatal("%s expects fp32 or bf16, got '%s'", arg, value);
                 break;
-            case OPT_BUCKET:
-                if (strcmp(value, "none") == 0) *(long long*)field = 0;
-                else *(long long*)field = (long long)cli_number(arg, value, 1, 0, 9e15);
+            case OPT_BUCKET: {
+                char err[256];
+                if (zero1_parse_bucket_size(arg, value, (long long*)field, err, sizeof(err)) != 0) fatal("%s", err);
                 break;
+            }
             default: break;
         }
     }

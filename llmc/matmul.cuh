@@ -26,13 +26,17 @@
  *     kernels (matmul + gelu_forward / gelu_backward);
  *   - the bias gradient comes from the dW matmul (fp32 D: an fp32 bias gradient), never
  *     from DGELU_BGRAD, whose bias gradient would be floatX (bf16) in the BF16 build.
- * Where the heuristic has no algorithm for a fused epilogue (a GPU's cuBLASLt may lack one
- * the docs allow) the plan remembers it, says so once, and the separate kernels run.
+ * Where the heuristic has no algorithm for an epilogue (a GPU's cuBLASLt may lack one the
+ * docs allow, e.g. for a bias or aux pointer it finds too little aligned) the plan remembers
+ * it, says so once, and the separate kernels run: the plain matmul plus add_bias_kernel for
+ * BIAS, gelu_forward / gelu_backward for GELU_AUX_BIAS / DGELU, bias_backward for BGRADB;
+ * each of the backward's two is decided alone. On the CPU layer CUDA_CPU_BLASLT_HEURISTIC
+ * plays such refusals (docs/cuda_cpu.md).
  *
  * Plans (llmc/cuda_common.cuh MatmulPlan): one per distinct key (shape, transposes,
- * epilogue, types, beta == 0, the six alignments the heuristic was told), with its
- * descriptor, layouts, preference and algorithm, made on first use (the heuristic runs
- * once per key) and freed by cuda_libs_free. Per call only the bias and aux pointers are
+ * epilogue, types, beta == 0, the six alignments the heuristic was told, capped at
+ * MATMUL_ALIGN_CAP), with its descriptor, layouts, preference and algorithm, made on first
+ * use (the heuristic runs once per key) and freed by cuda_libs_free. Per call only the bias and aux pointers are
  * set on the plan's descriptor (cublasLtMatmul reads it when called).
  */
 #ifndef LLMC_MATMUL_CUH
@@ -42,11 +46,24 @@
 #include "llmc/gelu.cuh"
 #include "llmc/layernorm.cuh"  // colreduce_num_chunks
 
+// The alignment the heuristic is told, in bytes: the pointer's, at most MATMUL_ALIGN_CAP.
+// zero1/'s layouts give every parameter view at least 128 bytes (each parameter starts at a
+// multiple of 64 elements), and a bf16 view may be 256-byte aligned in one layout and not in
+// another (another --bucket-size, DP or padding).
+// Told 256, a GPU's heuristic may pick another algorithm for that layout, with other bits;
+// capped, every layout gives the same keys, so --dp-invariant's bits do not depend on it.
+#define MATMUL_ALIGN_CAP 128
 static inline int ptr_alignment(const void* p) {
     uintptr_t a = (uintptr_t)p;
-    int align = 256;
+    int align = MATMUL_ALIGN_CAP;
     while (align > 1 && (a % align) != 0) align >>= 1;
     return align;
+}
+// What the heuristic sees of a bias or aux pointer (it reads their alignment from the value,
+// cublasLt.h): p itself, or p moved by the cap so that it is exactly MATMUL_ALIGN_CAP aligned.
+// Never dereferenced; the call sets the real pointer, which is at least that aligned.
+static inline const void* heuristic_view(const void* p) {
+    return ((uintptr_t)p % (2 * MATMUL_ALIGN_CAP)) == 0 ? (const char*)p + MATMUL_ALIGN_CAP : p;
 }
 
 // What an epilogue adds to a matmul: the bias (read by BIAS*, written by BGRAD*) and the
@@ -94,16 +111,17 @@ static MatmulPlan* matmul_plan_get(const MatmulPlanKey* key, const MatmulEpilogu
         cudaDataType_t bias_type = (cudaDataType_t)key->bias_type;
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                    sizeof(bias_type)));
-        // The heuristic reads the pointer's alignment (cublasLt.h, BIAS_POINTER).
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi->bias,
-                                                   sizeof(epi->bias)));
+        // The heuristic reads the pointer's alignment (cublasLt.h, BIAS_POINTER): the capped one.
+        const void* seen = heuristic_view(epi->bias);
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &seen, sizeof(seen)));
     }
     if (epilogue_uses_aux(e)) {
         int64_t aux_ld = m;
         cublasCheck(
             cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epi->aux,
-                                                   sizeof(epi->aux)));
+        const void* seen = heuristic_view(epi->aux);
+        cublasCheck(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &seen, sizeof(seen)));
     }
     cudaDataType_t d_type = (cudaDataType_t)key->d_type;
     cublasCheck(cublasLtMatrixLayoutCreate(&p->la, CUBLAS_FLOATX, ta ? k : m, ta ? m : k, ta ? k : m));
@@ -176,11 +194,24 @@ static int matmul_cublaslt_epilogue(void* d, cudaDataType_t d_type, const floatX
     return 1;
 }
 
-// The plain matmul, with the bias (floatX, may be NULL) as an epilogue.
+// d (column-major m x n, floatX) += bias[row], rounded once more: the BIAS epilogue's work
+// where cuBLASLt has no algorithm for it.
+__global__ void add_bias_kernel(floatX* d, const floatX* bias, int m, size_t n_elements) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_elements) d[i] = from_float<floatX>(to_float(d[i]) + to_float(bias[i % (size_t)m]));
+}
+
+// The plain matmul, with the bias (floatX, may be NULL) as an epilogue, or added after it
+// where cuBLASLt has no algorithm for the epilogue.
 static void matmul_cublaslt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b, const floatX* bias,
                             int m, int n, int k, int transA, int transB, float beta, cudaStream_t stream) {
     MatmulEpilogue epi = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, CUBLAS_FLOATX, NULL};
-    matmul_cublaslt_epilogue(d, d_type, a, b, m, n, k, transA, transB, beta, &epi, 0, stream);
+    if (matmul_cublaslt_epilogue(d, d_type, a, b, m, n, k, transA, transB, beta, &epi, bias != NULL, stream)) return;
+    if (d_type != CUBLAS_FLOATX || beta != 0.0f) fatal("matmul_cublaslt: a bias is added to a floatX output only");
+    matmul_cublaslt(d, d_type, a, b, NULL, m, n, k, transA, transB, beta, stream);
+    size_t n_elements = (size_t)m * n;
+    add_bias_kernel<<<(unsigned)CEIL_DIV(n_elements, (size_t)256), 256, 0, stream>>>((floatX*)d, bias, m, n_elements);
+    cudaCheckLaunch();
 }
 
 // out (BT,OC) = inp (BT,C) @ weight(OC,C)^T + bias; bias may be NULL.

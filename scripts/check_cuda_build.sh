@@ -5,8 +5,8 @@
 #                           llmc/*.cuh and zero1/*.cu in both precisions;
 #   test_gpt2cu USE_ZERO1=1 FP32, BF16 (the test's own code; the plain trainer's paths are
 #                           train_gpt2cu's);
-#   test_zero1_cuda, test_watchdog_cuda, test_kernels_cuda   BF16 (their own code; what
-#                           they include is compiled above in both precisions).
+#   test_zero1_cuda, test_watchdog_cuda, test_kernels_cuda, gpu_compute_mode   BF16 (their
+#                           own code; what they include is compiled above in both precisions).
 #   train_gpt2cu USE_CUDNN=1 BF16 (llmc/cudnn_attention.cpp and the cuDNN dispatch), when
 #                           the frontend headers and libcudnn are there (`make cudnn_check
 #                           USE_CUDNN=1`); else one SKIPPED line, and the last line says so.
@@ -59,7 +59,7 @@ precision_builds() {
     build test_gpt2cu "$1" USE_ZERO1=1 || return 1
     # The BF16-only targets, split between the two sequences so that they end together.
     [ "$1" = FP32 ] && { build test_kernels_cuda BF16; return; }
-    build test_zero1_cuda BF16 && build test_watchdog_cuda BF16
+    build test_zero1_cuda BF16 && build test_watchdog_cuda BF16 && build gpu_compute_mode BF16
 }
 # The two precisions build at once (nvcc is mostly one core; this halves CI's wait on two
 # cores): FP32 in a copy of the working tree (what git tracks or would track), so the two

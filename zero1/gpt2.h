@@ -51,7 +51,8 @@ static inline MemoryBuffers zero1_gpt2_memory_buffers(const TrainConfig* cfg, co
     int split = cfg->split_embedding ? gpt2_idx_wte() : -1;  // zero1/optimizer.c: its own bucket
     Zero1Layout layout;
     char err[256];
-    if (zero1_layout_build(&layout, numels, NT, dp, cfg->bucket_size, cfg->pad_busbw, split, err, sizeof(err)) != 0) {
+    long long bucket_size = zero1_ddp_bucket_size(cfg->bucket_size, world, cfg->overlap_grad_reduce);  // as the runtime
+    if (zero1_layout_build(&layout, numels, NT, dp, bucket_size, cfg->pad_busbw, split, err, sizeof(err)) != 0) {
         fatal("zero1: %s", err);
     }
     free(numels);

@@ -47,6 +47,11 @@ long long zero1_default_bucket_size(int dp) {
     return by_dp > 40000000LL ? by_dp : 40000000LL;
 }
 
+long long zero1_ddp_bucket_size(long long requested, int data_parallel_size, int overlap_grad_reduce) {
+    if (!overlap_grad_reduce) return 0;
+    return requested < 0 ? zero1_default_bucket_size(data_parallel_size) : requested;
+}
+
 size_t zero1_bucket_divisor(int dp, int pad_busbw) {
     if (dp < 1) return 0;
     size_t d = lcm_size((size_t)dp, ZERO1_BUCKET_ALIGN);

@@ -24,7 +24,11 @@
 #ifndef ZERO1_LAYOUT_H
 #define ZERO1_LAYOUT_H
 
+#include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,11 +70,45 @@ typedef struct {
 // bucket is about 1M elements and the ring collectives stay bandwidth-bound.
 long long zero1_default_bucket_size(int dp);
 
+// The bucket size a run lays out with, chosen as Megatron's DistributedDataParallel does:
+// the default over the whole data-parallel group (every instance's ranks: data_parallel_size),
+// and one bucket (0) when the reductions do not overlap the backward, since buckets only pay
+// by starting early. requested: < 0 default, 0 none, > 0 elements.
+long long zero1_ddp_bucket_size(long long requested, int data_parallel_size, int overlap_grad_reduce);
+
+// Parses --bucket-size (the trainers, zero1_plan, gpt2_cost): "none" (0, one bucket) or
+// N >= 1 elements. 0 is refused rather than given Megatron's meaning (a bucket closed after
+// every parameter, which N = 1 also gives), since it meant one bucket here before. Returns 0,
+// or -1 with a message naming flag. Inline: the plain trainer parses it without zero1/.
+static inline int zero1_parse_bucket_size(const char* flag, const char* value, long long* out, char* err,
+                                          size_t err_len) {
+    char* end = NULL;
+    unsigned long long v;
+    if (strcmp(value, "none") == 0) {
+        *out = 0;
+        return 0;
+    }
+    errno = 0;
+    v = strtoull(value, &end, 10);
+    if (end == value || *end != '\0' || errno != 0 || value[0] == '-' || v > (1ULL << 62)) {
+        snprintf(err, err_len, "%s expects a number of elements (1 to 2^62) or none, got '%s'", flag, value);
+        return -1;
+    }
+    if (v == 0) {
+        snprintf(err, err_len, "%s 0: for one bucket use %s none (Megatron's bucket_size=0 would close a bucket "
+                 "after every parameter, as %s 1 does)", flag, flag, flag);
+        return -1;
+    }
+    *out = (long long)v;
+    return 0;
+}
+
 // lcm(DP, 128) or lcm(DP, 128, 65536); 0 if dp < 1.
 size_t zero1_bucket_divisor(int dp, int pad_busbw);
 
 // Builds the layout. numels: num_params sizes in definition order (each >= 1).
-// bucket_size: < 0 default, 0 none, > 0 elements. shared_embedding: index or -1.
+// bucket_size: < 0 the default for dp (a run with instances resolves it first through
+// zero1_ddp_bucket_size), 0 none, > 0 elements. shared_embedding: index or -1.
 // Returns 0, or -1 with a message in err (err may be NULL). On error *out is zeroed.
 int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, int dp,
                        long long bucket_size, int pad_busbw, int shared_embedding,

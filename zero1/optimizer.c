@@ -181,10 +181,12 @@ static void op_print_start(Optimizer* o) {
         printf("zero1: %d distributed-optimizer instances of %d ranks: reduce-scatter and all-gather inside each, "
                "the shard all-reduced across them\n", instances, z->backend->comm->size);
     }
-    printf("zero1: %s, DP=%d, %d bucket%s (bucket_size %s%zu), param %s, grad reduce %s%s%s, overlap grad %s / "
+    char bucket_size[32] = "none";
+    if (lay->bucket_size) snprintf(bucket_size, sizeof(bucket_size), "%zu", lay->bucket_size);
+    printf("zero1: %s, DP=%d, %d bucket%s (bucket_size %s), param %s, grad reduce %s%s%s, overlap grad %s / "
            "param %s, device %s, comm %s\n",
            cfg->zero_stage == 1 ? "ZeRO-1 sharded optimizer" : "replicated optimizer (bucketed all-reduce)", o->world,
-           lay->num_buckets, lay->num_buckets == 1 ? "" : "s", lay->bucket_size ? "" : "none ", lay->bucket_size,
+           lay->num_buckets, lay->num_buckets == 1 ? "" : "s", bucket_size,
            cfg->param_dtype == DTYPE_BF16 ? "bf16" : "fp32", cfg->grad_dtype == DTYPE_BF16 ? "bf16" : "fp32",
            cfg->dp_invariant                   ? " in the DP-invariant mode (micro-steps folded pairwise, all-to-all)"
            : zero1_recv_temporary_bytes(z->rt) ? " on the wire (all-to-all), fp32 sums"
@@ -192,6 +194,10 @@ static void op_print_start(Optimizer* o) {
            cfg->average_in_collective ? ", averaged in the collective" : "",
            cfg->overlap_grad_reduce ? "on" : "off", cfg->overlap_param_gather ? "on" : "off",
            z->backend->device.ops->name, z->backend->comm->name);
+    if (!cfg->overlap_grad_reduce && cfg->bucket_size > 0) {
+        printf("zero1: note: --no-overlap-grad-reduce lays out one bucket, as Megatron does without overlap; "
+               "--bucket-size %lld is not used\n", cfg->bucket_size);
+    }
     printf("zero1: bucket      start        end   unpadded   padding  params\n");
     for (int b = 0; b < lay->num_buckets; b++) {
         const Zero1Bucket* bk = &lay->buckets[b];

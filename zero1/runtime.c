@@ -750,7 +750,9 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     comm->tracer = tracer;
     if (cross) cross->tracer = tracer;
     char err[256];
-    if (zero1_layout_build(&rt->layout, rt->numels, rt->num_params, comm->size, opt->bucket_size, opt->pad_busbw,
+    int data_parallel_size = comm->size * (cross ? cross->size : 1);
+    long long bucket_size = zero1_ddp_bucket_size(opt->bucket_size, data_parallel_size, opt->overlap_grad_reduce);
+    if (zero1_layout_build(&rt->layout, rt->numels, rt->num_params, comm->size, bucket_size, opt->pad_busbw,
                            opt->shared_embedding, err, sizeof(err)) != 0) {
         fatal("zero1: %s", err);
     }

@@ -47,7 +47,7 @@ extern "C" {
 
 typedef struct {
     int zero_stage;              // 0: replicated, 1: ZeRO-1
-    long long bucket_size;       // elements; < 0 default; 0 one bucket
+    long long bucket_size;       // elements; < 0 default; 0 one bucket (zero1_ddp_bucket_size: also without overlap)
     int pad_busbw;
     int shared_embedding;        // parameter index with its own bucket, or -1
     int overlap_grad_reduce;     // launch a bucket's reduction as soon as its grads are final

@@ -9,8 +9,10 @@
  * each time, asks the NCCL communicators for an asynchronous error (NCCL notices a dead
  * peer's socket before any deadline). On an error or past the deadline it prints which,
  * aborts the communicators (ncclCommAbort: their kernels would otherwise spin forever and
- * keep the process from exiting), then ends the job (watchdog_abort_job; its alarm also covers
- * an ncclCommAbort that blocks).
+ * keep the process from exiting), then ends the job (watchdog_abort_job). ncclCommAbort may
+ * itself block, behind a kernel that never ends (it frees device memory, which waits for the
+ * device): the aborts run on a thread of their own, and past ZERO1_CUDA_ABORT_WAIT_S the job
+ * ends without them (one note says so; watchdog_abort_job's alarm is the last resort).
  *
  * Communicators: raw ncclComm_t (the replicated trainer's), and every zero1 communicator of
  * the step, whatever its backend or wrapper: each gets progress() at every poll (NCCL's
@@ -25,6 +27,7 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include "llmc/utils.h"
@@ -40,14 +43,52 @@ typedef struct {
     void (*end_job)(void);          // after the communicators are aborted: MPI_Abort, or NULL
 } Zero1CudaWatch;
 
+// How long the job's end waits for the communicators' aborts (below WATCHDOG_ABORT_GRACE_S,
+// whose alarm would end the process first).
+#define ZERO1_CUDA_ABORT_WAIT_S 2.0
+
 // The watch whose job is ending: watchdog_abort_job's end_job takes no argument.
 static const Zero1CudaWatch* zero1_cuda_ending_watch_ = NULL;
+static pthread_mutex_t zero1_cuda_abort_lock_ = PTHREAD_MUTEX_INITIALIZER;
+static int zero1_cuda_aborts_returned_ = 0;
 
-static void zero1_cuda_end_job_(void) {
-    const Zero1CudaWatch* w = zero1_cuda_ending_watch_;
+static void* zero1_cuda_abort_all_(void* arg) {
+    const Zero1CudaWatch* w = (const Zero1CudaWatch*)arg;
     for (int i = 0; i < w->num_zero1_comms; i++) zero1_comm_abort(w->zero1_comms[i]);
     for (int i = 0; i < w->num_nccl_comms; i++) {
         if (w->nccl_comms[i]) ncclCommAbort(w->nccl_comms[i]);
+    }
+    pthread_mutex_lock(&zero1_cuda_abort_lock_);
+    zero1_cuda_aborts_returned_ = 1;
+    pthread_mutex_unlock(&zero1_cuda_abort_lock_);
+    return NULL;
+}
+
+// Whether every abort of the ending job has returned: an end_job that would use a
+// communicator must not while its abort still runs.
+static inline int zero1_cuda_aborts_returned(void) {
+    pthread_mutex_lock(&zero1_cuda_abort_lock_);
+    int done = zero1_cuda_aborts_returned_;
+    pthread_mutex_unlock(&zero1_cuda_abort_lock_);
+    return done;
+}
+
+static void zero1_cuda_end_job_(void) {
+    const Zero1CudaWatch* w = zero1_cuda_ending_watch_;
+    pthread_t aborter;
+    if (pthread_create(&aborter, NULL, zero1_cuda_abort_all_, (void*)w) != 0) {
+        zero1_cuda_abort_all_((void*)w);  // no thread to spare: here (the alarm covers a block)
+    } else {
+        pthread_detach(aborter);
+        double t0 = watchdog_monotonic_s();
+        while (!zero1_cuda_aborts_returned() && watchdog_monotonic_s() - t0 < ZERO1_CUDA_ABORT_WAIT_S) {
+            watchdog_sleep_us(10000);
+        }
+        if (!zero1_cuda_aborts_returned()) {
+            fprintf(stderr, "note: [rank %d] ncclCommAbort has not returned after %g s (it waits for work on the GPU "
+                    "that does not end); ending the job without it\n", utils_rank(), ZERO1_CUDA_ABORT_WAIT_S);
+            fflush(stderr);
+        }
     }
     if (w->end_job) w->end_job();
 }

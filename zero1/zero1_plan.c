@@ -18,7 +18,8 @@
 
 static const char* USAGE =
     "usage: zero1_plan (--numels a,b,c | --model dN [--vocab V] [--max-seq T] [--heads H])\n"
-    "                  [--dp N] [--instances K] [--bucket-size N|none] [--pad-busbw] [--shared-embedding I|none]\n"
+    "                  [--dp N] [--instances K] [--bucket-size N|none] [--no-overlap-grad-reduce] [--pad-busbw]\n"
+    "                  [--shared-embedding I|none]\n"
     "                  [--grad-dtype fp32|bf16] [--fp32-accumulation] [--average-in-collective]\n"
     "                  [--split-embedding [--tokens P]] [--dp-invariant [--accumulation K]] [--json] [--shards]\n"
     "       zero1_plan --batch FILE   (one argument list per line; prints one JSON per line)\n"
@@ -29,9 +30,9 @@ static const char* USAGE =
     "  --dp N               data-parallel size (default 1)\n"
     "  --instances K        distributed-optimizer instances: K groups of N/K ranks, each sharding\n"
     "                       the state (the layout's DP is N/K), shards all-reduced across groups\n"
-    "  --bucket-size N|none bucket size in elements (default max(40000000, 1000000*DP), DP the\n"
-    "                       layout's);\n"
-    "                       none or 0 = one bucket\n"
+    "  --bucket-size N|none bucket size in elements (default max(40000000, 1000000*DP), DP all the\n"
+    "                       ranks, instances included, as Megatron's DDP); none = one bucket\n"
+    "  --no-overlap-grad-reduce  the trainers' flag: one bucket, as Megatron without overlap\n"
     "  --pad-busbw          pad buckets to lcm(DP,128,65536) instead of lcm(DP,128)\n"
     "  --shared-embedding I give parameter I a bucket of its own (default none; Megatron\n"
     "                       does this only for a tied embedding split across pipeline stages)\n"
@@ -55,7 +56,8 @@ typedef struct {
     GPT2Config cfg;
     int dp;                 // data-parallel ranks in all
     int instances;          // groups that each shard the state; the layout's DP is dp / instances
-    long long bucket_size;  // -1 default, 0 none
+    long long bucket_size;  // -1 default, 0 none: as given (the layout's: zero1_ddp_bucket_size)
+    int overlap_grad_reduce;
     int pad_busbw;
     int shared_embedding;
     int split_embedding;
@@ -137,6 +139,7 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
     o->dp = 1;
     o->instances = 1;
     o->bucket_size = -1;
+    o->overlap_grad_reduce = 1;
     o->shared_embedding = -1;
     o->grad_bytes = 4;
     o->tokens = 16 * 1024;
@@ -148,6 +151,7 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
         const char* v = has_value ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { o->help = 1; continue; }
         if (strcmp(a, "--pad-busbw") == 0) { o->pad_busbw = 1; continue; }
+        if (strcmp(a, "--no-overlap-grad-reduce") == 0) { o->overlap_grad_reduce = 0; continue; }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
         if (strcmp(a, "--shards") == 0) { o->shards = 1; continue; }
         if (strcmp(a, "--split-embedding") == 0) { o->split_embedding = 1; continue; }
@@ -178,10 +182,7 @@ static int parse_plan_args(int argc, char** argv, PlanOptions* o, char* err, siz
             if (!parse_int_range(v, 1, 1 << 24, &o->instances))
                 return plan_error(err, n, "bad --instances '%s' (1..16777216)%s", v, "");
         } else if (strcmp(a, "--bucket-size") == 0) {
-            unsigned long long b;
-            if (strcmp(v, "none") == 0) o->bucket_size = 0;
-            else if (parse_u64(v, &b) && b <= (unsigned long long)(1ULL << 62)) o->bucket_size = (long long)b;
-            else return plan_error(err, n, "bad --bucket-size '%s' (elements, or none)%s", v, "");
+            if (zero1_parse_bucket_size(a, v, &o->bucket_size, err, n) != 0) return -1;
         } else if (strcmp(a, "--grad-dtype") == 0) {
             if (strcmp(v, "fp32") == 0) o->grad_bytes = 4;
             else if (strcmp(v, "bf16") == 0) o->grad_bytes = 2;
@@ -287,7 +288,8 @@ static int print_json(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
                "\"tokens\":%d,\"dp_invariant\":%s,\"accumulation\":%d", o->grad_bytes == 2 ? "bf16" : "fp32",
             o->fp32_accumulation ? "true" : "false", o->average_in_collective ? "true" : "false",
             o->split_embedding ? "true" : "false", o->tokens, o->dp_invariant ? "true" : "false", o->accumulation);
-    fprintf(f, ",\"pad_busbw\":%s,\"shared_embedding\":", L->pad_busbw ? "true" : "false");
+    fprintf(f, ",\"overlap_grad_reduce\":%s,\"pad_busbw\":%s,\"shared_embedding\":",
+            o->overlap_grad_reduce ? "true" : "false", L->pad_busbw ? "true" : "false");
     if (L->shared_embedding < 0) fprintf(f, "null");
     else fprintf(f, "%d", L->shared_embedding);
     fprintf(f, ",\"bucket_divisor\":%zu,\"numel\":%zu,\"numel_unpadded\":%zu,\"buckets\":[",
@@ -373,11 +375,15 @@ static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
                    "group's (DP=%d)\n", o->dp, o->instances, L->dp, L->dp);
     }
     fprintf(f, "DP=%d  bucket_size=", L->dp);
-    if (L->bucket_size == 0) fprintf(f, "none (one bucket)");
-    else fprintf(f, "%zu elements%s", L->bucket_size, o->bucket_size < 0 ? " (default max(40e6, 1e6*DP))" : "");
+    if (L->bucket_size == 0 && o->overlap_grad_reduce) fprintf(f, "none (one bucket)");
+    else if (L->bucket_size == 0) fprintf(f, "none (one bucket without overlap, as in Megatron)");
+    else if (o->bucket_size >= 0) fprintf(f, "%zu elements", L->bucket_size);
+    else if (o->instances > 1) fprintf(f, "%zu elements (default max(40e6, 1e6*DP), DP all %d ranks)", L->bucket_size, o->dp);
+    else fprintf(f, "%zu elements (default max(40e6, 1e6*DP))", L->bucket_size);
     fprintf(f, "  pad_busbw=%s  shared_embedding=", L->pad_busbw ? "on" : "off");
     if (L->shared_embedding < 0) fprintf(f, "none\n");
     else fprintf(f, "%d (%s)\n", L->shared_embedding, param_name(o, L->shared_embedding, name, sizeof(name)));
+    if (!o->overlap_grad_reduce && o->bucket_size > 0) fprintf(f, "note: --bucket-size %lld is not used\n", o->bucket_size);
     fprintf(f, "layout: reverse definition order, param starts aligned to %d elements, bucket ends padded to %s=%zu\n\n",
             ZERO1_PARAM_START_ALIGN, L->pad_busbw ? "lcm(DP,128,65536)" : "lcm(DP,128)",
             zero1_bucket_divisor(L->dp, L->pad_busbw));
@@ -482,7 +488,8 @@ static int print_text(FILE* f, const PlanOptions* o, const Zero1Layout* L, char*
 static int run_plan(PlanOptions* o, int force_json) {
     char err[512] = {0};
     Zero1Layout L;
-    if (zero1_layout_build(&L, o->numels, o->num_params, o->dp / o->instances, o->bucket_size, o->pad_busbw,
+    long long bucket_size = zero1_ddp_bucket_size(o->bucket_size, o->dp, o->overlap_grad_reduce);
+    if (zero1_layout_build(&L, o->numels, o->num_params, o->dp / o->instances, bucket_size, o->pad_busbw,
                            o->shared_embedding, err, sizeof(err)) != 0) {
         fprintf(stderr, "zero1_plan: %s\n", err);
         return 2;

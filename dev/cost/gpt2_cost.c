@@ -260,7 +260,8 @@ static void parse_options(int argc, char** argv, Options* o) {
             else if (strcmp(v, "bf16") == 0) o->grad_bytes = 2;
             else fatal("--grad-dtype %s: expected fp32 or bf16", v);
         } else if (strcmp(a, "--bucket-size") == 0) {
-            o->bucket_size = strcmp(v, "none") == 0 ? 0 : parse_int(a, v, 1, 2000000000);
+            char err[256];
+            if (zero1_parse_bucket_size(a, v, &o->bucket_size, err, sizeof(err)) != 0) fatal("%s", err);
         } else if (strcmp(a, "--gpu") == 0) {
             if (strcmp(v, "h100") == 0 || strcmp(v, "H100") == 0) o->gpu = 0;
             else if (strcmp(v, "h200") == 0 || strcmp(v, "H200") == 0) o->gpu = 1;

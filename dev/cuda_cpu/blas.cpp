@@ -6,8 +6,9 @@
  *  - cuBLAS: cublasCreate/Destroy, Set/GetStream, SetWorkspace, Set/GetMathMode, status
  *    names, cublasGemmStridedBatchedEx. cuBLASLt: handles; matmul, layout and preference
  *    descriptors with every attribute the header lists (sizes checked); the heuristic (one
- *    algorithm); cublasLtMatmul with epilogues DEFAULT, BIAS, GELU, GELU_AUX, GELU_BIAS,
- *    GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADA, BGRADB, and strided batches.
+ *    algorithm, or none: CUDA_CPU_BLASLT_HEURISTIC, see refused()); cublasLtMatmul with
+ *    epilogues DEFAULT, BIAS, GELU, GELU_AUX, GELU_BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD,
+ *    BGRADA, BGRADB, and strided batches.
  *  - Types from the docs' table: A = B in {fp32, bf16}, C = D in {fp32, bf16}, bf16 -> bf16
  *    or fp32, fp32 -> fp32; compute CUBLAS_COMPUTE_32F[_PEDANTIC], scale CUDA_R_32F. The
  *    FAST_TF32/_16BF/_16F compute types (fp32 only) and every math mode are accepted and
@@ -439,6 +440,58 @@ cublasStatus_t check_operands(const char* fn, const Plan& p, const uint32_t need
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// ---- the heuristic's "no algorithm" (CUDA_CPU_BLASLT_HEURISTIC) ------------------------------
+// A GPU's cuBLASLt has kernels for some configurations only, and the docs do not list them:
+// cublasLtMatmulAlgoGetHeuristic "retval CUBLAS_STATUS_NOT_SUPPORTED if no heuristic function
+// available for current configuration", or succeeds with returnAlgoCount 0 (cublasLt.h). A
+// caller asking for an epilogue must have a way without it. Modes:
+//   documented (default): no algorithm where the docs say the heuristic may exclude every
+//     one: the heuristic "depend[s] on [the bias and aux pointers'] value to determine
+//     expected pointer alignment" (cublasLt.h, cublasLtMatmulDescAttributes_t: BIAS_POINTER,
+//     EPILOGUE_AUX_POINTER) and a smaller MIN_ALIGNMENT_*_BYTES "will exclude algorithms
+//     that can not work with" it (cublasLtMatmulPreferenceAttributes_t). The docs name no
+//     number; the layer takes 16 bytes, one 128-bit access (what AUX_LD's "must be divisible
+//     by 8" gives each column of a bf16 aux matrix): a fused request (below) with any operand
+//     less aligned than that gets none.
+//   none: no fused request gets an algorithm.
+//   random: documented's refusals, and each other fused request refused or not by a hash of
+//     what the heuristic sees (types, shape, transposes, epilogue, alignments, aux ld) and
+//     CUDA_CPU_SEED: the same answer for the same request in every call and process.
+//   all: every valid request gets its algorithm (what the layer did before these modes).
+// A fused request: an epilogue other than DEFAULT, or a bias or aux pointer set. A plain
+// matmul always has an algorithm (a GPU's cuBLASLt has one for every type pair it lists).
+enum HeuristicMode { H_DOCUMENTED, H_NONE, H_RANDOM, H_ALL };
+
+HeuristicMode heuristic_mode() {
+    static const char* const names[] = {"documented", "none", "random", "all"};
+    static const HeuristicMode mode = (HeuristicMode)cudacpu::env_choice("BLASLT_HEURISTIC", names, 4);
+    return mode;
+}
+
+// Whether the heuristic answers "no algorithm"; why (for the documented refusal's message).
+bool refused(const Plan& p, const MatmulDesc& desc, const uint32_t al[6], const char** why) {
+    bool fused = p.epilogue != CUBLASLT_EPILOGUE_DEFAULT || desc.bias || desc.aux;
+    HeuristicMode mode = heuristic_mode();
+    if (!fused || mode == H_ALL) return false;
+    *why = nullptr;
+    if (mode == H_NONE) return true;
+    bool uses[6] = {true, true, true, true, epi_uses_bias(p.epilogue), epi_uses_aux(p.epilogue)};
+    for (int u = 0; u < 6; u++) {
+        if (uses[u] && al[u] < 16) {
+            *why = u < 4 ? "an operand less than 16-byte aligned (MIN_ALIGNMENT_*_BYTES)"
+                         : "a bias or aux pointer less than 16-byte aligned";
+            return true;
+        }
+    }
+    if (mode != H_RANDOM) return false;
+    const int64_t seen[] = {(int64_t)p.a.type, (int64_t)p.d.type, desc.compute, p.ta, p.tb, p.m, p.n, p.k, p.batch,
+                            (int64_t)p.epilogue, (int64_t)p.bias.type, desc.aux_ld, desc.bias_stride, desc.aux_stride,
+                            al[0], al[1], al[2], al[3], al[4], al[5]};
+    uint64_t h = cudacpu::splitmix64((uint64_t)cudacpu::env_long("SEED", 1));
+    for (int64_t v : seen) h = cudacpu::splitmix64(h ^ (uint64_t)v);
+    return (h >> 63) != 0;
+}
+
 cublasStatus_t submit(const char* fn, cudaStream_t stream, const Plan& p) {
     cudaError_t err = cudacpu::enqueue(stream, fn, [p] { run_plan(p); });
     if (err != cudaSuccess)
@@ -746,6 +799,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
         if (used && al[u] < elem_size(mats[u]->type))
             return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "alignment %u of %s is below its element size", al[u],
                         names[u]);
+    }
+    const char* why = nullptr;
+    if (refused(p, desc, al, &why)) {  // both documented forms of "no algorithm"
+        if (why) return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "no algorithm for epilogue %u with %s", p.epilogue, why);
+        return CUBLAS_STATUS_SUCCESS;  // returnAlgoCount 0
     }
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof(r));

@@ -25,6 +25,13 @@
 #define __managed__
 #define __launch_bounds__(...)
 #define __CUDA_CPU__ 1
+// Kernels of a translation unit built with GPU numerics and --use_fast_math run with
+// denormals flushed to zero (the launch carries it: kernel.cpp).
+#if defined(__CUDA_CPU_GPU_NUMERICS__) && defined(__CUDA_CPU_FAST_MATH__)
+#define CUDA_CPU_FTZ true
+#else
+#define CUDA_CPU_FTZ false
+#endif
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -121,6 +128,7 @@ struct LaunchSite {
     const char* kernel;
     const char* file;
     int line;
+    bool ftz;  // flush denormals to zero while it runs (CUDA_CPU_FTZ of the launching translation unit)
 };
 // One pointer argument of a launch, checked against the device allocations at launch.
 struct PointerArg {
@@ -188,7 +196,7 @@ struct KernelRef {
 template <typename... P>
 static inline cudacpu::KernelRef<P...> cudacpu_kernel(void (*func)(P...), const char* name, const char* file,
                                                       int line) {
-    return cudacpu::KernelRef<P...>{func, {name, file, line}};
+    return cudacpu::KernelRef<P...>{func, {name, file, line, CUDA_CPU_FTZ}};
 }
 
 // ---- built-in variables ---------------------------------------------------------------
@@ -313,6 +321,14 @@ static inline int atomicMin(int* p, int v) { return cudacpu_atomic_update(p, cud
 static inline unsigned atomicMax(unsigned* p, unsigned v) { return cudacpu_atomic_update(p, cudacpu_max_uint, v); }
 static inline int atomicExch(int* p, int v) { return cudacpu_atomic_exchange(p, v); }
 static inline unsigned atomicExch(unsigned* p, unsigned v) { return cudacpu_atomic_exchange(p, v); }
+static inline float atomicExch(float* p, float v) {
+    unsigned u, old;
+    float f;
+    memcpy(&u, &v, 4);
+    old = cudacpu_atomic_exchange((unsigned*)p, u);
+    memcpy(&f, &old, 4);
+    return f;
+}
 static inline int atomicCAS(int* p, int cmp, int v) { return cudacpu_atomic_cas(p, cmp, v); }
 static inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { return cudacpu_atomic_cas(p, cmp, v); }
 static inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v) {
@@ -353,5 +369,55 @@ static inline long min(long a, long b) { return a < b ? a : b; }
 static inline long max(long a, long b) { return a > b ? a : b; }
 static inline float min(float a, float b) { return fminf(a, b); }
 static inline float max(float a, float b) { return fmaxf(a, b); }
+
+// ---- GPU numerics (make ... CUDA_CPU_NUMERICS=gpu: dev/cuda_cpu/nvcc, numerics.cpp) -------------
+// Such builds define __CUDA_CPU_GPU_NUMERICS__ (and __CUDA_CPU_FAST_MATH__ where nvcc was given
+// --use_fast_math); the math functions below then go through gpu_math, which in device code
+// gives each the largest error CUDA documents for it. Host code keeps glibc's.
+namespace cudacpu {
+enum GpuMathFn { GPU_EXPF, GPU_LOGF, GPU_TANHF, GPU_SQRTF, GPU_RSQRTF, GPU_FAST_EXPF, GPU_FAST_LOGF, GPU_FAST_SQRTF,
+                 GPU_FAST_TANHF, GPU_FAST_DIVIDEF };
+float gpu_math(int fn, float x, float y, bool ftz);
+void numerics_built(bool gpu);  // whether this translation unit has GPU numerics (runtime.cpp)
+}  // namespace cudacpu
+#ifdef __CUDA_CPU_GPU_NUMERICS__
+#ifdef __CUDA_CPU_FAST_MATH__
+#define CUDA_CPU_MATH_(precise, fast) fast  // --use_fast_math: expf is __expf, sqrtf and tanhf approximate
+#else
+#define CUDA_CPU_MATH_(precise, fast) precise
+#endif
+#define CUDA_CPU_MATH1_(name, fn) \
+    static inline float name(float x) { return cudacpu::gpu_math(cudacpu::fn, x, 0.0f, CUDA_CPU_FTZ); }
+CUDA_CPU_MATH1_(cudacpu_gpu_expf, CUDA_CPU_MATH_(GPU_EXPF, GPU_FAST_EXPF))
+CUDA_CPU_MATH1_(cudacpu_gpu_logf, CUDA_CPU_MATH_(GPU_LOGF, GPU_FAST_LOGF))
+CUDA_CPU_MATH1_(cudacpu_gpu_sqrtf, CUDA_CPU_MATH_(GPU_SQRTF, GPU_FAST_SQRTF))
+CUDA_CPU_MATH1_(cudacpu_gpu_tanhf, CUDA_CPU_MATH_(GPU_TANHF, GPU_FAST_TANHF))
+CUDA_CPU_MATH1_(cudacpu_gpu_rsqrtf, GPU_RSQRTF)
+CUDA_CPU_MATH1_(cudacpu_gpu_fast_expf, GPU_FAST_EXPF)
+CUDA_CPU_MATH1_(cudacpu_gpu_fast_logf, GPU_FAST_LOGF)
+static inline float cudacpu_gpu_fdividef(float x, float y) {
+    return cudacpu::gpu_math(cudacpu::GPU_FAST_DIVIDEF, x, y, CUDA_CPU_FTZ);
+}
+namespace std {
+using ::cudacpu_gpu_expf;
+using ::cudacpu_gpu_logf;
+using ::cudacpu_gpu_sqrtf;
+using ::cudacpu_gpu_tanhf;
+}  // namespace std
+#define expf(x) cudacpu_gpu_expf(x)
+#define logf(x) cudacpu_gpu_logf(x)
+#define sqrtf(x) cudacpu_gpu_sqrtf(x)
+#define tanhf(x) cudacpu_gpu_tanhf(x)
+#define rsqrtf(x) cudacpu_gpu_rsqrtf(x)
+#define __expf(x) cudacpu_gpu_fast_expf(x)
+#define __logf(x) cudacpu_gpu_fast_logf(x)
+#define __fdividef(x, y) cudacpu_gpu_fdividef(x, y)
+static const bool cudacpu_numerics_gpu = true;
+#else
+static const bool cudacpu_numerics_gpu = false;
+#endif
+// Each translation unit says which it has, so that a run asking for GPU numerics of a
+// program built without them is refused (runtime.cpp).
+static const int cudacpu_numerics_registered = (cudacpu::numerics_built(cudacpu_numerics_gpu), 0);
 
 #endif

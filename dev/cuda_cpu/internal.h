@@ -59,6 +59,15 @@ MemRange lookup(const void* p);
 // 0 (then p may equal the allocation's end).
 bool check_device_range(const void* p, size_t bytes, const char* what, bool allow_pinned);
 
+// A device allocation as memcheck names it (tools.cpp): device_allocation_near (runtime.cpp).
+struct DeviceAllocationInfo {
+    const char* base;
+    size_t size;
+    const void* made_at;  // cudaMalloc's caller
+    bool freed;
+};
+bool device_allocation_near(const void* p, DeviceAllocationInfo* out);
+
 // Device memory is host memory; in protect mode (CUDA_CPU_PROTECT=1) only device
 // operations may touch it. Layer code that must read or write it outside an operation
 // (on the host thread) holds one of these for the duration.
@@ -93,6 +102,16 @@ int current_device();
 // The UUID the emulated device reports: distinct per process (each rank its own GPU), or
 // the same in every process with CUDA_CPU_SHARED_GPU=1 (ranks sharing one GPU).
 void device_uuid(int device, unsigned char out[16]);
+
+// ---- seeded choices ---------------------------------------------------------------------
+// One step of splitmix64 (the golden-ratio increment, then its finalizer): the layer's
+// random orders and answers hash their inputs and CUDA_CPU_SEED through it.
+static inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
 
 // ---- bf16, exactly ----------------------------------------------------------------------
 static inline float bf16_bits_to_float(uint16_t b) {

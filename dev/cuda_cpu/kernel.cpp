@@ -46,6 +46,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <xmmintrin.h>
 
 #include "dev/cuda_cpu/cuda_cpu.h"
 #include "dev/cuda_cpu/internal.h"
@@ -195,7 +196,8 @@ struct WorkerState {
     std::vector<char> dynamic_shared;
     BlockRun* block = nullptr;     // &run while a block runs
     sigjmp_buf* escape = nullptr;  // where a fault inside a kernel continues
-    char escape_message[512];
+    char escape_message[1536];
+    cudaError_t escape_error = cudaErrorIllegalAddress;  // the sticky error an escape leaves
 };
 static thread_local WorkerState* worker;
 
@@ -618,7 +620,7 @@ static bool begin_block(BlockRun* b) {
 static void record_fault(BlockDeal* d, uint64_t position, cudaError_t err, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void record_fault(BlockDeal* d, uint64_t position, cudaError_t err, const char* fmt, ...) {
-    char msg[2048];
+    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -658,9 +660,24 @@ static void schedule(BlockRun* b) {
     }
 }
 
+// While a kernel of a --use_fast_math translation unit runs under GPU numerics (cuda_cpu.h's
+// CUDA_CPU_FTZ): SSE's flush-to-zero and denormals-are-zero, nvcc's -ftz=true (for doubles
+// too, which a GPU does not flush).
+struct FlushDenormals {
+    unsigned saved;
+    bool on;
+    explicit FlushDenormals(bool ftz) : saved(_mm_getcsr()), on(ftz) {
+        if (on) _mm_setcsr(saved | 0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
+    }
+    ~FlushDenormals() {
+        if (on) _mm_setcsr(saved);
+    }
+};
+
 // This thread's share of the deal: blocks taken one at a time until none is left. Returns
 // how many it took.
 static uint64_t run_blocks(BlockDeal* d) {
+    FlushDenormals flush(d->launch->site.ftz);  // MXCSR is each thread's own
     WorkerState* w = worker_state();
     BlockRun* b = &w->run;
     const Launch* L = d->launch;
@@ -681,9 +698,10 @@ static uint64_t run_blocks(BlockDeal* d) {
     if (sigsetjmp(escape, 1) != 0) {  // a memory fault inside the kernel (see kernel_fault_escape)
         w->block = nullptr;
         w->escape = nullptr;
-        record_fault(d, b->position, cudaErrorIllegalAddress,
-                     "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s", L->site.kernel,
-                     L->site.file, L->site.line, b->block.x, b->block.y, b->block.z, coords.thread_idx.x,
+        cudaError_t err = w->escape_error;
+        w->escape_error = cudaErrorIllegalAddress;
+        record_fault(d, b->position, err, "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s",
+                     L->site.kernel, L->site.file, L->site.line, b->block.x, b->block.y, b->block.z, coords.thread_idx.x,
                      coords.thread_idx.y, coords.thread_idx.z, w->escape_message);
         return b->taken;
     }
@@ -844,6 +862,14 @@ void kernel_fault_escape(const char* message) {
     if (!w || !w->escape) return;
     snprintf(w->escape_message, sizeof(w->escape_message), "%s", message);
     siglongjmp(*w->escape, 1);
+}
+
+// memcheck's faults (tools.cpp): the access has not happened; the kernel ends with `err`.
+void kernel_memcheck_fault(cudaError_t err, const char* message) {
+    WorkerState* w = worker;
+    if (!w || !w->escape) return;
+    w->escape_error = err;
+    kernel_fault_escape(message);
 }
 
 bool in_kernel() { return worker && worker->block; }

@@ -26,9 +26,12 @@
  * reduce: recvbuff == sendbuff; reduce-scatter: recvbuff == sendbuff + rank*recvcount;
  * all-gather: sendbuff == recvbuff + rank*sendcount): other overlaps are
  * ncclInvalidArgument. Two ranks on the same GPU UUID: ncclInvalidUsage at init.
- * Results: reductions in a fixed order, rank 0, 1, 2, ..., so every rank gets the same
- * bits; half and bf16 are rounded (to nearest even) after every addition, like per-hop
- * rounding. ncclAvg follows NCCL (src/enqueue.cc, hostToDevRedOp): for floating types it
+ * Results: reductions in the order of NCCL's algorithms (CUDA_CPU_NCCL_ORDER; SumTree below):
+ * ring (the default: what NCCL_ALGO=Ring runs, and what reduce-scatter, all-gather and
+ * reduce always run), tree (all-reduces by NCCL's binary tree), rank (0, 1, 2, ...) or
+ * random (a chain in an order drawn per call and piece). Each rank computes its output with
+ * the same order, so all ranks get the same bits of an all-reduce; half and bf16 are rounded
+ * (to nearest even) after every addition, like per-hop rounding. ncclAvg follows NCCL (src/enqueue.cc, hostToDevRedOp): for floating types it
  * is PreMulSum, every rank's input multiplied by 1/nranks rounded to the type (computed as
  * float(1.0/nranks), then rounded to bf16 or half) with each product rounded to the type,
  * then the products summed; for integer types the sum divided by nranks (SumPostDiv).
@@ -54,11 +57,13 @@
  * A group in which a call failed launches nothing and ncclGroupEnd returns that error.
  * Collectives of count 0 are skipped on the host, as NCCL does; Send/Recv of 0 still pair.
  * ncclCommDestroy waits for the communicator's queued operations, then frees local state;
- * ncclCommAbort returns at once (waiting operations give up within ~20 ms). Handles are
+ * ncclCommAbort returns at once (waiting operations give up within ~20 ms), or with
+ * CUDA_CPU_NCCL_ABORT=block once the device's queued work has run (see there). Handles are
  * kept as tombstones so that a call on a destroyed communicator is reported, not a crash.
  *
- * Not modelled: NCCL's ring/tree reduction order and its accumulation (bf16 results can
- * differ from a GPU's in the last bit), speed, network transports, more than one node,
+ * Not modelled: the ring's order of ranks (NCCL picks it from the topology: here rank
+ * order), several channels and loops (one piece per rank per call), the double tree's second
+ * tree, NVLS and CollNet (reductions in the switch), speed, network transports, more than one node,
  * non-blocking communicators (config->blocking is ignored), ncclCommSplit, custom ops,
  * fp8, several ranks per process, cross-communicator fusion inside a group.
  */
@@ -478,6 +483,8 @@ struct Run {  // the unit a stream worker runs now
     CommState* c;
     std::string text;  // "collective #7 (ncclAllReduce of 4096 float sum)"
     double next_liveness = 0, next_inversion = 0;
+    uint64_t seq = 0;  // the collective number, and which call of its group runs (sum orders)
+    int call = 0;
 };
 
 // The peer runs a collective on another communicator of this device that this rank has
@@ -595,7 +602,7 @@ ncclResult_t barrier(Run& x) {
     });
 }
 
-// ---- reductions, rank 0 first -----------------------------------------------------------------
+// ---- reductions: element types ---------------------------------------------------------------
 float half_to_float(uint16_t h) {
     int e = (h >> 10) & 31, m = h & 1023;
     float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
@@ -643,63 +650,161 @@ A mul(A a, A b) {
     else return a * b;
 }
 
-// A left fold over the ranks, rank 0 first: per element the same operations in the same
-// order on every rank (so the same bits), one pass per rank (so the loops vectorise).
-template <class T, class Tr, class F>
-void reduce_loop(char* dst, const char* const* src, int n, size_t count, bool avg, F f) {
-    T* d = (T*)dst;
-    memcpy(d, src[0], count * sizeof(T));
-    for (int q = 1; q < n; q++) {
-        const T* s = (const T*)src[q];
-        for (size_t i = 0; i < count; i++) d[i] = Tr::store(f(Tr::load(d[i]), Tr::load(s[i])));
+// ---- the order of a reduction's additions (CUDA_CPU_NCCL_ORDER) ------------------------------
+// NCCL sums in the order of its algorithm, not in rank order, and the order decides the last
+// bits of a float sum. A SumTree is such an order: the value of rank r's node is its own
+// input, then each child's value added in turn; the result is the root's. A chain (root
+// s0, children s1, s2, ... all leaves) is ((x_s0 + x_s1) + x_s2) + ...
+struct SumTree {
+    int root;
+    std::vector<std::vector<int>> kids;
+};
+enum SumOrder { ORDER_RING, ORDER_RANK, ORDER_TREE, ORDER_RANDOM };
+
+SumOrder sum_order() {
+    static const char* const names[] = {"ring", "rank", "tree", "random"};
+    static const SumOrder order = (SumOrder)cudacpu::env_choice("NCCL_ORDER", names, 4);
+    return order;
+}
+
+SumTree chain(const std::vector<int>& seq) {
+    SumTree t{seq[0], std::vector<std::vector<int>>(seq.size())};
+    t.kids[seq[0]].assign(seq.begin() + 1, seq.end());
+    return t;
+}
+
+// Ring (NCCL's src/device/all_reduce.h and reduce_scatter.h, runRing, the ring in rank
+// order): the piece that ends on rank `last` starts on the rank after it and collects each
+// rank's input around the ring, last's own added last: ((x_{l+1} + x_{l+2}) + ...) + x_l.
+SumTree ring_order(int n, int last) {
+    std::vector<int> seq;
+    for (int j = 1; j <= n; j++) seq.push_back((last + j) % n);
+    return chain(seq);
+}
+
+// NCCL's binary tree (src/graph/trees.cc, ncclGetBtree: root 0, a rank's children
+// rank - lowbit and rank + lowbit under its lowest set bit) as all_reduce.h's runTreeUpDown
+// sums it: each rank adds to its input its children's sums, child 0 first. 4 ranks:
+// x0 + ((x2 + x1) + x3); 3 ranks: x0 + (x2 + x1).
+SumTree btree_order(int n) {
+    SumTree t{0, std::vector<std::vector<int>>(n)};
+    for (int r = 0; r < n; r++) {
+        int bit = 1;
+        while (bit < n && !(bit & r)) bit <<= 1;
+        if (r == 0) {
+            if (n > 1) t.kids[0].push_back(bit >> 1);
+            continue;
+        }
+        int low = bit >> 1;
+        if (low == 0) continue;
+        t.kids[r].push_back(r - low);
+        int d1 = r + low;
+        while (d1 >= n && low > 0) {  // the first of r + low, r + low/2, ... below n
+            low >>= 1;
+            d1 = low ? r + low : -1;
+        }
+        if (d1 > 0) t.kids[r].push_back(d1);
     }
+    return t;
+}
+
+// A chain in a random order drawn from (CUDA_CPU_SEED, communicator, collective number, call
+// of its group, piece): every rank draws the same, every call another.
+SumTree random_order(int n, uint64_t comm_id, uint64_t seq, int call, int piece) {
+    uint64_t h = cudacpu::splitmix64((uint64_t)cudacpu::env_long("SEED", 1));
+    for (uint64_t v : {comm_id, seq, (uint64_t)call << 32 | (uint32_t)piece}) h = cudacpu::splitmix64(h ^ v);
+    std::vector<int> seq_r(n);
+    for (int i = 0; i < n; i++) seq_r[i] = i;
+    for (int i = n - 1; i > 0; i--) {  // Fisher-Yates
+        h = cudacpu::splitmix64(h);
+        std::swap(seq_r[i], seq_r[h % (uint64_t)(i + 1)]);
+    }
+    return chain(seq_r);
+}
+
+// The order of the piece of a reduction that ends on rank `last` (ring: reduce-scatter's
+// block of `last`, an all-reduce's chunk `last`, a reduce's root). NCCL runs reduce-scatter
+// and reduce on rings only: tree changes all-reduces (all_tree true) alone.
+SumTree order_for(int n, int last, bool all_tree, uint64_t comm_id, uint64_t seq, int call) {
+    switch (sum_order()) {
+        case ORDER_RANK: {
+            std::vector<int> seq_r(n);
+            for (int i = 0; i < n; i++) seq_r[i] = i;
+            return chain(seq_r);
+        }
+        case ORDER_TREE: return all_tree ? btree_order(n) : ring_order(n, last);
+        case ORDER_RANDOM: return random_order(n, comm_id, seq, call, last);
+        default: return ring_order(n, last);
+    }
+}
+
+// Evaluates the tree for count elements of type T: dst = the root's value. pre maps an
+// input before it is added (ncclAvg's PreMulSum), add folds a value into the sum.
+template <class T, class Tr, class Pre, class F>
+void fold_node(const SumTree& t, int node, T* dst, const char* const* src, size_t count, Pre pre, F f) {
+    const T* own = (const T*)src[node];
+    for (size_t i = 0; i < count; i++) dst[i] = pre(own[i]);
+    std::vector<T> sub;
+    for (int child : t.kids[node]) {
+        const T* v = (const T*)src[child];
+        if (!t.kids[child].empty()) {  // a subtree: its sum first
+            sub.resize(count);
+            fold_node<T, Tr>(t, child, sub.data(), src, count, pre, f);
+            for (size_t i = 0; i < count; i++) dst[i] = Tr::store(f(Tr::load(dst[i]), Tr::load(sub[i])));
+        } else {
+            for (size_t i = 0; i < count; i++) dst[i] = Tr::store(f(Tr::load(dst[i]), Tr::load(pre(v[i]))));
+        }
+    }
+}
+
+// Per element the same operations in the same order on every rank (so the same bits);
+// one pass per rank (so the loops vectorise). avg: integers' ncclAvg, the sum divided by n.
+template <class T, class Tr, class F>
+void reduce_loop(char* dst, const char* const* src, int n, size_t count, const SumTree& t, bool avg, F f) {
+    fold_node<T, Tr>(t, t.root, (T*)dst, src, count, [](T v) { return v; }, f);
     using A = typename Tr::Acc;
     if (avg)
-        for (size_t i = 0; i < count; i++) d[i] = Tr::store(Tr::load(d[i]) / (A)n);
+        for (size_t i = 0; i < count; i++) ((T*)dst)[i] = Tr::store(Tr::load(((T*)dst)[i]) / (A)n);
 }
 
 // ncclAvg of a floating type (NCCL's PreMulSum): each input times the type's 1/n, rounded
-// to the type, then summed rank 0 first (rounded after each addition, as the sums above).
+// to the type, then summed (rounded after each addition, as the sums above).
 template <class T, class Tr>
-void premul_sum_loop(char* dst, const char* const* src, int n, size_t count) {
+void premul_sum_loop(char* dst, const char* const* src, int n, size_t count, const SumTree& t) {
     using A = typename Tr::Acc;
     const A scalar = Tr::load(Tr::store((A)(float)(1.0 / n)));
-    T* d = (T*)dst;
-    const T* s0 = (const T*)src[0];
-    for (size_t i = 0; i < count; i++) d[i] = Tr::store(Tr::load(s0[i]) * scalar);
-    for (int q = 1; q < n; q++) {
-        const T* s = (const T*)src[q];
-        for (size_t i = 0; i < count; i++) d[i] = Tr::store(Tr::load(d[i]) + Tr::load(Tr::store(Tr::load(s[i]) * scalar)));
-    }
+    fold_node<T, Tr>(t, t.root, (T*)dst, src, count, [&](T v) { return Tr::store(Tr::load(v) * scalar); },
+                     [](A a, A b) { return a + b; });
 }
 
 template <class T, class Tr>
-void reduce_typed(char* dst, const char* const* src, int n, size_t count, ncclRedOp_t op) {
+void reduce_typed(char* dst, const char* const* src, int n, size_t count, ncclRedOp_t op, const SumTree& t) {
     using A = typename Tr::Acc;
     switch (op) {
-        case ncclProd: return reduce_loop<T, Tr>(dst, src, n, count, false, [](A a, A b) { return mul(a, b); });
-        case ncclMax: return reduce_loop<T, Tr>(dst, src, n, count, false, [](A a, A b) { return b > a ? b : a; });
-        case ncclMin: return reduce_loop<T, Tr>(dst, src, n, count, false, [](A a, A b) { return b < a ? b : a; });
+        case ncclProd: return reduce_loop<T, Tr>(dst, src, n, count, t, false, [](A a, A b) { return mul(a, b); });
+        case ncclMax: return reduce_loop<T, Tr>(dst, src, n, count, t, false, [](A a, A b) { return b > a ? b : a; });
+        case ncclMin: return reduce_loop<T, Tr>(dst, src, n, count, t, false, [](A a, A b) { return b < a ? b : a; });
         default:
             if constexpr (!std::is_integral_v<A>) {
-                if (op == ncclAvg) return premul_sum_loop<T, Tr>(dst, src, n, count);
+                if (op == ncclAvg) return premul_sum_loop<T, Tr>(dst, src, n, count, t);
             }
-            return reduce_loop<T, Tr>(dst, src, n, count, op == ncclAvg, [](A a, A b) { return add(a, b); });
+            return reduce_loop<T, Tr>(dst, src, n, count, t, op == ncclAvg, [](A a, A b) { return add(a, b); });
     }
 }
 
-void reduce_into(char* dst, const char* const* src, int n, size_t count, ncclDataType_t t, ncclRedOp_t op) {
-    switch (t) {
-        case ncclInt8: return reduce_typed<int8_t, Plain<int8_t>>(dst, src, n, count, op);
-        case ncclUint8: return reduce_typed<uint8_t, Plain<uint8_t>>(dst, src, n, count, op);
-        case ncclInt32: return reduce_typed<int32_t, Plain<int32_t>>(dst, src, n, count, op);
-        case ncclUint32: return reduce_typed<uint32_t, Plain<uint32_t>>(dst, src, n, count, op);
-        case ncclInt64: return reduce_typed<int64_t, Plain<int64_t>>(dst, src, n, count, op);
-        case ncclUint64: return reduce_typed<uint64_t, Plain<uint64_t>>(dst, src, n, count, op);
-        case ncclFloat16: return reduce_typed<uint16_t, Half>(dst, src, n, count, op);
-        case ncclFloat32: return reduce_typed<float, Plain<float>>(dst, src, n, count, op);
-        case ncclFloat64: return reduce_typed<double, Plain<double>>(dst, src, n, count, op);
-        case ncclBfloat16: return reduce_typed<uint16_t, Bf16>(dst, src, n, count, op);
+void reduce_into(char* dst, const char* const* src, int n, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                 const SumTree& t) {
+    switch (type) {
+        case ncclInt8: return reduce_typed<int8_t, Plain<int8_t>>(dst, src, n, count, op, t);
+        case ncclUint8: return reduce_typed<uint8_t, Plain<uint8_t>>(dst, src, n, count, op, t);
+        case ncclInt32: return reduce_typed<int32_t, Plain<int32_t>>(dst, src, n, count, op, t);
+        case ncclUint32: return reduce_typed<uint32_t, Plain<uint32_t>>(dst, src, n, count, op, t);
+        case ncclInt64: return reduce_typed<int64_t, Plain<int64_t>>(dst, src, n, count, op, t);
+        case ncclUint64: return reduce_typed<uint64_t, Plain<uint64_t>>(dst, src, n, count, op, t);
+        case ncclFloat16: return reduce_typed<uint16_t, Half>(dst, src, n, count, op, t);
+        case ncclFloat32: return reduce_typed<float, Plain<float>>(dst, src, n, count, op, t);
+        case ncclFloat64: return reduce_typed<double, Plain<double>>(dst, src, n, count, op, t);
+        case ncclBfloat16: return reduce_typed<uint16_t, Bf16>(dst, src, n, count, op, t);
         default: return;
     }
 }
@@ -748,16 +853,26 @@ ncclResult_t post_and_compare(Run& x, const std::vector<const Op*>& ops, uint64_
     return barrier(x);  // nobody overwrites its descriptors before all compared them
 }
 
+// An all-reduce's ring chunks (all_reduce.h runRing, one channel, one loop): chunk j holds
+// elements [j * len, (j + 1) * len), len = ceil(count / n) rounded up to 16 bytes, and ends
+// on rank j. A reduce ends on its root.
 ncclResult_t exec_reduce(Run& x, const Op& o, bool all) {  // all-reduce, reduce
     CommState& c = *x.c;
     size_t es = type_size(o.type), per = c.stage_bytes / es;
+    size_t align = std::max<size_t>(1, 16 / es), len = (o.count + c.nranks - 1) / c.nranks;
+    len = std::max<size_t>(align, (len + align - 1) / align * align);
     std::vector<const char*> src(c.nranks);
     for (size_t off = 0; off < o.count; off += per) {
         size_t m = std::min(per, o.count - off);
         memcpy(c.stage(c.rank), o.send + off * es, m * es);
         if (ncclResult_t r = barrier(x)) return r;
-        for (int q = 0; q < c.nranks; q++) src[q] = c.stage(q);
-        if (all || c.rank == o.root) reduce_into(o.recv + off * es, src.data(), c.nranks, m, o.type, o.red);
+        for (size_t i = 0; (all || c.rank == o.root) && i < m;) {  // one piece per ring chunk
+            size_t chunk = (off + i) / len, take = std::min(m - i, (chunk + 1) * len - (off + i));
+            for (int q = 0; q < c.nranks; q++) src[q] = c.stage(q) + i * es;
+            SumTree t = order_for(c.nranks, all ? (int)chunk : o.root, all, c.id, x.seq, x.call);
+            reduce_into(o.recv + (off + i) * es, src.data(), c.nranks, take, o.type, o.red, t);
+            i += take;
+        }
         if (ncclResult_t r = barrier(x)) return r;
     }
     return ncclSuccess;
@@ -773,7 +888,8 @@ ncclResult_t exec_reduce_scatter(Run& x, const Op& o) {
             memcpy(c.stage(c.rank) + d * m * es, o.send + (d * o.count + off) * es, m * es);
         if (ncclResult_t r = barrier(x)) return r;
         for (int q = 0; q < c.nranks; q++) src[q] = c.stage(q) + c.rank * m * es;
-        reduce_into(o.recv + off * es, src.data(), c.nranks, m, o.type, o.red);
+        SumTree t = order_for(c.nranks, c.rank, false, c.id, x.seq, x.call);  // this rank's block ends here
+        reduce_into(o.recv + off * es, src.data(), c.nranks, m, o.type, o.red, t);
         if (ncclResult_t r = barrier(x)) return r;
     }
     return ncclSuccess;
@@ -974,7 +1090,7 @@ void run_unit(Unit& u) {
     bool turn = wait_turn(c, u.ticket);
     if (u.seq) c.started.store(u.seq);
     if (turn && !c.abort_local.load() && c.async.load() == ncclSuccess) {
-        Run x{&c, "", 0, 0};
+        Run x{&c, "", 0, 0, u.seq, 0};
         std::vector<WireOp> w;
         for (const Op* o : coll) w.push_back(wire(*o));
         x.text = u.seq ? format("collective #%llu (%s)", (unsigned long long)u.seq,
@@ -982,7 +1098,10 @@ void run_unit(Unit& u) {
                        : format("%zu ncclSend/ncclRecv", p2p.size());
         publish_running(c.device, u.seq ? RUN_COLL : RUN_P2P, c.id, u.seq, x.text);
         ncclResult_t r = coll.empty() ? ncclSuccess : post_and_compare(x, coll, u.seq);
-        for (size_t i = 0; i < coll.size() && r == ncclSuccess; i++) r = exec_collective(x, *coll[i]);
+        for (size_t i = 0; i < coll.size() && r == ncclSuccess; i++) {
+            x.call = (int)i;
+            r = exec_collective(x, *coll[i]);
+        }
         if (r == ncclSuccess && !p2p.empty()) r = exec_p2p(x, p2p);
         publish_running(c.device, RUN_IDLE, 0, 0, "");
     }
@@ -1427,8 +1546,11 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return ncclSuccess;
 }
 
-// Returns at once: operations waiting on peers see the flag and give up; the peers see the
-// segment's aborted-by word (ncclRemoteError).
+// Operations waiting on peers see the flag and give up; the peers see the segment's
+// aborted-by word (ncclRemoteError). Then it returns at once, or with CUDA_CPU_NCCL_ABORT=block
+// waits first until the work queued on the communicator's device has run, as a GPU's
+// ncclCommAbort may (it frees device memory, which synchronizes the device): behind a kernel
+// that never ends, forever. The handle is retired before: a call made meanwhile is refused.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
     std::shared_ptr<CommState> c;
@@ -1442,6 +1564,14 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
         g_tcv.notify_all();  // a unit waiting for its turn gives up now
     }
     retire(comm, H_ABORTED);
+    static const char* const modes[] = {"return", "block"};
+    if (cudacpu::env_choice("NCCL_ABORT", modes, 2) == 1) {
+        int before = 0;
+        cudaGetDevice(&before);
+        cudaSetDevice(c->device);
+        (void)cudaDeviceSynchronize();  // its sticky error, if any, is not abort's to report
+        cudaSetDevice(before);
+    }
     return ncclSuccess;
 }
 

@@ -190,18 +190,27 @@ bool check_device_range(const void* p, size_t bytes, const char* what, bool allo
 }
 
 void device_arena(uintptr_t* lo, size_t* len) {
-    *lo = (uintptr_t)mem->arena;
-    *len = kArenaBytes;
+    *lo = mem ? (uintptr_t)mem->arena : 0;
+    *len = mem ? kArenaBytes : 0;
 }
 
-bool device_allocation(const void* p, const char** base, size_t* size, const void** made_at) {
+// The device allocation that holds p, else the nearest one below it, else the first above
+// (memcheck names it); false when there is none.
+bool device_allocation_near(const void* p, DeviceAllocationInfo* out) {
     std::lock_guard<std::mutex> g(mem->mu);
-    Allocation* a = find_locked(p);
-    if (!a) return false;
-    *base = a->base;
-    *size = a->size;
-    *made_at = a->made_at;
-    return true;
+    auto above = mem->allocs.upper_bound((uintptr_t)p);
+    for (auto it = above; it != mem->allocs.begin();) {
+        --it;
+        if (it->second.kind != MEM_DEVICE) continue;
+        *out = {it->second.base, it->second.size, it->second.made_at, it->second.freed};
+        return true;
+    }
+    for (auto it = above; it != mem->allocs.end(); ++it) {
+        if (it->second.kind != MEM_DEVICE) continue;
+        *out = {it->second.base, it->second.size, it->second.made_at, it->second.freed};
+        return true;
+    }
+    return false;
 }
 
 static bool protect_mode() { return mem && mem->pkey >= 0; }
@@ -316,7 +325,10 @@ static void describe_address(const void* p, char* out, size_t n) {
 
 static void on_segv(int sig, siginfo_t* info, void* ctx) {
     char what[256];
-    describe_address(info->si_addr, what, sizeof(what));
+    if (info->si_code == SI_KERNEL && info->si_addr == nullptr)  // x86's general protection: no address
+        snprintf(what, sizeof(what), "a general-protection fault (on x86 most likely an aligned 16-byte move at a "
+                 "misaligned address: CUDA_CPU_CHECK=memcheck names the access)");
+    else describe_address(info->si_addr, what, sizeof(what));
     if (in_kernel()) kernel_fault_escape(what);  // does not return inside a kernel
     char line[512];
     int protect = protect_mode() && mem && (const char*)info->si_addr >= mem->arena &&
@@ -366,12 +378,32 @@ static void init_memory() {
     sigaction(SIGBUS, &sa, nullptr);
 }
 
+// GPU numerics are a build setting (cuda_cpu.h): each translation unit reports whether it has
+// them before main; CUDA_CPU_NUMERICS in the environment, where set, must match the build.
+static bool numerics_gpu_seen = false;
+void numerics_built(bool gpu) { numerics_gpu_seen |= gpu; }
+
+static void check_numerics() {
+    const char* v = getenv("CUDA_CPU_NUMERICS");
+    if (!v || !*v) return;
+    bool gpu = strcmp(v, "gpu") == 0;
+    if (!gpu && strcmp(v, "ieee") != 0) {
+        fprintf(stderr, "error: cuda_cpu: CUDA_CPU_NUMERICS=%s: use ieee or gpu\n", v);
+        exit(1);
+    }
+    if (gpu == numerics_gpu_seen) return;
+    fprintf(stderr, "error: cuda_cpu: CUDA_CPU_NUMERICS=%s, but this program was built with %s numerics: rebuild with "
+            "make ... CUDA_ON_CPU=1 CUDA_CPU_NUMERICS=%s\n", v, numerics_gpu_seen ? "gpu" : "ieee", v);
+    exit(1);
+}
+
 static void init_once() {
     static std::once_flag once;
     std::call_once(once, [] {
         init_memory();
         exec_mode();
         tools_on();
+        check_numerics();
     });
 }
 
@@ -629,6 +661,7 @@ static const struct {
     {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
     {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorMisalignedAddress, "cudaErrorMisalignedAddress", "misaligned address"},
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
@@ -689,6 +722,14 @@ cudaError_t cudaGetDevice(int* device) {
     return cudaSuccess;
 }
 
+// CUDA_CPU_COMPUTE_MODE: the compute mode reported (nvidia-smi -c sets a GPU's), only
+// reported: exclusive-process does not keep a second process off the emulated GPU.
+static int compute_mode() {
+    static const char* const names[] = {"default", "exclusive-process", "prohibited"};
+    static const int modes[] = {cudaComputeModeDefault, cudaComputeModeExclusiveProcess, cudaComputeModeProhibited};
+    return modes[env_choice("COMPUTE_MODE", names, 3)];
+}
+
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device) {
     init_once();
     if (device < 0 || device >= device_count()) return result(cudaErrorInvalidDevice);
@@ -739,6 +780,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
         case cudaDevAttrWarpSize: *value = 32; break;
         case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
         case cudaDevAttrClockRate: *value = 1980000; break;  // kHz
+        case cudaDevAttrComputeMode: *value = compute_mode(); break;  // not in CUDA 13's cudaDeviceProp
         default: return result(cudaErrorInvalidValue);
     }
     return cudaSuccess;

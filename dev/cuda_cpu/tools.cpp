@@ -24,7 +24,7 @@
 namespace cudacpu {
 
 void device_arena(uintptr_t* lo, size_t* len);  // runtime.cpp
-bool device_allocation(const void* p, const char** base, size_t* size, const void** made_at);  // runtime.cpp
+void kernel_memcheck_fault(cudaError_t err, const char* message);  // kernel.cpp
 
 namespace tools {
 thread_local Worker* active = nullptr;
@@ -35,18 +35,41 @@ using namespace tools;
 static bool instrumented = false;  // set by __asan_init: some translation unit calls the hooks
 
 struct Settings {
-    bool race = false, profile = false;
+    bool race = false, memcheck = false, profile = false;
     std::string file;
 };
 
 static void write_profile_at_exit();
 
+// CUDA_CPU_CHECK: off, or race and memcheck in any order, comma-separated.
+static void parse_checks(Settings* r) {
+    const char* v = getenv("CUDA_CPU_CHECK");
+    if (!v || !*v || strcmp(v, "off") == 0) return;
+    std::string all = v;
+    size_t at = 0;
+    while (at <= all.size()) {
+        size_t comma = all.find(',', at);
+        std::string one = all.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        if (one == "race") r->race = true;
+        else if (one == "memcheck") r->memcheck = true;
+        else {
+            fprintf(stderr, "error: cuda_cpu: CUDA_CPU_CHECK=%s: use off, race, memcheck or race,memcheck\n", v);
+            exit(1);
+        }
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+}
+
+// memcheck's host side: the device arena while memcheck is on (an empty range otherwise),
+// read by every instrumented host access.
+static uintptr_t host_guard_lo, host_guard_len;
+
 // Never destroyed: the profile is written at exit, after static objects may be gone.
 static const Settings& settings() {
     static const Settings* s = [] {
         Settings* r = new Settings();
-        static const char* const checks[] = {"off", "race"};
-        r->race = env_choice("CHECK", checks, 2) == 1;
+        parse_checks(r);
         const char* f = getenv("CUDA_CPU_PROFILE");
         r->profile = f && *f;
         if (r->profile) {  // %p: the process id (each rank of a job its own file)
@@ -54,12 +77,13 @@ static const Settings& settings() {
             size_t at = r->file.find("%p");
             if (at != std::string::npos) r->file.replace(at, 2, std::to_string((long)getpid()));
         }
-        if ((r->race || r->profile) && !instrumented) {
+        if ((r->race || r->memcheck || r->profile) && !instrumented) {
             fprintf(stderr, "error: cuda_cpu: %s needs the layer's tools in the build: rebuild with make ... "
                     "CUDA_ON_CPU=1 CUDA_CPU_TOOLS=1 (this program's kernels report no memory accesses)\n",
-                    r->race ? "CUDA_CPU_CHECK=race" : "CUDA_CPU_PROFILE");
+                    r->race || r->memcheck ? "CUDA_CPU_CHECK" : "CUDA_CPU_PROFILE");
             exit(1);
         }
+        if (r->memcheck) device_arena(&host_guard_lo, &host_guard_len);
         if (r->profile) {
             FILE* probe = fopen(r->file.c_str(), "w");  // a bad path fails now, not at exit
             if (!probe) {
@@ -79,7 +103,7 @@ static void write_profile_at_exit() { profile_write(settings().file.c_str()); }
 
 bool tools_race() { return settings().race; }
 bool tools_profile() { return settings().profile; }
-bool tools_on() { return settings().race || settings().profile; }
+bool tools_on() { return settings().race || settings().memcheck || settings().profile; }
 
 // ---- what an address is ------------------------------------------------------------------
 static int space_of(Worker* w, uintptr_t a) {
@@ -93,6 +117,7 @@ static int space_of(Worker* w, uintptr_t a) {
 
 static void seen(Worker* w, uintptr_t pc, uintptr_t a, unsigned size, int kind, int thread, int request) {
     int space = space_of(w, a);
+    if (w->memcheck) memcheck_access(w, pc, a, size, kind, space);  // returns only if the access is valid
     if (space < 0) return;
     if (w->race && space != SPACE_LOCAL) race_access(w, pc, a, size, space, kind, thread);
     if (w->profiling) {
@@ -101,10 +126,25 @@ static void seen(Worker* w, uintptr_t pc, uintptr_t a, unsigned size, int kind, 
     }
 }
 
-// The hooks' common path; host code (no block running on this thread) returns at once.
+static thread_local Worker* worker_of_thread;
+
+// An instrumented access to device memory with no block running on this thread: host
+// code's, unless the thread is inside a kernel doing the layer's own work (tools_pause).
+static void host_access(uintptr_t pc, uintptr_t a, unsigned size, int kind) {
+    Worker* w = worker_of_thread;
+    if (w && w->in_block) return;
+    memcheck_host_access(pc, a, size, kind);
+}
+
+// The hooks' common path; host code (no block running on this thread) returns at once
+// unless memcheck is on and the address is device memory.
 static inline __attribute__((always_inline)) void hook(const volatile void* p, unsigned size, int kind, void* ret) {
     Worker* w = active;
-    if (__builtin_expect(w == nullptr, 1)) return;
+    if (__builtin_expect(w == nullptr, 1)) {
+        if (__builtin_expect((uintptr_t)p - host_guard_lo < host_guard_len, 0))
+            host_access((uintptr_t)ret, (uintptr_t)p, size, kind);
+        return;
+    }
     seen(w, (uintptr_t)ret, (uintptr_t)p, size, kind, *w->current, 0);
 }
 
@@ -122,13 +162,7 @@ std::string address_of(Worker* w, uintptr_t a, int space) {
         }
         return "shared memory";
     }
-    const char* base;
-    size_t size;
-    const void* made_at;
-    if (!device_allocation((const void*)a, &base, &size, &made_at)) return "device memory";
-    snprintf(buf, sizeof(buf), "byte %zu of a device allocation of %zu bytes (cudaMalloc'd at %s)",
-             (size_t)((const char*)a - base), size, source_of((uintptr_t)made_at).c_str());
-    return buf;
+    return device_address(a, 1);
 }
 
 std::string block_name(const Worker* w, uint64_t linear) {
@@ -272,7 +306,6 @@ std::string source_of(uintptr_t pc) {
 
 // ---- launch events --------------------------------------------------------------------------
 static std::atomic<uint32_t> launches{0};
-static thread_local Worker* worker_of_thread;
 
 void tools_launch_begin(const LaunchSite& site, dim3 grid, dim3 block, size_t shmem, const void* stacks, size_t slot,
                         int count) {
@@ -281,6 +314,7 @@ void tools_launch_begin(const LaunchSite& site, dim3 grid, dim3 block, size_t sh
         w = worker_of_thread = new Worker();
         if (tools_race()) w->race = race_new();
         w->profiling = tools_profile();
+        w->memcheck = settings().memcheck;
     }
     w->kernel = site.kernel;
     w->file = site.file;
@@ -413,6 +447,8 @@ extern "C" {
 void __asan_init(void) { cudacpu::instrumented = true; }
 void __asan_version_mismatch_check_v8(void) {}
 void __asan_handle_no_return(void) {}
+void __asan_before_dynamic_init(const char*) {}  // around a unit's dynamic initializers
+void __asan_after_dynamic_init(void) {}
 
 #define CUDA_CPU_HOOKS(n)                                                           \
     void __asan_load##n(void* p) { hook(p, n, KIND_LOAD, RET); }                    \

@@ -31,8 +31,9 @@
 namespace cudacpu {
 
 // ---- settings -----------------------------------------------------------------------
-// CUDA_CPU_CHECK=race and CUDA_CPU_PROFILE=FILE, read once. Either one in a binary built
-// without CUDA_CPU_TOOLS=1 ends the program with a message saying how to build it.
+// CUDA_CPU_CHECK=race|memcheck|race,memcheck and CUDA_CPU_PROFILE=FILE, read once. Any of
+// them in a binary built without CUDA_CPU_TOOLS=1 ends the program with a message saying how
+// to build it.
 bool tools_race();
 bool tools_profile();
 bool tools_on();
@@ -110,6 +111,7 @@ struct KernelStats {
 };
 
 struct RaceState;  // tools_race.cpp
+static const int kBoundsCached = 8;  // memcheck: live allocations a worker remembers
 
 // The tools' view of one worker thread (a stream's), valid while a block runs.
 struct Worker {
@@ -136,6 +138,10 @@ struct Worker {
     RaceState* race;
     std::string finding;  // the block's first, with the others printed as found
     int findings_printed;
+    // memcheck: whether it is on, and allocations [lo, lo + len) found valid
+    bool memcheck;
+    uintptr_t bounds_lo[kBoundsCached], bounds_len[kBoundsCached];
+    unsigned bounds_next;
 };
 
 // The calling thread's Worker while a block runs with the tools on, else NULL.
@@ -152,6 +158,13 @@ void race_block_begin(Worker* w);
 void race_access(Worker* w, uintptr_t pc, uintptr_t addr, unsigned size, int space, int kind, int thread);
 void race_warp_met(Worker* w, int warp);
 void race_barrier(Worker* w);
+// tools_memcheck.cpp: memcheck_access returns only for a valid access (else the kernel
+// ends); memcheck_host_access reports and aborts.
+void memcheck_access(Worker* w, uintptr_t pc, uintptr_t addr, unsigned size, int kind, int space);
+void memcheck_host_access(uintptr_t pc, uintptr_t addr, unsigned size, int kind);
+// Where a device address lies, in words: "byte 8 of a device allocation of 64 bytes
+// (cudaMalloc'd at file:line)", "4 bytes past the end of ...".
+std::string device_address(uintptr_t addr, unsigned size);
 // tools.cpp: where an instruction or an address is, in words.
 std::string source_of(uintptr_t pc);
 void source_prefetch(const std::vector<uintptr_t>& pcs);  // one addr2line run for many

@@ -7,7 +7,7 @@
  *     another in the same barrier interval (between two __syncthreads) is a hazard, RAW,
  *     WAR or WAW, unless both threads are in one warp and a warp collective (__syncwarp,
  *     a shuffle, a vote) of that warp completed between the two accesses: the definition
- *     of compute-sanitizer's racecheck. Each cell keeps its last writer and up to two
+ *     of compute-sanitizer's racecheck. Atomics are left out, as in global memory. Each cell keeps its last writer and up to two
  *     readers (the first, and the latest other one) with the interval and the warp's
  *     collective count at the access.
  *   global memory, across the blocks of one launch: a cell written by one block and read
@@ -184,7 +184,6 @@ static void global_finding(Worker* w, uintptr_t pc, uintptr_t addr, unsigned siz
 }
 
 static void global_access(Worker* w, uintptr_t pc, uintptr_t addr, unsigned size, int kind, int thread) {
-    if (kind == KIND_ATOMIC) return;
     GlobalCell* cells = global_cells(w);
     size_t offset = addr - global_lo;
     if (offset + size > kCovered) return;
@@ -209,7 +208,7 @@ static void global_access(Worker* w, uintptr_t pc, uintptr_t addr, unsigned size
 }
 
 void race_access(Worker* w, uintptr_t pc, uintptr_t addr, unsigned size, int space, int kind, int thread) {
-    if (size == 0) return;
+    if (size == 0 || kind == KIND_ATOMIC) return;  // atomics never race with one another
     if (space == SPACE_SHARED) shared_access(w, pc, addr, size, kind, thread);
     else if (space == SPACE_GLOBAL) global_access(w, pc, addr, size, kind, thread);
 }

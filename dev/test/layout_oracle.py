@@ -129,8 +129,8 @@ def expected_plan(cfg):
     # dp is the layout's: a group's, when the state is split into distributed-optimizer instances
     numels, dp, instances = cfg["numels"], cfg["dp"], cfg["instances"]
     bs = cfg["bucket_size"]
-    if bs == "default":
-        bs = max(40_000_000, 1_000_000 * dp)
+    if bs == "default":  # Megatron's DDP: over the whole data-parallel group, every instance's ranks
+        bs = max(40_000_000, 1_000_000 * dp * instances)
     param_index_map, buckets, numel, numel_unpadded = megatron_layout(
         numels, dp, bs, cfg["pad_busbw"], cfg["shared"])
     shards = []

@@ -40,6 +40,7 @@ STEPS=(
   "crc32c          120 dev/test/test_crc32c.sh"
   "zero1_layout    120 ./test_zero1_layout"
   "zero1_plan      300 dev/test/test_zero1_plan.sh"
+  "megatron_layout 300 dev/test/test_megatron_layout.sh"
   "gpt2_cost       120 dev/test/test_gpt2_cost.sh"
   "compiler_report 120 dev/test/test_compiler_report.sh"
   "zero1_runtime   120 dev/test/test_zero1_runtime.sh"

@@ -100,6 +100,8 @@ check eps_nan              1 "--eps nan"                -- --eps nan
 check output_not_a_dir     1 "not_a_dir"                -- -o "$TMP/not_a_dir"
 check timeout_negative     1 "--comm-timeout -1 is out of range"     -- --comm-timeout -1
 check timeout_tiny         1 "--comm-timeout 1e-09: use 0 (wait forever) or at least 1 s" -- --comm-timeout 1e-9
+check bucket_size_0        2 "--bucket-size 0: for one bucket use --bucket-size none" -- --bucket-size 0
+check bucket_size_word     1 "--bucket-size expects a number of elements" -- --bucket-size lots
 check int_range_printed    1 "-b 0 is out of range [1, 1048576]"     -- -b 0
 check descriptor_depth_0   1 "-e d0: a descriptor dN"  -- -e d0
 check descriptor_too_deep  1 "takes N from 1 to 1024"   -- -e d5000

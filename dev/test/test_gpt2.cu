@@ -240,22 +240,35 @@ int main(int argc, char** argv) {
     }
     report(losses_ok, "step losses", worst_loss, TOL_STEP_LOSS);
     report(norms_ok, "step gradient norms (relative err)", worst_norm, TOL_STEP_NORM);
+    // True whatever NCCL's order: every rank receives the same all-reduce result.
     if (world > 1) check_replicas_identical(&tr);
     uint64_t first_fingerprint = params_fingerprint(&tr);
     trainer_free(&tr);
 
     // Determinism: the same steps again from the same start must give bitwise the same
-    // losses, norms and parameters (no atomics, fixed reduction orders, one stream).
-    trainer_init(&tr, &cfg, &gpu);
-    int same = 1;
-    for (int step = 0; step < s.steps; step++) {
-        StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice, NULL);
-        StepResult ref = step_results[step];
-        same &= memcmp(&r.loss, &ref.loss, sizeof(float)) == 0 && memcmp(&r.grad_norm, &ref.grad_norm, sizeof(float)) == 0;
+    // losses, norms and parameters (no atomics, fixed reduction orders, one stream). Across
+    // ranks the gradients are NCCL's float sums, whose order NCCL picks per call (Ring, Tree,
+    // NVLS: docs/gpu.md#what-is-bitwise-on-a-gpu). Up to 2 ranks every order gives the same
+    // sum (one addition); from 3 the claim needs a pinned algorithm: NCCL_ALGO set, as
+    // run_gpu_tests.sh does (NCCL_ALGO=Ring, NCCL_NVLS_ENABLE=0). Without it, not asserted.
+    const char* algo = getenv("NCCL_ALGO");
+    if (world >= 3 && !(algo && *algo)) {
+        if (rank == 0)
+            printf("SKIPPED rerun bitwise identical: %d ranks sum in the order NCCL picks per call, and NCCL_ALGO does "
+                   "not pin it\n", world);
+    } else {
+        trainer_init(&tr, &cfg, &gpu);
+        int same = 1;
+        for (int step = 0; step < s.steps; step++) {
+            StepResult r = trainer_step(&tr, step, s.lr, slice_batch, &slice, NULL);
+            StepResult ref = step_results[step];
+            same &= memcmp(&r.loss, &ref.loss, sizeof(float)) == 0 &&
+                    memcmp(&r.grad_norm, &ref.grad_norm, sizeof(float)) == 0;
+        }
+        same &= params_fingerprint(&tr) == first_fingerprint;
+        trainer_free(&tr);
+        report(same, "rerun bitwise identical (losses, norms, params)", same ? 0.0 : 1.0, 0.0);
     }
-    same &= params_fingerprint(&tr) == first_fingerprint;
-    trainer_free(&tr);
-    report(same, "rerun bitwise identical (losses, norms, params)", same ? 0.0 : 1.0, 0.0);
     gpu_teardown(&gpu);
     if (rank == 0) printf("%s\n", failures ? "FAIL test_gpt2cu" : "PASS test_gpt2cu");
     MPI_Finalize();

@@ -18,6 +18,18 @@
 #      profiler's shared-memory wavefronts per request exceed the kernel's budget
 #  10. residual_forward_kernel's threads taking their packs in a strided order (each still
 #      once): the profiler's sectors per request exceed the kernel's budget
+# and these, which pass under the layer's former behaviour (every cuBLASLt request gets an
+# algorithm; NCCL sums in rank order) and its freedoms (docs/cuda_cpu.md) must catch:
+#  11. test_kernels_cuda requiring the fused BGRADB path: fails under
+#      CUDA_CPU_BLASLT_HEURISTIC=none, where a GPU's cuBLASLt may have no algorithm
+#  12. test_gpt2cu asserting its rerun's bits at 4 ranks without NCCL_ALGO pinned: fails under
+#      CUDA_CPU_NCCL_ORDER=random, where NCCL may pick another order on the rerun
+# and these, which only CUDA_CPU_CHECK=memcheck catches:
+#  13. layernorm's 128-bit path chosen by the weight's and bias's alignment alone, so taken at
+#      rows aligned to 4 bytes only (x86 loads them silently): CUDA_CPU_CHECK=memcheck reports
+#      the misaligned 16-byte load
+#  14. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
+#      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
 # A mutation whose text is not found in the source is a failure too (the test would have
 # rotted). Two mutations run at a time. Prints "N passed, M failed".
 set -uo pipefail
@@ -171,6 +183,44 @@ TOOLS=1 expect_caught strided_load llmc/residual.cuh \
     "    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x % 32 * 8 + threadIdx.x / 32) * PACK_X;" \
     test_kernels_cuda 0 "FAIL residual_forward_kernel: global_load_sectors_per_request .* over its budget" \
     over_budget dev/test/kernel_budgets_fp32.txt "${KERNELS[@]}"
+# FP32: the skewed rows are 4 bytes off their 16-byte alignment (test_layernorm's skew 1).
+TOOLS=1 expect_caught misaligned_vector llmc/layernorm.cuh \
+    "return C % PACK_X == 0 && aligned16(p0) && aligned16(p1) && aligned16(p2) && aligned16(p3);" \
+    "return C % PACK_X == 0 && aligned16(p2) && aligned16(p3);" \
+    test_kernels_cuda 0 "kernel layernorm_forward_kernel .*memcheck: misaligned 16-byte load \(address mod 16 = 4\)" \
+    tools_only CUDA_CPU_CHECK=memcheck -- "${KERNELS[@]}"
+PREC=BF16 TOOLS=1 expect_caught host_reads_device zero1/runtime.c \
+    "    fold_micro_step(rt, b);  // DP-invariant: the rank's pairwise sum first" \
+    "    fold_micro_step(rt, b);  // DP-invariant: the rank's pairwise sum first
+    if (isnan(rt->grads[bk->start])) fatal(\"zero1: a NaN gradient in bucket %d\", b);" \
+    test_gpt2cu 1 "memcheck: host code reads 4 bytes of device memory, .* at zero1/runtime.c:[0-9]+" \
+    tools_only CUDA_CPU_CHECK=memcheck -- "${MPIRUN[@]}" -np 2 ./test_gpt2cu --dump-params params.bin d2 1 -z 1 \
+    --comm nccl
+
+# The layer's freedoms. Each check first runs the test under the layer's former behaviour
+# (it must pass, or the mutation proves nothing about the new mode), then under the mode.
+mode_only() {  # mode_only OLD=value... -- NEW=value... -- COMMAND...: fails when COMMAND fails under NEW
+    local old=() new=()
+    while [ "$1" != -- ]; do old+=("$1"); shift; done
+    shift
+    while [ "$1" != -- ]; do new+=("$1"); shift; done
+    shift
+    env "${old[@]}" "$@" >former.log 2>&1 || { echo "caught under ${old[*]} already: not a test of the mode"; return 0; }
+    echo "passes under ${old[*]}"
+    env "${new[@]}" "$@"
+}
+export -f mode_only
+expect_caught needs_fused_path dev/test/test_kernels_cuda.cu \
+    "    report(bgrad != NOT_ASKED, \"matmul_backward_fused dbias path\"" \
+    "    report(bgrad == FUSED, \"matmul_backward_fused dbias path\"" \
+    test_kernels_cuda 0 "^FAIL matmul_backward_fused dbias path .*\(BGRADB refused by the heuristic" \
+    mode_only CUDA_CPU_BLASLT_HEURISTIC=all -- CUDA_CPU_BLASLT_HEURISTIC=none -- "${KERNELS[@]}"
+expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
+    "    const char* algo = getenv(\"NCCL_ALGO\");" \
+    "    const char* algo = \"Ring\";  // taken as pinned" \
+    test_gpt2cu 1 "^FAIL rerun bitwise identical" \
+    mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
+    "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$WORK/model.bin" "$WORK/state.bin" -z 1 --bucket-size 65536 --comm nccl
 
 wait
 for name in "${NAMES[@]}"; do

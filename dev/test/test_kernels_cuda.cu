@@ -29,7 +29,9 @@
  *        logf, division and sqrt are approximations (relative error below 2^-19 for the
  *        arguments used here; CUDA Programming Guide, "Intrinsic Functions") and whose
  *        tanhf is tanh.approx (relative error 2^-11). 0 in the FP32 build. The CPU
- *        execution layer computes IEEE math either way; the bounds hold for both.
+ *        execution layer computes IEEE math by default and, built with
+ *        CUDA_CPU_NUMERICS=gpu, each function at its documented worst (docs/cuda_cpu.md);
+ *        the bounds hold for both.
  * Bounds are first order (products of two rounding errors dropped); check() multiplies
  * them by 1.05 for that. Outputs that must be exact (masked zeros, floatX(master)) get 0.
  *
@@ -70,6 +72,10 @@ static const double U = 0x1p-24;
 static const double XR = FLOATX_IS_BF16 ? 0x1p-8 : 0.0;
 static const double FAST = FLOATX_IS_BF16 ? 0x1p-19 : 0.0;
 static const double FAST_TANH = FLOATX_IS_BF16 ? 0x1p-11 : 0.0;
+// expf and tanhf are documented within 2 ulps of the correctly rounded result (CUDA C++
+// Programming Guide, "Standard Functions"), which is itself within half an ulp: 2.5 ulps of
+// the exact value, 5U relative.
+static const double F2 = 5 * U;
 static double gam(double k) { return k * U / (1.0 - k * U); }
 // The error of a float sum of k terms, in any order, over the sum of the terms' magnitudes:
 // the worst case gam(k) for up to 100 terms; beyond, Higham & Mary's probabilistic bound
@@ -499,6 +505,28 @@ static Vec dot_tol(const Vec& ref, const Vec& mass, int k) {
     return t;
 }
 
+// Which way an epilogue's call went: its plan (the key llmc/matmul.cuh makes from these
+// operands) never asked for, run fused, or refused by the heuristic (a GPU's cuBLASLt may
+// have no algorithm; on the layer CUDA_CPU_BLASLT_HEURISTIC plays it), so that the product's
+// separate kernels ran. The tests accept both of the last two and check the numerics of the
+// one taken.
+enum EpiloguePath { NOT_ASKED, FUSED, SEPARATE };
+static const char* path_name(EpiloguePath p) {
+    return p == FUSED ? "fused" : p == SEPARATE ? "refused by the heuristic: separate kernels" : "never asked for";
+}
+static EpiloguePath epilogue_path(cublasLtEpilogue_t e, int m, int n, int k, const void* a, const void* b,
+                                  const void* d, const void* bias, const void* aux) {
+    int align[6] = {ptr_alignment(a), ptr_alignment(b), ptr_alignment(d), ptr_alignment(d),
+                    bias ? ptr_alignment(bias) : 0, aux ? ptr_alignment(aux) : 0};
+    for (int i = 0; i < cuda_libs.num_plans; i++) {
+        const MatmulPlanKey& key = cuda_libs.plans[i]->key;
+        if (key.epilogue == (int)e && key.m == m && key.n == n && key.k == k &&
+            memcmp(key.align, align, sizeof(align)) == 0)
+            return cuda_libs.plans[i]->found ? FUSED : SEPARATE;
+    }
+    return NOT_ASKED;
+}
+
 static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStream_t st) {
     set_case("BT=%d C=%d OC=%d bias=%d skew=%d", BT, C, OC, (int)with_bias, skew);
     Buf<floatX> inp((size_t)BT * C), weight((size_t)OC * C, skew), bias(OC, skew), out((size_t)BT * OC, skew);
@@ -509,8 +537,15 @@ static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStr
     sync(st, "matmul_forward");
     Vec ro, mo;
     ref_linear(x, W, with_bias ? &bv : NULL, BT, C, OC, &ro, &mo);
-    // fp32 dot + bias, one floatX store
-    check(with_bias ? "matmul_forward out (bias)" : "matmul_forward out (no bias)", out, ro, dot_tol(ro, mo, C + 2));
+    // fp32 dot + bias, one floatX store; without the BIAS epilogue the dot is stored first
+    // (one more floatX rounding of |out - bias|), then add_bias_kernel adds it
+    EpiloguePath path = with_bias ? epilogue_path(CUBLASLT_EPILOGUE_BIAS, OC, BT, C, weight.p, inp.p, out.p, bias.p,
+                                                  NULL)
+                                  : NOT_ASKED;
+    Vec to = dot_tol(ro, mo, C + 2);
+    for (size_t i = 0; path == SEPARATE && i < to.size(); i++) to[i] += XR * (fabs(ro[i]) + fabs(bv[i % OC]));
+    check(with_bias ? "matmul_forward out (bias)" : "matmul_forward out (no bias)", out, ro, to);
+    if (with_bias) report(path != NOT_ASKED, "matmul_forward bias path", "(BIAS epilogue %s)", path_name(path));
 
     Buf<floatX> dout((size_t)BT * OC), dinp((size_t)BT * C);  // dinp: poison, must be overwritten
     Buf<float> dW((size_t)OC * C, skew), db(OC, skew);
@@ -539,7 +574,7 @@ static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStr
 
 // GELU's value and derivative in double, with the bounds of their fp32 evaluation (the
 // kernels' formulas): u = sqrt(2/pi) (x + 0.044715 x^3) in float, 6 roundings (constants
-// included); tanhf 2 ulp = 4U, plus tanh_err (an approximate tanh's relative error).
+// included); tanhf F2, plus tanh_err (an approximate tanh's relative error).
 struct GeluRef {
     double y, ty;  // gelu(x), its bound before the output's rounding to floatX
     double g, tg;  // gelu'(x), its bound
@@ -547,7 +582,7 @@ struct GeluRef {
 static GeluRef gelu_ref(double x, double tanh_err) {
     const double GS = sqrt(2.0 / M_PI), K = 0.044715;
     double u = GS * (x + K * x * x * x), th = tanh(u);
-    double dth = (1 - th * th) * 6 * U * fabs(u) + (4 * U + tanh_err) * fabs(th);
+    double dth = (1 - th * th) * 6 * U * fabs(u) + (F2 + tanh_err) * fabs(th);
     GeluRef r;
     r.y = 0.5 * x * (1 + th);
     r.ty = 0.5 * fabs(x) * dth + 3 * U * fabs(r.y);
@@ -568,20 +603,12 @@ static const double LT_TANH = FAST_TANH;
 static const double LT_TANH = 0x1p-11;
 #endif
 
-// Whether a plan for this epilogue and shape exists and has an algorithm (the fused path ran).
-static bool fused_plan_ran(cublasLtEpilogue_t e, int m, int n, int k) {
-    for (int i = 0; i < cuda_libs.num_plans; i++) {
-        const MatmulPlan* p = cuda_libs.plans[i];
-        if (p->key.epilogue == (int)e && p->key.m == m && p->key.n == n && p->key.k == k && p->found) return true;
-    }
-    return false;
-}
-
 // The fc layer's forward with GELU: pre = inp @ W^T + b, out = gelu(pre). Fused (one
-// GELU_AUX_BIAS call) when OC % 8 == 0, separate kernels otherwise (gelu of the floatX pre).
+// GELU_AUX_BIAS call) where OC % 8 == 0 and the heuristic has an algorithm, separate
+// kernels otherwise (matmul_forward, whose BIAS epilogue may be refused too, then gelu of
+// the floatX pre).
 static void test_matmul_gelu(int BT, int C, int OC, int skew, cudaStream_t st) {
-    bool fusable = OC % 8 == 0;
-    set_case("BT=%d C=%d OC=%d skew=%d %s", BT, C, OC, skew, fusable ? "fused" : "separate kernels (OC % 8)");
+    set_case("BT=%d C=%d OC=%d skew=%d", BT, C, OC, skew);
     Buf<floatX> inp((size_t)BT * C), weight((size_t)OC * C, skew), bias(OC, skew), out((size_t)BT * OC),
         pre((size_t)BT * OC);
     Vec x = upload(inp, rand_vec((size_t)BT * C, -1, 1));
@@ -589,33 +616,44 @@ static void test_matmul_gelu(int BT, int C, int OC, int skew, cudaStream_t st) {
     Vec bv = upload(bias, rand_vec(OC, -1, 1));
     matmul_forward_gelu(out.p, pre.p, inp.p, weight.p, bias.p, BT, C, OC, st);
     sync(st, "matmul_forward_gelu");
+    EpiloguePath gelu = epilogue_path(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OC, BT, C, weight.p, inp.p, out.p, bias.p, pre.p);
+    bool fused = gelu == FUSED;  // else matmul_forward ran, with or without its BIAS epilogue
+    EpiloguePath bias_path =
+        fused ? NOT_ASKED : epilogue_path(CUBLASLT_EPILOGUE_BIAS, OC, BT, C, weight.p, inp.p, pre.p, bias.p, NULL);
     Vec rp, mp;
     ref_linear(x, W, &bv, BT, C, OC, &rp, &mp);
     Vec tp = dot_tol(rp, mp, C + 2), ry(rp.size()), ty(rp.size());
     for (size_t i = 0; i < rp.size(); i++) {
+        if (bias_path == SEPARATE) tp[i] += XR * (fabs(rp[i]) + fabs(bv[i % OC]));  // the dot stored, then + bias
         // GELU of an input off by at most tp (the fp32 sum, and the floatX pre in the
         // separate path): |gelu'| tp to first order, |gelu''| <= 0.8 bounds the second.
-        GeluRef g = gelu_ref(rp[i], fusable ? LT_TANH : FAST_TANH);
+        GeluRef g = gelu_ref(rp[i], fused ? LT_TANH : FAST_TANH);
         ry[i] = g.y;
         ty[i] = (fabs(g.g) + g.tg) * tp[i] + 0.4 * tp[i] * tp[i] + g.ty + XR * fabs(g.y);
     }
     check("matmul_forward_gelu pre (aux)", pre, rp, tp);
     check("matmul_forward_gelu out = gelu(pre)", out, ry, ty);
-    report(fused_plan_ran(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OC, BT, C) == fusable, "matmul_forward_gelu path",
-           "(GELU_AUX_BIAS plan %s)", fusable ? "made and run" : "never asked for: aux ld % 8 != 0 is refused");
+    // The aux rule (ld a multiple of 8) is the product's to keep: it never asks otherwise.
+    bool allowed = OC % 8 == 0;
+    report(allowed ? gelu != NOT_ASKED && (fused || bias_path != NOT_ASKED) : gelu == NOT_ASKED && bias_path != NOT_ASKED,
+           "matmul_forward_gelu path", "(GELU_AUX_BIAS %s%s; BIAS %s)", path_name(gelu),
+           allowed ? "" : ": aux ld % 8 != 0", path_name(bias_path));
 }
 
-// The fused backward: dinp = (dout @ W) * gelu'(gelu_pre) (DGELU when C % 8 == 0, else
-// gelu_backward after the matmul), dW += dout^T inp, db += colsum(dout) (BGRADB into the
-// scratch, then added: the grad views are pre-filled, so the += is checked).
-static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, int skew, cudaStream_t st) {
-    bool fusable = with_gelu && C % 8 == 0;
-    set_case("BT=%d C=%d OC=%d gelu=%d skew=%d%s", BT, C, OC, (int)with_gelu, skew,
-             with_gelu ? (fusable ? " DGELU" : " separate gelu_backward (C % 8)") : "");
+// The fused backward: dinp = (dout @ W) * gelu'(gelu_pre) (DGELU where C % 8 == 0 and the
+// heuristic has an algorithm, else gelu_backward after the matmul), dW += dout^T inp, db +=
+// colsum(dout) (BGRADB into the scratch, then added, or bias_backward: the grad views are
+// pre-filled, so the += is checked). Each of the two is decided alone: aux_skew (elements)
+// moves gelu_pre and scratch_skew the scratch off their alignment, which the documented
+// heuristic refuses for that epilogue only.
+static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, int skew, cudaStream_t st,
+                                       int aux_skew = 0, int scratch_skew = 0) {
+    set_case("BT=%d C=%d OC=%d gelu=%d skew=%d aux_skew=%d scratch_skew=%d", BT, C, OC, (int)with_gelu, skew,
+             aux_skew, scratch_skew);
     Buf<floatX> inp((size_t)BT * C), weight((size_t)OC * C, skew), dout((size_t)BT * OC), dinp((size_t)BT * C),
-        gelu_pre((size_t)BT * C);
+        gelu_pre((size_t)BT * C, aux_skew);
     Buf<float> dW((size_t)OC * C, skew), db(OC, skew);
-    Buf<float> partials((size_t)colreduce_num_chunks(BT) * OC);
+    Buf<float> partials((size_t)colreduce_num_chunks(BT) * OC, scratch_skew);
     Vec x = upload(inp, rand_vec((size_t)BT * C, -1, 1));
     Vec W = upload(weight, rand_vec((size_t)OC * C, -1, 1));
     Vec gp = upload(gelu_pre, rand_vec((size_t)BT * C, -4, 4));
@@ -624,6 +662,8 @@ static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, in
     matmul_backward_fused(dinp.p, dW.p, db.p, partials.p, dout.p, inp.p, weight.p, with_gelu ? gelu_pre.p : NULL, BT,
                           C, OC, st);
     sync(st, "matmul_backward_fused");
+    EpiloguePath dgelu = epilogue_path(CUBLASLT_EPILOGUE_DGELU, C, BT, OC, weight.p, dout.p, dinp.p, NULL, gelu_pre.p);
+    EpiloguePath bgrad = epilogue_path(CUBLASLT_EPILOGUE_BGRADB, C, OC, BT, inp.p, dout.p, dW.p, partials.p, NULL);
 
     Vec rd, md, rdW, tdW, rdb, tdb;
     ref_linear_dinp(dy, W, BT, C, OC, &rd, &md);
@@ -632,23 +672,23 @@ static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, in
         for (size_t i = 0; i < rd.size(); i++) {
             // the fp32 dot times the fp32 gelu' (one rounding), stored as floatX; the separate
             // path stores the dot as floatX first (a second XR)
-            GeluRef g = gelu_ref(gp[i], fusable ? LT_TANH : FAST_TANH);
+            GeluRef g = gelu_ref(gp[i], dgelu == FUSED ? LT_TANH : FAST_TANH);
             rdx[i] = rd[i] * g.g;
             tdx[i] = fabs(g.g) * sum_err(OC + 1) * md[i] + fabs(rd[i]) * g.tg + (U + 2 * XR) * fabs(rdx[i]);
         }
     }
     ref_linear_dweight(dy, x, pre_dW, BT, C, OC, &rdW, &tdW);
-    ref_colsum(dy, pre_db, BT, OC, &rdb, &tdb);
+    ref_colsum(dy, pre_db, BT, OC, &rdb, &tdb);  // any fp32 order: BGRADB's, or bias_backward's chunks
     check(with_gelu ? "matmul_backward_fused dinp = (dout @ W) * gelu'(pre)" : "matmul_backward_fused dinp", dinp, rdx,
           tdx);
     check("matmul_backward_fused dweight (+=)", dW, rdW, tdW);
     check("matmul_backward_fused dbias (+=)", db, rdb, tdb);
     report_scratch("matmul_backward_fused scratch", {scratch("partials", partials)});
-    report(fused_plan_ran(CUBLASLT_EPILOGUE_BGRADB, C, OC, BT), "matmul_backward_fused dbias path",
-           "(BGRADB plan run)");
-    if (with_gelu) {
-        report(fused_plan_ran(CUBLASLT_EPILOGUE_DGELU, C, BT, OC) == fusable, "matmul_backward_fused dinp path",
-               "(DGELU plan %s)", fusable ? "made and run" : "never asked for: aux ld % 8 != 0 is refused");
+    report(bgrad != NOT_ASKED, "matmul_backward_fused dbias path", "(BGRADB %s)", path_name(bgrad));
+    if (with_gelu) {  // the aux rule (ld a multiple of 8) is the product's: it never asks otherwise
+        bool allowed = C % 8 == 0;
+        report(allowed ? dgelu != NOT_ASKED : dgelu == NOT_ASKED, "matmul_backward_fused dinp path", "(DGELU %s%s)",
+               path_name(dgelu), allowed ? "" : ": aux ld % 8 != 0");
     }
 }
 
@@ -738,13 +778,13 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
                 double mx = causal_scores(X, T, C, hs, b, h, t, scale, pre.data(), S.data());
                 // Each exponent's argument: the gemm (sum_err(hs) * mass, times the scale), the
                 // float scale (1.0f/sqrtf: 2U) and its product (U), the max subtracted (U of
-                // the difference), expf (2 ulp = 4U). A probability's relative error is at
+                // the difference), expf (F2). A probability's relative error is at
                 // most its own argument's plus the weighted mean of all (the normaliser),
                 // plus the float sum and the division.
                 double sum = 0, E = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
                     sum += exp(pre[t2] - mx);
-                    double e = 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + 4 * U + FAST;
+                    double e = 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + F2 + FAST;
                     E = fmax(E, e);
                 }
                 double relp = 2 * E + sum_err(t + 5) + 2 * FAST;
@@ -867,7 +907,7 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
     //   E   each exponent's argument and expf, as in test_attention (the product of hs
     //       terms, the float scale, the max subtracted, expf, fast math);
     //   eps the rescalings: tile j's weights are multiplied by the later tiles' factors
-    //       alpha = expf(m_old - m_new), each within 4U + FAST + U |argument| (|argument| <=
+    //       alpha = expf(m_old - m_new), each within F2 + FAST + U |argument| (|argument| <=
     //       2 max|s|), and O and l by alpha once per tile in float (2U): nt times that;
     //   XR  P is rounded to floatX before P v, and l sums those rounded values, so each
     //       normalised weight is off by at most 2 XR relative; out is stored as floatX;
@@ -882,10 +922,10 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                 double sum = 0, E = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
                     sum += exp(pre[t2] - mx);
-                    E = fmax(E, 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + 4 * U + FAST);
+                    E = fmax(E, 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + F2 + FAST);
                 }
                 int nt = t / flash_forward_key_tile(hs) + 1;
-                double eps = nt * (6 * U + FAST + 2 * U * amax), chain = sum_err(t + 1 + nt);
+                double eps = nt * (F2 + 2 * U + FAST + 2 * U * amax), chain = sum_err(t + 1 + nt);
                 double relw = 2 * (E + eps) + 2 * XR + 2 * chain + 2 * U;  // a normalised weight's error
                 for (int t2 = 0; t2 <= t; t2++) P[t2] = exp(pre[t2] - mx) / sum;
                 rl[at_row(b, h, t)] = mx + log(sum);
@@ -955,7 +995,7 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                     double p = exp(scale * s - rl[at_row(b, h, t)]);  // the exact softmax
                     pp[k] = p;
                     Ep[k] = 3 * U * scale * fabs(s) + scale * sum_err(hs) * a +
-                            fabs(lrow - rl[at_row(b, h, t)]) + U * fabs(scale * s - lrow) + 4 * U + FAST;
+                            fabs(lrow - rl[at_row(b, h, t)]) + U * fabs(scale * s - lrow) + F2 + FAST;
                     ds[k] = p * (dp - Dv);
                     Ed[k] = Ep[k] * fabs(ds[k]) + p * (sum_err(hs) * (adp + SD) + U * fabs(dp - Dv)) + (U + XR) * fabs(ds[k]);
                 }
@@ -1165,10 +1205,11 @@ static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st, int skew =
         for (int v = 0; v < V; v++) S += exp(x[v] - mx);
         double L = mx + log(S);
         rlse[r] = L, rl[r] = L - x[tgt[r]];
-        // The sum of exps: each term's argument rounding (U of x - max), expf (4U), the
-        // float sum over V; logf (2U of its result); the final + (U); __logf's absolute error.
-        double dS = U * (mx - mn) + 4 * U + FAST + sum_err(V);
-        tlse[r] = dS + 2 * U * fabs(log(S)) + FAST * (1 + fabs(log(S))) + U * fabs(L);
+        // The sum of exps: each term's argument rounding (U of x - max), expf (F2), the
+        // float sum over V; logf (1 ulp of the correctly rounded result: 3U of its result); the
+        // final + (U); __logf's absolute error.
+        double dS = U * (mx - mn) + F2 + FAST + sum_err(V);
+        tlse[r] = dS + 3 * U * fabs(log(S)) + FAST * (1 + fabs(log(S))) + U * fabs(L);
         tl[r] = tlse[r] + U * fabs(rl[r]);
     }
     // Call 1 overwrites the mean (pre-filled with NaN); call 2 adds to it, as the model does.
@@ -1199,14 +1240,14 @@ static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st, int skew =
             double p = exp(X[i] - L[r]), ind = v == tgt[r] ? 1.0 : 0.0, g = (p - ind) * (double)dloss;
             rg[i] = g;
             // x - lse rounded (U of it), expf, the subtraction, the product, the store
-            tg[i] = (double)dloss * (p * (U * fabs(X[i] - L[r]) + 4 * U + FAST) + U * fabs(p - ind)) + (U + XR) * fabs(g);
+            tg[i] = (double)dloss * (p * (U * fabs(X[i] - L[r]) + F2 + FAST) + U * fabs(p - ind)) + (U + XR) * fabs(g);
         }
     }
     check("crossentropy_backward dlogits (in place, padding 0)", logits, rg, tg);
 
     // Fused forward + backward (one kernel per row, in place) from the original logits. Its
     // lse comes from an online sum: every time a thread's running max grows, its sum is
-    // rescaled by one more expf (4U) and product (U); a thread sees at most
+    // rescaled by one more expf (F2) and product (U); a thread sees at most
     // ceil(V / 1024) + PACK_X elements, and the block's combination adds one more rescale.
     // dlogits use the kernel's own lse: its error moves each probability by p * that.
     upload(logits, X);
@@ -1216,7 +1257,7 @@ static void test_crossentropy(int BT, int V, int Vp, cudaStream_t st, int skew =
     const double rescales = ceil(V / 1024.0) + PACK_X + 1;
     Vec ftlse(BT), ftl(BT);
     for (int r = 0; r < BT; r++) {
-        ftlse[r] = tlse[r] + rescales * (5 * U + FAST);
+        ftlse[r] = tlse[r] + rescales * (F2 + U + FAST);
         ftl[r] = ftlse[r] + U * fabs(rl[r]);
     }
     check("crossentropy_fused losses", flosses, rl, ftl);
@@ -1512,6 +1553,13 @@ int main(void) {
     test_matmul_backward_fused(5, 36, 33, true, 0, st);
     test_matmul_backward_fused(37, 72, 17, false, 0, st);
     test_matmul_backward_fused(16415, 8, 40, false, 0, st);
+    // Pointers the documented heuristic has no algorithm for (a bias or aux pointer, or an
+    // operand, less than 16-byte aligned; docs/cuda_cpu.md): each epilogue's separate
+    // kernels, and each of the backward's two alone (the other one fused).
+    test_matmul(37, 72, 200, true, 1, st);
+    test_matmul_gelu(37, 72, 200, 1, st);
+    test_matmul_backward_fused(37, 200, 72, true, 0, st, 1, 0);
+    test_matmul_backward_fused(37, 200, 72, true, 0, st, 0, 1);
 
     test_attention(2, 37, 72, 3, st);
     test_attention(1, 128, 64, 4, st);

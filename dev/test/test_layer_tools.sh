@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# The kernels under the CPU execution layer's sanitizer and profiler (make test runs this;
-# docs/cuda_cpu.md, "Sanitizer and profiler"). Builds with CUDA_CPU_TOOLS=1, in copies of the
-# tree (FP32: test_kernels_cuda; BF16: test_kernels_cuda and test_gpt2cu), two at a time, then
-#   1. test_kernels_cuda, FP32 and BF16, with CUDA_CPU_CHECK=race and CUDA_CPU_PROFILE: every
-#      check passes and the sanitizer finds nothing (a finding is a fault: the run fails)
+# The GPU code under the CPU execution layer's checking modes (make test runs this;
+# docs/cuda_cpu.md, "Sanitizer and profiler" and "The hardware's freedoms"). Builds with
+# CUDA_CPU_TOOLS=1 and CUDA_CPU_NUMERICS=gpu (fused multiply-adds, every math function at its
+# documented worst, BF16's fast math and flushed denormals), in copies of the tree (FP32:
+# test_kernels_cuda; BF16 with USE_ZERO1=1: test_kernels_cuda, test_gpt2cu, test_zero1_cuda),
+# two at a time, then, every run but the last with CUDA_CPU_CHECK=race,memcheck (a finding is
+# a fault: the run fails):
+#   1. test_kernels_cuda, FP32 and BF16, with CUDA_CPU_PROFILE: every kernel, every check
+#      passes under GPU numerics, and neither sanitizer finds anything
 #   2. each profile against the kernels' budgets (dev/test/kernel_budgets_{fp32,bf16}.txt,
 #      dev/test/check_kernel_budgets.py): no kernel over its bound, none without one
 #   3. one training step of the BF16 trainer (test_gpt2cu --dump-params on a random d2 model:
-#      forward, backward, AdamW) with CUDA_CPU_CHECK=race: no finding
+#      forward, backward, AdamW), replicated at np 1 and ZeRO-1 at np 2 over NCCL and over
+#      staged MPI on a shared GPU (zero1/'s C runtime and MPI communicator, instrumented too,
+#      its CUDA ops and NCCL communicator): no finding
+#   4. test_zero1_cuda (every zero1/ CUDA kernel, bitwise against the CPU device, and the NCCL
+#      communicator at one rank): no finding
+#   5. test_gpt2cu BF16 against the PyTorch oracle (4 AdamW steps): its tolerances hold under
+#      GPU numerics (the sanitizers' share of it ran in 3)
 # Prints "N passed, M failed"; the profiles' tables stay in the logs ($OUT).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -39,7 +49,7 @@ build() {  # build PRECISION TARGETS...: a copy of the tree in $OUT/tree_PRECISI
     shift
     mkdir -p "$dir/build" && bash scripts/copy_sources.sh "$dir" && cp -rp build/cuda_cpu "$dir/build/" &&
         rm -rf "$dir/build/cuda_cpu/src" &&
-        (cd "$dir" && make -j2 "$@" CUDA_ON_CPU=1 CUDA_CPU_TOOLS=1 PRECISION="$p")
+        (cd "$dir" && make -j2 "$@" CUDA_ON_CPU=1 CUDA_CPU_TOOLS=1 CUDA_CPU_NUMERICS=gpu PRECISION="$p")
 }
 finished() {  # finished PID PRECISION: waits for that build, shows its log
     wait "$1"
@@ -49,19 +59,31 @@ finished() {  # finished PID PRECISION: waits for that build, shows its log
 }
 build FP32 test_kernels_cuda >"$OUT/tree_FP32.log" 2>&1 &
 fp32=$!
-build BF16 test_kernels_cuda test_gpt2cu >"$OUT/tree_BF16.log" 2>&1 &
+build BF16 test_kernels_cuda test_gpt2cu test_zero1_cuda USE_ZERO1=1 >"$OUT/tree_BF16.log" 2>&1 &
 bf16=$!
 check build_FP32 finished $fp32 FP32
 check build_BF16 finished $bf16 BF16
 
+CHECKS=(CUDA_CPU_CHECK=race,memcheck)
 for P in FP32 BF16; do
     p=$(echo "$P" | tr A-Z a-z) dir=$OUT/tree_$P
-    check "kernels_${p}_race_profile" env CUDA_CPU_CHECK=race CUDA_CPU_PROFILE="$OUT/profile_$p.jsonl" \
+    check "kernels_${p}_checks_profile" env "${CHECKS[@]}" CUDA_CPU_PROFILE="$OUT/profile_$p.jsonl" \
         "$dir/test_kernels_cuda"
     check "kernels_${p}_budgets" $PY dev/test/check_kernel_budgets.py "$OUT/profile_$p.jsonl" \
         "dev/test/kernel_budgets_$p.txt"
 done
-check gpt2cu_bf16_step_race env CUDA_CPU_CHECK=race "$OUT/tree_BF16/test_gpt2cu" --dump-params "$OUT/params.bin" d2 1
+T=$OUT/tree_BF16/test_gpt2cu
+check gpt2cu_bf16_step_checks env "${CHECKS[@]}" "$T" --dump-params "$OUT/params.bin" d2 1
+for comm in nccl mpi; do
+    shared=()
+    [ $comm = mpi ] && shared=(CUDA_CPU_SHARED_GPU=1)  # ranks sharing a GPU: the staged copies
+    check "gpt2cu_bf16_zero1_np2_${comm}_step_checks" env "${CHECKS[@]}" "${shared[@]}" "${MPIRUN[@]}" -np 2 "$T" \
+        --dump-params "$OUT/params_z.bin" d2 1 -z 1 --bucket-size 65536 --comm $comm
+done
+check zero1_cuda_checks env "${CHECKS[@]}" "$OUT/tree_BF16/test_zero1_cuda"
+check oracle_bf16 $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_bf16.bin" --out-state "$OUT/state_bf16.bin" \
+    --dtype bf16 --steps 4
+check gpt2cu_bf16_oracle_numerics "$T" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

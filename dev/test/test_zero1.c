@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
     flipped.overlap_grad_reduce = !cfg.overlap_grad_reduce;
     flipped.overlap_param_gather = !cfg.overlap_param_gather;
     RunResult other = run(&flipped, &data, steps, 1, NULL);
-    compare_bitwise("overlap on vs off", &got, &other, steps, rank);
+    compare_bitwise("overlap on vs off (one bucket)", &got, &other, steps, rank);
     if (rank == 0) printf("%s test_zero1\n", failures ? "FAIL" : "PASS");
     MPI_Finalize();
     return failures ? 1 : 0;

@@ -42,8 +42,8 @@ check() {  # check NAME NP ARGS...: one test_zero1 run (of $MODEL, default small
 }
 
 # Every run also repeats its candidate with both overlaps switched and asserts bitwise the
-# same result (test_zero1.c), so no row needs --no-overlap-*: overlap off is proven by
-# every row's flip. At np 1 the communicator is the single-rank one, whose collectives move
+# same result (test_zero1.c; overlap off lays out one bucket, so the flip also changes the
+# layout), so no row needs --no-overlap-*: overlap off is proven by every row's flip. At np 1 the communicator is the single-rank one, whose collectives move
 # nothing: "one bucket" proves it; each other row's feature is proven at np 2-4, where the
 # collectives move data (the split embedding and stochastic rounding keep their np 1 rows).
 for np in 1 2 3 4; do
@@ -214,5 +214,21 @@ PYEOF
         failed=$((failed + 1)); echo "FAIL np=$np --trace ($k instance(s))"; tail -15 "$work/log"
     fi
 done
+# Overlap off lays out one bucket, as Megatron's DDP does, and says a --bucket-size given is
+# not used; the same flags with overlap lay out several.
+if wanted 2 "one bucket without overlap"; then
+    layout() {  # layout FLAGS...: the start-up's bucket rows and notes of a 1-step run at np 2
+        timeout 120 "${MPIRUN[@]}" -np 2 ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
+            -x 1 -v 0 -s 0 -z 1 --bucket-size 3000 "$@" >"$work/log" 2>&1 || return 1
+        echo "$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$work/log") buckets" \
+            "$(grep -c '^zero1: note: --no-overlap-grad-reduce lays out one bucket.*--bucket-size 3000 is not used' "$work/log") notes"
+    }
+    off=$(layout --no-overlap-grad-reduce) on=$(layout)
+    if [ "$off" = "1 buckets 1 notes" ] && [[ $on == *" buckets 0 notes" ]] && [ "${on%% *}" -gt 1 ]; then
+        passed=$((passed + 1)); echo "PASS np=2 one bucket without overlap, and a note (with overlap: ${on%% buckets*} buckets)"
+    else
+        failed=$((failed + 1)); echo "FAIL np=2 one bucket without overlap: off '$off', on '$on'"; tail -15 "$work/log"
+    fi
+fi
 echo "test_zero1: $passed passed, $failed failed$([ $left_out = 0 ] || echo ", $left_out rows left out (FAST=1; make test runs them)")"
 [ $failed = 0 ]

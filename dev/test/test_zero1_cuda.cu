@@ -693,6 +693,8 @@ static double get_value(const void* buf, Zero1Dtype t, size_t i) {
     return bf16_to_float(((const uint16_t*)buf)[i]);
 }
 
+// Small integers: their sums are exact in every order NCCL may add them (ring, tree, NVLS),
+// so the bitwise checks below hold whatever the algorithm (docs/gpu.md#what-is-bitwise-on-a-gpu).
 static double contribution(int rank, size_t i) { return (double)((rank + 1) * (int)(i % 8)); }
 
 enum { RS = 0, AG = 1, AR = 2 };

@@ -179,6 +179,7 @@ static void test_shared_embedding_closes_bucket(void) {
 
 // bucket_size hit exactly (>= closes), pad_busbw, default bucket size, ranks owning only padding.
 static void test_bucket_rules(void) {
+    char err[256];
     // {64, 64}, bucket_size 64, DP=1: p1 [0,64) 64>=64 closes (end 128); p0 [128,192) closes (end 256).
     size_t two[] = {64, 64};
     Zero1Layout L = build_ok(two, 2, 1, 64, 0, -1);
@@ -202,9 +203,21 @@ static void test_bucket_rules(void) {
     zero1_layout_free(&L);
     CHECK(zero1_default_bucket_size(8) == 40000000LL, "default(8)");
     CHECK(zero1_default_bucket_size(64) == 64000000LL, "default(64)");
+    // As Megatron's DDP: the default over all data-parallel ranks (64 as 2 instances of 32 -> 64e6);
+    // one bucket without overlap, whatever was asked; a size given is kept with overlap.
+    CHECK(zero1_ddp_bucket_size(-1, 64, 1) == 64000000LL, "ddp default(64)");
+    CHECK(zero1_ddp_bucket_size(-1, 64, 0) == 0 && zero1_ddp_bucket_size(3000, 8, 0) == 0, "ddp without overlap");
+    CHECK(zero1_ddp_bucket_size(3000, 8, 1) == 3000 && zero1_ddp_bucket_size(0, 8, 1) == 0, "ddp given");
+    // --bucket-size: none is 0, a count is kept, 0 and anything else are refused with a message.
+    long long parsed = -1;
+    CHECK(zero1_parse_bucket_size("--bucket-size", "none", &parsed, err, sizeof(err)) == 0 && parsed == 0, "none");
+    CHECK(zero1_parse_bucket_size("--bucket-size", "40000", &parsed, err, sizeof(err)) == 0 && parsed == 40000, "N");
+    CHECK(zero1_parse_bucket_size("--bucket-size", "0", &parsed, err, sizeof(err)) == -1 &&
+              strstr(err, "use --bucket-size none") != NULL, "0: %s", err);
+    CHECK(zero1_parse_bucket_size("--bucket-size", "-1", &parsed, err, sizeof(err)) == -1, "-1");
+    CHECK(zero1_parse_bucket_size("--bucket-size", "12x", &parsed, err, sizeof(err)) == -1, "12x");
     // DP=4, one element: bucket [0,128), shards of 32; ranks 1..3 own only padding.
     L = build_ok(one, 1, 4, 0, 0, -1);
-    char err[256];
     for (int r = 0; r < 4; r++) {
         Zero1RankShards S;
         CHECK(zero1_shards_build(&S, &L, r, err, sizeof(err)) == 0, "%s", err);

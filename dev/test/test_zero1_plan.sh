@@ -2,7 +2,8 @@
 # zero1_plan end to end:
 #   1. 2000 random configurations vs the independent Python oracle (dev/test/layout_oracle.py);
 #   2. the GPT-2 124M layout, ledger and bucket timing at DP=8 vs arithmetic and reasoning done
-#      by hand below, also as 2 distributed-optimizer instances of 4 ranks;
+#      by hand below, also as 2 distributed-optimizer instances of 4 ranks; the bucket size
+#      as Megatron's DDP picks it (64 ranks as 2 instances, overlap off, 0 refused);
 #   3. bad arguments -> usage and exit code 2;
 #   4. the zero1 headers compile as C++ (nvcc includes them).
 # Run from anywhere; builds zero1_plan with make. Prints one PASS/FAIL line.
@@ -132,6 +133,25 @@ for n in $((2 * (K - 1) * OWNED_G * 4 / K)) $(((G - 1) * OWNED_G * 6)) $((6 * NU
 done
 echo "  d12 DP=8 as 2 instances of 4: state $((12 * OWNED_G)) B per rank, sent inside the group $(((G - 1) * OWNED_G * 6)) B, across $((2 * (K - 1) * OWNED_G * 4 / K)) B"
 
+# 2c. Megatron's DistributedDataParallel picks the bucket size (dev/test/test_megatron_layout.sh
+# runs its code): the default max(40e6, 1e6 x DP) over all the ranks, instances included (64 ranks
+# as 2 instances of 32: 64e6, where the group's 32 ranks would give 40e6), and one bucket without
+# overlap, a --bucket-size given then noted as unused.
+got=$(./zero1_plan --model d12 --dp 64 --instances 2 --json | $PY -c '
+import json, sys; j = json.load(sys.stdin); print(j["bucket_size"], j["group_size"], len(j["buckets"]))') ||
+    fail "zero1_plan --dp 64 --instances 2 --json"
+[ "$got" == "64000000 32 2" ] || fail "d12 DP=64 K=2 default bucket size: got '$got', want '64000000 32 2'"
+got=$(./zero1_plan --model d12 --dp 8 --bucket-size 40000 --no-overlap-grad-reduce --json | $PY -c '
+import json, sys; j = json.load(sys.stdin); print(j["bucket_size"], j["overlap_grad_reduce"], len(j["buckets"]))') ||
+    fail "zero1_plan --no-overlap-grad-reduce --json"
+[ "$got" == "None False 1" ] || fail "d12 DP=8 --no-overlap-grad-reduce: got '$got', want one bucket"
+./zero1_plan --model d12 --dp 8 --bucket-size 40000 --no-overlap-grad-reduce | grep -q "^note: --bucket-size 40000 is not used" ||
+    fail "no note that --bucket-size is not used without overlap"
+err=$(./zero1_plan --numels 1,2 --bucket-size 0 2>&1 >/dev/null)
+grep -q "use --bucket-size none (Megatron's bucket_size=0 would close a bucket after every parameter" <<<"$err" ||
+    fail "--bucket-size 0: no message pointing at none: $err"
+echo "  bucket size as Megatron's DDP: default over all 64 ranks with 2 instances (64e6, 2 buckets); one bucket without overlap; 0 refused"
+
 # 3. bad arguments -> exit 2 with a usage message
 bad_cases=(
     ""
@@ -146,6 +166,7 @@ bad_cases=(
     "--numels 1,2 --dp"
     "--numels 1,2 --bucket-size -5"
     "--numels 1,2 --bucket-size 1e6"
+    "--numels 1,2 --bucket-size 0"
     "--numels 1,2 --shared-embedding 2"
     "--numels 1,2 --shared-embedding x"
     "--numels 18446744073709551615,2"

@@ -4,10 +4,15 @@
 #   test_layer  kernels (barriers, warp collectives, faults, blocks in parallel), launch
 #               checks, memory, streams and events, in every thread order (forward, reverse,
 #               random) and execution mode (async, eager, lazy), and under CUDA_CPU_PROTECT=1
-#   test_blas   cuBLAS and cuBLASLt on hand-worked examples and the documented errors
+#   test_blas   cuBLAS and cuBLASLt on hand-worked examples and the documented errors, and
+#               the heuristic's answers under each CUDA_CPU_BLASLT_HEURISTIC
 #   test_nccl   NCCL at 2, 3 and 4 ranks, its rules and its failures (test_nccl.sh)
-#   test_tools  the sanitizer and profiler (CUDA_CPU_CHECK, CUDA_CPU_PROFILE) on hand-worked
+#   test_tools  the sanitizer and profiler (CUDA_CPU_CHECK=race, CUDA_CPU_PROFILE) on hand-worked
 #               cases; and a build without CUDA_CPU_TOOLS=1 refusing them with the fix
+#   test_memcheck  memcheck (CUDA_CPU_CHECK=memcheck) on hand-worked faults: out of bounds,
+#               misaligned, host code (C++ and C) touching device memory
+#   test_numerics  GPU numerics (a CUDA_CPU_NUMERICS=gpu build) on hand-worked values; and a
+#               run asking for the numerics its program was not built with refused
 # Prints "N passed, M failed".
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../test/env.sh"
@@ -35,7 +40,8 @@ run() {  # run NAME COMMAND...: counts the result of one run, showing its tail o
     fi
     rm -f "$log"
 }
-run build make -s test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl test_cuda_cpu_tools CUDA_ON_CPU=1
+run build make -s test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl test_cuda_cpu_tools test_cuda_cpu_memcheck \
+    test_cuda_cpu_numerics CUDA_ON_CPU=1
 for order in forward reverse random; do
     run "test_layer order=$order" env CUDA_CPU_ORDER=$order ./test_cuda_cpu_layer
 done
@@ -48,12 +54,44 @@ else
     echo "$PKEYS_SKIPPED (test_layer protect, test_blas protect)"
 fi
 run test_blas ./test_cuda_cpu_blas
+# CUDA_CPU_BLASLT_HEURISTIC: each value's answers; random's the same in another process, and
+# others under another CUDA_CPU_SEED; a value it does not know is refused.
+heuristic_modes() {
+    local m a b c out
+    for m in documented none random all; do
+        CUDA_CPU_BLASLT_HEURISTIC=$m ./test_cuda_cpu_blas heuristic $m || return 1
+    done
+    a=$(CUDA_CPU_BLASLT_HEURISTIC=random ./test_cuda_cpu_blas heuristic random 2>/dev/null | grep '^random answers')
+    b=$(CUDA_CPU_BLASLT_HEURISTIC=random ./test_cuda_cpu_blas heuristic random 2>/dev/null | grep '^random answers')
+    c=$(CUDA_CPU_SEED=2 CUDA_CPU_BLASLT_HEURISTIC=random ./test_cuda_cpu_blas heuristic random 2>/dev/null |
+        grep '^random answers')
+    echo "seed 1: $a; again: $b; seed 2: $c"
+    [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] || return 1
+    echo "PASS random: the same answers in another process, others under CUDA_CPU_SEED=2"
+    out=$(CUDA_CPU_BLASLT_HEURISTIC=bogus ./test_cuda_cpu_blas heuristic bogus 2>&1) && return 1
+    grep -q "^error: cuda_cpu: CUDA_CPU_BLASLT_HEURISTIC=bogus: use one of documented none random all" <<<"$out" &&
+        echo "PASS CUDA_CPU_BLASLT_HEURISTIC=bogus refused"
+}
+run "test_blas CUDA_CPU_BLASLT_HEURISTIC" heuristic_modes
 pkeys_available && run "test_blas protect" env CUDA_CPU_PROTECT=1 CUDA_CPU_EXEC=lazy ./test_cuda_cpu_blas
 run test_nccl bash dev/cuda_cpu/tests/test_nccl.sh ./test_cuda_cpu_nccl
 run test_tools ./test_cuda_cpu_tools
+run test_memcheck ./test_cuda_cpu_memcheck
+run test_numerics ./test_cuda_cpu_numerics
+numerics_refused() {  # CUDA_CPU_NUMERICS naming what the program was not built with: one error with the fix
+    local v bin out
+    for v in gpu:./test_cuda_cpu_layer ieee:./test_cuda_cpu_numerics; do
+        bin=${v#*:} v=${v%%:*}
+        out=$(CUDA_CPU_NUMERICS=$v "$bin" 2>&1) && { echo "FAIL CUDA_CPU_NUMERICS=$v $bin: ran"; return 1; }
+        grep -q "^error: cuda_cpu: CUDA_CPU_NUMERICS=$v, but this program was built with .* numerics: rebuild with make" \
+            <<<"$out" || { echo "FAIL CUDA_CPU_NUMERICS=$v $bin: $out" | head -n 3; return 1; }
+        echo "PASS CUDA_CPU_NUMERICS=$v refused by $bin with the fix"
+    done
+}
+run "numerics refused where not built" numerics_refused
 tools_refused() {  # CUDA_CPU_CHECK / CUDA_CPU_PROFILE in a build without the tools: one error with the fix
     local v out
-    for v in CUDA_CPU_CHECK=race CUDA_CPU_PROFILE=/dev/null; do
+    for v in CUDA_CPU_CHECK=race CUDA_CPU_CHECK=memcheck CUDA_CPU_PROFILE=/dev/null; do
         out=$(env "$v" ./test_cuda_cpu_layer 2>&1) && { echo "FAIL $v: ran"; return 1; }
         grep -q "^error: cuda_cpu: .* needs the layer's tools in the build: rebuild with make ... CUDA_ON_CPU=1 CUDA_CPU_TOOLS=1" \
             <<<"$out" || { echo "FAIL $v: $out" | head -n 3; return 1; }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 // The layer's own query (declared in dev/cuda_cpu/cuda_cpu.h, which only .cu files get).
@@ -473,10 +474,114 @@ static void test_live_descriptors(void) {
           "blas_live_descriptors: back after their Destroy (and a NULL one)");
 }
 
-int main(void) {
+// ---- the heuristic's "no algorithm" (CUDA_CPU_BLASLT_HEURISTIC; blas.cpp, refused()) ------------
+// One fused request per kind, on bf16 as llmc/matmul.cuh asks: 16 x 8 by 8 x 4, 256-byte
+// aligned operands (the preference's default), bias and aux as given.
+struct Fused {
+    const char* name;
+    cublasLtEpilogue_t epi;
+    bool bias, aux;
+};
+static const Fused kFused[] = {{"BIAS", CUBLASLT_EPILOGUE_BIAS, true, false},
+                               {"GELU_AUX_BIAS", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, true},
+                               {"DGELU", CUBLASLT_EPILOGUE_DGELU, false, true},
+                               {"BGRADB", CUBLASLT_EPILOGUE_BGRADB, true, false},
+                               {"DEFAULT with a bias pointer set", CUBLASLT_EPILOGUE_DEFAULT, true, false}};
+
+// The heuristic's answer for fused request f with the bias and aux at byte offset `skew` of
+// 256-byte aligned buffers, shape m x n x k: 1 an algorithm, 0 none (either documented form),
+// -1 any other status.
+static int fused_answer(cublasLtHandle_t h, const Fused& f, int skew, uint64_t m = 16, uint64_t n = 4,
+                        uint64_t k = 8) {
+    static char* buf = nullptr;
+    if (!buf) cudaMalloc((void**)&buf, 1 << 16);
+    Lt lt(h, CUDA_R_16BF, CUDA_R_16BF, false, false, m, n, k, m, k, m);
+    lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE, f.epi);
+    if (f.bias) lt.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, (const void*)(buf + skew));
+    if (f.epi == CUBLASLT_EPILOGUE_BGRADB) lt.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+    if (f.aux) {
+        lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (const void*)(buf + 4096 + skew));
+        lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)m);
+    }
+    cublasStatus_t st = lt.heuristic();
+    if (st == CUBLAS_STATUS_SUCCESS) return lt.found == 1 && lt.result.state == CUBLAS_STATUS_SUCCESS ? 1 : lt.found == 0 ? 0 : -1;
+    return st == CUBLAS_STATUS_NOT_SUPPORTED && lt.found == 0 ? 0 : -1;
+}
+
+static int plain_answer(cublasLtHandle_t h, uint32_t align) {
+    Lt lt(h, CUDA_R_16BF, CUDA_R_16BF, false, false, 16, 4, 8, 16, 8, 16);
+    lt.align(align);
+    return lt.heuristic() == CUBLAS_STATUS_SUCCESS && lt.found == 1 ? 1 : 0;
+}
+
+// mode: the CUDA_CPU_BLASLT_HEURISTIC this process runs under (main's argument).
+static void test_heuristic_mode(cublasLtHandle_t h, const char* mode) {
+    char what[160];
+    bool documented = strcmp(mode, "documented") == 0, none = strcmp(mode, "none") == 0;
+    bool random = strcmp(mode, "random") == 0, all = strcmp(mode, "all") == 0;
+    check(plain_answer(h, 256) == 1 && plain_answer(h, 2) == 1,
+          "heuristic: a plain matmul has an algorithm (256-byte and 2-byte alignment)");
+    for (const Fused& f : kFused) {
+        // aligned: refused only by none (random: whatever the hash says, checked below)
+        int aligned = fused_answer(h, f, 0), misaligned = fused_answer(h, f, 2);
+        if (!random) {
+            snprintf(what, sizeof(what), "heuristic %s: %s, 256-byte aligned: %s", mode, f.name,
+                     none ? "no algorithm" : "an algorithm");
+            check(aligned == (none ? 0 : 1), what);
+        }
+        // 2 bytes off: no algorithm but under all (documented's rule, kept by random), where
+        // the epilogue reads them (DEFAULT does not: none alone refuses it)
+        if (f.epi == CUBLASLT_EPILOGUE_DEFAULT && !none && !all) continue;
+        snprintf(what, sizeof(what), "heuristic %s: %s, bias/aux 2-byte aligned: %s", mode, f.name,
+                 all ? "an algorithm" : "no algorithm");
+        check(misaligned == (all ? 1 : 0), what);
+    }
+    if (documented || all) {  // an operand off 16 bytes: the documented rule, for fused requests only
+        Lt lt(h, CUDA_R_16BF, CUDA_R_16BF, false, false, 16, 4, 8, 16, 8, 16);
+        lt.align(8);
+        lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DGELU);
+        char* aux;
+        cudaMalloc((void**)&aux, 1024);
+        lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (const void*)aux);
+        lt.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)16);
+        cublasStatus_t st = lt.heuristic();
+        snprintf(what, sizeof(what), "heuristic %s: DGELU with MIN_ALIGNMENT 8: %s", mode,
+                 all ? "an algorithm" : "no algorithm");
+        check(all ? st == CUBLAS_STATUS_SUCCESS && lt.found == 1 : st == CUBLAS_STATUS_NOT_SUPPORTED && lt.found == 0,
+              what);
+        cudaFree(aux);
+    }
+    if (random) {
+        // 4 kinds x 16 shapes: the answer of each twice (new descriptors each time) is the same;
+        // both answers occur. The runner compares the printed answers across processes and seeds.
+        std::string answers;
+        bool stable = true;
+        for (int kind = 0; kind < 4; kind++) {
+            for (uint64_t m = 8; m <= 128; m += 8) {
+                int a = fused_answer(h, kFused[kind], 0, m), b = fused_answer(h, kFused[kind], 0, m);
+                stable &= a == b && a >= 0;
+                answers += a == 1 ? '1' : '0';
+            }
+        }
+        check(stable, "heuristic random: the same request gets the same answer twice (64 requests)");
+        check(answers.find('0') != std::string::npos && answers.find('1') != std::string::npos,
+              "heuristic random: some of 64 fused requests refused, some not");
+        printf("random answers: %s\n", answers.c_str());
+    }
+}
+
+// test_blas [heuristic MODE]: without arguments every test under the default heuristic; with them
+// only the heuristic's answers, under CUDA_CPU_BLASLT_HEURISTIC=MODE (run_layer_tests.sh).
+int main(int argc, char** argv) {
     cublasHandle_t h = nullptr;
     cublasLtHandle_t lt = nullptr;
     check(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS && cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS, "create handles");
+    if (argc == 3 && strcmp(argv[1], "heuristic") == 0) {
+        test_heuristic_mode(lt, argv[2]);
+        printf("%s\n", g_failed ? "test_blas: FAILED" : "test_blas: all passed");
+        return g_failed;
+    }
+    test_heuristic_mode(lt, "documented");
     test_fp32_products(lt);
     test_bf16(lt);
     test_gelu(lt);

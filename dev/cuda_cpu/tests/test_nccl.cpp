@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <cstdarg>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -487,6 +488,107 @@ static void test_basic() {
               "destroy both communicators");
 }
 
+// ---- the order of the sums (CUDA_CPU_NCCL_ORDER) -------------------------------------------------
+// Inputs whose float sum tells the order: A = 2^24, where A + 1 rounds back to A (fp32's
+// spacing there is 2, the tie goes to even). 3 ranks x = {A, 1, 1}; 4 ranks {A, 1, 1, -A}.
+// The expected results, by hand from NCCL's algorithms (docs: src/device/all_reduce.h and
+// reduce_scatter.h runRing: the piece ending on rank l starts on l+1 and adds l's own last;
+// src/graph/trees.cc ncclGetBtree: root 0 with child 2, whose children are 1 then 3):
+//   rank   3: (A+1)+1 = A                 4: ((A+1)+1)-A = 0
+//   ring   3: piece ending on 0: (1+1)+A = A+2; on 1: (1+A)+1 = A; on 2: (A+1)+1 = A
+//          4: on 0: ((1+1)-A)+A = 2; on 1: ((1-A)+A)+1 = 2; on 2: ((-A+A)+1)+1 = 2;
+//             on 3: ((A+1)+1)-A = 0
+//   tree   3: A+(1+1) = A+2            4: A+((1+1)-A) = 2   (all-reduce only; the rest ring)
+// An all-reduce of 16 floats: pieces of 6 (3 ranks: ceil(16/3) rounded up to 16 bytes) or 4
+// (4 ranks); a reduce-scatter: each rank's block ends on it; a reduce: on its root.
+static const float kA = 16777216.0f;
+static float order_input(int r) { return r == 0 ? kA : r == 3 ? -kA : 1.0f; }
+static float expect_order(const std::string& order, int last, bool all_reduce) {
+    const float a2 = kA + 2.0f;
+    if (order == "rank") return g_size == 3 ? kA : 0.0f;
+    if (order == "tree" && all_reduce) return g_size == 3 ? a2 : 2.0f;
+    if (g_size == 3) return last == 0 ? a2 : kA;  // ring
+    return last == 3 ? 0.0f : 2.0f;
+}
+
+static int test_orders(const std::string& order) {
+    ncclComm_t comm = make_comm();
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    const size_t n = 16;
+    float* b = to_dev(std::vector<float>(n, order_input(g_rank)));
+    bool ok = ncclAllReduce(b, b, n, ncclFloat, ncclSum, comm, s) == ncclSuccess;
+    cudaStreamSynchronize(s);
+    std::vector<float> got = from_dev(b, n), want(n);
+    const size_t piece = g_size == 3 ? 8 : 4;  // ceil(16/3) = 6 rounded up to 16 bytes (4 floats): 8
+    for (size_t i = 0; i < n; i++) want[i] = expect_order(order, (int)(i / piece), true);
+    if (order == "random") {
+        // All ranks get the same bits (NCCL's guarantee); every value one of the chain orders'
+        // (3 ranks: A or A+2; 4: 0, 1 or 2); over 20 calls the order changes.
+        std::vector<float> all(n * g_size);
+        MPI_Allgather(got.data(), (int)n, MPI_FLOAT, all.data(), (int)n, MPI_FLOAT, MPI_COMM_WORLD);
+        bool same_all = true, in_set = true;
+        for (int q = 0; q < g_size; q++) same_all &= memcmp(all.data() + q * n, got.data(), n * sizeof(float)) == 0;
+        std::vector<float> seen;
+        for (int call = 0; call < 20; call++) {
+            float* c = to_dev(std::vector<float>(n, order_input(g_rank)));
+            ok &= ncclAllReduce(c, c, n, ncclFloat, ncclSum, comm, s) == ncclSuccess;
+            cudaStreamSynchronize(s);
+            std::vector<float> r = from_dev(c, n);
+            MPI_Allgather(r.data(), (int)n, MPI_FLOAT, all.data(), (int)n, MPI_FLOAT, MPI_COMM_WORLD);
+            for (int q = 0; q < g_size; q++) same_all &= memcmp(all.data() + q * n, r.data(), n * sizeof(float)) == 0;
+            for (float v : r) {
+                in_set &= g_size == 3 ? (v == kA || v == kA + 2.0f) : (v == 0.0f || v == 1.0f || v == 2.0f);
+                if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+            }
+            cudaFree(c);
+        }
+        check_all(ok && same_all, "random order: every rank gets the same bits, 21 all-reduces");
+        check_all(in_set, "random order: every result is a chain order's sum");
+        check_all(seen.size() >= 2, fmt("random order: the order changes between calls (%zu results seen)", seen.size()));
+    } else {
+        check_all(ok && same(got, want), fmt("%s order: all-reduce of 16 floats, piece by piece", order.c_str()));
+    }
+    // Reduce-scatter: this rank's block ends on it (tree: NCCL has rings only).
+    float* rs = to_dev(std::vector<float>(4 * g_size, order_input(g_rank)));
+    ok = ncclReduceScatter(rs, rs + 4 * g_rank, 4, ncclFloat, ncclSum, comm, s) == ncclSuccess;
+    cudaStreamSynchronize(s);
+    std::vector<float> mine = from_dev(rs + 4 * g_rank, 4);
+    if (order != "random") {
+        check_all(ok && same(mine, std::vector<float>(4, expect_order(order, g_rank, false))),
+                  fmt("%s order: reduce-scatter, each block ending on its rank", order.c_str()));
+        // Reduce to root 0: the ring ends on the root.
+        float* rd = to_dev(std::vector<float>(n, order_input(g_rank)));
+        float* out = to_dev(std::vector<float>(n));
+        ok = ncclReduce(rd, out, n, ncclFloat, ncclSum, 0, comm, s) == ncclSuccess;
+        cudaStreamSynchronize(s);
+        check_all(ok && (g_rank != 0 || same(from_dev(out, n), std::vector<float>(n, expect_order(order, 0, false)))),
+                  fmt("%s order: reduce to root 0, ending on it", order.c_str()));
+        // bf16, rounded after each addition: 256 + 1 = 257 ties to 256 (spacing 2); the inputs
+        // {256, 1, 1} (3 ranks) give the fp32 case's pattern at 256 instead of A.
+        if (g_size == 3) {
+            uint16_t in = g_rank == 0 ? 0x4380 : 0x3F80;  // 256, 1
+            uint16_t* h = to_dev(std::vector<uint16_t>(n, in));
+            ok = ncclAllReduce(h, h, n, ncclBfloat16, ncclSum, comm, s) == ncclSuccess;
+            cudaStreamSynchronize(s);
+            std::vector<uint16_t> hw(n);
+            for (size_t i = 0; i < n; i++) {  // 16 bf16 = 32 bytes: ceil(16/3) = 6 -> 8 per piece
+                float e = expect_order(order, (int)(i / 8), true);
+                hw[i] = e == kA + 2.0f ? 0x4381 : 0x4380;  // 258 or 256
+            }
+            check_all(ok && same(from_dev(h, n), hw), fmt("%s order: all-reduce of bf16, per-step rounding",
+                                                          order.c_str()));
+            cudaFree(h);
+        }
+        cudaFree(rd);
+        cudaFree(out);
+    }
+    cudaFree(rs);
+    cudaFree(b);
+    ncclCommDestroy(comm);
+    return g_failed ? 1 : 0;
+}
+
 // ---- the failing modes ---------------------------------------------------------------------------------
 // Rank 0 a reduce-scatter of 4096 floats, rank 1 an all-gather of 2048 bf16: a fault, no hang.
 static int test_mismatch() {
@@ -733,6 +835,8 @@ int main(int argc, char** argv) {
     if (mode == "basic") {
         test_basic();
         rc = g_failed ? 1 : 0;
+    } else if (mode == "orders" && argc > 2 && (g_size == 3 || g_size == 4)) {
+        rc = test_orders(argv[2]);
     } else if (g_size != 2) {
         if (g_rank == 0) fprintf(stderr, "mode %s needs 2 ranks\n", mode.c_str());
     } else if (mode == "mismatch") {

@@ -5,7 +5,7 @@
 #   dev/cuda_cpu/tests/test_nccl.sh [path/to/test_nccl]     (default ./test_nccl)
 #
 # Prints one line per run and "N passed, M failed"; exits 1 when any failed. Each run is
-# under a 60 s timeout: a hang fails, it does not block CI. About 20 s on 2 cores.
+# under a 60 s timeout: a hang fails, it does not block CI. About 30 s on 2 cores.
 set -uo pipefail
 BIN=${1:-./test_nccl}
 [ -x "$BIN" ] || { echo "test_nccl.sh: $BIN is not an executable (build test_nccl first)" >&2; exit 2; }
@@ -46,9 +46,20 @@ expect() {
 }
 
 INVERSION="ranks issued collectives on two communicators in different orders (NCCL can deadlock): rank "
+# basic's expected sums are worked out in rank order (at 2 ranks every order gives them).
 for n in 2 3 4; do
-    expect "basic, $n ranks" 0 -"$INVERSION" -- "${MPIRUN[@]}" -np $n "$BIN" basic
+    expect "basic, $n ranks" 0 -"$INVERSION" -- env CUDA_CPU_NCCL_ORDER=rank "${MPIRUN[@]}" -x CUDA_CPU_NCCL_ORDER \
+        -np $n "$BIN" basic
 done
+# The sum orders (CUDA_CPU_NCCL_ORDER), against results worked out by hand from NCCL's
+# ring and tree (test_nccl.cpp, test_orders); the default is ring.
+for order in ring tree random; do
+    for n in 3 4; do
+        expect "orders: $order, $n ranks" 0 -- env CUDA_CPU_NCCL_ORDER=$order "${MPIRUN[@]}" -x CUDA_CPU_NCCL_ORDER \
+            -np $n "$BIN" orders $order
+    done
+done
+expect "orders: the default is ring" 0 -- "${MPIRUN[@]}" -np 3 "$BIN" orders ring
 for mode in eager lazy; do
     expect "basic, 2 ranks, CUDA_CPU_EXEC=$mode" 0 -- env CUDA_CPU_EXEC=$mode "${MPIRUN[@]}" -x CUDA_CPU_EXEC -np 2 "$BIN" basic
 done
@@ -69,6 +80,10 @@ expect "inversion, CUDA_CPU_EXEC=eager" 2 +"error: cuda_cpu: $INVERSION" \
 # (abort needs a host thread that is not inside the collective: not under eager execution)
 expect "abort while a peer never arrives" 0 +"abandoned: ncclCommAbort was called" +"rank 0 aborted the communicator" \
     -- "${MPIRUN[@]}" -np 2 "$BIN" abort
+# A blocking abort (CUDA_CPU_NCCL_ABORT=block) waits for the device's queued work, which gives
+# up at once here (nothing else runs): the same results. test_watchdog_cuda blocks it forever.
+expect "abort, CUDA_CPU_NCCL_ABORT=block" 0 +"abandoned: ncclCommAbort was called" \
+    -- env CUDA_CPU_NCCL_ABORT=block "${MPIRUN[@]}" -x CUDA_CPU_NCCL_ABORT -np 2 "$BIN" abort
 expect "same order on two communicators, one rank late: no inversion" 0 -"$INVERSION" -- "${MPIRUN[@]}" -np 2 "$BIN" order
 expect "CUDA_CPU_NCCL_CONCURRENT=1: one stream passes, a second stream beside an op in flight faults, exit 2" 2 \
     +"may run at once on one GPU, which NCCL does not support" \

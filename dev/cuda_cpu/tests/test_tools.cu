@@ -178,6 +178,16 @@ __global__ void blocks_bf16_neighbours(__nv_bfloat16* out) {
     if (threadIdx.x == 0) out[blockIdx.x] = __float2bfloat16((float)blockIdx.x);
 }
 __global__ void blocks_atomic(int* counter) { atomicAdd(counter, 1); }
+// Every thread of two warps adds to one __shared__ word with atomicAdd, then thread 0 reads
+// it after the barrier: no hazard (atomics do not race with one another).
+__global__ void shared_atomic(int* out) {
+    __shared__ int sum;
+    if (threadIdx.x == 0) sum = 0;
+    __syncthreads();
+    atomicAdd(&sum, 1);
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = sum;
+}
 
 static int race_case(const char* name) {
     float *in, *out;
@@ -194,6 +204,7 @@ static int race_case(const char* name) {
     else if (strcmp(name, "blocks_same_store") == 0) blocks_same_store<<<3, 32>>>(out);
     else if (strcmp(name, "blocks_bf16_neighbours") == 0) blocks_bf16_neighbours<<<4, 32>>>((__nv_bfloat16*)out);
     else if (strcmp(name, "blocks_atomic") == 0) blocks_atomic<<<4, 32>>>((int*)out);
+    else if (strcmp(name, "shared_atomic") == 0) shared_atomic<<<1, 64>>>((int*)out);
     else {
         fprintf(stderr, "unknown case %s\n", name);
         return 2;
@@ -322,6 +333,8 @@ static void test_sanitizer(const char* self) {
     expect_race(self, "blocks_bf16_neighbours", 0, quiet,
                 "racecheck: blocks writing neighbouring bf16 values of one word: no finding");
     expect_race(self, "blocks_atomic", 0, quiet, "racecheck: blocks adding to one word with atomicAdd: no finding");
+    expect_race(self, "shared_atomic", 0, quiet,
+                "racecheck: a block's threads adding to one __shared__ word with atomicAdd: no finding");
 }
 
 int main(int argc, char** argv) {

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# zero1_plan against megatron-core's own layout code (dev/test/megatron_layout.py: Megatron's
+# DistributedDataParallel, _ParamAndGradBuffer and DistributedOptimizer's range maps, over
+# GPT-2 d2/d4/d12 x DP 1-8 x bucket sizes x bus-bandwidth padding, the shared-embedding rule,
+# overlap off, distributed-optimizer instances and random parameter lists), then the same
+# comparison with zero1_plans built from copies of zero1/ with one rule changed, each of
+# which it must catch. The wheels come from PyPI once (dev/test/megatron_core.sh, cached);
+# without PyPI the step says SKIPPED, except under CI (CI=true), where it fails.
+# LLMC_MEGATRON_VERSIONS (default: dev/test/megatron_core.sh --pinned, "0.19.2 0.13.1") names
+# the megatron-core releases to run; the first is the reference docs/zero1.md names.
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+fail() { echo "FAIL test_megatron_layout: $*"; exit 1; }
+
+make -s zero1_plan >/dev/null || fail "make zero1_plan failed"
+dirs=()
+for version in ${LLMC_MEGATRON_VERSIONS:-$(bash dev/test/megatron_core.sh --pinned)}; do
+    dir=$(bash dev/test/megatron_core.sh "$version")
+    rc=$?
+    if [ $rc = 2 ]; then
+        echo "SKIPPED: megatron-core $version: PyPI cannot be reached, so zero1/'s layout was not compared with its code"
+        continue
+    fi
+    [ $rc = 0 ] || fail "megatron-core $version could not be had (dev/test/megatron_core.sh exited $rc)"
+    dirs+=("$dir")
+done
+[ ${#dirs[@]} -gt 0 ] || { echo "SKIPPED test_megatron_layout: no megatron-core release to compare with"; exit 0; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# plant NAME FILE OLD NEW: zero1_plan built from a copy of the sources with OLD replaced
+# by NEW in FILE (text that must occur exactly once: a mutation that no longer applies fails).
+planted=()
+plant() {
+    local dir=$work/$1
+    mkdir -p "$dir"
+    cp -r Makefile llmc zero1 "$dir/"
+    $PY - "$dir/$2" "$3" "$4" <<'PYEOF' || fail "mutation $1: its text is not in $2 once"
+import sys
+path, old, new = sys.argv[1:4]
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(1)
+open(path, "w").write(text.replace(old, new))
+PYEOF
+    make -s -C "$dir" zero1_plan >/dev/null 2>&1 || fail "mutation $1 does not build"
+    planted+=(--planted "$1=$dir/zero1_plan")
+}
+plant shard_range zero1/shards.h "r.end = r.start + shard_numel;" \
+    "r.end = r.start + shard_numel - (rank == layout->dp - 1 && bucket == 0 && rank > 0);"
+plant bucket_end_padding zero1/layout.h "#define ZERO1_BUCKET_ALIGN 128" "#define ZERO1_BUCKET_ALIGN 64"
+plant busbw_padding zero1/layout.h "#define ZERO1_BUSBW_ALIGN 65536" "#define ZERO1_BUSBW_ALIGN 32768"
+plant param_start_alignment zero1/layout.h "#define ZERO1_PARAM_START_ALIGN 64" "#define ZERO1_PARAM_START_ALIGN 32"
+plant bucket_closes_past_size zero1/layout.c "param_end - w.bucket_start >= L.bucket_size" \
+    "param_end - w.bucket_start > L.bucket_size"
+plant shared_embedding_joins_open_bucket zero1/layout.c "if (needs_own_bucket && w.open_params > 0) {" \
+    "if (needs_own_bucket && w.open_params < 0) {"
+plant default_over_the_group zero1/zero1_plan.c "zero1_ddp_bucket_size(o->bucket_size, o->dp, " \
+    "zero1_ddp_bucket_size(o->bucket_size, o->dp / o->instances, "
+plant buckets_without_overlap zero1/layout.c "if (!overlap_grad_reduce) return 0;" "(void)overlap_grad_reduce;"
+
+for dir in "${dirs[@]}"; do
+    $PY dev/test/megatron_layout.py --megatron "$dir" --binary ./zero1_plan "${planted[@]}" ||
+        fail "zero1_plan against megatron-core in $dir"
+done
+echo "PASS test_megatron_layout: ${#dirs[@]} megatron-core release(s)"
