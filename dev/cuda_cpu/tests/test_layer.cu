@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "dev/cuda_cpu/tests/layer_test.h"
+#include "dev/cuda_cpu/tests/two_workers.h"
 
 // ---- kernels under test ---------------------------------------------------------------------
 // Each lane gets the value of lane (lane ^ 1), (lane + 3) if < 32 else its own, (lane - 2) if
@@ -153,17 +154,7 @@ __global__ void wmma_misuse(float* d, const __nv_bfloat16* a, int bad) {
     wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
 }
 
-// Parallel blocks (CUDA_CPU_BLOCK_WORKERS). The block arrives and waits (at most `cycles`
-// of clock64) until every block of the grid has: whether they all had (were in flight at once).
-__device__ int meet_all(int* arrived, long long cycles) {
-    atomicAdd(arrived, 1);
-    long long start = clock64();
-    while (atomicAdd(arrived, 0) < (int)gridDim.x && clock64() - start < cycles) {
-    }
-    return atomicAdd(arrived, 0) == (int)gridDim.x;
-}
-
-// Each block of one thread fills its __shared__ array and meets the others: out[b] = 1 if
+// Parallel blocks (CUDA_CPU_BLOCK_WORKERS; meet_all: two_workers.h). Each block of one thread fills its __shared__ array and meets the others: out[b] = 1 if
 // they met + 2 if its shared array and blockIdx are still its own after (each worker has its
 // own). Then it adds 1, `adds` times, to an integer and a float counter (exact below 2^24).
 __global__ void blocks_meet(int* arrived, int* out, long long cycles, int adds, unsigned long long* count,
@@ -184,7 +175,7 @@ __global__ void blocks_meet(int* arrived, int* out, long long cycles, int adds, 
 // Both blocks meet (thread 0 of each), block 1 then waits `cycles` more, and in both the
 // second warp returns before a __syncthreads the first waits in: block 1 faults last.
 __global__ void meet_then_divergent_barrier(int* arrived, float* out, long long cycles) {
-    if (threadIdx.x == 0) meet_all(arrived, 60LL * 1980000000LL);
+    if (threadIdx.x == 0) meet_all(arrived, CUDA_CPU_TEST_MINUTE);
     long long start = clock64();
     while (blockIdx.x == 1 && threadIdx.x == 0 && clock64() - start < cycles) {
     }
@@ -195,7 +186,7 @@ __global__ void meet_then_divergent_barrier(int* arrived, float* out, long long 
 
 // Both blocks meet, then each writes one element past the end of `small`.
 __global__ void meet_then_write_past_end(int* arrived, float* small, int n) {
-    meet_all(arrived, 60LL * 1980000000LL);
+    meet_all(arrived, CUDA_CPU_TEST_MINUTE);
     small[n + blockIdx.x * 16] = 1.0f;
 }
 
@@ -264,7 +255,7 @@ static void expect_fault(const char* self, const char* name, const char* env, in
 
 // ---- parallel blocks (child processes: each sets its own CUDA_CPU_ORDER and
 // CUDA_CPU_BLOCK_WORKERS, which the layer reads at the first launch) -----------------------------
-static const long long kCyclesPerSecond = 1980000000LL;  // clock64's emulated SM clock
+static const long long kCyclesPerSecond = CUDA_CPU_TEST_MINUTE / 60;
 
 static void set_env(const char* name, const char* value) {
     if (value) setenv(name, value, 1);
