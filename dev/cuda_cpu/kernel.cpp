@@ -666,11 +666,12 @@ static void schedule(BlockRun* b) {
 struct FlushDenormals {
     unsigned saved;
     bool on;
-    // On or off whatever the thread had: a helper thread starts with its creator's setting.
     explicit FlushDenormals(bool ftz) : saved(_mm_getcsr()), on(ftz) {
-        _mm_setcsr(on ? saved | 0x8040u : saved & ~0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
+        if (on) _mm_setcsr(saved | 0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
     }
-    ~FlushDenormals() { _mm_setcsr(saved); }
+    ~FlushDenormals() {
+        if (on) _mm_setcsr(saved);
+    }
 };
 
 // This thread's share of the deal: blocks taken one at a time until none is left. Returns

@@ -142,8 +142,7 @@ int main() {
     check(bits(expf(one)) == 0x402df854u && bits(sqrtf(two)) == 0x3fb504f3u,
           "host code keeps glibc's expf and sqrtf (nvcc's flags are the device code's)");
     // Blocks at once on two workers: 2^-130 * 1 in each, from the translation units with
-    // flushing, without it, then with it again (the helper, started in the first, keeps no
-    // flushing from the kernel before, and takes it up again).
+    // flushing, without it, then with it again (each worker flushes for its blocks only).
     float den[2] = {0x1p-130f, 1.0f}, got[3][4];
     float *d_den, *d_got;
     int* d_arrived;
