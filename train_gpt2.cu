@@ -41,6 +41,15 @@
 #include "llmc/train_main.h"
 #include "llmc/utils.h"
 
+#ifdef __CUDA_CPU__
+// Built for the CPU execution layer, whose cuBLAS is OpenBLAS: restart on better kernels
+// as the CPU trainer does (a GPU build links no OpenBLAS).
+#include "llmc/blas_cores.h"
+#define GPU_BEFORE_MPI blas_pick_kernels
+#else
+#define GPU_BEFORE_MPI NULL
+#endif
+
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
@@ -565,7 +574,7 @@ static void trainer_write_loss(void* t, float value) {
 static const TrainerKind GPU_TRAINER = {
     "train_gpt2cu, GPU " PRECISION_NAME ", " PLUGIN_BUILT,  // build
     DEFAULT_ZERO_STAGE,
-    NULL,                  // before_mpi
+    GPU_BEFORE_MPI,        // before_mpi
     set_build_precision,   // set_defaults
     trainer_create,
     trainer_destroy,

@@ -44,6 +44,7 @@
 #include "llmc/logger.h"
 #include "llmc/model_file.h"
 #include "llmc/outliers.h"
+#include "llmc/skip_batches.h"
 #include "llmc/untrusted.h"
 #include "llmc/utils.h"
 
@@ -81,6 +82,9 @@ typedef struct {
     // decides as the straight run would; absent from earlier checkpoints (has_outliers 0).
     OutlierState outliers;
     int has_outliers;
+    // The --skip-batches ranges the run has applied (llmc/skip_batches.h); none in earlier
+    // checkpoints.
+    SkipBatches skipped;
 } CheckpointState;
 
 // ----------------------------------------------------------------------------
@@ -280,7 +284,7 @@ static inline void checkpoint_fsync(const char* path) {
 // state.txt: "key value" lines, every value a non-negative integer in a stated range, or
 // a finite non-negative float written with the 9 digits that give back its exact bits.
 
-enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32, STATE_WINDOW };
+enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32, STATE_WINDOW, STATE_SKIPS };
 typedef struct {
     const char* key;
     size_t offset;
@@ -289,7 +293,10 @@ typedef struct {
     int group;          // 0: always there; a later group: all of its fields or none (earlier versions)
 } CheckpointStateField;
 
-enum { STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_GROUP_OUTLIERS, STATE_NUM_GROUPS };
+enum {
+    STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_GROUP_OUTLIERS, STATE_GROUP_SKIPS,
+    STATE_NUM_GROUPS
+};
 #define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 0}
 #define STATE_MEANING(key, member, kind, min, max) \
     {key, offsetof(CheckpointState, member), kind, min, max, STATE_GROUP_STEP_MEANING}
@@ -319,6 +326,7 @@ static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_ORDER("epoch", epoch, STATE_SIZE, 0, INT64_MAX),
     {"loss_window", offsetof(CheckpointState, outliers.loss), STATE_WINDOW, 0, 0, STATE_GROUP_OUTLIERS},
     {"norm_window", offsetof(CheckpointState, outliers.norm), STATE_WINDOW, 0, 0, STATE_GROUP_OUTLIERS},
+    {"skipped_batches", offsetof(CheckpointState, skipped), STATE_SKIPS, 0, 0, STATE_GROUP_SKIPS},
 };
 #define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
 
@@ -334,6 +342,12 @@ static inline void checkpoint_write_state(const char* path, const CheckpointStat
         if (fd->kind == STATE_WINDOW) {
             fprintf(f, "%s ", fd->key);
             outlier_window_format((const OutlierWindow*)p, f);
+            fputc('\n', f);
+            continue;
+        }
+        if (fd->kind == STATE_SKIPS) {
+            fprintf(f, "%s ", fd->key);
+            skip_batches_format((const SkipBatches*)p, f);
             fputc('\n', f);
             continue;
         }
@@ -379,6 +393,12 @@ static inline void checkpoint_read_state(const char* path, CheckpointState* s) {
                 fprintf(stderr, "warning: %s: field %s holds %d non-finite values (an older build kept those of "
                         "non-finite steps): they are left out of -sl/-sg's window\n",
                         path, key, dropped);
+            }
+            continue;
+        }
+        if (fd->kind == STATE_SKIPS) {
+            if (!skip_batches_parse(line + at, (SkipBatches*)p)) {
+                fatal("%s: field %s = '%.60s' is not 'none' or ranges A-B,C-D", path, key, line + at);
             }
             continue;
         }

@@ -621,7 +621,8 @@ static inline void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps
 // The training loop's checkpoint: every -n steps and at the end (collective).
 static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config* mc, Optimizer* o,
                                        int grad_accum_steps, int steps_done, int max_steps, const DataLoader* train,
-                                       uint64_t sample_rng, const OutlierState* outliers) {
+                                       uint64_t sample_rng, const OutlierState* outliers,
+                                       const SkipBatches* skipped) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
     s.step = steps_done;
@@ -637,6 +638,7 @@ static inline void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config*
     s.shard_tokens_done = at.tokens_done;
     s.outliers = *outliers;
     s.has_outliers = 1;
+    s.skipped = *skipped;
     checkpoint_save(cfg->output_dir, mc, o, &s);
 }
 
@@ -696,6 +698,15 @@ static inline int checkpoint_resume_check(const TrainConfig* cfg, const Checkpoi
         checkpoint_note_change(changes, sizeof(changes), "--seed (which sets the --shuffle order)", saved->data_seed,
                                cfg->seed);
     }
+    // --skip-batches A-B at a checkpoint past step A: only the run that skipped them (a
+    // requeued job repeats its command line) may name them; else other batches would go.
+    if (cfg->skip_from && cfg->skip_from <= saved->step && !skip_batches_has(&saved->skipped, cfg->skip_from,
+                                                                              cfg->skip_to)) {
+        fatal("--skip-batches %d-%d: %s is at step %d, past step %d, and the run that saved it did not skip those "
+              "batches: resume from a checkpoint of step %d or earlier (move the newer ones out of %s), or name steps "
+              "after %d", cfg->skip_from, cfg->skip_to, r->dir, saved->step, cfg->skip_from, cfg->skip_from - 1,
+              cfg->output_dir, saved->step);
+    }
     if (changes[0] && !cfg->allow_resume_change) {
         fatal("resume: this run's steps would not mean what %s's did (saved -> now: %s): resume with the saved "
               "settings, or pass --allow-resume-change to continue with the new ones", r->dir, changes);
@@ -745,6 +756,7 @@ static inline int checkpoint_start_step(const TrainConfig* cfg, const Checkpoint
         io->outliers.loss = outlier_window_resized(&r->state.outliers.loss, cfg->outlier_window);
         io->outliers.norm = outlier_window_resized(&r->state.outliers.norm, cfg->outlier_window);
     }
+    io->skipped = r->state.skipped;
     logger_resume_at(&io->logger, r->state.step);
     return r->state.step;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "llmc/outliers.h"
+#include "llmc/skip_batches.h"
 #include "llmc/utils.h"
 #include "zero1/layout.h"  // zero1_parse_bucket_size (header only)
 
@@ -52,6 +53,8 @@ typedef struct {
     int master_weights;         // -w: llm.c's flag, only 1 (fp32 master weights are always kept)
     int overfit_single_batch;   // -a
     int shuffle;                // --shuffle: the train data's order per epoch, from --seed
+    const char* skip_batches;   // --skip-batches A-B (llmc/skip_batches.h); parsed into the two below
+    int skip_from, skip_to;     // 1-based steps whose batches are not trained on (0: none)
     float beta1, beta2, eps, grad_clip;
     int seed;
     long long bucket_size;      // -1: default max(40M, 1M*DP); 0: one bucket (also without overlap)
@@ -88,6 +91,9 @@ typedef struct {
 } OptionSpec;
 
 #define CLI_FIELD(f) offsetof(TrainConfig, f)
+// --tokenizer's default. While tokenizer_path is this very pointer the flag was not given,
+// and the trainer first looks beside the train shards (llmc/train_loop.h).
+static const char* const TRAIN_DEFAULT_TOKENIZER = "data/gpt2_tokenizer.bin";
 #define CLI_MIN_COMM_TIMEOUT_S 1.0  // --comm-timeout: 0 (none), or at least this
 
 static const OptionSpec TRAIN_OPTIONS[] = {
@@ -95,7 +101,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {"-j", "--val-data", OPT_STR, CLI_FIELD(val_pattern), 0, 0, "validation token shards (glob pattern)"},
     {"-e", "--model", OPT_STR, CLI_FIELD(model), 0, 0, "llm.c model file, or dN for a random GPT-2 of depth N"},
     {"-o", "--output-dir", OPT_STR, CLI_FIELD(output_dir), 0, 0, "directory for main.log and checkpoints"},
-    {NULL, "--tokenizer", OPT_STR, CLI_FIELD(tokenizer_path), 0, 0, "llm.c tokenizer file, for printing samples"},
+    {NULL, "--tokenizer", OPT_STR, CLI_FIELD(tokenizer_path), 0, 0,
+     "llm.c tokenizer file, for printing samples (not given: the gpt2_tokenizer.bin beside the train shards, if there "
+     "is one)"},
     {"-b", "--batch-size", OPT_INT, CLI_FIELD(B), 1, 1 << 20, "micro-batch size per rank (sequences)"},
     {"-t", "--seq-len", OPT_INT, CLI_FIELD(T), 1, 1 << 20, "sequence length (<= the model's maxT)"},
     {"-d", "--total-batch", OPT_INT, CLI_FIELD(total_batch_tokens), -1, INT_MAX,
@@ -137,6 +145,9 @@ static const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--seed", OPT_INT, CLI_FIELD(seed), 0, INT_MAX, "seed for init, sampling and --shuffle"},
     {NULL, "--shuffle", OPT_FLAG, CLI_FIELD(shuffle), 0, 0,
      "permute the train shards, and the rows of T tokens in each, every epoch (from --seed; resumable)"},
+    {NULL, "--skip-batches", OPT_STR, CLI_FIELD(skip_batches), 0, 0,
+     "A-B (or A): do not train on the global batches that steps A to B would read; step A reads what step B+1 would "
+     "have (the data a run diverged on; recorded in checkpoints)"},
     {NULL, "--bucket-size", OPT_BUCKET, CLI_FIELD(bucket_size), 0, 0,
      "ZeRO-1 bucket size in elements, or none (default max(40M, 1M*DP), DP all data-parallel ranks; one bucket "
      "with --no-overlap-grad-reduce)"},
@@ -198,7 +209,7 @@ static inline void train_config_defaults(TrainConfig* c, int default_zero_stage)
     c->val_pattern = "data/tinyshakespeare_val.bin";
     c->model = "d12";
     c->output_dir = NULL;
-    c->tokenizer_path = "data/gpt2_tokenizer.bin";
+    c->tokenizer_path = TRAIN_DEFAULT_TOKENIZER;
     c->B = 4;
     c->T = 1024;
     c->total_batch_tokens = -1;
@@ -396,6 +407,13 @@ static inline void train_parse_args_with(TrainConfig* c, const OptionTable* extr
               "add --param-dtype bf16; train_gpt2cu: build with PRECISION=BF16)");
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
+    if (c->skip_batches) {
+        if (!skip_batches_parse_range(c->skip_batches, &c->skip_from, &c->skip_to)) {
+            fatal("--skip-batches expects A-B or A, the 1-based steps whose batches to skip (1 <= A <= B), got '%s'",
+                  c->skip_batches);
+        }
+        if (c->overfit_single_batch) fatal("--skip-batches moves past train data, and -a 1 trains on one batch only");
+    }
 }
 
 static inline void train_parse_args(TrainConfig* c, int argc, char** argv) { train_parse_args_with(c, NULL, 0, argc, argv); }

@@ -263,15 +263,20 @@ static inline void dataloader_read(DataLoader* d, size_t token, size_t count, ui
     freadCheck(out, sizeof(uint16_t), count, d->file, d->files.gl_pathv[d->shard_index]);
 }
 
-static inline void dataloader_next_batch(DataLoader* d) {
-    if (d->window_index >= dataloader_windows_per_shard(d)) {
-        size_t pos = d->order_pos + 1, epoch = d->epoch;
-        if (pos == d->num_shards) {
-            pos = 0;
-            epoch++;
-        }
-        dataloader_enter(d, epoch, pos);
+// Past the current shard's last whole round: on to the next shard of the order, and after
+// the last one, to the next epoch.
+static inline void dataloader_enter_next_if_done(DataLoader* d) {
+    if (d->window_index < dataloader_windows_per_shard(d)) return;
+    size_t pos = d->order_pos + 1, epoch = d->epoch;
+    if (pos == d->num_shards) {
+        pos = 0;
+        epoch++;
     }
+    dataloader_enter(d, epoch, pos);
+}
+
+static inline void dataloader_next_batch(DataLoader* d) {
+    dataloader_enter_next_if_done(d);
     size_t T = (size_t)d->T, first_row = dataloader_first_row(d);
     for (int b = 0; b < d->B; b++) {
         uint16_t* row = d->window + (size_t)b * T;  // row b's T+1 tokens; b > 0 overwrites row b-1's extra one
@@ -291,6 +296,15 @@ static inline void dataloader_next_batch(DataLoader* d) {
         }
     }
     d->window_index++;
+}
+
+// Moves past n micro-steps as dataloader_next_batch would, reading none of their rows
+// (--skip-batches: llmc/skip_batches.h).
+static inline void dataloader_skip(DataLoader* d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        dataloader_enter_next_if_done(d);
+        d->window_index++;
+    }
 }
 
 // Test hook: with LLMC_TEST_DATA_TRACE=PREFIX, every row this rank reads is appended to

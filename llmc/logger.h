@@ -57,15 +57,7 @@ static inline void make_dir_or_die(const char* dir) {
         if (!S_ISDIR(st.st_mode)) fatal("output path '%s' exists and is not a directory", dir);
         return;
     }
-    // Missing parents are made too (as mkdir -p): a job script's -o is often a fresh path.
-    char path[PATH_MAX_LEN];
-    path_format(path, sizeof(path), "%s", dir);
-    for (char* p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) fatal("cannot create directory '%s' for -o '%s': %s", path, dir, strerror(errno));
-        *p = '/';
-    }
+    make_parent_dirs(dir, "-o");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create output directory '%s': %s", dir, strerror(errno));
 }
 

@@ -42,7 +42,7 @@ static void tokenizer_init(Tokenizer* t, const char* path) {
     FILE* f = fopen(path, "rb");
     if (f == NULL) {
         fprintf(stderr, "warning: no tokenizer file at '%s'; samples will print as token ids "
-                        "(run scripts/prepare_data.sh to create it)\n", path);
+                        "(make data writes data/gpt2_tokenizer.bin; --tokenizer FILE names another)\n", path);
         return;
     }
     // Every token takes at least 2 bytes (a length byte, and length >= 1), which bounds the

@@ -262,7 +262,19 @@ typedef struct {
     Tokenizer tok;
     Logger logger;
     OutlierState outliers;  // -sl/-sg's windows (saved in checkpoints)
+    SkipBatches skipped;    // the --skip-batches ranges applied so far (saved in checkpoints)
 } RunIO;
+
+// The tokenizer for samples: --tokenizer's file, or where the flag was not given the
+// corpus's own gpt2_tokenizer.bin beside the first train shard (prepro_corpus writes one
+// there), else the default in data/.
+static inline const char* run_tokenizer_path(const TrainConfig* cfg, const DataLoader* train, char* buf, size_t n) {
+    if (cfg->tokenizer_path != TRAIN_DEFAULT_TOKENIZER) return cfg->tokenizer_path;
+    const char* shard = train->files.gl_pathv[0];
+    const char* slash = strrchr(shard, '/');
+    path_format(buf, n, "%.*s/gpt2_tokenizer.bin", slash ? (int)(slash - shard) : 1, slash ? shard : ".");
+    return access(buf, F_OK) == 0 ? buf : cfg->tokenizer_path;
+}
 
 static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int world, int vocab_size,
                                int grad_accum_steps) {
@@ -280,7 +292,10 @@ static inline void run_io_open(RunIO* io, const TrainConfig* cfg, int rank, int 
         hellaswag_check_fits(&io->hellaswag, cfg->T);
         if (rank == 0) printf("hellaswag: %s, %d items\n", cfg->hellaswag_path, io->hellaswag.num_items);
     }
-    if (cfg->sample_every > 0) tokenizer_init(&io->tok, cfg->tokenizer_path);
+    if (cfg->sample_every > 0) {
+        char beside_shards[PATH_MAX_LEN];
+        tokenizer_init(&io->tok, run_tokenizer_path(cfg, &io->train, beside_shards, sizeof(beside_shards)));
+    }
     logger_init(&io->logger, cfg->output_dir, rank, cfg->resume);
 }
 

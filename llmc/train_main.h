@@ -153,6 +153,19 @@ static inline void stop_if_diverged(const TrainRun* run, const StepResult* r, in
           r->nonfinite & STEP_NONFINITE_NORM ? " (--check-nan names the first non-finite gradient)" : "");
 }
 
+// --skip-batches A-B, as step A begins: the loader moves past the batches of steps A..B.
+static inline void skip_batches_now(TrainRun* run) {
+    const TrainConfig* cfg = run->cfg;
+    int steps = cfg->skip_to - cfg->skip_from + 1;
+    dataloader_skip(&run->io.train, (size_t)steps * (size_t)run->parts.grad_accum_steps);
+    skip_batches_add(&run->io.skipped, cfg->skip_from, cfg->skip_to);
+    if (run->rank == 0) {
+        printf("data: --skip-batches %d-%d: moved past %d optimizer step%s of data (%lld tokens), not trained on; "
+               "step %d reads what step %d would have\n", cfg->skip_from, cfg->skip_to, steps, steps == 1 ? "" : "s",
+               steps * run->tokens_per_step, cfg->skip_from, cfg->skip_to + 1);
+    }
+}
+
 // Steps start_step..max_steps-1, with evaluations, the step line and main.log, and
 // checkpoints every -n steps and at the end.
 static inline void run_training(TrainRun* run, int start_step) {
@@ -171,6 +184,7 @@ static inline void run_training(TrainRun* run, int start_step) {
         int last = step == run->max_steps;
         run_evaluations(run, step, last);
         if (last) break;
+        if (step + 1 == cfg->skip_from) skip_batches_now(run);
         float lr = lr_at_step(cfg->lr, cfg->warmup_steps, cfg->final_lr_fraction, step, run->max_steps);
         BatchFn batch = cfg->overfit_single_batch ? fixed_batch : loader_batch;
         void* batch_ctx = train;
@@ -187,7 +201,7 @@ static inline void run_training(TrainRun* run, int start_step) {
         stop_if_diverged(run, &r, nonfinite_in_a_row, last_checkpoint);
         if (cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps)) {
             checkpoint_save_run(cfg, run->parts.config, run->parts.opt, run->parts.grad_accum_steps, step + 1,
-                                run->max_steps, train, run->sample_rng, &run->io.outliers);
+                                run->max_steps, train, run->sample_rng, &run->io.outliers, &run->io.skipped);
             if (run->rank == 0) checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, step + 1);  // -nk
             last_checkpoint = step + 1;
         }
@@ -238,6 +252,10 @@ static inline int train_main(int argc, char** argv, const TrainerKind* kind, con
     run_io_open(&run.io, &cfg, run.rank, run.world, run.parts.config->vocab_size, run.parts.grad_accum_steps);
     run.tokens_per_step = (long long)cfg.B * cfg.T * run.world * run.parts.grad_accum_steps;
     run.max_steps = resolve_max_steps(&cfg, &run.io.train, run.tokens_per_step);
+    if (cfg.skip_from > run.max_steps) {
+        fatal("--skip-batches %d-%d: the run ends at step %d (-x), before step %d", cfg.skip_from, cfg.skip_to,
+              run.max_steps, cfg.skip_from);
+    }
     int status = 0;
     if (!(cfg.resume && checkpoint_resume_check(&cfg, &resume, run.tokens_per_step, run.max_steps))) {
         if (run.rank == 0) print_start_lines(&run);

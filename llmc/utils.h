@@ -95,6 +95,21 @@ static inline void path_format(char* buf, size_t n, const char* fmt, ...) {
     if (k < 0 || (size_t)k >= n) fatal("path too long (over %zu bytes): %.60s...", n - 1, buf);
 }
 
+// Creates the missing directories above path, as `mkdir -p` does, not path itself: an
+// output directory is often a fresh path. option names path in the error ("-o").
+static inline void make_parent_dirs(const char* path, const char* option) {
+    char prefix[PATH_MAX_LEN];
+    path_format(prefix, sizeof(prefix), "%s", path);
+    for (char* p = prefix + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(prefix, 0755) != 0 && errno != EEXIST) {
+            fatal("cannot create directory '%s' for %s '%s': %s", prefix, option, path, strerror(errno));
+        }
+        *p = '/';
+    }
+}
+
 // For MPI calls (the macro needs <mpi.h> only where it is used).
 #define mpiCheck(call)                                                                                   \
     do {                                                                                                 \

@@ -8,7 +8,7 @@
 # for 25 steps (B=4 per rank, T=64, 1024 tokens/step, lr 1e-3, 10 warmup steps, cosine to
 # 1e-4), validates every 20 steps, prints a sample at the end, writes out/demo/main.log
 # and draws its train and validation loss into out/demo/loss.png (scripts/plot_loss.sh).
-# About 45 s on 2 cores. Env: DEMO_NP (4), DEMO_STEPS (25), DEMO_MODEL (d2).
+# Its time on 2 cores: the README's set-up table. Env: DEMO_NP (4), DEMO_STEPS (25), DEMO_MODEL (d2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 START=$SECONDS

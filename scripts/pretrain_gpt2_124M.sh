@@ -231,7 +231,7 @@ echo "plan: $RANKS ranks ($LAUNCHER), $MODEL, -b $MICRO_BATCH -t $SEQ_LEN x $ACC
 phase "inputs"
 MANIFEST=$SHARDS_DIR/${SHARDS_NAME}_manifest.txt
 if [ ! -f "$HELLASWAG_FILE" ]; then
-    msg="the -H 1 eval file '$HELLASWAG_FILE' is missing: make it with llm.c's dev/data/hellaswag.py (docs/huggingface.md, \"HellaSwag-style eval\") and copy it there, or pass --hellaswag FILE"
+    msg="the -H 1 eval file '$HELLASWAG_FILE' is missing: make it with llm.c's dev/data/hellaswag.py (docs/huggingface.md, \"HellaSwag-style eval\") and copy it there, or pass --hellaswag FILE; without it, --hellaswag data/tinyshakespeare_hellaswag.bin (make data's 40 items: it checks the plumbing, no benchmark)"
     if [ "$DRY_RUN" = 1 ]; then echo "warning: $msg"; else die "$msg"; fi
 fi
 if [ -f "$MANIFEST" ]; then

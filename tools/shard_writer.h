@@ -109,6 +109,7 @@ static inline void shard_make_dir(const char* dir) {
         if (!S_ISDIR(st.st_mode)) fatal("output directory '%s' exists and is not a directory", dir);
         return;
     }
+    make_parent_dirs(dir, "--out-dir");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create output directory '%s': %s", dir, strerror(errno));
 }
 

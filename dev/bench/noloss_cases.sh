@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 29's cases as a user sees them, in two built trees: for each case and tree the exit
-# code, the first error or warning line, and what is left on disk. Evidence for a note, not
-# a test: it prints, it never judges.
+# The failure cases of long runs and corpora as a user sees them, in two built trees: for
+# each case and tree the exit code, the first error or warning line, and what is left on
+# disk. Evidence for a note, not a test: it prints, it never judges.
 #   dev/bench/noloss_cases.sh BEFORE_TREE AFTER_TREE [CASE ...]   (CASE: 1 .. 11; all by default)
 # Each tree needs train_gpt2 (USE_ZERO1=1), prepro_corpus and hf_convert built. The oracle
 # (the after tree's dev/test/gpt2_oracle.py, Debian's python3 with torch) makes the small

@@ -11,7 +11,7 @@
  *     stand: permutes + cuBLAS strided-batched gemms over fp32 (B,NH,T,T) scores and floatX
  *     probabilities (llmc/attention.cuh), GELU, residual adds, bias gradients and the
  *     classifier's softmax/cross-entropy as passes of their own;
- *   new (--attention flash --fused-kernels 1 -r 1), the kernels issue 17 describes:
+ *   new (--attention flash --fused-kernels 1 -r 1), the trainer's default kernels:
  *     flash attention: the forward reads qkv (B,T,3C) and writes out (B,T,C) and the
  *       logsumexp (B,NH,T) fp32; the backward is a preprocessing pass D = rowsum(dout*out),
  *       then two passes that recompute P per tile (S = QK^T, dP = dout V^T): one over key

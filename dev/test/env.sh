@@ -27,6 +27,19 @@ with open(sys.argv[1], "wb") as f:
 PYEOF
 }
 
+# random_shards DIR: DIR/shard_{0,1,2}.bin, 700, 600 and 900 random tokens below 1000 (the
+# small model's vocabulary), the same every time: shards of odd sizes for the data-order tests.
+random_shards() {
+    $PY - "$1" <<'PYEOF' || { echo "FAIL shards"; return 1; }
+import random, struct, sys
+rng = random.Random(7)
+for i, n in enumerate((700, 600, 900)):
+    with open(f"{sys.argv[1]}/shard_{i}.bin", "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        f.write(struct.pack(f"<{n}H", *(rng.randrange(1000) for _ in range(n))))
+PYEOF
+}
+
 # small_model_work: for the tests that train the small model, a scratch directory $work
 # (removed on exit) holding its m.bin, and the counters of pass NAME / fail NAME [LOG].
 small_model_work() {
@@ -37,3 +50,23 @@ small_model_work() {
 }
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }
+
+# hf_client: the real Hugging Face client, transformers pinned in a venv over Debian's
+# python3 (scripts/install_hf_client.sh, cached). Sets HF_PY (its python) and HF_CHECK (the
+# reference's logits check under it, transformers required) and returns 0; where PyPI
+# cannot be reached outside CI it prints that SKIPPED line, leaves HF_PY empty and HF_CHECK
+# on $PY, and returns 0; any other failure (every failure in CI) prints why and returns 1.
+hf_client() {
+    local out rc
+    HF_PY='' HF_CHECK=("$PY" dev/test/hf_reference.py check)
+    out=$(bash scripts/install_hf_client.sh 2>&1)
+    rc=$?
+    if [ $rc = 0 ]; then
+        HF_PY=$(echo "$out" | tail -n 1)
+        HF_CHECK=("$HF_PY" dev/test/hf_reference.py check --require-transformers)
+        return 0
+    fi
+    if [ $rc = 3 ]; then echo "$out" | grep '^SKIPPED'; return 0; fi
+    echo "$out" | tail -n 8 | sed 's/^/       | /'
+    return 1
+}

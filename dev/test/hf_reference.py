@@ -21,7 +21,8 @@ code and no safetensors package), maps Hugging Face GPT-2 names to the oracle's 
       the oracle's logits on each llm.c file against the oracle's on the HF file (and,
       when transformers is importable, GPT2LMHeadModel.from_pretrained(HF_DIR)'s) on a few
       token sequences; --pair-bf16: the llm.c values rounded to bf16 first;
-      --pair-mismatch: a negative control, which must not match. Exit 1 on any failure.
+      --pair-mismatch: a negative control, which must not match; --require-transformers:
+      without transformers a failure, not SKIPPED. Exit 1 on any failure.
 """
 
 import argparse
@@ -278,8 +279,11 @@ def cmd_check(a):
         from transformers import GPT2LMHeadModel
         print(f"transformers {transformers.__version__}: GPT2LMHeadModel.from_pretrained is checked too")
     except ImportError:
+        if a.require_transformers:
+            print("FAIL: transformers is not importable by this python (bash scripts/install_hf_client.sh)")
+            return 1
         GPT2LMHeadModel = None
-        print("SKIPPED: transformers not installed (pip install transformers to run this check)")
+        print("SKIPPED: transformers not installed (bash scripts/install_hf_client.sh installs the pinned one)")
     failures = sum(check_pair(m, h, False, GPT2LMHeadModel) for m, h in a.pair or [])
     failures += sum(check_pair(m, h, True, GPT2LMHeadModel) for m, h in a.pair_bf16 or [])
     for m, h in a.pair_mismatch or []:  # negative controls: the check must fail on these
@@ -304,6 +308,7 @@ def main():
     c.add_argument("--pair", nargs=2, action="append", metavar=("MODEL", "HF_DIR"))
     c.add_argument("--pair-bf16", nargs=2, action="append", metavar=("MODEL", "HF_DIR"))
     c.add_argument("--pair-mismatch", nargs=2, action="append", metavar=("MODEL", "HF_DIR"))
+    c.add_argument("--require-transformers", action="store_true", help="fail, not SKIPPED, without transformers")
     c.set_defaults(func=cmd_check)
     a = ap.parse_args()
     return a.func(a)

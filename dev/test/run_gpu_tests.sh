@@ -372,6 +372,26 @@ old_driver() {  # old_driver BINARY
         echo "$out" | grep -q "the NVIDIA driver supports CUDA 12.8, but train_gpt2cu was built with CUDA 13"
 }
 layer_only && check train_fp32_old_driver old_driver "$OUT/train_gpt2cu_FP32"
+# On the layer cuBLAS is OpenBLAS: with a faked "Prescott" report the trainer restarts once
+# on the kernels this CPU can run, as the CPU trainer does (llmc/blas_cores.h; OpenBLAS's
+# own OPENBLAS_VERBOSE=2 report names the kernels each load runs).
+blas_restart() {  # blas_restart BINARY
+    env -u OPENBLAS_CORETYPE -u LLMC_BLAS_REEXEC LLMC_TEST_BLAS_CORENAME=Prescott OPENBLAS_VERBOSE=2 \
+        "$1" -e d1 -b 1 -t 32 -x 1 -v 0 -s 0 >"$OUT/blas.out" 2>"$OUT/blas.err" || { tail -n 5 "$OUT/blas.err"; return 1; }
+    local line loads
+    line=$(grep '^blas: OpenBLAS chose the Prescott kernels' "$OUT/blas.out")
+    loads=$(sed -n 's/^Core: //p' "$OUT/blas.err" | tr '\n' ' ')
+    echo "restart line: ${line:-none}; OpenBLAS loads: $loads"
+    if ! grep -qE '^flags.* (avx|avx2|avx512f)( |$)' /proc/cpuinfo; then
+        [ -z "$line" ] && echo "PASS an SSE-only CPU: no restart"; return
+    fi
+    local after
+    after=$(echo "$loads" | awk '{ print $2 }')
+    [ "$(grep -c '^blas:' "$OUT/blas.out")" = 1 ] && [ "$(echo "$loads" | wc -w)" = 2 ] && [ -n "$after" ] &&
+        [[ $line == *"OPENBLAS_CORETYPE=$after "* ]] && grep -q '^step *1/1' "$OUT/blas.out" &&
+        echo "PASS one restart line, then OpenBLAS runs the kernels it names"
+}
+layer_only && check train_fp32_blas_restart blas_restart "$OUT/train_gpt2cu_FP32"
 check build_train_z_fp32 build train_gpt2cu FP32 z
 ZSTEPS=8 ZT=128
 [ $LAYER = 1 ] && ZSTEPS=4 ZT=64

@@ -61,6 +61,7 @@ STEPS=(
   "numeric_coretypes 600 dev/test/test_numeric_coretypes.sh"
   "checkpoint      300 dev/test/test_checkpoint.sh"
   "shuffle         300 dev/test/test_shuffle.sh"
+  "skip_batches    120 dev/test/test_skip_batches.sh"
   "outliers        300 dev/test/test_outliers.sh"
   "nonfinite       300 dev/test/test_nonfinite.sh"
   "checkpoint_io   300 dev/test/test_checkpoint_io.sh"
@@ -70,9 +71,10 @@ STEPS=(
   "plot_loss       120 dev/test/test_plot_loss.sh"
   "hf              120 dev/test/test_hf.sh"
   "recipe          120 dev/test/test_recipe.sh"
-  "docs            300 dev/test/test_docs.sh"
   "cuda_cpu_layer  600 dev/cuda_cpu/tests/run_layer_tests.sh"
   "gpu_on_cpu     1800 CUDA_ON_CPU=1 dev/test/run_gpu_tests.sh"
+  # After the GPU suite, whose CPU-layer library the docs' layer build reuses.
+  "docs            900 dev/test/test_docs.sh"
   "layer_tools     900 dev/test/test_layer_tools.sh"
   "gpu_mutations   900 dev/test/test_gpu_mutations.sh"
 )

@@ -116,7 +116,7 @@ for z in zst gz; do
     head -c $(((START[$z] + END[$z,2]) / 2)) "$C/full.jsonl.$z" >"$C/trunc.jsonl.$z"
     cp "$C/full.jsonl.$z" "$C/corrupt.jsonl.$z"
 done
-# The issue's cases: 8 bytes overwritten in the middle of gzip member 3, one bit flipped in zstd frame 3.
+# The damage that once passed: 8 bytes overwritten in the middle of gzip member 3, one bit flipped in zstd frame 3.
 printf 'XXXXXXXX' | dd of="$C/corrupt.jsonl.gz" bs=1 seek=$(((START[gz] + END[gz,2]) / 2)) conv=notrunc status=none
 "$PY" -c 'import sys
 with open(sys.argv[1], "r+b") as f:
@@ -299,6 +299,29 @@ if [ -x ./train_gpt2 ]; then
     else
         tail -5 "$TMP/train.log"; fail "train_gpt2 on the shards"
     fi
+    # Samples decode with the corpus's own tokenizer beside the train shards when --tokenizer
+    # is not given: a marked one (token i reads "{i}") there, the real one in data/.
+    mkdir -p "$TMP/marked" && cp "$TMP/t1"/corpus_* "$TMP/marked/"
+    $PY - "$TMP/marked/gpt2_tokenizer.bin" <<'PYEOF'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256I", 20240328, 2, 50257, 50256, *([0] * 252)))
+    for i in range(50257):
+        b = ("{%d}" % i).encode()
+        f.write(bytes([len(b)]) + b)
+PYEOF
+    sample() {  # sample [FLAGS...]: the sample's text of a 1-step run on $TMP/marked
+        ./train_gpt2 -i "$TMP/marked/corpus_train_*.bin" -j "$TMP/marked/corpus_val_*.bin" -e d2 -b 2 -t 64 -x 1 -v 0 \
+            -s 1 -g 8 "$@" 2>&1 | sed -n '/^generating:/{n;n;p}'
+    }
+    beside=$(sample) explicit=$(sample --tokenizer data/gpt2_tokenizer.bin)
+    mv "$TMP/marked/gpt2_tokenizer.bin" "$TMP/marked_tokenizer.bin"
+    fallback=$(sample)
+    if [[ $beside =~ ^(\{[0-9]+\})+$ ]] && [[ $explicit != *"{"* ]] && [ -n "$explicit" ] && [ "$fallback" = "$explicit" ]; then
+        pass "samples decode with gpt2_tokenizer.bin beside the train shards ('${beside:0:30}...'); --tokenizer wins; without it, data/'s"
+    else
+        fail "the tokenizer beside the shards: beside '$beside', --tokenizer '$explicit', none there '$fallback'"
+    fi
     # A pattern that matches nothing: the message says what the folder holds (here a val
     # shard alone), not the tinyshakespeare advice, which is for the default paths only.
     mkdir -p "$TMP/val_only" && cp "$TMP/t1/corpus_val_000000.bin" "$TMP/val_only/"
@@ -358,7 +381,16 @@ else
 fi
 chmod 644 "$C/first60.jsonl"
 expect_error "unknown format" "cannot tell its format" --out-dir "$TMP/e1" "$C/docs.json"
-expect_error "missing output parent dir" "cannot create output directory '$TMP/no/such'" --out-dir "$TMP/no/such" "$C/a.jsonl"
+# Missing parents of --out-dir are made (as mkdir -p); a parent that is a file is an error.
+if "${TOOL[@]}" --out-dir "$TMP/no/such/dir" "$C/first60.jsonl" >/dev/null 2>"$TMP/err.txt" &&
+    [ -f "$TMP/no/such/dir/corpus_manifest.txt" ]; then
+    pass "missing parents of --out-dir are created: $TMP/no/such/dir holds the corpus"
+else
+    fail "--out-dir with missing parents: $(head -3 "$TMP/err.txt")"
+fi
+touch "$TMP/a_file"
+expect_error "an --out-dir parent that is a file" "cannot create directory '$TMP/a_file/x' for --out-dir '$TMP/a_file/x/y': Not a directory" \
+    --out-dir "$TMP/a_file/x/y" "$C/a.jsonl"
 expect_error "existing shards of the name" "already holds 'corpus_.*' of a corpus named 'corpus'" --out-dir "$TMP/first60" "$C/first60.jsonl"
 expect_error "bad --on-error" "--on-error wants skip or stop" --out-dir "$TMP/e1" --on-error maybe "$C/a.jsonl"
 printf '\n \n\n' >"$C/blank.jsonl"

@@ -2,15 +2,19 @@
 # The docs test (make test step docs): the README and docs/ say what the code does.
 #   1. static checks (dev/test/docs_check.py): README.md <= 350 lines; every relative link
 #      and #anchor resolves; every docs/ page is linked from the README; no paragraph
-#      explained twice (shared 8-word runs)
+#      explained twice (shared 8-word runs); every shell block marked: runnable, output,
+#      or not runnable with its reason (GPU, network, Slurm, hosts, the suite, long); then
+#      the count of each kind per page
 #   2. negative controls: each check, and the block runner, must report a planted fault
-#   3. README.md's blocks marked <!-- runnable --> run as written, in order, with bash -e,
-#      in a scratch copy of the tree (the built binaries and data/ copied in where present,
-#      so make finds them up to date; built there otherwise)
-#   4. blocks marked <!-- output: COMMAND --> in README.md and docs/*.md equal COMMAND's
-#      output, run in that scratch copy
-# Marks and rules: docs/testing.md, "The docs test". Prints PASS/FAIL lines, then
-# "N passed, M failed"; exits 1 on any failure.
+#   3. every page's runnable and output blocks, in document order, as written, with bash -e:
+#      README.md in a scratch copy of the tree (the built binaries and data/ copied in where
+#      present, so make finds them up to date; built there otherwise), then each docs/ page
+#      in a copy of that tree as the README left it; an output block must equal what its
+#      command prints (approx: numbers within 0.1%, times any)
+# The pinned transformers (scripts/install_hf_client.sh) runs the `runnable: pypi` blocks;
+# docs/huggingface.md's install line must be that script's. Marks and rules:
+# docs/testing.md, "The docs test". Prints PASS/FAIL lines, then "N passed, M failed";
+# exits 1 on any failure.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 ROOT=$PWD
@@ -21,53 +25,56 @@ failed=0
 pass() { echo "PASS $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }
 
-# run_blocks README TREE LOGDIR: runs README's runnable blocks in TREE; 0 only if all pass.
-run_blocks() {
-    local readme=$1 tree=$2 logs=$3 n b status rc=0
+# run_page PAGE TREE LOGDIR: PAGE's runnable and output blocks in document order, in TREE;
+# 0 only if all pass. A block runs as written with bash -e -o pipefail and without the
+# runner's thread settings (the docs' commands set what they need); an output block's
+# command may read $BLOCK_OUTPUT, what the last runnable block printed (stdout and stderr,
+# as a terminal shows them). Without the pinned
+# transformers (PyPI unreachable, outside CI) the `runnable: pypi` blocks say SKIPPED.
+run_page() {
+    local page=$1 tree=$2 logs=$3 n k stem kind status rc=0 last=/dev/null ok TIMEFORMAT='%0R s, %0U+%0S s CPU'
     mkdir -p "$logs"
-    n=$($PY "$ROOT/dev/test/docs_check.py" blocks "$readme" "$logs") || return 1
-    [ "$n" -gt 0 ] || { echo "no runnable block in $readme"; return 1; }
-    for b in "$logs"/block_*.sh; do
-        # The README's own commands set the threads they need; the runner's must not leak in.
-        (cd "$tree" && env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS timeout 600 bash -eo pipefail "$b") \
-            >"${b%.sh}.log" 2>&1
+    n=$($PY "$ROOT/dev/test/docs_check.py" plan "$page" "$logs") || return 1
+    for ((k = 1; k <= n; k++)); do
+        stem=$logs/$(printf %02d $k)
+        kind=$(cat "$stem.kind")
+        if [[ $kind == run* ]]; then
+            if [ $kind = run-pypi ] && [ -z "$HF_PY" ]; then
+                echo "  SKIPPED block $k (the pinned transformers cannot be installed here): $(head -n 1 "$stem.sh")"
+                continue
+            fi
+            # Its wall and CPU seconds (user + system, the block's processes): the CPU time is
+            # what the block costs, whatever else the machine runs.
+            { time (cd "$tree" && env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS timeout 600 bash -eo pipefail \
+                "$stem.sh" >"$stem.out" 2>&1); } 2>"$stem.time"
+            status=$?
+            last=$stem.out
+            if [ $status -eq 0 ]; then
+                echo "  ok   block $k ($(cat "$stem.time")): $(head -n 1 "$stem.sh" | cut -c1-100)"
+            else
+                echo "  FAIL block $k (exit $status):"
+                sed 's/^/    | /' "$stem.sh"
+                tail -n 15 "$stem.out" | sed 's/^/    > /'
+                rc=1
+            fi
+            continue
+        fi
+        (cd "$tree" && BLOCK_OUTPUT=$last bash -c "$(cat "$stem.cmd")") >"$stem.got" 2>"$stem.gerr"
         status=$?
-        if [ $status -eq 0 ]; then
-            echo "  ok   $(basename "$b"): $(head -n 1 "$b")"
+        if [ $kind = exact ]; then
+            diff -u "$stem.txt" "$stem.got" >"$stem.why" && ok=1 || ok=0
         else
-            echo "  FAIL $(basename "$b") (exit $status):"
-            sed 's/^/    | /' "$b"
-            tail -n 15 "${b%.sh}.log" | sed 's/^/    > /'
+            $PY "$ROOT/dev/test/docs_check.py" compare "$stem.txt" "$stem.got" >"$stem.why" && ok=1 || ok=0
+        fi
+        if [ $status -eq 0 ] && [ $ok = 1 ]; then
+            echo "  ok   output $k ($kind): $(cat "$stem.cmd")"
+        else
+            echo "  FAIL output $k ($kind): what '$(cat "$stem.cmd")' prints (exit $status) is not the block's:"
+            head -n 20 "$stem.why" "$stem.gerr" | sed 's/^/    | /'
             rc=1
         fi
     done
-    return $rc
-}
-
-# check_outputs TREE LOGDIR FILE...: every output block equals its command's output in TREE.
-check_outputs() {
-    local tree=$1 logs=$2 f c exe rc=0 count=0
-    shift 2
-    mkdir -p "$logs"
-    for f in "$@"; do
-        rm -f "$logs"/output_*
-        $PY "$ROOT/dev/test/docs_check.py" outputs "$f" "$logs" >/dev/null || return 1
-        for c in "$logs"/output_*.cmd; do
-            [ -e "$c" ] || continue
-            count=$((count + 1))
-            exe=$(awk '{ print $1 }' "$c")
-            [[ $exe == ./* ]] && (cd "$tree" && make -s "${exe#./}" >/dev/null 2>&1)
-            if (cd "$tree" && bash -c "$(cat "$c")") >"${c%.cmd}.out" 2>"${c%.cmd}.err" &&
-                diff -u "${c%.cmd}.txt" "${c%.cmd}.out" >"${c%.cmd}.diff"; then
-                echo "  ok   $f: $(cat "$c")"
-            else
-                echo "  FAIL $f: the output of '$(cat "$c")' is not the block's (- block, + now):"
-                head -n 20 "${c%.cmd}.diff" "${c%.cmd}.err" | sed 's/^/    | /'
-                rc=1
-            fi
-        done
-    done
-    [ $count -gt 0 ] || { echo "no output block found"; return 1; }
+    [ "$n" -gt 0 ] || echo "  (no runnable or output block)"
     return $rc
 }
 
@@ -78,14 +85,16 @@ else
     fail "static:"
     sed 's/^/    | /' "$WORK/static.log"
 fi
+$PY dev/test/docs_check.py summary . | sed 's/^/    /'
 
 # ---- the scratch tree ----------------------------------------------------------------------
 TREE=$WORK/tree
 bash scripts/copy_sources.sh "$TREE"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    # Built binaries, build stamps and prepared data (mtimes kept, so make sees them current).
-    git ls-files -o -i --exclude-standard | grep -E '^[^/]+$|^data/[^/]+$' | grep -v '\.tmp$' |
-        tar -cf - -T - | tar -xf - -C "$TREE"
+    # Built binaries, build stamps and prepared data (mtimes kept, so make sees them current),
+    # and the CPU layer's library where the GPU suite built it (not its rewritten sources).
+    git ls-files -o -i --exclude-standard | grep -E '^[^/]+$|^data/[^/]+$|^build/cuda_cpu/' |
+        grep -v -e '\.tmp$' -e '^build/cuda_cpu/src/' | tar -cf - -T - | tar -xf - -C "$TREE"
 fi
 
 # ---- 2. negative controls: each check must see a planted fault -------------------------------
@@ -124,35 +133,51 @@ EOF
 control "near-duplicate paragraph" "the same text twice"
 seq 400 >>"$CTL/README.md"
 control "long README" "lines, more than 350"
+printf '%s\n' '' '```' 'make train_gpt2' '```' >>"$CTL/docs/data.md"
+control "unmarked shell block" "docs/data.md:.*a shell block without a marker"
+printf '%s\n' '' '<!-- not runnable: too tired -->' '```' 'make train_gpt2' '```' >>"$CTL/docs/data.md"
+control "not runnable without a known reason" "'not runnable: too tired': the reason must start with one of"
+printf '%s\n' '' '## A section the contents line lacks' >>"$CTL/docs/data.md"
+control "section missing from the contents line" "section 'A section the contents line lacks' is missing"
 rm -rf "$CTL"
-mkdir -p "$WORK/planted"
-printf '%s\n' '# planted' '<!-- runnable -->' '```' 'true' '```' '<!-- runnable -->' '```' 'false' '```' \
-    '<!-- output: echo one -->' '```' 'two' '```' >"$WORK/planted/README.md"
-if run_blocks "$WORK/planted/README.md" "$WORK/planted" "$WORK/planted/blocks" >"$WORK/ctl.log" 2>&1; then
-    fail "control failing runnable block: not reported"
-else
-    pass "control failing runnable block: reported"
-fi
-if check_outputs "$WORK/planted" "$WORK/planted/outputs" "$WORK/planted/README.md" >"$WORK/ctl.log" 2>&1; then
-    fail "control wrong output block: not reported"
-else
-    pass "control wrong output block: reported"
-fi
+# The runner: each planted page must fail (or, the last, pass) for its one fault.
+planted() {  # planted NAME WANT LINES...: a page of LINES through run_page; WANT pass or fail
+    local name=$1 want=$2 got=pass
+    shift 2
+    mkdir -p "$WORK/planted/$name"
+    printf '%s\n' '# planted' "$@" >"$WORK/planted/$name/page.md"
+    run_page "$WORK/planted/$name/page.md" "$WORK/planted/$name" "$WORK/planted/$name/logs" >"$WORK/ctl.log" 2>&1 || got=fail
+    if [ $got = "$want" ]; then pass "control runner, $name: the page must $want, and does"
+    else fail "control runner, $name: the page must $want, and does not"; sed 's/^/    | /' "$WORK/ctl.log"; fi
+}
+planted failing_block fail '<!-- runnable -->' '```' 'true' '```' '<!-- runnable -->' '```' 'false' '```'
+planted set_e fail '<!-- runnable -->' '```' 'false' 'true' '```'
+planted wrong_output fail '<!-- output: echo one -->' '```' 'two' '```'
+planted approx_number fail '<!-- runnable -->' '```' 'echo "step 3 | loss 10.450274 | 80.1 ms"' '```' \
+    '<!-- output approx: cat "$BLOCK_OUTPUT" -->' '```' 'step 3 | loss 10.550274 | 80.1 ms' '```'
+planted approx_rounding_and_times pass '<!-- runnable -->' '```' 'echo "step 3 | loss 10.450274 | 1277.2 ms | 802 tok/s | ms:1277.2"' '```' \
+    '<!-- output approx: cat "$BLOCK_OUTPUT" -->' '```' 'step 3 | loss 10.450301 | 80.1 ms | 9000 tok/s | ms:80.1' '```'
 
-# ---- 3. the README's runnable blocks, as written -------------------------------------------
-t0=$SECONDS
-if run_blocks "$TREE/README.md" "$TREE" "$WORK/blocks"; then
-    pass "README.md runnable blocks ($((SECONDS - t0)) s)"
+# ---- 3. every page's blocks, as written ------------------------------------------------
+# The pinned transformers: its install line is docs/huggingface.md's.
+hf_client || fail "the real client: scripts/install_hf_client.sh failed"
+if grep -qxF -- "$(bash scripts/install_hf_client.sh --print)" docs/huggingface.md; then
+    pass "docs/huggingface.md's install line is scripts/install_hf_client.sh's: $(bash scripts/install_hf_client.sh --print)"
 else
-    fail "README.md runnable blocks"
+    fail "docs/huggingface.md does not show scripts/install_hf_client.sh's install line '$(bash scripts/install_hf_client.sh --print)'"
 fi
-
-# ---- 4. verbatim outputs -------------------------------------------------------------------
-if check_outputs "$TREE" "$WORK/outputs" "$TREE/README.md" "$TREE"/docs/*.md; then
-    pass "output blocks"
-else
-    fail "output blocks"
-fi
+page() {  # page FILE TREE: one page's blocks, a PASS or FAIL line with its time
+    local t0=$SECONDS name
+    name=$(basename "$1" .md)
+    if run_page "$2/$1" "$2" "$WORK/logs_$name"; then pass "$1 ($((SECONDS - t0)) s)"; else fail "$1 ($((SECONDS - t0)) s)"; fi
+}
+page README.md "$TREE"
+for f in docs/*.md; do
+    rm -rf "$WORK/page"
+    cp -a "$TREE" "$WORK/page"
+    page "$f" "$WORK/page"
+done
+rm -rf "$WORK/page"
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

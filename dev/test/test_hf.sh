@@ -10,8 +10,10 @@
 #               round trip gives them back as zeros (the one condition for byte identity)
 #   checkpoints the trainer fine-tunes an imported model (2 steps, loss falls); its run
 #               directory, checkpoint directory and model.bin export alike
-#   logits      the oracle on each safetensors file = on the llm.c file (1e-5); with
-#               transformers importable, GPT2LMHeadModel.from_pretrained too, else SKIPPED
+#   logits      the oracle on each safetensors file = on the llm.c file (1e-5), and
+#               transformers' GPT2LMHeadModel.from_pretrained too: the real client, pinned,
+#               from scripts/install_hf_client.sh (SKIPPED only where PyPI cannot be reached
+#               outside CI; a failure in CI)
 #   bad input   one `error:` line, exit 1, no output file left
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -100,12 +102,11 @@ run export_run $HC export "$RUN" "$TMP/e_run" && run export_ck $HC export "$CK" 
     same "a run directory exports its newest checkpoint" "$TMP/e_run/model.safetensors" "$TMP/e_ckbin/model.safetensors" &&
     same "a checkpoint directory exports its model.bin" "$TMP/e_ck/model.safetensors" "$TMP/e_ckbin/model.safetensors"
 
-echo "files that transformers itself wrote (save_pretrained; only where transformers is importable)"
+echo "files that transformers itself wrote (save_pretrained)"
 TS=$TMP/transformers
 TS_PAIRS=()
-if ! $PY -c 'import transformers' 2>/dev/null; then
-    echo "SKIPPED: transformers not installed (pip install transformers to run this check)"
-elif run transformers_save $PY $REF transformers-save --out "$TS"; then
+hf_client || bad "the real client: scripts/install_hf_client.sh failed"
+if [ -n "$HF_PY" ] && run transformers_save "$HF_PY" $REF transformers-save --out "$TS"; then
     for kind in lm_head base; do  # GPT2LMHeadModel's names (prefixed), GPT2Model's (unprefixed)
         run "import_transformers_$kind" $HC import "$TS/$kind" "$TMP/ts_$kind.bin" &&
             ok "imports what transformers' $kind save_pretrained wrote" && TS_PAIRS+=(--pair "$TMP/ts_$kind.bin" "$TS/$kind")
@@ -114,7 +115,7 @@ fi
 
 echo "logits (the reference reads the safetensors files itself)"
 # Negative control: the fine-tuned checkpoint's export is not the model it started from.
-if $PY $REF check --pair "$M" "$TMP/e1" --pair "$TMP/pub_f16.bin" "$F/published_f16" --pair "$CK/model.bin" "$TMP/e_ck" \
+if "${HF_CHECK[@]}" --pair "$M" "$TMP/e1" --pair "$TMP/pub_f16.bin" "$F/published_f16" --pair "$CK/model.bin" "$TMP/e_ck" \
         --pair-bf16 "$M" "$TMP/eb1" "${TS_PAIRS[@]}" --pair-mismatch "$M" "$TMP/e_ck" >"$TMP/check.log" 2>&1; then
     ok "logits agree: export, F16 import, checkpoint export, bf16 export${TS_PAIRS:+, files written by transformers}; the negative control fails"
 else

@@ -16,8 +16,10 @@
 #   evals    the val loss (-v) and the HellaSwag-format accuracy (-H 1, the shipped 40-item
 #            set) at the end, in main.log and on stdout
 #   export   the final checkpoint as model.safetensors + config.json; the oracle's
-#            independent safetensors reader (dev/test/hf_reference.py) gives the logits of
-#            the checkpoint's model.bin (1e-5), and not those of checkpoint 8 (control)
+#            independent safetensors reader (dev/test/hf_reference.py) and transformers'
+#            GPT2LMHeadModel (the pinned client, scripts/install_hf_client.sh) give the
+#            logits of the checkpoint's model.bin (1e-5), and not those of checkpoint 8
+#            (control)
 #   again    a third run of the command: the run is already complete, exit 0
 #   dry run  --dry-run prints the commands and runs none
 set -u
@@ -170,9 +172,10 @@ if [ -f "$HF/model.safetensors" ] && [ -f "$HF/config.json" ] && grep -q "^+ ./h
 else
     bad "no export in $HF"; tail -n 5 "$LOG2"
 fi
-if $PY dev/test/hf_reference.py check --pair "$RUN/checkpoint_00000012/model.bin" "$HF" \
+hf_client || bad "the real client: scripts/install_hf_client.sh failed"
+if "${HF_CHECK[@]}" --pair "$RUN/checkpoint_00000012/model.bin" "$HF" \
         --pair-mismatch "$RUN/checkpoint_00000008/model.bin" "$HF" >"$TMP/check.log" 2>&1; then
-    ok "the oracle reads the export itself: its logits equal the checkpoint's model.bin's (1e-5); checkpoint 8 does not match (control)"
+    ok "the oracle reads the export itself and transformers loads it: their logits equal the checkpoint's model.bin's (1e-5); checkpoint 8 does not match (control)"
 else
     bad "the oracle's logits check of the export failed"
 fi

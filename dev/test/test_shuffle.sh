@@ -17,21 +17,8 @@
 # is printed and logged once; a resume that changes --shuffle or its --seed is refused.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-small_model "$work" || exit 1
-$PY - "$work" <<'PYEOF' || { echo "FAIL shards"; exit 1; }
-import random, struct, sys
-rng = random.Random(7)
-for i, n in enumerate((700, 600, 900)):
-    with open(f"{sys.argv[1]}/shard_{i}.bin", "wb") as f:
-        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-        f.write(struct.pack(f"<{n}H", *(rng.randrange(1000) for _ in range(n))))
-PYEOF
-
-passed=0 failed=0
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }
+small_model_work || exit 1
+random_shards "$work" || exit 1
 
 COMMON=(-e "$work/m.bin" -i "$work/shard_*.bin" -t 32 -x 20 -v 0 -s 0 -l 1e-3 -z 1 --seed 5)
 run() {  # run NAME NP OUT ARGS...: one training run with its row trace

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# --skip-batches A-B (llmc/skip_batches.h): the steps from A on read what the straight run's
+# steps from B+1 on read, at any rank count, with --shuffle and in file order, across an
+# epoch; the skip is recorded in checkpoints, so a resume continues it and a requeued job
+# that repeats the flag does not skip twice; a resume past step A without it is refused.
+#
+# test_shuffle.sh's three shards of random tokens (21, 18 and 28 rows of T=32; with 4 rows a
+# step the --shuffle epoch is 16 steps). Every run writes the rows it reads
+# (LLMC_TEST_DATA_TRACE, "epoch shard row" per row and rank).
+#   S   np 1, -b 4, 22 steps, --shuffle, checkpoints every 6        the straight run
+#   K   np 2, -b 2, --shuffle --skip-batches 5-10, 14 steps         steps 5-14 = S's 11-20 (an epoch boundary)
+#   SF  np 1, -b 4, file order, 9 steps; KF np 2 -b 1 -d 128 (2 micro-steps) --skip-batches 2-4: steps 2-6 = SF's 5-9
+#   R   np 1 for 3 steps, then resumed at np 2 with K's flags: K's rows and losses (2e-5), the
+#       range in checkpoints 6 on; the same command again with -x 16: no second skip, steps
+#       15-16 = S's 21-22
+# and refusals: a resume from S's checkpoint 6 (no skip) naming steps 5-10; bad values.
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+[ -x ./test_crc32c ] || { echo "FAIL ./test_crc32c is not built"; exit 1; }
+small_model_work || exit 1
+random_shards "$work" || exit 1
+
+COMMON=(-e "$work/m.bin" -i "$work/shard_*.bin" -t 32 -d 128 -v 0 -s 0 -l 1e-3 -z 1 --seed 5)
+run() {  # run NAME NP ARGS...: one training run with its row trace, output in $work/out_NAME
+    local name=$1 np=$2; shift 2
+    LLMC_TEST_DATA_TRACE="$work/trace_$name" timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" \
+        -o "$work/out_$name" "$@" >>"$work/log_$name" 2>&1
+}
+ran() {  # ran NAME NP ARGS...: run, and a PASS/FAIL line
+    local name=$1 np=$2; shift 2
+    if run "$name" "$np" "$@"; then pass "run $name (np $np, $*)"; else fail "run $name (np $np, $*)" "$work/log_$name"; fi
+}
+ran S 1 -b 4 -x 22 -n 6 --shuffle
+ran K 2 -b 2 -x 14 --shuffle --skip-batches 5-10
+ran SF 1 -b 4 -x 9
+ran KF 2 -b 1 -x 6 --skip-batches 2-4
+ran R 1 -b 4 -x 3 -n 3 --shuffle
+ran R 2 -b 2 -x 14 -n 3 -y 1 --shuffle --skip-batches 5-10
+cp "$work/log_R" "$work/log_R_first"
+: >"$work/log_R"
+ran R 2 -b 2 -x 16 -n 3 -y 1 --shuffle --skip-batches 5-10  # a requeued job: the same flag, a later checkpoint
+
+# The rows each step read and the losses, against the straight runs'.
+if $PY - "$work" <<'PYEOF'
+import sys
+w = sys.argv[1]
+def reads(name, rank):
+    return [tuple(map(int, l.split())) for l in open(f"{w}/trace_{name}.rank{rank}")]
+def steps(name, ranks, per_rank, skip=0, first=1):
+    """{step: set of (epoch, shard, row)}: each rank's trace (past its first skip rows) in
+    steps of per_rank rows."""
+    traces = [reads(name, r)[skip if r == 0 else 0:] for r in range(ranks)]
+    return {first + k: {x for t in traces for x in t[k * per_rank:(k + 1) * per_rank]}
+            for k in range(len(traces[-1]) // per_rank)}
+def losses(name):
+    return {int(l.split()[0][2:]): float(l.split()[1][4:]) for l in open(f"{w}/out_{name}/main.log") if " trl:" in l}
+def expect(what, got, want):
+    if got != want:
+        print(f"FAIL {what}: {got} != {want}")
+        sys.exit(1)
+    print(f"  ok   {what}")
+S, K = steps("S", 1, 4), steps("K", 2, 2)
+expect("S read 22 steps of 4 distinct rows", sorted(len(r) for r in S.values()), [4] * 22)
+expect("K steps 1-4 read S's steps 1-4", [K[s] for s in range(1, 5)], [S[s] for s in range(1, 5)])
+expect("K steps 5-14 read S's steps 11-20 (np 2, --shuffle, across the epoch boundary)",
+       [K[s] for s in range(5, 15)], [S[s] for s in range(11, 21)])
+assert len({e for s in range(11, 21) for e, _, _ in S[s]}) == 2, "the skip did not cross an epoch"
+SF, KF = steps("SF", 1, 4), steps("KF", 2, 2)
+expect("KF (file order, np 2 x 2 micro-steps) steps 1, 2-6 read SF's 1, 5-9", [KF[s] for s in range(1, 7)],
+       [SF[1]] + [SF[s] for s in range(5, 10)])
+# R's first run (np 1, 3 steps) wrote 12 rows to rank 0's trace; the resumed runs appended.
+resumed = steps("R", 2, 2, skip=12, first=4)
+expect("R resumed at step 3 on np 2: steps 4-14 read K's", [resumed[s] for s in range(4, 15)],
+       [K[s] for s in range(4, 15)])
+expect("R requeued with the same flag from checkpoint 14: steps 15-16 read S's 21-22, no second skip",
+       [resumed[s] for s in (15, 16)], [S[21], S[22]])
+lk, lr = losses("K"), losses("R")
+worst = max(abs(lk[s] - lr[s]) for s in range(1, 15))
+if worst > 2e-5:
+    print(f"FAIL R's losses against K's: max difference {worst:.2e} > 2e-5")
+    sys.exit(1)
+print(f"  ok   R's losses equal K's, steps 1-14 (max difference {worst:.1e}, within 2e-5)")
+PYEOF
+then pass "the rows and losses of the skipping runs"; else fail "the rows and losses of the skipping runs"; fi
+
+# The record: checkpoints from 6 on hold the range, 3 none; the requeued run said nothing.
+rec() { sed -n 's/^skipped_batches //p' "$work/out_R/checkpoint_$(printf %08d "$1")/state.txt"; }
+if [ "$(rec 3)" = none ] && [ "$(rec 6)" = 5-10 ] && [ "$(rec 16)" = 5-10 ] &&
+    [ "$(grep -c '^data: --skip-batches 5-10: moved past 6 optimizer steps of data (768 tokens)' "$work/log_R_first")" = 1 ] &&
+    [ "$(grep -c '^data: --skip-batches' "$work/log_R")" = 0 ]; then
+    pass "state.txt: skipped_batches none at step 3, 5-10 at 6 and 16; one skip line, none in the requeued run"
+else
+    fail "the record: checkpoint 3 '$(rec 3)', 6 '$(rec 6)', 16 '$(rec 16)'" "$work/log_R"
+fi
+
+# A checkpoint of an earlier version (no skipped_batches line) resumes, as having skipped none.
+mkdir -p "$work/out_old" && cp -r "$work/out_S/checkpoint_00000006" "$work/out_old/"
+ck=$work/out_old/checkpoint_00000006
+sed -i '/^skipped_batches /d' "$ck/state.txt"
+./test_crc32c "$ck/model.bin" "$ck/optimizer.bin" "$ck/state.txt" | awk '{ n = split($3, p, "/"); print p[n], $2, $1 }' >"$ck/manifest.txt"
+if run old 1 -b 4 -x 8 -n 8 -y 1 --shuffle --skip-batches 7-8 && grep -q '^resumed from' "$work/log_old" &&
+    [ "$(sed -n 's/^skipped_batches //p' "$work/out_old/checkpoint_00000008/state.txt")" = 7-8 ]; then
+    pass "a checkpoint without skipped_batches resumes; --skip-batches 7-8 after it is recorded"
+else
+    fail "resume from a checkpoint without skipped_batches" "$work/log_old"
+fi
+
+# refused NAME KEYWORD ARGS...: one error line naming KEYWORD, exit 1.
+refused() {
+    local name=$1 keyword=$2; shift 2
+    timeout 60 ./train_gpt2 "${COMMON[@]}" -b 4 "$@" >"$work/$name.log" 2>&1
+    local rc=$?
+    if [ $rc = 1 ] && [ "$(grep -c '^error: ' "$work/$name.log")" = 1 ] && grep -qF -- "$keyword" "$work/$name.log"; then
+        pass "$name: $(grep '^error: ' "$work/$name.log" | sed "s|$work/||g" | cut -c1-150)"
+    else
+        fail "$name: exit $rc, not one error naming '$keyword'" "$work/$name.log"
+    fi
+}
+mkdir -p "$work/out_Q" && cp -r "$work/out_S/checkpoint_00000006" "$work/out_Q/"
+refused resume_past_the_range "--skip-batches 5-10: $work/out_Q/checkpoint_00000006 is at step 6, past step 5, and the run that saved it did not skip those batches" \
+    -x 12 -y 1 --shuffle --skip-batches 5-10 -o "$work/out_Q"
+refused range_zero "--skip-batches expects A-B or A" -x 5 --skip-batches 0-2
+refused range_reversed "got '6-5'" -x 8 --skip-batches 6-5
+refused range_text "got '3-x'" -x 8 --skip-batches 3-x
+refused with_overfit "-a 1 trains on one batch only" -x 8 -a 1 --skip-batches 2
+refused beyond_the_run "the run ends at step 8 (-x), before step 9" -x 8 --skip-batches 9-12
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
