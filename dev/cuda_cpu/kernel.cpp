@@ -291,14 +291,17 @@ static void fiber_main() {
     for (;;) {
         void* payload = b->launch->payload.get();
         void (*run)(void*) = b->launch->run;
+        const int* order = b->start_order.empty() ? nullptr : b->start_order.data();  // this block's
+        bool flat = b->launch->block.y == 1 && b->launch->block.z == 1;              // threadIdx (i, 0, 0)
         while (b->next_start < b->count) {
             int k = b->next_start++;
-            int i = b->start_order.empty() ? k : b->start_order[k];
+            int i = order ? order[k] : k;
             b->current = i;
-            coords.thread_idx = b->tids[i];
+            if (flat) coords.thread_idx.x = i;
+            else coords.thread_idx = b->tids[i];
             b->state[i] = RUNNABLE;
             run(payload);
-            b->state[b->current] = DONE;
+            b->state[i] = DONE;  // the thread started here, whatever waits it made on the way
             b->done++;
         }
         // Every thread of the block ran to its end in round 0: this runner takes the next block.
@@ -694,6 +697,7 @@ static uint64_t run_blocks(BlockDeal* d) {
     if (w->dynamic_shared.size() < L->shmem) w->dynamic_shared.resize(L->shmem);
     coords.block_dim = L->block;
     coords.grid_dim = L->grid;
+    coords.thread_idx = make_uint3(0, 0, 0);
     sigjmp_buf escape;
     if (sigsetjmp(escape, 1) != 0) {  // a memory fault inside the kernel (see kernel_fault_escape)
         w->block = nullptr;
