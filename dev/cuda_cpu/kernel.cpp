@@ -127,12 +127,13 @@ struct Launch {
     std::shared_ptr<void> payload;
 };
 
-// A launch's blocks as the workers running it take them: position p of the order is block
-// p (forward), blocks - 1 - p (reverse) or order[p] (random). A block that faults stops the
-// positions after it from being taken; the first fault in the order is the one reported.
+// A launch's blocks as the workers running it take them, `chunk` positions at a time (one
+// atomic add for several small blocks): position p of the order is block p (forward),
+// blocks - 1 - p (reverse) or order[p] (random). A block that faults stops the positions
+// after it from being taken; the first fault in the order is the one reported.
 struct BlockDeal {
     const Launch* launch;
-    uint64_t blocks, seed;
+    uint64_t blocks, seed, chunk = 1;
     bool reverse;
     std::vector<int> order;
     std::atomic<uint64_t> next{0}, stop{UINT64_MAX};
@@ -146,8 +147,9 @@ struct BlockDeal {
 struct BlockRun {
     BlockDeal* deal;
     const Launch* launch;
-    uint64_t position;  // in the deal's order
-    uint64_t taken;     // blocks this worker took of the launch
+    uint64_t position;                // in the deal's order
+    uint64_t chunk_next, chunk_end;  // the positions this worker took and has not begun
+    uint64_t taken;                   // blocks this worker took of the launch
     uint3 block;
     uint64_t block_seed;
     Fiber* fibers;
@@ -593,7 +595,11 @@ static void run_rounds(BlockRun* b) {
 // Takes the deal's next block for this worker and sets it up; false when none is left.
 static bool begin_block(BlockRun* b) {
     BlockDeal* d = b->deal;
-    uint64_t p = d->next.fetch_add(1, std::memory_order_relaxed);
+    if (b->chunk_next == b->chunk_end) {
+        b->chunk_next = d->next.fetch_add(d->chunk, std::memory_order_relaxed);
+        b->chunk_end = b->chunk_next + d->chunk;
+    }
+    uint64_t p = b->chunk_next++;
     if (p >= d->blocks || p >= d->stop.load(std::memory_order_relaxed)) return false;
     uint64_t id = !d->order.empty() ? (uint64_t)d->order[p] : d->reverse ? d->blocks - 1 - p : p;
     const Launch* L = b->launch;
@@ -692,6 +698,7 @@ static uint64_t run_blocks(BlockDeal* d) {
         b->tids[i] = make_uint3(i % L->block.x, (i / L->block.x) % L->block.y, i / (L->block.x * L->block.y));
     }
     b->num_free = b->fresh_stacks = 0;
+    b->chunk_next = b->chunk_end = 0;
     b->taken = 0;
     b->launch_done = false;
     if (w->dynamic_shared.size() < L->shmem) w->dynamic_shared.resize(L->shmem);
@@ -850,7 +857,10 @@ static void run_kernel(const Launch* L) {
     if (with_tools) tools_launch_begin(L->site, L->grid, L->block, L->shmem, w->stacks, kSlotBytes, kStacks);
     int helpers = with_tools || o != ORDER_FORWARD ? 0 : (int)std::min<uint64_t>(block_workers() - 1, d.blocks - 1);
     double start = now_seconds();
-    bool shared = helpers > 0 && help_pays(L, d.blocks, start) && pool_open(&d, helpers);
+    bool shared = helpers > 0 && help_pays(L, d.blocks, start);
+    // A few chunks per worker: the blocks still spread over the workers as they finish.
+    if (shared) d.chunk = std::max<uint64_t>(1, std::min<uint64_t>(8, d.blocks / (8 * (helpers + 1))));
+    shared = shared && pool_open(&d, helpers);
     uint64_t own = run_blocks(&d);
     double own_end = now_seconds();
     if (shared) pool_close();
