@@ -109,12 +109,10 @@ enum FiberState : uint8_t { NOT_STARTED, RUNNABLE, AT_BARRIER, AT_WARP, DONE };
 
 struct alignas(64) Fiber {  // one cache line each
     void* sp;
-    // The collective it waits in, and what it gets back.
+    // The collective it waits in (its value, argument and result: BlockRun's lane_*).
     WarpOp op;
     unsigned mask;
-    uint64_t value;
-    int arg, width;
-    uint64_t result;
+    int width;
     const char* custom_name;  // WARP_CUSTOM: the operation's name and what completes it
     WarpComplete complete;
 };
@@ -162,6 +160,10 @@ struct BlockRun {
     // participant arrives (and that one goes on without a switch).
     int done, at_barrier, at_warps;
     int at_warp[kMaxThreads / 32];
+    // Each thread's value and argument in the collective it waits in, and what it gets back:
+    // side by side, so that completing a warp's collective reads a few cache lines, not 32.
+    uint64_t lane_value[kMaxThreads], lane_result[kMaxThreads];
+    int lane_arg[kMaxThreads];
     // Per warp, the collective its first waiting lane is in; `mixed` once a lane waits in
     // another, or with a mask that does not name it (then the last lane checks them all).
     struct WarpKey {
@@ -375,10 +377,10 @@ static void block_fault(BlockRun* b, const char* fmt, ...) {
 
 // ---- resolving waits -------------------------------------------------------------------
 // Lane l of warp w is fiber w*32 + l; lanes past the block's end do not exist.
-static uint64_t collective_result(const BlockRun* b, int warp_base, int lane, unsigned mask, bool* bad_source,
-                                  int* source) {
-    const Fiber& f = b->fibers[warp_base + lane];
-    int width = f.width, seg = lane & ~(width - 1), src = lane;
+// f: the collective, as every lane of the mask waits in it (the same op, mask and width).
+static uint64_t collective_result(const BlockRun* b, const Fiber& f, int warp_base, int lane, unsigned mask,
+                                  bool* bad_source, int* source) {
+    int width = f.width, seg = lane & ~(width - 1), src = lane, arg = b->lane_arg[warp_base + lane];
     switch (f.op) {
         case WARP_SYNC:
         case WARP_CUSTOM: return 0;
@@ -387,23 +389,23 @@ static uint64_t collective_result(const BlockRun* b, int warp_base, int lane, un
         case WARP_ALL: {
             unsigned bits = 0;
             for (int l = 0; l < 32; l++) {
-                if ((mask >> l & 1) && b->fibers[warp_base + l].value) bits |= 1u << l;
+                if ((mask >> l & 1) && b->lane_value[warp_base + l]) bits |= 1u << l;
             }
             if (f.op == WARP_BALLOT) return bits;
             if (f.op == WARP_ANY) return bits != 0;
             return bits == mask;
         }
-        case WARP_SHFL: src = seg + (f.arg & (width - 1)); break;
-        case WARP_SHFL_UP: src = lane - f.arg < seg ? lane : lane - f.arg; break;
-        case WARP_SHFL_DOWN: src = lane + f.arg >= seg + width ? lane : lane + f.arg; break;
-        case WARP_SHFL_XOR: src = lane ^ f.arg; if ((src & ~(width - 1)) > seg) src = lane; break;
+        case WARP_SHFL: src = seg + (arg & (width - 1)); break;
+        case WARP_SHFL_UP: src = lane - arg < seg ? lane : lane - arg; break;
+        case WARP_SHFL_DOWN: src = lane + arg >= seg + width ? lane : lane + arg; break;
+        case WARP_SHFL_XOR: src = lane ^ arg; if ((src & ~(width - 1)) > seg) src = lane; break;
     }
     if (src < 0 || src >= 32 || !(mask >> src & 1)) {
         *bad_source = true;
         *source = src;
         return 0;
     }
-    return b->fibers[warp_base + src].value;
+    return b->lane_value[warp_base + src];
 }
 
 static bool complete_group(BlockRun* b, int warp_base, const Fiber& f);
@@ -462,7 +464,7 @@ static bool complete_group(BlockRun* b, int warp_base, const Fiber& f) {
         unsigned mask = f.mask;
         if (f.op == WARP_CUSTOM) {
             void* lanes[32];
-            for (int l = 0; l < 32; l++) lanes[l] = (void*)(uintptr_t)b->fibers[warp_base + l].value;
+            for (int l = 0; l < 32; l++) lanes[l] = (void*)(uintptr_t)b->lane_value[warp_base + l];
             if (with_tools) tools_pause(true);
             const char* err = f.complete(lanes);
             if (with_tools) tools_pause(false);
@@ -475,13 +477,13 @@ static bool complete_group(BlockRun* b, int warp_base, const Fiber& f) {
             if (!(mask >> l & 1)) continue;
             bool bad = false;
             int src = 0;
-            uint64_t r = collective_result(b, warp_base, l, mask, &bad, &src);
+            uint64_t r = collective_result(b, f, warp_base, l, mask, &bad, &src);
             if (bad) {
                 block_fault(b, "lane %d (thread %d) in %s reads lane %d, which is not in the mask 0x%08x", l, warp_base + l,
                             op_name(f), src, mask);
                 return false;
             }
-            b->fibers[warp_base + l].result = r;
+            b->lane_result[warp_base + l] = r;
         }
         if (with_tools) tools_warp_met(warp_base / 32, f.op != WARP_CUSTOM);
         for (int l = 0; l < 32; l++) {
@@ -927,8 +929,8 @@ static inline __attribute__((always_inline)) uint64_t warp_wait(WarpOp op, unsig
     b->state[b->current] = AT_WARP;
     f.op = op;
     f.mask = mask;
-    f.value = value;
-    f.arg = arg;
+    b->lane_value[b->current] = value;
+    b->lane_arg[b->current] = arg;
     f.width = width;
     int warp_base = b->current & ~31;
     int arrived = ++b->at_warp[warp_base / 32];
@@ -942,10 +944,10 @@ static inline __attribute__((always_inline)) uint64_t warp_wait(WarpOp op, unsig
     if (arrived == lanes_in(mask) && named) {
         bool completed = !key.mixed ? complete_group(b, warp_base, f)
                                     : warp_complete(b, warp_base, f) && resolve_group(b, b->current) > 0;
-        if (completed && b->state[b->current] == RUNNABLE) return b->fibers[b->current].result;
+        if (completed && b->state[b->current] == RUNNABLE) return b->lane_result[b->current];
     }
     leave_fiber(b, &f.sp);
-    return b->fibers[b->current].result;
+    return b->lane_result[b->current];
 }
 
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
