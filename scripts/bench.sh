@@ -123,7 +123,7 @@ figure "blocked on communication, overlap on / off, ms/step" "$(printf %.1f "$on
 # The barrier and shuffle kernels against the layer before its parallel blocks: that layer's
 # time per thread in host-loop elements, its median in the side-by-side runs of
 # dev/bench/results/2026-12-04_layer_speed.md (dev/bench/layer_speed.sh BEFORE AFTER).
-LAYER_BEFORE_BARRIERS=BASELINE_BARRIERS LAYER_BEFORE_SHUFFLES=BASELINE_SHUFFLES
+LAYER_BEFORE_BARRIERS=9315 LAYER_BEFORE_SHUFFLES=12550
 section 3 "CPU execution layer for CUDA: emulated device threads, default block workers and one"
 make -s bench_cuda_cpu CUDA_ON_CPU=1 >/dev/null
 for r in $(seq "$REPEATS"); do
@@ -138,13 +138,13 @@ layer() {
     [ "$2" = tps ] && field=1
     for r in $(seq "$REPEATS"); do
         sed -nE "s/^ *$1.* ([0-9]+) threads\/s.*, +([0-9.]+) x the host loop.*/\\1 \\2/p" "$work/$3.$r" | cut -d' ' -f$field
-    done | median
+    done | median | awk -v f="$2" '{ printf(f == "tps" ? "%.0f\n" : "%.1f\n", $1) }'
 }
 ew=$(layer elementwise tps layer) ew1=$(layer elementwise tps layer1)
 figure "elementwise kernel, emulated threads/s, default block workers / one" "$ew / $ew1 = $(ratio "$ew" "$ew1")" \
     "- (what emulation costs; the workers: CUDA_CPU_BLOCK_WORKERS)"
 for k in barriers shuffles; do
-    figure "$k kernel, emulated threads/s, default block workers / one" \
+    figure "${k%s} kernel, emulated threads/s, default block workers / one" \
         "$(layer $k tps layer) / $(layer $k tps layer1) = $(ratio "$(layer $k tps layer)" "$(layer $k tps layer1)")" "-"
 done
 x=$(layer elementwise x layer)
@@ -155,7 +155,7 @@ for k in barriers shuffles; do
     [ $k = shuffles ] && before=$LAYER_BEFORE_SHUFFLES
     x=$(layer $k x layer)
     r=$(ratio "$before" "$x")
-    figure "$k kernel, speed-up on the layer before (time per thread in host-loop elements)" \
+    figure "${k%s} kernel, speed-up on the layer before (recorded, in host-loop elements per thread)" \
         "$before / $x = $r (one block worker: $(ratio "$before" "$(layer $k x layer1)"))" ">= 3" "$(judge "$r" ge 3)"
 done
 
