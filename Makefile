@@ -322,7 +322,8 @@ test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS)
 # The CPU execution layer's own tests (CUDA_ON_CPU=1 only): kernels, launches, memory and
 # streams (test_layer.cu), cuBLAS/cuBLASLt (test_blas.cpp), NCCL (test_nccl.cpp, under mpirun),
 # and its speed (bench_layer.cu, make bench).
-test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
+test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu dev/cuda_cpu/tests/layer_test.h dev/cuda_cpu/tests/two_workers.h \
+  $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_layer.cu -o $@ $(NVCC_LIBS)
 test_cuda_cpu_blas: dev/cuda_cpu/tests/test_blas.cpp $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) -O2 $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_blas.cpp -o $@
@@ -341,7 +342,7 @@ test_cuda_cpu_memcheck: dev/cuda_cpu/tests/test_memcheck.cu dev/cuda_cpu/tests/m
 # one file with --use_fast_math, one with -fmad=false and without it.
 NUMERICS_FLAGS = $(filter-out --use_fast_math --cuda-cpu-numerics=gpu,$(NVCC_FLAGS)) --cuda-cpu-numerics=gpu
 test_cuda_cpu_numerics: dev/cuda_cpu/tests/test_numerics.cu dev/cuda_cpu/tests/numerics_precise.cu \
-  dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
+  dev/cuda_cpu/tests/layer_test.h dev/cuda_cpu/tests/two_workers.h $(CUDA_HEADERS) $(GPU_STAMP)
 	@mkdir -p build/cuda_cpu
 	$(NVCC) $(NUMERICS_FLAGS) -fmad=false $(NVCC_INCLUDES) -c dev/cuda_cpu/tests/numerics_precise.cu \
 	  -o build/cuda_cpu/numerics_precise.o

@@ -8,7 +8,8 @@
 #     step time ratio, optimizer-state bytes per rank ratio, and the milliseconds per step
 #     blocked on communication with overlap on vs off.
 #  3. the CPU execution layer for CUDA: emulated device threads per second (elementwise,
-#     barrier-heavy, shuffle-heavy kernels), elementwise against a plain host loop.
+#     barrier-heavy, shuffle-heavy kernels) with the layer's block workers and with one, each
+#     kernel against a plain host loop, the waiting kernels against the layer before.
 #  4. OpenBLAS kernels: sgemm GFLOP/s and a C trainer step with the Prescott kernels forced
 #     (what cloud VMs with a generic CPU model got) against the automatic choice
 #     (llmc/blas_cores.h), and with that fault faked and repaired by the restart.
@@ -122,16 +123,46 @@ figure "blocked on communication, overlap on / off, ms/step" "$(printf %.1f "$on
 
 # ---- 3. the CPU execution layer for CUDA ---------------------------------------------------
 # Device threads per second for a kernel that never waits, one full of __syncthreads and one
-# full of warp shuffles, and the elementwise one against a plain host loop (dev/cuda_cpu/).
-section 3 "CPU execution layer for CUDA: emulated device threads (one worker thread)"
+# full of warp shuffles (dev/cuda_cpu/), with the block workers the layer chooses and with one
+# (alternating), and each kernel's time per thread against a plain host loop's per element.
+# The barrier and shuffle kernels against the layer before its parallel blocks: that layer's
+# time per thread in host-loop elements, its median in the side-by-side runs of
+# dev/bench/results/2026-12-04_layer_speed.md (dev/bench/layer_speed.sh BEFORE AFTER).
+LAYER_BEFORE_BARRIERS=9315 LAYER_BEFORE_SHUFFLES=12550
+section 3 "CPU execution layer for CUDA: emulated device threads, default block workers and one"
 make -s bench_cuda_cpu CUDA_ON_CPU=1 >/dev/null
-./bench_cuda_cpu >"$work/layer.out"
-sed 's/^/  | /' "$work/layer.out"
-layer() { sed -nE "s/$1/\\1/p" "$work/layer.out"; }  # the number a line of bench_cuda_cpu gives
-figure "elementwise kernel, emulated threads/s" "$(layer '^ *elementwise +([0-9]+) threads.*')" "- (what emulation costs)"
-figure "barrier kernel, emulated threads/s" "$(layer '^ *barriers.* ([0-9]+) threads.*')" "-"
-figure "shuffle kernel, emulated threads/s" "$(layer '^ *shuffles.* ([0-9]+) threads.*')" "-"
-figure "elementwise, layer / host loop, time per element" "$(layer '.*plain host loop = ([0-9.]+) x.*') x" "-"
+for r in $(seq "$REPEATS"); do
+    ./bench_cuda_cpu >"$work/layer.$r"
+    CUDA_CPU_BLOCK_WORKERS=1 ./bench_cuda_cpu >"$work/layer1.$r"
+done
+sed 's/^/  | /' "$work/layer.$REPEATS"
+# layer KERNEL tps|x SIDE: the median over the repeats of a kernel's threads/s or its time per
+# thread in host-loop elements (SIDE: layer, the default workers; layer1, one)
+layer() {
+    local field=2
+    [ "$2" = tps ] && field=1
+    for r in $(seq "$REPEATS"); do
+        sed -nE "s/^ *$1.* ([0-9]+) threads\/s.*, +([0-9.]+) x the host loop.*/\\1 \\2/p" "$work/$3.$r" | cut -d' ' -f$field
+    done | median | awk -v f="$2" '{ printf(f == "tps" ? "%.0f\n" : "%.1f\n", $1) }'
+}
+ew=$(layer elementwise tps layer) ew1=$(layer elementwise tps layer1)
+figure "elementwise kernel, emulated threads/s, default block workers / one" "$ew / $ew1 = $(ratio "$ew" "$ew1")" \
+    "- (what emulation costs; the workers: CUDA_CPU_BLOCK_WORKERS)"
+for k in barriers shuffles; do
+    figure "${k%s} kernel, emulated threads/s, default block workers / one" \
+        "$(layer $k tps layer) / $(layer $k tps layer1) = $(ratio "$(layer $k tps layer)" "$(layer $k tps layer1)")" "-"
+done
+x=$(layer elementwise x layer)
+figure "elementwise, layer / host loop, time per element" "$x x (one block worker: $(layer elementwise x layer1) x)" \
+    "<= 20" "$(judge "$x" le 20)"
+for k in barriers shuffles; do
+    before=$LAYER_BEFORE_BARRIERS
+    [ $k = shuffles ] && before=$LAYER_BEFORE_SHUFFLES
+    x=$(layer $k x layer)
+    r=$(ratio "$before" "$x")
+    figure "${k%s} kernel, speed-up on the layer before (recorded, in host-loop elements per thread)" \
+        "$before / $x = $r (one block worker: $(ratio "$before" "$(layer $k x layer1)"))" ">= 3" "$(judge "$r" ge 3)"
+done
 
 # ---- 4. OpenBLAS kernels: the cloud-VM fault against the automatic choice ----------------
 # "forced": OPENBLAS_CORETYPE=Prescott, which llmc/blas_cores.h respects as the user's choice;

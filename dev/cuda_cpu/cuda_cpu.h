@@ -6,9 +6,10 @@
  * each `__shared__` declaration into a block-shared one (same lines, same columns before).
  *
  * Device code runs as plain C++: the threads of a block are fibers on one worker thread
- * (dev/cuda_cpu/kernel.cpp), threadIdx & co. are that fiber's, __shared__ variables are
- * thread_local statics (one copy per worker, poisoned at every block start), and the
- * barriers and warp collectives switch fibers. The CUDA toolkit's own headers provide the
+ * (dev/cuda_cpu/kernel.cpp; a launch's blocks may run on several workers at once),
+ * threadIdx & co. are that fiber's, __shared__ variables are thread_local statics (one copy
+ * per worker, poisoned at every block start), and the barriers and warp collectives switch
+ * fibers. The CUDA toolkit's own headers provide the
  * types (dim3, uint3, __nv_bfloat16 with its host arithmetic); this file the rest.
  */
 #ifndef CUDA_CPU_H
@@ -46,13 +47,18 @@
 
 namespace cudacpu {
 
-// The running fiber's coordinates (kernel.cpp sets them before every switch). Plain
-// uint3 (blockDim and gridDim are dim3 in CUDA, which converts from uint3), so that the
-// thread_local is constant-initialized and read without a TLS init call.
+// The running fiber's coordinates (kernel.cpp sets them before every switch), one set per
+// worker thread. Plain uint3 (blockDim and gridDim are dim3 in CUDA, which converts from
+// uint3), so that the thread_local is constant-initialized; declared so (g++'s
+// __constinit), a kernel reads it without first checking for a TLS init function.
 struct ThreadCoords {
     uint3 thread_idx, block_idx, block_dim, grid_dim;
 };
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+extern thread_local __constinit ThreadCoords coords;
+#else
 extern thread_local ThreadCoords coords;
+#endif
 
 void block_barrier(void);
 int block_barrier_count(int predicate);  // __syncthreads_count; _and/_or from it
@@ -255,9 +261,11 @@ static inline void __nanosleep(unsigned ns) { (void)ns; }
 template <typename T>
 static inline T __ldg(const T* p) { return *p; }
 
-// ---- atomics (blocks run one after another on one worker, but keep them atomic) -------------
-// Under the tools each reports itself (CUDA_CPU_ATOMIC_SEEN) and is not instrumented; the
-// public functions are plain inline ones, so the report names the kernel's call site.
+// ---- atomics: real ones (a launch's blocks run on several workers at once) ---------------------
+// Sequentially consistent, as the host's atomics; a float add is a compare-and-swap loop on
+// its bits. Under the tools each reports itself (CUDA_CPU_ATOMIC_SEEN) and is not
+// instrumented; the public functions are plain inline ones, so the report names the
+// kernel's call site.
 #define CUDA_CPU_ATOMIC CUDA_CPU_NOT_TRACED static inline
 template <typename T>
 CUDA_CPU_ATOMIC T cudacpu_atomic_update(T* p, T (*f)(T, T), T v) {

@@ -89,6 +89,10 @@ struct DeviceAccess {
 cudaError_t enqueue(cudaStream_t s, const char* label, std::function<void()> fn);
 // The stream whose operation the calling thread is running now (NULL when not inside one).
 cudaStream_t current_stream();
+// A thread of the layer's own that runs device work (a stream's worker, a helper running a
+// launch's blocks): device memory always accessible, and a signal stack for the SIGSEGV
+// handler (a fault inside a kernel, a fiber's stack overflow).
+void device_thread_setup();
 // Whether h names a stream that can take work (the default streams always can).
 bool stream_alive(cudaStream_t h);
 

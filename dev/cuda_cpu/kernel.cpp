@@ -4,24 +4,32 @@
  * A launch is checked as an H100/H200 checks it (block <= 1024 threads and 1024 x 1024 x
  * 64; grid x < 2^31, y and z <= 65535; dynamic shared memory above 48 KiB only after
  * cudaFuncSetAttribute, never above 227 KiB; every pointer argument NULL, device or pinned
- * memory), then queued on its stream. When it runs, the blocks run one after another on
- * the stream's worker thread, and a block's threads are fibers on that thread: each
- * runs until it finishes or reaches __syncthreads or a warp collective, then the next
- * runs. Once every fiber is finished or waiting, the waits that can complete do: a warp
- * collective when every lane its mask names is waiting in the same collective with the
- * same mask, __syncthreads when every thread of the block waits there. Anything else
- * (a lane that returned before a collective its warp-mates wait in, a barrier that some
- * threads left the kernel without reaching, lanes that disagree on the mask) is a fault
- * naming the kernel, the block and the lanes: never a hang. The layer's own whole-warp
- * operations (warp_custom: the WMMA functions of dev/cuda_cpu/include/mma.h) wait the same
- * way with a full mask; the last lane to arrive runs the operation for the whole warp.
+ * memory), then queued on its stream. When it runs, its blocks are dealt to workers: the
+ * stream's worker thread and, in forward order, helper threads on the cores the process
+ * leaves idle (CUDA_CPU_BLOCK_WORKERS). A worker runs one block at a time, and a block's
+ * threads are fibers on that worker: each runs until it finishes or reaches __syncthreads
+ * or a warp collective, then the next runs. Once every fiber is finished or waiting, the
+ * waits that can complete do: a warp collective when every lane its mask names is waiting
+ * in the same collective with the same mask, __syncthreads when every thread of the block
+ * waits there. Anything else (a lane that returned before a collective its warp-mates wait
+ * in, a barrier that some threads left the kernel without reaching, lanes that disagree on
+ * the mask) is a fault naming the kernel, the block and the lanes: never a hang. The
+ * layer's own whole-warp operations (warp_custom: the WMMA functions of
+ * dev/cuda_cpu/include/mma.h) wait the same way with a full mask; the last lane to arrive
+ * runs the operation for the whole warp.
  *
- * Orders (CUDA_CPU_ORDER): forward (thread 0 first, block 0 first), reverse, or random
- * (reshuffled every round, seeded by CUDA_CPU_SEED). Code that is correct on a GPU gives
- * the same result in every order; a missing barrier shows in at least one of them.
- * __shared__ memory is poisoned (0xff bytes, a NaN in every float format) at the start
- * of every block, so a read before the block wrote it shows as well.
+ * Orders (CUDA_CPU_ORDER): forward (thread 0 first; block 0 first, the workers taking the
+ * blocks in increasing order), reverse, or random (reshuffled every round, seeded by
+ * CUDA_CPU_SEED); reverse and random run the blocks one after another on the stream's
+ * worker, so that an order that exposes a bug exposes it on every run. Code that is
+ * correct on a GPU gives the same result in every order; a missing barrier shows in at
+ * least one of them. When blocks fault, the first in the order is reported, as if they ran
+ * one after another. __shared__ memory is poisoned (0xff bytes, a NaN in every float
+ * format) at the start of every block, so a read before the block wrote it shows as well.
  */
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <csetjmp>
 #include <csignal>
 #include <cstdarg>
@@ -30,9 +38,11 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,8 +56,9 @@ namespace cudacpu {
 
 thread_local ThreadCoords coords;
 // CUDA_CPU_CHECK / CUDA_CPU_PROFILE (dev/cuda_cpu/tools.h): the launches tell the tools
-// where blocks start and where threads meet.
-static bool with_tools;
+// where blocks start and where threads meet. The tools keep one worker's view: with them
+// the blocks run one after another.
+static std::atomic<bool> with_tools{false};
 
 // ---- fibers ---------------------------------------------------------------------------
 // Saves the callee-saved registers on the current stack, stores the stack pointer in *save
@@ -86,21 +97,22 @@ cudacpu_switch_context:
 
 static const size_t kStackBytes = 128 << 10;
 static const size_t kPage = 4096;
+// A stack's slot: a guard page, the stack, and a page in which its top starts at one of 64
+// cache-line offsets ("colours"). Tops a fixed 132 KiB apart share a few cache sets, and
+// with 256 threads waiting in a barrier every switch missed the cache. Under the tools every
+// top is at its slot's end: they take a thread's stack offsets to be the same in any slot.
+static const size_t kSlotBytes = kPage + kStackBytes + kPage;
 static const int kMaxThreads = 1024;
 static const int kStacks = kMaxThreads + 1;  // every thread suspended, plus the runner starting the next
 
-enum FiberState { NOT_STARTED, RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+enum FiberState : uint8_t { NOT_STARTED, RUNNABLE, AT_BARRIER, AT_WARP, DONE };
 
-struct Fiber {
+struct alignas(64) Fiber {  // one cache line each
     void* sp;
-    FiberState state;
-    uint3 tid;
-    // The collective it waits in, and what it gets back.
+    // The collective it waits in (its value, argument and result: BlockRun's lane_*).
     WarpOp op;
     unsigned mask;
-    uint64_t value;
-    int arg, width;
-    uint64_t result;
+    int width;
     const char* custom_name;  // WARP_CUSTOM: the operation's name and what completes it
     WarpComplete complete;
 };
@@ -113,37 +125,80 @@ struct Launch {
     std::shared_ptr<void> payload;
 };
 
-// What the worker thread is running now: one block of one launch.
-struct BlockRun {
+// A launch's blocks as the workers running it take them, `chunk` positions at a time (one
+// atomic add for several small blocks): position p of the order is block p (forward),
+// blocks - 1 - p (reverse) or order[p] (random). A block that faults stops the positions
+// after it from being taken; the first fault in the order is the one reported.
+struct BlockDeal {
     const Launch* launch;
+    uint64_t blocks, seed, chunk = 1;
+    bool reverse;
+    std::vector<int> order;
+    std::atomic<uint64_t> next{0}, stop{UINT64_MAX};
+    std::mutex fault_mu;
+    uint64_t fault_position = UINT64_MAX;
+    cudaError_t fault_error = cudaSuccess;
+    std::string fault_message;
+};
+
+// What a worker is running now: one block of one launch.
+struct BlockRun {
+    BlockDeal* deal;
+    const Launch* launch;
+    uint64_t position;                // in the deal's order
+    uint64_t chunk_next, chunk_end;  // the positions this worker took and has not begun
+    uint64_t taken;                   // blocks this worker took of the launch
     uint3 block;
+    uint64_t block_seed;
     Fiber* fibers;
+    FiberState state[kMaxThreads];
     int count;
     int current;
     void* scheduler_sp;
-    int barrier_result;
+    int barrier_votes, barrier_result;  // __syncthreads_count: threads with a true predicate
     // Counts kept as fibers change state, so that a wait completes the moment its last
     // participant arrives (and that one goes on without a switch).
     int done, at_barrier, at_warps;
     int at_warp[kMaxThreads / 32];
+    // Each thread's value and argument in the collective it waits in, and what it gets back:
+    // side by side, so that completing a warp's collective reads a few cache lines, not 32.
+    uint64_t lane_value[kMaxThreads], lane_result[kMaxThreads];
+    int lane_arg[kMaxThreads];
+    // Per warp, the collective its first waiting lane is in; `mixed` once a lane waits in
+    // another, or with a mask that does not name it (then the last lane checks them all).
+    struct WarpKey {
+        WarpOp op;
+        unsigned mask;
+        int width;
+        WarpComplete complete;
+        bool mixed;
+    } warp_key[kMaxThreads / 32];
     // Threads start on runners: a runner fiber runs one thread after another (in the start
     // order) on its stack until one of them blocks; that one keeps the stack, and a new
-    // runner starts the rest. So a thread that never waits costs a call, not a switch.
+    // runner starts the rest. So a thread that never waits costs a call, not a switch; and
+    // when no thread of a block waited, the runner goes on with the worker's next block.
     std::vector<int> start_order;  // empty in forward order (thread k starts k-th)
     int next_start;
     int free_stacks[kStacks], num_free, fresh_stacks;  // given back, and never used yet
     int new_runner_stack;  // the stack the runner being started runs on
-    const uint3* tids;     // each thread's threadIdx (the same for every block)
+    // Rounds after the first: the threads that can go on run in the round's order, each
+    // switching straight to the next (round 0: the runners start the threads).
+    uint64_t round;
+    int cursor;
+    std::vector<int> round_order;  // random order: this round's
+    bool launch_done;              // no block left for this worker, or one faulted
+    std::vector<uint3> tids;       // each thread's threadIdx (the same for every block)
     std::vector<std::pair<void*, size_t>> shared;  // static __shared__ seen this block
     size_t shared_bytes;
     std::string fault;  // set when the block cannot go on
 };
 
 struct WorkerState {
-    char* stacks = nullptr;  // kStacks stacks, each with a guard page below it
+    char* stacks = nullptr;  // kStacks slots of kSlotBytes
     Fiber fibers[kMaxThreads];
+    BlockRun run;
     std::vector<char> dynamic_shared;
-    BlockRun* block = nullptr;
+    BlockRun* block = nullptr;     // &run while a block runs
     sigjmp_buf* escape = nullptr;  // where a fault inside a kernel continues
     char escape_message[1536];
     cudaError_t escape_error = cudaErrorIllegalAddress;  // the sticky error an escape leaves
@@ -153,14 +208,15 @@ static thread_local WorkerState* worker;
 static WorkerState* worker_state() {
     if (worker) return worker;
     WorkerState* w = new WorkerState();
-    size_t slot = kStackBytes + kPage;
-    void* m = mmap(nullptr, slot * kStacks, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* m = mmap(nullptr, kSlotBytes * kStacks, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
     if (m == MAP_FAILED) {
         fprintf(stderr, "error: cuda_cpu: cannot map fiber stacks\n");
         abort();
     }
     w->stacks = (char*)m;
-    for (int i = 0; i < kStacks; i++) mprotect(w->stacks + i * slot, kPage, PROT_NONE);
+    for (int i = 0; i < kStacks; i++) mprotect(w->stacks + i * kSlotBytes, kPage, PROT_NONE);
+    w->run.fibers = w->fibers;
     worker = w;
     return w;
 }
@@ -168,8 +224,8 @@ static WorkerState* worker_state() {
 bool address_in_fiber_guard(const void* p) {
     WorkerState* w = worker;
     if (!w) return false;
-    size_t off = (size_t)((const char*)p - w->stacks), slot = kStackBytes + kPage;
-    return (const char*)p >= w->stacks && off < slot * kStacks && off % slot < kPage;
+    size_t off = (size_t)((const char*)p - w->stacks);
+    return (const char*)p >= w->stacks && off < kSlotBytes * kStacks && off % kSlotBytes < kPage;
 }
 
 static void fiber_main();
@@ -177,7 +233,8 @@ static void fiber_main();
 // Lays out stack i afresh so that switching to it enters fiber_main.
 static void* fiber_prepare(int i) {
     WorkerState* w = worker;
-    char* top = w->stacks + (size_t)(i + 1) * (kStackBytes + kPage);
+    size_t colour = with_tools ? 0 : (size_t)(i * 5 % 64) * 64;
+    char* top = w->stacks + (size_t)(i + 1) * kSlotBytes - colour;
     uint64_t* sp = (uint64_t*)top;
     *--sp = 0;                           // fiber_main's return address: it never returns
     *--sp = (uint64_t)(void*)&fiber_main;  // where the switch's `ret` goes
@@ -194,28 +251,80 @@ static BlockRun* running_block(const char* what) {
     return w->block;
 }
 
-// The fiber gives the worker back to the block's scheduler.
-static void yield_to_scheduler(BlockRun* b) {
-    Fiber* f = &b->fibers[b->current];
-    cudacpu_switch_context(&f->sp, b->scheduler_sp);
+// The next fiber of this round's order that can run (b->current and threadIdx set to it);
+// false when none is left.
+static inline __attribute__((always_inline)) bool next_runnable(BlockRun* b) {
+    while (b->cursor < b->count) {
+        int k = b->cursor++;
+        int i = b->round_order.empty() ? k : b->round_order[k];
+        if (b->state[i] == RUNNABLE) {
+            b->current = i;
+            coords.thread_idx = b->tids[i];
+            if (b->cursor < b->count) {  // the likely next one: its saved registers and frames into the cache
+                const char* sp = (const char*)b->fibers[b->round_order.empty() ? b->cursor : b->round_order[b->cursor]].sp;
+                __builtin_prefetch(sp);
+                __builtin_prefetch(sp + 64);
+                __builtin_prefetch(sp + 128);
+            }
+            return true;
+        }
+    }
+    return false;
 }
+
+// The running fiber stops (it waits, or its runner has nothing left to start; its stack
+// pointer goes to *save): the worker goes on with what the scheduler would run next, without
+// passing through it: in round 0 a new runner for the threads not yet started, in a later
+// round the next fiber that can run; the scheduler when neither is left.
+static inline __attribute__((always_inline)) void leave_fiber(BlockRun* b, void** save) {
+    if (!b->launch_done && b->round == 0 && b->next_start < b->count) {
+        b->new_runner_stack = b->num_free ? b->free_stacks[--b->num_free] : b->fresh_stacks++;
+        cudacpu_switch_context(save, fiber_prepare(b->new_runner_stack));
+    } else if (b->round > 0 && next_runnable(b)) {
+        cudacpu_switch_context(save, b->fibers[b->current].sp);
+    } else {
+        cudacpu_switch_context(save, b->scheduler_sp);
+    }
+}
+
+static bool finish_block(BlockRun* b);
 
 static void fiber_main() {
     BlockRun* b = worker->block;
     int stack = b->new_runner_stack;
-    void* idle_sp;
-    while (b->next_start < b->count) {
-        int k = b->next_start++;
-        int i = b->start_order.empty() ? k : b->start_order[k];
-        b->current = i;
-        coords.thread_idx = b->tids[i];
-        b->fibers[i].state = RUNNABLE;
-        b->launch->run(b->launch->payload.get());
-        b->fibers[b->current].state = DONE;
-        b->done++;
+    for (;;) {
+        void* payload = b->launch->payload.get();
+        void (*run)(void*) = b->launch->run;
+        const int* order = b->start_order.empty() ? nullptr : b->start_order.data();  // this block's
+        bool flat = b->launch->block.y == 1 && b->launch->block.z == 1;              // threadIdx (i, 0, 0)
+        while (b->next_start < b->count) {
+            int k = b->next_start++;
+            int i = order ? order[k] : k;
+            b->current = i;
+            if (flat) coords.thread_idx.x = i;
+            else coords.thread_idx = b->tids[i];
+            b->state[i] = RUNNABLE;
+            run(payload);
+            b->state[i] = DONE;  // the thread started here, whatever waits it made on the way
+            b->done++;
+        }
+        // Every thread of the block ran to its end in round 0: this runner takes the next block.
+        if (b->round != 0 || b->done != b->count || with_tools) break;
+        if (!finish_block(b)) {
+            b->launch_done = true;
+            break;
+        }
     }
     b->free_stacks[b->num_free++] = stack;  // nothing left to start: the stack is free again
-    cudacpu_switch_context(&idle_sp, b->scheduler_sp);
+    void* idle_sp;
+    leave_fiber(b, &idle_sp);
+}
+
+// The lanes a mask names (a popcount that needs no CPU instruction of its own).
+static inline int lanes_in(unsigned m) {
+    m = m - ((m >> 1) & 0x55555555u);
+    m = (m & 0x33333333u) + ((m >> 2) & 0x33333333u);
+    return (int)((((m + (m >> 4)) & 0x0f0f0f0fu) * 0x01010101u) >> 24);
 }
 
 // ---- what a waiting fiber is doing, for messages ------------------------------------
@@ -268,10 +377,10 @@ static void block_fault(BlockRun* b, const char* fmt, ...) {
 
 // ---- resolving waits -------------------------------------------------------------------
 // Lane l of warp w is fiber w*32 + l; lanes past the block's end do not exist.
-static uint64_t collective_result(const BlockRun* b, int warp_base, int lane, unsigned mask, bool* bad_source,
-                                  int* source) {
-    const Fiber& f = b->fibers[warp_base + lane];
-    int width = f.width, seg = lane & ~(width - 1), src = lane;
+// f: the collective, as every lane of the mask waits in it (the same op, mask and width).
+static uint64_t collective_result(const BlockRun* b, const Fiber& f, int warp_base, int lane, unsigned mask,
+                                  bool* bad_source, int* source) {
+    int width = f.width, seg = lane & ~(width - 1), src = lane, arg = b->lane_arg[warp_base + lane];
     switch (f.op) {
         case WARP_SYNC:
         case WARP_CUSTOM: return 0;
@@ -280,24 +389,26 @@ static uint64_t collective_result(const BlockRun* b, int warp_base, int lane, un
         case WARP_ALL: {
             unsigned bits = 0;
             for (int l = 0; l < 32; l++) {
-                if ((mask >> l & 1) && b->fibers[warp_base + l].value) bits |= 1u << l;
+                if ((mask >> l & 1) && b->lane_value[warp_base + l]) bits |= 1u << l;
             }
             if (f.op == WARP_BALLOT) return bits;
             if (f.op == WARP_ANY) return bits != 0;
             return bits == mask;
         }
-        case WARP_SHFL: src = seg + (f.arg & (width - 1)); break;
-        case WARP_SHFL_UP: src = lane - f.arg < seg ? lane : lane - f.arg; break;
-        case WARP_SHFL_DOWN: src = lane + f.arg >= seg + width ? lane : lane + f.arg; break;
-        case WARP_SHFL_XOR: src = lane ^ f.arg; if ((src & ~(width - 1)) > seg) src = lane; break;
+        case WARP_SHFL: src = seg + (arg & (width - 1)); break;
+        case WARP_SHFL_UP: src = lane - arg < seg ? lane : lane - arg; break;
+        case WARP_SHFL_DOWN: src = lane + arg >= seg + width ? lane : lane + arg; break;
+        case WARP_SHFL_XOR: src = lane ^ arg; if ((src & ~(width - 1)) > seg) src = lane; break;
     }
     if (src < 0 || src >= 32 || !(mask >> src & 1)) {
         *bad_source = true;
         *source = src;
         return 0;
     }
-    return b->fibers[warp_base + src].value;
+    return b->lane_value[warp_base + src];
 }
+
+static bool complete_group(BlockRun* b, int warp_base, const Fiber& f);
 
 // Completes the collective fiber i waits in if every lane of its mask has arrived: 1 done,
 // 0 not yet, -1 a fault (recorded in b->fault).
@@ -321,19 +432,20 @@ static int resolve_group(BlockRun* b, int i) {
                 return -1;
             }
             const Fiber& g = b->fibers[t];
-            if (g.state == DONE) {
+            FiberState gs = b->state[t];
+            if (gs == DONE) {
                 block_fault(b, "lane %d (thread %d) returned before the %s that lanes %s of its warp wait in", l, t,
                             op_name(f), thread_list(b, [&](int k) {
-                                return k / 32 == warp_base / 32 && b->fibers[k].state == AT_WARP;
+                                return k / 32 == warp_base / 32 && b->state[k] == AT_WARP;
                             }).c_str());
                 return -1;
             }
-            if (g.state == AT_BARRIER) {
+            if (gs == AT_BARRIER) {
                 block_fault(b, "lane %d (thread %d) waits in __syncthreads while lane %d waits in %s (mask 0x%08x)", l, t,
                             lane, op_name(f), mask);
                 return -1;
             }
-            if (g.state == RUNNABLE || g.state == NOT_STARTED) ready = false;  // still on its way
+            if (gs == RUNNABLE || gs == NOT_STARTED) ready = false;  // still on its way
             else if (g.op != f.op || g.mask != mask || g.width != f.width || g.complete != f.complete) {
                 block_fault(b, "lanes of warp %d disagree: lane %d is in %s (mask 0x%08x), lane %d in %s (mask 0x%08x)",
                             warp_base / 32, lane, op_name(f), mask, l, op_name(g), g.mask);
@@ -341,36 +453,45 @@ static int resolve_group(BlockRun* b, int i) {
             }
         }
         if (!ready) return 0;
+        return complete_group(b, warp_base, f) ? 1 : -1;
+    }
+}
+
+// Every lane of f's mask waits in the same collective as f: each gets its result and goes
+// on (false: a fault, recorded in b->fault).
+static bool complete_group(BlockRun* b, int warp_base, const Fiber& f) {
+    {
+        unsigned mask = f.mask;
         if (f.op == WARP_CUSTOM) {
             void* lanes[32];
-            for (int l = 0; l < 32; l++) lanes[l] = (void*)(uintptr_t)b->fibers[warp_base + l].value;
+            for (int l = 0; l < 32; l++) lanes[l] = (void*)(uintptr_t)b->lane_value[warp_base + l];
             if (with_tools) tools_pause(true);
             const char* err = f.complete(lanes);
             if (with_tools) tools_pause(false);
             if (err) {
                 block_fault(b, "warp %d: %s: %s", warp_base / 32, f.custom_name, err);
-                return -1;
+                return false;
             }
         }
         for (int l = 0; l < 32; l++) {
             if (!(mask >> l & 1)) continue;
             bool bad = false;
             int src = 0;
-            uint64_t r = collective_result(b, warp_base, l, mask, &bad, &src);
+            uint64_t r = collective_result(b, f, warp_base, l, mask, &bad, &src);
             if (bad) {
                 block_fault(b, "lane %d (thread %d) in %s reads lane %d, which is not in the mask 0x%08x", l, warp_base + l,
                             op_name(f), src, mask);
-                return -1;
+                return false;
             }
-            b->fibers[warp_base + l].result = r;
+            b->lane_result[warp_base + l] = r;
         }
         if (with_tools) tools_warp_met(warp_base / 32, f.op != WARP_CUSTOM);
         for (int l = 0; l < 32; l++) {
-            if (mask >> l & 1) b->fibers[warp_base + l].state = RUNNABLE;
+            if (mask >> l & 1) b->state[warp_base + l] = RUNNABLE;
         }
-        b->at_warp[warp_base / 32] -= __builtin_popcount(mask);
-        b->at_warps -= __builtin_popcount(mask);
-        return 1;
+        b->at_warp[warp_base / 32] -= lanes_in(mask);
+        b->at_warps -= lanes_in(mask);
+        return true;
     }
 }
 
@@ -378,7 +499,7 @@ static int resolve_group(BlockRun* b, int i) {
 static bool resolve_warps(BlockRun* b) {
     bool progress = false;
     for (int i = 0; i < b->count && b->fault.empty(); i++) {
-        if (b->fibers[i].state != AT_WARP) continue;
+        if (b->state[i] != AT_WARP) continue;
         int r = resolve_group(b, i);
         if (r < 0) return false;
         progress |= r > 0;
@@ -386,25 +507,30 @@ static bool resolve_warps(BlockRun* b) {
     return progress;
 }
 
+// Every thread of the block waits in __syncthreads: they all go on.
+static void complete_barrier(BlockRun* b) {
+    b->barrier_result = b->barrier_votes;
+    b->barrier_votes = 0;
+    if (with_tools) tools_barrier();
+    memset(b->state, RUNNABLE, b->count);
+    b->at_barrier = 0;
+}
+
 static bool resolve_barrier(BlockRun* b) {
-    int waiting = 0, done = 0, count = 0;
+    int waiting = 0, done = 0;
     for (int i = 0; i < b->count; i++) {
-        waiting += b->fibers[i].state == AT_BARRIER;
-        done += b->fibers[i].state == DONE;
+        waiting += b->state[i] == AT_BARRIER;
+        done += b->state[i] == DONE;
     }
     if (waiting == 0) return false;
     if (done > 0) {
         block_fault(b, "__syncthreads reached by threads %s, but threads %s returned without reaching it",
-                    thread_list(b, [&](int k) { return b->fibers[k].state == AT_BARRIER; }).c_str(),
-                    thread_list(b, [&](int k) { return b->fibers[k].state == DONE; }).c_str());
+                    thread_list(b, [&](int k) { return b->state[k] == AT_BARRIER; }).c_str(),
+                    thread_list(b, [&](int k) { return b->state[k] == DONE; }).c_str());
         return false;
     }
     if (waiting != b->count) return false;
-    for (int i = 0; i < b->count; i++) count += b->fibers[i].value != 0;
-    b->barrier_result = count;
-    if (with_tools) tools_barrier();
-    for (int i = 0; i < b->count; i++) b->fibers[i].state = RUNNABLE;
-    b->at_barrier = 0;
+    complete_barrier(b);
     return true;
 }
 
@@ -437,45 +563,14 @@ static void make_order(std::vector<int>& order, int n, uint64_t seed) {
     }
 }
 
-// ---- running a block -------------------------------------------------------------------
+
+// ---- running blocks --------------------------------------------------------------------------
 static uint64_t launch_counter;
 
-static void run_block(BlockRun* b, uint64_t seed) {
-    WorkerState* w = worker;
-    for (int i = 0; i < b->count; i++) {
-        Fiber& f = w->fibers[i];
-        f.state = NOT_STARTED;
-        f.tid = b->tids[i];
-        f.value = 0;
-    }
-    b->done = b->at_barrier = b->at_warps = 0;
-    memset(b->at_warp, 0, sizeof(b->at_warp));
-    b->num_free = b->fresh_stacks = 0;
-    if (b->launch->shmem) memset(w->dynamic_shared.data(), 0xff, b->launch->shmem);
-    std::vector<int> order;
-    coords.block_idx = b->block;
-    if (order_setting() == ORDER_FORWARD) b->start_order.clear();
-    else make_order(b->start_order, b->count, seed * 1000003u);
-    b->next_start = 0;
-    for (uint64_t round = 0;; round++) {
-        if (round == 0) {  // start every thread, in the start order
-            while (b->next_start < b->count) {
-                b->new_runner_stack = b->num_free ? b->free_stacks[--b->num_free] : b->fresh_stacks++;
-                cudacpu_switch_context(&b->scheduler_sp, fiber_prepare(b->new_runner_stack));
-            }
-        } else {
-            Order o = order_setting();
-            if (o == ORDER_RANDOM) make_order(order, b->count, seed * 1000003u + round);
-            for (int k = 0; k < b->count; k++) {
-                int i = o == ORDER_FORWARD ? k : o == ORDER_REVERSE ? b->count - 1 - k : order[k];
-                Fiber& f = b->fibers[i];
-                if (f.state != RUNNABLE) continue;
-                b->current = i;
-                coords.thread_idx = f.tid;
-                cudacpu_switch_context(&b->scheduler_sp, f.sp);
-            }
-        }
-        if (b->done == b->count) return;
+// The rounds after round 0, until the block's threads have all finished or it faults.
+static void run_rounds(BlockRun* b) {
+    for (uint64_t round = 1;; round++) {
+        if (b->done == b->count || !b->fault.empty()) return;
         // Released during the round (a wait its last participant completed): just go on.
         bool progress = b->done + b->at_barrier + b->at_warps < b->count;
         if (!progress && b->at_warps) progress = resolve_warps(b);
@@ -484,11 +579,95 @@ static void run_block(BlockRun* b, uint64_t seed) {
         if (!b->fault.empty()) return;
         if (!progress) {
             block_fault(b, "no thread can go on: threads %s wait in __syncthreads, %s in warp collectives, %s returned",
-                        thread_list(b, [&](int k) { return b->fibers[k].state == AT_BARRIER; }).c_str(),
-                        thread_list(b, [&](int k) { return b->fibers[k].state == AT_WARP; }).c_str(),
-                        thread_list(b, [&](int k) { return b->fibers[k].state == DONE; }).c_str());
+                        thread_list(b, [&](int k) { return b->state[k] == AT_BARRIER; }).c_str(),
+                        thread_list(b, [&](int k) { return b->state[k] == AT_WARP; }).c_str(),
+                        thread_list(b, [&](int k) { return b->state[k] == DONE; }).c_str());
             return;
         }
+        b->round = round;
+        Order o = order_setting();
+        if (o == ORDER_FORWARD) b->round_order.clear();
+        else if (o == ORDER_REVERSE) make_order(b->round_order, b->count, 0);
+        else make_order(b->round_order, b->count, b->block_seed * 1000003u + round);
+        b->cursor = 0;
+        if (next_runnable(b)) cudacpu_switch_context(&b->scheduler_sp, b->fibers[b->current].sp);
+    }
+}
+
+// Takes the deal's next block for this worker and sets it up; false when none is left.
+static bool begin_block(BlockRun* b) {
+    BlockDeal* d = b->deal;
+    if (b->chunk_next == b->chunk_end) {
+        b->chunk_next = d->next.fetch_add(d->chunk, std::memory_order_relaxed);
+        b->chunk_end = b->chunk_next + d->chunk;
+    }
+    uint64_t p = b->chunk_next++;
+    if (p >= d->blocks || p >= d->stop.load(std::memory_order_relaxed)) return false;
+    uint64_t id = !d->order.empty() ? (uint64_t)d->order[p] : d->reverse ? d->blocks - 1 - p : p;
+    const Launch* L = b->launch;
+    b->position = p;
+    b->taken++;
+    b->block = make_uint3((unsigned)(id % L->grid.x), (unsigned)(id / L->grid.x % L->grid.y),
+                          (unsigned)(id / ((uint64_t)L->grid.x * L->grid.y)));
+    b->block_seed = d->seed * 7919u + id;
+    coords.block_idx = b->block;
+    memset(b->state, NOT_STARTED, b->count);
+    b->done = b->at_barrier = b->at_warps = b->barrier_votes = 0;
+    memset(b->at_warp, 0, sizeof(b->at_warp));
+    b->round = 0;
+    b->next_start = 0;
+    if (order_setting() == ORDER_FORWARD) b->start_order.clear();
+    else make_order(b->start_order, b->count, b->block_seed * 1000003u);
+    b->shared.clear();
+    b->shared_bytes = 0;
+    b->fault.clear();
+    if (L->shmem) memset(worker->dynamic_shared.data(), 0xff, L->shmem);
+    if (with_tools) tools_block_begin(id, b->block, b->count, &b->current, worker->dynamic_shared.data(), L->shmem);
+    return true;
+}
+
+// A fault of the block at `position` in the deal's order: the first in the order is kept,
+// and no block after it is taken any more.
+static void record_fault(BlockDeal* d, uint64_t position, cudaError_t err, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void record_fault(BlockDeal* d, uint64_t position, cudaError_t err, const char* fmt, ...) {
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    std::lock_guard<std::mutex> g(d->fault_mu);
+    if (position >= d->fault_position) return;
+    d->fault_position = position;
+    d->fault_error = err;
+    d->fault_message = msg;
+    d->stop.store(position, std::memory_order_relaxed);
+}
+
+// The block has ended (every thread finished, or a fault): its fault is recorded, or the
+// worker's next block begins. False when the worker has no block left to run.
+static bool finish_block(BlockRun* b) {
+    std::string finding;
+    if (with_tools && !tools_block_end(&finding) && b->fault.empty()) b->fault = finding;
+    if (!b->fault.empty()) {
+        const LaunchSite& s = b->launch->site;
+        record_fault(b->deal, b->position, cudaErrorLaunchFailure, "kernel %s (launched at %s:%d) block (%u,%u,%u): %s",
+                     s.kernel, s.file, s.line, b->block.x, b->block.y, b->block.z, b->fault.c_str());
+        return false;
+    }
+    return begin_block(b);
+}
+
+// Runs blocks of the worker's current one on until the deal has none left for it or one faults.
+static void schedule(BlockRun* b) {
+    for (;;) {
+        while (!b->launch_done && b->next_start < b->count) {  // round 0: runners start the threads
+            b->new_runner_stack = b->num_free ? b->free_stacks[--b->num_free] : b->fresh_stacks++;
+            cudacpu_switch_context(&b->scheduler_sp, fiber_prepare(b->new_runner_stack));
+        }
+        if (b->launch_done) return;
+        run_rounds(b);
+        if (!finish_block(b)) return;
     }
 }
 
@@ -506,67 +685,190 @@ struct FlushDenormals {
     }
 };
 
-static void run_kernel(const Launch* L) {
-    FlushDenormals flush(L->site.ftz);
+// This thread's share of the deal: blocks taken one at a time until none is left. Returns
+// how many it took.
+static uint64_t run_blocks(BlockDeal* d) {
+    FlushDenormals flush(d->launch->site.ftz);  // MXCSR is each thread's own
     WorkerState* w = worker_state();
-    uint64_t seed = __atomic_add_fetch(&launch_counter, 1, __ATOMIC_RELAXED);
-    int count = (int)(L->block.x * L->block.y * L->block.z);
+    BlockRun* b = &w->run;
+    const Launch* L = d->launch;
+    b->deal = d;
+    b->launch = L;
+    b->count = (int)(L->block.x * L->block.y * L->block.z);
+    b->tids.resize(b->count);
+    for (int i = 0; i < b->count; i++) {
+        b->tids[i] = make_uint3(i % L->block.x, (i / L->block.x) % L->block.y, i / (L->block.x * L->block.y));
+    }
+    b->num_free = b->fresh_stacks = 0;
+    b->chunk_next = b->chunk_end = 0;
+    b->taken = 0;
+    b->launch_done = false;
     if (w->dynamic_shared.size() < L->shmem) w->dynamic_shared.resize(L->shmem);
     coords.block_dim = L->block;
     coords.grid_dim = L->grid;
-    BlockRun b;
-    b.launch = L;
-    b.fibers = w->fibers;
-    b.count = count;
-    std::vector<uint3> tids(count);
-    for (int i = 0; i < count; i++) {
-        tids[i] = make_uint3(i % L->block.x, (i / L->block.x) % L->block.y, i / (L->block.x * L->block.y));
-    }
-    b.tids = tids.data();
-    with_tools = tools_on();
-    if (with_tools) {
-        tools_launch_begin(L->site, L->grid, L->block, L->shmem, w->stacks, kStackBytes + kPage, kStacks);
-    }
+    coords.thread_idx = make_uint3(0, 0, 0);
     sigjmp_buf escape;
     if (sigsetjmp(escape, 1) != 0) {  // a memory fault inside the kernel (see kernel_fault_escape)
         w->block = nullptr;
         w->escape = nullptr;
-        if (with_tools) tools_launch_end();
         cudaError_t err = w->escape_error;
         w->escape_error = cudaErrorIllegalAddress;
-        device_fault(err, "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s",
-                     L->site.kernel, L->site.file, L->site.line, b.block.x, b.block.y, b.block.z, coords.thread_idx.x,
+        record_fault(d, b->position, err, "kernel %s (launched at %s:%d) block (%u,%u,%u) thread (%u,%u,%u): %s",
+                     L->site.kernel, L->site.file, L->site.line, b->block.x, b->block.y, b->block.z, coords.thread_idx.x,
                      coords.thread_idx.y, coords.thread_idx.z, w->escape_message);
-        return;
+        return b->taken;
     }
     w->escape = &escape;
-    uint64_t blocks = (uint64_t)L->grid.x * L->grid.y * L->grid.z;
-    std::vector<int> order;
-    bool permute = order_setting() == ORDER_RANDOM && blocks <= (1u << 22);
-    if (permute) make_order(order, (int)blocks, seed);
-    for (uint64_t k = 0; k < blocks; k++) {
-        uint64_t id = permute ? (uint64_t)order[k] : order_setting() == ORDER_REVERSE ? blocks - 1 - k : k;
-        b.block = make_uint3((unsigned)(id % L->grid.x), (unsigned)(id / L->grid.x % L->grid.y),
-                             (unsigned)(id / ((uint64_t)L->grid.x * L->grid.y)));
-        b.shared.clear();
-        b.shared_bytes = 0;
-        b.fault.clear();
-        w->block = &b;
-        if (with_tools) tools_block_begin(id, b.block, count, &b.current, w->dynamic_shared.data(), L->shmem);
-        run_block(&b, seed * 7919u + id);
-        w->block = nullptr;
-        std::string finding;
-        if (with_tools && !tools_block_end(&finding) && b.fault.empty()) b.fault = finding;
-        if (!b.fault.empty()) {
-            w->escape = nullptr;
-            if (with_tools) tools_launch_end();
-            device_fault(cudaErrorLaunchFailure, "kernel %s (launched at %s:%d) block (%u,%u,%u): %s", L->site.kernel,
-                         L->site.file, L->site.line, b.block.x, b.block.y, b.block.z, b.fault.c_str());
-            return;
-        }
-    }
+    w->block = b;
+    if (begin_block(b)) schedule(b);
+    w->block = nullptr;
     w->escape = nullptr;
+    return b->taken;
+}
+
+// ---- parallel blocks ---------------------------------------------------------------------------
+// How many threads run a launch's blocks: CUDA_CPU_BLOCK_WORKERS, else the cores of the
+// process's CPU mask, shared with the other ranks on this host where the mask is the whole
+// machine's (ranks the launcher did not bind to cores of their own).
+static int block_workers() {
+    static const int workers = [] {
+        const char* v = getenv("CUDA_CPU_BLOCK_WORKERS");
+        if (v && *v) {
+            long set = env_long("BLOCK_WORKERS", 0);
+            if (set < 1 || set > 256) {
+                fprintf(stderr, "error: cuda_cpu: CUDA_CPU_BLOCK_WORKERS=%ld: use 1 to 256\n", set);
+                exit(1);
+            }
+            return (int)set;
+        }
+        cpu_set_t mask;
+        long cores = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 1;
+        if (cores >= sysconf(_SC_NPROCESSORS_ONLN)) {
+            for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+                long ranks = getenv(v) ? atol(getenv(v)) : 0;
+                if (ranks > 1) {
+                    cores /= ranks;
+                    break;
+                }
+            }
+        }
+        return (int)std::max(1L, std::min(cores, 256L));
+    }();
+    return workers;
+}
+
+// Helper threads, started as launches want them, that take blocks beside the stream's
+// worker; one launch at a time has them (another stream's runs alone meanwhile).
+struct BlockPool {
+    std::mutex mu;
+    std::condition_variable wake, left;
+    BlockDeal* deal = nullptr;
+    uint64_t generation = 0;
+    int wanted = 0, joined = 0, started = 0;
+};
+static BlockPool* pool = new BlockPool();  // never destroyed: helpers wait on it at exit
+
+static void helper_main() {
+    device_thread_setup();
+    std::unique_lock<std::mutex> lk(pool->mu);
+    uint64_t seen = 0;
+    for (;;) {
+        pool->wake.wait(lk, [&] { return pool->deal && pool->generation != seen; });
+        seen = pool->generation;
+        if (pool->joined >= pool->wanted) continue;
+        BlockDeal* d = pool->deal;
+        pool->joined++;
+        lk.unlock();
+        run_blocks(d);
+        lk.lock();
+        if (--pool->joined == 0) pool->left.notify_all();
+    }
+}
+
+// Offers d's blocks to `helpers` helper threads; false when another launch has them.
+static bool pool_open(BlockDeal* d, int helpers) {
+    std::lock_guard<std::mutex> g(pool->mu);
+    if (pool->deal) return false;
+    for (; pool->started < helpers; pool->started++) std::thread(helper_main).detach();
+    pool->deal = d;
+    pool->generation++;
+    pool->wanted = helpers;
+    pool->wake.notify_all();
+    return true;
+}
+
+// No helper joins any more; returns once those that joined have finished their blocks.
+static void pool_close() {
+    std::unique_lock<std::mutex> lk(pool->mu);
+    pool->deal = nullptr;
+    pool->left.wait(lk, [] { return pool->joined == 0; });
+}
+
+// ---- when helpers pay --------------------------------------------------------------------------
+// Offering a launch to the helpers costs a wake-up (microseconds), and a helper that the
+// machine's other work preempts in the middle of a block holds the launch up until it runs
+// again. So a launch site whose blocks took, the last time, less than kHelpedSeconds in all
+// runs alone; and when a launch waited long for its helpers (longer than kStallSeconds and
+// than a quarter of its own time), they sit out a while (10 ms, doubling up to 1 s).
+static const double kHelpedSeconds = 100e-6, kStallSeconds = 200e-6;
+struct HelpRecord {
+    std::mutex mu;
+    std::unordered_map<uint64_t, double> block_seconds;  // by launch site
+    double quiet_until = 0, quiet_for = 0.01;
+};
+static HelpRecord* help = new HelpRecord();  // never destroyed: stream workers may use it at exit
+
+static double now_seconds() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static uint64_t site_key(const Launch* L) { return (uint64_t)(uintptr_t)L->site.file * 31 + (uint64_t)L->site.line; }
+
+static bool help_pays(const Launch* L, uint64_t blocks, double now) {
+    std::lock_guard<std::mutex> g(help->mu);
+    if (now < help->quiet_until) return false;
+    auto it = help->block_seconds.find(site_key(L));
+    return it == help->block_seconds.end() || it->second * (double)blocks >= kHelpedSeconds;
+}
+
+// own: the blocks the launch's own worker ran, in own_seconds; waited: then for the helpers.
+static void help_learn(const Launch* L, uint64_t own, double own_seconds, bool helped, double waited) {
+    std::lock_guard<std::mutex> g(help->mu);
+    if (own) help->block_seconds[site_key(L)] = own_seconds / (double)own;
+    if (!helped) return;
+    if (waited > kStallSeconds && waited > own_seconds / 4) {
+        help->quiet_until = now_seconds() + help->quiet_for;
+        help->quiet_for = std::min(help->quiet_for * 2, 1.0);
+    } else {
+        help->quiet_for = std::max(help->quiet_for / 2, 0.01);
+    }
+}
+
+static void run_kernel(const Launch* L) {
+    with_tools = tools_on();
+    BlockDeal d;
+    d.launch = L;
+    d.seed = __atomic_add_fetch(&launch_counter, 1, __ATOMIC_RELAXED);
+    d.blocks = (uint64_t)L->grid.x * L->grid.y * L->grid.z;
+    Order o = order_setting();
+    d.reverse = o == ORDER_REVERSE;
+    if (o == ORDER_RANDOM && d.blocks <= (1u << 22)) make_order(d.order, (int)d.blocks, d.seed);
+    WorkerState* w = worker_state();
+    if (with_tools) tools_launch_begin(L->site, L->grid, L->block, L->shmem, w->stacks, kSlotBytes, kStacks);
+    int helpers = with_tools || o != ORDER_FORWARD ? 0 : (int)std::min<uint64_t>(block_workers() - 1, d.blocks - 1);
+    double start = now_seconds();
+    bool shared = helpers > 0 && help_pays(L, d.blocks, start);
+    // A few chunks per worker: the blocks still spread over the workers as they finish.
+    if (shared) d.chunk = std::max<uint64_t>(1, std::min<uint64_t>(8, d.blocks / (8 * (helpers + 1))));
+    shared = shared && pool_open(&d, helpers);
+    uint64_t own = run_blocks(&d);
+    double own_end = now_seconds();
+    if (shared) pool_close();
+    if (helpers > 0) help_learn(L, own, own_end - start, shared, now_seconds() - own_end);
     if (with_tools) tools_launch_end();
+    if (d.fault_error != cudaSuccess) device_fault(d.fault_error, "%s", d.fault_message.c_str());
 }
 
 // Called by the SIGSEGV handler (runtime.cpp): inside a kernel on this thread, the fault
@@ -592,10 +894,10 @@ bool in_kernel() { return worker && worker->block; }
 // The last thread to arrive completes the barrier and goes on; the others wait.
 static int arrive_at_barrier(int predicate) {
     BlockRun* b = running_block("__syncthreads");
-    b->fibers[b->current].state = AT_BARRIER;
-    b->fibers[b->current].value = predicate != 0;
-    if (++b->at_barrier == b->count) resolve_barrier(b);
-    else yield_to_scheduler(b);
+    b->state[b->current] = AT_BARRIER;
+    b->barrier_votes += predicate != 0;
+    if (++b->at_barrier == b->count) complete_barrier(b);
+    else leave_fiber(b, &b->fibers[b->current].sp);
     return b->barrier_result;
 }
 
@@ -608,15 +910,15 @@ static bool warp_complete(const BlockRun* b, int warp_base, const Fiber& f) {
         if (!(f.mask >> l & 1)) continue;
         if (warp_base + l >= b->count) return false;
         const Fiber& g = b->fibers[warp_base + l];
-        if (g.state != AT_WARP || g.op != f.op || g.mask != f.mask || g.width != f.width || g.complete != f.complete)
+        if (b->state[warp_base + l] != AT_WARP || g.op != f.op || g.mask != f.mask || g.width != f.width || g.complete != f.complete)
             return false;
     }
     return true;
 }
 
-static uint64_t warp_wait(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* custom_name,
+static inline __attribute__((always_inline)) uint64_t warp_wait(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* custom_name,
                           WarpComplete complete) {
-    BlockRun* b = running_block(custom_name ? custom_name : op_name(op));
+    BlockRun* b = worker && worker->block ? worker->block : running_block(custom_name ? custom_name : op_name(op));
     Fiber& f = b->fibers[b->current];
     f.custom_name = custom_name;
     f.complete = complete;
@@ -624,23 +926,28 @@ static uint64_t warp_wait(WarpOp op, unsigned mask, uint64_t value, int arg, int
         block_fault(b, "%s with width %d (must be a power of 2 up to 32)", op_name(op), width);
         width = 32;
     }
-    f.state = AT_WARP;
+    b->state[b->current] = AT_WARP;
     f.op = op;
     f.mask = mask;
-    f.value = value;
-    f.arg = arg;
+    b->lane_value[b->current] = value;
+    b->lane_arg[b->current] = arg;
     f.width = width;
     int warp_base = b->current & ~31;
-    // The last lane to arrive completes the collective for all and goes on; any other
-    // outcome (a lane missing or disagreeing) is sorted out between rounds (resolve_warps).
     int arrived = ++b->at_warp[warp_base / 32];
     b->at_warps++;
-    if (arrived == __builtin_popcount(mask) && (mask >> (b->current & 31) & 1) && warp_complete(b, warp_base, f) &&
-        resolve_group(b, b->current) > 0) {
-        if (b->fibers[b->current].state == RUNNABLE) return b->fibers[b->current].result;
+    bool named = mask >> (b->current & 31) & 1;
+    BlockRun::WarpKey& key = b->warp_key[warp_base / 32];
+    if (arrived == 1) key = BlockRun::WarpKey{op, mask, width, complete, !named};
+    else if (key.op != op || key.mask != mask || key.width != width || key.complete != complete || !named) key.mixed = true;
+    // The last lane to arrive completes the collective for all and goes on; any other
+    // outcome (a lane missing or disagreeing) is sorted out between rounds (resolve_warps).
+    if (arrived == lanes_in(mask) && named) {
+        bool completed = !key.mixed ? complete_group(b, warp_base, f)
+                                    : warp_complete(b, warp_base, f) && resolve_group(b, b->current) > 0;
+        if (completed && b->state[b->current] == RUNNABLE) return b->lane_result[b->current];
     }
-    yield_to_scheduler(b);
-    return b->fibers[b->current].result;
+    leave_fiber(b, &f.sp);
+    return b->lane_result[b->current];
 }
 
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
@@ -657,7 +964,7 @@ unsigned active_mask() {
     int base = b->current & ~31;
     unsigned m = 0;
     for (int l = 0; l < 32 && base + l < b->count; l++) {
-        if (b->fibers[base + l].state != DONE) m |= 1u << l;
+        if (b->state[base + l] != DONE) m |= 1u << l;
     }
     return m;
 }
@@ -711,6 +1018,7 @@ int kernel_max_dynamic_shared(const void* func) {
 void launch(const LaunchSite& site, const void* func, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
             void (*run)(void*), std::shared_ptr<void> payload, const PointerArg* pointers, int num_pointers) {
     const char* k = site.kernel;
+    block_workers();  // its setting checked at the first launch, on the calling thread
     if (sticky_error() != cudaSuccess) {
         result(sticky_error());
         return;

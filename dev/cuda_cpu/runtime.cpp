@@ -297,7 +297,15 @@ static void describe_address(const void* p, char* out, size_t n) {
         snprintf(out, n, "invalid address %p (not device memory)", p);
         return;
     }
-    if (!mem->mu.try_lock()) {
+    // Another worker's fault may hold the lock for a moment (blocks run on several at once);
+    // this thread may hold it itself (a fault inside the layer's lookup): wait 0.1 s at most.
+    bool locked = mem->mu.try_lock();
+    for (int i = 0; i < 1000 && !locked; i++) {
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, nullptr);
+        locked = mem->mu.try_lock();
+    }
+    if (!locked) {
         snprintf(out, n, "address %p in device memory", p);
         return;
     }
@@ -338,6 +346,11 @@ static void install_signal_stack() {
     ss.ss_sp = malloc(ss.ss_size);
     ss.ss_flags = 0;
     sigaltstack(&ss, nullptr);
+}
+
+void device_thread_setup() {
+    grant_worker_access();
+    install_signal_stack();
 }
 
 static void init_memory() {
@@ -491,8 +504,7 @@ static void run_op(Stream* s, Op& op) {
 }
 
 static void worker_loop(Stream* s) {
-    grant_worker_access();
-    install_signal_stack();
+    device_thread_setup();
     std::unique_lock<std::mutex> lk(S->mu);
     for (;;) {
         S->cv.wait(lk, [&] {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The CPU execution layer's own tests (make test runs this): builds them with CUDA_ON_CPU=1,
 # then runs
-#   test_layer  kernels (barriers, warp collectives, faults), launch checks, memory, streams
-#               and events, in every thread order (forward, reverse, random) and execution
-#               mode (async, eager, lazy), and under CUDA_CPU_PROTECT=1
+#   test_layer  kernels (barriers, warp collectives, faults, blocks in parallel), launch
+#               checks, memory, streams and events, in every thread order (forward, reverse,
+#               random) and execution mode (async, eager, lazy), and under CUDA_CPU_PROTECT=1
 #   test_blas   cuBLAS and cuBLASLt on hand-worked examples and the documented errors, and
 #               the heuristic's answers under each CUDA_CPU_BLASLT_HEURISTIC
 #   test_nccl   NCCL at 2, 3 and 4 ranks, its rules and its failures (test_nccl.sh)

@@ -2,8 +2,9 @@
  * The CPU execution layer's own tests (kernels, launches, memory, streams, events), as
  * CUDA source compiled like the project's: make test_cuda_cpu_layer CUDA_ON_CPU=1.
  *
- *   test_layer           every check; the cases that must end in a fault run as child
- *                        processes (a fault is sticky, as on a GPU), their stderr checked
+ *   test_layer           every check; the cases that must end in a fault (a fault is
+ *                        sticky, as on a GPU) or need settings of their own (parallel
+ *                        blocks) run as child processes, their stderr checked
  *   test_layer CASE      one such case alone
  * Expected values are worked out by hand in the comments (the CUDA documentation's
  * definitions of each intrinsic), never taken from the layer itself. Prints PASS/FAIL
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "dev/cuda_cpu/tests/layer_test.h"
+#include "dev/cuda_cpu/tests/two_workers.h"
 
 // ---- kernels under test ---------------------------------------------------------------------
 // Each lane gets the value of lane (lane ^ 1), (lane + 3) if < 32 else its own, (lane - 2) if
@@ -151,6 +154,42 @@ __global__ void wmma_misuse(float* d, const __nv_bfloat16* a, int bad) {
     wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
 }
 
+// Parallel blocks (CUDA_CPU_BLOCK_WORKERS; meet_all: two_workers.h). Each block of one thread fills its __shared__ array and meets the others: out[b] = 1 if
+// they met + 2 if its shared array and blockIdx are still its own after (each worker has its
+// own). Then it adds 1, `adds` times, to an integer and a float counter (exact below 2^24).
+__global__ void blocks_meet(int* arrived, int* out, long long cycles, int adds, unsigned long long* count,
+                            float* fcount) {
+    __shared__ int mine[64];
+    for (int i = 0; i < 64; i++) mine[i] = (int)blockIdx.x * 100 + i;
+    unsigned b = blockIdx.x;
+    int met = meet_all(arrived, cycles);
+    int intact = blockIdx.x == b;
+    for (int i = 0; i < 64; i++) intact &= mine[i] == (int)b * 100 + i;
+    out[b] = met + 2 * intact;
+    for (int i = 0; i < adds; i++) {
+        atomicAdd(count, 1ull);
+        atomicAdd(fcount, 1.0f);
+    }
+}
+
+// Both blocks meet (thread 0 of each), block 1 then waits `cycles` more, and in both the
+// second warp returns before a __syncthreads the first waits in: block 1 faults last.
+__global__ void meet_then_divergent_barrier(int* arrived, float* out, long long cycles) {
+    if (threadIdx.x == 0) meet_all(arrived, CUDA_CPU_TEST_MINUTE);
+    long long start = clock64();
+    while (blockIdx.x == 1 && threadIdx.x == 0 && clock64() - start < cycles) {
+    }
+    if (threadIdx.x >= 32) return;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;
+}
+
+// Both blocks meet, then each writes one element past the end of `small`.
+__global__ void meet_then_write_past_end(int* arrived, float* small, int n) {
+    meet_all(arrived, CUDA_CPU_TEST_MINUTE);
+    small[n + blockIdx.x * 16] = 1.0f;
+}
+
 // ---- helpers ------------------------------------------------------------------------------------
 static int* device_ints(int n) {
     int* d;
@@ -212,6 +251,115 @@ static void expect_fault(const char* self, const char* name, const char* env, in
     int ok = code == want_exit && strstr(err, needle) != NULL;
     check(ok, what);
     if (!ok) printf("    exit %d, stderr:\n%s\n", code, err);
+}
+
+// ---- parallel blocks (child processes: each sets its own CUDA_CPU_ORDER and
+// CUDA_CPU_BLOCK_WORKERS, which the layer reads at the first launch) -----------------------------
+static const long long kCyclesPerSecond = CUDA_CPU_TEST_MINUTE / 60;
+
+static void set_env(const char* name, const char* value) {
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+}
+
+// blocks_meet<<<2, 1>>> under the case's settings: exits with out[0] + 4 * out[1], or 1 when
+// an atomic add was lost (each block adds 2^20 times once they met).
+static int meet_case(const char* name) {
+    const char *order = "forward", *workers = NULL;
+    double seconds = 0.3;  // where the blocks must run one after another: block 0's wait is short
+    if (strcmp(name, "meet_two_workers") == 0) workers = "2", seconds = 60;
+    else if (strcmp(name, "meet_one_worker") == 0) workers = "1";
+    else if (strcmp(name, "meet_reverse") == 0) order = "reverse", workers = "2";
+    else if (strcmp(name, "meet_random") == 0) order = "random", workers = "2";
+    else if (strcmp(name, "meet_default") == 0) seconds = 60;
+    else if (strcmp(name, "meet_one_core") == 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu(), &one);
+        sched_setaffinity(0, sizeof(one), &one);
+    } else if (strcmp(name, "meet_ranks") == 0) {
+        setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1024", 1);
+    }
+    set_env("CUDA_CPU_ORDER", order);
+    set_env("CUDA_CPU_BLOCK_WORKERS", workers);
+    if (strcmp(name, "meet_ranks") != 0) unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    unsetenv("MPI_LOCALNRANKS");
+    int *arrived = device_ints(1), *out = device_ints(2), h[2];
+    unsigned long long *count, hc = 0;
+    float *fcount, hf = 0;
+    cudaMalloc(&count, sizeof(*count));
+    cudaMalloc(&fcount, sizeof(*fcount));
+    cudaMemset(count, 0, sizeof(*count));
+    cudaMemset(fcount, 0, sizeof(*fcount));
+    blocks_meet<<<2, 1>>>(arrived, out, (long long)(seconds * kCyclesPerSecond), 1 << 20, count, fcount);
+    fetch(h, out, sizeof(h));
+    fetch(&hc, count, sizeof(hc));
+    fetch(&hf, fcount, sizeof(hf));
+    if (hc != 2u << 20 || hf != (float)(2 << 20)) return 1;
+    return h[0] + 4 * h[1];
+}
+
+// The cases that end in a fault, with two block workers in forward order.
+static int parallel_fault_case(const char* name) {
+    set_env("CUDA_CPU_ORDER", "forward");
+    set_env("CUDA_CPU_BLOCK_WORKERS", "2");
+    float* out;
+    cudaMalloc(&out, 64 * 64 * sizeof(float));
+    if (strcmp(name, "first_fault_in_order") == 0) {
+        meet_then_divergent_barrier<<<2, 64>>>(device_ints(1), out, kCyclesPerSecond / 10);
+    } else {  // fault_in_both_workers
+        float* small;
+        cudaMalloc(&small, 256 * sizeof(float));  // 1024 bytes: ends at the guard page
+        meet_then_write_past_end<<<2, 1>>>(device_ints(1), small, 256);
+    }
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : 3;
+}
+
+static int count_of(const char* text, const char* needle) {
+    int n = 0;
+    for (const char* p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+static void test_parallel_blocks(const char* self) {
+    char err[4096];
+    // out[0] + 4 * out[1]: 15 both blocks met, each with its shared memory and blockIdx intact
+    // (3 + 4 * 3); with one worker block 0 waits alone (2) and block 1 finds it arrived (3).
+    int code = run_case(self, "meet_two_workers", NULL, err, sizeof(err));
+    check(code == 15, "CUDA_CPU_BLOCK_WORKERS=2: two blocks in flight at once, each with its own __shared__ and "
+          "blockIdx; their 2 x 2^20 atomicAdds (integer and float) all counted");
+    if (code != 15) printf("    exit %d: %s\n", code, err);
+    check(run_case(self, "meet_one_worker", NULL, err, sizeof(err)) == 2 + 4 * 3,
+          "CUDA_CPU_BLOCK_WORKERS=1: one block after another");
+    check(run_case(self, "meet_reverse", NULL, err, sizeof(err)) == 3 + 4 * 2,
+          "CUDA_CPU_ORDER=reverse: one block after another (block 1 first) whatever the workers");
+    code = run_case(self, "meet_random", NULL, err, sizeof(err));
+    check(code == 2 + 4 * 3 || code == 3 + 4 * 2, "CUDA_CPU_ORDER=random: one block after another whatever the workers");
+    check(run_case(self, "meet_one_core", NULL, err, sizeof(err)) == 2 + 4 * 3,
+          "by default, a process bound to one core: one block after another");
+    cpu_set_t mask;
+    sched_getaffinity(0, sizeof(mask), &mask);
+    long cores = CPU_COUNT(&mask), online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < online) {
+        printf("SKIPPED the defaults of an unbound process: this one is bound to %ld of %ld cores\n", cores, online);
+    } else {
+        check(run_case(self, "meet_ranks", NULL, err, sizeof(err)) == 2 + 4 * 3,
+              "by default, 1024 ranks on this host (OMPI_COMM_WORLD_LOCAL_SIZE) share the cores: one block after another");
+        if (cores < 2) printf("SKIPPED blocks in parallel by default: one core\n");
+        else check(run_case(self, "meet_default", NULL, err, sizeof(err)) == 15,
+                   "by default, an unbound process with 2 or more cores: blocks in parallel");
+    }
+    code = run_case(self, "first_fault_in_order", NULL, err, sizeof(err));
+    check(code == 3 && strstr(err, "kernel meet_then_divergent_barrier (launched at ") &&
+              strstr(err, "block (0,0,0): __syncthreads reached by threads 0-31, but threads 32-63 returned") &&
+              count_of(err, "error: cuda_cpu:") == 1,
+          "two blocks in flight fault, block 1 last: one error, naming block 0 (the first in order)");
+    if (code != 3) printf("    exit %d: %s\n", code, err);
+    code = run_case(self, "fault_in_both_workers", NULL, err, sizeof(err));
+    check(code == 3 && strstr(err, "block (0,0,0) thread (0,0,0): address") &&
+              strstr(err, "is 0 bytes past the end of an allocation of 1024 bytes") && count_of(err, "error: cuda_cpu:") == 1,
+          "a memory fault in each of two workers at once: one error, naming block 0; the process goes on");
+    if (code != 3) printf("    exit %d: %s\n", code, err);
 }
 
 // ---- checks --------------------------------------------------------------------------------------
@@ -510,6 +658,14 @@ static void test_wmma(void) {
 }
 
 int main(int argc, char** argv) {
+    if (argc > 1 && strncmp(argv[1], "meet_", 5) == 0) return meet_case(argv[1]);
+    if (argc > 1 && (strcmp(argv[1], "first_fault_in_order") == 0 || strcmp(argv[1], "fault_in_both_workers") == 0))
+        return parallel_fault_case(argv[1]);
+    if (argc > 1 && strcmp(argv[1], "bad_workers") == 0) {
+        setenv("CUDA_CPU_BLOCK_WORKERS", "0", 1);
+        copy_kernel<<<1, 1>>>(NULL, NULL, 0);
+        return 0;
+    }
     if (argc > 1) return fault_case(argv[1]);
     test_shuffles();
     test_barriers();
@@ -518,6 +674,9 @@ int main(int argc, char** argv) {
     test_memory();
     test_streams();
     test_wmma();
+    test_parallel_blocks(argv[0]);
+    expect_fault(argv[0], "bad_workers", NULL, 1, "error: cuda_cpu: CUDA_CPU_BLOCK_WORKERS=0: use 1 to 256",
+                 "CUDA_CPU_BLOCK_WORKERS=0: an error at the first launch");
     expect_fault(argv[0], "divergent_barrier", NULL, 3,
                  "kernel divergent_barrier (launched at dev/cuda_cpu/tests/test_layer.cu",
                  "a __syncthreads some threads return before: a fault naming the kernel (no hang)");

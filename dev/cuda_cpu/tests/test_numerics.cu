@@ -23,8 +23,10 @@
 #include <string.h>
 
 #include "dev/cuda_cpu/tests/layer_test.h"
+#include "dev/cuda_cpu/tests/two_workers.h"
 
 void run_precise_math(float* out, const float* in, float a, float b, float c, float x, float y);  // numerics_precise.cu
+void run_precise_denormal_on_two_workers(float* out, const float* in, int* arrived);              // numerics_precise.cu
 
 static uint32_t bits(float f) {
     uint32_t u;
@@ -56,6 +58,8 @@ __global__ void fast_math(float* out, const float* in, float a, float b, float c
 __global__ void expf_sweep(float* out, const float* in) { out[threadIdx.x] = __expf(in[threadIdx.x]); }
 
 int main() {
+    setenv("CUDA_CPU_BLOCK_WORKERS", "2", 1);  // read at the first launch
+    setenv("CUDA_CPU_ORDER", "forward", 1);
     float *d_in, *d_out, *d_precise, *d_sweep;
     cudaMalloc(&d_in, 64 * sizeof(float));
     cudaMalloc(&d_out, 64 * sizeof(float));
@@ -137,6 +141,26 @@ int main() {
     volatile float one = 1.0f, two = 2.0f;
     check(bits(expf(one)) == 0x402df854u && bits(sqrtf(two)) == 0x3fb504f3u,
           "host code keeps glibc's expf and sqrtf (nvcc's flags are the device code's)");
+    // Blocks at once on two workers: 2^-130 * 1 in each, from the translation units with
+    // flushing, without it, then with it again (each worker flushes for its blocks only).
+    float den[2] = {0x1p-130f, 1.0f}, got[3][4];
+    float *d_den, *d_got;
+    int* d_arrived;
+    cudaMalloc(&d_den, sizeof(den));
+    cudaMalloc(&d_got, sizeof(got));
+    cudaMalloc(&d_arrived, 3 * sizeof(int));
+    cudaMemcpy(d_den, den, sizeof(den), cudaMemcpyHostToDevice);
+    cudaMemset(d_arrived, 0, 3 * sizeof(int));
+    denormal_on_two_workers<<<2, 1>>>(d_got, d_den, d_arrived);
+    run_precise_denormal_on_two_workers(d_got + 4, d_den, d_arrived + 1);
+    denormal_on_two_workers<<<2, 1>>>(d_got + 8, d_den, d_arrived + 2);
+    cudaMemcpy(got, d_got, sizeof(got), cudaMemcpyDeviceToHost);
+    int met = 1;
+    for (int k = 0; k < 3; k++) met &= got[k][2] == 1.0f && got[k][3] == 1.0f;
+    check(met && got[0][0] == 0.0f && got[0][1] == 0.0f && got[1][0] == 0x1p-130f && got[1][1] == 0x1p-130f &&
+              got[2][0] == 0.0f && got[2][1] == 0.0f,
+          "two blocks at once on two block workers: --use_fast_math's kernels flush in both (0), the other in "
+          "neither (2^-130), between them");
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
