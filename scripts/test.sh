@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All tests on a fresh machine (the README's second command; CI runs it through .ci/run):
 #   1. scripts/install_deps.sh   what the build and the PyTorch oracle need
-#   2. make test                 every CPU test (dev/test/run_tests.sh), ends "N passed, M failed"
+#   2. make test                 every CPU test (dev/test/run_tests.sh), ends "N passed, M failed, K skipped"
 #   3. scripts/check_cuda_build.sh  every CUDA target compiles in FP32 and BF16 (no GPU needed)
 #   4. scripts/check_openmpi5_build.sh  the trainers build (and the CPU one runs) against the
 #                                Open MPI 5 wheel from PyPI; SKIPPED without a network
@@ -11,6 +11,11 @@ set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 START=$SECONDS
 phase() { echo; echo "== [test +$((SECONDS - START)) s] $*"; }
+# summary LOG: passed, failed, skipped from a runner's last "N passed, M failed[, K skipped]"
+summary() {
+    awk '/^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$/ { p = $1; f = $3; s = $5 }
+         END { print p + 0, f + 0, s + 0 }' "$1"
+}
 
 phase "dependencies"
 bash scripts/install_deps.sh || { echo "test: error: scripts/install_deps.sh failed"; exit 1; }
@@ -20,8 +25,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 make test 2>&1 | tee "$log"
 tests=${PIPESTATUS[0]}
-read -r passed failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ { p = $1; f = $3 } END { print p + 0, f + 0 }' "$log")
-skipped=0
+read -r passed failed skipped < <(summary "$log")
 
 phase "CUDA compile check"
 export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
@@ -52,8 +56,8 @@ gpu=${PIPESTATUS[0]}
 if grep -q "^SKIPPED" "$log"; then
     skipped=$((skipped + 1))
 else
-    read -r p f < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ { p = $1; f = $3 } END { print p + 0, f + 0 }' "$log")
-    passed=$((passed + p)); failed=$((failed + f))
+    read -r p f s < <(summary "$log")
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     [ $gpu -ne 0 ] && [ "$f" = 0 ] && failed=$((failed + 1))
 fi
 

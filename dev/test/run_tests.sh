@@ -16,9 +16,11 @@
 #   dev/test/run_tests.sh oracle errors  # only the tests with these names (--fast: of the fast tier)
 #
 # Every test runs under `timeout`, with its output in a log file under $LOG_DIR (a fresh
-# temp dir unless set). Prints `PASS name (12.3 s)` or `FAIL name` and the log's tail, then
-# exactly one summary line `N passed, M failed`; exits 1 if anything failed. A test whose
-# script or binary is missing is a FAIL, never a skip. Build and data steps count as tests.
+# temp dir unless set). Prints `PASS name (12.3 s)` with the log's SKIPPED lines, or
+# `SKIPPED name (reason)` for a script whose TAP plan is the whole-script skip `1..0 # SKIP`
+# (dev/test/test_lib.sh), or `FAIL name` with its `not ok` lines and the log's tail; then
+# exactly one summary line `N passed, M failed, K skipped`; exits 1 if anything failed. A
+# test whose script or binary is missing is a FAIL, never a skip. Build and data steps count.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
@@ -112,6 +114,7 @@ echo "test logs: $LOG_DIR"
 now() { date +%s.%N; }
 passed=0
 failed=0
+skipped=0
 failed_names=()
 
 selected() {  # no arguments: everything; else only the named steps
@@ -142,7 +145,11 @@ for line in "${STEPS[@]}"; do
     env "${envs[@]}" timeout --kill-after=10 "$limit" "${words[@]}" >"$log" 2>&1
     rc=$?
     secs=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
-    if [ $rc -eq 0 ]; then
+    skip_plan=$(grep -m1 '^1\.\.0 # SKIP' "$log")  # TAP's whole-script skip
+    if [ $rc -eq 0 ] && [ -n "$skip_plan" ]; then
+        echo "SKIPPED $name (${skip_plan#1..0 # SKIP }; $secs s)"
+        skipped=$((skipped + 1))
+    elif [ $rc -eq 0 ]; then
         echo "PASS $name ($secs s)"
         grep -h 'SKIPPED' "$log" | head -n 5 | sed 's/^ */    /'  # what did not run, loudly
         passed=$((passed + 1))
@@ -150,11 +157,12 @@ for line in "${STEPS[@]}"; do
         why="exit $rc"
         [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after $limit s"
         echo "FAIL $name ($why, $secs s; log $log)"
+        grep -h '^not ok ' "$log" | head -n 10 | sed 's/^/    /'  # the TAP checks that failed
         tail -n "$TAIL_LINES" "$log" | sed 's/^/    | /'
         failed=$((failed + 1)); failed_names+=("$name")
     fi
 done
 
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]

@@ -1,0 +1,65 @@
+# shellcheck shell=bash
+# The shell tests' one vocabulary, printing TAP (the Test Anything Protocol, version 13):
+# `source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"` at the top of a test, then
+#
+#   ok DESC                      a check that passed:           ok 3 - DESC
+#   not_ok DESC [LOG]            a check that failed, LOG's tail as diagnostics
+#   check DESC CMD [ARG...]      ok when CMD exits 0, else not_ok with its output's tail
+#   check_match DESC REGEX FILE  ok when a line of FILE matches REGEX (grep -E)
+#   skip DESC REASON             a check that cannot run here:  ok 4 - DESC # SKIP REASON
+#   skip_all REASON              the whole script cannot run here (before any check): exits 0
+#   fatal DESC [LOG]             not_ok, then stop: the checks after it cannot run
+#   note MSG / diag MSG          a `# MSG` line, on stdout / stderr (shown by prove)
+#   indented CMD [ARG...]        runs CMD with its output indented, keeping its exit status
+#   done_testing                 the plan `1..N`; exits 1 iff any check was not ok
+#
+# Only those functions print at column 0; every other line is indented or a `# ` comment,
+# so `prove --exec bash dev/test/test_X.sh` and run_tests.sh read the same lines. A SKIP
+# also prints the word SKIPPED, which run_tests.sh shows loudly.
+# This file sources env.sh (the working directory, threads, $PY, $MPIRUN) so that a test
+# needs one line; the benchmarks source env.sh alone and print no TAP.
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+TEST_COUNT=0 TEST_FAILED=0
+echo "TAP version 13"
+
+ok() { TEST_COUNT=$((TEST_COUNT + 1)); echo "ok $TEST_COUNT - $1"; }
+not_ok() {
+    TEST_COUNT=$((TEST_COUNT + 1)) TEST_FAILED=$((TEST_FAILED + 1))
+    echo "not ok $TEST_COUNT - $1"
+    [ -n "${2:-}" ] && [ -e "$2" ] && tail -n "${TEST_LOG_LINES:-15}" "$2" | sed 's/^/#   | /' >&2
+    return 0
+}
+skip() {
+    TEST_COUNT=$((TEST_COUNT + 1))
+    echo "ok $TEST_COUNT - $1 # SKIP $2"
+    echo "# SKIPPED: $1: $2"
+}
+skip_all() {
+    echo "1..0 # SKIP $1"
+    echo "# SKIPPED: $1"
+    exit 0
+}
+fatal() { not_ok "$@"; done_testing; }
+note() { echo "$*" | sed 's/^/# /'; }
+diag() { echo "$*" | sed 's/^/# /' >&2; }
+# Keeps CMD's exit status through the pipe; lines of CMD never look like TAP.
+indented() { "$@" 2>&1 | sed 's/^/    /'; return "${PIPESTATUS[0]}"; }
+
+check() {
+    local desc=$1 log
+    shift
+    log=$(mktemp)
+    if "$@" >"$log" 2>&1; then ok "$desc"; else not_ok "$desc (exit $?)" "$log"; fi
+    rm -f "$log"
+}
+check_match() {
+    if grep -qE -- "$2" "$3"; then ok "$1"; else not_ok "$1 (no line matches '$2')" "$3"; fi
+}
+
+done_testing() {
+    [ $TEST_COUNT = 0 ] && not_ok "the script ran no check"
+    echo "1..$TEST_COUNT"
+    [ $TEST_FAILED = 0 ] || diag "$TEST_FAILED of $TEST_COUNT checks failed"
+    exit $((TEST_FAILED > 0))
+}
