@@ -4,7 +4,8 @@
 #
 #   ok DESC                      a check that passed:           ok 3 - DESC
 #   not_ok DESC [LOG]            a check that failed, LOG's tail as diagnostics
-#   check DESC CMD [ARG...]      ok when CMD exits 0, else not_ok with its output's tail
+#   check DESC CMD [ARG...]      ok when CMD exits 0 (its output indented), else not_ok with
+#                                its output's tail
 #   check_match DESC REGEX FILE  ok when a line of FILE matches REGEX (grep -E)
 #   skip DESC REASON             a check that cannot run here:  ok 4 - DESC # SKIP REASON
 #   skip_all REASON              the whole script cannot run here (before any check): exits 0
@@ -47,10 +48,17 @@ diag() { echo "$*" | sed 's/^/# /' >&2; }
 indented() { "$@" 2>&1 | sed 's/^/    /'; return "${PIPESTATUS[0]}"; }
 
 check() {
-    local desc=$1 log
+    local desc=$1 log rc
     shift
     log=$(mktemp)
-    if "$@" >"$log" 2>&1; then ok "$desc"; else not_ok "$desc (exit $?)" "$log"; fi
+    "$@" >"$log" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
+        sed 's/^/    /' "$log"
+        ok "$desc"
+    else
+        TEST_LOG_LINES=40 not_ok "$desc (exit $rc)" "$log"
+    fi
     rm -f "$log"
 }
 check_match() {

@@ -4,11 +4,10 @@
 # and the hazard over the single communicator), then the hazard over MPI at np 1, 2, 3,
 # direct on the CPU device and staged on the deferred device.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-make -s test_zero1_devices >/dev/null || { echo "FAIL build"; exit 1; }
-failed=0
-timeout 120 ./test_zero1_devices || failed=1
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+make -s test_zero1_devices >/dev/null || fatal "build test_zero1_devices"
+check "the devices and the hazard communicator without MPI" timeout 120 ./test_zero1_devices
 for np in 1 2 3; do
-    timeout 120 "${MPIRUN[@]}" -np $np ./test_zero1_devices --mpi || { echo "FAIL np=$np"; failed=1; }
+    check "the hazard communicator over MPI, np=$np" timeout 120 "${MPIRUN[@]}" -np $np ./test_zero1_devices --mpi
 done
-[ $failed = 0 ]
+done_testing
