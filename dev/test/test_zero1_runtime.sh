@@ -3,21 +3,22 @@
 # gradient contributions differ from the ones learned on the first step (one missing, one
 # extra) stops with one message naming the parameters and both counts.
 set -u
-cd "$(dirname "$0")/../.."
-make -s test_zero1_runtime >/dev/null || { echo "FAIL build"; exit 1; }
-./test_zero1_runtime || exit 1
-# check MODE EXPECTED: the second step's counts differ from the first's: one message, exit 1.
-check() {
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+make -s test_zero1_runtime >/dev/null || fatal "build test_zero1_runtime"
+check "runtime AdamW through buckets and views == dense AdamW" ./test_zero1_runtime
+# contributions MODE EXPECTED: the second step's counts differ from the first's: one message, exit 1.
+contributions() {
     local out rc
     out=$(timeout 60 ./test_zero1_runtime "$1" 2>&1)
     rc=$?
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^first step done" <<<"$out" &&
        [ "$(grep -c "^error: " <<<"$out")" = 1 ] && [ "$(grep -cF "error: $2" <<<"$out")" = 1 ]; then
-        echo "PASS $1 contribution: one message naming the parameter and both counts"
+        ok "$1 contribution: one message naming the parameter and both counts"
     else
-        echo "FAIL $1 contribution (rc=$rc): $out"
-        exit 1
+        not_ok "$1 contribution (rc=$rc)"
+        diag "$out"
     fi
 }
-check missing "zero1: gradient contributions at step 2 differ from the first step's, which set when each bucket fires: p0 (1, the first step 2), p1 (0, the first step 1)"
-check extra "zero1: p0 had 3 gradient contributions at step 2, but 2 at the first step, which set when its bucket fires"
+contributions missing "zero1: gradient contributions at step 2 differ from the first step's, which set when each bucket fires: p0 (1, the first step 2), p1 (0, the first step 1)"
+contributions extra "zero1: p0 had 3 gradient contributions at step 2, but 2 at the first step, which set when its bucket fires"
+done_testing
