@@ -4,16 +4,15 @@
 # independent Python implementations: a bit-at-a-time CRC from the definition, and the
 # crcmod package where it is installed (said loudly when it is not).
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-[ -x ./test_crc32c ] || { echo "FAIL test_crc32c: ./test_crc32c is not built"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+[ -x ./test_crc32c ] || fatal "./test_crc32c is built"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failed=0
 
-./test_crc32c || failed=1
+check "test_crc32c: known vectors, SSE4.2 == portable, incremental, combine" ./test_crc32c
 
 # Random files (seeded) of lengths around the 8-byte steps, plus the classic check string.
-$PY - "$work" <<'PYEOF' || { echo "FAIL: could not write the test files"; exit 1; }
+$PY - "$work" <<'PYEOF' || fatal "write the test files"
 import os, random, sys
 rng = random.Random(20241129)
 for n in (0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4099, 20011):
@@ -23,23 +22,20 @@ with open(os.path.join(sys.argv[1], "check.txt"), "wb") as f:
     f.write(b"123456789")
 PYEOF
 files=("$work"/*)
-./test_crc32c "${files[@]}" >"$work/c.out" || { echo "FAIL: test_crc32c FILE... failed"; exit 1; }
-grep -q "^e3069283 9 .*check.txt$" "$work/c.out" || { echo "FAIL: crc32c_file of \"123456789\""; failed=1; }
+./test_crc32c "${files[@]}" >"$work/c.out" || fatal "test_crc32c FILE..." "$work/c.out"
+check_match 'crc32c_file of "123456789" is e3069283' "^e3069283 9 .*check.txt$" "$work/c.out"
 for ref in bitwise crcmod; do
     $PY dev/test/crc32c_reference.py $ref "${files[@]}" >"$work/$ref.out"
     rc=$?
     if [ $ref = crcmod ] && [ $rc = 3 ]; then
-        echo "SKIPPED: the crcmod reference (the Python package crcmod is not installed); bitwise reference only"
+        skip "crc32c_file == Python crcmod reference" "the Python package crcmod is not installed; bitwise reference only"
         continue
     fi
     if [ $rc = 0 ] && [ -s "$work/$ref.out" ] && cmp -s "$work/c.out" "$work/$ref.out"; then
-        echo "crc32c_file == Python $ref reference on ${#files[@]} files"
+        ok "crc32c_file == Python $ref reference on ${#files[@]} files"
     else
-        echo "FAIL: crc32c_file differs from the Python $ref reference:"
-        diff "$work/c.out" "$work/$ref.out" | head
-        failed=1
+        not_ok "crc32c_file == Python $ref reference (rc $rc)"
+        diag "$(diff "$work/c.out" "$work/$ref.out" | head)"
     fi
 done
-
-[ $failed = 0 ] && echo "PASS test_crc32c.sh" || echo "FAIL test_crc32c.sh"
-[ $failed = 0 ]
+done_testing
