@@ -9,15 +9,12 @@
 #      (without -DUSE_ZERO1 after the switch); repeating a build does not;
 #   3. the GPU trainer likewise: PRECISION switches, a repeat is up to date.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 
-bash scripts/copy_sources.sh "$TMP/src" || { echo "FAIL test_build_stamp: cannot copy the sources"; exit 1; }
-cd "$TMP/src" || exit 1
+bash scripts/copy_sources.sh "$TMP/src" || fatal "copy the sources"
+cd "$TMP/src" || fatal "cd to the copy"
 for cc in fakecc fakecc2; do  # records its command line, creates its -o file
     printf '#!/usr/bin/env bash\necho "$0 $*" >>%s/compiles\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && : >"$2"; shift; done\n' \
         "$TMP" >"$TMP/$cc"
@@ -26,22 +23,22 @@ done
 CC1=$TMP/fakecc CC2=$TMP/fakecc2
 compiles() { wc -l <"$TMP/compiles" 2>/dev/null || echo 0; }
 up_to_date() {  # up_to_date LABEL make-args...: make -q says the goal needs nothing
-    if make -q "${@:2}" >/dev/null 2>&1; then ok "$1: up to date"; else bad "$1: make -q ${*:2} wants a rebuild"; fi
+    if make -q "${@:2}" >/dev/null 2>&1; then ok "$1: up to date"; else not_ok "$1: make -q ${*:2} wants a rebuild"; fi
 }
 out_of_date() {
-    if make -q "${@:2}" >/dev/null 2>&1; then bad "$1: make -q ${*:2} says up to date"; else ok "$1: out of date"; fi
+    if make -q "${@:2}" >/dev/null 2>&1; then not_ok "$1: make -q ${*:2} says up to date"; else ok "$1: out of date"; fi
 }
 
 # ---- 1. the README's sequence -------------------------------------------------------------
-make train_gpt2 USE_ZERO1=1 CC="$CC1" >"$TMP/build1.log" 2>&1 || bad "make train_gpt2 USE_ZERO1=1: $(tail -3 "$TMP/build1.log")"
+make train_gpt2 USE_ZERO1=1 CC="$CC1" >"$TMP/build1.log" 2>&1 || not_ok "make train_gpt2 USE_ZERO1=1: $(tail -3 "$TMP/build1.log")"
 stamp_before=$(stat -c %Y.%s .build-cpu.stamp 2>/dev/null)
 sleep 1  # a rewrite would show in the stamp's mtime
-make data >"$TMP/data.log" 2>&1 || bad "make data: $(tail -3 "$TMP/data.log")"
+make data >"$TMP/data.log" 2>&1 || not_ok "make data: $(tail -3 "$TMP/data.log")"
 make -q zero1_plan >/dev/null 2>&1  # parsing alone used to rewrite the stamp
 [ "$(stat -c %Y.%s .build-cpu.stamp 2>/dev/null)" = "$stamp_before" ] && ok "make data, make zero1_plan: the CPU stamp untouched" ||
-    bad "make data or make zero1_plan rewrote .build-cpu.stamp ($(cat .build-cpu.stamp))"
+    not_ok "make data or make zero1_plan rewrote .build-cpu.stamp ($(cat .build-cpu.stamp))"
 up_to_date "train_gpt2 USE_ZERO1=1 after make data" train_gpt2 USE_ZERO1=1 CC="$CC1"
-[ ! -e .build-gpu.stamp ] && ok "no GPU stamp from CPU goals" || bad "CPU goals wrote .build-gpu.stamp"
+[ ! -e .build-gpu.stamp ] && ok "no GPU stamp from CPU goals" || not_ok "CPU goals wrote .build-gpu.stamp"
 
 # ---- 2. switches rebuild, repeats do not ---------------------------------------------------
 out_of_date "USE_ZERO1=1 -> 0" train_gpt2 CC="$CC1"
@@ -50,7 +47,7 @@ make train_gpt2 CC="$CC1" >/dev/null 2>&1
 if [ "$(compiles)" = $((n + 1)) ] && ! tail -n 1 "$TMP/compiles" | grep -q -- -DUSE_ZERO1; then
     ok "the switch relinked train_gpt2 without -DUSE_ZERO1"
 else
-    bad "the switch to USE_ZERO1=0 did not relink train_gpt2 plainly: $(tail -n 1 "$TMP/compiles")"
+    not_ok "the switch to USE_ZERO1=0 did not relink train_gpt2 plainly: $(tail -n 1 "$TMP/compiles")"
 fi
 up_to_date "train_gpt2 repeated" train_gpt2 CC="$CC1"
 out_of_date "another compiler" train_gpt2 CC="$CC2"
@@ -62,8 +59,7 @@ if make "${GPU[@]}" PRECISION=BF16 >"$TMP/gpu.log" 2>&1; then
     out_of_date "PRECISION=BF16 -> FP32" "${GPU[@]}" PRECISION=FP32
     up_to_date "train_gpt2 after the GPU build" train_gpt2 CC="$CC1"
 else
-    bad "make train_gpt2cu with a stand-in nvcc: $(tail -3 "$TMP/gpu.log")"
+    not_ok "make train_gpt2cu with a stand-in nvcc: $(tail -3 "$TMP/gpu.log")"
 fi
 
-[ "$failed" = 0 ] && echo "PASS build stamps" || echo "FAIL build stamps: $failed case(s)"
-[ "$failed" = 0 ]
+done_testing

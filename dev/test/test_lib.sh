@@ -24,7 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 TEST_COUNT=0 TEST_FAILED=0
 echo "TAP version 13"
 
-ok() { TEST_COUNT=$((TEST_COUNT + 1)); echo "ok $TEST_COUNT - $1"; }
+ok() { TEST_COUNT=$((TEST_COUNT + 1)); echo "ok $TEST_COUNT - $*"; }
 not_ok() {
     TEST_COUNT=$((TEST_COUNT + 1)) TEST_FAILED=$((TEST_FAILED + 1))
     echo "not ok $TEST_COUNT - $1"
