@@ -13,9 +13,9 @@
 #   - a run resumed from step 20 skips the same step and logs the straight run's losses
 #     (the windows are saved in the checkpoint; with empty ones nothing would be skipped).
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-small_model_work || exit 1
-pattern_shard "$work/pattern.bin" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+small_model_work || fatal "the small model (build, oracle)"
+pattern_shard "$work/pattern.bin" || fatal "the pattern shard"
 
 COMMON=(-e "$work/m.bin" -i "$work/pattern.bin" -b 2 -t 32 -v 0 -s 0 -l 1e-3 --outlier-window 16)
 run() {  # [SPIKE=grad|loss] run NAME NP ARGS...: with SPIKE, that outlier planted at step 30
@@ -37,13 +37,13 @@ for spec in "grad:-sg 3" "loss:-sl 3"; do
     # shellcheck disable=SC2086  # $args: the flags, split on purpose
     if SPIKE=$kind run "$kind" 1 -x 31 -n 1 -nk 2 $args && [ "$(grep -c "^step 31: update skipped" "$work/log_$kind")" = 1 ] &&
        [ "$(skips "$kind")" = 2 ] && same_state "$kind"; then
-        pass "a $kind outlier at step 31: the update is skipped (weights, m, v unchanged), once"
-    else fail "$kind outlier skip" "$work/log_$kind"; fi
+        ok "a $kind outlier at step 31: the update is skipped (weights, m, v unchanged), once"
+    else not_ok "$kind outlier skip" "$work/log_$kind"; fi
 done
 if SPIKE=grad run control 1 -x 31 -n 1 -nk 2 && [ "$(skips control)" = 0 ] && ! same_state control; then
-    pass "control: without -sg the same spike updates the weights"
-else fail "control" "$work/log_control"; fi
-if $PY - "$work/out_grad/main.log" <<'PYEOF'
+    ok "control: without -sg the same spike updates the weights"
+else not_ok "control" "$work/log_control"; fi
+if indented $PY - "$work/out_grad/main.log" <<'PYEOF'
 import sys
 norms, z_logged = {}, None
 for line in open(sys.argv[1]):
@@ -58,12 +58,12 @@ z = (norms[31] - mean) / std
 assert abs(z - z_logged[1]) <= 1e-4 * abs(z), (z, z_logged)
 print(f"z-score {z_logged[1]} (recomputed {z:.6g})")
 PYEOF
-then pass "the logged z-score is the norm's against the 16 before it"; else fail "z-score"; fi
+then ok "the logged z-score is the norm's against the 16 before it"; else not_ok "z-score"; fi
 
 if SPIKE=grad run zero1 2 -x 31 -n 1 -nk 2 -z 1 --bucket-size 20000 -sg 3 && [ "$(skips zero1)" = 2 ] &&
    same_state zero1 && grep -q "parameters identical on all 2 ranks: yes" "$work/log_zero1"; then
-    pass "np 2, ZeRO-1: both ranks skip the same update"
-else fail "np 2 ZeRO-1 skip" "$work/log_zero1"; fi
+    ok "np 2, ZeRO-1: both ranks skip the same update"
+else not_ok "np 2 ZeRO-1 skip" "$work/log_zero1"; fi
 
 RESUME=(-x 36 -n 20 -sg 3)
 mkdir -p "$work/out_resumed"
@@ -71,7 +71,6 @@ if SPIKE=grad run straight 1 "${RESUME[@]}" && cp -r "$work/out_straight/checkpo
    SPIKE=grad run resumed 1 "${RESUME[@]}" -y 1 && [ "$(skips resumed)" = 2 ] &&
    diff <(grep -o "^s:[0-9]* trl:[^ ]* norm:[^ ]*" "$work/out_straight/main.log" | sed -n '21,$p') \
         <(grep -o "^s:[0-9]* trl:[^ ]* norm:[^ ]*" "$work/out_resumed/main.log") >"$work/diff"; then
-    pass "resumed at step 20: the same skip at step 31 and the straight run's losses and norms"
-else fail "resume with the windows" "$work/log_resumed"; cat "$work/diff" 2>/dev/null | head -5; fi
-echo "test_outliers: $passed passed, $failed failed"
-[ $failed = 0 ]
+    ok "resumed at step 20: the same skip at step 31 and the straight run's losses and norms"
+else not_ok "resume with the windows" "$work/log_resumed"; diag "$(head -5 "$work/diff" 2>/dev/null)"; fi
+done_testing
