@@ -12,17 +12,17 @@
 # family they choose themselves runs these rows in the kernels, oracle and zero1 steps of
 # dev/test/run_tests.sh; ALL=1 runs it here too.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-make -s test_kernels >/dev/null && make -s test_gpt2 test_zero1 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
+make -s test_kernels >/dev/null && make -s test_gpt2 test_zero1 USE_ZERO1=1 >/dev/null || fatal "build"
 ORACLE=dev/test/gpt2_oracle.py
 $PY $ORACLE make --out-model "$work/m.bin" --out-state "$work/s.bin" >/dev/null &&
     $PY $ORACLE make --out-model "$work/b.bin" --out-state "$work/b_state.bin" --dtype bf16 >/dev/null &&
     $PY $ORACLE make --out-model "$work/small.bin" --out-state "$work/x.bin" --vocab 1000 --max-seq 32 --seq 32 \
         --steps 1 >/dev/null &&
     $PY $ORACLE make --out-model "$work/c48.bin" --out-state "$work/x.bin" --vocab 1000 --channels 48 --max-seq 32 \
-        --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle"; exit 1; }
+        --seq 32 --steps 1 >/dev/null || fatal "oracle models"
 
 # NP PROGRAM ARGS... per line; rows whose tolerances the kernels' rounding could break.
 ROWS=(
@@ -38,24 +38,24 @@ ROWS=(
 
 flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
 has() { local f; for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done; }
-passed=0 failed=0 ran=() skipped=()
+ran=() skipped=()
 own=$(OPENBLAS_VERBOSE=2 ./test_kernels 2>&1 >/dev/null | sed -n 's/^Core: //p' | tail -n 1)  # after any restart
 for family in "Prescott pni" "Sandybridge avx" "Haswell avx2 fma" "SkylakeX avx512f avx512cd avx512bw avx512dq avx512vl"; do
     read -r core needs <<<"$family"
     # shellcheck disable=SC2086  # the flags, one per word
     if ! has $needs; then
-        echo "SKIPPED $core: this CPU lacks $needs"
+        skip "the numeric rows under $core" "this CPU lacks $needs"
         skipped+=("$core")
         continue
     fi
     if [ "$core" = "$own" ] && [ "${ALL:-0}" != 1 ]; then
-        echo "$core: the programs' own choice here, run by the kernels, oracle and zero1 steps"
+        note "$core: the programs' own choice here, run by the kernels, oracle and zero1 steps"
         ran+=("$core")
         continue
     fi
     got=$(OPENBLAS_CORETYPE=$core OPENBLAS_VERBOSE=2 ./test_kernels 2>&1 >/dev/null | sed -n 's/^Core: //p')
     if [ "$got" != "$core" ]; then
-        failed=$((failed + 1)); echo "FAIL $core: this OpenBLAS runs '$got' when asked for it"
+        not_ok "$core: this OpenBLAS runs '$got' when asked for it"
         continue
     fi
     ran+=("$core")
@@ -63,13 +63,14 @@ for family in "Prescott pni" "Sandybridge avx" "Haswell avx2 fma" "SkylakeX avx5
         read -r np cmd <<<"$row"
         # shellcheck disable=SC2086  # the command line, split on purpose
         if OPENBLAS_CORETYPE=$core timeout 300 "${MPIRUN[@]}" -np "$np" $cmd >"$work/log" 2>&1; then
-            passed=$((passed + 1)); echo "PASS $core np=$np ${cmd#./}"
+            ok "$core np=$np ${cmd#./}"
         else
-            failed=$((failed + 1)); echo "FAIL $core np=$np ${cmd#./}"; grep -E '^FAIL' "$work/log" | head -5
-            tail -n 5 "$work/log"
+            not_ok "$core np=$np ${cmd#./}"
+            diag "$(grep -E '^FAIL' "$work/log" | head -5)"
+            diag "$(tail -n 5 "$work/log")"
         fi
     done
 done
-echo "kernel families run: ${ran[*]:-none}; SKIPPED (not on this CPU): ${skipped[*]:-none}"
-echo "test_numeric_coretypes: $passed passed, $failed failed"
-[ $failed = 0 ] && [ ${#ran[@]} -gt 0 ]
+note "kernel families run: ${ran[*]:-none}; not on this CPU: ${skipped[*]:-none}"
+[ ${#ran[@]} -gt 0 ] || not_ok "no kernel family ran"
+done_testing
