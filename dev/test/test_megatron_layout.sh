@@ -9,22 +9,21 @@
 # LLMC_MEGATRON_VERSIONS (default: dev/test/megatron_core.sh --pinned, "0.19.2 0.13.1") names
 # the megatron-core releases to run; the first is the reference docs/zero1.md names.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-fail() { echo "FAIL test_megatron_layout: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 
-make -s zero1_plan >/dev/null || fail "make zero1_plan failed"
+make -s zero1_plan >/dev/null || fatal "make zero1_plan"
 dirs=()
 for version in ${LLMC_MEGATRON_VERSIONS:-$(bash dev/test/megatron_core.sh --pinned)}; do
     dir=$(bash dev/test/megatron_core.sh "$version")
     rc=$?
     if [ $rc = 2 ]; then
-        echo "SKIPPED: megatron-core $version: PyPI cannot be reached, so zero1/'s layout was not compared with its code"
+        skip "zero1_plan against megatron-core $version" "PyPI cannot be reached, so zero1/'s layout was not compared with its code"
         continue
     fi
-    [ $rc = 0 ] || fail "megatron-core $version could not be had (dev/test/megatron_core.sh exited $rc)"
+    [ $rc = 0 ] || fatal "megatron-core $version could not be had (dev/test/megatron_core.sh exited $rc)"
     dirs+=("$dir")
 done
-[ ${#dirs[@]} -gt 0 ] || { echo "SKIPPED test_megatron_layout: no megatron-core release to compare with"; exit 0; }
+[ ${#dirs[@]} -gt 0 ] || { [ $TEST_COUNT = 0 ] && skip_all "no megatron-core release to compare with"; done_testing; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -35,7 +34,7 @@ plant() {
     local dir=$work/$1
     mkdir -p "$dir"
     cp -r Makefile llmc zero1 "$dir/"
-    $PY - "$dir/$2" "$3" "$4" <<'PYEOF' || fail "mutation $1: its text is not in $2 once"
+    $PY - "$dir/$2" "$3" "$4" <<'PYEOF' || fatal "mutation $1: its text is not in $2 once"
 import sys
 path, old, new = sys.argv[1:4]
 text = open(path).read()
@@ -43,7 +42,7 @@ if text.count(old) != 1:
     sys.exit(1)
 open(path, "w").write(text.replace(old, new))
 PYEOF
-    make -s -C "$dir" zero1_plan >/dev/null 2>&1 || fail "mutation $1 does not build"
+    make -s -C "$dir" zero1_plan >/dev/null 2>&1 || fatal "mutation $1 builds"
     planted+=(--planted "$1=$dir/zero1_plan")
 }
 plant shard_range zero1/shards.h "r.end = r.start + shard_numel;" \
@@ -60,7 +59,10 @@ plant default_over_the_group zero1/zero1_plan.c "zero1_ddp_bucket_size(o->bucket
 plant buckets_without_overlap zero1/layout.c "if (!overlap_grad_reduce) return 0;" "(void)overlap_grad_reduce;"
 
 for dir in "${dirs[@]}"; do
-    $PY dev/test/megatron_layout.py --megatron "$dir" --binary ./zero1_plan "${planted[@]}" ||
-        fail "zero1_plan against megatron-core in $dir"
+    if indented $PY dev/test/megatron_layout.py --megatron "$dir" --binary ./zero1_plan "${planted[@]}"; then
+        ok "zero1_plan == megatron-core in $dir; the $((${#planted[@]} / 2)) planted rules caught"
+    else
+        not_ok "zero1_plan against megatron-core in $dir"
+    fi
 done
-echo "PASS test_megatron_layout: ${#dirs[@]} megatron-core release(s)"
+done_testing
