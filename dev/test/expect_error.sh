@@ -15,6 +15,8 @@
 # in $left_out.
 TMP=$(mktemp -d "/tmp/$(basename "$0" .sh).XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# The old names, for the scripts not yet on test_lib.sh (its expect_error is this check).
+if ! declare -F done_testing >/dev/null; then
 failed=${failed:-0} left_out=0
 ok() { echo "  ok   $*"; }
 bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
@@ -58,6 +60,7 @@ check() {
         sed 's/^/       | /' "$log" | tail -n 15
     fi
 }
+fi
 
 # ---- fixtures -------------------------------------------------------------------------
 # small_model PATH: an oracle model with V=1000 (Vp=1024), L=2, C=64, NH=4, maxT=64, fp32 (v3).

@@ -13,22 +13,22 @@
 #   4. bad files: missing, wrong magic, truncated, an item longer than -t, label 4, and
 #      llm.c's "-h 1": one error each, exit 1, also at np 2.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 BIN=./train_gpt2
-source dev/test/expect_error.sh   # TMP, ok, bad, check
-[ -x $BIN ] && [ -x ./prepro_text ] || { echo "FAIL test_hellaswag: $BIN or ./prepro_text is not built"; exit 1; }
+source dev/test/expect_error.sh   # TMP and the bad-input fixtures
+[ -x $BIN ] && [ -x ./prepro_text ] || fatal "$BIN and ./prepro_text are built"
 DATA_DIR=${LLMC_DATA_DIR:-dev/data}
 t0=$SECONDS
 
 # ---- 1. the small set and the oracle's files ----
 ./prepro_text --input "$DATA_DIR/tinyshakespeare/input.txt" --out-dir "$TMP/data" >"$TMP/prepro.log" 2>&1 ||
-    { cat "$TMP/prepro.log"; echo "FAIL prepro_text"; exit 1; }
+    fatal "prepro_text" "$TMP/prepro.log"
 SET=$TMP/data/tinyshakespeare_hellaswag.bin
 if timeout 120 $PY dev/test/hellaswag_oracle.py prepare --eval "$SET" --out-dir "$TMP" \
     --encoder "$DATA_DIR/gpt2/encoder.json" --input "$DATA_DIR/tinyshakespeare/input.txt" >"$TMP/oracle.log" 2>&1; then
     ok "$(head -n 1 "$TMP/oracle.log" | cut -c 19-)"
 else
-    cat "$TMP/oracle.log"; echo "FAIL the oracle could not prepare"; exit 1
+    fatal "the oracle prepares the set" "$TMP/oracle.log"
 fi
 ORACLE_ACC=$(sed -n 's/^hellaswag_oracle: random model accuracy \([0-9.]*\) (\([0-9/]*\)).*/\1 (\2)/p' "$TMP/oracle.log")
 
@@ -47,11 +47,11 @@ for np in 1 2; do
     if [ $rc = 0 ] && res=$(dev/test/hellaswag_compare.sh "$TMP/dump_np$np.txt" "$TMP/oracle_dump.txt" 1e-5 40) && [ "$line" = "step 0: hellaswag accuracy $ORACLE_ACC" ]; then
         ok "np $np, B $b: $res; '$line' as the oracle"
     else
-        bad "np $np, B $b (exit $rc): ${res:-no dump}; '$line', oracle accuracy $ORACLE_ACC"; tail -n 5 "$log"
+        not_ok "np $np, B $b (exit $rc): ${res:-no dump}; '$line', oracle accuracy $ORACLE_ACC" "$log"
     fi
 done
 want_log="s:0 eval:${ORACLE_ACC%% *}"
-if grep -qx "$want_log" "$TMP/out_np1/main.log"; then ok "main.log: '$want_log'"; else bad "main.log lacks '$want_log'"; cat "$TMP/out_np1/main.log"; fi
+if grep -qx "$want_log" "$TMP/out_np1/main.log"; then ok "main.log: '$want_log'"; else not_ok "main.log lacks '$want_log'" "$TMP/out_np1/main.log"; fi
 
 # ---- 3. the planted set: the label and argmin logic; a resume logs each eval once ----
 # 5 steps with a checkpoint, then a resume to step 10 (-y 1): main.log must hold the evals
@@ -65,21 +65,20 @@ evals=$(grep ' eval:' "$TMP/planted/main.log" | tr '\n' ' ')
 if [ $rc = 0 ] && [[ $evals =~ ^s:0\ eval:0.0000\ s:5\ eval:[01].[0-9]{4}\ s:10\ eval:1.0000\ $ ]]; then
     ok "planted item: $evals(0/4 untrained, 4/4 after overfitting its right completion; resumed at 5)"
 else
-    bad "planted item (exit $rc): main.log has '$evals', expected 's:0 eval:0.0000 s:5 eval:A s:10 eval:1.0000'"
-    tail -n 5 "$TMP/planted.log"
+    not_ok "planted item (exit $rc): main.log has '$evals', expected 's:0 eval:0.0000 s:5 eval:A s:10 eval:1.0000'" "$TMP/planted.log"
 fi
 
 # ---- 4. bad files ----
 BASE=("${RUN[@]}" -b 4)
-check missing 1 "$TMP/nope.bin" "does not exist" "hellaswag.py" -- --hellaswag-file "$TMP/nope.bin"
-check bad_magic 1 "bad_magic.bin" "bad magic 20240520" -- --hellaswag-file "$TMP/bad_magic.bin"
-check truncated 1 "bad_cut.bin" "truncated: item 39" -- --hellaswag-file "$TMP/bad_cut.bin"
-check too_long 1 "bad_long.bin" "item 5" "-t is 64" -- --hellaswag-file "$TMP/bad_long.bin"
-check bad_label 2 "bad_label.bin" "item 3: label 4" -- --hellaswag-file "$TMP/bad_label.bin"
+expect_error missing 1 "$TMP/nope.bin" "does not exist" "hellaswag.py" -- --hellaswag-file "$TMP/nope.bin"
+expect_error bad_magic 1 "bad_magic.bin" "bad magic 20240520" -- --hellaswag-file "$TMP/bad_magic.bin"
+expect_error truncated 1 "bad_cut.bin" "truncated: item 39" -- --hellaswag-file "$TMP/bad_cut.bin"
+expect_error too_long 1 "bad_long.bin" "item 5" "-t is 64" -- --hellaswag-file "$TMP/bad_long.bin"
+expect_error bad_label 2 "bad_label.bin" "item 3: label 4" -- --hellaswag-file "$TMP/bad_label.bin"
 # llm.c's spelling, -h 1, runs the same eval (a bare -h is the help).
 timeout 120 $BIN "${RUN[@]/#-H/-h}" -b 4 --hellaswag-dump "$TMP/dump_h.txt" >"$TMP/eval_h.log" 2>&1
 if cmp -s "$TMP/dump_h.txt" "$TMP/dump_np1.txt"; then ok "-h 1 (llm.c's flag) is -H 1"
-else bad "-h 1 did not run the eval as -H 1"; tail -n 5 "$TMP/eval_h.log"; fi
+else not_ok "-h 1 did not run the eval as -H 1" "$TMP/eval_h.log"; fi
 
-echo "test_hellaswag: $((SECONDS - t0)) s"
-if [ "$failed" -eq 0 ]; then echo "PASS test_hellaswag"; else echo "FAIL test_hellaswag: $failed failed"; exit 1; fi
+note "test_hellaswag: $((SECONDS - t0)) s"
+done_testing

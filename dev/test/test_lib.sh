@@ -7,6 +7,7 @@
 #   check DESC CMD [ARG...]      ok when CMD exits 0 (its output indented), else not_ok with
 #                                its output's tail
 #   check_match DESC REGEX FILE  ok when a line of FILE matches REGEX (grep -E)
+#   expect_error NAME NP KEYWORD... -- ARGS...   one case of bad input (below)
 #   skip DESC REASON             a check that cannot run here:  ok 4 - DESC # SKIP REASON
 #   skip_all REASON              the whole script cannot run here (before any check): exits 0
 #   fatal DESC [LOG]             not_ok, then stop: the checks after it cannot run
@@ -63,6 +64,56 @@ check() {
 }
 check_match() {
     if grep -qE -- "$2" "$3"; then ok "$1"; else not_ok "$1 (no line matches '$2')" "$3"; fi
+}
+
+# expect_error NAME NP KEYWORD... -- EXTRA_ARGS...
+# expect_error NAME mpmd KEYWORD... -- -np 1 BIN ARGS : -np 1 BIN ARGS   (ranks given different jobs)
+# ok when `$BIN "${BASE[@]}" EXTRA_ARGS` (the caller sets BIN and BASE, the arguments of a
+# good run; later flags win; under mpirun -np NP when NP > 1) exits != 0 by itself (no
+# timeout within 60 s, no signal, no crash text) with exactly one `error:` line that
+# contains every KEYWORD, and under mpirun without a message from a non-zero rank (rank 0
+# speaks for an error every rank sees). With FAST=1 and FAST_CASES set ("NAME/NP ..."),
+# runs only those cases and counts the others in $left_out.
+left_out=0
+expect_error() {
+    local name=$1 np=$2
+    shift 2
+    if [ "${FAST:-0}" = 1 ] && [ -n "${FAST_CASES:-}" ] && [[ " ${FAST_CASES//$'\n'/ } " != *" $name/$np "* ]]; then
+        left_out=$((left_out + 1))
+        return 0
+    fi
+    local keywords=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do keywords+=("$1"); shift; done
+    shift  # the --
+    local log rc
+    log=$(mktemp)
+    if [ "$np" = 1 ]; then
+        timeout --kill-after=5 60 $BIN "${BASE[@]}" "$@" >"$log" 2>&1
+    elif [ "$np" = mpmd ]; then  # "$@" is mpirun's whole MPMD command line: -np 1 A : -np 1 B
+        timeout --kill-after=5 60 "${MPIRUN[@]}" "$@" >"$log" 2>&1
+    else
+        timeout --kill-after=5 60 "${MPIRUN[@]}" -np "$np" $BIN "${BASE[@]}" "$@" >"$log" 2>&1
+    fi
+    rc=$?
+    local problems=()
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then problems+=("HANG: killed after 60 s");
+    elif [ $rc -eq 0 ]; then problems+=("exit code 0");
+    elif [ $rc -ge 128 ]; then problems+=("killed by a signal (exit $rc)"); fi
+    grep -qE 'Segmentation fault|core dumped|exited on signal|Aborted \(core' "$log" && problems+=("crash text in the output")
+    local n
+    n=$(grep -c 'error:' "$log")
+    [ "$n" = 1 ] || problems+=("$n 'error:' lines, expected exactly 1")
+    local keyword
+    for keyword in "${keywords[@]}"; do
+        grep 'error:' "$log" | grep -qF -- "$keyword" || problems+=("the error line does not mention '$keyword'")
+    done
+    if [ "$np" != 1 ] && grep -q '^\[rank [1-9]' "$log"; then problems+=("a non-zero rank also reported it"); fi
+    if [ ${#problems[@]} -eq 0 ]; then
+        ok "$name (np=$np, exit $rc): $(grep 'error:' "$log" | head -1 | cut -c1-140)"
+    else
+        not_ok "$name (np=$np): $(printf "%s; " "${problems[@]}")" "$log"
+    fi
+    rm -f "$log"
 }
 
 done_testing() {
