@@ -17,12 +17,12 @@
 #      --fp32-accumulation, whose receive temporaries zero1/'s ledger sizes (the check
 #      asks zero1/ for its buffers: zero1/gpt2.h). (Measured: 1.20.)
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 BIN=./train_gpt2
 BASE=()
 source dev/test/expect_error.sh
 
-[ -x $BIN ] || { echo "FAIL test_memory_check: $BIN is not built"; exit 1; }
+[ -x $BIN ] || fatal "$BIN is built"
 
 # ---- 1. a model larger than the machine ------------------------------------------------
 # d48 -z 0 needs about 24 GiB per rank; a machine with more than that gets a model that
@@ -30,13 +30,13 @@ source dev/test/expect_error.sh
 mem_total_gib=$(awk '/^MemTotal:/ { printf "%d", $2 / 1048576 }' /proc/meminfo)
 BIG=d48
 [ "$mem_total_gib" -ge 24 ] && BIG=d96
-echo "MemTotal $mem_total_gib GiB: -e $BIG"
-refused_fast() {  # refused_fast NAME NP FLAGS...: expect_error's check, and within 30 s
+note "MemTotal $mem_total_gib GiB: -e $BIG"
+refused_fast() {  # refused_fast NAME NP FLAGS...: expect_error, and within 30 s
     local name=$1 np=$2 t0=$SECONDS
     shift 2
-    check "$name" "$np" "-e $BIG" "GiB of host memory on this node" "is available (MemAvailable" "AdamW m,v" \
+    expect_error "$name" "$np" "-e $BIG" "GiB of host memory on this node" "is available (MemAvailable" "AdamW m,v" \
         -- -e $BIG -b 1 -t 64 "$@"
-    [ $((SECONDS - t0)) -le 30 ] || bad "$name took $((SECONDS - t0)) s (more than 30)"
+    [ $((SECONDS - t0)) -le 30 ] || not_ok "$name took $((SECONDS - t0)) s (more than 30)"
 }
 refused_fast big_np1 1 -z 0
 refused_fast big_np2 2 -z 1
@@ -51,7 +51,7 @@ rcs="$(cat "$TMP/rc.0" 2>/dev/null) $(cat "$TMP/rc.1" 2>/dev/null)"
 if [ "$rcs" = "1 1" ] && grep -q '^\[rank 1\] error: .*needs about' "$TMP/rank.1.log"; then
     ok "big_np2_every_rank: each rank exits 1 by itself (exit codes: $rcs)"
 else
-    bad "big_np2_every_rank: every rank should exit 1 on its own; exit codes: '$rcs'"
+    not_ok "big_np2_every_rank: every rank should exit 1 on its own; exit codes: '$rcs'"
     tail -n 3 "$TMP"/rank.*.log 2>/dev/null | sed 's/^/       | /'
 fi
 
@@ -60,35 +60,35 @@ RUN=(-e d4 -b 2 -t 128 -x 1 -v 0 -s 0 -z 1)
 LLMC_MEMORY_LIMIT_MIB=1 timeout 30 $BIN "${RUN[@]}" >"$TMP/limit1.log" 2>&1
 need=$(sed -n 's/^error: .* needs about \([0-9]*\) MiB of host memory.*/\1/p' "$TMP/limit1.log")
 if [ -z "$need" ]; then
-    bad "a 1 MiB limit should refuse the d4 run, naming its need in MiB"
+    not_ok "a 1 MiB limit should refuse the d4 run, naming its need in MiB"
     tail -n 5 "$TMP/limit1.log" | sed 's/^/       | /'
     need=100000
 fi
-export LLMC_MEMORY_LIMIT_MIB=$((need - 1))  # check's runs inherit it
-check limit_below 1 "needs about $need MiB" "but $((need - 1)) MiB is available (LLMC_MEMORY_LIMIT_MIB=$((need - 1)))" \
+export LLMC_MEMORY_LIMIT_MIB=$((need - 1))  # expect_error's runs inherit it
+expect_error limit_below 1 "needs about $need MiB" "but $((need - 1)) MiB is available (LLMC_MEMORY_LIMIT_MIB=$((need - 1)))" \
     -- "${RUN[@]}"
 export LLMC_MEMORY_LIMIT_MIB=$((need + 1)) LLMC_MEMORY_REPORT=1
 if timeout 60 $BIN "${RUN[@]}" >"$TMP/np1.log" 2>&1 && grep -q '^step    1/1' "$TMP/np1.log" &&
     grep -q "^memory: need about $need MiB per rank of host memory" "$TMP/np1.log"; then
     ok "limit_above: at $((need + 1)) MiB the run trains"
 else
-    bad "limit_above: at $((need + 1)) MiB the run should train"
+    not_ok "limit_above: at $((need + 1)) MiB the run should train"
     tail -n 8 "$TMP/np1.log" | sed 's/^/       | /'
 fi
 unset LLMC_MEMORY_LIMIT_MIB
 # A resume (-y 1) is checked too, on the checkpoint's model.
 if timeout 30 $BIN -e d2 -b 2 -t 64 -x 1 -n 1 -v 0 -s 0 -o "$TMP/ckpt" >"$TMP/save.log" 2>&1; then
-    LLMC_MEMORY_LIMIT_MIB=10 check resume_refused 1 "checkpoint_00000001/model.bin" "but 10 MiB is available" -- \
+    LLMC_MEMORY_LIMIT_MIB=10 expect_error resume_refused 1 "checkpoint_00000001/model.bin" "but 10 MiB is available" -- \
         -e d2 -b 2 -t 64 -x 2 -n 1 -v 0 -s 0 -y 1 -o "$TMP/ckpt"
 else
-    bad "resume_refused: the run that saves the checkpoint failed"
+    not_ok "resume_refused: the run that saves the checkpoint failed"
     tail -n 5 "$TMP/save.log" | sed 's/^/       | /'
 fi
 
 # ---- 3. the estimate against what the ranks really took ---------------------------------
-timeout 60 "${MPIRUN[@]}" -np 2 $BIN "${RUN[@]}" >"$TMP/np2.log" 2>&1 || bad "the np 2 run failed"
+timeout 60 "${MPIRUN[@]}" -np 2 $BIN "${RUN[@]}" >"$TMP/np2.log" 2>&1 || not_ok "the np 2 run failed"
 timeout 60 "${MPIRUN[@]}" -np 2 $BIN "${RUN[@]}" --grad-dtype bf16 --fp32-accumulation >"$TMP/np2_acc.log" 2>&1 ||
-    bad "the np 2 --fp32-accumulation run failed"
+    not_ok "the np 2 --fp32-accumulation run failed"
 unset LLMC_MEMORY_REPORT
 honest() {  # honest NAME LOG RANKS: every rank's growth against its estimate, both bands
     local lines
@@ -102,15 +102,14 @@ honest() {  # honest NAME LOG RANKS: every rank's growth against its estimate, b
           if (!(a >= 1 && a <= 2 && b >= 0.8 && b <= 1.3)) bad = 1 }
         END { exit (bad || n != want) }' &&
         ok "$1: estimate / growth within [1, 2], without the margin within [0.8, 1.3]" ||
-        bad "$1: a ratio out of its band, or not one report per rank"
+        not_ok "$1: a ratio out of its band, or not one report per rank"
 }
 honest honest_np1 "$TMP/np1.log" 1
 honest honest_np2 "$TMP/np2.log" 2
 if grep -q '^memory: need about .*zero1 temporaries' "$TMP/np2_acc.log"; then
     honest honest_np2_fp32_accumulation "$TMP/np2_acc.log" 2
 else
-    bad "honest_np2_fp32_accumulation: the estimate names no zero1 temporaries (the receive slots)"
+    not_ok "honest_np2_fp32_accumulation: the estimate names no zero1 temporaries (the receive slots)"
 fi
 
-[ "$failed" = 0 ] && echo "PASS memory check" || echo "FAIL memory check: $failed case(s)"
-[ "$failed" = 0 ]
+done_testing
