@@ -71,7 +71,7 @@ wait_stopped() {
 # hf_client: the real Hugging Face client, transformers pinned in a venv over Debian's
 # python3 (scripts/install_hf_client.sh, cached). Sets HF_PY (its python) and HF_CHECK (the
 # reference's logits check under it, transformers required) and returns 0; where PyPI
-# cannot be reached outside CI it prints that SKIPPED line, leaves HF_PY empty and HF_CHECK
+# cannot be reached outside CI it prints that SKIPPED line (a TAP comment), leaves HF_PY empty and HF_CHECK
 # on $PY, and returns 0; any other failure (every failure in CI) prints why and returns 1.
 hf_client() {
     local out rc
@@ -83,7 +83,7 @@ hf_client() {
         HF_CHECK=("$HF_PY" dev/test/hf_reference.py check --require-transformers)
         return 0
     fi
-    if [ $rc = 3 ]; then echo "$out" | grep '^SKIPPED'; return 0; fi
+    if [ $rc = 3 ]; then echo "$out" | grep '^SKIPPED' | sed 's/^/# /'; return 0; fi
     echo "$out" | tail -n 8 | sed 's/^/       | /'
     return 1
 }

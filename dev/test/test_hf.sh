@@ -16,20 +16,20 @@
 #               outside CI; a failure in CI)
 #   bad input   one `error:` line, exit 1, no output file left
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 source dev/test/expect_error.sh
 REF=dev/test/hf_reference.py
 HC=./hf_convert
 t0=$SECONDS
 
 # Built by run_tests.sh's build steps (calling make here would rewrite the build stamps).
-[ -x $HC ] || { echo "FAIL test_hf: $HC is not built (make hf_convert)"; exit 1; }
-[ -x ./train_gpt2 ] || { echo "FAIL test_hf: ./train_gpt2 is not built (make train_gpt2)"; exit 1; }
-[ -f data/tinyshakespeare_train.bin ] || { echo "FAIL test_hf: data/ is missing (make data)"; exit 1; }
+[ -x $HC ] || fatal "$HC is built (make hf_convert)"
+[ -x ./train_gpt2 ] || fatal "./train_gpt2 is built (make train_gpt2)"
+[ -f data/tinyshakespeare_train.bin ] || fatal "data/ is there (make data)"
 
 F=$TMP/fx
 if ! $PY $REF fixtures --out "$F" >"$TMP/fixtures.log" 2>&1; then
-    cat "$TMP/fixtures.log"; echo "FAIL test_hf: the reference could not make its fixtures"; exit 1
+    fatal "the reference makes its fixtures" "$TMP/fixtures.log"
 fi
 M=$F/model.bin
 
@@ -37,14 +37,14 @@ M=$F/model.bin
 run() {
     local name=$1; shift
     if "$@" >"$TMP/$name.log" 2>&1; then return 0; fi
-    bad "$name: '$*' failed"; sed 's/^/       | /' "$TMP/$name.log" | tail -n 10
+    not_ok "$name: '$*' failed" "$TMP/$name.log"
     return 1
 }
 same() {  # NAME A B: byte-identical files
-    if cmp -s "$2" "$3"; then ok "$1"; else bad "$1: $2 and $3 differ ($(cmp "$2" "$3" 2>&1 | head -1))"; fi
+    if cmp -s "$2" "$3"; then ok "$1"; else not_ok "$1: $2 and $3 differ ($(cmp "$2" "$3" 2>&1 | head -1))"; fi
 }
 
-echo "round trips"
+note "round trips"
 run export_m $HC export "$M" "$TMP/e1" &&
     same "export writes the reference writer's bytes" "$F/canonical/model.safetensors" "$TMP/e1/model.safetensors"
 run import_e1 $HC import "$TMP/e1" "$TMP/b1.bin" && same "llm.c -> HF -> llm.c is byte-identical" "$M" "$TMP/b1.bin"
@@ -61,10 +61,10 @@ run import_eb2 $HC import "$TMP/eb2" "$TMP/bb2.bin" --dtype bf16 &&
 if [ -f "$TMP/bb1.bin" ] && [ "$(od -An -tu4 -j4 -N4 "$TMP/bb1.bin" | tr -d ' ')" = 5 ]; then
     ok "--dtype bf16 import writes a version 5 model file"
 else
-    bad "--dtype bf16 import did not write a version 5 model file"
+    not_ok "--dtype bf16 import did not write a version 5 model file"
 fi
 
-echo "the published naming (h.N..., attn.bias buffers)"
+note "the published naming (h.N..., attn.bias buffers)"
 run import_pub $HC import "$F/published" "$TMP/pub.bin" && same "published F32 imports to the same model file" "$M" "$TMP/pub.bin"
 run import_tied $HC import "$F/tied_head" "$TMP/tied.bin" && same "a stored lm_head.weight equal to wte is accepted" "$M" "$TMP/tied.bin"
 run import_pub16 $HC import "$F/published_f16" "$TMP/pub_f16.bin"   # its logits are checked below
@@ -73,27 +73,27 @@ run import_pubb16 $HC import "$F/published_bf16/model.safetensors" "$TMP/pub_bf1
     same "published BF16 (rounded by the reference) -> llm.c -> BF16 = export --dtype bf16" \
         "$TMP/eb1/model.safetensors" "$TMP/e_pub_bf16/model.safetensors"
 
-echo "padded vocabulary rows"
+note "padded vocabulary rows"
 if run export_padded $HC export "$F/padded_noise.bin" "$TMP/ep"; then
     if grep -q "warning: .*padded vocabulary rows 50257..50303 of wte are not zero" "$TMP/export_padded.log"; then
         ok "export warns about non-zero padded rows"
     else
-        bad "no warning about non-zero padded rows"; cat "$TMP/export_padded.log"
+        not_ok "no warning about non-zero padded rows" "$TMP/export_padded.log"
     fi
     same "padded rows are dropped: the same safetensors as without them" "$TMP/e1/model.safetensors" "$TMP/ep/model.safetensors"
     run import_ep $HC import "$TMP/ep" "$TMP/bp.bin" && same "... and come back as zeros" "$M" "$TMP/bp.bin"
-    if cmp -s "$F/padded_noise.bin" "$TMP/bp.bin"; then bad "non-zero padded rows survived a round trip?"
+    if cmp -s "$F/padded_noise.bin" "$TMP/bp.bin"; then not_ok "non-zero padded rows survived a round trip?"
     else ok "with non-zero padded rows llm.c -> HF -> llm.c is not byte-identical (the stated condition)"; fi
 fi
 
-echo "fine-tuning an imported model, exporting its checkpoints"
+note "fine-tuning an imported model, exporting its checkpoints"
 RUN=$TMP/run
 if run train ./train_gpt2 -e "$TMP/b1.bin" -b 2 -t 32 -x 2 -a 1 -l 1e-3 -v 0 -s 0 -z 0 -n 2 -o "$RUN"; then
     mapfile -t losses < <(sed -n 's/^step *[0-9]*\/2 | loss \([0-9.]*\) .*/\1/p' "$TMP/train.log")
     if [ ${#losses[@]} = 2 ] && awk -v a="${losses[0]}" -v b="${losses[1]}" 'BEGIN { exit !(b < a) }'; then
         ok "train_gpt2 -e imported.bin: 2 steps, loss ${losses[0]} -> ${losses[1]}"
     else
-        bad "train_gpt2 on the imported model: expected 2 steps with a falling loss, got '${losses[*]}'"
+        not_ok "train_gpt2 on the imported model: expected 2 steps with a falling loss, got '${losses[*]}'"
     fi
 fi
 CK=$RUN/checkpoint_00000002
@@ -102,10 +102,10 @@ run export_run $HC export "$RUN" "$TMP/e_run" && run export_ck $HC export "$CK" 
     same "a run directory exports its newest checkpoint" "$TMP/e_run/model.safetensors" "$TMP/e_ckbin/model.safetensors" &&
     same "a checkpoint directory exports its model.bin" "$TMP/e_ck/model.safetensors" "$TMP/e_ckbin/model.safetensors"
 
-echo "files that transformers itself wrote (save_pretrained)"
+note "files that transformers itself wrote (save_pretrained)"
 TS=$TMP/transformers
 TS_PAIRS=()
-hf_client || bad "the real client: scripts/install_hf_client.sh failed"
+hf_client || not_ok "the real client: scripts/install_hf_client.sh failed"
 if [ -n "$HF_PY" ] && run transformers_save "$HF_PY" $REF transformers-save --out "$TS"; then
     for kind in lm_head base; do  # GPT2LMHeadModel's names (prefixed), GPT2Model's (unprefixed)
         run "import_transformers_$kind" $HC import "$TS/$kind" "$TMP/ts_$kind.bin" &&
@@ -113,25 +113,25 @@ if [ -n "$HF_PY" ] && run transformers_save "$HF_PY" $REF transformers-save --ou
     done
 fi
 
-echo "logits (the reference reads the safetensors files itself)"
+note "logits (the reference reads the safetensors files itself)"
 # Negative control: the fine-tuned checkpoint's export is not the model it started from.
 if "${HF_CHECK[@]}" --pair "$M" "$TMP/e1" --pair "$TMP/pub_f16.bin" "$F/published_f16" --pair "$CK/model.bin" "$TMP/e_ck" \
         --pair-bf16 "$M" "$TMP/eb1" "${TS_PAIRS[@]}" --pair-mismatch "$M" "$TMP/e_ck" >"$TMP/check.log" 2>&1; then
     ok "logits agree: export, F16 import, checkpoint export, bf16 export${TS_PAIRS:+, files written by transformers}; the negative control fails"
 else
-    bad "the logits check failed"
+    not_ok "the logits check failed"
 fi
 sed 's/^/       | /' "$TMP/check.log"
 
-echo "bad input"
+note "bad input"
 BIN=$HC BASE=()
 # refuse NAME OUT KEYWORD... -- ARGS: one error (check), and nothing at OUT (for an export
 # directory created before the failure: no file in it) nor at OUT.tmp.
 refuse() {
     local name=$1 out=$2; shift 2
-    check "$name" 1 "$@"
+    expect_error "$name" 1 "$@"
     if [ -e "$out.tmp" ] || { [ -d "$out" ] && [ -n "$(ls -A "$out")" ]; } || { [ -e "$out" ] && [ ! -d "$out" ]; }; then
-        bad "$name: left output behind: $(ls -ld "$out" "$out.tmp" "$out"/* 2>/dev/null | tr '\n' ' ')"
+        not_ok "$name: left output behind: $(ls -ld "$out" "$out.tmp" "$out"/* 2>/dev/null | tr '\n' ' ')"
     fi
 }
 B=$TMP/bad
@@ -151,7 +151,7 @@ refuse export_missing "$B/o5" "cannot read" "nothere.bin" -- export "$B/nothere.
 refuse export_plain_dir "$B/o6" "neither a checkpoint" -- export "$B/emptydir" "$B/o6"
 refuse export_corrupt_checkpoint "$B/o7" "checksum mismatch" -- export "$B/run" "$B/o7"
 refuse export_out_under_file "$B/afile/out" "cannot create output directory" -- export "$M" "$B/afile/out"
-check export_out_is_file 1 "exists and is not a directory" -- export "$M" "$B/afile"
+expect_error export_out_is_file 1 "exists and is not a directory" -- export "$M" "$B/afile"
 refuse export_bad_dtype "$B/o8" "--dtype expects one of fp32|bf16" -- export "$M" "$B/o8" --dtype fp16
 refuse usage "$B/o9" "expected 'export IN OUT_DIR' or 'import IN OUT.bin'" -- convert "$M" "$B/o9"
 # A full disk: writes past 64 KiB fail (SIGXFSZ ignored, so write() returns EFBIG).
@@ -184,13 +184,13 @@ if [ "$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["n_layer"])
    [ "$(grep -c '"n_layer"' "$B/dupkey/config.json")" = 2 ]; then
     refuse import_duplicate_key "$B/i6.bin" 'key "n_layer" appears twice' "config.json" -- import "$B/dupkey" "$B/i6.bin"
 else
-    bad "import_duplicate_key: the fixture is not n_layer 2, then 3 (the last, as Python reads it)"
+    not_ok "import_duplicate_key: the fixture is not n_layer 2, then 3 (the last, as Python reads it)"
 fi
 refuse import_out_under_file "$B/afile/x.bin" "cannot open" -- import "$F/canonical" "$B/afile/x.bin"
-check import_out_is_dir 1 "exists and is not a regular file" -- import "$F/canonical" "$B/emptydir"
+expect_error import_out_is_dir 1 "exists and is not a regular file" -- import "$F/canonical" "$B/emptydir"
 BIN="bash $B/limited.sh" refuse import_disk_full "$B/i5.bin" "write failed" -- import "$F/canonical" "$B/i5.bin"
 
-echo "non-finite weights (a model that diverged): refused both ways unless --allow-nonfinite"
+note "non-finite weights (a model that diverged): refused both ways unless --allow-nonfinite"
 # poke_st DIR TENSOR INDEX BYTES: the 4 bytes at element INDEX of an F32 tensor in DIR/model.safetensors.
 poke_st() {
     $PY - "$1/model.safetensors" "$2" "$3" "$4" <<'PYEOF'
@@ -220,9 +220,5 @@ run export_nonfinite_allowed $HC export "$B/nan.bin" "$B/o12" --allow-nonfinite 
     run import_nonfinite_allowed $HC import "$B/o12" "$B/nan_back.bin" --allow-nonfinite &&
     same "--allow-nonfinite: the NaN model goes to HF and back byte-identical" "$B/nan.bin" "$B/nan_back.bin"
 
-if [ "$failed" = 0 ]; then
-    echo "PASS test_hf ($((SECONDS - t0)) s)"
-    exit 0
-fi
-echo "FAIL test_hf: $failed case(s) failed"
-exit 1
+note "test_hf: $((SECONDS - t0)) s"
+done_testing
