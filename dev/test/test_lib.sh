@@ -73,7 +73,8 @@ check_match() {
 # timeout within 60 s, no signal, no crash text) with exactly one `error:` line that
 # contains every KEYWORD, and under mpirun without a message from a non-zero rank (rank 0
 # speaks for an error every rank sees). With FAST=1 and FAST_CASES set ("NAME/NP ..."),
-# runs only those cases and counts the others in $left_out.
+# runs only those cases and counts the others in $left_out. The case's output stays in
+# $TMP/NAME.npNP.log (the caller's scratch directory, expect_error.sh's $TMP).
 left_out=0
 expect_error() {
     local name=$1 np=$2
@@ -85,8 +86,7 @@ expect_error() {
     local keywords=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do keywords+=("$1"); shift; done
     shift  # the --
-    local log rc
-    log=$(mktemp)
+    local log=${TMP:?expect_error needs a scratch directory \$TMP}/$name.np$np.log rc
     if [ "$np" = 1 ]; then
         timeout --kill-after=5 60 $BIN "${BASE[@]}" "$@" >"$log" 2>&1
     elif [ "$np" = mpmd ]; then  # "$@" is mpirun's whole MPMD command line: -np 1 A : -np 1 B
@@ -113,7 +113,6 @@ expect_error() {
     else
         not_ok "$name (np=$np): $(printf "%s; " "${problems[@]}")" "$log"
     fi
-    rm -f "$log"
 }
 
 done_testing() {

@@ -22,17 +22,17 @@
 # Usage: dev/test/test_paths.sh [long] [own] [lock] [temps] (all by default); TRAIN_BIN (default
 # ./train_gpt2) is the trainer, e.g. a CUDA_ON_CPU=1 ./train_gpt2cu for `long`.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 BIN=${TRAIN_BIN:-./train_gpt2}
 source dev/test/expect_error.sh
 PARTS=("$@")
 [ ${#PARTS[@]} -gt 0 ] || PARTS=(long own lock temps)
 if [ "$BIN" = ./train_gpt2 ]; then
-    make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL test_paths: build"; exit 1; }
+    make -s train_gpt2 USE_ZERO1=1 >/dev/null || fatal "build train_gpt2"
 fi
-[ -x "$BIN" ] || { echo "FAIL test_paths: $BIN is not built"; exit 1; }
+[ -x "$BIN" ] || fatal "$BIN is built"
 t0=$SECONDS
-small_model "$TMP/model.bin" || exit 1
+small_model "$TMP/model.bin" || fatal "the oracle writes a model"
 write_shard "$TMP/good.bin" 8192
 BASE=(-e "$TMP/model.bin" -i "$TMP/good.bin" -b 2 -t 32 -v 0 -s 0)
 
@@ -72,7 +72,7 @@ part_long() {
            [ -f "$out/checkpoint_00000003/manifest.txt" ] && [ -z "$(temporaries "$out")" ]; then
             ok "long -o (${#out} characters), np $np: saved at steps 1-2, resumed from step 2, saved step 3"
         else
-            bad "long -o (${#out} characters), np $np: save exit $rc_save, resume exit $rc_resume"
+            not_ok "long -o (${#out} characters), np $np: save exit $rc_save, resume exit $rc_resume"
             show "$TMP/long_save$np.log" 4
             show "$TMP/long_resume$np.log" 4
         fi
@@ -81,11 +81,11 @@ part_long() {
     out=$(long_path "$TMP/toolong" 4040)
     local max=$((4096 - 1 - 64))
     for np in 1 2; do
-        check too_long_o $np "-o '$TMP/toolong/ddd" "is 4040 characters long; at most $max fit" -- -x 1 -n 1 -o "$out"
-        grep -q '^step' "$TMP/too_long_o.np$np.log" && bad "too long -o, np $np: refused only after training"
+        expect_error too_long_o $np "-o '$TMP/toolong/ddd" "is 4040 characters long; at most $max fit" -- -x 1 -n 1 -o "$out"
+        grep -q '^step' "$TMP/too_long_o.np$np.log" && not_ok "too long -o, np $np: refused only after training"
     done
-    check too_long_o_resume 1 "is 4040 characters long; at most $max fit" -- -x 1 -n 1 -y 1 -o "$out"
-    [ -e "$TMP/toolong" ] && bad "too long -o: $TMP/toolong was created"
+    expect_error too_long_o_resume 1 "is 4040 characters long; at most $max fit" -- -x 1 -n 1 -y 1 -o "$out"
+    [ -e "$TMP/toolong" ] && not_ok "too long -o: $TMP/toolong was created"
 }
 
 # stopped_run NAME POINT STOPPERS NP ARGS...: the trainer (under mpirun when NP > 1) in the
@@ -98,7 +98,7 @@ stopped_run() {
     [ "$np" = 1 ] || cmd=("${MPIRUN[@]}" -x LLMC_TEST_STOP -np "$np" "${cmd[@]}")
     LLMC_TEST_STOP=$point timeout --kill-after=5 240 "${cmd[@]}" >"$TMP/$name.log" 2>&1 &
     job=$!
-    pids=$(wait_stopped "$TMP/$name.log" "$stoppers") || { bad "$name: no process stopped at $point"; show "$TMP/$name.log"; }
+    pids=$(wait_stopped "$TMP/$name.log" "$stoppers") || { not_ok "$name: no process stopped at $point"; show "$TMP/$name.log"; }
 }
 # lost_ok LOG RC WHAT: one error, rank 0's, saying -o is lost (WHAT: how), exit != 0.
 lost_ok() {
@@ -123,7 +123,7 @@ part_lock() {
         if lost_ok "$TMP/removed_${point%%:*}_$np.log" $rc "it no longer exists" && [ ! -e "$out" ]; then
             ok "rm -rf of -o at $point, np $np: exit $rc, nothing recreated: $(grep 'error:' "$TMP/removed_${point%%:*}_$np.log" | cut -c1-150)"
         else
-            bad "rm -rf of -o at $point, np $np: exit $rc, $out $([ -e "$out" ] && echo exists || echo "is gone")"
+            not_ok "rm -rf of -o at $point, np $np: exit $rc, $out $([ -e "$out" ] && echo exists || echo "is gone")"
             show "$TMP/removed_${point%%:*}_$np.log"
         fi
     done
@@ -158,7 +158,7 @@ part_lock() {
            [ -z "$(temporaries "$out")" ]; then
             ok "a second job on a removed -o, the first stopped at $point (np $np): the first stopped (exit $rc1), the second's 40 log lines and 4 checkpoints alone are there"
         else
-            bad "a second job on a removed -o, the first at $point: first exit $rc1, second exit $rc2, checkpoints' lr: '$lrs', the second's log lines: $logged of $(wc -l <"$out/main.log"), temporaries: $(temporaries "$out")"
+            not_ok "a second job on a removed -o, the first at $point: first exit $rc1, second exit $rc2, checkpoints' lr: '$lrs', the second's log lines: $logged of $(wc -l <"$out/main.log"), temporaries: $(temporaries "$out")"
             show "$TMP/first_${point%%:*}.log" 4
             show "$TMP/second_${point%%:*}.log" 4
         fi
@@ -171,20 +171,20 @@ part_lock() {
 # through it.
 part_own() {
     local out=$TMP/owned before rc
-    train 1 "$TMP/owned_run.log" -x 4 -n 2 -o "$out" || { bad "own: the first run failed"; show "$TMP/owned_run.log"; }
+    train 1 "$TMP/owned_run.log" -x 4 -n 2 -o "$out" || { not_ok "own: the first run failed"; show "$TMP/owned_run.log"; }
     before=$(cd "$out" && find . -type f ! -name .lock | sort | xargs md5sum)
     local want="output directory '$out' holds another run's main.log and checkpoints (checkpoint_00000002, checkpoint_00000004): a fresh run would replace them"
-    check fresh_into_a_run 1 "$want" "-y 1" "--start-over" -- -x 4 -n 2 -l 1e-3 -o "$out"
-    check fresh_into_a_run 2 "$want" -- -x 4 -n 2 -l 1e-3 -o "$out"
+    expect_error fresh_into_a_run 1 "$want" "-y 1" "--start-over" -- -x 4 -n 2 -l 1e-3 -o "$out"
+    expect_error fresh_into_a_run 2 "$want" -- -x 4 -n 2 -l 1e-3 -o "$out"
     [ "$(cd "$out" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$before" ] ||
-        bad "fresh_into_a_run: the refused runs changed files in $out"
+        not_ok "fresh_into_a_run: the refused runs changed files in $out"
     mkdir -p "$TMP/log_only" && echo "s:1 trl:10.0 norm:1 lr:3.00e-04 ms:1.0" >"$TMP/log_only/main.log"
-    check fresh_into_a_log 1 "holds another run's main.log: a fresh run would replace them" -- -x 1 -o "$TMP/log_only"
+    expect_error fresh_into_a_log 1 "holds another run's main.log: a fresh run would replace them" -- -x 1 -o "$TMP/log_only"
     if train 1 "$TMP/log_only_y.log" -x 1 -y 1 -o "$TMP/log_only" && [ "$(grep -c '^s:1 trl' "$TMP/log_only/main.log")" = 1 ] &&
        grep -q "resume: no checkpoint in $TMP/log_only yet; starting from step 0" "$TMP/log_only_y.log"; then
         ok "-y 1 with a main.log and no checkpoint yet: the run's own, started again from step 0"
     else
-        bad "-y 1 with a main.log and no checkpoint"; show "$TMP/log_only_y.log"
+        not_ok "-y 1 with a main.log and no checkpoint"; show "$TMP/log_only_y.log"
     fi
     if train 2 "$TMP/start_over.log" -x 4 -n 2 -l 1e-3 --start-over -o "$out" &&
        grep -q "^--start-over: removed the run that was in $out (2 checkpoints and main.log)$" "$TMP/start_over.log" &&
@@ -192,20 +192,20 @@ part_own() {
        [ "$(grep -c ' lr:1.00e-03 ' "$out/main.log")" = 4 ] && [ "$(wc -l <"$out/main.log")" = 4 ]; then
         ok "--start-over (np 2): the other run's checkpoints and main.log removed, saying so; the new run's alone are there"
     else
-        bad "--start-over"; show "$TMP/start_over.log"
+        not_ok "--start-over"; show "$TMP/start_over.log"
     fi
-    check start_over_resume 1 "--start-over removes the run in -o to start a fresh one, -y 1 resumes it" -- -x 1 -y 1 --start-over -o "$out"
+    expect_error start_over_resume 1 "--start-over removes the run in -o to start a fresh one, -y 1 resumes it" -- -x 1 -y 1 --start-over -o "$out"
     # Symbolic links: main.log to a file outside, .lock to one; the outside files untouched.
     mkdir -p "$TMP/links_log" "$TMP/links_lock"
     echo outside >"$TMP/outside.txt"
     ln -s "$TMP/outside.txt" "$TMP/links_log/main.log"
     ln -s "$TMP/outside.txt" "$TMP/links_lock/.lock"
-    check main_log_link 1 "'$TMP/links_log/main.log' is a symbolic link: the job writes, and reads back from its own directory, regular files only, never through a link" -- -x 1 -o "$TMP/links_log"
-    check main_log_link 2 "'$TMP/links_log/main.log' is a symbolic link" -- -x 1 -y 1 -o "$TMP/links_log"
-    check lock_link 1 "the lock file '$TMP/links_lock/.lock' is a symbolic link, not a regular file" -- -x 1 -o "$TMP/links_lock"
+    expect_error main_log_link 1 "'$TMP/links_log/main.log' is a symbolic link: the job writes, and reads back from its own directory, regular files only, never through a link" -- -x 1 -o "$TMP/links_log"
+    expect_error main_log_link 2 "'$TMP/links_log/main.log' is a symbolic link" -- -x 1 -y 1 -o "$TMP/links_log"
+    expect_error lock_link 1 "the lock file '$TMP/links_lock/.lock' is a symbolic link, not a regular file" -- -x 1 -o "$TMP/links_lock"
     mkdir -p "$TMP/fifo_log" && mkfifo "$TMP/fifo_log/main.log"
-    check main_log_fifo 1 "'$TMP/fifo_log/main.log' is a FIFO" -- -x 1 -o "$TMP/fifo_log"
-    [ "$(cat "$TMP/outside.txt")" = outside ] || bad "links: the file outside -o was written through a link"
+    expect_error main_log_fifo 1 "'$TMP/fifo_log/main.log' is a FIFO" -- -x 1 -o "$TMP/fifo_log"
+    [ "$(cat "$TMP/outside.txt")" = outside ] || not_ok "links: the file outside -o was written through a link"
 }
 
 # plant DIR: what a save and a log rewrite cut short leave behind.
@@ -217,7 +217,7 @@ plant() {
 
 part_temps() {
     local out=$TMP/temps log rc
-    train 1 "$TMP/temps_run.log" -x 2 -n 1 -o "$out" || { bad "temporaries: the first run failed"; show "$TMP/temps_run.log"; }
+    train 1 "$TMP/temps_run.log" -x 2 -n 1 -o "$out" || { not_ok "temporaries: the first run failed"; show "$TMP/temps_run.log"; }
     for mode in resume fresh; do
         plant "$out"
         log=$TMP/temps_$mode.log
@@ -232,13 +232,13 @@ part_temps() {
            [ "$first_write" -gt "$removed_log" ] && [ -z "$(temporaries "$out")" ]; then
             ok "dead temporaries, $mode: both removed and named before the run writes"
         else
-            bad "dead temporaries, $mode: exit $rc; lines: removed checkpoint temporary $removed_ck, removed main.log.tmp $removed_log, first write $first_write; left: $(temporaries "$out")"
+            not_ok "dead temporaries, $mode: exit $rc; lines: removed checkpoint temporary $removed_ck, removed main.log.tmp $removed_log, first write $first_write; left: $(temporaries "$out")"
             show "$log"
         fi
     done
 
     if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
-        echo "SKIPPED full disk: needs root and unshare -m for a small tmpfs (not run here)"
+        skip "full disk" "needs root and unshare -m for a small tmpfs (not run here)"
         return
     fi
     # In a private mount namespace: K steps with a checkpoint at K on a roomy tmpfs; then the
@@ -274,16 +274,16 @@ EOF
     tmp_name=.checkpoint_$(printf %08d $((K + 1))).tmp
     next=checkpoint_$(printf %08d $((K + 1)))
     if [ $rc != 0 ] || [ "$(cat $r/a.rc)" != 0 ]; then
-        bad "full disk: could not set up (namespace script exit $rc, first run exit $(cat $r/a.rc 2>/dev/null))"
+        not_ok "full disk: could not set up (namespace script exit $rc, first run exit $(cat $r/a.rc 2>/dev/null))"
         show "$r/a.log"
     elif [ "$(cat $r/b.rc)" = 0 ] || ! grep -qx "$tmp_name" "$r/b.ls" || [ "$(cat $r/b.log_bytes)" -le $((48 * 1024)) ]; then
-        bad "full disk: the setup did not fail a save leaving $tmp_name with main.log over 48 KiB (exit $(cat $r/b.rc), main.log $(cat $r/b.log_bytes) bytes, left: $(xargs <$r/b.ls))"
+        not_ok "full disk: the setup did not fail a save leaving $tmp_name with main.log over 48 KiB (exit $(cat $r/b.rc), main.log $(cat $r/b.log_bytes) bytes, left: $(xargs <$r/b.ls))"
         show "$r/b.log"
     elif [ "$(cat $r/c.rc)" = 0 ] && grep -qF "checkpoint: removed $TMP/fs/out/$tmp_name" "$r/c.log" &&
          grep -qx "$next" "$r/c.ls" && ! grep -qE '^\.checkpoint_.*\.tmp$|^main\.log\.tmp$' "$r/c.ls"; then
         ok "full disk: the save of step $((K + 1)) failed ($(grep -m1 'error:' $r/b.log | cut -c1-90)...); with 40 KiB freed the resume removed $tmp_name, saved step $((K + 1)), no temporary left"
     else
-        bad "full disk: the resume with 40 KiB freed: exit $(cat $r/c.rc), left: $(xargs <$r/c.ls)"
+        not_ok "full disk: the resume with 40 KiB freed: exit $(cat $r/c.rc), left: $(xargs <$r/c.ls)"
         show "$r/c.log"
     fi
 }
@@ -291,12 +291,8 @@ EOF
 for part in "${PARTS[@]}"; do
     case $part in
     long | own | lock | temps) part_$part ;;
-    *) echo "FAIL test_paths: unknown part '$part' (long, own, lock, temps)"; exit 1 ;;
+    *) fatal "unknown part '$part' (long, own, lock, temps)" ;;
     esac
 done
-if [ $failed -eq 0 ]; then
-    echo "PASS test_paths (${PARTS[*]}; $((SECONDS - t0)) s)"
-    exit 0
-fi
-echo "FAIL test_paths: $failed case(s) failed"
-exit 1
+note "test_paths (${PARTS[*]}; $((SECONDS - t0)) s)"
+done_testing
