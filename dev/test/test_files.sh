@@ -21,14 +21,14 @@
 #     shard; a checkpoint of another model than -e.
 # Controls: a good run and a good resume with the same fixtures succeed.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 BIN=./train_gpt2
 source dev/test/expect_error.sh
-make -s train_gpt2 USE_ZERO1=1 test_crc32c >/dev/null || { echo "FAIL test_files: build"; exit 1; }
+make -s train_gpt2 USE_ZERO1=1 test_crc32c >/dev/null || fatal "build train_gpt2 test_crc32c"
 t0=$SECONDS
 
 # ---- fixtures ---------------------------------------------------------------------------
-small_model "$TMP/model.bin" || exit 1
+small_model "$TMP/model.bin" || fatal "the oracle writes a model"
 MODEL=$TMP/model.bin
 write_shard "$TMP/good.bin" 4096
 BASE=(-e "$MODEL" -i "$TMP/good.bin" -b 2 -t 32 -x 1 -v 0 -s 0 -z 1)
@@ -98,7 +98,7 @@ cp "$TMP/tok.bin" "$TMP/tok_huge.bin" && set_int32 "$TMP/tok_huge.bin" 2 1073741
 cp "$TMP/tok.bin" "$TMP/tok_beyond.bin" && set_int32 "$TMP/tok_beyond.bin" 2 1000
 
 # A good checkpoint (steps 1 and 2) to damage, one copy per case.
-timeout 60 $BIN "${BASE[@]}" -x 2 -n 1 -o "$TMP/run" >"$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; echo "FAIL: no checkpoint"; exit 1; }
+timeout 60 $BIN "${BASE[@]}" -x 2 -n 1 -o "$TMP/run" >"$TMP/run.log" 2>&1 || fatal "a checkpoint to break" "$TMP/run.log"
 CK=checkpoint_00000002
 damaged() {  # damaged NAME: a copy of the run's output directory to break
     cp -r "$TMP/run" "$TMP/$1"
@@ -145,7 +145,7 @@ d=$(damaged link_state) && mv "$d/state.txt" "$TMP/outside_state.txt" && ln -s "
 if timeout 60 $BIN "${BASE[@]}" -o "$TMP/control" >"$TMP/control.log" 2>&1; then
     ok "control: a good run with these fixtures succeeds"
 else
-    bad "control: the good run failed, so the cases below prove nothing"; tail -n 5 "$TMP/control.log"
+    not_ok "control: the good run failed, so the cases below prove nothing" "$TMP/control.log"
 fi
 cp -r "$TMP/run" "$TMP/resume_ok"
 refresh_manifest "$TMP/resume_ok/$CK"  # the manifest helper writes what the trainer writes
@@ -154,25 +154,25 @@ if cmp -s "$TMP/run/$CK/manifest.txt" "$TMP/resume_ok/$CK/manifest.txt" &&
    grep -q "resumed from .*$CK: step 2" "$TMP/resume_ok.log"; then
     ok "control: resuming an undamaged copy succeeds, and refresh_manifest writes the trainer's manifest"
 else
-    bad "control: the good resume failed or refresh_manifest differs"; tail -n 5 "$TMP/resume_ok.log"
+    not_ok "control: the good resume failed or refresh_manifest differs" "$TMP/resume_ok.log"
     diff "$TMP/run/$CK/manifest.txt" "$TMP/resume_ok/$CK/manifest.txt"
 fi
 
 # ---- model headers ----------------------------------------------------------------------
-check model_L_2pow28      1 "L_huge.bin" "header field L = 268435456 is out of range (1..1024)" -- -e "$TMP/L_huge.bin"
-check model_L_2pow28      2 "L_huge.bin" "header field L = 268435456 is out of range (1..1024)" -- -e "$TMP/L_huge.bin"
-check model_C_squared     1 "C_squared.bin" "C=65536" "found 1024"                    -- -e "$TMP/C_squared.bin"
-check model_C_huge        1 "C_huge.bin" "header field C = 100000 is out of range (1..65536)" -- -e "$TMP/C_huge.bin"
-check model_maxT_negative 1 "maxT_negative.bin" "header field maxT = -1 is out of range" -- -e "$TMP/maxT_negative.bin"
-check model_V_negative    1 "V_negative.bin" "header field V = -5 is out of range"   -- -e "$TMP/V_negative.bin"
-check model_NH_negative   1 "NH_negative.bin" "header field NH = -4 is out of range" -- -e "$TMP/NH_negative.bin"
-check model_Vp_below_V    1 "Vp_below_V.bin" "header field Vp = 896 is out of range (1000..131072)" -- -e "$TMP/Vp_below_V.bin"
-check model_Vp_not_128    1 "Vp_odd.bin" "header field Vp = 1100 is not a multiple of 128" -- -e "$TMP/Vp_odd.bin"
+expect_error model_L_2pow28      1 "L_huge.bin" "header field L = 268435456 is out of range (1..1024)" -- -e "$TMP/L_huge.bin"
+expect_error model_L_2pow28      2 "L_huge.bin" "header field L = 268435456 is out of range (1..1024)" -- -e "$TMP/L_huge.bin"
+expect_error model_C_squared     1 "C_squared.bin" "C=65536" "found 1024"                    -- -e "$TMP/C_squared.bin"
+expect_error model_C_huge        1 "C_huge.bin" "header field C = 100000 is out of range (1..65536)" -- -e "$TMP/C_huge.bin"
+expect_error model_maxT_negative 1 "maxT_negative.bin" "header field maxT = -1 is out of range" -- -e "$TMP/maxT_negative.bin"
+expect_error model_V_negative    1 "V_negative.bin" "header field V = -5 is out of range"   -- -e "$TMP/V_negative.bin"
+expect_error model_NH_negative   1 "NH_negative.bin" "header field NH = -4 is out of range" -- -e "$TMP/NH_negative.bin"
+expect_error model_Vp_below_V    1 "Vp_below_V.bin" "header field Vp = 896 is out of range (1000..131072)" -- -e "$TMP/Vp_below_V.bin"
+expect_error model_Vp_not_128    1 "Vp_odd.bin" "header field Vp = 1100 is not a multiple of 128" -- -e "$TMP/Vp_odd.bin"
 
 # ---- token shards and tokenizer files ---------------------------------------------------
-check shard_count_beyond  1 "count_beyond.bin" "header field token count = 1000000000 needs" -- -i "$TMP/count_beyond.bin"
-check shard_count_beyond  2 "count_beyond.bin" "header field token count = 1000000000 needs" -- -i "$TMP/count_beyond.bin"
-check shard_count_negative 1 "count_negative.bin" "header field token count = -1 is out of range" -- -i "$TMP/count_negative.bin"
+expect_error shard_count_beyond  1 "count_beyond.bin" "header field token count = 1000000000 needs" -- -i "$TMP/count_beyond.bin"
+expect_error shard_count_beyond  2 "count_beyond.bin" "header field token count = 1000000000 needs" -- -i "$TMP/count_beyond.bin"
+expect_error shard_count_negative 1 "count_negative.bin" "header field token count = -1 is out of range" -- -i "$TMP/count_negative.bin"
 # Against the manifest: the first shard is opened at start, so a defect there stops the job
 # before its first step, on every rank.
 C_GLOB='c_train_*.bin'
@@ -180,26 +180,25 @@ if timeout 60 $BIN "${BASE[@]}" -i "$TMP/corpus/$C_GLOB" >"$TMP/corpus.log" 2>&1
    [ "$(grep -c "^data: '$TMP/good.bin': 1 shard without a manifest beside it (NAME_manifest.txt): unverified" "$TMP/control.log")" = 1 ]; then
     ok "control: shards with their manifest train, unannounced; one without one is said once to be unverified"
 else
-    bad "control: the corpus with its manifest did not train, or the unverified shard was not announced once"
-    tail -n 5 "$TMP/corpus.log"; grep "^data:" "$TMP/control.log"
+    not_ok "control: the corpus with its manifest did not train, or the unverified shard was not announced once" "$TMP/corpus.log"; diag "$(grep "^data:" "$TMP/control.log")"
 fi
-check shard_crc_flipped 1 "shards_crc_flipped/c_train_000001.bin: checksum mismatch (CRC32C" "shards_crc_flipped/c_manifest.txt lists" -- -i "$TMP/shards_crc_flipped/$C_GLOB"
-check shard_crc_flipped 2 "shards_crc_flipped/c_train_000001.bin: checksum mismatch (CRC32C" "shards_crc_flipped/c_manifest.txt lists" -- -i "$TMP/shards_crc_flipped/$C_GLOB"
-check shard_size_listed 1 "shards_size_listed/c_train_000001.bin: 9216 bytes, but" "lists it with 9218" -- -i "$TMP/shards_size_listed/$C_GLOB"
-check shard_stray 1 "shards_stray/c_train_000099.bin matches" "is not listed in $TMP/shards_stray/c_manifest.txt" -- -i "$TMP/shards_stray/$C_GLOB"
-check shard_stray 2 "shards_stray/c_train_000099.bin matches" "is not listed in $TMP/shards_stray/c_manifest.txt" -- -i "$TMP/shards_stray/$C_GLOB"
-check shard_listed_missing 1 "shards_missing/c_manifest.txt lists $TMP/shards_missing/c_train_000002.bin" "is missing" -- -i "$TMP/shards_missing/$C_GLOB"
-check shard_mixed 1 "matches shards listed in $TMP/shards_mixed/c_manifest.txt and also $TMP/shards_mixed/extra.bin" "mixes" -- -i "$TMP/shards_mixed/*.bin"
-check manifest_dup 1 "shards_dup/c_manifest.txt: line 4 lists c_train_000002.bin again (first at line 3)" "lists each shard once" -- \
+expect_error shard_crc_flipped 1 "shards_crc_flipped/c_train_000001.bin: checksum mismatch (CRC32C" "shards_crc_flipped/c_manifest.txt lists" -- -i "$TMP/shards_crc_flipped/$C_GLOB"
+expect_error shard_crc_flipped 2 "shards_crc_flipped/c_train_000001.bin: checksum mismatch (CRC32C" "shards_crc_flipped/c_manifest.txt lists" -- -i "$TMP/shards_crc_flipped/$C_GLOB"
+expect_error shard_size_listed 1 "shards_size_listed/c_train_000001.bin: 9216 bytes, but" "lists it with 9218" -- -i "$TMP/shards_size_listed/$C_GLOB"
+expect_error shard_stray 1 "shards_stray/c_train_000099.bin matches" "is not listed in $TMP/shards_stray/c_manifest.txt" -- -i "$TMP/shards_stray/$C_GLOB"
+expect_error shard_stray 2 "shards_stray/c_train_000099.bin matches" "is not listed in $TMP/shards_stray/c_manifest.txt" -- -i "$TMP/shards_stray/$C_GLOB"
+expect_error shard_listed_missing 1 "shards_missing/c_manifest.txt lists $TMP/shards_missing/c_train_000002.bin" "is missing" -- -i "$TMP/shards_missing/$C_GLOB"
+expect_error shard_mixed 1 "matches shards listed in $TMP/shards_mixed/c_manifest.txt and also $TMP/shards_mixed/extra.bin" "mixes" -- -i "$TMP/shards_mixed/*.bin"
+expect_error manifest_dup 1 "shards_dup/c_manifest.txt: line 4 lists c_train_000002.bin again (first at line 3)" "lists each shard once" -- \
     -i "$TMP/shards_dup/$C_GLOB"
-check manifest_contradict 1 "shards_contradict/c_manifest.txt: line 4 lists c_train_000002.bin again (first at line 3, with another size or checksum" \
+expect_error manifest_contradict 1 "shards_contradict/c_manifest.txt: line 4 lists c_train_000002.bin again (first at line 3, with another size or checksum" \
     "contradict" -- -i "$TMP/shards_contradict/$C_GLOB"
-check manifest_version 1 "shards_version/c_manifest.txt: manifest version '2' is unknown to this build" -- -i "$TMP/shards_version/$C_GLOB"
-check two_corpora 1 "'$TMP/shards_two_corpora/*_train_*.bin' matches shards of two corpora" "o_manifest.txt" "c_manifest.txt" -- \
+expect_error manifest_version 1 "shards_version/c_manifest.txt: manifest version '2' is unknown to this build" -- -i "$TMP/shards_version/$C_GLOB"
+expect_error two_corpora 1 "'$TMP/shards_two_corpora/*_train_*.bin' matches shards of two corpora" "o_manifest.txt" "c_manifest.txt" -- \
     -i "$TMP/shards_two_corpora/*_train_*.bin"
-check two_corpora 2 "matches shards of two corpora" -- -i "$TMP/shards_two_corpora/*_train_*.bin"
-check shard_two_claims 1 "c_train_000001.bin is listed in both" "copy_manifest.txt" -- -i "$TMP/shards_two_claims/$C_GLOB"
-check manifest_fifo 1 "shards_manifest_fifo/x_manifest.txt' is a pipe or FIFO" -- -i "$TMP/shards_manifest_fifo/$C_GLOB"
+expect_error two_corpora 2 "matches shards of two corpora" -- -i "$TMP/shards_two_corpora/*_train_*.bin"
+expect_error shard_two_claims 1 "c_train_000001.bin is listed in both" "copy_manifest.txt" -- -i "$TMP/shards_two_claims/$C_GLOB"
+expect_error manifest_fifo 1 "shards_manifest_fifo/x_manifest.txt' is a pipe or FIFO" -- -i "$TMP/shards_manifest_fifo/$C_GLOB"
 
 # A shard replaced (a new file under its name) while the job runs: the loader reopens it at
 # every epoch (here every 3 steps: 200 tokens) and stops at the first reopen after.
@@ -214,11 +213,11 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'error:' "$TMP/replaced.log"
    grep -q "^error: $TMP/short.bin changed while this job ran (it is another file now: inode" "$TMP/replaced.log"; then
     ok "shard_replaced (np=1, exit $rc after $(grep -c '^step' "$TMP/replaced.log") steps): $(grep 'error:' "$TMP/replaced.log" | cut -c1-140)"
 else
-    bad "shard_replaced: exit $rc, $(grep -E 'error:' "$TMP/replaced.log" | head -2), last: $(tail -n 1 "$TMP/replaced.log")"
+    not_ok "shard_replaced: exit $rc, $(grep -E 'error:' "$TMP/replaced.log" | head -2), last: $(tail -n 1 "$TMP/replaced.log")"
 fi
 
-check tokenizer_vocab_huge 1 "tok_huge.bin" "header field vocab size = 1073741824 is out of range" -- -s 1 --tokenizer "$TMP/tok_huge.bin"
-check tokenizer_vocab_beyond 1 "tok_beyond.bin" "header field vocab size = 1000 needs" -- -s 1 --tokenizer "$TMP/tok_beyond.bin"
+expect_error tokenizer_vocab_huge 1 "tok_huge.bin" "header field vocab size = 1073741824 is out of range" -- -s 1 --tokenizer "$TMP/tok_huge.bin"
+expect_error tokenizer_vocab_beyond 1 "tok_beyond.bin" "header field vocab size = 1000 needs" -- -s 1 --tokenizer "$TMP/tok_beyond.bin"
 
 # ---- checkpoints ------------------------------------------------------------------------
 # check_resume NAME NP COPY KEYWORD...: resuming (-y 1 -x 3) from the damaged copy COPY fails.
@@ -226,7 +225,7 @@ check_resume() {  # at np > 1 the ranks read the damaged files in parts; the bat
     local name=$1 np=$2 copy=$3 allow=()   # then grows, which a resume must be told is meant
     shift 3
     [ "$np" -gt 1 ] && allow=(--allow-resume-change)
-    check "$name" "$np" "$@" -- -x 3 -y 1 -o "$TMP/$copy" "${allow[@]}"
+    expect_error "$name" "$np" "$@" -- -x 3 -y 1 -o "$TMP/$copy" "${allow[@]}"
 }
 check_resume ckpt_truncated        1 truncated       "$CK/optimizer.bin: " "manifest says" "truncated or corrupt"
 check_resume ckpt_flipped_byte     1 flipped         "$CK/model.bin: checksum mismatch (CRC32C" "the file is corrupt"
@@ -248,11 +247,7 @@ check_resume ckpt_state_negative   1 state_negative  "$CK/state.txt: field step 
 check_resume ckpt_state_overflow   1 state_overflow  "$CK/state.txt: field B = '99999999999999999999999'"
 check_resume ckpt_state_step       1 state_step      "$CK/state.txt: field step = 1" "for step 2"
 check_resume ckpt_data_position    1 state_position  "data position: token 4000000 of shard 0" "good.bin"
-check ckpt_other_model 1 "$CK/model.bin is a model with L=2" "-e d1" "belongs to another run" -- -x 3 -y 1 -o "$TMP/other_model" -e d1
+expect_error ckpt_other_model 1 "$CK/model.bin is a model with L=2" "-e d1" "belongs to another run" -- -x 3 -y 1 -o "$TMP/other_model" -e d1
 
-if [ $failed -eq 0 ]; then
-    echo "PASS test_files ($((SECONDS - t0)) s)"
-    exit 0
-fi
-echo "FAIL test_files: $failed case(s) failed"
-exit 1
+note "test_files: $((SECONDS - t0)) s"
+done_testing
