@@ -19,25 +19,22 @@
 # GPU=BINARY: a train_gpt2cu USE_ZERO1=1 (run_gpu_tests.sh): np 1, 2 and 4 (one GPU each, or
 # sharing one GPU through staged MPI on a single GPU), 4 steps: item 1 only.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-source dev/test/expect_error.sh  # $TMP (removed on exit), check() for item 7
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+source dev/test/expect_error.sh   # TMP and the bad-input fixtures
 work=$TMP
-passed=0
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }
 
 $PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" --vocab 1000 --max-seq 32 \
-    --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle model"; exit 1; }
+    --seq 32 --steps 1 >/dev/null || fatal "oracle model"
 # 1100 and 1700 tokens: 34 and 53 rows of T=32, 2 and 3 whole steps of 16 rows, so steps 3
 # and 6 begin new shards.
 write_shard "$work/shard_0.bin" 1100 && write_shard "$work/shard_1.bin" 1700 && write_shard "$work/shard_2.bin" 20000 ||
-    { echo "FAIL shards"; exit 1; }
+    fatal "shards"
 
 BIN=${GPU:-./train_gpt2}
 STEPS=8
 [ -n "${GPU:-}" ] && STEPS=4
 if [ -z "${GPU:-}" ]; then
-    make -s train_gpt2 train_gpt2_testing USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
+    make -s train_gpt2 train_gpt2_testing USE_ZERO1=1 >/dev/null || fatal "build"
 fi
 COMMON=(-e "$work/m.bin" -i "$work/shard_*.bin" -b 2 -t 32 -d 512 -x $STEPS -v 0 -s 0 -l 1e-3 -c 0.1
         --grad-clip 0.5 -n 4)
@@ -46,7 +43,7 @@ run() {  # run NAME NP [BINARY] ARGS...: one run into $work/out_NAME, its output
     [[ ${1:-} == */* ]] && { bin=$1; shift; }
     mkdir -p "$work/out_$name"
     timeout 300 "${MPIRUN[@]}" -np "$np" "$bin" "${COMMON[@]}" -o "$work/out_$name" "$@" >"$work/log_$name" 2>&1 ||
-        { fail "run $name (np $np $*)" "$work/log_$name"; return 1; }
+        { not_ok "run $name (np $np $*)" "$work/log_$name"; return 1; }
 }
 step_lines() { grep '^step' "$work/log_$1" | sed -E 's/ \| [0-9.]+ ms .*//'; }
 train_log() { sed -E 's/ ms:.*//' "$work/out_$1/main.log"; }
@@ -56,36 +53,34 @@ same_bytes() { cmp -s "$(ckpt "$1")/model.bin" "$(ckpt "$2")/model.bin" && cmp -
 same() {
     if [ -f "$(ckpt "$1")/model.bin" ] && same_bytes "$1" "$2" && diff <(step_lines "$1") <(step_lines "$2") >/dev/null &&
        diff <(train_log "$1") <(train_log "$2") >/dev/null && [ "$(step_lines "$1" | wc -l)" = "$STEPS" ]; then
-        pass "$3: model.bin, optimizer.bin, step lines and main.log identical"
+        ok "$3: model.bin, optimizer.bin, step lines and main.log identical"
     else
-        fail "$3: they differ"
-        diff <(step_lines "$1") <(step_lines "$2") | head -6
+        not_ok "$3: they differ"
+        diag "$(diff <(step_lines "$1") <(step_lines "$2") | head -6)"
     fi
 }
 
 if [ -n "${GPU:-}" ]; then
     run g1 1 --dp-invariant && run g2 2 --dp-invariant --bucket-size 20000 && run g4 4 --dp-invariant --bucket-size 5000 &&
         same g1 g2 "GPU np 2 (2 micro-steps) == np 1 (4)" && same g1 g4 "GPU np 4 (1 micro-step) == np 1 (4)"
-    grep -q '^step' "$work/log_g1" && step_lines g1 | tail -n 1
-    echo "$passed passed, $failed failed"
-    [ "$failed" = 0 ]
-    exit
+    grep -q '^step' "$work/log_g1" && note "$(step_lines g1 | tail -n 1)"
+    done_testing
 fi
 
 # 1. Every split of the step: the same bits.
 run a1 1 --dp-invariant --bucket-size none && run a2 2 --dp-invariant --bucket-size 3000 &&
     same a1 a2 "np 2 (4 micro-steps, 3000-element buckets) == np 1 (8, one bucket)"
-if [ "${FAST:-0}" = 1 ]; then echo "$passed passed, $failed failed"; [ "$failed" = 0 ]; exit; fi
+[ "${FAST:-0}" = 1 ] && done_testing
 clipped=$(step_lines a1 | sed -E 's/.*norm ([0-9.]+).*/\1/' | awk '$1 > 0.5 { n++ } END { print n + 0 }')
-[ "$clipped" = $STEPS ] && pass "clipping bit at all $STEPS steps (norms above --grad-clip 0.5)" ||
-    fail "clipping bit at $clipped of $STEPS steps"
+[ "$clipped" = $STEPS ] && ok "clipping bit at all $STEPS steps (norms above --grad-clip 0.5)" ||
+    not_ok "clipping bit at $clipped of $STEPS steps"
 run a4 4 --dp-invariant --bucket-size 3000 && same a1 a4 "np 4 (2 micro-steps) == np 1"
 run a8 8 --dp-invariant && same a1 a8 "np 8, oversubscribed (1 micro-step) == np 1"
 
 # 2. The control: the default sums the same micro-batches in other orders at np 1 and 4.
 if run c1 1 --bucket-size none && run c4 4 --bucket-size 3000; then
-    same_bytes c1 c4 && fail "control: without --dp-invariant np 1 and np 4 gave the same checkpoint" ||
-        pass "control: without --dp-invariant np 1 and np 4 give different checkpoints"
+    same_bytes c1 c4 && not_ok "control: without --dp-invariant np 1 and np 4 gave the same checkpoint" ||
+        ok "control: without --dp-invariant np 1 and np 4 give different checkpoints"
 fi
 
 # 3. Resume at another rank count, from the straight runs' step-4 checkpoints.
@@ -101,9 +96,9 @@ for spec in "r41 a4 1" "r14 a1 4"; do
        diff <(step_lines "$name") <(step_lines a1 | tail -n 4) >/dev/null &&
        diff <(grep -vE '^(ranks|grad_accum_steps) ' "$(ckpt a1)/state.txt") \
             <(grep -vE '^(ranks|grad_accum_steps) ' "$(ckpt "$name")/state.txt") >/dev/null; then
-        pass "resume at np $np of $from's step-4 checkpoint: the straight run's step-8 checkpoint and step lines"
+        ok "resume at np $np of $from's step-4 checkpoint: the straight run's step-8 checkpoint and step lines"
     else
-        fail "resume $name at np $np" "$work/log_$name"
+        not_ok "resume $name at np $np" "$work/log_$name"
     fi
 done
 
@@ -133,33 +128,33 @@ if text.count(old) != 1:
 open(path, "w").write(text.replace(old, "for (int b = r; top > 0; b >>= 1)"))
 PYEOF
     if run m1 1 "$mutant/train_gpt2" --dp-invariant && run m4 4 "$mutant/train_gpt2" --dp-invariant; then
-        same_bytes m1 m4 && fail "planted tree order (rank-order exchange): NOT caught, np 4 == np 1" ||
-            pass "planted tree order (rank-order exchange): caught, np 4 != np 1"
+        same_bytes m1 m4 && not_ok "planted tree order (rank-order exchange): NOT caught, np 4 == np 1" ||
+            ok "planted tree order (rank-order exchange): caught, np 4 != np 1"
     fi
 else
-    fail "the mutated copy of zero1/exact_sum.h could not be made or built"
+    not_ok "the mutated copy of zero1/exact_sum.h could not be made or built"
 fi
 
 # 7. Refusals: one error each, naming the flag.
 BASE=("${COMMON[@]}" -x 1 -n 0 --dp-invariant)
-before=$failed
-check z0 1 "--dp-invariant" "-z 0" -- -z 0
-check bf16_grads 1 "--dp-invariant" "--grad-dtype bf16" -- --grad-dtype bf16
-check average 2 "--dp-invariant" "--average-in-collective" -- --average-in-collective
-check split 2 "--dp-invariant" "--split-embedding" -- --split-embedding
-check instances 4 "--dp-invariant" "--dist-opt-instances" -- --dist-opt-instances 2
-check overfit 1 "--dp-invariant" "-a 1" -- -a 1
-check three_ranks 3 "--dp-invariant" "power-of-two" "3 ranks" -- -d 384
-check six_micro_steps 1 "--dp-invariant" "power-of-two" "6 micro-steps" -- -d 384
-[ "$failed" = "$before" ] && pass "8 refusals, one error line each"
+before=$TEST_FAILED
+expect_error z0 1 "--dp-invariant" "-z 0" -- -z 0
+expect_error bf16_grads 1 "--dp-invariant" "--grad-dtype bf16" -- --grad-dtype bf16
+expect_error average 2 "--dp-invariant" "--average-in-collective" -- --average-in-collective
+expect_error split 2 "--dp-invariant" "--split-embedding" -- --split-embedding
+expect_error instances 4 "--dp-invariant" "--dist-opt-instances" -- --dist-opt-instances 2
+expect_error overfit 1 "--dp-invariant" "-a 1" -- -a 1
+expect_error three_ranks 3 "--dp-invariant" "power-of-two" "3 ranks" -- -d 384
+expect_error six_micro_steps 1 "--dp-invariant" "power-of-two" "6 micro-steps" -- -d 384
+[ "$TEST_FAILED" = "$before" ] && ok "8 refusals, one error line each"
 
 # 8. The memory ledger's extra terms, by hand from the layout: the start-up ledger of np 1 (8
 # micro-steps: 3 partial buffers of the grad buffer), and zero1_plan at d12, DP 8, K 8 (and its
 # receive temporaries: 2 x the largest bucket in fp32); a DP of 3 refused.
 numel=$(sed -n 's/^zero1: buffer \([0-9]*\) elements.*/\1/p' "$work/log_a1")
 partial=$(sed -n 's/^  dp-inv\. partial grads (log2 k = 3) *0 *0 B *\([0-9]*\) .*/\1/p' "$work/log_a1")
-[ -n "$numel" ] && [ "$partial" = $((3 * numel * 4)) ] && pass "start-up ledger: 3 partial grad buffers of $numel x 4 B" ||
-    fail "start-up ledger: partial grads '$partial' for a buffer of '$numel' elements" "$work/log_a1"
+[ -n "$numel" ] && [ "$partial" = $((3 * numel * 4)) ] && ok "start-up ledger: 3 partial grad buffers of $numel x 4 B" ||
+    not_ok "start-up ledger: partial grads '$partial' for a buffer of '$numel' elements" "$work/log_a1"
 make -s zero1_plan >/dev/null &&
 ./zero1_plan --model d12 --dp 8 --dp-invariant --accumulation 8 --json | $PY -c '
 import json, sys
@@ -170,8 +165,7 @@ for g in plan["ledger"].values():
     assert g["recv_temporaries"] == 2 * largest * 4, g["recv_temporaries"]
     assert g["sent_reduce_scatter"] == 7 * plan["numel"] // 8 * 4, g["sent_reduce_scatter"]
 ' && ! ./zero1_plan --model d2 --dp 3 --dp-invariant >/dev/null 2>&1 &&
-    pass "zero1_plan --dp-invariant: partial grads, receive temporaries and bytes sent by hand; --dp 3 refused" ||
-    fail "zero1_plan --dp-invariant"
+    ok "zero1_plan --dp-invariant: partial grads, receive temporaries and bytes sent by hand; --dp 3 refused" ||
+    not_ok "zero1_plan --dp-invariant"
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+done_testing
