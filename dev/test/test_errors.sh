@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bad input to ./train_gpt2 (docs/design.md, "Errors"): every case must end with an exit code != 0 (not a timeout,
 # not a signal), exactly one `error:` line that names the problem (a keyword), and no
-# hang (timeout 60 s); the runner is dev/test/expect_error.sh. Some cases also under
+# hang (timeout 60 s); the runner is expect_error in dev/test/test_lib.sh. Some cases also under
 # mpirun -np 2, where the message must appear exactly once (rank 0 speaks for an error
 # every rank sees). Crafted headers and damaged checkpoints: dev/test/test_files.sh.
 # A control run with the same fixtures and no defect must succeed, so each failure is

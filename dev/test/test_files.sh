@@ -2,7 +2,7 @@
 # Model files, token shards, tokenizer files and checkpoints are untrusted input. Each
 # case crafts one defect and must end with one `error:` line naming the file and the
 # field (or the check that failed), exit != 0, no hang or crash, and under mpirun -np 2
-# one message only (the runner is dev/test/expect_error.sh):
+# one message only (the runner is expect_error in dev/test/test_lib.sh):
 #   - model headers: L = 2^28 in a 1,024-byte file, C = 65536 (C*C overflows int32),
 #     C beyond its range, negative maxT/V/NH, Vp < V, Vp not a multiple of 128;
 #   - token shards: a token count beyond the file, a negative one; against their manifest
