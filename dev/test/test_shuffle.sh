@@ -16,9 +16,9 @@
 # (to 2e-5: only the order of the sums over ranks differs); the epoch boundary at step 17
 # is printed and logged once; a resume that changes --shuffle or its --seed is refused.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-small_model_work || exit 1
-random_shards "$work" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+small_model_work || fatal "the small model (build, oracle)"
+random_shards "$work" || fatal "the random shards"
 
 COMMON=(-e "$work/m.bin" -i "$work/shard_*.bin" -t 32 -x 20 -v 0 -s 0 -l 1e-3 -z 1 --seed 5)
 run() {  # run NAME NP OUT ARGS...: one training run with its row trace
@@ -33,18 +33,18 @@ resume_from_a() {  # resume_from_a NAME NP ARGS...: from A's checkpoint at step 
     run "$name" "$np" "$work/out_$name" -y 1 "$@"
 }
 
-if run A 1 "$work/out_A" -b 4 -n 6 --shuffle; then pass "straight run A (np 1, -b 4, --shuffle)"
-else fail "straight run A" "$work/log_A"; fi
+if run A 1 "$work/out_A" -b 4 -n 6 --shuffle; then ok "straight run A (np 1, -b 4, --shuffle)"
+else not_ok "straight run A" "$work/log_A"; fi
 for spec in "B 2 -b 2" "C 4 -b 1" "D 2 -b 1 -d 128"; do
     read -r name np args <<<"$spec"
     # shellcheck disable=SC2086  # $args: the flags, split on purpose
-    if resume_from_a "$name" "$np" --shuffle $args; then pass "run $name resumed at step 12 (np $np, $args)"
-    else fail "run $name" "$work/log_$name"; fi
+    if resume_from_a "$name" "$np" --shuffle $args; then ok "run $name resumed at step 12 (np $np, $args)"
+    else not_ok "run $name" "$work/log_$name"; fi
 done
-if run F 1 "$work/out_F" -b 4 -x 6; then pass "run F (np 1, file order)"; else fail "run F" "$work/log_F"; fi
+if run F 1 "$work/out_F" -b 4 -x 6; then ok "run F (np 1, file order)"; else not_ok "run F" "$work/log_F"; fi
 
 # The rows each step read, and the losses, against A's.
-if $PY - "$work" <<'PYEOF'
+if indented $PY - "$work" <<'PYEOF'
 import sys
 w = sys.argv[1]
 def reads(name, rank):
@@ -87,14 +87,14 @@ for name, ranks, rows in (("B", 2, 2), ("C", 4, 1), ("D", 2, 2)):
         assert abs(lg[s] - la[s]) <= 2e-5 * abs(la[s]), (name, s, lg[s], la[s])
 print("steps 13..20 read the straight run's rows at np 2, 4 and 2 x 2 micro-steps; losses equal")
 PYEOF
-then pass "resumed runs read exactly the straight run's rows, step by step; shuffled per epoch; F in file order"
-else fail "row traces"; fi
+then ok "resumed runs read exactly the straight run's rows, step by step; shuffled per epoch; F in file order"
+else not_ok "row traces"; fi
 
 if [ "$(grep -c "^epoch 2 of the train data began with step 17$" "$work/log_A")" = 1 ] &&
    [ "$(grep -c "^s:17 epoch:1$" "$work/out_A/main.log")" = 1 ] &&
    [ "$(grep -c "epoch:" "$work/out_B/main.log")" = 1 ]; then
-    pass "the epoch boundary is printed and logged once (also after a resume)"
-else fail "epoch boundary" "$work/out_A/main.log"; fi
+    ok "the epoch boundary is printed and logged once (also after a resume)"
+else not_ok "epoch boundary" "$work/out_A/main.log"; fi
 
 for spec in "shuffle:--shuffle 1 -> 0:-b 4" "seed:--seed (which sets the --shuffle order) 5 -> 6:-b 4 --shuffle --seed 6"; do
     IFS=: read -r name want args <<<"$spec"
@@ -102,8 +102,7 @@ for spec in "shuffle:--shuffle 1 -> 0:-b 4" "seed:--seed (which sets the --shuff
     resume_from_a "refused_$name" 1 $args
     rc=$?
     if [ $rc -ne 0 ] && [ "$(grep -c "^error: resume: .*$want" "$work/log_refused_$name")" = 1 ]; then
-        pass "a resume that changes --$name is refused"
-    else fail "resume changing --$name (rc=$rc)" "$work/log_refused_$name"; fi
+        ok "a resume that changes --$name is refused"
+    else not_ok "resume changing --$name (rc=$rc)" "$work/log_refused_$name"; fi
 done
-echo "test_shuffle: $passed passed, $failed failed"
-[ $failed = 0 ]
+done_testing
