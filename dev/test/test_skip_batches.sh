@@ -15,10 +15,10 @@
 #       15-16 = S's 21-22
 # and refusals: a resume from S's checkpoint 6 (no skip) naming steps 5-10; bad values.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-[ -x ./test_crc32c ] || { echo "FAIL ./test_crc32c is not built"; exit 1; }
-small_model_work || exit 1
-random_shards "$work" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+[ -x ./test_crc32c ] || fatal "./test_crc32c is built"
+small_model_work || fatal "the small model (build, oracle)"
+random_shards "$work" || fatal "the random shards"
 
 COMMON=(-e "$work/m.bin" -i "$work/shard_*.bin" -t 32 -d 128 -v 0 -s 0 -l 1e-3 -z 1 --seed 5)
 run() {  # run NAME NP ARGS...: one training run with its row trace, output in $work/out_NAME
@@ -28,7 +28,7 @@ run() {  # run NAME NP ARGS...: one training run with its row trace, output in $
 }
 ran() {  # ran NAME NP ARGS...: run, and a PASS/FAIL line
     local name=$1 np=$2; shift 2
-    if run "$name" "$np" "$@"; then pass "run $name (np $np, $*)"; else fail "run $name (np $np, $*)" "$work/log_$name"; fi
+    if run "$name" "$np" "$@"; then ok "run $name (np $np, $*)"; else not_ok "run $name (np $np, $*)" "$work/log_$name"; fi
 }
 ran S 1 -b 4 -x 22 -n 6 --shuffle
 ran K 2 -b 2 -x 14 --shuffle --skip-batches 5-10
@@ -41,7 +41,7 @@ cp "$work/log_R" "$work/log_R_first"
 ran R 2 -b 2 -x 16 -n 3 -y 1 --shuffle --skip-batches 5-10  # a requeued job: the same flag, a later checkpoint
 
 # The rows each step read and the losses, against the straight runs'.
-if $PY - "$work" <<'PYEOF'
+if indented $PY - "$work" <<'PYEOF'
 import sys
 w = sys.argv[1]
 def reads(name, rank):
@@ -81,16 +81,16 @@ if worst > 2e-5:
     sys.exit(1)
 print(f"  ok   R's losses equal K's, steps 1-14 (max difference {worst:.1e}, within 2e-5)")
 PYEOF
-then pass "the rows and losses of the skipping runs"; else fail "the rows and losses of the skipping runs"; fi
+then ok "the rows and losses of the skipping runs"; else not_ok "the rows and losses of the skipping runs"; fi
 
 # The record: checkpoints from 6 on hold the range, 3 none; the requeued run said nothing.
 rec() { sed -n 's/^skipped_batches //p' "$work/out_R/checkpoint_$(printf %08d "$1")/state.txt"; }
 if [ "$(rec 3)" = none ] && [ "$(rec 6)" = 5-10 ] && [ "$(rec 16)" = 5-10 ] &&
     [ "$(grep -c '^data: --skip-batches 5-10: moved past 6 optimizer steps of data (768 tokens)' "$work/log_R_first")" = 1 ] &&
     [ "$(grep -c '^data: --skip-batches' "$work/log_R")" = 0 ]; then
-    pass "state.txt: skipped_batches none at step 3, 5-10 at 6 and 16; one skip line, none in the requeued run"
+    ok "state.txt: skipped_batches none at step 3, 5-10 at 6 and 16; one skip line, none in the requeued run"
 else
-    fail "the record: checkpoint 3 '$(rec 3)', 6 '$(rec 6)', 16 '$(rec 16)'" "$work/log_R"
+    not_ok "the record: checkpoint 3 '$(rec 3)', 6 '$(rec 6)', 16 '$(rec 16)'" "$work/log_R"
 fi
 
 # A checkpoint of an earlier version (no skipped_batches line) resumes, as having skipped none.
@@ -100,9 +100,9 @@ sed -i '/^skipped_batches /d' "$ck/state.txt"
 ./test_crc32c "$ck/model.bin" "$ck/optimizer.bin" "$ck/state.txt" | awk '{ n = split($3, p, "/"); print p[n], $2, $1 }' >"$ck/manifest.txt"
 if run old 1 -b 4 -x 8 -n 8 -y 1 --shuffle --skip-batches 7-8 && grep -q '^resumed from' "$work/log_old" &&
     [ "$(sed -n 's/^skipped_batches //p' "$work/out_old/checkpoint_00000008/state.txt")" = 7-8 ]; then
-    pass "a checkpoint without skipped_batches resumes; --skip-batches 7-8 after it is recorded"
+    ok "a checkpoint without skipped_batches resumes; --skip-batches 7-8 after it is recorded"
 else
-    fail "resume from a checkpoint without skipped_batches" "$work/log_old"
+    not_ok "resume from a checkpoint without skipped_batches" "$work/log_old"
 fi
 
 # refused NAME KEYWORD ARGS...: one error line naming KEYWORD, exit 1.
@@ -111,9 +111,9 @@ refused() {
     timeout 60 ./train_gpt2 "${COMMON[@]}" -b 4 "$@" >"$work/$name.log" 2>&1
     local rc=$?
     if [ $rc = 1 ] && [ "$(grep -c '^error: ' "$work/$name.log")" = 1 ] && grep -qF -- "$keyword" "$work/$name.log"; then
-        pass "$name: $(grep '^error: ' "$work/$name.log" | sed "s|$work/||g" | cut -c1-150)"
+        ok "$name: $(grep '^error: ' "$work/$name.log" | sed "s|$work/||g" | cut -c1-150)"
     else
-        fail "$name: exit $rc, not one error naming '$keyword'" "$work/$name.log"
+        not_ok "$name: exit $rc, not one error naming '$keyword'" "$work/$name.log"
     fi
 }
 mkdir -p "$work/out_Q" && cp -r "$work/out_S/checkpoint_00000006" "$work/out_Q/"
@@ -125,5 +125,4 @@ refused range_text "got '3-x'" -x 8 --skip-batches 3-x
 refused with_overfit "-a 1 trains on one batch only" -x 8 -a 1 --skip-batches 2
 refused beyond_the_run "the run ends at step 8 (-x), before step 9" -x 8 --skip-batches 9-12
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+done_testing
