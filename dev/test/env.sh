@@ -88,8 +88,8 @@ hf_client() {
     return 1
 }
 
-# Tests that train twice and compare (ok/bad their own): run NAME's output is $TMP/NAME.log,
-# its -o directory $TMP/NAME, holding checkpoint $CKPT after $STEPS steps.
+# Tests that train twice and compare (reporting through test_lib.sh): run NAME's output is
+# $TMP/NAME.log, its -o directory $TMP/NAME, holding checkpoint $CKPT after $STEPS steps.
 # step_lines NAME: its step lines' step, loss and norm.
 step_lines() { sed -n 's/^\(step *[0-9]*\/[0-9]* | loss [^|]* | norm [^|]*\) |.*/\1/p' "$TMP/$1.log"; }
 # same_runs A B: identical step lines (loss, norm) and final checkpoint files, byte for byte.
@@ -104,7 +104,7 @@ same_runs() {
     if [ ${#diffs[@]} -eq 0 ]; then
         ok "$1 == $2 bitwise ($STEPS step lines, $CKPT/model.bin, optimizer.bin)"
     else
-        bad "$1 vs $2: $(printf "%s; " "${diffs[@]}")"
-        paste -d '\n' <(step_lines "$1" | sed "s/^/$1: /") <(step_lines "$2" | sed "s/^/$2: /") | sed 's/^/       | /'
+        not_ok "$1 vs $2: $(printf "%s; " "${diffs[@]}")"
+        diag "$(paste -d '\n' <(step_lines "$1" | sed "s/^/$1: /") <(step_lines "$2" | sed "s/^/$2: /"))"
     fi
 }

@@ -16,7 +16,7 @@
 # SKIPPED (exit 0) only where network namespaces cannot be created (not root, no `ip`, no
 # permission). Env: MULTIHOST_RATE, MULTIHOST_DELAY (see multihost.sh).
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 source dev/test/multihost.sh
 BIN=./train_gpt2
 DATA=data/tinyshakespeare_train.bin
@@ -25,21 +25,18 @@ STEPS=3
 TMP=$(mktemp -d /tmp/test_multihost.XXXXXX)
 trap 'mh_teardown; rm -rf "$TMP"' EXIT
 trap 'exit 143' TERM INT HUP   # so the EXIT trap runs on a timeout too
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 
-make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL test_multihost: cannot build $BIN"; exit 1; }
-[ -f "$DATA" ] || { echo "FAIL test_multihost: $DATA is missing (make data)"; exit 1; }
+make -s train_gpt2 USE_ZERO1=1 >/dev/null || fatal "build $BIN"
+[ -f "$DATA" ] || fatal "$DATA is there (make data)"
 
 t0=$SECONDS
 mh_setup 3
 case $? in
     0) ;;
-    2) echo "SKIPPED test_multihost: $MH_SKIP_REASON"; exit 0 ;;
-    *) echo "FAIL test_multihost: could not build the hosts"; exit 1 ;;
+    2) skip_all "$MH_SKIP_REASON" ;;
+    *) fatal "build the hosts" ;;
 esac
-echo "hosts: ${MH_HOSTS[*]} (switch $MH_SW), links: $MH_SHAPING"
+note "hosts: ${MH_HOSTS[*]} (switch $MH_SW), links: $MH_SHAPING"
 
 # ---- 1. placement ----------------------------------------------------------------------
 if mh_mpirun 2 2 hostname >"$TMP/hostnames" 2>&1 &&
@@ -47,7 +44,7 @@ if mh_mpirun 2 2 hostname >"$TMP/hostnames" 2>&1 &&
      "2x$(mh_hostname 0) 2x$(mh_hostname 1) " ]; then
     ok "2 hosts x 2 slots: ranks run on $(sort -u "$TMP/hostnames" | tr '\n' ' ')"
 else
-    bad "placement: expected two ranks on each of $(mh_hostname 0), $(mh_hostname 1):"
+    not_ok "placement: expected two ranks on each of $(mh_hostname 0), $(mh_hostname 1):"
     sed 's/^/       | /' "$TMP/hostnames"
 fi
 
@@ -63,16 +60,16 @@ PROBE_BYTES=25000000
 if probe=$(mh_probe_link 1 0 $PROBE_BYTES); then
     mbit=$(echo "$probe" | awk '{ printf "%.0f", $1 * 8 / $2 / 1e6 }')
     if [ "$MH_RATE" = none ]; then
-        echo "  note link host 1 -> host 0: $mbit Mbit/s, unshaped (MULTIHOST_RATE=none)"
+        note "link host 1 -> host 0: $mbit Mbit/s, unshaped (MULTIHOST_RATE=none)"
     elif ! limit=$(rate_bits "$MH_RATE"); then
-        echo "  note link host 1 -> host 0: $mbit Mbit/s (rate '$MH_RATE': units not understood, not checked)"
+        note "link host 1 -> host 0: $mbit Mbit/s (rate '$MH_RATE': units not understood, not checked)"
     elif awk -v m="$mbit" -v l="$limit" 'BEGIN { exit !(m * 1e6 <= 1.1 * l) }'; then
         ok "link host 1 -> host 0: $mbit Mbit/s, within the shaped rate $MH_RATE"
     else
-        bad "link host 1 -> host 0: $mbit Mbit/s exceeds the shaped rate $MH_RATE: shaping is not working"
+        not_ok "link host 1 -> host 0: $mbit Mbit/s exceeds the shaped rate $MH_RATE: shaping is not working"
     fi
 else
-    bad "could not send $PROBE_BYTES bytes from host 1 to host 0"
+    not_ok "could not send $PROBE_BYTES bytes from host 1 to host 0"
 fi
 
 # ---- 3, 4. training across hosts == training on one host --------------------------------
@@ -92,8 +89,7 @@ train() {
        grep -qE "^ranks $np \|" "$TMP/$name.log" && [ -f "$TMP/$name/$CKPT/optimizer.bin" ]; then
         return 0
     fi
-    bad "$name: exit $rc, or no 'parameters identical on all $np ranks: yes', config line or checkpoint"
-    tail -n 15 "$TMP/$name.log" | sed 's/^/       | /'
+    not_ok "$name: exit $rc, or no 'parameters identical on all $np ranks: yes', config line or checkpoint" "$TMP/$name.log"
     return 1
 }
 
@@ -106,13 +102,13 @@ tx_start() { local i; TX0=(); for ((i = 0; i < $1; i++)); do TX0+=("$(mh_tx_byte
 tx_check() {  # tx_check NAME NHOSTS: every host sent >= 4 N STEPS bytes since tx_start
     local name=$1 nh=$2 i sent need
     need=$(awk '/^GPT-2: .* [0-9]+ parameters$/ { print 4 * $(NF - 1) * '"$STEPS"' }' "$TMP/$name.log")
-    [ -n "$need" ] || { bad "$name: no parameter count in the log"; return; }
+    [ -n "$need" ] || { not_ok "$name: no parameter count in the log"; return; }
     for ((i = 0; i < nh; i++)); do
         sent=$(($(mh_tx_bytes $i) - TX0[i]))
         if [ "$sent" -ge "$need" ]; then
             ok "$name: host $i sent $sent bytes on its link (>= $need, 4 x params x steps)"
         else
-            bad "$name: host $i sent only $sent bytes on its link, ZeRO-1 needs >= $need: inter-host traffic bypassed the links"
+            not_ok "$name: host $i sent only $sent bytes on its link, ZeRO-1 needs >= $need: inter-host traffic bypassed the links"
         fi
     done
 }
@@ -158,14 +154,14 @@ if train hosts1x4 4 mh_mpirun 1 4; then
     if [ "$sent" -lt 1000000 ]; then
         ok "control: 1 host x 4 ranks sent $sent bytes on the link (no inter-host traffic)"
     else
-        bad "control: 1 host x 4 ranks sent $sent bytes on the link; expected almost none"
+        not_ok "control: 1 host x 4 ranks sent $sent bytes on the link; expected almost none"
     fi
     same_runs hosts1x4 single_np4
 fi
 
 # Shaped links show in the step time (figures for the log; the machine is shared).
 for name in single_np4 hosts2x2 single_np4_k2 hosts2x2_k2 single_np3 hosts3x1; do
-    [ -f "$TMP/$name.log" ] && echo "  note $name: $(grep -m1 '^average step' "$TMP/$name.log")"
+    [ -f "$TMP/$name.log" ] && note "$name: $(grep -m1 '^average step' "$TMP/$name.log")"
 done
 
 # ---- 5. nothing left behind ------------------------------------------------------------
@@ -175,15 +171,11 @@ for _ in $(seq 10); do   # orteds exit shortly after mpirun returns
     [ -z "${left// /}" ] && break
     sleep 0.5
 done
-if [ -z "${left// /}" ]; then ok "no process left in the hosts after the runs"; else bad "processes left in the hosts: $left"; fi
+if [ -z "${left// /}" ]; then ok "no process left in the hosts after the runs"; else not_ok "processes left in the hosts: $left"; fi
 ours=("${MH_NAMESPACES[@]}")
 mh_teardown
 still=$(ip netns list | awk '{ print $1 }' | grep -Fx -f <(printf "%s\n" "${ours[@]}") | tr '\n' ' ')
-if [ -z "$still" ]; then ok "teardown removed every namespace (${#ours[@]})"; else bad "namespaces left: $still"; fi
+if [ -z "$still" ]; then ok "teardown removed every namespace (${#ours[@]})"; else not_ok "namespaces left: $still"; fi
 
-if [ $failed -eq 0 ]; then
-    echo "PASS test_multihost ($((SECONDS - t0)) s)"
-    exit 0
-fi
-echo "FAIL test_multihost: $failed check(s) failed"
-exit 1
+note "test_multihost: $((SECONDS - t0)) s"
+done_testing

@@ -12,18 +12,15 @@
 #      clip at 0.01 makes every update depend on the grad norm's last bits too.
 # Every run here unsets the runner's OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 first.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 TMP=$(mktemp -d /tmp/test_threads.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 
 for bin in train_gpt2 train_gpt2_plain; do
-    [ -x "./$bin" ] || { echo "FAIL test_threads: ./$bin is not built"; exit 1; }
+    [ -x "./$bin" ] || fatal "./$bin is built"
 done
 DATA=data/tinyshakespeare_train.bin
-[ -f $DATA ] || { echo "FAIL test_threads: $DATA is missing (make data)"; exit 1; }
+[ -f $DATA ] || fatal "$DATA is there (make data)"
 ARGS=(-e d1 -b 2 -t 32 -v 0 -s 0 -i $DATA)
 CORES=$(env -u OMP_NUM_THREADS nproc)  # the cores this process may use (its affinity)
 per() { local n=$(($1 / $2)); echo $((n > 0 ? n : 1)); }
@@ -34,7 +31,7 @@ case $(readlink -f "$BLAS_LIB") in
     *openmp*) split="OpenBLAS's OpenMP build" ;;
     *) split="OpenBLAS 1 thread" ;;
 esac
-echo "this machine: $CORES cores for this process; $(readlink -f "$BLAS_LIB")"
+note "this machine: $CORES cores for this process; $(readlink -f "$BLAS_LIB")"
 
 # expect NAME LINE LAUNCH...: the run's threads line is exactly LINE (a prefix of it)
 expect() {
@@ -45,8 +42,7 @@ expect() {
     if [ $rc -eq 0 ] && [[ $got == "$want"* ]]; then
         ok "$name: $got"
     else
-        bad "$name: exit $rc, threads line '$got', expected '$want...'"
-        tail -n 5 "$TMP/$name.log" | sed 's/^/       | /'
+        not_ok "$name: exit $rc, threads line '$got', expected '$want...'" "$TMP/$name.log"
     fi
 }
 
@@ -63,7 +59,7 @@ if [ "$CORES" -ge 2 ]; then
     expect np2_bound_to_cores "threads: 1 per rank (1 core for 1 rank of this host)" \
         "${MPIRUN[@]}" --bind-to core -np 2 ./train_gpt2 "${ARGS[@]}"
 else
-    echo "  SKIP np2_bound_to_cores: one core"
+    skip "np2_bound_to_cores" "one core"
 fi
 
 # ---- 2. the user's choice ---------------------------------------------------------------
@@ -82,7 +78,7 @@ same_bits() {  # same_bits NAME BIN ARGS...: OMP_NUM_THREADS=1 against 2
     local name=$1 bin=$2 t; shift 2
     for t in 1 2; do
         env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS=$t "$bin" "${ARGS[@]}" -x $STEPS -l 1e-3 --grad-clip 0.01 -n $STEPS \
-            -o "$TMP/$name.t$t" "$@" >"$TMP/$name.t$t.log" 2>&1 || bad "$name: the $t-thread run failed"
+            -o "$TMP/$name.t$t" "$@" >"$TMP/$name.t$t.log" 2>&1 || not_ok "$name: the $t-thread run failed"
     done
     same_runs "$name.t1" "$name.t2"
 }
@@ -91,12 +87,7 @@ if [[ $split == "OpenBLAS 1 thread" ]]; then
     same_bits zero1_z0 ./train_gpt2 -z 0
     same_bits plain_z0 ./train_gpt2_plain -z 0
 else
-    echo "  SKIPPED 1 and 2 threads bitwise: OpenBLAS's OpenMP build threads the matmuls (its sums follow its threads)"
+    skip "1 and 2 threads bitwise" "OpenBLAS's OpenMP build threads the matmuls (its sums follow its threads)"
 fi
 
-if [ $failed -eq 0 ]; then
-    echo "PASS test_threads"
-    exit 0
-fi
-echo "FAIL test_threads: $failed check(s) failed"
-exit 1
+done_testing
