@@ -41,15 +41,12 @@ PYEOF
 }
 
 # small_model_work: for the tests that train the small model, a scratch directory $work
-# (removed on exit) holding its m.bin, and the counters of pass NAME / fail NAME [LOG].
+# (removed on exit) holding its m.bin.
 small_model_work() {
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    passed=0 failed=0
     small_model "$work"
 }
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -15 "$2"; }
 
 # wait_stopped LOG N: waits (120 s at most) until N processes have said in LOG that they stop
 # themselves (LLMC_TEST_STOP, llmc/test_stop.h) and every one of them is stopped; prints
