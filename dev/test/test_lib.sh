@@ -22,18 +22,32 @@
 # needs one line; the benchmarks source env.sh alone and print no TAP.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
+# The counts live in a file, not only in variables, so that a check made in a subshell (a
+# pipeline, $(...)) still counts; the file is unlinked at once and reached through this
+# shell's descriptor, so nothing is left behind however the script ends.
+_test_state=$(mktemp)
+exec {TEST_STATE_FD}<>"$_test_state"
+rm -f "$_test_state"
+TEST_STATE=/proc/$$/fd/$TEST_STATE_FD
+echo "0 0" >"$TEST_STATE"
 TEST_COUNT=0 TEST_FAILED=0
+# _test_count FAILED: one more check (FAILED 1 if it failed); sets TEST_COUNT, TEST_FAILED.
+_test_count() {
+    read -r TEST_COUNT TEST_FAILED <"$TEST_STATE"
+    TEST_COUNT=$((TEST_COUNT + 1)) TEST_FAILED=$((TEST_FAILED + $1))
+    echo "$TEST_COUNT $TEST_FAILED" >"$TEST_STATE"
+}
 echo "TAP version 13"
 
-ok() { TEST_COUNT=$((TEST_COUNT + 1)); echo "ok $TEST_COUNT - $*"; }
+ok() { _test_count 0; echo "ok $TEST_COUNT - $*"; }
 not_ok() {
-    TEST_COUNT=$((TEST_COUNT + 1)) TEST_FAILED=$((TEST_FAILED + 1))
+    _test_count 1
     echo "not ok $TEST_COUNT - $1"
     [ -n "${2:-}" ] && [ -e "$2" ] && tail -n "${TEST_LOG_LINES:-15}" "$2" | sed 's/^/#   | /' >&2
     return 0
 }
 skip() {
-    TEST_COUNT=$((TEST_COUNT + 1))
+    _test_count 0
     echo "ok $TEST_COUNT - $1 # SKIP $2"
     echo "# SKIPPED: $1: $2"
 }
@@ -116,6 +130,7 @@ expect_error() {
 }
 
 done_testing() {
+    read -r TEST_COUNT TEST_FAILED <"$TEST_STATE"
     [ $TEST_COUNT = 0 ] && not_ok "the script ran no check"
     echo "1..$TEST_COUNT"
     [ $TEST_FAILED = 0 ] || diag "$TEST_FAILED of $TEST_COUNT checks failed"
