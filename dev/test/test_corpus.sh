@@ -8,17 +8,12 @@
 # documents it encodes are this script's Python strings, not the tool's parsing of them.
 # Exits 0 only if every check passes.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 source dev/test/data_checks.sh
 
-build_or_exit test_corpus prepro_corpus
+build_or_exit prepro_corpus
 for tool in zstd gzip; do
-    if ! command -v $tool >/dev/null; then
-        echo "FAIL test_corpus: the $tool command is missing (scripts/install_deps.sh installs it)"
-        exit 1
-    fi
+    command -v $tool >/dev/null || fatal "the $tool command is there (scripts/install_deps.sh installs it)"
 done
 TOOL=(./prepro_corpus --encoder "$ENCODER" --merges "$MERGES" --progress 0)
 C=$TMP/in
@@ -104,7 +99,7 @@ zstd -q "$C/d2.txt" -o "$C/d2.txt.zst" && rm "$C/d2.txt"
 split -l 1000 -d "$C/trunc.jsonl" "$C/part."
 declare -A END START
 for k in 0 1 2 3; do
-    zstd -q -c "$C/part.0$k" >"$C/part.zst" && gzip -c "$C/part.0$k" >"$C/part.gz" || fail "compressing part $k"
+    zstd -q -c "$C/part.0$k" >"$C/part.zst" && gzip -c "$C/part.0$k" >"$C/part.gz" || not_ok "compressing part $k"
     for z in zst gz; do
         cat "$C/part.$z" >>"$C/full.jsonl.$z"
         END[$z,$k]=$(stat -c %s "$C/full.jsonl.$z")
@@ -126,7 +121,7 @@ zstd -q --no-check -c "$C/first60.jsonl" >"$C/unchecked.jsonl.zst"
 if ! zstd -t -q "$C/b.jsonl.zst" || zstd -t -q "$C/trunc.jsonl.zst" 2>/dev/null || gzip -t "$C/trunc.jsonl.gz" 2>/dev/null ||
    zstd -t -q "$C/corrupt.jsonl.zst" 2>/dev/null || gzip -t "$C/corrupt.jsonl.gz" 2>/dev/null || ! zstd -t -q "$C/full.jsonl.zst" ||
    ! gzip -t "$C/full.jsonl.gz"; then
-    fail "test inputs: zstd/gzip do not judge the files as this test expects"
+    not_ok "test inputs: zstd/gzip do not judge the files as this test expects"
 fi
 INPUTS=("$C/a.jsonl" "$C/b.jsonl.zst" "$C/c.jsonl.gz" "$C/d1.txt" "$C/d2.txt.zst" -)
 SHARD=2000 VAL=4500
@@ -136,7 +131,7 @@ run_ok() {  # label out-dir args...: runs the tool, which must exit 0
     local label=$1 out=$2
     shift 2
     if "${TOOL[@]}" --out-dir "$out" "$@" >"$TMP/$label.out" 2>"$TMP/$label.err"; then return 0; fi
-    fail "$label: exit $?: $(head -3 "$TMP/$label.err")"
+    not_ok "$label: exit $?: $(head -3 "$TMP/$label.err")"
     return 1
 }
 run_ok t1 "$TMP/t1" --threads 1 --shard-tokens $SHARD --val-tokens $VAL "${INPUTS[@]}" <"$C/e.jsonl"
@@ -145,21 +140,21 @@ run_ok t4 "$TMP/t4" --threads 4 --batch-bytes 3000 --shard-tokens $SHARD --val-t
 run_ok field "$TMP/field" --text-field body --shard-tokens 500 --val-tokens 700 "$C/field.jsonl"
 run_ok first60 "$TMP/first60" --shard-tokens 500 --val-tokens 700 "$C/first60.jsonl"
 if [ -s "$TMP/t1/corpus_manifest.txt" ] && diff -r -x .lock "$TMP/t1" "$TMP/t4" >/dev/null; then
-    pass "--threads 1 and --threads 4 (3000-byte batches): $(ls "$TMP/t1" | wc -l) files byte-identical"
+    ok "--threads 1 and --threads 4 (3000-byte batches): $(ls "$TMP/t1" | wc -l) files byte-identical"
 else
-    fail "--threads 1 and --threads 4 outputs differ: $(diff -rq -x .lock "$TMP/t1" "$TMP/t4" 2>&1 | head -3)"
+    not_ok "--threads 1 and --threads 4 outputs differ: $(diff -rq -x .lock "$TMP/t1" "$TMP/t4" 2>&1 | head -3)"
 fi
 if grep -q "^input 150 0 .* $C/a.jsonl$" "$TMP/t1/corpus_manifest.txt" && grep -q "^input 48 0 [0-9]* -$" "$TMP/t1/corpus_manifest.txt" &&
    grep -q "^documents 400 0$" "$TMP/t1/corpus_manifest.txt"; then
-    pass "manifest: documents per input (150 from a.jsonl, 48 from stdin), 400 in all, no bad record"
+    ok "manifest: documents per input (150 from a.jsonl, 48 from stdin), 400 in all, no bad record"
 else
-    fail "manifest inputs: $(grep -E '^(input|documents)' "$TMP/t1/corpus_manifest.txt" | tr '\n' ';')"
+    not_ok "manifest inputs: $(grep -E '^(input|documents)' "$TMP/t1/corpus_manifest.txt" | tr '\n' ';')"
 fi
 if cmp -s "$TMP/field/corpus_val_000000.bin" "$TMP/first60/corpus_val_000000.bin" &&
    diff <(cut -d' ' -f1-6 "$TMP/field/corpus_manifest.txt" | grep ^shard) <(cut -d' ' -f1-6 "$TMP/first60/corpus_manifest.txt" | grep ^shard) >/dev/null; then
-    pass "--text-field body (with a decoy \"text\") gives the shards of the same documents under \"text\""
+    ok "--text-field body (with a decoy \"text\") gives the shards of the same documents under \"text\""
 else
-    fail "--text-field body differs from the same documents under \"text\""
+    not_ok "--text-field body differs from the same documents under \"text\""
 fi
 
 # A byte order mark is no part of the first record (or of a text file's document), and a
@@ -168,18 +163,18 @@ fi
 same_shards() {  # label dir-a dir-b: byte-identical shards, listed alike in the manifests
     if [ -s "$2/corpus_manifest.txt" ] && diff <(cd "$2" && cksum *.bin) <(cd "$3" && cksum *.bin) >/dev/null &&
        diff <(grep ^shard "$2/corpus_manifest.txt") <(grep ^shard "$3/corpus_manifest.txt") >/dev/null; then
-        pass "$1 ($(grep -c ^shard "$2/corpus_manifest.txt") shards)"
+        ok "$1 ($(grep -c ^shard "$2/corpus_manifest.txt") shards)"
     else
-        fail "$1: the shards differ: $(grep -E '^(shard|documents)' "$2/corpus_manifest.txt" "$3/corpus_manifest.txt" 2>&1 | tr '\n' '|' | cut -c1-300)"
+        not_ok "$1: the shards differ: $(grep -E '^(shard|documents)' "$2/corpus_manifest.txt" "$3/corpus_manifest.txt" 2>&1 | tr '\n' '|' | cut -c1-300)"
     fi
 }
 run_ok bom "$TMP/bom" --shard-tokens 500 --val-tokens 700 "$C/bom.jsonl" && grep -q "^documents 60 0$" "$TMP/bom/corpus_manifest.txt" &&
     same_shards "a leading byte order mark: all 60 records kept, the shards of the file without it" "$TMP/bom" "$TMP/first60" ||
-    fail "a leading byte order mark: $(grep ^documents "$TMP/bom/corpus_manifest.txt" 2>&1) $(head -2 "$TMP/bom.err")"
+    not_ok "a leading byte order mark: $(grep ^documents "$TMP/bom/corpus_manifest.txt" 2>&1) $(head -2 "$TMP/bom.err")"
 run_ok numbers "$TMP/numbers" --shard-tokens 500 --val-tokens 700 "$C/numbers.jsonl" &&
     grep -q "^documents 60 0$" "$TMP/numbers/corpus_manifest.txt" &&
     same_shards "1e99999 and 30-digit integers in other fields: all 60 records kept, the same shards" "$TMP/numbers" "$TMP/first60" ||
-    fail "numbers beyond int64 and double: $(grep ^documents "$TMP/numbers/corpus_manifest.txt" 2>&1) $(head -2 "$TMP/numbers.err")"
+    not_ok "numbers beyond int64 and double: $(grep ^documents "$TMP/numbers/corpus_manifest.txt" 2>&1) $(head -2 "$TMP/numbers.err")"
 run_ok bom_txt "$TMP/bom_txt" --val-tokens 10 "$C/bom.txt" && run_ok d1_txt "$TMP/d1_txt" --val-tokens 10 "$C/d1.txt" &&
     same_shards "a text file's byte order mark: the document without it" "$TMP/bom_txt" "$TMP/d1_txt"
 
@@ -190,9 +185,9 @@ run_ok default "$TMP/default" --text-field body --shard-tokens 100000 "$C/field.
 run_ok capped "$TMP/capped" --threads 2 --shard-tokens 500 "${INPUTS[@]}" <"$C/e.jsonl"
 printf '{"text": "hi"}\n' >"$C/two_tokens.jsonl"
 if run_ok two_tokens "$TMP/two" "$C/two_tokens.jsonl" && grep -q "^total 2 2 1 1$" "$TMP/two/corpus_manifest.txt"; then
-    pass "a 2-token corpus: 1 val token, 1 train token"
+    ok "a 2-token corpus: 1 val token, 1 train token"
 else
-    fail "a 2-token corpus: $(grep ^total "$TMP/two/corpus_manifest.txt" 2>/dev/null)"
+    not_ok "a 2-token corpus: $(grep ^total "$TMP/two/corpus_manifest.txt" 2>/dev/null)"
 fi
 
 # ---- 2. bad records: FILE:LINE messages, skip counts them ---------------------------------
@@ -203,8 +198,8 @@ BAD_IN=("$C/bad.jsonl" "$C/trunc.jsonl.zst" "$C/trunc.jsonl.gz" "$C/bad_utf8.txt
 rc=$?
 expect_warning() {  # pattern label [ending]: one warning line (ending: "(skipped)", the default)
     local end=${3:-(skipped)}
-    if grep -q -- "^warning: $1 $end$" "$TMP/skip.err"; then pass "skip: $2: '$(grep -- "^warning: $1" "$TMP/skip.err" | sed "s|$C/||")'"
-    else fail "skip: $2: no warning '$1' in: $(sed "s|$C/||" "$TMP/skip.err" | tr '\n' '|')"; fi
+    if grep -q -- "^warning: $1 $end$" "$TMP/skip.err"; then ok "skip: $2: '$(grep -- "^warning: $1" "$TMP/skip.err" | sed "s|$C/||")'"
+    else not_ok "skip: $2: no warning '$1' in: $(sed "s|$C/||" "$TMP/skip.err" | tr '\n' '|')"; fi
 }
 B=$C/bad.jsonl
 expect_warning "$B:2: invalid JSON: .*" "invalid JSON"
@@ -222,21 +217,21 @@ for z in zst gz; do
     expect_warning "$C/trunc.jsonl.$z: truncated $kind starting at byte ${START[$z]} (the file ends at byte $size): dropped from byte ${START[$z]} on, unverified; kept the 2000 whole lines before it" \
         "truncated $kind 3 of 4" "(--on-corrupt skip)"
     if ! grep -q "^unverified ${START[$z]} $((size - START[$z])) $C/trunc.jsonl.$z$" "$TMP/skip/corpus_manifest.txt"; then
-        fail "skip: the manifest has no 'unverified ${START[$z]} ...' line for trunc.jsonl.$z"
+        not_ok "skip: the manifest has no 'unverified ${START[$z]} ...' line for trunc.jsonl.$z"
     fi
 done
 if [ $rc -eq 0 ] && grep -q "^prepro_corpus: 9 bad records skipped" "$TMP/skip.err" &&
    grep -q "^prepro_corpus: 2 inputs ended at a corrupt or truncated member: the unverified rest dropped" "$TMP/skip.err" &&
    [ "$(grep -c '^warning: .*(skipped)$' "$TMP/skip.err")" = 9 ] && grep -q "^documents 4002 9$" "$TMP/skip/corpus_manifest.txt"; then
-    pass "skip: exit 0, 9 bad records counted and named; the truncated streams counted apart, their verified 2000 lines each kept"
+    ok "skip: exit 0, 9 bad records counted and named; the truncated streams counted apart, their verified 2000 lines each kept"
 else
-    fail "skip: exit $rc, $(grep -E '^(documents|prepro)' "$TMP/skip/corpus_manifest.txt" "$TMP/skip.err" | tr '\n' '|')"
+    not_ok "skip: exit $rc, $(grep -E '^(documents|prepro)' "$TMP/skip/corpus_manifest.txt" "$TMP/skip.err" | tr '\n' '|')"
 fi
 # What was kept: the two good lines and each truncated stream's verified members: the same
 # shards as those lines in plain JSONL (checked by the oracle below).
 printf '{"text": "good one"}\n{"text": "good two"}\n' >"$C/good.jsonl"
 run_ok kept "$TMP/kept" --shard-tokens 3000 --val-tokens 100 "$C/good.jsonl" "$C/first2000.jsonl" "$C/first2000.jsonl"
-[ "$(ls "$TMP/skip" | wc -l)" -gt 10 ] || fail "skip: too few shards to compare ($(ls "$TMP/skip" | wc -l) files)"
+[ "$(ls "$TMP/skip" | wc -l)" -gt 10 ] || not_ok "skip: too few shards to compare ($(ls "$TMP/skip" | wc -l) files)"
 same_shards "skip: the shards hold exactly the good records and the truncated streams' verified members" "$TMP/skip" "$TMP/kept"
 
 # A corrupt member (its checksum fails at its end, after its bytes): by default one error
@@ -251,9 +246,9 @@ for z in zst gz; do
     left=$(ls -A "$TMP/cstop_$z" 2>/dev/null | grep -v '^\.lock$' | tr '\n' ' ')
     if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/cstop_$z.err")" = 1 ] && [ -z "$left" ] &&
        grep -q "^error: $f: corrupt $kind starting at byte ${START[$z]} (.*): it cannot be verified from there on, so no shard is written" "$TMP/cstop_$z.err"; then
-        pass "corrupt $kind 3 of 4: exit 1, '$(sed "s|$C/||" "$TMP/cstop_$z.err" | cut -c1-120)...', nothing left"
+        ok "corrupt $kind 3 of 4: exit 1, '$(sed "s|$C/||" "$TMP/cstop_$z.err" | cut -c1-120)...', nothing left"
     else
-        fail "corrupt $kind 3 of 4: exit $rc, '$(head -3 "$TMP/cstop_$z.err" | tr '\n' '|')', left: $left"
+        not_ok "corrupt $kind 3 of 4: exit $rc, '$(head -3 "$TMP/cstop_$z.err" | tr '\n' '|')', left: $left"
     fi
     if run_ok "cskip_$z" "$TMP/cskip_$z" --shard-tokens 3000 --val-tokens 100 --on-corrupt skip "$f" &&
        grep -q "^unverified ${START[$z]} $(($(stat -c %s "$f") - START[$z])) $f$" "$TMP/cskip_$z/corpus_manifest.txt" &&
@@ -261,7 +256,7 @@ for z in zst gz; do
         same_shards "corrupt $kind 3 of 4, --on-corrupt skip: exactly its 2000 verified lines, the rest counted unverified" \
             "$TMP/cskip_$z" "$TMP/first2000"
     else
-        fail "corrupt $kind, --on-corrupt skip: $(grep -E '^(unverified|documents)' "$TMP/cskip_$z/corpus_manifest.txt" 2>&1 | tr '\n' '|')"
+        not_ok "corrupt $kind, --on-corrupt skip: $(grep -E '^(unverified|documents)' "$TMP/cskip_$z/corpus_manifest.txt" 2>&1 | tr '\n' '|')"
     fi
 done
 # A zstd frame without a checksum cannot be verified: said, and read.
@@ -269,14 +264,14 @@ if run_ok unchecked "$TMP/unchecked" --shard-tokens 500 --val-tokens 700 "$C/unc
    grep -q "^warning: $C/unchecked.jsonl.zst: 1 zstd frame without a checksum: corruption inside it cannot be detected" "$TMP/unchecked.err"; then
     same_shards "a zstd frame without a checksum: a warning, and its records" "$TMP/unchecked" "$TMP/first60"
 else
-    fail "a zstd frame without a checksum: no warning: $(cat "$TMP/unchecked.err")"
+    not_ok "a zstd frame without a checksum: no warning: $(cat "$TMP/unchecked.err")"
 fi
 "${TOOL[@]}" --out-dir "$TMP/many" "$C/many_bad.jsonl" >/dev/null 2>"$TMP/many.err"
 if [ "$(grep -c '(skipped)$' "$TMP/many.err")" = 20 ] && grep -q "^warning: more bad records: counted, not shown$" "$TMP/many.err" &&
    grep -q "^prepro_corpus: 25 bad records skipped" "$TMP/many.err"; then
-    pass "skip: 25 bad records: 20 warnings, one line for the rest, all 25 counted"
+    ok "skip: 25 bad records: 20 warnings, one line for the rest, all 25 counted"
 else
-    fail "skip: 25 bad records: $(tail -3 "$TMP/many.err" | tr '\n' '|')"
+    not_ok "skip: 25 bad records: $(tail -3 "$TMP/many.err" | tr '\n' '|')"
 fi
 
 # ---- 3. the oracle: ids, shard sizes, val first, manifest CRC32Cs ---------------------------
@@ -287,7 +282,7 @@ if "$PY" dev/test/check_corpus.py --encoder "$ENCODER" --merges "$MERGES" \
     --case "$C/docs.json" "$TMP/capped" 500 default >"$TMP/check.log" 2>&1; then
     sed 's/^/  ok   /' "$TMP/check.log"
 else
-    cat "$TMP/check.log"; fail "check_corpus.py"
+    not_ok "check_corpus.py" "$TMP/check.log"
 fi
 
 # ---- 4. the trainer reads the shards -------------------------------------------------------
@@ -295,9 +290,9 @@ if [ -x ./train_gpt2 ]; then
     if ./train_gpt2 -i "$TMP/t1/*train*.bin" -j "$TMP/t1/*val*.bin" -e d2 -b 2 -t 64 -x 2 -v 2 -m 2 -s 0 \
         --tokenizer "$TMP/t1/gpt2_tokenizer.bin" >"$TMP/train.log" 2>&1 && grep -q "^step *2/2" "$TMP/train.log" &&
         grep -qi "val" "$TMP/train.log"; then
-        pass "train_gpt2 -i '$(basename "$TMP")/t1/*train*.bin' -j '*val*.bin' -e d2: 2 steps and a validation"
+        ok "train_gpt2 -i '$(basename "$TMP")/t1/*train*.bin' -j '*val*.bin' -e d2: 2 steps and a validation"
     else
-        tail -5 "$TMP/train.log"; fail "train_gpt2 on the shards"
+        tail -5 "$TMP/train.log"; not_ok "train_gpt2 on the shards"
     fi
     # Samples decode with the corpus's own tokenizer beside the train shards when --tokenizer
     # is not given: a marked one (token i reads "{i}") there, the real one in data/.
@@ -318,9 +313,9 @@ PYEOF
     mv "$TMP/marked/gpt2_tokenizer.bin" "$TMP/marked_tokenizer.bin"
     fallback=$(sample)
     if [[ $beside =~ ^(\{[0-9]+\})+$ ]] && [[ $explicit != *"{"* ]] && [ -n "$explicit" ] && [ "$fallback" = "$explicit" ]; then
-        pass "samples decode with gpt2_tokenizer.bin beside the train shards ('${beside:0:30}...'); --tokenizer wins; without it, data/'s"
+        ok "samples decode with gpt2_tokenizer.bin beside the train shards ('${beside:0:30}...'); --tokenizer wins; without it, data/'s"
     else
-        fail "the tokenizer beside the shards: beside '$beside', --tokenizer '$explicit', none there '$fallback'"
+        not_ok "the tokenizer beside the shards: beside '$beside', --tokenizer '$explicit', none there '$fallback'"
     fi
     # A pattern that matches nothing: the message says what the folder holds (here a val
     # shard alone), not the tinyshakespeare advice, which is for the default paths only.
@@ -328,12 +323,12 @@ PYEOF
     ./train_gpt2 -i "$TMP/val_only/corpus_train_*.bin" -e d2 -b 2 -t 64 -x 1 >"$TMP/none.log" 2>&1
     if grep -q "^error: no token shard matches '.*/val_only/corpus_train_\*.bin': '.*/val_only' holds 1 other .bin file (corpus_val_000000.bin)$" "$TMP/none.log" &&
        ! grep -q "make data" "$TMP/none.log"; then
-        pass "train_gpt2 on a folder without train shards: '$(grep ^error: "$TMP/none.log" | sed "s|$TMP/||g")'"
+        ok "train_gpt2 on a folder without train shards: '$(grep ^error: "$TMP/none.log" | sed "s|$TMP/||g")'"
     else
-        fail "train_gpt2 on a folder without train shards: $(head -3 "$TMP/none.log")"
+        not_ok "train_gpt2 on a folder without train shards: $(head -3 "$TMP/none.log")"
     fi
 else
-    fail "./train_gpt2 is not built (make train_gpt2)"
+    not_ok "./train_gpt2 is not built (make train_gpt2)"
 fi
 
 # ---- 5. stop: one error line, exit 1, no shard left ----------------------------------------
@@ -346,9 +341,9 @@ expect_stop() {  # label pattern args...
     local left
     left=$(ls -A "$TMP/stop" 2>/dev/null | grep -v '^gpt2_tokenizer.bin$' | grep -v '^\.lock$')
     if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/stop.err")" = 1 ] && grep -q -- "^error: $pattern" "$TMP/stop.err" && [ -z "$left" ]; then
-        pass "stop: $label: exit 1, '$(sed "s|$C/||" "$TMP/stop.err")', nothing left"
+        ok "stop: $label: exit 1, '$(sed "s|$C/||" "$TMP/stop.err")', nothing left"
     else
-        fail "stop: $label: exit $rc, stderr '$(head -3 "$TMP/stop.err" | tr '\n' '|')', left: $left"
+        not_ok "stop: $label: exit $rc, stderr '$(head -3 "$TMP/stop.err" | tr '\n' '|')', left: $left"
     fi
 }
 # a.jsonl first, so that shards were complete before the bad record
@@ -359,56 +354,56 @@ expect_stop "invalid UTF-8 in a text file" "$C/bad_utf8.txt:3: invalid UTF-8" "$
 printf '{"text": "x"}\n{"text": 1}\n' | expect_stop "stdin" "<stdin>:2: field \"text\" is a number" -
 
 # ---- 6. unusable inputs and outputs: one error, exit 1 -------------------------------------
-expect_error() {  # label pattern args...
+tool_refuses() {  # label pattern args...
     local label=$1 pattern=$2 rc
     shift 2
     "${TOOL[@]}" "$@" >/dev/null 2>"$TMP/err.txt" </dev/null
     rc=$?
     if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/err.txt")" = 1 ] && grep -q -- "$pattern" "$TMP/err.txt"; then
-        pass "$label: exit 1, '$(sed "s|$TMP/||g" "$TMP/err.txt" | cut -c1-110)'"
+        ok "$label: exit 1, '$(sed "s|$TMP/||g" "$TMP/err.txt" | cut -c1-110)'"
     else
-        fail "$label: exit $rc, stderr: $(head -3 "$TMP/err.txt")"
+        not_ok "$label: exit $rc, stderr: $(head -3 "$TMP/err.txt")"
     fi
 }
-expect_error "missing input" "cannot read input '$C/nope.jsonl': No such file" --out-dir "$TMP/e1" "$C/a.jsonl" "$C/nope.jsonl"
+tool_refuses "missing input" "cannot read input '$C/nope.jsonl': No such file" --out-dir "$TMP/e1" "$C/a.jsonl" "$C/nope.jsonl"
 chmod 000 "$C/first60.jsonl"
 if [ "$(id -u)" = 0 ]; then
-    echo "  (unreadable file: root reads anything; checked as a directory instead)"
+    note "unreadable file: root reads anything; checked as a directory instead"
     mkdir "$C/dir.jsonl"
-    expect_error "input is a directory" "input '$C/dir.jsonl' is a directory" --out-dir "$TMP/e1" "$C/dir.jsonl"
+    tool_refuses "input is a directory" "input '$C/dir.jsonl' is a directory" --out-dir "$TMP/e1" "$C/dir.jsonl"
 else
-    expect_error "unreadable input" "Permission denied" --out-dir "$TMP/e1" "$C/first60.jsonl"
+    tool_refuses "unreadable input" "Permission denied" --out-dir "$TMP/e1" "$C/first60.jsonl"
 fi
 chmod 644 "$C/first60.jsonl"
-expect_error "unknown format" "cannot tell its format" --out-dir "$TMP/e1" "$C/docs.json"
+tool_refuses "unknown format" "cannot tell its format" --out-dir "$TMP/e1" "$C/docs.json"
 # Missing parents of --out-dir are made (as mkdir -p); a parent that is a file is an error.
 if "${TOOL[@]}" --out-dir "$TMP/no/such/dir" "$C/first60.jsonl" >/dev/null 2>"$TMP/err.txt" &&
     [ -f "$TMP/no/such/dir/corpus_manifest.txt" ]; then
-    pass "missing parents of --out-dir are created: $TMP/no/such/dir holds the corpus"
+    ok "missing parents of --out-dir are created: $TMP/no/such/dir holds the corpus"
 else
-    fail "--out-dir with missing parents: $(head -3 "$TMP/err.txt")"
+    not_ok "--out-dir with missing parents: $(head -3 "$TMP/err.txt")"
 fi
 touch "$TMP/a_file"
-expect_error "an --out-dir parent that is a file" "cannot create directory '$TMP/a_file/x' for --out-dir '$TMP/a_file/x/y': Not a directory" \
+tool_refuses "an --out-dir parent that is a file" "cannot create directory '$TMP/a_file/x' for --out-dir '$TMP/a_file/x/y': Not a directory" \
     --out-dir "$TMP/a_file/x/y" "$C/a.jsonl"
-expect_error "existing corpus of the name" "already holds a corpus named 'corpus', complete (corpus_manifest.txt and [0-9]* shards), prepared from other inputs or settings" --out-dir "$TMP/first60" "$C/first60.jsonl"
-expect_error "bad --on-error" "--on-error wants skip or stop" --out-dir "$TMP/e1" --on-error maybe "$C/a.jsonl"
-expect_error "--name .." "--name '..': want a plain file name prefix" --out-dir "$TMP/e1" --name .. "$C/a.jsonl"
-expect_error "--name with a slash" "--name 'x/y': want a plain file name prefix" --out-dir "$TMP/e1" --name x/y "$C/a.jsonl"
-expect_error "stdin given twice" "- is given twice: standard input can be read once" --out-dir "$TMP/e1" - "$C/a.jsonl" -
+tool_refuses "existing corpus of the name" "already holds a corpus named 'corpus', complete (corpus_manifest.txt and [0-9]* shards), prepared from other inputs or settings" --out-dir "$TMP/first60" "$C/first60.jsonl"
+tool_refuses "bad --on-error" "--on-error wants skip or stop" --out-dir "$TMP/e1" --on-error maybe "$C/a.jsonl"
+tool_refuses "--name .." "--name '..': want a plain file name prefix" --out-dir "$TMP/e1" --name .. "$C/a.jsonl"
+tool_refuses "--name with a slash" "--name 'x/y': want a plain file name prefix" --out-dir "$TMP/e1" --name x/y "$C/a.jsonl"
+tool_refuses "stdin given twice" "- is given twice: standard input can be read once" --out-dir "$TMP/e1" - "$C/a.jsonl" -
 printf '\n \n\n' >"$C/blank.jsonl"
-expect_error "no documents" "no documents" --out-dir "$TMP/e2" "$C/blank.jsonl"
+tool_refuses "no documents" "no documents" --out-dir "$TMP/e2" "$C/blank.jsonl"
 printf '{"text": ""}\n' >"$C/one_token.jsonl"
-expect_error "a 1-token corpus" "the corpus holds 1 token: too few for a val and a train split" --out-dir "$TMP/e1" \
+tool_refuses "a 1-token corpus" "the corpus holds 1 token: too few for a val and a train split" --out-dir "$TMP/e1" \
     "$C/one_token.jsonl"
-expect_error "--val-tokens of the whole corpus" "--val-tokens 100000 takes all [0-9]* tokens of the corpus: no train split" \
+tool_refuses "--val-tokens of the whole corpus" "--val-tokens 100000 takes all [0-9]* tokens of the corpus: no train split" \
     --out-dir "$TMP/e1" --shard-tokens 300 --val-tokens 100000 "$C/first60.jsonl"
-if [ -e "$TMP/e1" ] && [ -n "$(ls -A "$TMP/e1" | grep -v '^\.lock$')" ]; then fail "a refused run left files in $TMP/e1: $(ls "$TMP/e1")"; fi
+if [ -e "$TMP/e1" ] && [ -n "$(ls -A "$TMP/e1" | grep -v '^\.lock$')" ]; then not_ok "a refused run left files in $TMP/e1: $(ls "$TMP/e1")"; fi
 
 # A full disk (a 64 KiB tmpfs in a private mount namespace, root only): one error naming
 # the file, exit 1, and neither the shard's temporary nor the shards before it left.
 if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
-    echo "SKIPPED full_disk: needs root and unshare -m for a small tmpfs (not run here)"
+    skip "full_disk" "needs root and unshare -m for a small tmpfs (not run here)"
 else
     unshare -m --propagation private bash -c '
         fs=$1; shift
@@ -420,10 +415,10 @@ else
     rc=$?
     if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/fs.err")" = 1 ] && grep -q "No space left on device" "$TMP/fs.err" &&
        ! grep -q '\.bin' "$TMP/fs.left"; then
-        pass "full disk: exit 1, '$(sed "s|$TMP/||g" "$TMP/fs.err" | cut -c1-100)', no shard left"
+        ok "full disk: exit 1, '$(sed "s|$TMP/||g" "$TMP/fs.err" | cut -c1-100)', no shard left"
     else
-        fail "full disk: exit $rc, stderr '$(cat "$TMP/fs.err" 2>/dev/null)', left: $(tr '\n' ' ' <"$TMP/fs.left" 2>/dev/null)"
+        not_ok "full disk: exit $rc, stderr '$(cat "$TMP/fs.err" 2>/dev/null)', left: $(tr '\n' ' ' <"$TMP/fs.left" 2>/dev/null)"
     fi
 fi
 
-verdict test_corpus
+done_testing

@@ -22,12 +22,11 @@
 # Stdin is a FIFO this script holds open, so that a run waits, lock taken, where the test wants.
 # Exits 0 only if every check passes.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-source dev/test/env.sh   # wait_stopped
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 source dev/test/data_checks.sh
 
-build_or_exit test_corpus_dir prepro_corpus
-[ -x ./train_gpt2 ] || { echo "FAIL test_corpus_dir: ./train_gpt2 is not built (make train_gpt2)"; exit 1; }
+build_or_exit prepro_corpus
+[ -x ./train_gpt2 ] || fatal "./train_gpt2 is built (make train_gpt2)"
 TOOL=(./prepro_corpus --encoder "$ENCODER" --merges "$MERGES" --progress 0 --threads 1 --shard-tokens 2000)
 IN=$TMP/corpus.jsonl
 "$PY" -c 'import json, sys
@@ -36,7 +35,7 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"text": "line %d of the corpus, some words here" % k}) + "\n")' "$IN"
 
 # The reference: the same corpus, never interrupted.
-"${TOOL[@]}" --out-dir "$TMP/ref" "$IN" >/dev/null 2>"$TMP/ref.err" || { cat "$TMP/ref.err"; echo "FAIL test_corpus_dir: the reference run"; exit 1; }
+"${TOOL[@]}" --out-dir "$TMP/ref" "$IN" >/dev/null 2>"$TMP/ref.err" || fatal "the reference run" "$TMP/ref.err"
 SHARDS=$(grep -c ^shard "$TMP/ref/corpus_manifest.txt")
 same_as_reference() {  # dir: the reference's shards, byte for byte, as its manifest lists them, and nothing else of the corpus
     [ -d "$1" ] && diff <(cd "$TMP/ref" && ls corpus_*.bin* | xargs cksum) <(cd "$1" && ls corpus_*.bin* | xargs cksum) >/dev/null &&
@@ -58,15 +57,15 @@ files_at_least() { [ "$(ls "$1" 2>/dev/null | grep -c "$2")" -ge "$3" ]; }  # di
 feed "$TMP/fifo"
 "${TOOL[@]}" --out-dir "$TMP/busy" - <"$TMP/fifo" 3>&- >"$TMP/a.out" 2>"$TMP/a.err" &
 A=$!
-wait_for 20 grep -q "pid $A," "$TMP/busy/.lock" 2>/dev/null || fail "the first run took no lock naming its pid $A"
+wait_for 20 grep -q "pid $A," "$TMP/busy/.lock" 2>/dev/null || not_ok "the first run took no lock naming its pid $A"
 for who in B:corpus C:other; do
     "${TOOL[@]}" --out-dir "$TMP/busy" --name "${who#*:}" "$IN" >/dev/null 2>"$TMP/${who%%:*}.err"
     rc=$?
     if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/${who%%:*}.err")" = 1 ] &&
        grep -q "^error: output directory '$TMP/busy' is in use by another job (host $(hostname), pid $A, started .*): one job per output directory" "$TMP/${who%%:*}.err"; then
-        pass "a second run (--name ${who#*:}) into a directory in use: exit 1, '$(sed "s|$TMP/||" "$TMP/${who%%:*}.err" | cut -c1-120)...'"
+        ok "a second run (--name ${who#*:}) into a directory in use: exit 1, '$(sed "s|$TMP/||" "$TMP/${who%%:*}.err" | cut -c1-120)...'"
     else
-        fail "a second run (--name ${who#*:}) into a directory in use: exit $rc, $(head -3 "$TMP/${who%%:*}.err" | tr '\n' '|')"
+        not_ok "a second run (--name ${who#*:}) into a directory in use: exit $rc, $(head -3 "$TMP/${who%%:*}.err" | tr '\n' '|')"
     fi
 done
 cat "$IN" >&3
@@ -74,9 +73,9 @@ exec 3>&-
 wait $A
 rc=$?
 if [ $rc -eq 0 ] && same_as_reference "$TMP/busy"; then
-    pass "the first run, alone in its directory all along: exit 0, its $SHARDS shards and manifest whole"
+    ok "the first run, alone in its directory all along: exit 0, its $SHARDS shards and manifest whole"
 else
-    fail "the first run: exit $rc, $(head -3 "$TMP/a.err" | tr '\n' '|'), its files: $(ls "$TMP/busy" | head -5 | tr '\n' ' ')"
+    not_ok "the first run: exit $rc, $(head -3 "$TMP/a.err" | tr '\n' '|'), its files: $(ls "$TMP/busy" | head -5 | tr '\n' ' ')"
 fi
 
 # ---- kill -9 ---------------------------------------------------------------------------------
@@ -102,9 +101,9 @@ rerun() {  # label dir
     local rc=$?
     if [ $rc -eq 0 ] && same_as_reference "$2" &&
        grep -q "^prepro_corpus: removed what an interrupted run of corpus 'corpus' left in '$2': [0-9]* unfinished shard" "$TMP/rerun.err"; then
-        pass "$1: the next run says '$(sed "s|$TMP/||" "$TMP/rerun.err" | head -1)', exit 0, the reference corpus"
+        ok "$1: the next run says '$(sed "s|$TMP/||" "$TMP/rerun.err" | head -1)', exit 0, the reference corpus"
     else
-        fail "$1: the next run: exit $rc, $(head -2 "$TMP/rerun.err" | tr '\n' '|'), $(state "$2")"
+        not_ok "$1: the next run: exit $rc, $(head -2 "$TMP/rerun.err" | tr '\n' '|'), $(state "$2")"
     fi
 }
 # Deterministic: killed with shards complete and the input half read (small batches, so
@@ -119,9 +118,9 @@ wait $A 2>/dev/null
 exec 3>&-
 s=$(state "$TMP/k0")
 if [ "$s" = nothing ]; then
-    pass "kill -9 with $(ls "$TMP/k0" | grep -c '^corpus_train_') train shards written: nothing the glob picks up ($(ls "$TMP/k0" | grep -c '\.tmp$') temporaries)"
+    ok "kill -9 with $(ls "$TMP/k0" | grep -c '^corpus_train_') train shards written: nothing the glob picks up ($(ls "$TMP/k0" | grep -c '\.tmp$') temporaries)"
 else
-    fail "kill -9 with shards written: $s"
+    not_ok "kill -9 with shards written: $s"
 fi
 rerun "kill -9 with shards written" "$TMP/k0"
 
@@ -142,11 +141,11 @@ for k in 1 2 3 4 5 6 7 8 9 10 11 12; do
     case "$s" in
         nothing) [ -n "$(ls -A "$d" 2>/dev/null | grep -v '^\.lock$')" ] && rerun "kill -9 at $k/11 of a run" "$d" ;;
         complete|"unfinished commit") ;;
-        *) fail "kill -9 at $k/11 of a run ($run_ms ms): $s"; bad_states=$((bad_states + 1)) ;;
+        *) not_ok "kill -9 at $k/11 of a run ($run_ms ms): $s"; bad_states=$((bad_states + 1)) ;;
     esac
 done
 summary="kill -9 at 12 moments of a ${run_ms} ms run: $(printf '%s\n' "${states[@]}" | sort | uniq -c | awk '{ $1 = $1 " x"; print }' | paste -sd, -)"
-if [ $bad_states = 0 ]; then pass "$summary"; else fail "$summary"; fi
+if [ $bad_states = 0 ]; then ok "$summary"; else not_ok "$summary"; fi
 
 # The one window where the glob finds shards before the corpus is whole: killed between the
 # manifest's rename and the last shard's (made here from the reference: two shards renamed back).
@@ -156,13 +155,13 @@ for f in corpus_train_000020.bin corpus_train_000021.bin; do mv "$TMP/commit/$f"
 rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c '^error:' "$TMP/commit.log")" = 1 ] &&
    grep -q "^error: $TMP/commit/corpus_manifest.txt lists $TMP/commit/corpus_train_000020.bin, which matches .* but is missing: the corpus is not whole" "$TMP/commit.log"; then
-    pass "an unfinished commit: the trainer refuses it (exit $rc, '$(grep ^error: "$TMP/commit.log" | sed "s|$TMP/||g" | cut -c1-110)...')"
+    ok "an unfinished commit: the trainer refuses it (exit $rc, '$(grep ^error: "$TMP/commit.log" | sed "s|$TMP/||g" | cut -c1-110)...')"
 else
-    fail "an unfinished commit: the trainer: exit $rc, $(grep -E '^(error|step)' "$TMP/commit.log" | head -2 | tr '\n' '|')"
+    not_ok "an unfinished commit: the trainer: exit $rc, $(grep -E '^(error|step)' "$TMP/commit.log" | head -2 | tr '\n' '|')"
 fi
 rerun "an unfinished commit" "$TMP/commit"
 grep -q "and the manifest and shards of the commit it did not finish" "$TMP/rerun.err" ||
-    fail "an unfinished commit: the next run did not say it removed the commit's manifest and shards"
+    not_ok "an unfinished commit: the next run did not say it removed the commit's manifest and shards"
 
 # ---- -o removed and made again under a run -------------------------------------------------
 feed "$TMP/fifo"
@@ -176,9 +175,9 @@ wait $A
 rc=$?
 if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/moved.err")" = 1 ] && [ -z "$(ls -A "$TMP/moved")" ] &&
    grep -q "^error: output directory '$TMP/moved' is no longer the one this job locked" "$TMP/moved.err"; then
-    pass "--out-dir removed and made again under a run: exit 1, '$(sed "s|$TMP/||" "$TMP/moved.err" | cut -c1-100)...', the new one left empty"
+    ok "--out-dir removed and made again under a run: exit 1, '$(sed "s|$TMP/||" "$TMP/moved.err" | cut -c1-100)...', the new one left empty"
 else
-    fail "--out-dir removed and made again under a run: exit $rc, $(head -2 "$TMP/moved.err" | tr '\n' '|'), in it: $(ls -A "$TMP/moved" | head -3 | tr '\n' ' ')"
+    not_ok "--out-dir removed and made again under a run: exit $rc, $(head -2 "$TMP/moved.err" | tr '\n' '|'), in it: $(ls -A "$TMP/moved" | head -3 | tr '\n' ' ')"
 fi
 
 # ---- stopped at a known place: removed, or killed --------------------------------------------
@@ -186,7 +185,7 @@ fi
 at() {
     LLMC_TEST_STOP=$1:0:1 "${TOOL[@]}" --out-dir "$TMP/$2" "$IN" >"$TMP/$2.out" 2>"$TMP/$2.err" &
     A=$!
-    pids=$(wait_stopped "$TMP/$2.err" 1) || fail "$2: the run did not stop at $1"
+    pids=$(wait_stopped "$TMP/$2.err" 1) || not_ok "$2: the run did not stop at $1"
 }
 for point in corpus_commit corpus_done; do
     at $point "gone_$point"
@@ -196,9 +195,9 @@ for point in corpus_commit corpus_done; do
     rc=$?
     if [ $rc -eq 1 ] && [ ! -e "$TMP/gone_$point" ] && [ "$(grep -c 'error:' "$TMP/gone_$point.err")" = 1 ] &&
        grep -q "^error: output directory '$TMP/gone_$point' is no longer the one this job locked (it no longer exists)" "$TMP/gone_$point.err"; then
-        pass "--out-dir removed at $point: exit 1, '$(grep error: "$TMP/gone_$point.err" | sed "s|$TMP/||" | cut -c1-100)...'"
+        ok "--out-dir removed at $point: exit 1, '$(grep error: "$TMP/gone_$point.err" | sed "s|$TMP/||" | cut -c1-100)...'"
     else
-        fail "--out-dir removed at $point: exit $rc, $(grep -v '^test:' "$TMP/gone_$point.err" | head -2 | tr '\n' '|')"
+        not_ok "--out-dir removed at $point: exit $rc, $(grep -v '^test:' "$TMP/gone_$point.err" | head -2 | tr '\n' '|')"
     fi
     at $point "kill_$point"
     kill -9 $A
@@ -210,9 +209,9 @@ for point in corpus_commit corpus_done; do
         rc=$?
         if [ $rc -eq 0 ] && same_as_reference "$TMP/kill_$point" && [ ! -s "$TMP/rerun.err" ] &&
            grep -q "^prepro_corpus: '$TMP/kill_$point' already holds corpus 'corpus' from this job (.*), complete: its manifest and $SHARDS shards; nothing to do$" "$TMP/rerun.out"; then
-            pass "kill -9 after the commit: the next run finds this job's corpus complete, exit 0, nothing to do"
+            ok "kill -9 after the commit: the next run finds this job's corpus complete, exit 0, nothing to do"
         else
-            fail "kill -9 after the commit: the next run: exit $rc, $(cat "$TMP/rerun.out" "$TMP/rerun.err" | head -2 | tr '\n' '|')"
+            not_ok "kill -9 after the commit: the next run: exit $rc, $(cat "$TMP/rerun.out" "$TMP/rerun.err" | head -2 | tr '\n' '|')"
         fi
     fi
 done
@@ -223,20 +222,20 @@ mv "$TMP/other_dead" "$TMP/shared_dir"
 rc=$?
 if [ $rc -eq 0 ] && [ -z "$(ls "$TMP/shared_dir" | grep '\.tmp$')" ] &&
    grep -q "^prepro_corpus: removed what an interrupted run of corpus 'corpus' left in '$TMP/shared_dir': $SHARDS unfinished shards" "$TMP/other.err"; then
-    pass "a killed run of corpus 'corpus': a run of 'other' into the directory removes its $SHARDS temporaries, saying so"
+    ok "a killed run of corpus 'corpus': a run of 'other' into the directory removes its $SHARDS temporaries, saying so"
 else
-    fail "another name's leftovers: exit $rc, $(head -2 "$TMP/other.err" | tr '\n' '|'), left: $(ls "$TMP/shared_dir" | grep -c '\.tmp$') temporaries"
+    not_ok "another name's leftovers: exit $rc, $(head -2 "$TMP/other.err" | tr '\n' '|'), left: $(ls "$TMP/shared_dir" | grep -c '\.tmp$') temporaries"
 fi
 
 # ---- two corpora in one directory: a glob over both is refused ------------------------------
-"${TOOL[@]}" --out-dir "$TMP/shared_dir" --name third "$IN" >/dev/null 2>&1 || fail "a third corpus into the shared directory"
+"${TOOL[@]}" --out-dir "$TMP/shared_dir" --name third "$IN" >/dev/null 2>&1 || not_ok "a third corpus into the shared directory"
 ./train_gpt2 -e d2 -b 2 -t 32 -x 1 -v 0 -s 0 -i "$TMP/shared_dir/*_train_*.bin" >"$TMP/two.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c '^error:' "$TMP/two.log")" = 1 ] &&
    grep -q "^error: '$TMP/shared_dir/\*_train_\*.bin' matches shards of two corpora: .*other_train_000001.bin (listed in $TMP/shared_dir/other_manifest.txt) and .*third_train_000001.bin (listed in $TMP/shared_dir/third_manifest.txt)" "$TMP/two.log"; then
-    pass "two corpora in one directory: the trainer refuses a glob over both (exit $rc)"
+    ok "two corpora in one directory: the trainer refuses a glob over both (exit $rc)"
 else
-    fail "two corpora under one glob: exit $rc, $(grep -E '^(error|step)' "$TMP/two.log" | head -2 | tr '\n' '|')"
+    not_ok "two corpora under one glob: exit $rc, $(grep -E '^(error|step)' "$TMP/two.log" | head -2 | tr '\n' '|')"
 fi
 
 # ---- a full disk, a file size limit ---------------------------------------------------------
@@ -249,12 +248,12 @@ head -n 50 "$IN" >"$SMALL"
 rc=$?
 if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/limited.err")" = 1 ] && grep -q "gpt2_tokenizer.bin.tmp: write failed: File too large" "$TMP/limited.err" &&
    [ -z "$(left "$TMP/limited")" ]; then
-    pass "a file size limit (ulimit -f) at the tokenizer file: exit 1, '$(sed "s|$TMP/||" "$TMP/limited.err" | cut -c1-80)...', nothing left"
+    ok "a file size limit (ulimit -f) at the tokenizer file: exit 1, '$(sed "s|$TMP/||" "$TMP/limited.err" | cut -c1-80)...', nothing left"
 else
-    fail "a file size limit: exit $rc, $(head -2 "$TMP/limited.err" | tr '\n' '|'), left: $(left "$TMP/limited")"
+    not_ok "a file size limit: exit $rc, $(head -2 "$TMP/limited.err" | tr '\n' '|'), left: $(left "$TMP/limited")"
 fi
 if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
-    echo "SKIPPED full disk: needs root and unshare -m for a small tmpfs (not run here)"
+    skip "full disk" "needs root and unshare -m for a small tmpfs (not run here)"
 else
     # 1100 KiB: the corpus's shards (110 files, 900 KiB on a tmpfs) fit, the tokenizer file
     # after them does not; 500 KiB: the shards themselves fail. After each, a small corpus
@@ -272,11 +271,11 @@ else
         r=$TMP/fs$size
         if [ "$(cat "$r.rc")" = 1 ] && grep -q "No space left on device" "$r.err" && [ ! -s "$r.left" ] &&
            [ "$(cat "$r.small.rc")" = 0 ]; then
-            pass "full disk ($size KiB): exit 1, '$(sed "s|$TMP/||" "$r.err" | cut -c1-70)...', nothing left; the next small run succeeds"
+            ok "full disk ($size KiB): exit 1, '$(sed "s|$TMP/||" "$r.err" | cut -c1-70)...', nothing left; the next small run succeeds"
         else
-            fail "full disk ($size KiB): exit $(cat "$r.rc"), $(head -1 "$r.err"), left: $(xargs <"$r.left"); the next run: exit $(cat "$r.small.rc"), $(head -1 "$r.small.err")"
+            not_ok "full disk ($size KiB): exit $(cat "$r.rc"), $(head -1 "$r.err"), left: $(xargs <"$r.left"); the next run: exit $(cat "$r.small.rc"), $(head -1 "$r.small.err")"
         fi
     done
 fi
 
-verdict test_corpus_dir
+done_testing

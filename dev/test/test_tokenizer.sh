@@ -5,27 +5,24 @@
 # Inputs: $LLMC_DATA_DIR (default <repo>/dev/data)/{gpt2/encoder.json,gpt2/vocab.bpe,
 # tinyshakespeare/input.txt}. Exits 0 only if every check passes.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 source dev/test/data_checks.sh
 SHAKESPEARE=$DATA_DIR/tinyshakespeare/input.txt
 SAMPLE=$ROOT/dev/test/data/utf8_sample.txt
 CC_FLAGS="-std=c11 -D_DEFAULT_SOURCE -O3 -march=native -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -fopenmp -I."
 
 for f in "$ENCODER" "$MERGES" "$SHAKESPEARE"; do
-    if [ ! -f "$f" ]; then
-        echo "FAIL test_tokenizer: missing input $f (docs/data.md, 'The inputs in the repository', says where it comes from)"
-        exit 1
-    fi
+    [ -f "$f" ] || fatal "missing input $f (docs/data.md, 'The inputs in the repository', says where it comes from)"
 done
 
-build_or_exit test_tokenizer prepro_text
+build_or_exit prepro_text
 TOOL=(./prepro_text --encoder "$ENCODER" --merges "$MERGES")
 
 # 1. Known GPT-2 ids (from GPT-2's vocabulary, not from this code).
 expect_ids() {  # text expected-ids
     local got
     got=$(printf '%s' "$1" | "${TOOL[@]}" --encode-stdin)
-    if [ "$got" = "$2" ]; then pass "encode $(printf '%q' "$1") -> $2"; else fail "encode $(printf '%q' "$1") -> '$got', want '$2'"; fi
+    if [ "$got" = "$2" ]; then ok "encode $(printf '%q' "$1") -> $2"; else not_ok "encode $(printf '%q' "$1") -> '$got', want '$2'"; fi
 }
 expect_ids "Hello world" "15496 995"
 expect_ids " the" "262"
@@ -35,31 +32,31 @@ expect_ids " " "220"
 
 # 2. Lossless: decode(encode(text)) == text.
 for f in "$SHAKESPEARE" "$SAMPLE"; do
-    if out=$("${TOOL[@]}" --roundtrip "$f"); then pass "$out"; else fail "$out"; fi
+    if out=$("${TOOL[@]}" --roundtrip "$f"); then ok "$out"; else not_ok "$out"; fi
 done
 
 # 3. Identical ids (and pre-token boundaries) to the independent Python BPE.
 compare_with_oracle() {  # file label
     local t0 t1
     t0=$(date +%s.%N)
-    "${TOOL[@]}" --encode-stdin <"$1" >"$TMP/c.txt" || { fail "$2: C encoder failed"; return; }
+    "${TOOL[@]}" --encode-stdin <"$1" >"$TMP/c.txt" || { not_ok "$2: C encoder failed"; return; }
     t1=$(date +%s.%N)
     "$PY" dev/test/bpe_reference.py --encoder "$ENCODER" --merges "$MERGES" "$1" >"$TMP/py.txt" ||
-        { fail "$2: oracle failed"; return; }
+        { not_ok "$2: oracle failed"; return; }
     local n
     n=$(wc -w <"$TMP/py.txt")
     if [ "$n" -gt 0 ] && cmp -s "$TMP/c.txt" "$TMP/py.txt"; then
-        pass "$2: $n ids identical to bpe_reference.py (C encoder: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s incl. loading)"
+        ok "$2: $n ids identical to bpe_reference.py (C encoder: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s incl. loading)"
     else
-        fail "$2: ids differ from bpe_reference.py (C $(wc -w <"$TMP/c.txt"), Python $n)"
+        not_ok "$2: ids differ from bpe_reference.py (C $(wc -w <"$TMP/c.txt"), Python $n)"
     fi
 }
 ./prepro_text --pretokens-stdin <"$SAMPLE" >"$TMP/c_pre.txt"
 "$PY" dev/test/bpe_reference.py --pretokens --encoder "$ENCODER" --merges "$MERGES" "$SAMPLE" >"$TMP/py_pre.txt"
 if [ -s "$TMP/py_pre.txt" ] && cmp -s "$TMP/c_pre.txt" "$TMP/py_pre.txt"; then
-    pass "utf8_sample: $(wc -w <"$TMP/py_pre.txt") pre-tokens identical to Python's re engine"
+    ok "utf8_sample: $(wc -w <"$TMP/py_pre.txt") pre-tokens identical to Python's re engine"
 else
-    fail "utf8_sample: pre-token boundaries differ from Python's re engine"
+    not_ok "utf8_sample: pre-token boundaries differ from Python's re engine"
 fi
 compare_with_oracle "$SAMPLE" "utf8_sample"
 
@@ -90,62 +87,62 @@ for mode in pretokens encode; do
     "${TOOL[@]}" $c_flag --records <"$TMP/edge.bin" >"$TMP/c_edge.txt"
     "$PY" dev/test/bpe_reference.py $py_flag --records --encoder "$ENCODER" --merges "$MERGES" "$TMP/edge.bin" >"$TMP/py_edge.txt"
     if [ "$(wc -l <"$TMP/py_edge.txt")" -gt 50 ] && cmp -s "$TMP/c_edge.txt" "$TMP/py_edge.txt"; then
-        pass "edge cases: $(wc -l <"$TMP/py_edge.txt") texts, $mode identical to the oracle"
+        ok "edge cases: $(wc -l <"$TMP/py_edge.txt") texts, $mode identical to the oracle"
     else
-        fail "edge cases: $mode differ from the oracle (first differing record: line $(cmp "$TMP/c_edge.txt" "$TMP/py_edge.txt" | awk '{print $NF}'))"
+        not_ok "edge cases: $mode differ from the oracle (first differing record: line $(cmp "$TMP/c_edge.txt" "$TMP/py_edge.txt" | awk '{print $NF}'))"
     fi
 done
 compare_with_oracle "$SHAKESPEARE" "tinyshakespeare"
 
 # 4. prepro_text's shards and tokenizer file.
 if "${TOOL[@]}" --input "$SHAKESPEARE" --out-dir "$TMP/out" --name ts --val-tokens 32768 >"$TMP/prepro.log" 2>&1; then
-    pass "prepro_text: $(head -1 "$TMP/prepro.log")"
+    ok "prepro_text: $(head -1 "$TMP/prepro.log")"
     if "$PY" dev/test/check_shards.py --encoder "$ENCODER" --merges "$MERGES" --input "$SHAKESPEARE" \
         --val "$TMP/out/ts_val.bin" --train "$TMP/out/ts_train.bin" --val-tokens 32768 >"$TMP/check.log" 2>&1; then
-        pass "$(tail -1 "$TMP/check.log")"
+        ok "$(tail -1 "$TMP/check.log")"
     else
-        cat "$TMP/check.log"; fail "check_shards.py"
+        not_ok "check_shards.py" "$TMP/check.log"
     fi
     if gcc $CC_FLAGS dev/test/test_tokenizer_file.c -o "$TMP/test_tokenizer_file" &&
         "$TMP/test_tokenizer_file" "$TMP/out/gpt2_tokenizer.bin" "$TMP/out/ts_val.bin" "$TMP/out/ts_train.bin" \
             "$SHAKESPEARE" >"$TMP/tf.log" 2>"$TMP/tf.err"; then
-        pass "$(tail -1 "$TMP/tf.log")"
+        ok "$(tail -1 "$TMP/tf.log")"
     else
-        cat "$TMP/tf.log" "$TMP/tf.err"; fail "test_tokenizer_file"
+        diag "$(cat "$TMP/tf.log")"; not_ok "test_tokenizer_file" "$TMP/tf.err"
     fi
-    if ls "$TMP/out" | grep -q '\.tmp$'; then fail "temporary files left in the output dir"; fi
+    if ls "$TMP/out" | grep -q '\.tmp$'; then not_ok "temporary files left in the output dir"; fi
 else
-    cat "$TMP/prepro.log"; fail "prepro_text did not run"
+    not_ok "prepro_text did not run" "$TMP/prepro.log"
 fi
 
 # 5. Bad input: one message, exit status 1, never a crash.
-expect_error() {  # label pattern command...
+tool_refuses() {  # label pattern command...
     local label=$1 pattern=$2 rc
     shift 2
     "$@" >"$TMP/err.out" 2>"$TMP/err.txt"
     rc=$?
     if [ "$rc" -eq 1 ] && grep -q -- "$pattern" "$TMP/err.txt"; then
-        pass "$label: exit 1, '$(head -1 "$TMP/err.txt" | cut -c1-90)'"
+        ok "$label: exit 1, '$(head -1 "$TMP/err.txt" | cut -c1-90)'"
     else
-        fail "$label: exit $rc, stderr: $(head -2 "$TMP/err.txt")"
+        not_ok "$label: exit $rc, stderr: $(head -2 "$TMP/err.txt")"
     fi
 }
-expect_error "missing input" "char-rnn" "${TOOL[@]}" --input "$TMP/nope.txt" --out-dir "$TMP/out2"
-expect_error "missing encoder" "encoder.json" ./prepro_text --encoder "$TMP/nope.json" --merges "$MERGES" --encode-stdin
+tool_refuses "missing input" "char-rnn" "${TOOL[@]}" --input "$TMP/nope.txt" --out-dir "$TMP/out2"
+tool_refuses "missing encoder" "encoder.json" ./prepro_text --encoder "$TMP/nope.json" --merges "$MERGES" --encode-stdin
 head -c 5000 "$ENCODER" >"$TMP/truncated.json"
-expect_error "truncated encoder.json" "truncated.json" ./prepro_text --encoder "$TMP/truncated.json" --merges "$MERGES" --encode-stdin
+tool_refuses "truncated encoder.json" "truncated.json" ./prepro_text --encoder "$TMP/truncated.json" --merges "$MERGES" --encode-stdin
 printf 'version 0\nnot-a-token zz\n' >"$TMP/bad.bpe"
-expect_error "bad vocab.bpe" "bad.bpe" ./prepro_text --encoder "$ENCODER" --merges "$TMP/bad.bpe" --encode-stdin
-expect_error "bad --val-tokens" "val-tokens" ./prepro_text --val-tokens -5
+tool_refuses "bad vocab.bpe" "bad.bpe" ./prepro_text --encoder "$ENCODER" --merges "$TMP/bad.bpe" --encode-stdin
+tool_refuses "bad --val-tokens" "val-tokens" ./prepro_text --val-tokens -5
 printf 'garbage!' >"$TMP/bad_tok.bin"; head -c 2000 /dev/zero >>"$TMP/bad_tok.bin"
 cat >"$TMP/bad_magic.c" <<'EOF'
 #include "llmc/tokenizer.h"
 int main(int argc, char** argv) { Tokenizer t; tokenizer_init(&t, argv[1]); return 0; }
 EOF
 if gcc $CC_FLAGS "$TMP/bad_magic.c" -o "$TMP/bad_magic" 2>"$TMP/cc.err"; then
-    expect_error "tokenizer file with bad magic" "magic" "$TMP/bad_magic" "$TMP/bad_tok.bin"
+    tool_refuses "tokenizer file with bad magic" "magic" "$TMP/bad_magic" "$TMP/bad_tok.bin"
 else
-    cat "$TMP/cc.err"; fail "bad-magic probe did not compile"
+    not_ok "bad-magic probe did not compile" "$TMP/cc.err"
 fi
 
-verdict test_tokenizer
+done_testing
