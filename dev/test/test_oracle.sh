@@ -15,29 +15,24 @@
 # Env: ORACLE_EXTRA_FLAGS (e.g. "-z 1 --bucket-size 4096") is appended to every test_gpt2 run.
 # FAST=1 (make test-fast): fp32 at np 1 and 2 (-z 0 and -z 1) and the negative control.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 ORACLE=dev/test/gpt2_oracle.py
 EXTRA=${ORACLE_EXTRA_FLAGS:-}
 
 TMP=$(mktemp -d /tmp/test_oracle.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 left_out=0
 full() {  # full COMMAND...: runs it, unless FAST=1 (then counts it as left out)
     if [ "${FAST:-0}" = 1 ]; then left_out=$((left_out + 1)); else "$@"; fi
 }
 
-[ -x ./test_gpt2 ] || { echo "FAIL test_oracle: ./test_gpt2 is not built (make test_gpt2)"; exit 1; }
+[ -x ./test_gpt2 ] || fatal "./test_gpt2 is built (make test_gpt2)"
 
 make_oracle() {  # NAME [oracle make flags]
     local name=$1; shift
     if ! timeout 300 $PY $ORACLE make --out-model "$TMP/$name.model.bin" --out-state "$TMP/$name.state.bin" "$@" \
         >"$TMP/$name.oracle.log" 2>&1; then
-        cat "$TMP/$name.oracle.log"
-        echo "FAIL test_oracle: the oracle could not make $name"
-        exit 1
+        fatal "the oracle makes $name" "$TMP/$name.oracle.log"
     fi
 }
 
@@ -66,7 +61,7 @@ run_case() {
     if [ ${#problems[@]} -eq 0 ]; then
         ok "$name"
     else
-        bad "$name: $(printf "%s; " "${problems[@]}")"
+        not_ok "$name: $(printf "%s; " "${problems[@]}")"
         sed 's/^/       | /' "$log" | tail -n 30
     fi
 }
@@ -76,7 +71,7 @@ make_oracle fp32                                   # L=2 C=64 NH=4 maxT=64, B=4 
 full make_oracle bf16 --dtype bf16                  # same init, rounded to bf16, v5 file
 full make_oracle bf16_fp32train --dtype bf16 --train-dtype fp32  # v5 file, steps with fp32 params
 make_oracle other_seed --seed 1 --steps 2           # for the negative control
-echo "  oracle files made in $((SECONDS - t0)) s"
+note "oracle files made in $((SECONDS - t0)) s"
 M=$TMP/fp32.model.bin S=$TMP/fp32.state.bin
 
 ALL_SINGLE="PASS logits|PASS loss|PASS gradients|PASS step losses|PASS test_gpt2"
@@ -93,7 +88,7 @@ full run_case bf16_fp32params_np2 2 0 "$ALL_MULTI" -- "$TMP/bf16.model.bin" "$TM
 # With the zero1/ plugin built in (test_gpt2 from USE_ZERO1=1): bf16 param storage, where
 # the oracle's bf16 step losses apply, and ZeRO-1 (-z 1) against the same oracle numbers.
 if grep -qF -- "--param-dtype/--grad-dtype bf16 need the zero1/ plugin" ./test_gpt2; then
-    echo "  SKIP bf16 param storage and -z 1 cases: ./test_gpt2 is built without USE_ZERO1=1"
+    skip "bf16 param storage and -z 1 cases" "./test_gpt2 is built without USE_ZERO1=1"
 else
     B16M=$TMP/bf16.model.bin B16S=$TMP/bf16.state.bin
     full run_case bf16_bf16params_np1 1 0 "$ALL_SINGLE" -- "$B16M" "$B16S" --param-dtype bf16
@@ -107,10 +102,6 @@ fi
 # Negative control: the checks can fail. The model of seed 0 against the state of seed 1.
 run_case negative_control_wrong_state 1 nonzero "FAIL logits|FAIL test_gpt2" -- "$M" "$TMP/other_seed.state.bin"
 
-[ $left_out = 0 ] || echo "  FAST=1: $left_out oracle files and cases left out (make test runs them)"
-if [ $failed -eq 0 ]; then
-    echo "PASS test_oracle ($((SECONDS - t0)) s)"
-    exit 0
-fi
-echo "FAIL test_oracle: $failed case(s) failed"
-exit 1
+[ $left_out = 0 ] || note "FAST=1: $left_out oracle files and cases left out (make test runs them)"
+note "test_oracle: $((SECONDS - t0)) s"
+done_testing
