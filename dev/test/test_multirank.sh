@@ -14,7 +14,7 @@
 # Env: Z (default 0) is passed as -z; TRAIN_BIN (default ./train_gpt2) is the binary;
 # MULTIRANK_EXTRA_FLAGS are appended to every run.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 Z=${Z:-0}
 BIN=${TRAIN_BIN:-./train_gpt2}
 EXTRA=${MULTIRANK_EXTRA_FLAGS:-}
@@ -24,18 +24,15 @@ DATA=data/tinyshakespeare_train.bin
 
 TMP=$(mktemp -d /tmp/test_multirank.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 
-[ -x "$BIN" ] || { echo "FAIL test_multirank: $BIN is not built"; exit 1; }
-[ -f "$DATA" ] || { echo "FAIL test_multirank: $DATA is missing (make data)"; exit 1; }
+[ -x "$BIN" ] || fatal "$BIN is built"
+[ -f "$DATA" ] || fatal "$DATA is there (make data)"
 
 # A small random GPT-2 (L=2, C=64, NH=4, maxT=64; 3.3M params, mostly wte) from the oracle.
 MODEL=$TMP/model.bin
 timeout 120 $PY dev/test/gpt2_oracle.py make --out-model "$MODEL" --out-state "$TMP/unused.bin" \
     --steps 0 --batch 1 --seq 8 --seed 3 >"$TMP/oracle.log" 2>&1 \
-    || { cat "$TMP/oracle.log"; echo "FAIL test_multirank: the oracle could not write a model"; exit 1; }
+    || fatal "the oracle writes a model" "$TMP/oracle.log"
 
 # train NAME NP B [-d TOKENS]: runs train_gpt2, checks exit 0, the replica line and main.log.
 train() {
@@ -62,7 +59,7 @@ train() {
     if [ ${#problems[@]} -eq 0 ]; then
         ok "$name: ran, replicas identical"
     else
-        bad "$name: $(printf "%s; " "${problems[@]}")"
+        not_ok "$name: $(printf "%s; " "${problems[@]}")"
         tail -n 20 "$TMP/$name.stdout" | sed 's/^/       | /'
     fi
 }
@@ -82,7 +79,7 @@ same() {
     if [ "$d" != inf ] && awk -v d="$d" -v t=$TOL 'BEGIN { exit !(d <= t) }'; then
         ok "$1 == $2 (max |diff| $d <= $TOL)"
     else
-        bad "$1 vs $2: max |diff| $d > $TOL"
+        not_ok "$1 vs $2: max |diff| $d > $TOL"
         paste <(losses "$1") <(losses "$2") | sed 's/^/       | /'
     fi
 }
@@ -106,7 +103,7 @@ d=$(max_diff np1_B4_d512 np1_B4)
 if [ "$d" != inf ] && awk -v d="$d" -v t=$TOL 'BEGIN { exit !(d > 100 * t) }'; then
     ok "control: -d 512 and -d 256 trajectories differ (max |diff| $d)"
 else
-    bad "control: -d 512 vs 256 tokens/step should differ by > $(awk -v t=$TOL 'BEGIN{print 100*t}'), got $d"
+    not_ok "control: -d 512 vs 256 tokens/step should differ by > $(awk -v t=$TOL 'BEGIN{print 100*t}'), got $d"
 fi
 # ... and the loss actually moves (lr 1e-3), so equal trajectories are not trivially equal.
 first=$(losses np1_B4_d512 | awk 'NR == 1 { print $2 }')
@@ -114,12 +111,8 @@ last=$(losses np1_B4_d512 | awk 'END { print $2 }')
 if awk -v a="$first" -v b="$last" 'BEGIN { exit !(a - b > 0.01) }'; then
     ok "loss falls over $STEPS steps ($first -> $last)"
 else
-    bad "loss should fall by > 0.01 over $STEPS steps: $first -> $last"
+    not_ok "loss should fall by > 0.01 over $STEPS steps: $first -> $last"
 fi
 
-if [ $failed -eq 0 ]; then
-    echo "PASS test_multirank ($BIN -z $Z, $((SECONDS - t0)) s)"
-    exit 0
-fi
-echo "FAIL test_multirank (-z $Z): $failed check(s) failed"
-exit 1
+note "test_multirank ($BIN -z $Z): $((SECONDS - t0)) s"
+done_testing
