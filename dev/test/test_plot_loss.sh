@@ -7,26 +7,23 @@
 # loss-free log, an unknown option, no gnuplot) must end with one `error:` line, exit 1,
 # and no image written.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 TMP=$(mktemp -d /tmp/test_plot_loss.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 
-[ -x ./train_gpt2 ] || { echo "FAIL test_plot_loss: ./train_gpt2 is not built"; exit 1; }
-command -v gnuplot >/dev/null 2>&1 || { echo "FAIL test_plot_loss: gnuplot is not installed (gnuplot-nox)"; exit 1; }
+[ -x ./train_gpt2 ] || fatal "./train_gpt2 is built"
+command -v gnuplot >/dev/null 2>&1 || fatal "gnuplot is installed (gnuplot-nox)"
 
 # ---- two real logs (8 steps, validation at 0, 4, 8) ------------------------------------
 for run in alpha beta; do
     lr=1e-3
     [ $run = beta ] && lr=2e-4
     ./train_gpt2 -e d2 -b 2 -t 32 -x 8 -v 4 -m 2 -s 0 -l $lr -o "$TMP/$run" >"$TMP/$run.stdout" 2>&1 ||
-        { cat "$TMP/$run.stdout"; echo "FAIL test_plot_loss: the trainer failed"; exit 1; }
+        fatal "the trainer writes run $run" "$TMP/$run.stdout"
 done
 ntrain=$(grep -c '^s:[0-9]* trl:' "$TMP/alpha/main.log")
 nval=$(grep -c '^s:[0-9]* tel:' "$TMP/alpha/main.log")
-[ "$ntrain" = 8 ] && [ "$nval" = 3 ] || bad "the run logged $ntrain train and $nval val lines, expected 8 and 3"
+[ "$ntrain" = 8 ] && [ "$nval" = 3 ] || not_ok "the run logged $ntrain train and $nval val lines, expected 8 and 3"
 
 # png_facts FILE: "width height pixels_of_colour1 pixels_of_colour2", colours 1 and 2 being
 # gnuplot's first two line colours (#9400d3, #009e73). A small PNG decoder (RGB, RGBA or
@@ -78,15 +75,15 @@ EOF
 check_png() {  # check_png FILE LOGS: signature, size, colours for that many logs
     local file=$1 logs=$2 facts bytes
     bytes=$(stat -c %s "$file" 2>/dev/null || echo 0)
-    facts=$(png_facts "$file" 2>&1) || { bad "$file: $facts"; return; }
+    facts=$(png_facts "$file" 2>&1) || { not_ok "$file: $facts"; return; }
     read -r w h c1 c2 <<<"$facts"
-    [ "$w" = 960 ] && [ "$h" = 600 ] || bad "$file is ${w}x$h, expected 960x600"
-    [ "$bytes" -gt 10000 ] || bad "$file has only $bytes bytes"
-    [ "$c1" -gt 200 ] || bad "$file: only $c1 pixels in the first log's colour"
+    [ "$w" = 960 ] && [ "$h" = 600 ] || not_ok "$file is ${w}x$h, expected 960x600"
+    [ "$bytes" -gt 10000 ] || not_ok "$file has only $bytes bytes"
+    [ "$c1" -gt 200 ] || not_ok "$file: only $c1 pixels in the first log's colour"
     if [ "$logs" = 1 ]; then
-        [ "$c2" = 0 ] || bad "$file: one log, but $c2 pixels in the second log's colour"
+        [ "$c2" = 0 ] || not_ok "$file: one log, but $c2 pixels in the second log's colour"
     else
-        [ "$c2" -gt 200 ] || bad "$file: two logs, but only $c2 pixels in the second log's colour"
+        [ "$c2" -gt 200 ] || not_ok "$file: two logs, but only $c2 pixels in the second log's colour"
     fi
     ok "$file: PNG ${w}x$h, $bytes bytes, $c1/$c2 pixels in the two logs' colours"
 }
@@ -95,23 +92,23 @@ check_png() {  # check_png FILE LOGS: signature, size, colours for that many log
 if out=$(bash scripts/plot_loss.sh "$TMP/alpha/main.log" -o "$TMP/one.png" 2>&1); then
     grep -q "as 'alpha': $ntrain train points, $nval val points" <<<"$out" &&
         ok "one log: its $ntrain train and $nval val points read" ||
-        bad "one log: unexpected report: $out"
+        not_ok "one log: unexpected report: $out"
     check_png "$TMP/one.png" 1
 else
-    bad "plotting one log failed: $out"
+    not_ok "plotting one log failed: $out"
 fi
 if out=$(bash scripts/plot_loss.sh "$TMP/alpha" "$TMP/beta/main.log" -o "$TMP/two.png" 2>&1); then
     [ "$(grep -c "train points, $nval val points" <<<"$out")" = 2 ] && ok "two logs: both read (a directory and a file)" ||
-        bad "two logs: unexpected report: $out"
+        not_ok "two logs: unexpected report: $out"
     check_png "$TMP/two.png" 2
 else
-    bad "plotting two logs failed: $out"
+    not_ok "plotting two logs failed: $out"
 fi
 
 # ---- bad input ----------------------------------------------------------------------
 : >"$TMP/empty.log"
 printf 'hello\nstep 1 loss 3.0\n' >"$TMP/noloss.log"
-expect_error() {  # expect_error WHAT KEYWORD [ENV=value...] -- ARGS...
+plot_refuses() {  # plot_refuses WHAT KEYWORD [ENV=value...] -- ARGS...
     local what=$1 keyword=$2 envs=()
     shift 2
     while [ "$1" != -- ]; do envs+=("$1"); shift; done
@@ -124,16 +121,16 @@ expect_error() {  # expect_error WHAT KEYWORD [ENV=value...] -- ARGS...
        [ ! -e "$TMP/bad.png" ] && [ -z "$(ls -A "$TMP" | grep partial)" ]; then
         ok "$what: $(grep 'error:' <<<"$out")"
     else
-        bad "$what (rc=$rc, image $( [ -e "$TMP/bad.png" ] && echo written || echo absent)): $out"
+        not_ok "$what (rc=$rc, image $( [ -e "$TMP/bad.png" ] && echo written || echo absent)): $out"
     fi
 }
-expect_error "missing log" "no such file" -- "$TMP/nothere/main.log"
-expect_error "empty log" "empty" -- "$TMP/empty.log"
-expect_error "log without losses" "no loss lines" -- "$TMP/noloss.log"
-expect_error "a good log next to a missing one" "no such file" -- "$TMP/alpha/main.log" "$TMP/missing.log"
-expect_error "unknown option" "unknown option" -- "$TMP/alpha/main.log" --width 3
-expect_error "no gnuplot" "not found" GNUPLOT=/nonexistent/gnuplot -- "$TMP/alpha/main.log"
+plot_refuses "missing log" "no such file" -- "$TMP/nothere/main.log"
+plot_refuses "empty log" "empty" -- "$TMP/empty.log"
+plot_refuses "log without losses" "no loss lines" -- "$TMP/noloss.log"
+plot_refuses "a good log next to a missing one" "no such file" -- "$TMP/alpha/main.log" "$TMP/missing.log"
+plot_refuses "unknown option" "unknown option" -- "$TMP/alpha/main.log" --width 3
+plot_refuses "no gnuplot" "not found" GNUPLOT=/nonexistent/gnuplot -- "$TMP/alpha/main.log"
 out=$(bash scripts/plot_loss.sh 2>&1); rc=$?
-[ $rc = 1 ] && grep -q "error: no log given" <<<"$out" && ok "no log: $out" || bad "no log (rc=$rc): $out"
+[ $rc = 1 ] && grep -q "error: no log given" <<<"$out" && ok "no log: $out" || not_ok "no log (rc=$rc): $out"
 
-if [ $failed -eq 0 ]; then echo "PASS test_plot_loss"; else echo "FAIL test_plot_loss: $failed check(s)"; exit 1; fi
+done_testing
