@@ -8,18 +8,15 @@
 # per process image. The best core for this CPU is computed here independently, from the
 # kernel's /proc/cpuinfo flags. The restarted process keeps its name (ps, pgrep).
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 TMP=$(mktemp -d /tmp/test_blas_cores.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 
 for bin in train_gpt2 train_gpt2_plain test_gpt2 test_zero1 test_kernels; do
-    [ -x "./$bin" ] || { echo "FAIL test_blas_cores: ./$bin is not built"; exit 1; }
+    [ -x "./$bin" ] || fatal "./$bin is built"
 done
 DATA=data/tinyshakespeare_train.bin
-[ -f $DATA ] || { echo "FAIL test_blas_cores: $DATA is missing (make data)"; exit 1; }
+[ -f $DATA ] || fatal "$DATA is there (make data)"
 TRAIN=(./train_gpt2 -e d1 -b 1 -t 32 -x 1 -v 0 -s 0 -i $DATA)
 
 # ---- the expectation, from /proc/cpuinfo (Linux lists avx/avx512 only when the OS saves
@@ -41,7 +38,7 @@ level() {  # what instructions an OpenBLAS kernel family uses: 3 AVX-512 ... 0 S
     *) echo '?' ;;
     esac
 }
-echo "this CPU: $vendor, best OpenBLAS kernels by /proc/cpuinfo: $expect"
+note "this CPU: $vendor, best OpenBLAS kernels by /proc/cpuinfo: $expect"
 
 # run NAME ENV... -- COMMAND...: the command with OpenBLAS's load report on, under a clean
 # environment for the variables the check reads; $TMP/NAME.out, .err and .rc.
@@ -61,13 +58,13 @@ show() { sed 's/^/       | /' "$TMP/$1.out" "$TMP/$1.err" | tail -n 12; }
 
 # Without "Core:" lines nothing below can be judged: only dynamic-arch builds print them.
 run probe -- ./test_gpt2
-[ -n "$(cores probe)" ] || { echo "FAIL test_blas_cores: OpenBLAS printed no 'Core:' line under OPENBLAS_VERBOSE=2 (not a dynamic-arch build?)"; exit 1; }
+[ -n "$(cores probe)" ] || fatal "OpenBLAS prints a 'Core:' line under OPENBLAS_VERBOSE=2 (a dynamic-arch build)"
 
 # ---- (a) the cloud-VM fault: one restart line, then OpenBLAS loads the named kernels ----
 run fault LLMC_TEST_BLAS_CORENAME=Prescott -- "${TRAIN[@]}"
 if [ $expect = none ]; then
     [ "$(count '^blas:' $TMP/fault.out)" = 0 ] && ok "SSE-only CPU: no restart with a faked Prescott" ||
-        { bad "SSE-only CPU: a faked Prescott restarted the trainer"; show fault; }
+        { not_ok "SSE-only CPU: a faked Prescott restarted the trainer"; show fault; }
 else
     problems=()
     [ "$(cat $TMP/fault.rc)" = 0 ] || problems+=("exit $(cat $TMP/fault.rc)")
@@ -81,7 +78,7 @@ else
     [ "$(count '^blas: warning' $TMP/fault.err)" = 0 ] || problems+=("a warning")
     [ "$(count '^step +1/1' $TMP/fault.out)" = 1 ] || problems+=("not exactly one step line")
     if [ ${#problems[@]} = 0 ]; then ok "faked Prescott: one restart line, then OpenBLAS loads $chosen (loads: ${loads[*]})"
-    else bad "faked Prescott: $(printf '%s; ' "${problems[@]}")"; show fault; fi
+    else not_ok "faked Prescott: $(printf '%s; ' "${problems[@]}")"; show fault; fi
 
     # The load reports above cannot show that OPENBLAS_CORETYPE was set where OpenBLAS's own
     # detection already gives the chosen core (as here): read the variable from the
@@ -97,7 +94,7 @@ else
     wait $pid
     rc=$?
     if [ "$seen" = "$expect" ] && [ $rc = 0 ]; then ok "the restarted process got OPENBLAS_CORETYPE=$seen"
-    else bad "the restarted process got OPENBLAS_CORETYPE='$seen' (expected $expect), exit $rc"; show environ; fi
+    else not_ok "the restarted process got OPENBLAS_CORETYPE='$seen' (expected $expect), exit $rc"; show environ; fi
 
     # The restarted process keeps its name (an exec of /proc/self/exe names it "exe"), so
     # that ps, top and pgrep find it as before: read once its first step line is out.
@@ -111,7 +108,7 @@ else
     wait $pid 2>/dev/null
     if [ "$(count "$restart_re" "$TMP/name.out")" = 1 ] && [ "$comm" = train_gpt2 ] && [ "$found" = 1 ]; then
         ok "the restarted process keeps its name: ps -o comm= says '$comm', pgrep -x train_gpt2 finds it"
-    else bad "the restarted process: ps -o comm= says '$comm' (expected train_gpt2), pgrep -x train_gpt2 found it $found time(s)"; show name; fi
+    else not_ok "the restarted process: ps -o comm= says '$comm' (expected train_gpt2), pgrep -x train_gpt2 found it $found time(s)"; show name; fi
 
     # ---- (b) under mpirun: both ranks restart, rank 0 alone says so ---------------------
     run mpi LLMC_TEST_BLAS_CORENAME=Prescott -- "${MPIRUN[@]}" -np 2 "${TRAIN[@]}"
@@ -120,7 +117,7 @@ else
     if [ "$(cat $TMP/mpi.rc)" = 0 ] && [ "$(count '^blas:' $TMP/mpi.out)" = 1 ] && [ "$(count '^blas:' $TMP/mpi.err)" = 0 ] &&
         [ ${#loads[@]} = 4 ] && [ "$after" -ge 2 ] && [ "$(count '^step +1/1' $TMP/mpi.out)" = 1 ]; then
         ok "mpirun -np 2, faked Prescott: one restart line, 4 loads (${loads[*]})"
-    else bad "mpirun -np 2, faked Prescott: rc $(cat $TMP/mpi.rc), $(count '^blas:' $TMP/mpi.out) restart line(s), loads: ${loads[*]}"; show mpi; fi
+    else not_ok "mpirun -np 2, faked Prescott: rc $(cat $TMP/mpi.rc), $(count '^blas:' $TMP/mpi.out) restart line(s), loads: ${loads[*]}"; show mpi; fi
 
     # ---- the loop guard: a restarted process whose OpenBLAS still runs lesser kernels (as
     # when a library rejects the name) warns once and goes on, without another exec ------
@@ -129,7 +126,7 @@ else
     if [ "$(cat $TMP/guard.rc)" = 0 ] && [ "$(count '^blas: warning: OpenBLAS still runs the Prescott kernels' $TMP/guard.err)" = 1 ] &&
         [ "$(count '^blas:' $TMP/guard.out)" = 0 ] && [ "${loads[*]}" = Prescott ]; then
         ok "restarted, still Prescott: $(grep '^blas:' $TMP/guard.err)"
-    else bad "restarted, still Prescott: rc $(cat $TMP/guard.rc), loads: ${loads[*]}"; show guard; fi
+    else not_ok "restarted, still Prescott: rc $(cat $TMP/guard.rc), loads: ${loads[*]}"; show guard; fi
 
     # ---- a report of the same level is no fault: levels are compared, not names ---------
     for fake in $twin FutureLake; do
@@ -138,7 +135,7 @@ else
         if [ "$(cat $TMP/fake_$fake.rc)" = 0 ] && [ "$(count '^blas:' $TMP/fake_$fake.out $TMP/fake_$fake.err)" = 0 ] &&
             [ ${#loads[@]} = 1 ]; then
             ok "faked $fake (level $(level $fake), this CPU's best $(level $expect)): no restart"
-        else bad "faked $fake: a restart or a failure (rc $(cat $TMP/fake_$fake.rc), loads: ${loads[*]})"; show fake_$fake; fi
+        else not_ok "faked $fake: a restart or a failure (rc $(cat $TMP/fake_$fake.rc), loads: ${loads[*]})"; show fake_$fake; fi
     done
 
     # ---- every program that runs OpenBLAS matmuls is wired (before MPI_Init / usage) ---
@@ -153,7 +150,7 @@ else
         if [ "$(count "$restart_re" $TMP/wire_$bin.out)" = 1 ] && [ ${#loads[@]} = 2 ] && [ "${loads[1]}" = $expect ] &&
             [ "$rc" = $want_rc ] && [ "$(count '^error: usage' $TMP/wire_$bin.err)" = $usage ]; then
             ok "./$bin restarts too (loads: ${loads[*]}, exit $rc)"
-        else bad "./$bin with a faked Prescott: $(count "$restart_re" $TMP/wire_$bin.out) restart line(s), loads: ${loads[*]}, exit $rc"; show wire_$bin; fi
+        else not_ok "./$bin with a faked Prescott: $(count "$restart_re" $TMP/wire_$bin.out) restart line(s), loads: ${loads[*]}, exit $rc"; show wire_$bin; fi
     done
 fi
 
@@ -161,7 +158,7 @@ fi
 run user OPENBLAS_CORETYPE=Prescott -- "${TRAIN[@]}"
 if [ "$(cat $TMP/user.rc)" = 0 ] && [ "$(count '^blas:' $TMP/user.out $TMP/user.err)" = 0 ] && [ "$(cores user)" = "Prescott " ]; then
     ok "OPENBLAS_CORETYPE=Prescott by the user: no restart, OpenBLAS runs Prescott"
-else bad "OPENBLAS_CORETYPE=Prescott by the user: rc $(cat $TMP/user.rc), loads: $(cores user)"; show user; fi
+else not_ok "OPENBLAS_CORETYPE=Prescott by the user: rc $(cat $TMP/user.rc), loads: $(cores user)"; show user; fi
 
 # ---- (d) nothing faked: a restart exactly when OpenBLAS's own choice is below the CPU's --
 run plain -- "${TRAIN[@]}"
@@ -172,6 +169,6 @@ want=0
 got=$(grep -c '^blas: OpenBLAS chose' $TMP/plain.out)
 if [ "$(cat $TMP/plain.rc)" = 0 ] && [ "$got" = $want ] && [ ${#loads[@]} = $((1 + want)) ]; then
     ok "nothing faked: OpenBLAS detected $detected, $([ $want = 1 ] && echo "restarted once: $(cores plain)" || echo "no restart")"
-else bad "nothing faked: OpenBLAS detected '$detected' (best $expect), $got restart line(s), expected $want"; show plain; fi
+else not_ok "nothing faked: OpenBLAS detected '$detected' (best $expect), $got restart line(s), expected $want"; show plain; fi
 
-if [ $failed -eq 0 ]; then echo "PASS test_blas_cores"; else echo "FAIL test_blas_cores: $failed check(s)"; exit 1; fi
+done_testing
