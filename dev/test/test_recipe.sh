@@ -23,23 +23,20 @@
 #   again    a third run of the command: the run is already complete, exit 0
 #   dry run  --dry-run prints the commands and runs none
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 TMP=$(mktemp -d /tmp/test_recipe.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failed=0 passed=0
-ok() { echo "  ok   $*"; passed=$((passed + 1)); }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 t0=$SECONDS
 RECIPE=scripts/pretrain_gpt2_124M.sh
 
 # Built by run_tests.sh's build steps (make here would rewrite the build stamps).
 for bin in ./train_gpt2 ./prepro_corpus ./hf_convert; do
-    [ -x $bin ] || { echo "FAIL test_recipe: $bin is not built"; exit 1; }
+    [ -x $bin ] || fatal "$bin is built"
 done
-[ -f data/tinyshakespeare_hellaswag.bin ] || { echo "FAIL test_recipe: data/ is missing (make data)"; exit 1; }
-command -v zstd >/dev/null || { echo "FAIL test_recipe: the zstd command is missing (scripts/install_deps.sh)"; exit 1; }
+[ -f data/tinyshakespeare_hellaswag.bin ] || fatal "data/ is there (make data)"
+command -v zstd >/dev/null || fatal "the zstd command is there (scripts/install_deps.sh)"
 
-echo "corpus"
+note "corpus"
 CORPUS=$TMP/tinyshakespeare.jsonl.zst
 if $PY -c 'import json, sys
 text = open("dev/data/tinyshakespeare/input.txt", encoding="utf-8").read()
@@ -47,12 +44,12 @@ for doc in (d for d in text.split("\n\n") if d.strip()):
     print(json.dumps({"text": doc}))' | zstd -q -o "$CORPUS" && zstd -q -t "$CORPUS"; then
     ok "$(zstd -dc "$CORPUS" | wc -l) documents in $CORPUS ($(stat -c %s "$CORPUS") bytes, zstd)"
 else
-    bad "could not write the corpus"; exit 1
+    fatal "could not write the corpus"
 fi
 SHARDS=$TMP/shards RUN=$TMP/run
 ARGS=(--cpu-smoke --no-build --corpus "$CORPUS" --shards "$SHARDS" --out "$RUN")
 
-echo "the first run: killed in the save of step 8"
+note "the first run: killed in the save of step 8"
 LOG1=$TMP/first.log
 LLMC_TEST_STOP=save:1:8 setsid bash $RECIPE "${ARGS[@]}" >"$LOG1" 2>&1 &
 sid=$!
@@ -70,17 +67,17 @@ rc1=$?
 gone=$((SECONDS + 10))  # SIGKILLed processes take a moment to go
 while [ -n "$(ps -s $sid -o pid= 2>/dev/null)" ] && [ $SECONDS -lt $gone ]; do sleep 0.05; done
 left=$(ps -s $sid -o pid=,stat=,comm= 2>/dev/null | tr '\n' ' ')
-if [ -z "$left" ]; then ok "no process of the killed job is left (mpirun and both ranks gone)"; else bad "processes of the killed job left: $left"; fi
+if [ -z "$left" ]; then ok "no process of the killed job is left (mpirun and both ranks gone)"; else not_ok "processes of the killed job left: $left"; fi
 t_first=$((SECONDS - t0))
 if [ $stopped = 1 ] && [ $rc1 != 0 ]; then ok "rank 1 stopped in the save of step 8; the job was killed (exit $rc1)"
-else bad "the first run was not caught in the save of step 8 (exit $rc1)"; tail -n 20 "$LOG1"; fi
+else not_ok "the first run was not caught in the save of step 8 (exit $rc1)" "$LOG1"; fi
 if head -n 3 "$LOG1" | grep -q "NOT RUN ON A GPU. This recipe has never run on a GPU"; then
     ok "the script says first that it has never run on a GPU"
 else
-    bad "no NOT RUN ON A GPU notice at the top"
+    not_ok "no NOT RUN ON A GPU notice at the top"
 fi
 M=$SHARDS/corpus_manifest.txt
-if [ -f "$M" ] && $PY - "$M" <<'PYEOF'
+if [ -f "$M" ] && indented $PY - "$M" <<'PYEOF'
 import sys
 rows = [l.split() for l in open(sys.argv[1])]
 shards = [r for r in rows if r[0] == "shard"]
@@ -92,28 +89,28 @@ assert all(int(s[2]) == 65536 for s in train[:-1]) and 0 < int(train[-1][2]) <= 
 assert int(total[3]) == 16384 and sum(int(s[2]) for s in train) == int(total[4]), total
 print(f"  ok   shards: val {shards[0][2]} tokens, then {len(train)} train shards of <= 65536 ({total[4]} tokens)")
 PYEOF
-then passed=$((passed + 1)); else bad "the shards are not val first + several train shards"; cat "$M" 2>/dev/null; fi
+then ok "the shards: val first, then several train shards"; else not_ok "the shards are not val first + several train shards" "$M"; fi
 if [ -f "$RUN/checkpoint_00000004/manifest.txt" ] && [ ! -e "$RUN/checkpoint_00000008" ]; then
     ok "checkpoint 4 is complete, checkpoint 8 was never renamed into place"
 else
-    bad "expected checkpoint 4 and no checkpoint 8: $(cd "$RUN" 2>/dev/null && echo ./* ./.c*)"
+    not_ok "expected checkpoint 4 and no checkpoint 8: $(cd "$RUN" 2>/dev/null && echo ./* ./.c*)"
 fi
-cp "$RUN/main.log" "$TMP/killed_main.log" 2>/dev/null || bad "the first run wrote no main.log"
+cp "$RUN/main.log" "$TMP/killed_main.log" 2>/dev/null || not_ok "the first run wrote no main.log"
 
-echo "the same command again: resumes and finishes"
+note "the same command again: resumes and finishes"
 LOG2=$TMP/resume.log
 t1=$SECONDS
 if bash $RECIPE "${ARGS[@]}" >"$LOG2" 2>&1; then ok "the rerun exited 0 ($((SECONDS - t1)) s)"
-else bad "the rerun failed"; tail -n 20 "$LOG2"; fi
+else not_ok "the rerun failed" "$LOG2"; fi
 if grep -q "shards are there" "$LOG2" && ! grep -q "^+ ./prepro_corpus" "$LOG2"; then ok "the shards were reused, not remade"
-else bad "the rerun did not reuse the shards"; fi
+else not_ok "the rerun did not reuse the shards"; fi
 if grep -q "resumed from $RUN/checkpoint_00000004: step 4" "$LOG2" && grep -q "^step    5/12 " "$LOG2" &&
     ! grep -q "^step    [1-4]/12 " "$LOG2"; then
     ok "resumed from checkpoint 4 (-y 1) and went on with step 5"
 else
-    bad "the rerun did not resume at step 4"; grep -E "resum|^step" "$LOG2" | head -5
+    not_ok "the rerun did not resume at step 4"; grep -E "resum|^step" "$LOG2" | head -5
 fi
-if $PY - "$TMP/killed_main.log" "$RUN/main.log" <<'PYEOF'
+if indented $PY - "$TMP/killed_main.log" "$RUN/main.log" <<'PYEOF'
 import sys
 def train(path):
     out = {}
@@ -134,28 +131,28 @@ assert final[12] < final[1] - 0.1, f"the loss did not fall: {final[1]} -> {final
 print(f"  ok   steps 5..8 repeated after the resume equal the killed run's (max diff {worst:.1e} <= 1e-5); "
       f"main.log holds steps 1..12 once; loss {final[1]:.4f} -> {final[12]:.4f}")
 PYEOF
-then passed=$((passed + 1)); else bad "the losses after the resume"; fi
+then ok "the losses after the resume"; else not_ok "the losses after the resume"; fi
 
-echo "evals"
+note "evals"
 val=$(sed -n 's/^s:12 tel:\([0-9.]*\)$/\1/p' "$RUN/main.log")
 val0=$(sed -n 's/^s:0 tel:\([0-9.]*\)$/\1/p' "$RUN/main.log")
 if [ -n "$val" ] && [ -n "$val0" ] && awk -v a="$val0" -v b="$val" 'BEGIN { exit !(b < a) }' &&
     grep -q "^val loss $val" "$LOG2"; then
     ok "val loss (-v) at step 0 $val0 and at step 12 $val (main.log and stdout)"
 else
-    bad "no falling val loss at steps 0 and 12 (s:0 tel '$val0', s:12 tel '$val')"
+    not_ok "no falling val loss at steps 0 and 12 (s:0 tel '$val0', s:12 tel '$val')"
 fi
 acc=$(sed -n 's/^s:12 eval:\([0-9.]*\)$/\1/p' "$RUN/main.log")
 if [ -n "$acc" ] && grep -qE "^step 12: hellaswag accuracy $acc \([0-9]+/40\)$" "$LOG2"; then
     ok "HellaSwag-format eval (-H 1, 40 items) at step 12: $(sed -n 's/^step 12: hellaswag accuracy //p' "$LOG2")"
 else
-    bad "no -H 1 accuracy for step 12 (main.log '$acc')"
+    not_ok "no -H 1 accuracy for step 12 (main.log '$acc')"
 fi
 
-echo "checkpoints and the export"
+note "checkpoints and the export"
 kept=$(cd "$RUN" && for d in checkpoint_* .checkpoint_*; do [ -e "$d" ] && printf '%s ' "$d"; done)
 if [ "$kept" = "checkpoint_00000008 checkpoint_00000012 " ]; then ok "-nk 2 kept: $kept(no temporary left)"
-else bad "checkpoints left: '$kept', expected checkpoint_00000008 checkpoint_00000012"; fi
+else not_ok "checkpoints left: '$kept', expected checkpoint_00000008 checkpoint_00000012"; fi
 # What the trainer saved of the recipe's flags (the schedule, AdamW, the data order, ranks).
 ST=$RUN/checkpoint_00000012/state.txt
 want="step 12|ranks 2|B 2|T 64|grad_accum_steps 1|max_steps 12|warmup_steps 2|final_lr_fraction 0|shuffle 1|data_seed 42"
@@ -163,30 +160,30 @@ missing=$(tr '|' '\n' <<<"$want" | while read -r line; do grep -qx "$line" "$ST"
 if [ -z "$missing" ] && grep -qx "lr 0.000600000028" "$ST" && grep -qx "weight_decay 0.100000001" "$ST"; then
     ok "the final checkpoint saved the recipe's flags: --shuffle, -u 2 -q 0 -x 12, lr 6e-4, -c 0.1, 2 ranks x B 2 x T 64"
 else
-    bad "state.txt does not hold the recipe's flags: missing $missing"; cat "$ST" 2>/dev/null
+    not_ok "state.txt does not hold the recipe's flags: missing $missing" "$ST"
 fi
 HF=$RUN/hf
 if [ -f "$HF/model.safetensors" ] && [ -f "$HF/config.json" ] && grep -q "^+ ./hf_convert export $RUN/checkpoint_00000012 $HF" "$LOG2" &&
     grep -q "^plan: .*; run $RUN; export $HF$" "$LOG2"; then
     ok "hf_convert exported checkpoint 12 to $HF, the folder the printed plan names"
 else
-    bad "no export in $HF"; tail -n 5 "$LOG2"
+    not_ok "no export in $HF" "$LOG2"
 fi
-hf_client || bad "the real client: scripts/install_hf_client.sh failed"
+hf_client || not_ok "the real client: scripts/install_hf_client.sh failed"
 if "${HF_CHECK[@]}" --pair "$RUN/checkpoint_00000012/model.bin" "$HF" \
         --pair-mismatch "$RUN/checkpoint_00000008/model.bin" "$HF" >"$TMP/check.log" 2>&1; then
     ok "the oracle reads the export itself and transformers loads it: their logits equal the checkpoint's model.bin's (1e-5); checkpoint 8 does not match (control)"
 else
-    bad "the oracle's logits check of the export failed"
+    not_ok "the oracle's logits check of the export failed"
 fi
 sed 's/^/       | /' "$TMP/check.log"
 
-echo "a finished run, rerun; the dry run"
+note "a finished run, rerun; the dry run"
 if bash $RECIPE "${ARGS[@]}" >"$TMP/again.log" 2>&1 && grep -q "is at step 12 = -x: the run is already complete" "$TMP/again.log" &&
     ! grep -q "^step " "$TMP/again.log"; then
     ok "a third run trains nothing: the run is already complete, exit 0"
 else
-    bad "rerunning the finished run"; tail -n 10 "$TMP/again.log"
+    not_ok "rerunning the finished run" "$TMP/again.log"
 fi
 if bash $RECIPE "${ARGS[@]}" --out "$TMP/dry" --shards "$TMP/dry_shards" --dry-run >"$TMP/dry.log" 2>&1 &&
     grep -q "^+ env OMP_NUM_THREADS=1 mpirun .*-np 2 ./train_gpt2 .* -z 1 --shuffle .* -H 1 .* -y 1" "$TMP/dry.log" &&
@@ -195,9 +192,8 @@ if bash $RECIPE "${ARGS[@]}" --out "$TMP/dry" --shards "$TMP/dry_shards" --dry-r
     [ ! -e "$TMP/dry" ] && [ ! -e "$TMP/dry_shards" ]; then
     ok "--dry-run prints prepro_corpus, the trainer and hf_convert, and runs none of them"
 else
-    bad "--dry-run"; cat "$TMP/dry.log"
+    not_ok "--dry-run" "$TMP/dry.log"
 fi
 
-echo "test_recipe: first run ${t_first} s, whole test $((SECONDS - t0)) s"
-echo "$passed passed, $failed failed"
-[ $failed = 0 ]
+note "test_recipe: first run ${t_first} s, whole test $((SECONDS - t0)) s"
+done_testing
