@@ -19,7 +19,7 @@
 #   3. a disk that fills up during a save (a 4 MiB tmpfs; root only, else SKIPPED): one
 #      error naming the file, exit != 0, no checkpoint renamed into place.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 work=$(mktemp -d)
 mnt=""
 cleanup() {
@@ -28,17 +28,14 @@ cleanup() {
 }
 trap cleanup EXIT
 make -s train_gpt2 train_gpt2_testing USE_ZERO1=1 >/dev/null && make -s train_gpt2_plain test_crc32c >/dev/null ||
-    { echo "FAIL build"; exit 1; }
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "PASS $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+    fatal "build"
 DATA=data/tinyshakespeare_train.bin
-[ -f $DATA ] || { echo "FAIL: $DATA is missing (make data)"; exit 1; }
+[ -f $DATA ] || fatal "$DATA is there (make data)"
 
 # ---- 1. the files against independent references -----------------------------------------
 # An oracle batch of 6 rows, so that 1, 2 and 3 ranks all train on the same global batch.
 $PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" --steps 1 --batch 6 --seq 32 \
-    --tokens $DATA >/dev/null || { echo "FAIL oracle"; exit 1; }
+    --tokens $DATA >/dev/null || fatal "oracle"
 RUNS=("./train_gpt2 1 6 -z 1" "./train_gpt2 3 2 -z 1 --bucket-size 20000" "./train_gpt2 3 2 -z 0"
       "./train_gpt2_plain 2 3 -z 0")
 for i in "${!RUNS[@]}"; do
@@ -58,8 +55,8 @@ for i in "${!RUNS[@]}"; do
             "$ck/manifest.txt" >/dev/null; then
         ok "$what: model.bin == the oracle's file, optimizer.bin == the oracle's m and v, manifest == whole-file CRC32C"
     else
-        bad "$what: checkpoint files"; tail -3 "$work/layout_$i.log"; grep "$ck" "$work/layout.check"
-        cat "$ck/manifest.txt"
+        not_ok "$what: checkpoint files"
+        diag "$(tail -3 "$work/layout_$i.log"; grep "$ck" "$work/layout.check"; cat "$ck/manifest.txt")"
     fi
 done
 
@@ -81,7 +78,7 @@ for z in 1 0; do
        cmp -s "$cpu/checkpoint_00000002/optimizer.bin" "$res/checkpoint_00000002/optimizer.bin"; then
         ok "-z $z, deferred device + hazard communicator at np=3: a resume and a save give the CPU device's files"
     else
-        bad "-z $z on the deferred device"; tail -3 "$cpu.log" "$res.log"
+        not_ok "-z $z on the deferred device"; diag "$(tail -3 "$cpu.log" "$res.log")"
     fi
 done
 
@@ -106,27 +103,27 @@ if memrun 1 "$work/mem_save.log" -x 1 && memrun 32 "$work/mem_load.log" -x 2 -y 
     # a load fills the param buffer (fp32, whole on every rank) and this rank's m and v
     buffers_mib=$(awk -v n="$numel" 'BEGIN { printf "%.1f", (4 * n + 8 * n / 4) / 1048576 }')
     save_limit=$((1 + SLACK_MIB)) load_limit=$(awk -v b="$buffers_mib" -v s="$SLACK_MIB" 'BEGIN { print b + 32 + s }')
-    echo "d6: $params parameters, master+m+v $full_mib MiB; save growth per rank (staging 1 MiB):" \
+    note "d6: $params parameters, master+m+v $full_mib MiB; save growth per rank (staging 1 MiB):" \
          "$(growth save "$work/mem_save.log" | tr '\n' ' ')MiB; load growth (staging 32 MiB):" \
          "$(growth load "$work/mem_load.log" | tr '\n' ' ')MiB, of which $buffers_mib MiB are the optimizer's own buffers"
     if [ "$full_mib" -gt $((4 * save_limit)) ] && growth save "$work/mem_save.log" | all_at_most $save_limit; then
         ok "np=4 save: every rank's peak grew <= $save_limit MiB (staging 1 + slack $SLACK_MIB); master+m+v are $full_mib MiB"
     else
-        bad "np=4 save: peak growth beyond $save_limit MiB"; grep memcheck "$work/mem_save.log"
+        not_ok "np=4 save: peak growth beyond $save_limit MiB"; diag "$(grep memcheck "$work/mem_save.log")"
     fi
     if growth load "$work/mem_load.log" | all_at_most "$load_limit"; then
         ok "np=4 load: every rank's peak grew <= $load_limit MiB ($buffers_mib MiB of its own buffers + staging 32 + slack)"
     else
-        bad "np=4 load: peak growth beyond $load_limit MiB"; grep memcheck "$work/mem_load.log"
+        not_ok "np=4 load: peak growth beyond $load_limit MiB"; diag "$(grep memcheck "$work/mem_load.log")"
     fi
     if growth save "$work/mem_load.log" | all_at_most $((32 + SLACK_MIB)) &&
        [ "$(growth save "$work/mem_load.log" | awk '$1 >= 16' | wc -l)" -ge 1 ]; then
         ok "control: with a 32 MiB staging buffer a save grows by >= 16 MiB on some rank, and <= $((32 + SLACK_MIB)) on all"
     else
-        bad "control: the staging buffer is not seen"; grep memcheck "$work/mem_load.log"
+        not_ok "control: the staging buffer is not seen"; diag "$(grep memcheck "$work/mem_load.log")"
     fi
 else
-    bad "the d6 runs at np=4 failed"; tail -5 "$work/mem_save.log" "$work/mem_load.log"
+    not_ok "the d6 runs at np=4 failed"; diag "$(tail -5 "$work/mem_save.log" "$work/mem_load.log")"
 fi
 
 # ---- 3. a disk that fills up during a save ---------------------------------------------
@@ -144,11 +141,10 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=4m tmpfs "$work/full" 2>/dev/nul
        [ ! -e "$mnt/run/checkpoint_00000001" ]; then
         ok "disk full during a save: $(cut -c1-150 <<<"$ours"); nothing renamed into place"
     else
-        bad "disk full during a save (exit $rc)"; grep -v '^ *$' "$work/full.log" | tail -n 25; ls -la "$mnt/run"
+        not_ok "disk full during a save (exit $rc)"; diag "$(grep -v '^ *$' "$work/full.log" | tail -n 25; ls -la "$mnt/run")"
     fi
 else
-    echo "SKIPPED disk-full case: needs root and a tmpfs mount"
+    skip "disk full during a save" "needs root and a tmpfs mount"
 fi
 
-echo "test_checkpoint_io: $passed passed, $failed failed"
-[ $failed = 0 ]
+done_testing
