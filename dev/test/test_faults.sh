@@ -27,7 +27,7 @@
 # Part 2 and 3 print SKIPPED where network namespaces cannot be created.
 # The links are shaped by rate only here (no sch_netem in this kernel: no added latency).
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 source dev/test/multihost.sh
 BIN=./train_gpt2
 DATA=data/tinyshakespeare_train.bin
@@ -46,12 +46,9 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT HUP
-failed=0
-ok() { echo "  ok   $*"; }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
 
-make -s train_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL test_faults: cannot build $BIN"; exit 1; }
-[ -f "$DATA" ] || { echo "FAIL test_faults: $DATA is missing (make data)"; exit 1; }
+make -s train_gpt2 USE_ZERO1=1 >/dev/null || fatal "build $BIN"
+[ -f "$DATA" ] || fatal "$DATA is there (make data)"
 
 # d2 in 2M-element buckets: several reduce-scatters and all-gathers per step; many steps,
 # so the run is still going when the fault comes.
@@ -80,7 +77,7 @@ check_abort() {
        awk -v s="$secs" -v l=$((TIMEOUT + SLACK)) 'BEGIN { exit !(s <= l) }'; then
         ok "$name: the job ended (exit $rc) ${secs} s after the fault (timeout $TIMEOUT s + at most $SLACK s)"
     else
-        bad "$name: exit $rc ${secs} s after the fault; expected a failure within $((TIMEOUT + SLACK)) s"
+        not_ok "$name: exit $rc ${secs} s after the fault; expected a failure within $((TIMEOUT + SLACK)) s"
     fi
     # Usually one live rank speaks and its abort ends the others within their 0.25 s stagger;
     # on a loaded machine a second live rank may print the same timeout first, which is as
@@ -97,18 +94,18 @@ check_abort() {
     if [ "$lines" -ge 1 ] && [ $all_ok = 1 ] && [ "$(grep -c 'error:' "$log")" = "$lines" ]; then
         ok "$name: $([ "$lines" = 1 ] && echo "one message" || echo "$lines live ranks' messages, the first"): $msg"
     else
-        bad "$name: $lines timeout message(s), expected one or more naming the collective, from live ranks only"
+        not_ok "$name: $lines timeout message(s), expected one or more naming the collective, from live ranks only"
         tail -n 20 "$log" | sed 's/^/       | /'
     fi
 }
 
 t0=$SECONDS
 # ---- 0. the host-collective helpers alone ------------------------------------------------
-make -s test_mpi_wait >/dev/null || bad "cannot build ./test_mpi_wait"
+make -s test_mpi_wait >/dev/null || not_ok "cannot build ./test_mpi_wait"
 if "${MPIRUN[@]}" -np 3 ./test_mpi_wait values >"$TMP/values.log" 2>&1 && grep -q "^PASS" "$TMP/values.log"; then
     ok "$(grep '^PASS' "$TMP/values.log")"
 else
-    bad "test_mpi_wait values"; tail -n 10 "$TMP/values.log" | sed 's/^/       | /'
+    not_ok "test_mpi_wait values"; tail -n 10 "$TMP/values.log" | sed 's/^/       | /'
 fi
 t_start=$(now)
 timeout 60 "${MPIRUN[@]}" -np 3 ./test_mpi_wait stall 2 >"$TMP/stall.log" 2>&1
@@ -122,7 +119,7 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && awk -v s="$secs" 'BEGIN { exit !(s < 12) 
    grep -qxF "$want" "$TMP/stall.log" && ! grep -q "got past" "$TMP/stall.log" && [ -z "$(pgrep -f "test_mpi_wait stall 2")" ]; then
     ok "stall: a rank that never joins: the job ended (exit $rc) after $secs s with $([ "$n" = 1 ] && echo "one line" || echo "rank 0's line (and rank 1's)") naming the all-reduce"
 else
-    bad "stall: exit $rc after $secs s, $n timeout line(s)"; tail -n 10 "$TMP/stall.log" | sed 's/^/       | /'
+    not_ok "stall: exit $rc after $secs s, $n timeout line(s)"; tail -n 10 "$TMP/stall.log" | sed 's/^/       | /'
 fi
 # A suspended job (every rank stopped, then continued one by one 0.4 s apart, as a
 # scheduler's suspend and resume do): the time stopped is not waiting. A rank continued
@@ -139,7 +136,7 @@ rc=$?
 if [ -n "$ranks" ] && [ $rc -eq 0 ] && grep -q "^PASS" "$TMP/suspend.log" && ! grep -q "did not complete" "$TMP/suspend.log"; then
     ok "suspend: every rank stopped for 4 s (deadline 2 s) and continued one by one: no timeout, the run completed"
 else
-    bad "suspend: exit $rc (ranks: $ranks)"; tail -n 10 "$TMP/suspend.log" | sed 's/^/       | /'
+    not_ok "suspend: exit $rc (ranks: $ranks)"; tail -n 10 "$TMP/suspend.log" | sed 's/^/       | /'
 fi
 
 # The same at the worst place, every time, with no race: rank 0 stops itself before step 20
@@ -168,7 +165,7 @@ suspend_at_wait() {  # suspend_at_wait NAME NP STOP_S ORDER CMD...: ORDER first|
        [ $rc -eq 0 ] && ! grep -q "did not complete" "$log"; then
         ok "$name: rank 0 stopped before step 20, the others in its wait right after the clock read, the whole job $stop_s s; rank 0 continued $order: no timeout, exit 0"
     else
-        bad "$name: exit $rc (stopped: '$pids', rank 0: '$rank0')"; tail -n 10 "$log" | sed 's/^/       | /'
+        not_ok "$name: exit $rc (stopped: '$pids', rank 0: '$rank0')"; tail -n 10 "$log" | sed 's/^/       | /'
     fi
 }
 suspend_at_wait suspend_wait_first 3 3 first ./test_mpi_wait loop 2 300
@@ -198,25 +195,25 @@ stop_run() {
             if awk -v f="$cpu" 'BEGIN { exit !(f < 0.2) }'; then
                 ok "$name: a waiting rank used $cpu of a core while blocked"
             else
-                bad "$name: a waiting rank used $cpu of a core while blocked; expected < 0.2"
+                not_ok "$name: a waiting rank used $cpu of a core while blocked; expected < 0.2"
             fi
         else
-            bad "$name: rank 1 ended before its CPU time could be read (the job ended before the timeout?)"
+            not_ok "$name: rank 1 ended before its CPU time could be read (the job ended before the timeout?)"
         fi
     else
-        bad "$name: the run did not reach step 3, or its ranks were not found"
+        not_ok "$name: the run did not reach step 3, or its ranks were not found"
         tail -n 20 "$TMP/$name.log" | sed 's/^/       | /'
         wait $JOB_PID
     fi
     sleep 1
     left=$(run_pids $name | tr '\n' ' ')
     if [ -z "${left// /}" ]; then ok "$name: no process of the run is left (the stopped rank included)"
-    else bad "$name: processes left behind: $left"; fi
+    else not_ok "$name: processes left behind: $left"; fi
 }
 
 stop_run stop "$BIN" "${ARGS[@]}"
 # The plain trainer's replicated optimizer: its gradient and loss all-reduces.
-make -s train_gpt2_plain >/dev/null || bad "cannot build ./train_gpt2_plain"
+make -s train_gpt2_plain >/dev/null || not_ok "cannot build ./train_gpt2_plain"
 [ -x ./train_gpt2_plain ] && stop_run stop_plain ./train_gpt2_plain "${ARGS[@]}" -z 0
 
 # ---- 1b. a rank that stops in a checkpoint save, then in a resume's load -------------------
@@ -232,7 +229,7 @@ ck_fault() {  # ck_fault NAME PHASE STEP [ARGS...]: 2 ranks, rank 1 stops in PHA
         >"$TMP/$name.log" 2>&1
     rc=$? secs=$(elapsed "$t_start" "$(now)")
     if ! grep -q "^test: rank 1 stops itself in the checkpoint $phase of step $step" "$TMP/$name.log"; then
-        bad "$name: rank 1 never reached the checkpoint $phase of step $step"; tail -n 15 "$TMP/$name.log" | sed 's/^/       | /'
+        not_ok "$name: rank 1 never reached the checkpoint $phase of step $step"; tail -n 15 "$TMP/$name.log" | sed 's/^/       | /'
         return
     fi
     msg=$(grep "error:" "$TMP/$name.log")
@@ -243,13 +240,13 @@ ck_fault() {  # ck_fault NAME PHASE STEP [ARGS...]: 2 ranks, rank 1 stops in PHA
        [ "$(grep -c 'error:' "$TMP/$name.log")" = 1 ] && [[ $msg =~ $re ]]; then
         ok "$name: exit $rc after $secs s, one message: $msg"
     else
-        bad "$name: exit $rc after $secs s; expected a non-zero exit within the timeout and one message naming the call"
+        not_ok "$name: exit $rc after $secs s; expected a non-zero exit within the timeout and one message naming the call"
         tail -n 15 "$TMP/$name.log" | sed 's/^/       | /'
     fi
     sleep 1
     left=$(run_pids ck | tr '\n' ' ')
     if [ -z "${left// /}" ]; then ok "$name: no process of the run is left (the stopped rank included)"
-    else bad "$name: processes left behind: $left"; fi
+    else not_ok "$name: processes left behind: $left"; fi
 }
 ck_fault ck_save save 4
 ck_fault ck_load load 2 -y 1
@@ -259,19 +256,19 @@ if timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" "${CK_ARGS[@]}" -y 1 >"$TMP/ck_resume
    grep -q "^checkpoint: step 6 saved" "$TMP/ck_resume.log" && [ ! -e "$TMP/ck/.checkpoint_00000004.tmp" ]; then
     ok "ck_resume: after both faults checkpoint 2 loads (CRC32C verified) and the run completes; the stale temporary is gone"
 else
-    bad "ck_resume: the resume from checkpoint 2 failed"; tail -n 15 "$TMP/ck_resume.log" | sed 's/^/       | /'
+    not_ok "ck_resume: the resume from checkpoint 2 failed"; tail -n 15 "$TMP/ck_resume.log" | sed 's/^/       | /'
 fi
 
 # ---- 2, 3. two hosts ---------------------------------------------------------------------
 mh_setup 2
 case $? in
     0) ;;
-    2) echo "SKIPPED test_faults parts 2-3 (multi-host): $MH_SKIP_REASON"
-       [ $failed -eq 0 ] && { echo "PASS test_faults part 1 only ($((SECONDS - t0)) s)"; exit 0; }
-       echo "FAIL test_faults: $failed check(s) failed"; exit 1 ;;
-    *) echo "FAIL test_faults: could not build the hosts"; exit 1 ;;
+    2) skip "parts 2-3 (multi-host)" "$MH_SKIP_REASON"
+       note "test_faults, part 1 only: $((SECONDS - t0)) s"
+       done_testing ;;
+    *) fatal "build the hosts" ;;
 esac
-echo "hosts: ${MH_HOSTS[*]}, links: $MH_SHAPING"
+note "hosts: ${MH_HOSTS[*]}, links: $MH_SHAPING"
 hosts_empty() {
     local ns left=
     for _ in $(seq 20); do
@@ -293,12 +290,12 @@ if wait_for_step "$TMP/$name.log" 3; then
     rc=$?
     check_abort $name $rc "$(elapsed "$t_fault" "$(now)")"
 else
-    bad "$name: the run did not reach step 3"
+    not_ok "$name: the run did not reach step 3"
     tail -n 20 "$TMP/$name.log" | sed 's/^/       | /'
     wait $JOB_PID
 fi
 if left=$(hosts_empty); then ok "$name: no process left on either host (ranks, launcher, daemons)"
-else bad "$name: processes left on the hosts: $left"; fi
+else not_ok "$name: processes left on the hosts: $left"; fi
 ip -n "${MH_HOSTS[1]}" link set eth0 up
 
 name=undisturbed
@@ -308,13 +305,9 @@ if [ $rc -eq 0 ] && grep -q "parameters identical on all 4 ranks: yes" "$TMP/$na
    ! grep -q "did not complete" "$TMP/$name.log"; then
     ok "$name: 2 hosts x 2 ranks, --comm-timeout $TIMEOUT, 6 steps: no spurious timeout ($(grep -m1 '^average step' "$TMP/$name.log"))"
 else
-    bad "$name: exit $rc, or a timeout message, or replicas differ"
+    not_ok "$name: exit $rc, or a timeout message, or replicas differ"
     tail -n 20 "$TMP/$name.log" | sed 's/^/       | /'
 fi
 
-if [ $failed -eq 0 ]; then
-    echo "PASS test_faults ($((SECONDS - t0)) s)"
-    exit 0
-fi
-echo "FAIL test_faults: $failed check(s) failed"
-exit 1
+note "test_faults: $((SECONDS - t0)) s"
+done_testing
