@@ -10,22 +10,18 @@
 #   PLANT_SCALAR_COPY      the packed copy 2 bytes at a time: no 128-bit access (needs cuobjdump)
 #   a budget row naming no kernel fails
 # Each plant must fail on its kernel alone, for its reason (and maybe more: spills take local memory). SKIPPED without nvcc; the SASS
-# cases SKIPPED without cuobjdump (dev/test/cuda_cuobjdump.sh). Ends "N passed, M failed".
+# cases SKIPPED without cuobjdump (dev/test/cuda_cuobjdump.sh). TAP (dev/test/test_lib.sh).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 if [ ! -x "$NVCC" ] && ! NVCC=$(command -v nvcc); then
-    echo "SKIPPED: no nvcc (the CUDA toolkit): the compiler report cannot be tested"
-    exit 0
+    skip_all "no nvcc (the CUDA toolkit): the compiler report cannot be tested"
 fi
 TMP=$(mktemp -d /tmp/test_compiler_report.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
 BUDGETS=dev/test/compiler_report_planted_budgets.txt
-cuobjdump=$(bash dev/test/cuda_cuobjdump.sh) || cuobjdump=""
-passed=0
-failed=0
-ok() { echo "PASS $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+cuobjdump=$(bash dev/test/cuda_cuobjdump.sh 2>"$TMP/cuobjdump.err") || cuobjdump=""
+[ -s "$TMP/cuobjdump.err" ] && note "$(cat "$TMP/cuobjdump.err")"
 
 # report VARIANT [BUDGETS]: compiles the planted file with -DVARIANT into $TMP/VARIANT and runs
 # the check on it; its output in $TMP/VARIANT.out, its exit status returned.
@@ -35,7 +31,7 @@ report() {
         mkdir -p "$d"
         "$NVCC" -O3 -std=c++17 -arch=sm_90 "-D$v" -Xptxas -v --keep --keep-dir "$d" -cubin \
             dev/test/compiler_report_planted.cu -o "$d/planted.sm_90.cubin" >"$d/build.log" 2>&1 ||
-            { cat "$d/build.log"; return 99; }
+            { sed 's/^/    /' "$d/build.log"; return 99; }
     fi
     python3 dev/test/check_compiler_report.py --budgets "$budgets" --cuobjdump "$cuobjdump" "BF16:$d" >"$TMP/$v.out" 2>&1
 }
@@ -44,11 +40,11 @@ row() { grep -E "^BF16 +$2 " "$TMP/$1.out"; }  # row VARIANT KERNEL: the kernel'
 report CLEAN
 rc=$?
 if [ $rc -ne 0 ]; then
-    bad clean "exit $rc: $(cat "$TMP/CLEAN.out")"
+    not_ok "clean: exit $rc" "$TMP/CLEAN.out"
 elif ! row CLEAN planted_wide_kernel | grep -qE ' 1024 budget ' ||
      ! row CLEAN planted_mma_kernel | grep -qE ' 32 bounds ' ||
      ! row CLEAN planted_spill_kernel | grep -qE ' 1024 bounds '; then
-    bad clean "blocks not from the budget and the launch bounds: $(cat "$TMP/CLEAN.out")"
+    not_ok "clean: blocks not from the budget and the launch bounds" "$TMP/CLEAN.out"
 else
     ok "clean: every planted kernel within its budget"
 fi
@@ -60,9 +56,9 @@ plant() {
     local rc=$? others
     others=$(grep '^FAIL: ' "$TMP/$v.out" | grep -vc "^FAIL: BF16 $kernel: ")
     if [ $rc -ne 1 ]; then
-        bad "$v" "exit $rc, want 1: $(cat "$TMP/$v.out")"
+        not_ok "$v: exit $rc, want 1" "$TMP/$v.out"
     elif [ "$others" -ne 0 ] || ! grep -qE "^FAIL: BF16 $kernel: $reason" "$TMP/$v.out"; then
-        bad "$v" "want one failure of $kernel ($reason), got: $(grep '^FAIL' "$TMP/$v.out")"
+        not_ok "$v: want one failure of $kernel ($reason)" "$TMP/$v.out"
     else
         ok "$v: $(grep -E "^FAIL: BF16 $kernel: $reason" "$TMP/$v.out" | cut -c7-)"
     fi
@@ -74,7 +70,7 @@ if [ -n "$cuobjdump" ]; then
     plant PLANT_NO_TENSOR_CORES planted_mma_kernel "no tensor-core \(HMMA\) instruction"
     plant PLANT_SCALAR_COPY planted_copy_kernel "no 128-bit global load"
 else
-    echo "SKIPPED: PLANT_NO_TENSOR_CORES, PLANT_SCALAR_COPY: no cuobjdump for the SASS"
+    skip "PLANT_NO_TENSOR_CORES, PLANT_SCALAR_COPY" "no cuobjdump for the SASS"
 fi
 
 # Without the budget's block, the wide kernel is held to 1024 threads all the same.
@@ -83,7 +79,7 @@ report PLANT_WIDE "$TMP/no_wide_row.txt"
 if [ $? -eq 1 ] && grep -q "^FAIL: BF16 planted_wide_kernel: 80 registers x 1024 threads (no launch bounds" "$TMP/PLANT_WIDE.out"; then
     ok "PLANT_WIDE without a budget row: held to 1024 threads"
 else
-    bad "PLANT_WIDE without a budget row" "$(grep '^FAIL' "$TMP/PLANT_WIDE.out")"
+    not_ok "PLANT_WIDE without a budget row" "$TMP/PLANT_WIDE.out"
 fi
 
 # A budget for a kernel that is not there (renamed, gone) fails.
@@ -92,7 +88,6 @@ report CLEAN "$TMP/stale.txt"
 if [ $? -eq 1 ] && grep -q "budget for planted_gone_kernel (any) names no compiled kernel" "$TMP/CLEAN.out"; then
     ok "a stale budget row fails"
 else
-    bad "stale budget row" "$(cat "$TMP/CLEAN.out")"
+    not_ok "stale budget row" "$TMP/CLEAN.out"
 fi
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+done_testing
