@@ -39,10 +39,11 @@ _test_count() {
 }
 echo "TAP version 13"
 
-ok() { _test_count 0; echo "ok $TEST_COUNT - $*"; }
+# A description is one line: a newline in it becomes " | ".
+ok() { local d="$*"; _test_count 0; echo "ok $TEST_COUNT - ${d//$'\n'/ | }"; }
 not_ok() {
     _test_count 1
-    echo "not ok $TEST_COUNT - $1"
+    echo "not ok $TEST_COUNT - ${1//$'\n'/ | }"
     [ -n "${2:-}" ] && [ -e "$2" ] && tail -n "${TEST_LOG_LINES:-15}" "$2" | sed 's/^/#   | /' >&2
     return 0
 }
