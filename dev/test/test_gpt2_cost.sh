@@ -12,19 +12,17 @@
 #      and a trainer that misses a library each stop it with one message;
 #   5. the PyTorch peer itself (dev/bench/torch_gpt2_bench.py) on the CPU, tiny: its line,
 #      the d2 parameter count from the shapes, a loss near ln(50257) (SKIPPED without torch).
-# A few seconds. Prints one PASS/FAIL line.
+# A few seconds. Prints TAP (dev/test/test_lib.sh); stops at the first failure.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-PY=${LLMC_PYTHON:-/usr/bin/python3}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 TMP=$(mktemp -d /tmp/test_gpt2_cost.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
-fail() { echo "FAIL test_gpt2_cost: $*"; exit 1; }
 
-make -s gpt2_cost >/dev/null || fail "make gpt2_cost failed"
+make -s gpt2_cost >/dev/null || fatal "make gpt2_cost failed"
 
 # 1. the independent reference
-ref=$($PY dev/test/cost_reference.py --binary ./gpt2_cost) || fail "$ref"
-echo "  $ref"
+ref=$($PY dev/test/cost_reference.py --binary ./gpt2_cost) || fatal "$ref"
+ok "$ref"
 
 # 2. bad input
 echo '{"precision": "BF16", "blocks_per_sm": 4}' >"$TMP/no_kernel.jsonl"
@@ -50,13 +48,13 @@ for c in "${bad_cases[@]}"; do
     # shellcheck disable=SC2086
     ./gpt2_cost $args >"$TMP/out" 2>"$TMP/err"
     rc=$?
-    [ $rc -eq 1 ] || fail "$name ($args): exit $rc, want 1"
+    [ $rc -eq 1 ] || fatal "$name ($args): exit $rc, want 1"
     if [ "$(grep -c '^error: ' "$TMP/err")" -ne 1 ] || [ "$(wc -l <"$TMP/err")" -ne 1 ]; then
-        fail "$name ($args): want exactly one error line, got: $(cat "$TMP/err")"
+        fatal "$name ($args): want exactly one error line, got: $(cat "$TMP/err")"
     fi
-    [ -s "$TMP/out" ] && fail "$name ($args): printed on stdout"
+    [ -s "$TMP/out" ] && fatal "$name ($args): printed on stdout"
 done
-echo "  ${#bad_cases[@]} bad inputs: one error line each, exit 1"
+ok "${#bad_cases[@]} bad inputs: one error line each, exit 1"
 
 # The prediction gpu_check should print for a variant: achievable ms from gpt2_cost --brief.
 predicted_ms() {  # predicted_ms GPU FLAGS...
@@ -68,21 +66,21 @@ row() { awk -v n="$1" 'index($0, n) == 1 { print; exit }' "$2"; }  # the table r
 
 # 3. dry run, as an H200 and as an unknown GPU
 GPU_CHECK_DRY_RUN=1 GPU_CHECK_GPU_NAME="NVIDIA H200" GPU_CHECK_PEER=0 bash scripts/gpu_check.sh >"$TMP/dry" 2>&1 ||
-    fail "dry run exited $?: $(tail -n 5 "$TMP/dry")"
+    fatal "dry run exited $?: $(tail -n 5 "$TMP/dry")"
 for flags in "--attention naive" "--fused-kernels 0" "-r 0" "--attention naive --fused-kernels 0 -r 0" "-z 1"; do
     grep -q -- "would run: .*/plain -e d12 -b 16 -t 1024 -x 20 .*$flags\|would run: .*/zero1 .*$flags" "$TMP/dry" ||
-        fail "dry run: no command with '$flags'"
+        fatal "dry run: no command with '$flags'"
 done
-grep -q "predicted (gpt2_cost, H200)" "$TMP/dry" || fail "dry run as an H200: not predicted for the H200"
+grep -q "predicted (gpt2_cost, H200)" "$TMP/dry" || fatal "dry run as an H200: not predicted for the H200"
 want=$(predicted_ms h200 --attention naive --fused-kernels 1 -r 1 -z 0)
 row "--attention naive" "$TMP/dry" | grep -qF "/ $(printf '%7.2f' "$want")" ||
-    fail "dry run: '--attention naive' row lacks the H200 prediction $want: $(row "--attention naive" "$TMP/dry")"
+    fatal "dry run: '--attention naive' row lacks the H200 prediction $want: $(row "--attention naive" "$TMP/dry")"
 want=$(predicted_ms h200 --path naive)
-row "naive path" "$TMP/dry" | grep -qF "/ $(printf '%7.2f' "$want")" || fail "dry run: naive path row lacks $want"
+row "naive path" "$TMP/dry" | grep -qF "/ $(printf '%7.2f' "$want")" || fatal "dry run: naive path row lacks $want"
 GPU_CHECK_DRY_RUN=1 GPU_CHECK_GPU_NAME="Tesla T4" GPU_CHECK_PEER=0 bash scripts/gpu_check.sh >"$TMP/dry_t4" 2>&1 ||
-    fail "dry run (T4) exited $?"
-grep -q "H100 (the cost model knows H100 and H200 only" "$TMP/dry_t4" || fail "dry run (T4): no H100 fallback note"
-echo "  dry run: every variant's command, predictions for the H200 and (other GPUs) the H100"
+    fatal "dry run (T4) exited $?"
+grep -q "H100 (the cost model knows H100 and H200 only" "$TMP/dry_t4" || fatal "dry run (T4): no H100 fallback note"
+ok "dry run: every variant's command, predictions for the H200 and (other GPUs) the H100"
 
 # 4. a fake GPU: stubs for nvidia-smi, make (the train_gpt2cu builds, data, test_gpu), the
 # trainer (its step lines: 3 slow warm-up steps, then 40 ms, 50 ms with --attention naive)
@@ -129,48 +127,48 @@ print("torch_bench L=12 B=16 T=1024 compile=1 ms/step=45.00 tok/s=364088")
 EOF
 chmod +x "$TMP/bin/nvidia-smi" "$TMP/bin/nvcc" "$TMP/bin/make" "$TMP/fake_trainer"
 PATH="$TMP/bin:$PATH" LLMC_PYTHON=python3 GPU_CHECK_PEER_SCRIPT="$TMP/peer.py" bash "$TMP/repo/scripts/gpu_check.sh" \
-    >"$TMP/fake" 2>&1 || fail "fake GPU run exited $?: $(tail -n 20 "$TMP/fake")"
+    >"$TMP/fake" 2>&1 || fatal "fake GPU run exited $?: $(tail -n 20 "$TMP/fake")"
 row "new (flash" "$TMP/fake" | grep -qE '^new \(flash, fused, -r 1\) +40\.00 +409600 ' ||
-    fail "fake GPU: new path row: $(row "new (flash" "$TMP/fake")"
+    fatal "fake GPU: new path row: $(row "new (flash" "$TMP/fake")"
 row "--attention naive" "$TMP/fake" | grep -qE '^--attention naive +50\.00 +327680 ' ||
-    fail "fake GPU: naive row: $(row "--attention naive" "$TMP/fake")"
+    fatal "fake GPU: naive row: $(row "--attention naive" "$TMP/fake")"
 want=$(predicted_ms h100 --path new -z 0)
-row "new (flash" "$TMP/fake" | grep -qF "/ $(printf '%7.2f' "$want")" || fail "fake GPU: no H100 prediction $want"
+row "new (flash" "$TMP/fake" | grep -qF "/ $(printf '%7.2f' "$want")" || fatal "fake GPU: no H100 prediction $want"
 ratio=$(awk -v a=40 -v b="$want" 'BEGIN { printf "%.2f", a / b }')
-row "new (flash" "$TMP/fake" | grep -qE "\| +$ratio\$" || fail "fake GPU: measured/predicted $ratio missing"
-row "torch peer" "$TMP/fake" | grep -qE '45\.00' || fail "fake GPU: peer row: $(row "torch peer" "$TMP/fake")"
-grep -q "tests (make test_gpu): 7 passed, 0 failed" "$TMP/fake" || fail "fake GPU: tests line"
-grep -q "ZeRO-1 / replicated step time: 1.000 (round 1), 1.000 (round 2)" "$TMP/fake" || fail "fake GPU: ratio line"
+row "new (flash" "$TMP/fake" | grep -qE "\| +$ratio\$" || fatal "fake GPU: measured/predicted $ratio missing"
+row "torch peer" "$TMP/fake" | grep -qE '45\.00' || fatal "fake GPU: peer row: $(row "torch peer" "$TMP/fake")"
+grep -q "tests (make test_gpu): 7 passed, 0 failed" "$TMP/fake" || fatal "fake GPU: tests line"
+grep -q "ZeRO-1 / replicated step time: 1.000 (round 1), 1.000 (round 2)" "$TMP/fake" || fatal "fake GPU: ratio line"
 grep -q "^ratio vs torch 0.89 (the new path's ms/step 40.00 over the PyTorch peer's 45.00" "$TMP/fake" ||
-    fail "fake GPU: ratio vs torch: $(grep 'ratio vs torch' "$TMP/fake")"
-grep -q "^gpu_check finished in [0-9]* s" "$TMP/fake" || fail "fake GPU: no total time"
-echo "  fake GPU: measured means of steps 4..20, predictions and ratios in the table, ratio vs torch"
+    fatal "fake GPU: ratio vs torch: $(grep 'ratio vs torch' "$TMP/fake")"
+grep -q "^gpu_check finished in [0-9]* s" "$TMP/fake" || fatal "fake GPU: no total time"
+ok "fake GPU: measured means of steps 4..20, predictions and ratios in the table, ratio vs torch"
 
 # 4b. a first run that fails only for real reasons: a driver of CUDA 12.8 for nvcc 13.0 stops
 # gpu_check at once with both versions; a trainer that needs a library the loader cannot find
 # (a stub library built here, then removed) stops it after the build, naming it and where the
 # loader looked.
 PATH="$TMP/bin:$PATH" FAKE_DRIVER_CUDA=12.8 bash "$TMP/repo/scripts/gpu_check.sh" >"$TMP/old_driver" 2>&1 &&
-    fail "an old driver: gpu_check exited 0"
+    fatal "an old driver: gpu_check exited 0"
 grep -q "the NVIDIA driver 580.65.06 supports CUDA 12.8, but nvcc builds for CUDA 13.0" "$TMP/old_driver" ||
-    fail "an old driver: $(tail -n 3 "$TMP/old_driver")"
-grep -q "^== make test_gpu" "$TMP/old_driver" && fail "an old driver: gpu_check went on to the tests"
+    fatal "an old driver: $(tail -n 3 "$TMP/old_driver")"
+grep -q "^== make test_gpu" "$TMP/old_driver" && fatal "an old driver: gpu_check went on to the tests"
 mkdir -p "$TMP/lib"
 echo 'int llmc_stub;' | gcc -shared -fPIC -x c - -o "$TMP/lib/libllmc_gone.so.1" -Wl,-soname,libllmc_gone.so.1 &&
     echo 'int main(void) { return 0; }' | gcc -x c - -o "$TMP/needs_gone" -L"$TMP/lib" -Wl,--no-as-needed \
-        -l:libllmc_gone.so.1 || fail "cannot build the stub trainer"
+        -l:libllmc_gone.so.1 || fatal "cannot build the stub trainer"
 rm -rf "$TMP/lib"
 PATH="$TMP/bin:$PATH" FAKE_TRAINER="$TMP/needs_gone" bash "$TMP/repo/scripts/gpu_check.sh" >"$TMP/no_lib" 2>&1 &&
-    fail "a missing library: gpu_check exited 0"
+    fatal "a missing library: gpu_check exited 0"
 grep -q "needs libllmc_gone.so.1, which the dynamic loader does not find; it looked in: LD_LIBRARY_PATH" \
-    "$TMP/no_lib" || fail "a missing library: $(tail -n 3 "$TMP/no_lib")"
-echo "  first run: an old driver and a missing library each stop gpu_check with what it found"
+    "$TMP/no_lib" || fatal "a missing library: $(tail -n 3 "$TMP/no_lib")"
+ok "first run: an old driver and a missing library each stop gpu_check with what it found"
 
 # 5. the peer on the CPU: d2 (C 128) at B 2, T 64; its parameters counted from the shapes
 # (wte 50304 x C, wpe 1024 x C, per layer 12 C^2 + 13 C, lnf 2 C); a loss after 4 steps
 # on one batch of random tokens below ln(50257) = 10.82 and above what 4 steps could learn.
 if ! $PY -c 'import torch' 2>/dev/null; then
-    echo "  SKIPPED: the PyTorch peer: $PY has no torch"
+    skip "the PyTorch peer on the CPU" "$PY has no torch"
 else
     peer=$(OMP_NUM_THREADS=1 $PY dev/bench/torch_gpt2_bench.py --model d2 -b 2 -t 64 --steps 3 --warmup 1 --device cpu 2>&1)
     C=128 L=2
@@ -180,7 +178,7 @@ else
         END { ok = n == 1 && f["model"] == "d2" && f["params"] == params && f["B"] == 2 && f["T"] == 64 &&
                    f["device"] == "cpu" && f["ms/step"] > 0 && f["peak_mib"] > 0 && f["loss"] > 5 && f["loss"] < 10.82 &&
                    (f["tok/s"] - 128000 / f["ms/step"]) ^ 2 < 1
-              exit !ok }' || fail "the peer on the CPU: want one torch_bench line, $params parameters: $peer"
-    echo "  the PyTorch peer on the CPU: $peer"
+              exit !ok }' || fatal "the peer on the CPU: want one torch_bench line, $params parameters: $peer"
+    ok "the PyTorch peer on the CPU: $peer"
 fi
-echo "PASS test_gpt2_cost"
+done_testing
