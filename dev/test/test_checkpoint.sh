@@ -25,15 +25,12 @@
 #      sharded I/O itself: test_checkpoint_io.sh.)
 # FAST=1 (make test-fast): the fp32 same-DP resume and the resume at np=4 only.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-make -s train_gpt2 USE_ZERO1=1 >/dev/null && make -s train_gpt2_plain >/dev/null || { echo "FAIL build"; exit 1; }
+make -s train_gpt2 USE_ZERO1=1 >/dev/null && make -s train_gpt2_plain >/dev/null || fatal "build"
 $PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" --steps 0 >/dev/null ||
-    { echo "FAIL oracle"; exit 1; }
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "PASS $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+    fatal "oracle"
 
 # train BIN NP B DIR [flags]: 6 steps with the data and schedule every run shares.
 COMMON=(-e "$work/m.bin" -i data/tinyshakespeare_train.bin -t 64 -x 6 -v 0 -s 0 -l 1e-3 -u 2 -q 0.1 -c 0.1)
@@ -68,17 +65,17 @@ for variant in "${VARIANTS[@]}"; do
     straight=$work/straight_$name
     # shellcheck disable=SC2086  # $extra: a flag or nothing
     train ./train_gpt2 2 2 "$straight" -z 1 --bucket-size 20000 --param-dtype $dtype $extra -n 3 ||
-        { bad "straight run ($variant)"; tail -5 "$straight.log"; continue; }
+        { not_ok "straight run ($variant)"; tail -5 "$straight.log"; continue; }
     resumed=$work/resumed_$name
     resume_from "$straight" "$resumed"
     # shellcheck disable=SC2086
     train ./train_gpt2 2 2 "$resumed" -z 1 --bucket-size 20000 --param-dtype $dtype $extra -n 3 -y 1 ||
-        { bad "resume ($variant)"; tail -5 "$resumed.log"; continue; }
+        { not_ok "resume ($variant)"; tail -5 "$resumed.log"; continue; }
     if same_checkpoint "$straight/checkpoint_00000006" "$resumed/checkpoint_00000006" &&
        grep -q "resumed from .*checkpoint_00000003: step 3" "$resumed.log"; then
         ok "same-DP resume ($variant params) continues bit-identically"
     else
-        bad "same-DP resume ($variant params) differs from the straight run"
+        not_ok "same-DP resume ($variant params) differs from the straight run"
     fi
 done
 
@@ -89,20 +86,19 @@ OTHER_RUNS=("./train_gpt2 1 4 -z 1" "./train_gpt2 4 1 -z 1 --bucket-size 5000" "
 [ "${FAST:-0}" = 1 ] && OTHER_RUNS=("./train_gpt2 4 1 -z 1 --bucket-size 5000")
 for cfg in "${OTHER_RUNS[@]}"; do
     read -r bin np b flags <<<"$cfg"
-    dir=$work/other_$((passed + failed))
+    dir=$work/other_$TEST_COUNT
     resume_from "$S" "$dir"
     # shellcheck disable=SC2086
     if train "$bin" "$np" "$b" "$dir" $flags -y 1 && close "$S" "$dir"; then
         ok "resume at np=$np B=$b ($bin $flags) matches the np=2 run within 1e-5"
     else
-        bad "resume at np=$np B=$b ($bin $flags)"; tail -5 "$dir.log"; losses "$dir"
+        not_ok "resume at np=$np B=$b ($bin $flags)"; diag "$(tail -5 "$dir.log"; losses "$dir")"
     fi
 done
 
 if [ "${FAST:-0}" = 1 ]; then
-    echo "test_checkpoint: $passed passed, $failed failed (FAST=1: the fp32 same-DP resume and one at np=4; make test runs the rest)"
-    [ $failed = 0 ]
-    exit
+    note "FAST=1: the fp32 same-DP resume and one at np=4; make test runs the rest"
+    done_testing
 fi
 
 # Every mode that changes which data a step reads resumes exactly: gradient accumulation
@@ -114,7 +110,7 @@ exact_resume() {  # exact_resume NAME FLAGS...
     local name=$1 straight=$work/straight_$1 resumed=$work/resumed_$1
     shift
     if ! train ./train_gpt2 2 2 "$straight" -z 1 --bucket-size 20000 -n 3 "$@"; then
-        bad "straight run ($name)"; tail -5 "$straight.log"; return
+        not_ok "straight run ($name)" "$straight.log"; return
     fi
     mkdir -p "$resumed"
     cp -r "$straight/checkpoint_00000003" "$resumed/"
@@ -125,8 +121,8 @@ exact_resume() {  # exact_resume NAME FLAGS...
        [ "$(log_values "$resumed")" = "$(log_values "$straight")" ] && [ "$(losses "$resumed" | wc -l)" = 6 ]; then
         ok "same-DP resume ($name) continues bit-identically; main.log has each step once, as the straight run's"
     else
-        bad "resume ($name) differs from the straight run"; tail -5 "$resumed.log"
-        diff <(log_values "$straight") <(log_values "$resumed") | head -5
+        not_ok "resume ($name) differs from the straight run" "$resumed.log"
+        diag "$(diff <(log_values "$straight") <(log_values "$resumed") | head -5)"
     fi
 }
 exact_resume accumulation -d 512
@@ -148,7 +144,7 @@ refused() {  # refused NAME WANT NP B FLAGS...: one error naming the change, not
        [[ $msg == *"--allow-resume-change"* ]] && [ "$(cd "$dir" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$before" ]; then
         ok "resume with $name is refused: $want"
     else
-        bad "resume with $name: exit $rc, expected one error naming '$want' and no file changed"; tail -3 "$dir.log"
+        not_ok "resume with $name: exit $rc, expected one error naming '$want' and no file changed"; diag "$(tail -3 "$dir.log")"
     fi
 }
 refused global_batch "tokens per step (ranks x B x T x accumulation) 256 -> 512" 2 4
@@ -163,7 +159,7 @@ if train ./train_gpt2 2 2 "$dir" -z 1 -l 3e-4 -y 1 --allow-resume-change &&
    [ "$(losses "$dir" | wc -l)" = 6 ]; then
     ok "--allow-resume-change continues with a new -l, saying so"
 else
-    bad "--allow-resume-change"; tail -5 "$dir.log"
+    not_ok "--allow-resume-change"; diag "$(tail -5 "$dir.log")"
 fi
 
 # The train data: the checkpoint records its corpus (tinyshakespeare's manifest: its shard's
@@ -195,14 +191,14 @@ if [ $rc -ne 0 ] && [ "$(grep -c "error:" "$dir.log")" = 1 ] &&
    [ "$(cd "$dir" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$before" ]; then
     ok "resume on another corpus of the same size is refused, naming both, nothing written"
 else
-    bad "resume on another corpus: exit $rc"; tail -3 "$dir.log"
+    not_ok "resume on another corpus: exit $rc"; diag "$(tail -3 "$dir.log")"
 fi
 if train ./train_gpt2 2 2 "$dir" -z 1 -y 1 -i "$work/data_other/shard.bin" --allow-corpus-change &&
    grep -q "^resume: --allow-corpus-change: continuing .*checkpoint_00000003 on other data (shards without a manifest, 1 shard, digest [0-9]*; it was trained on corpus 'tinyshakespeare', 1 shard, digest $digest)$" "$dir.log" &&
    [ "$(losses "$dir" | wc -l)" = 6 ]; then
     ok "--allow-corpus-change continues on the other corpus, saying so"
 else
-    bad "--allow-corpus-change"; tail -5 "$dir.log"
+    not_ok "--allow-corpus-change"; diag "$(tail -5 "$dir.log")"
 fi
 dir=$work/corpus_copy
 resume_from "$work/straight_fp32" "$dir"
@@ -211,7 +207,7 @@ if train ./train_gpt2 2 2 "$dir" -z 1 --bucket-size 20000 --param-dtype fp32 -n 
    same_checkpoint "$work/straight_fp32/checkpoint_00000006" "$dir/checkpoint_00000006"; then
     ok "the same shard copied elsewhere, without its manifest: the same corpus, the resume equals the straight run"
 else
-    bad "resume on a copy of the corpus"; tail -5 "$dir.log"
+    not_ok "resume on a copy of the corpus"; diag "$(tail -5 "$dir.log")"
 fi
 dir=$work/corpus_unrecorded
 resume_from "$work/straight_fp32" "$dir"
@@ -224,7 +220,7 @@ if train ./train_gpt2 2 2 "$dir" -z 1 -y 1 -i "$work/data_other/shard.bin" &&
    [ "$(losses "$dir" | wc -l)" = 6 ]; then
     ok "a checkpoint without the record (an earlier version) resumes, saying the data was not checked"
 else
-    bad "a checkpoint without the record"; tail -5 "$dir.log"
+    not_ok "a checkpoint without the record"; diag "$(tail -5 "$dir.log")"
 fi
 
 # Distributed-optimizer instances (np=4 as 2 groups of 2): group 0 saves and loads the
@@ -238,21 +234,21 @@ if train ./train_gpt2 4 1 "$inst" -z 1 --bucket-size 20000 --dist-opt-instances 
        grep -q "parameters identical on all 4 ranks: yes" "$resumed.log"; then
         ok "same-flags resume with 2 distributed-optimizer instances continues bit-identically"
     else
-        bad "resume with 2 distributed-optimizer instances differs from the straight run"; tail -5 "$resumed.log"
+        not_ok "resume with 2 distributed-optimizer instances differs from the straight run"; diag "$(tail -5 "$resumed.log")"
     fi
 else
-    bad "straight run with 2 distributed-optimizer instances"; tail -5 "$inst.log"
+    not_ok "straight run with 2 distributed-optimizer instances"; diag "$(tail -5 "$inst.log")"
 fi
 
 # ZeRO-1 resumes what the plain build saved.
 plain=$work/plain
-train ./train_gpt2_plain 2 2 "$plain" -z 0 -n 3 || bad "plain straight run"
+train ./train_gpt2_plain 2 2 "$plain" -z 0 -n 3 || not_ok "plain straight run"
 dir=$work/plain_to_zero1
 resume_from "$plain" "$dir"
 if train ./train_gpt2 4 1 "$dir" -z 1 --bucket-size 3000 -y 1 && close "$plain" "$dir"; then
     ok "ZeRO-1 at np=4 resumes a checkpoint of the plain replicated build"
 else
-    bad "ZeRO-1 resuming the plain build's checkpoint"; tail -5 "$dir.log"
+    not_ok "ZeRO-1 resuming the plain build's checkpoint"; diag "$(tail -5 "$dir.log")"
 fi
 
 # A temporary directory is never taken for a checkpoint, not even one whose files are all
@@ -263,7 +259,7 @@ cp -r "$S/checkpoint_00000006" "$dir/.checkpoint_00000006.tmp"
 if train ./train_gpt2 2 2 "$dir" -z 1 -y 1 && grep -q "checkpoint_00000003: step 3" "$dir.log"; then
     ok "a temporary checkpoint directory is ignored, even with all its files"
 else
-    bad "stale temporary checkpoint"; tail -5 "$dir.log"
+    not_ok "stale temporary checkpoint"; diag "$(tail -5 "$dir.log")"
 fi
 
 # -y 1 before any checkpoint exists starts from step 0 and is the straight run (the same
@@ -278,7 +274,7 @@ if train ./train_gpt2 2 2 "$dir" -z 1 --bucket-size 20000 -n 3 -y 1 &&
    [ ! -e "$dir/.checkpoint_00000004.tmp" ] && same_checkpoint "$S/checkpoint_00000006" "$dir/checkpoint_00000006"; then
     ok "-y 1 with no checkpoint yet starts from step 0 (== the straight run) and removes a stale temporary"
 else
-    bad "-y 1 with no checkpoint yet"; tail -5 "$dir.log"; ls -a "$dir"
+    not_ok "-y 1 with no checkpoint yet"; diag "$(tail -5 "$dir.log"; ls -a "$dir")"
 fi
 
 # -nk 2 keeps this run's newest two. Among the older ones, a symlink is removed without
@@ -295,7 +291,7 @@ if train ./train_gpt2 2 2 "$dir" -z 1 --bucket-size 20000 -n 1 -nk 2 -y 1 &&
    same_checkpoint "$S/checkpoint_00000006" "$dir/checkpoint_00000006"; then
     ok "-nk 2 leaves the newest 2; a symlink is unlinked, not followed; foreign files are kept"
 else
-    bad "-nk 2"; tail -5 "$dir.log"; ls -la "$dir" "$work/outside"
+    not_ok "-nk 2"; diag "$(tail -5 "$dir.log"; ls -la "$dir" "$work/outside")"
 fi
 
 # kill -9 in the middle of a save (the job stopped in the save of step 3, its temporary
@@ -310,7 +306,7 @@ if wait_stopped "$dir.log" 1 >/dev/null && [ -d "$dir/.checkpoint_00000003.tmp" 
 kill -KILL $pid 2>/dev/null
 wait $pid 2>/dev/null
 if [ -z "$caught" ]; then
-    bad "kill -9 during a save: no save was caught in progress"; tail -5 "$dir.log"
+    not_ok "kill -9 during a save: no save was caught in progress"; diag "$(tail -5 "$dir.log")"
 else
     step=${caught##*_} && step=$((10#${step%.tmp})) && prev=$((step - 1))
     if timeout 120 "${KILL_RUN[@]}" -y 1 >"$dir.resume.log" 2>&1 &&
@@ -318,7 +314,7 @@ else
        grep -q "removed $caught, left by an interrupted save" "$dir.resume.log" && [ -d "$dir/checkpoint_00000004" ]; then
         ok "kill -9 while saving step $step: resumed from step $prev, the temporary removed, the run finished"
     else
-        bad "resume after kill -9 while saving step $step"; tail -5 "$dir.resume.log"
+        not_ok "resume after kill -9 while saving step $step"; diag "$(tail -5 "$dir.resume.log")"
     fi
 fi
 
@@ -359,7 +355,7 @@ last_losses() { awk '/^s:[0-9]+ trl:/ { split($1, a, ":"); split($2, b, ":"); lo
                      END { for (s in loss) print s, loss[s] }' "$1/main.log" | sort -n; }
 straight=$work/kills_straight
 mkdir -p "$straight"
-timeout 300 "${MPIRUN[@]}" "${KILL_RUN[@]}" -o "$straight" >"$straight.log" 2>&1 || bad "uninterrupted run for the kills"
+timeout 300 "${MPIRUN[@]}" "${KILL_RUN[@]}" -o "$straight" >"$straight.log" 2>&1 || not_ok "uninterrupted run for the kills"
 logged_step() {  # the last step in DIR/main.log, 0 before the first
     local s
     s=$(sed -n 's/^s:\([0-9]*\) trl:.*/\1/p' "$1/main.log" 2>/dev/null | tail -n 1)
@@ -398,15 +394,15 @@ for attempt in 1 2 3 4; do
 done 2>/dev/null  # the shell's "Killed" notices
 timeout 300 "${MPIRUN[@]}" "${KILL_RUN[@]}" -o "$dir" >>"$dir.log" 2>&1
 rc=$?
-echo "kills (seed $seed): $story"
+note "kills (seed $seed): $story"
 final=$(printf 'checkpoint_%08d' $KILL_STEPS)
 if [ $rc = 0 ] && [ $hits = 4 ] && [ "$(last_losses "$dir" | wc -l)" = $KILL_STEPS ] &&
    [ "$(last_losses "$dir")" = "$(last_losses "$straight")" ] &&
    same_checkpoint "$straight/$final" "$dir/$final"; then
     ok "$hits kill -9s at random moments (np=2, a checkpoint every step): the finished run equals the uninterrupted one bitwise"
 else
-    bad "random kills (seed $seed, rc $rc, $hits hits)"; diff <(last_losses "$straight") <(last_losses "$dir") | head
-    tail -5 "$dir.log"
+    not_ok "random kills (seed $seed, rc $rc, $hits hits)" "$dir.log"
+    diag "$(diff <(last_losses "$straight") <(last_losses "$dir") | head)"
 fi
 
 # Requeued once more after the end: the newest checkpoint is at -x, every rank exits 0.
@@ -417,15 +413,14 @@ if [ $rc = 0 ] && [ "$(grep -c "^resume: $S/checkpoint_00000006 is at step 6 = -
    [ "$(cat "$S"/main.log "$S"/checkpoint_00000006/* | md5sum)" = "$md5_before" ]; then
     ok "resuming a complete run (np=2) says so and exits 0, changing nothing"
 else
-    bad "resuming a complete run (rc=$rc)"; tail -5 "$S.log"
+    not_ok "resuming a complete run (rc=$rc)"; diag "$(tail -5 "$S.log")"
 fi
 
 timeout 60 ./train_gpt2 -e "$work/m.bin" -t 64 -n 3 -x 1 >"$work/noout.log" 2>&1
 if [ $? -ne 0 ] && grep -q "error: checkpoints (-n, -nk, -y, --start-over) live in the output directory" "$work/noout.log"; then
     ok "-n without -o is a clear error"
 else
-    bad "-n without -o"; cat "$work/noout.log"
+    not_ok "-n without -o" "$work/noout.log"
 fi
 
-echo "test_checkpoint: $passed passed, $failed failed"
-[ $failed = 0 ]
+done_testing
