@@ -8,21 +8,21 @@
 # a planted NaN stops every rank.
 # FAST=1 (make test-fast) runs the rows in FAST_ROWS only and says how many it left out.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-make -s test_zero1 test_gpt2 USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
-make -s train_gpt2 train_gpt2_testing USE_ZERO1=1 >/dev/null || { echo "FAIL build"; exit 1; }
+make -s test_zero1 test_gpt2 USE_ZERO1=1 >/dev/null || fatal "build"
+make -s train_gpt2 train_gpt2_testing USE_ZERO1=1 >/dev/null || fatal "build"
 
 # A small model (vocab 1000) keeps 40 runs fast; its parameters still span many buckets.
 $PY dev/test/gpt2_oracle.py make --out-model "$work/small.bin" --out-state "$work/small_state.bin" \
-    --vocab 1000 --max-seq 32 --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle"; exit 1; }
+    --vocab 1000 --max-seq 32 --seq 32 --steps 1 >/dev/null || fatal "oracle models"
 # C = 48 for the split embedding: wte's shards then end inside rows at np 3 and 4, so a row
 # goes to two owners and each adds only its part.
 $PY dev/test/gpt2_oracle.py make --out-model "$work/c48.bin" --out-state "$work/c48_state.bin" \
-    --vocab 1000 --channels 48 --max-seq 32 --seq 32 --steps 1 >/dev/null || { echo "FAIL oracle"; exit 1; }
+    --vocab 1000 --channels 48 --max-seq 32 --seq 32 --steps 1 >/dev/null || fatal "oracle models"
 
-passed=0 failed=0 left_out=0
+left_out=0
 FAST_ROWS="|2 zero1_hazard: many small buckets|2 zero1_hazard: accumulation|3 average in the collective|\
 2 zero1_hazard: ZeRO-1 vs PyTorch oracle|2 planted NaN|2 --trace|"
 wanted() {  # wanted NP NAME: whether this row runs (every row, unless FAST=1)
@@ -30,14 +30,14 @@ wanted() {  # wanted NP NAME: whether this row runs (every row, unless FAST=1)
     left_out=$((left_out + 1))
     return 1
 }
-check() {  # check NAME NP ARGS...: one test_zero1 run (of $MODEL, default small.bin)
+zero1_row() {  # zero1_row NAME NP ARGS...: one test_zero1 run (of $MODEL, default small.bin)
     local name=$1 np=$2; shift 2
     wanted "$np" "$name" || return 0
     if timeout 300 "${MPIRUN[@]}" -np "$np" ./test_zero1 "${MODEL:-$work/small.bin}" "$@" >"$work/log" 2>&1 &&
        grep -q "^PASS test_zero1" "$work/log"; then
-        passed=$((passed + 1)); echo "PASS np=$np $name"
+        ok "np=$np $name"
     else
-        failed=$((failed + 1)); echo "FAIL np=$np $name ($*)"; tail -15 "$work/log"
+        not_ok "np=$np $name ($*)" "$work/log"
     fi
 }
 
@@ -47,17 +47,17 @@ check() {  # check NAME NP ARGS...: one test_zero1 run (of $MODEL, default small
 # nothing: "one bucket" proves it; each other row's feature is proven at np 2-4, where the
 # collectives move data (the split embedding and stochastic rounding keep their np 1 rows).
 for np in 1 2 3 4; do
-    check "one bucket" $np -z 1 --bucket-size none
+    zero1_row "one bucket" $np -z 1 --bucket-size none
     [ $np = 1 ] && continue
-    check "many small buckets (split params, padding-only ranks)" $np -z 1 --bucket-size 3000
-    check "bucket size hitting a parameter end" $np -z 1 --bucket-size 64
-    check "pad-busbw" $np -z 1 --bucket-size 20000 --pad-busbw
-    check "accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000
-    check "bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16
-    check "bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16
-    check "bf16 wire, fp32 accumulation" $np -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation
-    check "average in the collective" $np -z 1 --bucket-size 5000 --average-in-collective
-    check "replicated through the runtime (bucketed all-reduce)" $np -z 0 --bucket-size 5000
+    zero1_row "many small buckets (split params, padding-only ranks)" $np -z 1 --bucket-size 3000
+    zero1_row "bucket size hitting a parameter end" $np -z 1 --bucket-size 64
+    zero1_row "pad-busbw" $np -z 1 --bucket-size 20000 --pad-busbw
+    zero1_row "accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000
+    zero1_row "bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16
+    zero1_row "bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16
+    zero1_row "bf16 wire, fp32 accumulation" $np -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation
+    zero1_row "average in the collective" $np -z 1 --bucket-size 5000 --average-in-collective
+    zero1_row "replicated through the runtime (bucketed all-reduce)" $np -z 0 --bucket-size 5000
 done
 
 # --stochastic-rounding: the bf16 write-back's bits depend only on (seed, step, model-space
@@ -66,36 +66,36 @@ done
 # buckets, parameters cut by shard bounds), and not round-to-nearest's. With -l 1e-3
 # ZeRO-1 still matches the replicated mode within bf16's tolerance.
 SR_LR0=(--steps 3 --param-dtype bf16 -l 0 -z 1)  # after test_zero1's own options (--dump-params)
-check "stochastic rounding, lr 0, one bucket" 1 --dump-params "$work/sr_np1.bin" "${SR_LR0[@]}" \
+zero1_row "stochastic rounding, lr 0, one bucket" 1 --dump-params "$work/sr_np1.bin" "${SR_LR0[@]}" \
     --bucket-size none --stochastic-rounding
-check "stochastic rounding, lr 0, small buckets" 2 --dump-params "$work/sr_np2.bin" "${SR_LR0[@]}" \
+zero1_row "stochastic rounding, lr 0, small buckets" 2 --dump-params "$work/sr_np2.bin" "${SR_LR0[@]}" \
     --bucket-size 3000 --stochastic-rounding
-check "round to nearest, lr 0" 2 --dump-params "$work/rne_np2.bin" "${SR_LR0[@]}" --bucket-size 3000
+zero1_row "round to nearest, lr 0" 2 --dump-params "$work/rne_np2.bin" "${SR_LR0[@]}" --bucket-size 3000
 if ! wanted 2 "stochastic rounding: np 1 == np 2"; then
     :
 elif cmp -s "$work/sr_np1.bin" "$work/sr_np2.bin" && ! cmp -s "$work/sr_np1.bin" "$work/rne_np2.bin"; then
-    passed=$((passed + 1)); echo "PASS stochastic rounding: np 1 (one bucket) == np 2 (bucket size 3000) bitwise, != nearest"
+    ok "stochastic rounding: np 1 (one bucket) == np 2 (bucket size 3000) bitwise, != nearest"
 else
-    failed=$((failed + 1)); echo "FAIL stochastic rounding: params differ across DP/bucket size, or equal nearest's"
+    not_ok "stochastic rounding: params differ across DP/bucket size, or equal nearest's"
 fi
-check "bf16 param storage, stochastic rounding" 2 -z 1 --bucket-size 5000 --param-dtype bf16 --stochastic-rounding
+zero1_row "bf16 param storage, stochastic rounding" 2 -z 1 --bucket-size 5000 --param-dtype bf16 --stochastic-rounding
 
 # Distributed-optimizer instances: K groups of np/K consecutive ranks shard the state, each
 # shard all-reduced across the groups (K = np: every group is one rank). The reference is
 # still the plain replicated optimizer over all ranks.
 for run in "4 2" "6 3" "4 4"; do
     read -r np k <<<"$run"
-    check "$k distributed-optimizer instances" $np -z 1 --bucket-size 3000 --dist-opt-instances $k
+    zero1_row "$k distributed-optimizer instances" $np -z 1 --bucket-size 3000 --dist-opt-instances $k
 done
-check "2 instances, accumulation" 4 --accum 2 --batch 24 -z 1 --bucket-size 5000 --dist-opt-instances 2
-check "2 instances, bf16 grad reduction" 4 -z 1 --bucket-size 5000 --grad-dtype bf16 --dist-opt-instances 2
-check "2 instances, bf16 param storage" 4 -z 1 --bucket-size 5000 --param-dtype bf16 --dist-opt-instances 2
-check "2 instances, fp32 accumulation (the shard crosses in fp32)" 4 -z 1 --bucket-size 5000 --grad-dtype bf16 \
+zero1_row "2 instances, accumulation" 4 --accum 2 --batch 24 -z 1 --bucket-size 5000 --dist-opt-instances 2
+zero1_row "2 instances, bf16 grad reduction" 4 -z 1 --bucket-size 5000 --grad-dtype bf16 --dist-opt-instances 2
+zero1_row "2 instances, bf16 param storage" 4 -z 1 --bucket-size 5000 --param-dtype bf16 --dist-opt-instances 2
+zero1_row "2 instances, fp32 accumulation (the shard crosses in fp32)" 4 -z 1 --bucket-size 5000 --grad-dtype bf16 \
     --fp32-accumulation --dist-opt-instances 2
-check "2 instances, average in the collective (over G, then over K)" 4 -z 1 --bucket-size 5000 \
+zero1_row "2 instances, average in the collective (over G, then over K)" 4 -z 1 --bucket-size 5000 \
     --average-in-collective --dist-opt-instances 2
-check "average in the collective, replicated (-z 0)" 3 -z 0 --bucket-size 5000 --average-in-collective
-check "fp32 accumulation, averaged (the 1/DP inside sum_slices)" 3 -z 1 --bucket-size 5000 --grad-dtype bf16 \
+zero1_row "average in the collective, replicated (-z 0)" 3 -z 0 --bucket-size 5000 --average-in-collective
+zero1_row "fp32 accumulation, averaged (the 1/DP inside sum_slices)" 3 -z 1 --bucket-size 5000 --grad-dtype bf16 \
     --fp32-accumulation --average-in-collective
 
 # zero1_hazard: the candidate again on the deferred device (device pointers the host cannot
@@ -105,31 +105,31 @@ check "fp32 accumulation, averaged (the 1/DP inside sum_slices)" 3 -z 1 --bucket
 # before a sync gets NaN or stale values here, so the comparison fails.
 HAZARD=(--test-device deferred --test-hazard)
 for np in 2 3 4; do  # np 1 has no collective in flight to poison
-    check "zero1_hazard: one bucket" $np -z 1 --bucket-size none "${HAZARD[@]}"
-    check "zero1_hazard: many small buckets" $np -z 1 --bucket-size 3000 "${HAZARD[@]}"
-    check "zero1_hazard: accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000 "${HAZARD[@]}"
-    check "zero1_hazard: bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16 "${HAZARD[@]}"
-    check "zero1_hazard: bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16 "${HAZARD[@]}"
-    check "zero1_hazard: -z 0 (bucketed all-reduce)" $np -z 0 --bucket-size 5000 "${HAZARD[@]}"
+    zero1_row "zero1_hazard: one bucket" $np -z 1 --bucket-size none "${HAZARD[@]}"
+    zero1_row "zero1_hazard: many small buckets" $np -z 1 --bucket-size 3000 "${HAZARD[@]}"
+    zero1_row "zero1_hazard: accumulation" $np --accum 2 --batch 24 -z 1 --bucket-size 5000 "${HAZARD[@]}"
+    zero1_row "zero1_hazard: bf16 param storage" $np -z 1 --bucket-size 5000 --param-dtype bf16 "${HAZARD[@]}"
+    zero1_row "zero1_hazard: bf16 grad reduction" $np -z 1 --bucket-size 5000 --grad-dtype bf16 "${HAZARD[@]}"
+    zero1_row "zero1_hazard: -z 0 (bucketed all-reduce)" $np -z 0 --bucket-size 5000 "${HAZARD[@]}"
 done
 # The split embedding: wte's classifier part reduced as soon as it is final, the last
 # micro-step's encoder rows sent sparsely to their owners and added there (C = 48 model).
 SPLIT=(-z 1 --bucket-size 3000 --split-embedding)
 for np in 1 2 3 4; do
-    MODEL="$work/c48.bin" check "split embedding" $np "${SPLIT[@]}"
+    MODEL="$work/c48.bin" zero1_row "split embedding" $np "${SPLIT[@]}"
 done
-MODEL="$work/c48.bin" check "split embedding, accumulation" 2 --accum 2 --batch 24 "${SPLIT[@]}"
-MODEL="$work/c48.bin" check "split embedding, 2 instances" 4 "${SPLIT[@]}" --dist-opt-instances 2
-MODEL="$work/c48.bin" check "split embedding, average in the collective" 3 "${SPLIT[@]}" --average-in-collective
+MODEL="$work/c48.bin" zero1_row "split embedding, accumulation" 2 --accum 2 --batch 24 "${SPLIT[@]}"
+MODEL="$work/c48.bin" zero1_row "split embedding, 2 instances" 4 "${SPLIT[@]}" --dist-opt-instances 2
+MODEL="$work/c48.bin" zero1_row "split embedding, average in the collective" 3 "${SPLIT[@]}" --average-in-collective
 for np in 2 3; do
-    MODEL="$work/c48.bin" check "zero1_hazard: split embedding" $np "${SPLIT[@]}" "${HAZARD[@]}"
+    MODEL="$work/c48.bin" zero1_row "zero1_hazard: split embedding" $np "${SPLIT[@]}" "${HAZARD[@]}"
 done
 for np in 2 3; do
-    check "zero1_hazard: fp32 accumulation" $np -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation "${HAZARD[@]}"
+    zero1_row "zero1_hazard: fp32 accumulation" $np -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation "${HAZARD[@]}"
 done
-check "zero1_hazard: average in the collective" 2 -z 1 --bucket-size 5000 --average-in-collective "${HAZARD[@]}"
-check "zero1_hazard: 2 instances" 4 -z 1 --bucket-size 3000 --dist-opt-instances 2 "${HAZARD[@]}"
-check "zero1_hazard: 3 instances, bf16 grad reduction" 6 -z 1 --bucket-size 5000 --grad-dtype bf16 \
+zero1_row "zero1_hazard: average in the collective" 2 -z 1 --bucket-size 5000 --average-in-collective "${HAZARD[@]}"
+zero1_row "zero1_hazard: 2 instances" 4 -z 1 --bucket-size 3000 --dist-opt-instances 2 "${HAZARD[@]}"
+zero1_row "zero1_hazard: 3 instances, bf16 grad reduction" 6 -z 1 --bucket-size 5000 --grad-dtype bf16 \
     --dist-opt-instances 3 "${HAZARD[@]}"
 
 # ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4, on the
@@ -143,9 +143,9 @@ for extra in "" "${HAZARD[*]}" "--split-embedding"; do
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
     if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 $extra \
         >"$work/log" 2>&1 && grep -q "^PASS test_gpt2" "$work/log"; then
-        passed=$((passed + 1)); echo "PASS np=2 $name"
+        ok "np=2 $name"
     else
-        failed=$((failed + 1)); echo "FAIL np=2 $name"; tail -15 "$work/log"
+        not_ok "np=2 $name" "$work/log"
     fi
 done
 
@@ -165,9 +165,9 @@ for run in "2" "3" "2 ${HAZARD[*]}" "4 --dist-opt-instances 2"; do
     rc=$?
     n=$(grep -c "error: non-finite gradient in h0.qkvb at step 3" "$work/log")
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" = 1 ] && ! grep -q "^step    4" "$work/log"; then
-        passed=$((passed + 1)); echo "PASS np=$np $name stops every rank with one message"
+        ok "np=$np $name stops every rank with one message"
     else
-        failed=$((failed + 1)); echo "FAIL np=$np $name (rc=$rc, messages=$n)"; tail -15 "$work/log"
+        not_ok "np=$np $name (rc=$rc, messages=$n)" "$work/log"
     fi
 done
 # --trace: one Chrome trace per rank with per-layer compute, every bucket's reduce-scatter
@@ -177,9 +177,9 @@ done
 # pairs each collective with its own step's backward): none fires during its backward,
 # some during the second's. First, that check fails on hand-made traces where it must.
 if $PY dev/test/trace_overlap.py --self-test >"$work/log" 2>&1; then
-    passed=$((passed + 1)); echo "PASS trace_overlap.py fails on traces whose collectives start after their own backward"
+    ok "trace_overlap.py fails on traces whose collectives start after their own backward"
 else
-    failed=$((failed + 1)); echo "FAIL trace_overlap.py --self-test"; tail -15 "$work/log"
+    not_ok "trace_overlap.py --self-test" "$work/log"
 fi
 for run in "2 1" "4 2"; do
     read -r np k <<<"$run"
@@ -209,9 +209,9 @@ for rank in range(np_):
     assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")
 PYEOF
     then
-        passed=$((passed + 1)); echo "PASS np=$np --trace ($k instance(s)): per-layer compute, per-bucket collectives"
+        ok "np=$np --trace ($k instance(s)): per-layer compute, per-bucket collectives"
     else
-        failed=$((failed + 1)); echo "FAIL np=$np --trace ($k instance(s))"; tail -15 "$work/log"
+        not_ok "np=$np --trace ($k instance(s))" "$work/log"
     fi
 done
 # Overlap off lays out one bucket, as Megatron's DDP does, and says a --bucket-size given is
@@ -225,10 +225,10 @@ if wanted 2 "one bucket without overlap"; then
     }
     off=$(layout --no-overlap-grad-reduce) on=$(layout)
     if [ "$off" = "1 buckets 1 notes" ] && [[ $on == *" buckets 0 notes" ]] && [ "${on%% *}" -gt 1 ]; then
-        passed=$((passed + 1)); echo "PASS np=2 one bucket without overlap, and a note (with overlap: ${on%% buckets*} buckets)"
+        ok "np=2 one bucket without overlap, and a note (with overlap: ${on%% buckets*} buckets)"
     else
-        failed=$((failed + 1)); echo "FAIL np=2 one bucket without overlap: off '$off', on '$on'"; tail -15 "$work/log"
+        not_ok "np=2 one bucket without overlap: off '$off', on '$on'" "$work/log"
     fi
 fi
-echo "test_zero1: $passed passed, $failed failed$([ $left_out = 0 ] || echo ", $left_out rows left out (FAST=1; make test runs them)")"
-[ $failed = 0 ]
+[ $left_out = 0 ] || note "$left_out rows left out (FAST=1; make test runs them)"
+done_testing
