@@ -13,17 +13,13 @@
 #      command prints (approx: numbers within 0.1%, times any)
 # The pinned transformers (scripts/install_hf_client.sh) runs the `runnable: pypi` blocks;
 # docs/huggingface.md's install line must be that script's. Marks and rules:
-# docs/testing.md, "The docs test". Prints PASS/FAIL lines, then "N passed, M failed";
-# exits 1 on any failure.
+# docs/testing.md, "The docs test". Prints TAP (dev/test/test_lib.sh), a check per page and
+# per control; exits 1 on any failure.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 ROOT=$PWD
 WORK=$(mktemp -d /tmp/llmc_docs.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-passed=0
-failed=0
-pass() { echo "PASS $*"; passed=$((passed + 1)); }
-fail() { echo "FAIL $*"; failed=$((failed + 1)); }
 
 # run_page PAGE TREE LOGDIR: PAGE's runnable and output blocks in document order, in TREE;
 # 0 only if all pass. A block runs as written with bash -e -o pipefail and without the
@@ -80,9 +76,9 @@ run_page() {
 
 # ---- 1. static checks ----------------------------------------------------------------------
 if $PY dev/test/docs_check.py static . >"$WORK/static.log" 2>&1; then
-    pass "static: $(tail -n 1 "$WORK/static.log")"
+    ok "static: $(tail -n 1 "$WORK/static.log")"
 else
-    fail "static:"
+    not_ok "static:"
     sed 's/^/    | /' "$WORK/static.log"
 fi
 $PY dev/test/docs_check.py summary . | sed 's/^/    /'
@@ -103,11 +99,11 @@ CTL=$WORK/control
 control() {
     local name=$1 want=$2
     if $PY dev/test/docs_check.py static "$CTL" >"$WORK/ctl.log" 2>&1; then
-        fail "control $name: the planted fault passed the checks"
+        not_ok "control $name: the planted fault passed the checks"
     elif grep -q -- "$want" "$WORK/ctl.log"; then
-        pass "control $name: reported"
+        ok "control $name: reported"
     else
-        fail "control $name: not reported as '$want':"
+        not_ok "control $name: not reported as '$want':"
         sed 's/^/    | /' "$WORK/ctl.log"
     fi
     rm -rf "$CTL"
@@ -147,8 +143,8 @@ planted() {  # planted NAME WANT LINES...: a page of LINES through run_page; WAN
     mkdir -p "$WORK/planted/$name"
     printf '%s\n' '# planted' "$@" >"$WORK/planted/$name/page.md"
     run_page "$WORK/planted/$name/page.md" "$WORK/planted/$name" "$WORK/planted/$name/logs" >"$WORK/ctl.log" 2>&1 || got=fail
-    if [ $got = "$want" ]; then pass "control runner, $name: the page must $want, and does"
-    else fail "control runner, $name: the page must $want, and does not"; sed 's/^/    | /' "$WORK/ctl.log"; fi
+    if [ $got = "$want" ]; then ok "control runner, $name: the page must $want, and does"
+    else not_ok "control runner, $name: the page must $want, and does not"; sed 's/^/    | /' "$WORK/ctl.log"; fi
 }
 planted failing_block fail '<!-- runnable -->' '```' 'true' '```' '<!-- runnable -->' '```' 'false' '```'
 planted set_e fail '<!-- runnable -->' '```' 'false' 'true' '```'
@@ -160,16 +156,16 @@ planted approx_rounding_and_times pass '<!-- runnable -->' '```' 'echo "step 3 |
 
 # ---- 3. every page's blocks, as written ------------------------------------------------
 # The pinned transformers: its install line is docs/huggingface.md's.
-hf_client || fail "the real client: scripts/install_hf_client.sh failed"
+hf_client || not_ok "the real client: scripts/install_hf_client.sh failed"
 if grep -qxF -- "$(bash scripts/install_hf_client.sh --print)" docs/huggingface.md; then
-    pass "docs/huggingface.md's install line is scripts/install_hf_client.sh's: $(bash scripts/install_hf_client.sh --print)"
+    ok "docs/huggingface.md's install line is scripts/install_hf_client.sh's: $(bash scripts/install_hf_client.sh --print)"
 else
-    fail "docs/huggingface.md does not show scripts/install_hf_client.sh's install line '$(bash scripts/install_hf_client.sh --print)'"
+    not_ok "docs/huggingface.md does not show scripts/install_hf_client.sh's install line '$(bash scripts/install_hf_client.sh --print)'"
 fi
 page() {  # page FILE TREE: one page's blocks, a PASS or FAIL line with its time
     local t0=$SECONDS name
     name=$(basename "$1" .md)
-    if run_page "$2/$1" "$2" "$WORK/logs_$name"; then pass "$1 ($((SECONDS - t0)) s)"; else fail "$1 ($((SECONDS - t0)) s)"; fi
+    if run_page "$2/$1" "$2" "$WORK/logs_$name"; then ok "$1 ($((SECONDS - t0)) s)"; else not_ok "$1 ($((SECONDS - t0)) s)"; fi
 }
 page README.md "$TREE"
 for f in docs/*.md; do
@@ -179,5 +175,4 @@ for f in docs/*.md; do
 done
 rm -rf "$WORK/page"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+done_testing
