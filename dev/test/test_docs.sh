@@ -162,7 +162,7 @@ if grep -qxF -- "$(bash scripts/install_hf_client.sh --print)" docs/huggingface.
 else
     not_ok "docs/huggingface.md does not show scripts/install_hf_client.sh's install line '$(bash scripts/install_hf_client.sh --print)'"
 fi
-page() {  # page FILE TREE: one page's blocks, a PASS or FAIL line with its time
+page() {  # page FILE TREE: one page's blocks, one check, with its time
     local t0=$SECONDS name
     name=$(basename "$1" .md)
     if run_page "$2/$1" "$2" "$WORK/logs_$name"; then ok "$1 ($((SECONDS - t0)) s)"; else not_ok "$1 ($((SECONDS - t0)) s)"; fi

@@ -26,7 +26,7 @@ run() {  # run NAME NP ARGS...: one training run with its row trace, output in $
     LLMC_TEST_DATA_TRACE="$work/trace_$name" timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" \
         -o "$work/out_$name" "$@" >>"$work/log_$name" 2>&1
 }
-ran() {  # ran NAME NP ARGS...: run, and a PASS/FAIL line
+ran() {  # ran NAME NP ARGS...: run, and its check
     local name=$1 np=$2; shift 2
     if run "$name" "$np" "$@"; then ok "run $name (np $np, $*)"; else not_ok "run $name (np $np, $*)" "$work/log_$name"; fi
 }
