@@ -18,32 +18,26 @@
 #      communicator at one rank): no finding
 #   5. test_gpt2cu BF16 against the PyTorch oracle (4 AdamW steps): its tolerances hold under
 #      GPU numerics (the sanitizers' share of it ran in 3)
-# Prints "N passed, M failed"; the profiles' tables stay in the logs ($OUT).
+# Prints TAP (dev/test/test_lib.sh); the profiles' tables stay in the logs ($OUT).
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
-    echo "SKIPPED: no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-    exit 0
+    skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
 fi
 OUT=${TEST_LAYER_TOOLS_OUT:-$(mktemp -d /tmp/llmc_layer_tools.XXXXXX)}
 mkdir -p "$OUT"
-passed=0
-failed=0
-check() {  # check NAME COMMAND...: runs it, logs to $OUT/NAME.log, counts the result
+logged() {  # logged NAME COMMAND...: runs it, its output in $OUT/NAME.log, one check
     local name=$1 t0=$SECONDS
     shift
     if "$@" >"$OUT/$name.log" 2>&1; then
-        passed=$((passed + 1))
-        echo "PASS $name ($((SECONDS - t0)) s): $(grep -E '^(PASS|[0-9]+ passed)' "$OUT/$name.log" | tail -n 1)"
+        ok "$name ($((SECONDS - t0)) s): $(grep -E '^(PASS|[0-9]+ passed)' "$OUT/$name.log" | tail -n 1)"
     else
-        failed=$((failed + 1))
-        echo "FAIL $name ($((SECONDS - t0)) s; log $OUT/$name.log)"
-        grep -E '^(FAIL|error)' "$OUT/$name.log" | head -n 10 | sed 's/^/    /'
-        tail -n 5 "$OUT/$name.log" | sed 's/^/    | /'
+        not_ok "$name ($((SECONDS - t0)) s; log $OUT/$name.log)" "$OUT/$name.log"
+        diag "$(grep -E '^(FAIL|error)' "$OUT/$name.log" | head -n 10)"
     fi
 }
 
-make -s cuda_cpu CUDA_ON_CPU=1 >"$OUT/cuda_cpu_build.log" 2>&1 || { cat "$OUT/cuda_cpu_build.log"; echo "FAIL: cannot build the CPU layer"; exit 1; }
+make -s cuda_cpu CUDA_ON_CPU=1 >"$OUT/cuda_cpu_build.log" 2>&1 || fatal "build the CPU layer" "$OUT/cuda_cpu_build.log"
 build() {  # build PRECISION TARGETS...: a copy of the tree in $OUT/tree_PRECISION, built with the tools
     local p=$1 dir=$OUT/tree_$1
     shift
@@ -61,29 +55,28 @@ build FP32 test_kernels_cuda >"$OUT/tree_FP32.log" 2>&1 &
 fp32=$!
 build BF16 test_kernels_cuda test_gpt2cu test_zero1_cuda USE_ZERO1=1 >"$OUT/tree_BF16.log" 2>&1 &
 bf16=$!
-check build_FP32 finished $fp32 FP32
-check build_BF16 finished $bf16 BF16
+logged build_FP32 finished $fp32 FP32
+logged build_BF16 finished $bf16 BF16
 
 CHECKS=(CUDA_CPU_CHECK=race,memcheck)
 for P in FP32 BF16; do
     p=$(echo "$P" | tr A-Z a-z) dir=$OUT/tree_$P
-    check "kernels_${p}_checks_profile" env "${CHECKS[@]}" CUDA_CPU_PROFILE="$OUT/profile_$p.jsonl" \
+    logged "kernels_${p}_checks_profile" env "${CHECKS[@]}" CUDA_CPU_PROFILE="$OUT/profile_$p.jsonl" \
         "$dir/test_kernels_cuda"
-    check "kernels_${p}_budgets" $PY dev/test/check_kernel_budgets.py "$OUT/profile_$p.jsonl" \
+    logged "kernels_${p}_budgets" $PY dev/test/check_kernel_budgets.py "$OUT/profile_$p.jsonl" \
         "dev/test/kernel_budgets_$p.txt"
 done
 T=$OUT/tree_BF16/test_gpt2cu
-check gpt2cu_bf16_step_checks env "${CHECKS[@]}" "$T" --dump-params "$OUT/params.bin" d2 1
+logged gpt2cu_bf16_step_checks env "${CHECKS[@]}" "$T" --dump-params "$OUT/params.bin" d2 1
 for comm in nccl mpi; do
     shared=()
     [ $comm = mpi ] && shared=(CUDA_CPU_SHARED_GPU=1)  # ranks sharing a GPU: the staged copies
-    check "gpt2cu_bf16_zero1_np2_${comm}_step_checks" env "${CHECKS[@]}" "${shared[@]}" "${MPIRUN[@]}" -np 2 "$T" \
+    logged "gpt2cu_bf16_zero1_np2_${comm}_step_checks" env "${CHECKS[@]}" "${shared[@]}" "${MPIRUN[@]}" -np 2 "$T" \
         --dump-params "$OUT/params_z.bin" d2 1 -z 1 --bucket-size 65536 --comm $comm
 done
-check zero1_cuda_checks env "${CHECKS[@]}" "$OUT/tree_BF16/test_zero1_cuda"
-check oracle_bf16 $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_bf16.bin" --out-state "$OUT/state_bf16.bin" \
+logged zero1_cuda_checks env "${CHECKS[@]}" "$OUT/tree_BF16/test_zero1_cuda"
+logged oracle_bf16 $PY dev/test/gpt2_oracle.py make --out-model "$OUT/model_bf16.bin" --out-state "$OUT/state_bf16.bin" \
     --dtype bf16 --steps 4
-check gpt2cu_bf16_oracle_numerics "$T" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
+logged gpt2cu_bf16_oracle_numerics "$T" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+done_testing
