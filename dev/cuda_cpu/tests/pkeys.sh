@@ -5,4 +5,4 @@ pkeys_available() {
     python3 -c 'import ctypes, sys; libc = ctypes.CDLL(None); k = libc.pkey_alloc(0, 0); sys.exit(0 if k >= 0 else 1)' \
         2>/dev/null
 }
-PKEYS_SKIPPED="SKIPPED: CUDA_CPU_PROTECT=1 runs: this CPU or kernel has no memory protection keys (pkey_alloc fails)"
+PKEYS_SKIPPED="this CPU or kernel has no memory protection keys (pkey_alloc fails)"  # a test_lib.sh skip's reason

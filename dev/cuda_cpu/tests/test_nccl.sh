@@ -4,15 +4,15 @@
 #
 #   dev/cuda_cpu/tests/test_nccl.sh [path/to/test_nccl]     (default ./test_nccl)
 #
-# Prints one line per run and "N passed, M failed"; exits 1 when any failed. Each run is
+# Prints TAP (dev/test/test_lib.sh), a check per run; exits 1 when any failed. Each run is
 # under a 60 s timeout: a hang fails, it does not block CI. About 30 s on 2 cores.
 set -uo pipefail
 BIN=${1:-./test_nccl}
 [ -x "$BIN" ] || { echo "test_nccl.sh: $BIN is not an executable (build test_nccl first)" >&2; exit 2; }
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")  # test_lib.sh changes to the repository root
+source "$(dirname "${BASH_SOURCE[0]}")/../../test/test_lib.sh"
 LOG=$(mktemp -d)
 trap 'rm -rf "$LOG"' EXIT
-passed=0 failed=0
 
 # expect NAME RC [+TEXT|-TEXT]... -- COMMAND...: COMMAND exits with RC; its stderr holds each
 # +TEXT and no -TEXT; its stdout has no FAIL line.
@@ -36,12 +36,10 @@ expect() {
         [ -z "$why" ] && grep -qF -- "$t" "$LOG/err" && why="stderr has: $t"
     done
     if [ -z "$why" ]; then
-        passed=$((passed + 1))
-        echo "PASS: $name ($(grep -c '^PASS' "$LOG/out") checks)"
+        ok "$name ($(grep -c '^PASS' "$LOG/out") checks)"
     else
-        failed=$((failed + 1))
-        echo "FAIL: $name: $why"
-        sed 's/^/    | /' "$LOG/out" "$LOG/err" | grep -v '^    | PASS' | tail -20
+        not_ok "$name: $why"
+        diag "$(cat "$LOG/out" "$LOG/err" | grep -v '^PASS' | tail -20)"
     fi
 }
 
@@ -67,7 +65,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/pkeys.sh"
 if pkeys_available; then
     expect "basic, 3 ranks, CUDA_CPU_PROTECT=1" 0 -- env CUDA_CPU_PROTECT=1 "${MPIRUN[@]}" -x CUDA_CPU_PROTECT -np 3 "$BIN" basic
 else
-    echo "$PKEYS_SKIPPED (basic, 3 ranks)"
+    skip "basic, 3 ranks, CUDA_CPU_PROTECT=1" "$PKEYS_SKIPPED"
 fi
 expect "mismatch: a fault naming both sides, exit 2" 2 \
     +"error: cuda_cpu: collective #1 on communicator " \
@@ -93,5 +91,4 @@ expect "two ranks on one GPU: ncclInvalidUsage" 0 +"use the same GPU" \
 expect "a peer that exits: ncclRemoteError" 0 +"has exited" -- "$BIN" dead
 expect "a stopped peer (SIGSTOP) is waited for" 0 -"$INVERSION" -- "$BIN" stopped
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+done_testing
