@@ -13,30 +13,24 @@
 #               misaligned, host code (C++ and C) touching device memory
 #   test_numerics  GPU numerics (a CUDA_CPU_NUMERICS=gpu build) on hand-worked values; and a
 #               run asking for the numerics its program was not built with refused
-# Prints "N passed, M failed".
+# Prints TAP (dev/test/test_lib.sh).
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../test/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../test/test_lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/pkeys.sh"
 # Without CUDA headers (no toolkit, and no PyPI wheels to take them from) nothing here can build.
 if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
-    echo "SKIPPED: no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-    exit 0
+    skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
 fi
-passed=0
-failed=0
-run() {  # run NAME COMMAND...: counts the result of one run, showing its tail on failure
+run() {  # run NAME COMMAND...: one check, the run's own checks counted (PASS or TAP ok lines)
     local name=$1 log
     shift
     log=$(mktemp)
     if "$@" >"$log" 2>&1; then
-        echo "PASS $name ($(grep -c '^PASS' "$log") checks)"
-        grep '^SKIPPED' "$log" | sed 's/^/    /'
-        passed=$((passed + 1))
+        ok "$name ($(grep -E '^(PASS|ok [0-9]+ - )' "$log" | grep -vc ' # SKIP ') checks)"
+        grep 'SKIPPED' "$log" | sed 's/^/    /'
     else
-        echo "FAIL $name"
-        grep -E '^FAIL' "$log" | head -n 20
-        tail -n 15 "$log" | sed 's/^/    | /'
-        failed=$((failed + 1))
+        not_ok "$name" "$log"
+        diag "$(grep -E '^(FAIL|not ok)' "$log" | head -n 20)"
     fi
     rm -f "$log"
 }
@@ -51,7 +45,7 @@ done
 if pkeys_available; then
     run "test_layer protect" env CUDA_CPU_PROTECT=1 ./test_cuda_cpu_layer
 else
-    echo "$PKEYS_SKIPPED (test_layer protect, test_blas protect)"
+    skip "test_layer protect, test_blas protect (CUDA_CPU_PROTECT=1)" "$PKEYS_SKIPPED"
 fi
 run test_blas ./test_cuda_cpu_blas
 # CUDA_CPU_BLASLT_HEURISTIC: each value's answers; random's the same in another process, and
@@ -99,5 +93,4 @@ tools_refused() {  # CUDA_CPU_CHECK / CUDA_CPU_PROFILE in a build without the to
     done
 }
 run "tools refused without CUDA_CPU_TOOLS=1" tools_refused
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+done_testing
