@@ -31,23 +31,20 @@
 #  14. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
 #      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
 # A mutation whose text is not found in the source is a failure too (the test would have
-# rotted). Two mutations run at a time. Prints "N passed, M failed".
+# rotted). Two mutations run at a time. Prints TAP (dev/test/test_lib.sh).
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 # Without CUDA headers (no toolkit, and no PyPI wheels to take them from) nothing here can build.
 if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
-    echo "SKIPPED: no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-    exit 0
+    skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
 fi
 ROOT=$PWD
 WORK=$(mktemp -d /tmp/llmc_mutations.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-passed=0
-failed=0
 
-make -s cuda_cpu CUDA_ON_CPU=1 >/dev/null || { echo "FAIL: cannot build the CPU layer"; exit 1; }
+make -s cuda_cpu CUDA_ON_CPU=1 >/dev/null || fatal "build the CPU layer"
 $PY dev/test/gpt2_oracle.py make --out-model "$WORK/model.bin" --out-state "$WORK/state.bin" --dtype fp32 --steps 2 \
-    >/dev/null || { echo "FAIL: oracle"; exit 1; }
+    >/dev/null || fatal "oracle"
 
 # mutate NAME FILE OLD NEW: a fresh copy of the tree in $WORK/NAME with OLD replaced by NEW in FILE.
 mutate() {
@@ -67,7 +64,8 @@ PYEOF
 }
 
 # caught_one NAME FILE OLD NEW TARGET USE_ZERO1 REASON COMMAND...: COMMAND (run in the
-# mutated tree) must fail, and its output must contain REASON; prints one PASS or FAIL line.
+# mutated tree) must fail, and its output must contain REASON; prints one PASS or FAIL line
+# (then the log's tail), which the end of this script reads back as a TAP check.
 caught_one() {
     local name=$1 file=$2 old=$3 new=$4 target=$5 z=$6 reason=$7
     shift 7
@@ -224,8 +222,11 @@ expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
 
 wait
 for name in "${NAMES[@]}"; do
-    cat "$WORK/$name.result"
-    if grep -q "^PASS $name:" "$WORK/$name.result"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    result=$(grep -m1 -E "^(PASS|FAIL) $name:" "$WORK/$name.result")
+    if [[ $result == "PASS $name:"* ]]; then
+        ok "${result#PASS }"
+    else
+        not_ok "${result#FAIL }" "$WORK/$name.result"
+    fi
 done
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+done_testing
