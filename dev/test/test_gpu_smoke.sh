@@ -8,23 +8,29 @@
 # so that make rebuilds only what changed, and shares no stamp with this tree:
 # $LLMC_FAST_GPU_DIR, default /tmp/llmc_fast_gpu.UID.CKSUM (one per work tree).
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
-    echo "SKIPPED: no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-    exit 0
+    skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tree=${LLMC_FAST_GPU_DIR:-/tmp/llmc_fast_gpu.$(id -u).$(pwd | cksum | cut -d' ' -f1)}
 t0=$SECONDS
-make -s cuda_cpu CUDA_ON_CPU=1 >"$work/build.log" 2>&1 || { cat "$work/build.log"; echo "FAIL the layer's build"; exit 1; }
+make -s cuda_cpu CUDA_ON_CPU=1 >"$work/build.log" 2>&1 || fatal "the layer's build" "$work/build.log"
 mkdir -p "$tree/build"
 bash scripts/copy_sources.sh "$tree"
 cp -rp build/cuda_cpu "$tree/build/"
 (cd "$tree" && make -j2 test_gpt2cu PRECISION=FP32 USE_ZERO1=1 CUDA_ON_CPU=1) >"$work/build.log" 2>&1 ||
-    { tail -n 30 "$work/build.log"; echo "FAIL the FP32 test_gpt2cu build"; exit 1; }
-echo "built test_gpt2cu in $tree in $((SECONDS - t0)) s"
+    fatal "the FP32 test_gpt2cu build" "$work/build.log"
+ok "built test_gpt2cu in $tree in $((SECONDS - t0)) s"
 $PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" --steps 2 >/dev/null ||
-    { echo "FAIL oracle"; exit 1; }
-timeout 600 "$tree/test_gpt2cu" "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 65536 --comm nccl | tee "$work/log"
-[ "${PIPESTATUS[0]}" = 0 ] && grep -q "^PASS test_gpt2" "$work/log" && grep -q "^PASS gradients" "$work/log"
+    fatal "oracle"
+timeout 600 "$tree/test_gpt2cu" "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 65536 --comm nccl >"$work/log" 2>&1
+rc=$?
+sed 's/^/    /' "$work/log"
+if [ $rc = 0 ] && grep -q "^PASS test_gpt2" "$work/log" && grep -q "^PASS gradients" "$work/log"; then
+    ok "test_gpt2cu (FP32, ZeRO-1 over the layer's NCCL) against the PyTorch oracle: PASS test_gpt2, PASS gradients"
+else
+    not_ok "test_gpt2cu against the PyTorch oracle (exit $rc)"
+fi
+done_testing
