@@ -16,11 +16,12 @@
 #   dev/test/run_tests.sh oracle errors  # only the tests with these names (--fast: of the fast tier)
 #
 # Every test runs under `timeout`, with its output in a log file under $LOG_DIR (a fresh
-# temp dir unless set). Prints `PASS name (12.3 s)` with the log's SKIPPED lines, or
-# `SKIPPED name (reason)` for a script whose TAP plan is the whole-script skip `1..0 # SKIP`
-# (dev/test/test_lib.sh), or `FAIL name` with its `not ok` lines and the log's tail; then
-# exactly one summary line `N passed, M failed, K skipped`; exits 1 if anything failed. A
-# test whose script or binary is missing is a FAIL, never a skip. Build and data steps count.
+# temp dir unless set). Prints, as each step ends (two lanes run at once: see JOBS below),
+# `PASS name (12.3 s)` with the log's SKIPPED lines, or `SKIPPED name (reason)` for a script
+# whose TAP plan is the whole-script skip `1..0 # SKIP` (dev/test/test_lib.sh), or
+# `FAIL name` with its `not ok` lines and the log's tail; then exactly one summary line
+# `N passed, M failed, K skipped`; exits 1 if anything failed. A test whose script or
+# binary is missing is a FAIL, never a skip. Build and data steps count as tests.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
@@ -105,17 +106,23 @@ if [ "${1:-}" = --fast ]; then
     STEPS=("${FAST_STEPS[@]}")
     export USE_ZERO1=1
 fi
+# Two lanes where the machine has two cores or more (LLMC_TEST_JOBS=1: one): the steps that
+# run CUDA code on the CPU execution layer, one after another in their order, beside all the
+# others in theirs. Each lane builds only its own targets in the tree (the layer's
+# library and GPU stamp; the CPU trainers' are built by the steps before). Those first steps
+# build, prepare the data or switch the build stamps, so they run before both lanes, alone.
+ALONE=" build build_more data build_stamp "
+LAYER_LANE=" cuda_cpu_layer gpu_on_cpu docs layer_tools gpu_mutations gpu_smoke "
+JOBS=${LLMC_TEST_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)}  # nproc obeys OMP_*
 
 LOG_DIR=${LOG_DIR:-$(mktemp -d /tmp/llmc_tests.XXXXXX)}
 mkdir -p "$LOG_DIR"
 TAIL_LINES=${TAIL_LINES:-25}
 echo "test logs: $LOG_DIR"
+RESULTS=$LOG_DIR/.results   # one line per step: PASS|FAIL|SKIPPED NAME
+: >"$RESULTS"
 
 now() { date +%s.%N; }
-passed=0
-failed=0
-skipped=0
-failed_names=()
 
 selected() {  # no arguments: everything; else only the named steps
     [ $# -le 1 ] && return 0
@@ -124,10 +131,14 @@ selected() {  # no arguments: everything; else only the named steps
     return 1
 }
 
-for line in "${STEPS[@]}"; do
-    read -r name limit cmd <<<"$line"
-    selected "$name" "$@" || continue
-    log="$LOG_DIR/$name.log"
+# report NAME: prints the step's report ($LOG_DIR/NAME.report) whole, one lane at a time.
+report() { flock "$LOG_DIR/.print" cat "$LOG_DIR/$1.report"; }
+
+# run_step LINE: runs one step of the list, writes its result line and prints its report.
+run_step() {
+    local name limit cmd log words envs exe t0 rc secs why out skip_plan
+    read -r name limit cmd <<<"$1"
+    log="$LOG_DIR/$name.log" out="$LOG_DIR/$name.report"
     read -r -a words <<<"$cmd"
     envs=()   # leading VAR=value words set the environment of that step only
     while [ ${#words[@]} -gt 0 ] && [[ ${words[0]} == [A-Za-z_]*=* ]]; do envs+=("${words[0]}"); words=("${words[@]:1}"); done
@@ -135,9 +146,10 @@ for line in "${STEPS[@]}"; do
     # A missing test (script or binary) is a failure: the list says it must exist.
     if { [[ $exe == */* ]] && [ ! -e "$exe" ]; } || { [[ $exe != */* ]] && ! command -v "$exe" >/dev/null 2>&1; }; then
         echo "missing: $exe does not exist" >"$log"
-        echo "FAIL $name (missing: $exe)"
-        failed=$((failed + 1)); failed_names+=("$name")
-        continue
+        echo "FAIL $name (missing: $exe)" >"$out"
+        echo "FAIL $name" >>"$RESULTS"
+        report "$name"
+        return
     fi
     # bash for scripts, so a lost executable bit does not turn into a spurious failure
     [[ $exe == *.sh ]] && words=(bash "${words[@]}")
@@ -147,22 +159,55 @@ for line in "${STEPS[@]}"; do
     secs=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
     skip_plan=$(grep -m1 '^1\.\.0 # SKIP' "$log")  # TAP's whole-script skip
     if [ $rc -eq 0 ] && [ -n "$skip_plan" ]; then
-        echo "SKIPPED $name (${skip_plan#1..0 # SKIP }; $secs s)"
-        skipped=$((skipped + 1))
+        echo "SKIPPED $name (${skip_plan#1..0 # SKIP }; $secs s)" >"$out"
+        echo "SKIPPED $name" >>"$RESULTS"
     elif [ $rc -eq 0 ]; then
-        echo "PASS $name ($secs s)"
-        grep -h 'SKIPPED' "$log" | head -n 5 | sed 's/^ */    /'  # what did not run, loudly
-        passed=$((passed + 1))
+        { echo "PASS $name ($secs s)"
+          grep -h 'SKIPPED' "$log" | head -n 5 | sed 's/^ */    /'  # what did not run, loudly
+        } >"$out"
+        echo "PASS $name" >>"$RESULTS"
     else
         why="exit $rc"
         [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after $limit s"
-        echo "FAIL $name ($why, $secs s; log $log)"
-        grep -h '^not ok ' "$log" | head -n 10 | sed 's/^/    /'  # the TAP checks that failed
-        tail -n "$TAIL_LINES" "$log" | sed 's/^/    | /'
-        failed=$((failed + 1)); failed_names+=("$name")
+        { echo "FAIL $name ($why, $secs s; log $log)"
+          grep -h '^not ok ' "$log" | head -n 10 | sed 's/^/    /'  # the TAP checks that failed
+          tail -n "$TAIL_LINES" "$log" | sed 's/^/    | /'
+        } >"$out"
+        echo "FAIL $name" >>"$RESULTS"
     fi
-done
+    report "$name"
+}
 
-[ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
+# lane WHICH ARGS...: the selected steps of one lane (alone, layer, cpu, all) in list order.
+lane() {
+    local which=$1 line name in_layer
+    shift
+    for line in "${STEPS[@]}"; do
+        read -r name _ <<<"$line"
+        selected "$name" "$@" || continue
+        in_layer=0; [[ $LAYER_LANE == *" $name "* ]] && in_layer=1
+        case $which in
+        alone) [[ $ALONE == *" $name "* ]] || continue ;;
+        layer) [ $in_layer = 1 ] || continue ;;
+        cpu) [[ $ALONE == *" $name "* ]] || [ $in_layer = 1 ] && continue ;;
+        esac
+        run_step "$line"
+    done
+}
+
+if [ "$JOBS" -ge 2 ]; then
+    echo "two lanes: the CUDA-on-CPU steps beside the others, after the build and data steps (LLMC_TEST_JOBS=1: one lane)"
+    lane alone "$@"
+    lane layer "$@" &
+    lane cpu "$@"
+    wait
+else
+    lane all "$@"
+fi
+
+passed=$(grep -c '^PASS ' "$RESULTS")
+failed=$(grep -c '^FAIL ' "$RESULTS")
+skipped=$(grep -c '^SKIPPED ' "$RESULTS")
+[ "$failed" -gt 0 ] && echo "failed: $(awk '$1 == "FAIL" { printf "%s%s", s, $2; s = " " }' "$RESULTS")"
 echo "$passed passed, $failed failed, $skipped skipped"
-[ $failed -eq 0 ]
+[ "$failed" -eq 0 ]
