@@ -6,10 +6,9 @@
 #               parameters on every rank).
 #   bf16 model (v5 file): the default trainer widens it to fp32 params and trains in fp32,
 #               checked against the oracle's --train-dtype fp32 state (everything, as fp32);
-#               with --param-dtype bf16 (needs a USE_ZERO1=1 build; skipped, loudly,
-#               otherwise) against the oracle's bf16-storage steps.
-#   USE_ZERO1=1 build of test_gpt2: also -z 1 (np=2 with small buckets, np=4, np=2 x 2
-#               micro-steps) and bf16 param storage (np=1, np=2 -z 1) against the oracle.
+#               with --param-dtype bf16 against the oracle's bf16-storage steps.
+#   -z 1 (np=2 with small buckets, np=4, np=2 x 2 micro-steps) and bf16 param storage
+#               (np=1, np=2 -z 1) against the oracle: test_gpt2 must be a USE_ZERO1=1 build.
 #   negative control: a state from another seed must make test_gpt2 fail.
 #
 # Env: ORACLE_EXTRA_FLAGS (e.g. "-z 1 --bucket-size 4096") is appended to every test_gpt2 run.
@@ -85,19 +84,16 @@ full run_case fp32_np2_accum2 2 0 "2 ranks x 2 micro-steps x B=1|$ALL_MULTI" -- 
 # bf16 model file, fp32 training.
 full run_case bf16_fp32params_np1 1 0 "$ALL_SINGLE" -- "$TMP/bf16.model.bin" "$TMP/bf16_fp32train.state.bin"
 full run_case bf16_fp32params_np2 2 0 "$ALL_MULTI" -- "$TMP/bf16.model.bin" "$TMP/bf16_fp32train.state.bin"
-# With the zero1/ plugin built in (test_gpt2 from USE_ZERO1=1): bf16 param storage, where
-# the oracle's bf16 step losses apply, and ZeRO-1 (-z 1) against the same oracle numbers.
-if grep -qF -- "--param-dtype/--grad-dtype bf16 need the zero1/ plugin" ./test_gpt2; then
-    skip "bf16 param storage and -z 1 cases" "./test_gpt2 is built without USE_ZERO1=1"
-else
-    B16M=$TMP/bf16.model.bin B16S=$TMP/bf16.state.bin
-    full run_case bf16_bf16params_np1 1 0 "$ALL_SINGLE" -- "$B16M" "$B16S" --param-dtype bf16
-    full run_case bf16_bf16params_np2_z1 2 0 "-z 1|$ALL_MULTI" -- "$B16M" "$B16S" --param-dtype bf16 -z 1
-    run_case fp32_np2_z1_bucket4096 2 0 "-z 1|$ALL_MULTI" -- "$M" "$S" -z 1 --bucket-size 4096
-    full run_case fp32_np4_z1 4 0 "4 ranks x 1 micro-steps x B=1, T=64, -z 1|$ALL_MULTI" -- "$M" "$S" --accum 1 -z 1
-    full run_case fp32_np2_accum2_z1 2 0 "2 ranks x 2 micro-steps x B=1, T=64, -z 1|$ALL_MULTI" \
-        -- "$M" "$S" --accum 2 -z 1 --bucket-size 100000
-fi
+# With the zero1/ plugin (the suite's test_gpt2 is built with USE_ZERO1=1; a build without it
+# fails these rows, saying so): bf16 param storage, where the oracle's bf16 step losses apply,
+# and ZeRO-1 (-z 1) against the same oracle numbers.
+B16M=$TMP/bf16.model.bin B16S=$TMP/bf16.state.bin
+full run_case bf16_bf16params_np1 1 0 "$ALL_SINGLE" -- "$B16M" "$B16S" --param-dtype bf16
+full run_case bf16_bf16params_np2_z1 2 0 "-z 1|$ALL_MULTI" -- "$B16M" "$B16S" --param-dtype bf16 -z 1
+run_case fp32_np2_z1_bucket4096 2 0 "-z 1|$ALL_MULTI" -- "$M" "$S" -z 1 --bucket-size 4096
+full run_case fp32_np4_z1 4 0 "4 ranks x 1 micro-steps x B=1, T=64, -z 1|$ALL_MULTI" -- "$M" "$S" --accum 1 -z 1
+full run_case fp32_np2_accum2_z1 2 0 "2 ranks x 2 micro-steps x B=1, T=64, -z 1|$ALL_MULTI" \
+    -- "$M" "$S" --accum 2 -z 1 --bucket-size 100000
 
 # Negative control: the checks can fail. The model of seed 0 against the state of seed 1.
 run_case negative_control_wrong_state 1 nonzero "FAIL logits|FAIL test_gpt2" -- "$M" "$TMP/other_seed.state.bin"
