@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: builds what the CPU tests need, prepares the data, runs every test.
-# `make test-fast`: the fast tier (FAST below; under 5 minutes on 2 cores from a built
+# `make test-fast`: the fast tier (FAST below; under 2 minutes on 2 cores from a built
 # tree): every module once, with FAST=1 for the scripts that then run their smallest rows:
 #   the CPU kernels; zero1's layout, runtime and test devices (deferred, hazard); the
 #   trainer against the PyTorch oracle at np 1 and 2 (-z 0 and -z 1) and its negative
