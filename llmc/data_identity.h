@@ -23,12 +23,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "llmc/utils.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define DATA_CORPUS_NAME_MAX 64  // state.txt's values are at most 63 characters
-#define DATA_DIGEST_START 1469598103934665603ull  // FNV-1a's offset basis
 
 typedef struct {
     char corpus[DATA_CORPUS_NAME_MAX];
@@ -64,8 +65,7 @@ static inline uint64_t data_digest_add(uint64_t h, uint64_t bytes, uint32_t crc)
     unsigned char item[12];
     for (int i = 0; i < 8; i++) item[i] = (unsigned char)(bytes >> (8 * i));
     for (int i = 0; i < 4; i++) item[8 + i] = (unsigned char)(crc >> (8 * i));
-    for (int i = 0; i < 12; i++) h = (h ^ item[i]) * 1099511628211ull;
-    return h;
+    return fnv1a(h, item, sizeof(item));
 }
 
 // "corpus 'web', 12 shards, digest 1569111978174057366" (or "shards without a manifest, ..."), the

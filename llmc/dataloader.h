@@ -234,7 +234,7 @@ static inline void dataloader_identity(const DataLoader* d, DataIdentity* id) {
     memset(id, 0, sizeof(*id));
     snprintf(id->corpus, sizeof(id->corpus), "-");
     id->shards = d->num_shards;
-    id->digest = DATA_DIGEST_START;
+    id->digest = FNV1A_START;
     for (size_t k = 0; k < d->num_shards; k++) {
         const ShardCheck* c = &d->checks[k];
         if (c->manifest) data_corpus_of_manifest(c->manifest, id->corpus);

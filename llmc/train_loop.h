@@ -194,14 +194,6 @@ static inline void fixed_batch(void* ctx, int micro, const int** inputs, const i
     *targets = d->targets;
 }
 
-// FNV-1a: a cheap fingerprint of parameter bytes, to compare replicas.
-static inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-    const unsigned char* p = (const unsigned char*)data;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-#define FNV1A_START 1469598103934665603ull
-
 // 1 when every rank passed the same value.
 static inline int all_ranks_equal(uint64_t mine, int world) {
     uint64_t* all = (uint64_t*)mallocCheck((size_t)world * sizeof(uint64_t));

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,14 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// FNV-1a, 64 bits: a cheap fingerprint (parameter bytes to compare replicas, a corpus's shards).
+static inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+#define FNV1A_START 1469598103934665603ull
 
 // Per translation unit (this is a header), so a unit that never called utils_set_rank()
 // falls back to the rank the MPI launcher exported; outside mpirun that is rank 0 of 1.
