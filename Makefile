@@ -70,7 +70,14 @@ BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthrea
 ifneq ($(BLAS_INC),)
 CFLAGS += -I$(BLAS_INC)
 endif
-LDLIBS = -lopenblas -lm
+LDLIBS = $(RUN_LIB) -lopenblas -lm
+
+# run/: the library that owns a run (its configuration, output directory, checkpoints, data,
+# logs, deadlines and evals), compiled once per toolchain into build/run/librun.a; every
+# program links it (llmc/ and zero1/ call its fatal()).
+RUN_SRC = $(wildcard run/*.c)
+RUN_OBJ = $(patsubst run/%.c,build/run/%.o,$(RUN_SRC))
+RUN_LIB = build/run/librun.a
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
@@ -97,7 +104,7 @@ GPU_REBUILD = -DREBUILD_WITH_ZERO1='"make train_gpt2cu USE_ZERO1=1$(if $(filter 
   $(filter-out BF16,$(PRECISION)), PRECISION=$(PRECISION))$(if $(filter 1,$(USE_CUDNN)), USE_CUDNN=1)$(if \
   $(filter-out 90,$(GPU_ARCH)), GPU_ARCH=$(GPU_ARCH))$(TOOLCHAIN_ARGS)"'
 
-HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard zero1/*.h)
+HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard run/*.h) $(wildcard zero1/*.h)
 TOOL_HEADERS = $(HOST_HEADERS) $(wildcard tools/*.h)
 
 # The binaries' names do not say how they were built, so the build variables are kept in
@@ -119,83 +126,92 @@ $(CPU_STAMP): $(call stamp_stale,$(CPU_STAMP),$(CPU_BUILD))
 	@echo "$(CPU_BUILD)" > $@
 $(GPU_STAMP): $(call stamp_stale,$(GPU_STAMP),$(GPU_BUILD))
 	@echo "$(GPU_BUILD)" > $@
+RUN_STAMP := .build-run.stamp
+RUN_BUILD := CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC)) CFLAGS=$(CFLAGS)
+$(RUN_STAMP): $(call stamp_stale,$(RUN_STAMP),$(RUN_BUILD))
+	@echo "$(RUN_BUILD)" > $@
+build/run/%.o: run/%.c $(HOST_HEADERS) $(RUN_STAMP)
+	@mkdir -p build/run
+	$(CC) $(CFLAGS) -c $< -o $@
+$(RUN_LIB): $(RUN_OBJ)
+	rm -f $@ && ar rcs $@ $^
 CUDA_HEADERS = $(wildcard llmc/*.cuh) $(CUDA_CPU_LIB)
 
 .PHONY: all test test_gpu bench demo clean data cuda cuda_cpu
 
 all: train_gpt2 zero1_plan gpt2_cost prepro_text prepro_corpus hf_convert
 
-train_gpt2: train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP)
+train_gpt2: train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP) $(RUN_LIB)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) $(CPU_REBUILD) train_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
 
 # The trainer without the plugin under its own name, so tests can run both builds.
-train_gpt2_plain: train_gpt2.c $(HOST_HEADERS)
+train_gpt2_plain: train_gpt2.c $(HOST_HEADERS) $(RUN_LIB)
 	$(CC) $(CFLAGS) $(CPU_REBUILD) train_gpt2.c -o $@ $(LDLIBS)
 
 # The test binaries that include a trainer add the test options and the test doubles
 # (dev/test/testing_options.h). The oracle harness is built the same way as the trainer.
 TEST_HEADERS = $(HOST_HEADERS) $(wildcard dev/test/*.h) $(wildcard zero1/testing/*.h)
-test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(TEST_HEADERS) $(CPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CPU_STAMP)
+test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(TEST_HEADERS) $(CPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CPU_STAMP) $(RUN_LIB)
 	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(CPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) -o $@ $(LDLIBS)
 
 # The CPU trainer with the test options, for scripts that run it on the test doubles.
-train_gpt2_testing: dev/test/train_gpt2_testing.c train_gpt2.c $(TEST_HEADERS) $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC)
+train_gpt2_testing: dev/test/train_gpt2_testing.c train_gpt2.c $(TEST_HEADERS) $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) $(RUN_LIB)
 	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/train_gpt2_testing.c $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) -o $@ $(LDLIBS)
 
 # The zero1 runtime alone (one rank, no MPI) against dense AdamW.
 ZERO1_NO_MPI_SRC = zero1/runtime.c zero1/split_embedding.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_TEST_SRC)
-test_zero1_runtime: dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) $(HOST_HEADERS)
-	gcc $(CFLAGS) dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) -o $@ -lm
+test_zero1_runtime: dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) $(HOST_HEADERS) $(RUN_LIB)
+	gcc $(CFLAGS) dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) -o $@ $(RUN_LIB) -lm
 
 # The test device and communicator (deferred, hazard) against their contracts; MPI for
 # `mpirun -np N ./test_zero1_devices --mpi`.
 ZERO1_DEVICES_SRC = $(ZERO1_TEST_SRC) zero1/device_cpu.c zero1/comm_single.c zero1/comm_mpi.c
-test_zero1_devices: dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) $(HOST_HEADERS)
-	$(CC) $(CFLAGS) dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) -o $@ -lm
+test_zero1_devices: dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) $(HOST_HEADERS) $(RUN_LIB)
+	$(CC) $(CFLAGS) dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) -o $@ $(RUN_LIB) -lm
 
 # The CPU kernels against naive double-precision references and finite differences.
-test_kernels: dev/test/test_kernels.c $(HOST_HEADERS)
+test_kernels: dev/test/test_kernels.c $(HOST_HEADERS) $(RUN_LIB)
 	gcc $(CFLAGS) dev/test/test_kernels.c -o $@ $(LDLIBS)
 
-# OpenBLAS sgemm GFLOP/s with the kernels llmc/blas_cores.h picks (make bench).
-bench_sgemm: dev/test/bench_sgemm.c $(HOST_HEADERS)
+# OpenBLAS sgemm GFLOP/s with the kernels run/blas_cores.h picks (make bench).
+bench_sgemm: dev/test/bench_sgemm.c $(HOST_HEADERS) $(RUN_LIB)
 	gcc $(CFLAGS) dev/test/bench_sgemm.c -o $@ $(LDLIBS)
 
 # ZeRO-1 vs replicated, step by step (always with the plugin).
-test_zero1: dev/test/test_zero1.c train_gpt2.c $(TEST_HEADERS) $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC)
+test_zero1: dev/test/test_zero1.c train_gpt2.c $(TEST_HEADERS) $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) $(RUN_LIB)
 	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) -o $@ $(LDLIBS)
 
-# llmc/mpi_wait.h: the trainers' host collectives under --comm-timeout (dev/test/test_faults.sh).
-test_mpi_wait: dev/test/test_mpi_wait.c $(HOST_HEADERS)
-	$(CC) $(CFLAGS) dev/test/test_mpi_wait.c -o $@ -lm
+# run/mpi_wait.h: the trainers' host collectives under --comm-timeout (dev/test/test_faults.sh).
+test_mpi_wait: dev/test/test_mpi_wait.c $(HOST_HEADERS) $(RUN_LIB)
+	$(CC) $(CFLAGS) dev/test/test_mpi_wait.c -o $@ $(RUN_LIB) -lm
 
-# llmc/crc32c.h: vectors, SSE4.2 vs portable, combine (dev/test/test_crc32c.sh runs it).
-test_crc32c: dev/test/test_crc32c.c $(HOST_HEADERS)
-	gcc $(CFLAGS) dev/test/test_crc32c.c -o $@ -lm
+# run/crc32c.h: vectors, SSE4.2 vs portable, combine (dev/test/test_crc32c.sh runs it).
+test_crc32c: dev/test/test_crc32c.c $(HOST_HEADERS) $(RUN_LIB)
+	gcc $(CFLAGS) dev/test/test_crc32c.c -o $@ $(RUN_LIB) -lm
 
 # Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE.
-prepro_text: tools/prepro_text.c $(TOOL_HEADERS)
-	gcc $(CFLAGS) tools/prepro_text.c -o $@ -lm
+prepro_text: tools/prepro_text.c $(TOOL_HEADERS) $(RUN_LIB)
+	gcc $(CFLAGS) tools/prepro_text.c -o $@ $(RUN_LIB) -lm
 
 # JSONL (plain, zstd, gzip) and text corpora -> shards, tokenized on every core (Debian's
 # libjansson-dev, libzstd-dev, zlib1g-dev: scripts/install_deps.sh).
-prepro_corpus: tools/prepro_corpus.c $(TOOL_HEADERS)
-	gcc $(CFLAGS) -pthread tools/prepro_corpus.c -o $@ -ljansson -lzstd -lz -lm
+prepro_corpus: tools/prepro_corpus.c $(TOOL_HEADERS) $(RUN_LIB)
+	gcc $(CFLAGS) -pthread tools/prepro_corpus.c -o $@ -ljansson -lzstd -lz $(RUN_LIB) -lm
 
 # llm.c model files and checkpoints <-> Hugging Face GPT-2 (model.safetensors + config.json).
-hf_convert: tools/hf_convert.c $(TOOL_HEADERS)
-	gcc $(CFLAGS) tools/hf_convert.c -o $@ -lm
+hf_convert: tools/hf_convert.c $(TOOL_HEADERS) $(RUN_LIB)
+	gcc $(CFLAGS) tools/hf_convert.c -o $@ $(RUN_LIB) -lm
 
-zero1_plan: zero1/zero1_plan.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
-	gcc $(CFLAGS) zero1/zero1_plan.c $(ZERO1_CORE_SRC) -o $@ -lm
+zero1_plan: zero1/zero1_plan.c $(ZERO1_CORE_SRC) $(HOST_HEADERS) $(RUN_LIB)
+	gcc $(CFLAGS) zero1/zero1_plan.c $(ZERO1_CORE_SRC) -o $@ $(RUN_LIB) -lm
 
 # The cost model: a FLOP and byte count of the GPU step, its roofline time (dev/cost/cost_model.h)
-gpt2_cost: dev/cost/gpt2_cost.c dev/cost/cost_model.h $(ZERO1_CORE_SRC) $(HOST_HEADERS)
-	gcc $(CFLAGS) dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC) -o $@ -lm
+gpt2_cost: dev/cost/gpt2_cost.c dev/cost/cost_model.h $(ZERO1_CORE_SRC) $(HOST_HEADERS) $(RUN_LIB)
+	gcc $(CFLAGS) dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC) -o $@ $(RUN_LIB) -lm
 
 # Unit tests of the zero1 core (no MPI).
-test_zero1_layout: dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) $(HOST_HEADERS)
-	gcc $(CFLAGS) dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) -o $@ -lm
+test_zero1_layout: dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) $(HOST_HEADERS) $(RUN_LIB)
+	gcc $(CFLAGS) dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) -o $@ $(RUN_LIB) -lm
 
 # ---- GPU ----
 # --use_fast_math only for BF16: it turns tanhf (GELU) and expf into approximations with
@@ -268,7 +284,7 @@ CUDNN_OBJ := build/cudnn_attention.o
 # NVRTC: the frontend also compiles an experimental Blackwell engine that calls it (never
 # used for attention, but linked).
 CUDNN_LIBS = $(CUDNN_OBJ) -L$(CUDNN_LIB_DIR) -l:$(notdir $(CUDNN_LIB)) $(call nvcc_rpath,$(CUDNN_LIB_DIR)) -lnvrtc
-build/cudnn_attention.o: llmc/cudnn_attention.cpp llmc/cudnn_attention.h llmc/gpt2_kernels.h llmc/cli.h llmc/outliers.h \
+build/cudnn_attention.o: llmc/cudnn_attention.cpp llmc/cudnn_attention.h llmc/gpt2_kernels.h run/config.h run/outliers.h \
   llmc/utils.h $(CUDNN_STAMP)
 	$(check_cudnn)
 	@mkdir -p build
@@ -281,11 +297,11 @@ cudnn_check:
 	@echo "cuDNN: frontend $(CUDNN_FRONTEND_PATH), library $(CUDNN_LIB)"
 endif
 
-train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP)
+train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_LIB)
 	$(check_mpi_flags)
 	$(check_cudnn)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(GPU_REBUILD) $(MPI_NVCC_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ \
-	  $(CUDNN_LIBS) $(NVCC_LIBS)
+	  $(CUDNN_LIBS) $(RUN_LIB) $(NVCC_LIBS)
 
 # zero1's CUDA backend must give zero1/device_cpu.c's bits (AdamW, bf16 rounding, norm):
 # the trainer's flags, but IEEE division and square root and no flushed denormals (no
@@ -300,24 +316,24 @@ $(ZERO1_CUDA_OBJ): zero1/%.o: zero1/%.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_S
 zero1/device_cpu_ref.o: zero1/device_cpu.c $(HOST_HEADERS)
 	$(CC) $(CFLAGS) -c zero1/device_cpu.c -o $@
 
-test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_LIB)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(RUN_LIB) $(NVCC_LIBS)
 
 # zero1/watchdog_cuda.h: the deadline of the GPU step's host sync (a stuck stream ends the job,
 # a hazard-wrapped NCCL communicator is aborted through the wrapper).
-test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_LIB)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) -o $@ $(RUN_LIB) $(NVCC_LIBS)
 
 # GPU 0's compute mode, for the GPU suite (rows whose ranks share a GPU need Default).
 gpu_compute_mode: dev/test/gpu_compute_mode.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/test/gpu_compute_mode.cu -o $@ $(NVCC_LIBS)
 
 # Every CUDA kernel of llmc/ against plain C double references (dev/test/test_kernels_cuda.cu).
-test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_LIB)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_kernels_cuda.cu -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_kernels_cuda.cu -o $@ $(RUN_LIB) $(NVCC_LIBS)
 
 # The CPU execution layer's own tests (CUDA_ON_CPU=1 only): kernels, launches, memory and
 # streams (test_layer.cu), cuBLAS/cuBLASLt (test_blas.cpp), NCCL (test_nccl.cpp, under mpirun),
@@ -351,11 +367,11 @@ test_cuda_cpu_numerics: dev/cuda_cpu/tests/test_numerics.cu dev/cuda_cpu/tests/n
 bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
 
-test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CUDNN_OBJ) $(GPU_STAMP)
+test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_LIB)
 	$(check_mpi_flags)
 	$(check_cudnn)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) -o $@ \
-	  $(CUDNN_LIBS) $(NVCC_LIBS)
+	  $(CUDNN_LIBS) $(RUN_LIB) $(NVCC_LIBS)
 
 # ---- the CPU execution layer for CUDA (dev/cuda_cpu/) ----
 # Its own sources are plain C++ against the toolkit's headers (their types and prototypes);

@@ -15,24 +15,24 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
-#include "llmc/blas_cores.h"
-#include "llmc/checkpoint_io.h"
-#include "llmc/ranks_agree.h"
-#include "llmc/cli.h"
-#include "llmc/dataloader.h"
+#include "run/blas_cores.h"
+#include "run/checkpoint_io.h"
+#include "run/ranks_agree.h"
+#include "run/config.h"
+#include "run/dataloader.h"
 #include "llmc/gpt2_cpu.h"
-#include "llmc/logger.h"
-#include "llmc/memory_check.h"
-#include "llmc/model_file.h"
-#include "llmc/mpi_wait.h"
-#include "llmc/optimizer.h"
+#include "run/log.h"
+#include "run/memory_check.h"
+#include "run/model_file.h"
+#include "run/mpi_wait.h"
+#include "run/optimizer.h"
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
-#include "llmc/threads.h"
-#include "llmc/tokenizer.h"
-#include "llmc/train_loop.h"
-#include "llmc/train_main.h"
-#include "llmc/utils.h"
+#include "run/threads.h"
+#include "run/tokenizer.h"
+#include "run/train_loop.h"
+#include "run/train_main.h"
+#include "run/files.h"
 
 // The zero1/ plugin, when built in, is the default optimizer (its -z 0 is the bucketed
 // replicated mode); without it the trainer has only its plain replicated optimizer. Test
@@ -60,7 +60,7 @@ static const MemoryZero1Sizes plugin_memory = NULL;
 // ----------------------------------------------------------------------------
 // The plain replicated optimizer: one dense buffer in canonical order, one all-reduce of
 // the whole gradient (under --comm-timeout), the full AdamW on every rank. No zero1/ code
-// at all (only the deadline of llmc/watchdog.h, which moves no data): tests use it as the
+// at all (only the deadline of run/watchdog.h, which moves no data): tests use it as the
 // independent reference for the plugin.
 
 typedef struct {
@@ -342,7 +342,7 @@ static float trainer_evaluate(void* t, DataLoader* val) {
     return total / tr->world;
 }
 
-// The HellaSwag-style eval's forward (llmc/eval_hellaswag.h): the per-position losses.
+// The HellaSwag-style eval's forward (run/eval_hellaswag.h): the per-position losses.
 static void hellaswag_rows(void* ctx, const int* inputs, const int* targets, int rows, int T, float* losses) {
     Trainer* tr = (Trainer*)ctx;
     gpt2_forward(&tr->model, inputs, targets, rows, T);
@@ -358,7 +358,7 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
 }
 
 // ----------------------------------------------------------------------------
-// The trainer as llmc/train_main.h's main sees it
+// The trainer as run/train_main.h's main sees it
 
 static void* trainer_create(const TrainConfig* cfg, int rank, int world, TrainerParts* parts) {
     Trainer* tr = (Trainer*)mallocCheck(sizeof(Trainer));

@@ -2,7 +2,7 @@
  * GPT-2 training on the GPU: floatX (bf16, or fp32 with PRECISION=FP32) params and
  * activations, fp32 gradient buffer, fp32 master weights + AdamW, cuBLASLt, NCCL.
  *
- * Same CLI (llmc/cli.h), step line, main.log and files as train_gpt2.c. Data parallel
+ * Same CLI (run/config.h), step line, main.log and files as train_gpt2.c. Data parallel
  * over MPI-launched ranks, one GPU per local rank, NCCL bootstrapped through MPI:
  *   make train_gpt2cu && ./train_gpt2cu -e d12 -b 16 -t 1024 -x 20
  *   mpirun -np 8 ./train_gpt2cu -e d12 -b 16 -t 1024
@@ -24,37 +24,39 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
-#include "llmc/checkpoint_io.h"
-#include "llmc/ranks_agree.h"
-#include "llmc/cli.h"
-#include "llmc/dataloader.h"
+#include "run/checkpoint_io.h"
+#include "run/ranks_agree.h"
+#include "run/config.h"
+#include "run/dataloader.h"
 #include "llmc/gpt2_spec.h"
-#include "llmc/logger.h"
-#include "llmc/memory_check.h"
-#include "llmc/model_file.h"
-#include "llmc/mpi_wait.h"
-#include "llmc/optimizer.h"
+#include "run/log.h"
+#include "run/memory_check.h"
+#include "run/model_file.h"
+#include "run/mpi_wait.h"
+#include "run/optimizer.h"
 #include "llmc/rng.h"
 #include "llmc/schedule.h"
-#include "llmc/tokenizer.h"
-#include "llmc/train_loop.h"
-#include "llmc/train_main.h"
-#include "llmc/utils.h"
+#include "run/tokenizer.h"
+#include "run/train_loop.h"
+#include "run/train_main.h"
+#include "run/files.h"
 
 #ifdef __CUDA_CPU__
 // Built for the CPU execution layer, whose cuBLAS is OpenBLAS: restart on better kernels
 // as the CPU trainer does (a GPU build links no OpenBLAS).
-#include "llmc/blas_cores.h"
+#include "run/blas_cores.h"
 #define GPU_BEFORE_MPI blas_pick_kernels
+#define ON_CPU_LAYER 1
 #else
 #define GPU_BEFORE_MPI NULL
+#define ON_CPU_LAYER 0
 #endif
 
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/gpt2_cuda.cuh"
-#include "llmc/nccl_comm.cuh"
+#include "run/nccl_comm.cuh"
 
 // ----------------------------------------------------------------------------
 // This process's GPU.
@@ -321,7 +323,7 @@ static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world)
     return check_run_config(cfg, mc, world, plugin_optimizer != NULL, REBUILD_WITH_ZERO1);
 }
 
-// Refuses a job that cannot fit this GPU (or the host) before allocating (llmc/memory_check.h):
+// Refuses a job that cannot fit this GPU (or the host) before allocating (run/memory_check.h):
 // the GPU's free bytes, and its UUID to tell which ranks share it.
 static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, const GpuSetup* gpu,
                          int plugin) {
@@ -331,9 +333,8 @@ static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GPT
     cudaDeviceProp prop;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaGetDeviceProperties(&prop, device));
-    uint64_t id = fnv1a(FNV1A_START, &prop.uuid, sizeof(prop.uuid));
-    memory_check_gpu(cfg, mc, kernels, gpu->world, plugin ? plugin_memory : NULL, (int)sizeof(floatX), id,
-                     (double)free_bytes);
+    MemoryGpu mine = {fnv1a(FNV1A_START, &prop.uuid, sizeof(prop.uuid)), (double)free_bytes, ON_CPU_LAYER};
+    memory_check_gpu(cfg, mc, kernels, gpu->world, plugin ? plugin_memory : NULL, (int)sizeof(floatX), &mine);
 }
 
 // use_plugin: through zero1/ (the default when built in), else the plain replicated optimizer.
@@ -386,7 +387,7 @@ static float loss_over_ranks(Trainer* tr, const char* what, int step) {
     return total;
 }
 
-// The step's mean loss over micro-steps and ranks, read by the update gate (llmc/train_loop.h)
+// The step's mean loss over micro-steps and ranks, read by the update gate (run/train_loop.h)
 // once finish_step has waited for the norm: the losses' copies to the host were queued
 // before, so they have arrived. --dp-invariant's from each micro-step's, in its order.
 typedef struct {
@@ -488,7 +489,7 @@ static float trainer_evaluate(void* t, DataLoader* val) {
     return loss_over_ranks(tr, "validation loss all-reduce", -1) / ((float)tr->cfg.val_steps * tr->world);
 }
 
-// The HellaSwag-style eval's forward (llmc/eval_hellaswag.h): the per-position fp32 losses,
+// The HellaSwag-style eval's forward (run/eval_hellaswag.h): the per-position fp32 losses,
 // read back (the forward's addition into d_loss is harmless: a step or evaluate zeroes it).
 static void hellaswag_rows(void* ctx, const int* inputs, const int* targets, int rows, int T, float* losses) {
     Trainer* tr = (Trainer*)ctx;
@@ -512,7 +513,7 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
 }
 
 // ----------------------------------------------------------------------------
-// The trainer as llmc/train_main.h's main sees it: the GPU set up first, torn down last.
+// The trainer as run/train_main.h's main sees it: the GPU set up first, torn down last.
 
 typedef struct {
     GpuSetup gpu;

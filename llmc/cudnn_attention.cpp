@@ -167,7 +167,7 @@ fe::graph::Graph& graph_for(const GraphKey& k) {
     check_fe(g->get_workspace_size(bytes), "get_workspace_size", k);
     reserve_workspace(bytes);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    // The memory check (llmc/memory_check.h) counted an estimate; say when cuDNN wants more.
+    // The memory check (run/memory_check.h) counted an estimate; say when cuDNN wants more.
     double estimate = gpt2_cudnn_workspace_estimate(k[0], k[1], (double)k[2] * k[3], k[2]);
     if (utils_rank() == 0) {
         printf("cudnn attention: %s graph for B=%d T=%d NH=%d hs=%d built in %.0f ms, workspace %.2f MiB\n",

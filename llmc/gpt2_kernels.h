@@ -6,14 +6,14 @@
  *   -r 0|1                         1: recompute GELU in the backward instead of keeping its
  *                                  output per layer (one B*T*4C buffer instead of L)
  *   --fused-kernels 0|1            0: the unfused reference kernels, each a pass of its own
- * Plain C: the memory estimate (llmc/memory_check.h) and the cost model read it too.
+ * Plain C: the memory estimate (run/memory_check.h) and the cost model read it too.
  */
 #ifndef LLMC_GPT2_KERNELS_H
 #define LLMC_GPT2_KERNELS_H
 
 #include <string.h>
 
-#include "llmc/cli.h"
+#include "run/config.h"
 #include "llmc/utils.h"
 
 typedef enum { ATTENTION_FLASH = 0, ATTENTION_NAIVE = 1, ATTENTION_CUDNN = 2 } AttentionKind;

@@ -5,7 +5,7 @@
  * The backward accumulates (+=) into dinp, dweight and dbias via sgemm's beta = 1, so the
  * trainer can sum gradients over micro-steps straight in its gradient buffer.
  *
- * Threads: while OpenBLAS runs single-threaded (the trainer's default, llmc/threads.h),
+ * Threads: while OpenBLAS runs single-threaded (the trainer's default, run/threads.h),
  * the OpenMP threads split every product into tiles, each computed by one sgemm call, so
  * one pool of threads does all the work and none spins while another pool needs the core.
  * The tiles follow the shape alone (gemm_tiles), so the results are the same bits for any

@@ -12,7 +12,7 @@
 #     kernel against a plain host loop, the waiting kernels against the layer before.
 #  4. OpenBLAS kernels: sgemm GFLOP/s and a C trainer step with the Prescott kernels forced
 #     (what cloud VMs with a generic CPU model got) against the automatic choice
-#     (llmc/blas_cores.h), and with that fault faked and repaired by the restart.
+#     (run/blas_cores.h), and with that fault faked and repaired by the restart.
 #  5. the C trainer at BENCH_THREADS threads (default 2) against the machine's limit: its
 #     FLOP rate (6 N x tokens a step over the step time) over OpenBLAS's sgemm rate at the
 #     same threads, and its step time against llm.c's CPU trainer (train_gpt2.c of
@@ -165,7 +165,7 @@ for k in barriers shuffles; do
 done
 
 # ---- 4. OpenBLAS kernels: the cloud-VM fault against the automatic choice ----------------
-# "forced": OPENBLAS_CORETYPE=Prescott, which llmc/blas_cores.h respects as the user's choice;
+# "forced": OPENBLAS_CORETYPE=Prescott, which run/blas_cores.h respects as the user's choice;
 # "auto": no OPENBLAS_CORETYPE; "repaired": LLMC_TEST_BLAS_CORENAME=Prescott makes the
 # program believe OpenBLAS chose Prescott, so it restarts itself with the right kernels.
 section 4 "OpenBLAS kernels, one thread: Prescott forced vs the automatic choice"

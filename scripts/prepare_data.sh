@@ -26,8 +26,8 @@ make -s prepro_text
 outputs=("$OUT_DIR/tinyshakespeare_val.bin" "$OUT_DIR/tinyshakespeare_train.bin" "$OUT_DIR/gpt2_tokenizer.bin"
          "$OUT_DIR/tinyshakespeare_manifest.txt" "$OUT_DIR/tinyshakespeare_hellaswag.bin")
 STAMP=$OUT_DIR/.prepared
-TOOL_SOURCES=(tools/prepro_text.c tools/bpe.h tools/unicode_classes.h llmc/utils.h tools/shard_writer.h llmc/crc32c.h
-              llmc/hellaswag_file.h llmc/untrusted.h)
+TOOL_SOURCES=(tools/prepro_text.c tools/bpe.h tools/unicode_classes.h llmc/utils.h tools/shard_writer.h run/crc32c.[ch]
+              run/hellaswag_file.[ch] run/files.[ch] run/error.[ch])
 # Checksums only, not names: the same inputs from another LLMC_DATA_DIR are the same inputs.
 fingerprint() { sha256sum "$ENCODER" "$MERGES" "$INPUT" "${TOOL_SOURCES[@]}" "${outputs[@]}" 2>/dev/null | cut -d' ' -f1; }
 

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "tools/unicode_classes.h"
 
 #ifdef __cplusplus

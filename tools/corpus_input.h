@@ -40,7 +40,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "tools/shard_writer.h"
 
 enum { FORMAT_JSONL, FORMAT_TEXT };

@@ -32,12 +32,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "llmc/checkpoint.h"
-#include "llmc/cli.h"
-#include "llmc/crc32c.h"
+#include "run/checkpoint.h"
+#include "run/config.h"
+#include "run/crc32c.h"
 #include "llmc/gpt2_spec.h"
-#include "llmc/model_file.h"
-#include "llmc/utils.h"
+#include "run/model_file.h"
+#include "run/files.h"
 #include "tools/json.h"
 #include "tools/safetensors.h"
 

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -19,7 +19,7 @@
  * DIR/NAME_train_00000K.bin, ... (the first tokens are val: see "the val split" below;
  * shards of --shard-tokens tokens, under temporary names until the commit at the end),
  * DIR/gpt2_tokenizer.bin and DIR/NAME_manifest.txt. The run holds DIR/.lock (one run per
- * directory, under any NAME: llmc/dir_lock.h) and first removes what killed runs left there
+ * directory, under any NAME: run/run_dir.h) and first removes what killed runs left there
  * (their temporaries, of any NAME, and a commit cut short); a run that fails removes every
  * file it wrote, so shards without a manifest never survive and a full disk keeps no space
  * taken; DIR removed or replaced under the run ends it with an error, the last check after
@@ -53,9 +53,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "llmc/dir_lock.h"
-#include "llmc/test_stop.h"
-#include "llmc/utils.h"
+#include "run/run_dir.h"
+#include "run/test_stop.h"
+#include "run/files.h"
 #include "tools/bpe.h"
 #include "tools/corpus_input.h"
 #include "tools/shard_writer.h"

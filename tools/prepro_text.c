@@ -9,11 +9,11 @@
  * N tokens are the val split, the rest train. Writes, each to a temporary name renamed
  * when complete:
  *   DIR/NAME_val.bin, DIR/NAME_train.bin   int32 header[256] {20240520, 1, count}, uint16 ids
- *   DIR/gpt2_tokenizer.bin                 llm.c tokenizer file (llmc/tokenizer.h)
+ *   DIR/gpt2_tokenizer.bin                 llm.c tokenizer file (run/tokenizer.h)
  *   DIR/NAME_manifest.txt                  tokens, bytes and CRC32C of each shard, written last
  * (tools/shard_writer.h, shared with prepro_corpus, which reads JSONL corpora).
  *   DIR/NAME_hellaswag.bin                 a small multiple-choice eval in llm.c's HellaSwag
- *                                          format (llmc/hellaswag_file.h), --eval-items of them
+ *                                          format (run/hellaswag_file.h), --eval-items of them
  *
  * The eval items come from the documents of the val split (held out from training) that
  * have a first line and three more: the context is those first three lines (in
@@ -41,8 +41,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "llmc/hellaswag_file.h"
-#include "llmc/utils.h"
+#include "run/hellaswag_file.h"
+#include "run/files.h"
 #include "tools/bpe.h"
 #include "tools/shard_writer.h"
 

@@ -24,8 +24,7 @@
 #include <string.h>
 
 #include "llmc/bf16.h"
-#include "llmc/untrusted.h"
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "tools/json.h"
 
 #ifdef __cplusplus

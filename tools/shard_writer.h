@@ -21,7 +21,7 @@
  * commit: the manifest is written and renamed into place first, the shards after it. A
  * process killed at any moment (kill -9 included) thus leaves either temporaries only, or
  * a manifest with its shards, some possibly still under their temporary names: the
- * trainer refuses that (llmc/shard_manifest.h: a shard of the manifest is missing) and
+ * trainer refuses that (run/shard_manifest.h: a shard of the manifest is missing) and
  * prepro_corpus's next run removes it. Each shard's CRC32C is computed as the ids stream
  * through (the header's CRC combined with the body's), so the manifest costs no second
  * read. shard_writer_abandon() removes this writer's temporaries, and during the commit
@@ -48,9 +48,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "llmc/crc32c.h"
-#include "llmc/dir_lock.h"
-#include "llmc/utils.h"
+#include "run/crc32c.h"
+#include "run/run_dir.h"
+#include "run/files.h"
 #include "tools/bpe.h"
 
 #define SHARD_FILE_MAGIC 20240520
@@ -294,7 +294,7 @@ static inline void shard_writer_free(ShardWriter* w) {
     w->n_done = 0;
 }
 
-// The llm.c tokenizer file (llmc/tokenizer.h reads it), written to PATH.tmp and renamed.
+// The llm.c tokenizer file (run/tokenizer.h reads it), written to PATH.tmp and renamed.
 static inline void tokenizer_file_write(const BpeEncoder* e, const char* path) {
     uint32_t header[256] = {0};
     header[0] = TOKENIZER_FILE_MAGIC;

@@ -3,7 +3,7 @@
  */
 #include <mpi.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/optimizer.h"
 
 // An MPI communicator over the ranks of one color (< 0: all), waiting at most --comm-timeout.

@@ -12,9 +12,9 @@
 #include <mpi.h>
 
 #include "llmc/cuda_common.cuh"
-#include "llmc/utils.h"
-#include "llmc/mpi_wait.h"
-#include "llmc/nccl_comm.cuh"
+#include "run/files.h"
+#include "run/mpi_wait.h"
+#include "run/nccl_comm.cuh"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
 #include "zero1/watchdog_cuda.h"
@@ -47,7 +47,7 @@ Zero1Backend* zero1_backend_cuda(const TrainConfig* cfg, cudaStream_t compute, i
     Zero1Backend* be = (Zero1Backend*)callocCheck(1, sizeof(Zero1Backend));
     be->device = zero1_device_cuda_create(compute);
     be->destroy_device = destroy_cuda_device;
-    const char* want = cfg->comm_backend;  // auto, nccl or mpi (llmc/cli.h checked)
+    const char* want = cfg->comm_backend;  // auto, nccl or mpi (run/config.h checked)
     int distinct = gpus_distinct_on_node();  // collective: every rank asks, whatever it chose
     if (strcmp(want, "nccl") == 0 && !distinct) {
         fatal("--comm nccl: %d ranks on this node share GPUs, which NCCL refuses; use --comm mpi (or auto)", local_world);

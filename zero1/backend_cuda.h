@@ -9,7 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include "llmc/cli.h"
+#include "run/config.h"
 #include "zero1/optimizer.h"
 
 Zero1Backend* zero1_backend_cuda(const TrainConfig* cfg, cudaStream_t compute, int local_rank, int local_world);

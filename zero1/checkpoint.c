@@ -9,7 +9,7 @@
  * Device memory is reached only through the device ops, one range at a time.
  * Errors end the program (fatal).
  */
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/runtime.h"
 #include "zero1/runtime_internal.h"
 

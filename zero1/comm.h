@@ -46,7 +46,7 @@
  *    happened to see a collective complete, only at fixed points of the step.
  *  - Timeouts. timeout_s (seconds; 0: none) bounds every wait the host makes: a wait that
  *    has not completed after timeout_s names the collective (zero1_describe_collective:
- *    kind, bucket, step) and ends the job (llmc/watchdog.h), so that a rank that stopped
+ *    kind, bucket, step) and ends the job (run/watchdog.h), so that a rank that stopped
  *    or lost its network cannot hang the others. Whoever creates a communicator sets it
  *    (zero1_comm_mpi_create starts at WATCHDOG_DEFAULT_TIMEOUT_S); a wrapper leaves it to the
  *    communicator it wraps. A backend whose wait does not block the host (NCCL) is watched
@@ -101,7 +101,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/device_ops.h"
 #include "zero1/trace.h"
 

@@ -21,7 +21,7 @@
  * queued on this communicator's stream after an event on the compute stream, then synced).
  * Staged results go back on the communicator's stream, and wait() orders the compute stream
  * after that copy with an event; a slot's host buffers are reused only once it has run.
- * wait() polls MPI_Test under the communicator's deadline (llmc/watchdog.h) instead of
+ * wait() polls MPI_Test under the communicator's deadline (run/watchdog.h) instead of
  * blocking in MPI_Wait, so that a rank that stopped ends the job instead of hanging it.
  * Errors (MPI's, a count over MPI's int) end the program (fatal), naming the collective.
  */
@@ -30,9 +30,9 @@
 #include <stdint.h>
 
 #include "llmc/bf16.h"
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/comm.h"
-#include "llmc/watchdog.h"
+#include "run/watchdog.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_DONE };
 // A slot's op: a Zero1Collective, or the blocking all-gather of host metadata.

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "llmc/bf16.h"
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/device_ops.h"
 
 // Streams and events carry no state here; any non-NULL token will do.

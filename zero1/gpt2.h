@@ -12,7 +12,7 @@
 #define ZERO1_GPT2_H
 
 #include "llmc/gpt2_spec.h"
-#include "llmc/memory_check.h"
+#include "run/memory_check.h"
 #include "zero1/ledger.h"
 #include "zero1/optimizer.h"
 
@@ -42,7 +42,7 @@ static inline Optimizer* zero1_gpt2_optimizer(const TrainConfig* cfg, const GPT2
 }
 
 // The buffers zero1_gpt2_optimizer will allocate, for the trainers' memory check
-// (llmc/memory_check.h): sized by the layout the runtime builds from the same options and by
+// (run/memory_check.h): sized by the layout the runtime builds from the same options and by
 // its ledger, so that the layout's rules live here only.
 static inline MemoryBuffers zero1_gpt2_memory_buffers(const TrainConfig* cfg, const GPT2Config* c, int world) {
     int NT = gpt2_num_tensors(c), dp = zero1_instance_group_size(cfg, world);

@@ -1,5 +1,5 @@
 /*
- * zero1/optimizer.c: the zero1/ runtime behind llmc/optimizer.h's table, model-neutral.
+ * zero1/optimizer.c: the zero1/ runtime behind run/optimizer.h's table, model-neutral.
  * See zero1/optimizer.h.
  * Errors end the program (fatal), on every rank.
  */
@@ -7,7 +7,7 @@
 
 #include <sys/resource.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/ledger.h"
 #include "zero1/trace.h"
 

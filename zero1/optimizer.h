@@ -1,6 +1,6 @@
 /*
  * zero1/optimizer.h: the zero1/ runtime behind the trainers' optimizer table
- * (llmc/optimizer.h), for any model and any device.
+ * (run/optimizer.h), for any model and any device.
  *
  * The trainer chooses the backend (the device its buffers live on and a communicator made
  * for it, zero1/device_ops.h and zero1/comm.h) and describes the model (Zero1ModelSpec);
@@ -10,8 +10,8 @@
 #ifndef ZERO1_OPTIMIZER_H
 #define ZERO1_OPTIMIZER_H
 
-#include "llmc/cli.h"
-#include "llmc/optimizer.h"
+#include "run/config.h"
+#include "run/optimizer.h"
 #include "zero1/comm.h"
 #include "zero1/device_ops.h"
 #include "zero1/runtime.h"

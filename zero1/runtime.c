@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 
 // ---------------------------------------------------------------------------- helpers
 

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/ledger.h"
 #include "zero1/runtime_internal.h"
 

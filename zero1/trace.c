@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 
 double zero1_now_us(void) {
     struct timespec ts;

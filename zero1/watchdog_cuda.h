@@ -1,5 +1,5 @@
 /*
- * zero1/watchdog_cuda.h: llmc/watchdog.h's deadline where a GPU trainer's host waits.
+ * zero1/watchdog_cuda.h: run/watchdog.h's deadline where a GPU trainer's host waits.
  *
  * On a GPU nothing in the step blocks the host until it reads what it prints (the loss and
  * the grad norm, one sync per step): zero1's wait() only makes the compute stream wait on
@@ -30,8 +30,8 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "llmc/utils.h"
-#include "llmc/watchdog.h"
+#include "run/files.h"
+#include "run/watchdog.h"
 #include "zero1/comm.h"
 
 typedef struct {

@@ -52,7 +52,7 @@
 
 #include "dev/cost/cost_model.h"
 #include "llmc/gpt2_spec.h"
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "tools/json.h"
 #include "zero1/bucket_timing.h"
 #include "zero1/layout.h"

@@ -1,7 +1,7 @@
 /*
  * OpenBLAS sgemm speed on the GPT-2 124M MLP's shape (make bench runs it; not a test):
  * out[512, 3072] = inp[512, 768] @ W[3072, 768]^T, the call matmul_forward makes for the
- * fc layer at B*T = 512. It goes through llmc/blas_cores.h like the trainers, so without
+ * fc layer at B*T = 512. It goes through run/blas_cores.h like the trainers, so without
  * OPENBLAS_CORETYPE it measures the kernels a user of the trainers gets.
  *
  *   ./bench_sgemm [SECONDS]     prints: sgemm_gflops <GFLOP/s> core <OpenBLAS core name>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "llmc/blas_cores.h"
+#include "run/blas_cores.h"
 
 static double now_s(void) {
     struct timespec t;

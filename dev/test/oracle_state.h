@@ -7,10 +7,10 @@
 
 #include <math.h>
 
-#include "llmc/cli.h"
+#include "run/config.h"
 #include "llmc/gpt2_spec.h"
-#include "llmc/model_file.h"
-#include "llmc/utils.h"
+#include "run/model_file.h"
+#include "run/files.h"
 
 #define STATE_MAGIC 20240327
 #define STATE_VERSION 3

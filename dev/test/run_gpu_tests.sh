@@ -249,7 +249,7 @@ same_losses() {
 }
 row determinism same_losses
 
-# Memory is checked before it is allocated (llmc/memory_check.h). A GPU too small for the
+# Memory is checked before it is allocated (run/memory_check.h). A GPU too small for the
 # job refuses it at once, before any training, with one error naming the device need and
 # cudaMemGetInfo's free bytes: on the layer a 100 MiB GPU (CUDA_CPU_MEMORY_MIB), on a GPU a
 # job no GPU holds (d48 at B 64, T 1024: 150 GiB of activations alone, as much again of
@@ -374,7 +374,7 @@ old_driver() {  # old_driver BINARY
 }
 layer_only && row train_fp32_old_driver old_driver "$OUT/train_gpt2cu_FP32"
 # On the layer cuBLAS is OpenBLAS: with a faked "Prescott" report the trainer restarts once
-# on the kernels this CPU can run, as the CPU trainer does (llmc/blas_cores.h; OpenBLAS's
+# on the kernels this CPU can run, as the CPU trainer does (run/blas_cores.h; OpenBLAS's
 # own OPENBLAS_VERBOSE=2 report names the kernels each load runs).
 blas_restart() {  # blas_restart BINARY
     env -u OPENBLAS_CORETYPE -u LLMC_BLAS_REEXEC LLMC_TEST_BLAS_CORENAME=Prescott OPENBLAS_VERBOSE=2 \
@@ -415,7 +415,7 @@ shared_row 2 z_np2_zero1 on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}"
 shared_row 2 zero1_vs_replicated_np2 same_within "$OUT/z_np2_replicated.log" "$OUT/z_np2_zero1.log" 1e-5  # of the two above
 shared_row 2 zero1_vs_plain_np2_batch same_within "$OUT/z_np1_plain.log" "$OUT/z_np2_zero1.log" 1e-5
 
-# A planted NaN on the last rank (LLMC_TEST_PLANT_NAN: llmc/test_hooks.h): --check-nan stops
+# A planted NaN on the last rank (LLMC_TEST_PLANT_NAN: run/test_hooks.h): --check-nan stops
 # every rank with one message.
 nan_stops() {
     LLMC_TEST_PLANT_NAN=2 on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -z 1 \
@@ -438,7 +438,7 @@ skip_update() {
 }
 row skip_outlier_update skip_update
 
-# Non-finite steps (llmc/train_loop.h's update gate: the GPU trainer's replicated AdamW, and
+# Non-finite steps (run/train_loop.h's update gate: the GPU trainer's replicated AdamW, and
 # zero1/ at np 2): a NaN gradient in every step from step 3 (LLMC_TEST_PLANT_NAN=2+) skips
 # steps 3 and 4, and past --max-nonfinite-steps 1 the run stops after step 4 with one error
 # (exit 1, every rank); checkpoint 2, the newest, is what is left, and -y 1 resumes from it.
@@ -566,7 +566,7 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
         row ckpt_gpu_zero1_np2_to_cpu resumes_exactly gpu_zero1_np2_to_cpu "2 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 1"
         row ckpt_cpu_np2_to_gpu_np2 resumes_exactly cpu_np2_to_gpu_np2 "2 ./train_gpt2 -z 1" "2 $GPU -z 0"
     fi
-    # The HellaSwag-style eval (-H 1, llmc/eval_hellaswag.h): on the same model and file the
+    # The HellaSwag-style eval (-H 1, run/eval_hellaswag.h): on the same model and file the
     # GPU trainer's completion losses, predictions and accuracy are the CPU trainer's. On the
     # layer 8 items of the small set (each forward costs seconds there), on a GPU all 40.
     hellaswag_same() {

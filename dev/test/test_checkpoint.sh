@@ -171,7 +171,7 @@ mkdir -p "$work/data_copy" "$work/data_other"
 cp data/tinyshakespeare_train.bin "$work/data_copy/shard.bin"
 cp data/tinyshakespeare_train.bin "$work/data_other/shard.bin"
 printf '\x07\x00' | dd of="$work/data_other/shard.bin" bs=1 seek=$((1024 + 2 * 5000)) conv=notrunc status=none
-# The saved digest, by its definition (llmc/data_identity.h): FNV-1a 64 over each shard's
+# The saved digest, by its definition (run/data_identity.h): FNV-1a 64 over each shard's
 # bytes (uint64) and CRC32C (uint32), little-endian, from the manifest.
 digest=$($PY -c 'import struct, sys
 h = 1469598103934665603
@@ -295,7 +295,7 @@ else
 fi
 
 # kill -9 in the middle of a save (the job stopped in the save of step 3, its temporary
-# directory written to: LLMC_TEST_STOP=save, llmc/test_stop.h): the checkpoints before it
+# directory written to: LLMC_TEST_STOP=save, run/test_stop.h): the checkpoints before it
 # stay whole, and the same command line resumes from the newest of them and finishes.
 dir=$work/killed
 mkdir -p "$dir"

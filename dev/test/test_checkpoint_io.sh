@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sharded checkpoint I/O (llmc/checkpoint_io.h): every rank writes and reads only its own
+# Sharded checkpoint I/O (run/checkpoint_io.h): every rank writes and reads only its own
 # pieces, through MPI-IO and a bounded staging buffer.
 #   1. the files against independent references, at 1-3 ranks, ZeRO-1 (small buckets),
 #      the plugin's replicated mode and the plain build: one step with -l 0 leaves the

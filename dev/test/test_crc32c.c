@@ -1,5 +1,5 @@
 /*
- * llmc/crc32c.h:
+ * run/crc32c.h:
  *   - known vectors: "123456789" and RFC 3720's (iSCSI) 32-byte patterns;
  *   - the portable (slicing-by-8) and SSE4.2 paths agree on every length 0..520 at
  *     every alignment 0..7, and on 1 MiB (SKIPPED loudly on a CPU without SSE4.2);
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "dev/test/check.h"
-#include "llmc/crc32c.h"
+#include "run/crc32c.h"
 #include "llmc/rng.h"
 
 static void test_known_vectors(void) {

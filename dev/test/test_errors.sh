@@ -222,7 +222,7 @@ fi
 
 # Ranks given different jobs (mpirun's MPMD form: each rank its own command line, or its
 # own working directory): one message from rank 0 naming the first field that differs
-# and both values (llmc/ranks_agree.h), not an MPI abort with a backtrace.
+# and both values (run/ranks_agree.h), not an MPI abort with a backtrace.
 mkdir -p "$TMP/host_a" "$TMP/host_b"
 cp "$TMP/good.bin" "$TMP/host_a/shard.bin"
 write_shard "$TMP/host_b/shard.bin" 8192

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hang-proof collectives (--comm-timeout): a rank that stops, or a host whose network goes
 # away, ends the whole job with one message naming the collective, instead of hanging it.
-#   0. the helpers of llmc/mpi_wait.h alone (dev/test/test_mpi_wait.c, 3 ranks): their
+#   0. the helpers of run/mpi_wait.h alone (dev/test/test_mpi_wait.c, 3 ranks): their
 #      results are right; when the last rank never joins, a multi-piece all-reduce ends
 #      the job within the deadline (2 s) plus a few seconds with one line naming it, and no
 #      process is left; a job whose ranks are all stopped for 4 s and continued one by one
@@ -141,7 +141,7 @@ fi
 
 # The same at the worst place, every time, with no race: rank 0 stops itself before step 20
 # and every other rank inside the wait of step 20 that waits for it, right after the
-# deadline read the clock (LLMC_TEST_STOP step:0:20 and wait:R:20, llmc/test_stop.h; a stop
+# deadline read the clock (LLMC_TEST_STOP step:0:20 and wait:R:20, run/test_stop.h; a stop
 # landing there used to count in full, and ended 1 run in 3 of the trainer so). The whole
 # job stands stopped longer than the deadline; then the ranks are continued, rank 0 first or
 # last. No timeout, the run completes: the test_mpi_wait loop at np 3 (deadline 2 s, stopped

@@ -6,7 +6,7 @@
 #   - model headers: L = 2^28 in a 1,024-byte file, C = 65536 (C*C overflows int32),
 #     C beyond its range, negative maxT/V/NH, Vp < V, Vp not a multiple of 128;
 #   - token shards: a token count beyond the file, a negative one; against their manifest
-#     (llmc/shard_manifest.h): a flipped byte, a size other than listed, a stray shard the
+#     (run/shard_manifest.h): a flipped byte, a size other than listed, a stray shard the
 #     pattern matches, a listed one missing, a pattern mixing a corpus with other files; a
 #     shard replaced under a running job; shards without a manifest said to be unverified;
 #     a manifest listing a shard twice (the same line, or another size), of version 2, a

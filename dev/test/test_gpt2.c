@@ -57,7 +57,7 @@ static void check_replicas_identical(Trainer* tr) {
 }
 
 int main(int argc, char** argv) {
-    blas_pick_kernels(argv);  // llmc/blas_cores.h, through train_gpt2.c
+    blas_pick_kernels(argv);  // run/blas_cores.h, through train_gpt2.c
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
     GPT2Config mc;

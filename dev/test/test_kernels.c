@@ -19,8 +19,8 @@
 #include <string.h>
 #include <omp.h>
 
-#include "llmc/utils.h"
-#include "llmc/blas_cores.h"
+#include "run/files.h"
+#include "run/blas_cores.h"
 #include "llmc/encoder.h"
 #include "llmc/layernorm.h"
 #include "llmc/matmul.h"

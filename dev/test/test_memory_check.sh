@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory is checked before it is allocated (llmc/memory_check.h), on ./train_gpt2:
+# Memory is checked before it is allocated (run/memory_check.h), on ./train_gpt2:
 #   1. a model that cannot fit this machine (-e d48) is refused within seconds, before any
 #      big allocation: one error line naming the need and the limit, a non-zero exit; under
 #      mpirun -np 2 one message, and every rank exits non-zero by itself (seen with mpirun

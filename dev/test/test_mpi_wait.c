@@ -1,5 +1,5 @@
 /*
- * llmc/mpi_wait.h under mpirun (dev/test/test_faults.sh runs it):
+ * run/mpi_wait.h under mpirun (dev/test/test_faults.sh runs it):
  *   test_mpi_wait values          every helper's result against the sums and the gathered
  *                                 values computed here, the all-reduce also over several
  *                                 pieces (exit 0 and a PASS line)
@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "llmc/mpi_wait.h"
-#include "llmc/train_loop.h"
+#include "run/mpi_wait.h"
+#include "run/train_loop.h"
 
 static int check_values(int rank, int world) {
     int failures = 0;
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "loop") == 0) {
         int n = atoi(argv[3]);
         for (int i = 0; i < n; i++) {
-            test_stop_at("step", i + 1, "before step");  // LLMC_TEST_STOP (llmc/test_stop.h), as the trainers
+            test_stop_at("step", i + 1, "before step");  // LLMC_TEST_STOP (run/test_stop.h), as the trainers
             float x = 1.0f;
             mpi_allreduce_sum_deadline(&x, 1, MPI_FLOAT, "loop all-reduce", i + 1);
             if (x != (float)world) fatal("loop all-reduce %d: %g, want %d", i + 1, x, world);

@@ -5,7 +5,7 @@
 #   hold bitwise identical parameters (train_gpt2 prints "parameters identical on all N
 #   ranks: yes" and exits 1 otherwise).
 #
-# Why the configurations see the same tokens: llmc/dataloader.h is rank-strided; window i
+# Why the configurations see the same tokens: run/dataloader.h is rank-strided; window i
 # of rank r starts at token (i*N + r)*B*T. With k micro-steps per step, step s of any
 # (N, B) with N*B*T*k = 512 covers windows i = s*k .. s*k+k-1 of every rank, i.e. tokens
 # [512 s, 512 (s+1)) of the shard: np=1 B=4 k=2, np=2 B=2 k=2 and np=4 B=1 k=2 alike.

@@ -8,7 +8,7 @@
 # (test_zero1: averaging at np 3, the split embedding at np 3 and 4, fp32 accumulation).
 # A family the CPU lacks the instructions for (/proc/cpuinfo, where SSE3 is "pni") says
 # SKIPPED; one this OpenBLAS does not accept (its "Core:" report names another) is a FAIL.
-# With OPENBLAS_CORETYPE set the programs keep the user's choice (llmc/blas_cores.h). The
+# With OPENBLAS_CORETYPE set the programs keep the user's choice (run/blas_cores.h). The
 # family they choose themselves runs these rows in the kernels, oracle and zero1 steps of
 # dev/test/run_tests.sh; ALL=1 runs it here too.
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --skip-batches A-B (llmc/skip_batches.h): the steps from A on read what the straight run's
+# --skip-batches A-B (run/skip_batches.h): the steps from A on read what the straight run's
 # steps from B+1 on read, at any rank count, with --shuffle and in file order, across an
 # epoch; the skip is recorded in checkpoints, so a resume continues it and a requeued job
 # that repeats the flag does not skip twice; a resume past step A without it is refused.

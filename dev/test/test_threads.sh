@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU trainer's threads (llmc/threads.h, docs/training.md#threads):
+# The CPU trainer's threads (run/threads.h, docs/training.md#threads):
 #   1. without OMP_NUM_THREADS / OPENBLAS_NUM_THREADS it runs one thread per core it may use,
 #      divided among the ranks of the host whose cores overlap (1 rank; taskset to one core;
 #      np 2 and 4 unbound; np 2 bound to a core each), so ranks never oversubscribe a host;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tests of the C data pipeline: GPT-2 BPE (tools/bpe.h), prepro_text, the tokenizer file
-# and its decoder (llmc/tokenizer.h). The oracle is dev/test/bpe_reference.py, an
+# and its decoder (run/tokenizer.h). The oracle is dev/test/bpe_reference.py, an
 # independent Python BPE; expected ids below are GPT-2's published ones.
 # Inputs: $LLMC_DATA_DIR (default <repo>/dev/data)/{gpt2/encoder.json,gpt2/vocab.bpe,
 # tinyshakespeare/input.txt}. Exits 0 only if every check passes.
@@ -136,7 +136,7 @@ tool_refuses "bad vocab.bpe" "bad.bpe" ./prepro_text --encoder "$ENCODER" --merg
 tool_refuses "bad --val-tokens" "val-tokens" ./prepro_text --val-tokens -5
 printf 'garbage!' >"$TMP/bad_tok.bin"; head -c 2000 /dev/zero >>"$TMP/bad_tok.bin"
 cat >"$TMP/bad_magic.c" <<'EOF'
-#include "llmc/tokenizer.h"
+#include "run/tokenizer.h"
 int main(int argc, char** argv) { Tokenizer t; tokenizer_init(&t, argv[1]); return 0; }
 EOF
 if gcc $CC_FLAGS "$TMP/bad_magic.c" -o "$TMP/bad_magic" 2>"$TMP/cc.err"; then

@@ -1,5 +1,5 @@
 /*
- * Checks llmc/tokenizer.h (the decoder trainers use) on prepro_text's output:
+ * Checks run/tokenizer.h (the decoder trainers use) on prepro_text's output:
  * the shards, decoded token by token through the tokenizer file, must give back the
  * input text with "<|endoftext|>" before every document, i.e.
  *     "<|endoftext|>" + input.replace("\n\n", "\n\n<|endoftext|>")
@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "dev/test/check.h"
-#include "llmc/tokenizer.h"
-#include "llmc/utils.h"
+#include "run/tokenizer.h"
+#include "run/files.h"
 
 static char* read_all(const char* path, size_t* n) {
     FILE* f = fopenCheck(path, "rb");

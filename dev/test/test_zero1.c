@@ -205,7 +205,7 @@ static void compare_bitwise(const char* what, const RunResult* a, const RunResul
 }
 
 int main(int argc, char** argv) {
-    blas_pick_kernels(argv);  // llmc/blas_cores.h, through train_gpt2.c
+    blas_pick_kernels(argv);  // run/blas_cores.h, through train_gpt2.c
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
     if (argc < 2) fatal("usage: %s MODEL.bin [--steps N] [--accum K] [--batch B] [--seq T] [trainer flags]", argv[0]);

@@ -28,7 +28,7 @@
 
 #include "llmc/adamw.h"
 #include "llmc/bf16.h"
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/comm.h"
 #include "zero1/device_ops.h"
 #include "zero1/testing/test_doubles.h"

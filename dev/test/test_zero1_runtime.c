@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "llmc/bf16.h"
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/runtime.h"
 #include "zero1/testing/test_doubles.h"
 

@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/testing/test_doubles.h"
 
 // One collective in flight; a free slot keeps its snapshot for the next one.

@@ -23,7 +23,7 @@
  */
 #include <stdint.h>
 
-#include "llmc/utils.h"
+#include "run/files.h"
 #include "zero1/testing/test_doubles.h"
 
 // Added to a host address to make a device pointer. Bit 62 makes it non-canonical on

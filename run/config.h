@@ -1,0 +1,136 @@
+/*
+ * The trainers' command line, shared by train_gpt2 (CPU) and train_gpt2cu (GPU).
+ *
+ * One table drives parsing, range checks and the help text, so the help can never
+ * disagree with the parser. Short flags are llm.c's (each takes a value: "-b 4");
+ * long options cover the rest. An unknown flag, a missing or malformed value, or a
+ * value out of range is a fatal error naming the flag.
+ */
+#ifndef LLMC_CLI_H
+#define LLMC_CLI_H
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run/outliers.h"
+#include "run/skip_batches.h"
+#include "run/files.h"
+#include "zero1/layout.h"  // zero1_parse_bucket_size (header only)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { DTYPE_FP32 = 0, DTYPE_BF16 = 1 };
+
+typedef struct {
+    const char* train_pattern;  // -i
+    const char* val_pattern;    // -j
+    const char* model;          // -e: model file or descriptor dN
+    const char* output_dir;     // -o
+    const char* tokenizer_path;
+    int B, T;                   // -b -t
+    int total_batch_tokens;     // -d (-1: B*T*ranks, no accumulation)
+    int max_steps;              // -x (-1: one pass over the first train shard)
+    float lr;                   // -l
+    int warmup_steps;           // -u
+    float final_lr_fraction;    // -q
+    float weight_decay;         // -c
+    int val_every, val_steps;   // -v -m
+    int hellaswag;              // -H: the HellaSwag-style eval at every validation point and at the end
+    const char* hellaswag_path; // its file (run/hellaswag_file.h)
+    const char* hellaswag_dump; // debug: every item's completion losses, written by rank 0
+    int sample_every, gen_tokens;  // -s -g
+    int checkpoint_every;       // -n
+    int checkpoints_keep;       // -nk (0: keep all)
+    int resume;                 // -y 1, while -o holds a checkpoint to resume from (run/checkpoint_io.h clears it)
+    int resume_asked;           // -y 1 as given
+    int start_over;             // --start-over: a fresh run removes the checkpoints and main.log of the run in -o
+    int allow_resume_change;    // resume even where what a step means differs from the checkpoint's
+    int allow_corpus_change;    // resume even on train data other than the checkpoint's
+    int zero_stage;             // -z
+    int master_weights;         // -w: llm.c's flag, only 1 (fp32 master weights are always kept)
+    int overfit_single_batch;   // -a
+    int shuffle;                // --shuffle: the train data's order per epoch, from --seed
+    const char* skip_batches;   // --skip-batches A-B (run/skip_batches.h); parsed into the two below
+    int skip_from, skip_to;     // 1-based steps whose batches are not trained on (0: none)
+    float beta1, beta2, eps, grad_clip;
+    int seed;
+    long long bucket_size;      // -1: default max(40M, 1M*DP); 0: one bucket (also without overlap)
+    int pad_busbw;
+    int overlap_grad_reduce, overlap_param_gather;
+    int check_nan;
+    int max_nonfinite_steps;    // skipped non-finite steps in a row that a run survives (0: stop at the first)
+    const char* trace_file;
+    int param_dtype, grad_dtype;
+    int stochastic_rounding;    // bf16 params: AdamW's write-back rounds stochastically (bits from seed, step, element)
+    int fp32_accumulation;      // bf16 on the wire, the shard summed in fp32 (all-to-all instead of reduce-scatter)
+    int average_in_collective;  // the gradient reductions average; the loss scale drops its 1/world
+    float skip_loss_z, skip_norm_z;  // -sl / -sg: skip an update whose z-score exceeds this (0: off)
+    int outlier_window;         // steps in -sl/-sg's windows
+    float comm_timeout;         // seconds a rank waits on a collective before aborting the job (0: forever)
+    int split_embedding;        // ZeRO-1: reduce wte's classifier part at once, its encoder part as sparse rows
+    int dist_opt_instances;     // ZeRO-1 shards within W/K consecutive ranks, all-reduced across the K groups
+    int dp_invariant;           // the same bits for any split of a step over ranks and micro-steps (docs/zero1.md)
+    const char* comm_backend;   // GPU: auto|nccl|mpi
+    const char* attention;      // GPU: --attention flash|naive|cudnn (llmc/gpt2_kernels.h)
+    int recompute;              // GPU: -r 1 recomputes GELU in the backward
+    int fused_kernels;          // GPU: --fused-kernels 0 runs the unfused reference kernels
+} TrainConfig;
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_DTYPE, OPT_BUCKET } OptionKind;
+
+typedef struct {
+    const char* short_name;  // "-b" or NULL
+    const char* long_name;   // "--batch-size"
+    OptionKind kind;
+    size_t offset;           // into the table's struct (TrainConfig for TRAIN_OPTIONS)
+    double min, max;         // inclusive range for numbers
+    const char* help;
+} OptionSpec;
+
+#define CLI_FIELD(f) offsetof(TrainConfig, f)
+// --tokenizer's default. While tokenizer_path is this very pointer the flag was not given,
+// and the trainer first looks beside the train shards (run/train_loop.h).
+extern const char* const TRAIN_DEFAULT_TOKENIZER;
+#define CLI_MIN_COMM_TIMEOUT_S 1.0  // --comm-timeout: 0 (none), or at least this
+
+extern const OptionSpec TRAIN_OPTIONS[];
+extern const int NUM_TRAIN_OPTIONS;
+
+void train_config_defaults(TrainConfig* c, int default_zero_stage);
+
+// An option table and the struct its offsets point into. The trainers parse TRAIN_OPTIONS
+// into a TrainConfig; test binaries add tables of their own (dev/test/testing_options.h),
+// which only their help lists.
+typedef struct {
+    const OptionSpec* options;
+    int count;
+    void* fields;
+} OptionTable;
+
+// The current value of an option in fields (its table's struct), as text (the defaults,
+// when printing the help).
+const char* cli_value_text(const void* fields, const OptionSpec* o, char* buf, size_t n);
+
+// A string option that takes one of a few words, given as "a|b|c".
+void cli_choice(const char* flag, const char* value, const char* choices);
+
+// Parses argv into c (which holds the defaults) and into the extra tables' structs (a test
+// binary's options; NULL, 0: none). Exits 0 on -h (printing the defaults when -h comes
+// first), fatal on any error.
+#define CLI_MAX_EXTRA_TABLES 4
+void train_parse_args_with(TrainConfig* c, const OptionTable* extra, int n_extra, int argc, char** argv);
+
+// Micro-steps per optimizer step: -d over B*T*ranks, 1 without -d (check_run_config checks
+// that it divides).
+int train_micro_steps(const TrainConfig* c, int world);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

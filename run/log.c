@@ -1,0 +1,132 @@
+// run/log.c: what run/log.h declares.
+#include "run/log.h"
+
+void out_dir_check_length(const char* dir) {
+    size_t len = strlen(dir), max = PATH_MAX_LEN - 1 - OUT_DIR_SUFFIX_MAX;
+    if (len > max) {
+        fatal("-o '%s' is %zu characters long; at most %zu fit (the paths of the checkpoint files in it must stay "
+              "under the system's limit of %d bytes)", dir, len, max, PATH_MAX_LEN);
+    }
+}
+
+void make_dir_or_die(const char* dir) {
+    struct stat st;
+    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && stat(dir, &st) != 0) {
+        char target[PATH_MAX_LEN];
+        ssize_t n = readlink(dir, target, sizeof(target) - 1);
+        target[n > 0 ? n : 0] = '\0';
+        fatal("output path '%s' is a symbolic link to '%s', which does not exist", dir, target);
+    }
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) fatal("output path '%s' exists and is not a directory", dir);
+        return;
+    }
+    make_parent_dirs(dir, "-o");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create output directory '%s': %s", dir, strerror(errno));
+}
+
+// A run resumed at `step` logs again the train entries after it and the validation and
+// eval entries at it: those of the run that saved the checkpoint go (written to a temporary file that
+// replaces the log, so a crash leaves the old log or the new one, never half of one).
+static void logger_drop_repeated(const char* path, int step) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;  // no log yet
+    FILE* in = fopenOwnCheck(path, "r");
+    char tmp[PATH_MAX_LEN], line[1024], kind[8];
+    path_format(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* out = fopenOwnCheck(tmp, "w");
+    int dropped = 0, s;
+    while (fgets(line, sizeof(line), in)) {
+        if (sscanf(line, "s:%d %7[a-z]:", &s, kind) != 2) kind[0] = '\0';
+        int at_step = strcmp(kind, "tel") == 0 || strcmp(kind, "eval") == 0;  // logged before step s runs
+        if (kind[0] && (at_step ? s >= step : s > step)) {
+            dropped++;
+            continue;
+        }
+        if (fputs(line, out) < 0) break;  // reported by the close
+    }
+    fclose(in);
+    fcloseCheck(out, tmp);
+    if (rename(tmp, path) != 0) fatal("cannot replace %s with %s: %s", path, tmp, strerror(errno));
+    if (dropped) printf("main.log: dropped %d entries after step %d, which this resumed run repeats\n", dropped, step);
+}
+
+// A main.log.tmp is dead once this job holds the lock (its writer stopped while rewriting
+// the log); on a full disk it would hold the space the rewrite needs.
+static void logger_remove_dead_temporary(const char* log_path) {
+    char tmp[PATH_MAX_LEN];
+    path_format(tmp, sizeof(tmp), "%s.tmp", log_path);
+    if (unlink(tmp) == 0) printf("main.log: removed %s, left by a run that stopped while rewriting main.log\n", tmp);
+    else if (errno != ENOENT) fatal("cannot remove %s: %s", tmp, strerror(errno));
+}
+
+void logger_init(Logger* lg, const char* dir, int rank) {
+    lg->file = NULL;
+    lg->path[0] = '\0';
+    lg->write_errno = 0;
+    lg->dir_lost = 0;
+    if (dir == NULL) return;
+    out_dir_check_length(dir);
+    if (rank != 0) return;
+    make_dir_or_die(dir);
+    dir_lock_take(dir);
+    path_format(lg->path, sizeof(lg->path), "%s/main.log", dir);
+    logger_remove_dead_temporary(lg->path);
+}
+
+void logger_open(Logger* lg, int append) {
+    if (lg->path[0]) lg->file = fopenOwnCheck(lg->path, append ? "a" : "w");
+}
+
+void logger_resume_at(Logger* lg, int step) {
+    if (!lg->file) return;
+    dir_lock_require();
+    fcloseCheck(lg->file, lg->path);
+    logger_drop_repeated(lg->path, step);
+    lg->file = fopenOwnCheck(lg->path, "a");
+}
+
+void logger_line(Logger* lg, const char* fmt, ...) {
+    if (!lg->file || lg->write_errno || lg->dir_lost) return;  // after a failure, nothing more (the job is ending)
+    char why[DIR_LOCK_WHY_MAX];
+    if (dir_lock_lost(why)[0]) {
+        lg->dir_lost = 1;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfprintf(lg->file, fmt, ap);
+    va_end(ap);
+    if (rc < 0 || fflush(lg->file) != 0) lg->write_errno = errno ? errno : EIO;
+}
+
+void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms) {
+    logger_line(lg, "s:%d trl:%.6f norm:%.9g lr:%.2e ms:%.1f\n", step, loss, norm, lr, ms);  // the norm to full float precision (dev/bench/)
+}
+
+void logger_log_val(Logger* lg, int step, float loss) { logger_line(lg, "s:%d tel:%.6f\n", step, loss); }
+
+void logger_log_epoch(Logger* lg, int step, size_t epoch) { logger_line(lg, "s:%d epoch:%zu\n", step, epoch); }
+
+void logger_log_eval(Logger* lg, int step, float accuracy) {
+    logger_line(lg, "s:%d eval:%.4f\n", step, accuracy);
+}
+
+void logger_check(const Logger* lg) {
+    if (lg->dir_lost) dir_lock_require();
+    if (lg->write_errno) {
+        fatal("cannot write %s: %s (its last lines are lost; free space and resume with -y 1)", lg->path,
+              strerror(lg->write_errno));
+    }
+}
+
+void logger_close(Logger* lg) {
+    if (lg->file) {
+        int failed = ferror(lg->file);
+        if ((fclose(lg->file) != 0 || failed) && !lg->write_errno) lg->write_errno = errno ? errno : EIO;
+        lg->file = NULL;
+        logger_check(lg);
+    }
+    lg->file = NULL;
+    dir_lock_release();
+}

@@ -1,0 +1,74 @@
+/*
+ * main.log in the output directory, written by rank 0 only, one line per event, in
+ * llm.c's format plus extra fields:  "s:12 trl:4.123456 norm:1.2345 lr:3.00e-04 ms:812.3"
+ * for a train step, "s:12 tel:4.2345" for a validation loss and "s:12 eval:0.2500" for
+ * a HellaSwag-style accuracy (-H 1). Flushed per line, so a
+ * crashed run keeps what it logged. On resume the log is appended to, once the entries
+ * of the steps the resumed run repeats (those after its checkpoint) are dropped, so every
+ * step appears once. A write that fails (a full disk) is remembered, not ignored: the
+ * training loop ends the job naming the file once the step's checkpoint, if one is due,
+ * has been tried (logger_check). So is a line not written because -o is no longer the
+ * directory this job locked (run/run_dir.h: checked before every line).
+ */
+#ifndef LLMC_LOGGER_H
+#define LLMC_LOGGER_H
+
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "run/run_dir.h"
+#include "run/files.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    FILE* file;
+    char path[PATH_MAX_LEN];
+    int write_errno;  // the first failed write's errno; 0 while every write succeeded
+    int dir_lost;     // a line was not written: -o is no longer the locked directory
+} Logger;
+
+// The longest name the job appends to -o (DIR/.checkpoint_2147483647.tmp/optimizer.bin is
+// 41 characters), with room to spare: an -o longer than PATH_MAX_LEN - 1 - this is refused.
+#define OUT_DIR_SUFFIX_MAX 64
+
+// Every rank: -o's length; rank 0: the directory made and locked (run/run_dir.h), what a
+// rewrite cut short left removed. main.log itself is opened by logger_open, once the run has
+// claimed the directory (run/checkpoint.h: a fresh run does not replace another run's).
+void logger_init(Logger* lg, const char* dir, int rank);
+
+// Rank 0 with -o: main.log, a regular file and no link. append: a resumed run's log
+// (logger_resume_at then drops what the run repeats).
+void logger_open(Logger* lg, int append);
+
+void logger_line(Logger* lg, const char* fmt, ...) LLMC_PRINTF(2, 3);
+
+void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms);
+
+void logger_log_val(Logger* lg, int step, float loss);
+// The train data's epoch (0-based) began with step's batch.
+void logger_log_epoch(Logger* lg, int step, size_t epoch);
+
+void logger_log_eval(Logger* lg, int step, float accuracy);
+
+// Ends the job when a write to the log failed (or was not made: run/run_dir.h).
+void logger_check(const Logger* lg);
+
+void logger_close(Logger* lg);
+
+// Once a resume from `step` is accepted (rank 0's log only).
+void logger_resume_at(Logger* lg, int step);
+
+void make_dir_or_die(const char* dir);
+
+// Every rank, at start-up: a path the system cannot open would otherwise stop the job at
+// its first checkpoint.
+void out_dir_check_length(const char* dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
