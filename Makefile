@@ -65,7 +65,7 @@ GPU_ARCH ?= 90
 # -fno-math-errno changes no result (nothing reads errno after a math function): it lets
 # loops with sqrtf vectorise (AdamW's).
 CFLAGS ?= -O3 -march=native
-CFLAGS += -std=c11 -D_DEFAULT_SOURCE -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -fopenmp -I.
+CFLAGS += -std=c11 -D_DEFAULT_SOURCE -fno-math-errno -Wall -Wextra -Werror=implicit-function-declaration -Wno-unused-parameter -Wno-unused-function -fopenmp -I.
 BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/aarch64-linux-gnu/openblas-pthread /usr/include/openblas))
 ifneq ($(BLAS_INC),)
 CFLAGS += -I$(BLAS_INC)

@@ -15,47 +15,39 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
-#include "run/blas_cores.h"
-#include "run/checkpoint_io.h"
-#include "run/ranks_agree.h"
-#include "run/config.h"
-#include "run/dataloader.h"
 #include "llmc/gpt2_cpu.h"
-#include "run/log.h"
+#include "run/blas_cores.h"
 #include "run/memory_check.h"
 #include "run/model_file.h"
 #include "run/mpi_wait.h"
-#include "run/optimizer.h"
-#include "llmc/rng.h"
-#include "llmc/schedule.h"
+#include "run/run.h"
+#include "run/seams.h"
 #include "run/threads.h"
-#include "run/tokenizer.h"
-#include "run/train_loop.h"
-#include "run/train_main.h"
-#include "run/files.h"
 
 // The zero1/ plugin, when built in, is the default optimizer (its -z 0 is the bucketed
 // replicated mode); without it the trainer has only its plain replicated optimizer. Test
 // binaries swap in their own plugin_optimizer (dev/test/testing_cpu.h: the test devices).
 #ifdef USE_ZERO1
 #include "zero1/gpt2.h"
-#define DEFAULT_ZERO_STAGE 1
 static Optimizer* zero1_cpu_optimizer(const TrainConfig* cfg, const GPT2Config* mc, int world) {
     return zero1_gpt2_optimizer(cfg, mc, zero1_backend_cpu(cfg, world), ZERO1_FP32);
 }
 static Optimizer* (*plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = zero1_cpu_optimizer;
 static const MemoryZero1Sizes plugin_memory = zero1_gpt2_memory_buffers;
 #define PLUGIN_BUILT "zero1/ in"
+#define HAS_ZERO1 1
 #else
-#define DEFAULT_ZERO_STAGE 0
 static Optimizer* (*plugin_optimizer)(const TrainConfig*, const GPT2Config*, int) = NULL;
 static const MemoryZero1Sizes plugin_memory = NULL;
 #define PLUGIN_BUILT "no zero1/"
+#define HAS_ZERO1 0
 #endif
 // The make line of this build with the plugin (the Makefile passes it), for the hints.
 #ifndef REBUILD_WITH_ZERO1
 #define REBUILD_WITH_ZERO1 "make train_gpt2 USE_ZERO1=1"
 #endif
+static const TrainerBuild TRAINER_BUILD = {"train_gpt2, CPU fp32, " PLUGIN_BUILT, 0, HAS_ZERO1, DTYPE_FP32, 0,
+                                           REBUILD_WITH_ZERO1};
 
 // ----------------------------------------------------------------------------
 // The plain replicated optimizer: one dense buffer in canonical order, one all-reduce of
@@ -206,36 +198,11 @@ typedef struct {
     GPT2 model;
     Optimizer* opt;
     float* micro_losses;       // this step's, one per micro-step (--dp-invariant sums them in its order)
-    CpuThreads threads;        // as cpu_threads_setup chose them (the trainer's main only)
 } Trainer;
 
-// Checks the configuration against the model; returns the micro-steps per optimizer step.
-// The GPU trainer's kernel and communication choices have no CPU counterpart: a value other
-// than the default would be silently ignored here, so it is refused.
-static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
-    TrainConfig gpu_defaults;
-    train_config_defaults(&gpu_defaults, 0);
-    char given[96] = "";
-    if (strcmp(cfg->attention, gpu_defaults.attention) != 0) snprintf(given, sizeof(given), "--attention %.60s", cfg->attention);
-    else if (cfg->recompute != gpu_defaults.recompute) snprintf(given, sizeof(given), "-r %d", cfg->recompute);
-    else if (cfg->fused_kernels != gpu_defaults.fused_kernels) snprintf(given, sizeof(given), "--fused-kernels %d", cfg->fused_kernels);
-    if (given[0]) {
-        fatal("%s: a choice of the GPU trainer's kernels (train_gpt2cu); the CPU trainer has one implementation of "
-              "each and cannot honour it: leave the option out", given);
-    }
-    if (strcmp(cfg->comm_backend, gpu_defaults.comm_backend) != 0) {
-        fatal("--comm %.60s: a choice of the GPU trainer's communication (train_gpt2cu); the CPU trainer always "
-              "communicates over MPI and cannot honour it: leave the option out", cfg->comm_backend);
-    }
-    if (!plugin_optimizer && (cfg->param_dtype != DTYPE_FP32 || cfg->grad_dtype != DTYPE_FP32)) {
-        fatal("--param-dtype/--grad-dtype bf16 need the zero1/ plugin: rebuild with `" REBUILD_WITH_ZERO1 "`");
-    }
-    return check_run_config(cfg, mc, world, plugin_optimizer != NULL, REBUILD_WITH_ZERO1);
-}
-
-// use_plugin: run the optimizer through zero1/ (with the plugin built in, always: -z 0 is
-// then its replicated mode). Without it, the plain replicated optimizer above, which
-// tests use as the independent reference.
+// cfg passed config_validate. use_plugin: run the optimizer through zero1/ (with the
+// plugin built in, always: -z 0 is then its replicated mode). Without it, the plain
+// replicated optimizer above, which tests use as the independent reference.
 static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int world, int use_plugin) {
     memset(tr, 0, sizeof(*tr));
     tr->cfg = *cfg;
@@ -243,12 +210,13 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     tr->world = world;
     GPT2Config mc;
     model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
-    tr->grad_accum_steps = check_config(cfg, &mc, world);
+    config_validate_model(cfg, &mc);
+    tr->grad_accum_steps = config_micro_steps(cfg, world);
     tr->micro_losses = (float*)mallocCheck((size_t)tr->grad_accum_steps * sizeof(float));
     int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
                                       cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
     memory_check_cpu(cfg, &mc, world, plugin ? plugin_memory : NULL);
-    float* dense = load_initial_weights(cfg, &mc);
+    float* dense = load_initial_weights(cfg->model, (uint64_t)cfg->seed, cfg->resume, &mc);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T);
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, world) : replicated_optimizer(cfg, &mc, world);
     gpt2_bind_buffers(&tr->model, (float*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
@@ -294,7 +262,7 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
     }
     float loss = (float)(loss_sum / k);
     if (tr->cfg.dp_invariant) {
-        r.loss = dp_invariant_loss(tr->micro_losses, k, tr->world, step + 1);
+        r.loss = step_dp_invariant_loss(tr->micro_losses, k, tr->world, step + 1);
     } else {
         if (tr->world > 1) mpi_allreduce_sum_deadline(&loss, 1, MPI_FLOAT, "loss all-reduce", step + 1);
         r.loss = loss / tr->world;
@@ -342,7 +310,7 @@ static float trainer_evaluate(void* t, DataLoader* val) {
     return total / tr->world;
 }
 
-// The HellaSwag-style eval's forward (run/eval_hellaswag.h): the per-position losses.
+// The HellaSwag-style eval's forward (run/eval.h): the per-position losses.
 static void hellaswag_rows(void* ctx, const int* inputs, const int* targets, int rows, int T, float* losses) {
     Trainer* tr = (Trainer*)ctx;
     gpt2_forward(&tr->model, inputs, targets, rows, T);
@@ -358,49 +326,41 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
 }
 
 // ----------------------------------------------------------------------------
-// The trainer as run/train_main.h's main sees it
-
-static void* trainer_create(const TrainConfig* cfg, int rank, int world, TrainerParts* parts) {
-    Trainer* tr = (Trainer*)mallocCheck(sizeof(Trainer));
-    CpuThreads threads = cpu_threads_setup();
-    trainer_init(tr, cfg, rank, world);
-    tr->threads = threads;
-    *parts = (TrainerParts){&tr->model.config, tr->opt, tr->grad_accum_steps, &tr->model.hooks};
-    return tr;
-}
-
-static void trainer_destroy(void* t) {
-    trainer_free((Trainer*)t);
-    free(t);
-}
-
-static void trainer_describe(void* t, char* buf, size_t n) { snprintf(buf, n, "%d threads", omp_get_max_threads()); }
-static void trainer_print_threads(void* t) {
-    char line[512];
-    cpu_threads_describe(&((Trainer*)t)->threads, line, sizeof(line));
-    printf("%s\n", line);
-}
+// The functions a test build plants its faults with (run/seams.h)
 
 static void trainer_write_grad(void* t, int tensor, float value) { ((Trainer*)t)->model.grad[tensor][0] = value; }
 static void trainer_write_loss(void* t, float value) { ((Trainer*)t)->model.mean_loss = value; }
 
-static const TrainerKind CPU_TRAINER = {
-    .build = "train_gpt2, CPU fp32, " PLUGIN_BUILT,
-    .default_zero_stage = DEFAULT_ZERO_STAGE,
-    .before_mpi = blas_pick_kernels,  // may restart the program with better OpenBLAS kernels
-    .create = trainer_create,
-    .destroy = trainer_destroy,
-    .step = trainer_step,
-    .evaluate = trainer_evaluate,
-    .next_token_logits = next_token_logits,
-    .hellaswag_rows = hellaswag_rows,
-    .replicas_identical = trainer_replicas_identical,
-    .describe = trainer_describe,
-    .print_start = trainer_print_threads,
-    .write_grad = trainer_write_grad,
-    .write_loss = trainer_write_loss,
-};
+// ----------------------------------------------------------------------------
+// The run: its steps between run_begin (main: MPI, flags, -y 1's checkpoint) and the end
+
+static int train(Run* run) {
+    CpuThreads threads = cpu_threads_setup();
+    Trainer tr;
+    trainer_init(&tr, &run->cfg, run->rank, run->world);  // memory checked, model, optimizer
+    seam_plant_faults(&tr.model.hooks, &tr, trainer_write_grad, trainer_write_loss, &run->cfg, &tr.model.config,
+                      tr.grad_accum_steps, run->rank, run->world);
+    if (run_open(run, &tr.model.config, tr.opt)) {  // data, -o, main.log; 0: -y 1 found the run complete
+        char fields[32], line[512];
+        snprintf(fields, sizeof(fields), "%d threads", omp_get_max_threads());
+        cpu_threads_describe(&threads, line, sizeof(line));
+        RunEvals evals = {trainer_evaluate, hellaswag_rows, next_token_logits, &tr};
+        for (int step = run_start(run, fields, line); run_evaluate(run, step, &evals); step++) {
+            RunBatch b = run_step_begin(run, step);
+            StepResult r = trainer_step(&tr, step, b.lr, b.next, b.ctx, &run->outliers);
+            run_step_end(run, &r);
+        }
+        run_end(run, trainer_replicas_identical(&tr));
+    }
+    trainer_free(&tr);
+    return run_close(run);
+}
 
 #ifndef TESTING
-int main(int argc, char** argv) { return train_main(argc, argv, &CPU_TRAINER, NULL, 0); }
+int main(int argc, char** argv) {
+    blas_pick_kernels(argv);  // may restart the program on better OpenBLAS kernels: first, before MPI
+    Run run;
+    run_begin(&run, &argc, &argv, &TRAINER_BUILD, NULL, 0);  // MPI, flags, -y 1's checkpoint, ranks agree
+    return train(&run);
+}
 #endif

@@ -24,31 +24,19 @@
 #include <time.h>
 
 #include "llmc/adamw.h"
-#include "run/checkpoint_io.h"
-#include "run/ranks_agree.h"
-#include "run/config.h"
-#include "run/dataloader.h"
 #include "llmc/gpt2_spec.h"
-#include "run/log.h"
 #include "run/memory_check.h"
 #include "run/model_file.h"
 #include "run/mpi_wait.h"
-#include "run/optimizer.h"
-#include "llmc/rng.h"
-#include "llmc/schedule.h"
-#include "run/tokenizer.h"
-#include "run/train_loop.h"
-#include "run/train_main.h"
-#include "run/files.h"
+#include "run/run.h"
+#include "run/seams.h"
 
 #ifdef __CUDA_CPU__
 // Built for the CPU execution layer, whose cuBLAS is OpenBLAS: restart on better kernels
 // as the CPU trainer does (a GPU build links no OpenBLAS).
 #include "run/blas_cores.h"
-#define GPU_BEFORE_MPI blas_pick_kernels
 #define ON_CPU_LAYER 1
 #else
-#define GPU_BEFORE_MPI NULL
 #define ON_CPU_LAYER 0
 #endif
 
@@ -95,7 +83,6 @@ static void gpu_teardown(GpuSetup* g) {
 #ifdef USE_ZERO1
 #include "zero1/backend_cuda.h"
 #include "zero1/gpt2.h"
-#define DEFAULT_ZERO_STAGE 1
 static Optimizer* zero1_gpu_optimizer(const TrainConfig* cfg, const GPT2Config* mc, const GpuSetup* gpu) {
     Zero1Backend* backend = zero1_backend_cuda(cfg, gpu->stream, gpu->local_rank, gpu->local_world);
     return zero1_gpt2_optimizer(cfg, mc, backend, FLOATX_IS_BF16 ? ZERO1_BF16 : ZERO1_FP32);
@@ -103,16 +90,24 @@ static Optimizer* zero1_gpu_optimizer(const TrainConfig* cfg, const GPT2Config* 
 static Optimizer* (*plugin_optimizer)(const TrainConfig*, const GPT2Config*, const GpuSetup*) = zero1_gpu_optimizer;
 static const MemoryZero1Sizes plugin_memory = zero1_gpt2_memory_buffers;
 #define PLUGIN_BUILT "zero1/ in"
+#define HAS_ZERO1 1
 #else
-#define DEFAULT_ZERO_STAGE 0
 static Optimizer* (*plugin_optimizer)(const TrainConfig*, const GPT2Config*, const GpuSetup*) = NULL;
 static const MemoryZero1Sizes plugin_memory = NULL;
 #define PLUGIN_BUILT "no zero1/"
+#define HAS_ZERO1 0
 #endif
 // The make line of this build with the plugin (the Makefile passes it), for the hints.
 #ifndef REBUILD_WITH_ZERO1
 #define REBUILD_WITH_ZERO1 "make train_gpt2cu USE_ZERO1=1"
 #endif
+#ifdef USE_CUDNN
+#define HAS_CUDNN 1
+#else
+#define HAS_CUDNN 0
+#endif
+static const TrainerBuild TRAINER_BUILD = {"train_gpt2cu, GPU " PRECISION_NAME ", " PLUGIN_BUILT, 1, HAS_ZERO1,
+                                           FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32, HAS_CUDNN, REBUILD_WITH_ZERO1};
 
 // The plain replicated optimizer: dense buffers in canonical order, one NCCL all-reduce of
 // the whole gradient, the full AdamW on every rank (fp32 master, m, v), the clip factor
@@ -314,15 +309,6 @@ typedef struct {
     float* micro_losses_host;  // pinned, --dp-invariant: each micro-step's loss, read back with the norm
 } Trainer;
 
-// Checks the configuration against the model and the build; returns the micro-steps per step.
-static int check_config(const TrainConfig* cfg, const GPT2Config* mc, int world) {
-    if (cfg->param_dtype != (FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32)) {
-        fatal("--param-dtype %s: this train_gpt2cu is built with PRECISION=%s (its params are %s)",
-              cfg->param_dtype == DTYPE_BF16 ? "bf16" : "fp32", PRECISION_NAME, FLOATX_IS_BF16 ? "bf16" : "fp32");
-    }
-    return check_run_config(cfg, mc, world, plugin_optimizer != NULL, REBUILD_WITH_ZERO1);
-}
-
 // Refuses a job that cannot fit this GPU (or the host) before allocating (run/memory_check.h):
 // the GPU's free bytes, and its UUID to tell which ranks share it.
 static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, const GpuSetup* gpu,
@@ -346,13 +332,18 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     tr->gpu = gpu;
     GPT2Config mc;
     model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
-    tr->grad_accum_steps = check_config(cfg, &mc, gpu->world);
+    config_validate_model(cfg, &mc);
+    tr->grad_accum_steps = config_micro_steps(cfg, gpu->world);
     int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16 ||
                                       cfg->average_in_collective);
     GPT2Kernels kernels;
-    gpt2_kernels_from_config(cfg, &kernels);
+    config_gpt2_kernels(cfg, &kernels);
+    if (kernels.attention == ATTENTION_FLASH && !flash_attention_supported(mc.channels, mc.num_heads)) {
+        fatal("--attention flash: head size %d (channels %d / heads %d) must be a multiple of 16 up to %d; pass "
+              "--attention naive", mc.channels / mc.num_heads, mc.channels, mc.num_heads, FLASH_HS_MAX);
+    }
     check_memory(cfg, &mc, &kernels, gpu, plugin);
-    float* dense = load_initial_weights(cfg, &mc);
+    float* dense = load_initial_weights(cfg->model, (uint64_t)cfg->seed, cfg->resume, &mc);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T, gpu->stream, &kernels);
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, gpu) : replicated_optimizer(cfg, &mc, gpu);
     gpt2_bind_buffers(&tr->model, (floatX*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
@@ -387,7 +378,7 @@ static float loss_over_ranks(Trainer* tr, const char* what, int step) {
     return total;
 }
 
-// The step's mean loss over micro-steps and ranks, read by the update gate (run/train_loop.h)
+// The step's mean loss over micro-steps and ranks, read by the update gate (run/step.h)
 // once finish_step has waited for the norm: the losses' copies to the host were queued
 // before, so they have arrived. --dp-invariant's from each micro-step's, in its order.
 typedef struct {
@@ -399,7 +390,7 @@ static float step_loss_at_gate(void* ctx) {
     StepLoss* l = (StepLoss*)ctx;
     Trainer* tr = l->tr;
     int k = tr->grad_accum_steps;
-    if (tr->cfg.dp_invariant) return dp_invariant_loss(tr->micro_losses_host, k, tr->world, l->step + 1);
+    if (tr->cfg.dp_invariant) return step_dp_invariant_loss(tr->micro_losses_host, k, tr->world, l->step + 1);
     return loss_over_ranks(tr, "loss all-reduce", l->step + 1) * (1.0f / ((float)k * tr->world));
 }
 
@@ -489,7 +480,7 @@ static float trainer_evaluate(void* t, DataLoader* val) {
     return loss_over_ranks(tr, "validation loss all-reduce", -1) / ((float)tr->cfg.val_steps * tr->world);
 }
 
-// The HellaSwag-style eval's forward (run/eval_hellaswag.h): the per-position fp32 losses,
+// The HellaSwag-style eval's forward (run/eval.h): the per-position fp32 losses,
 // read back (the forward's addition into d_loss is harmless: a step or evaluate zeroes it).
 static void hellaswag_rows(void* ctx, const int* inputs, const int* targets, int rows, int T, float* losses) {
     Trainer* tr = (Trainer*)ctx;
@@ -513,52 +504,29 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
 }
 
 // ----------------------------------------------------------------------------
-// The trainer as run/train_main.h's main sees it: the GPU set up first, torn down last.
+// What the run prints of the GPU trainer
 
-typedef struct {
-    GpuSetup gpu;
-    Trainer tr;  // keeps a pointer to gpu
-} GpuTrainer;
-
-static void* trainer_create(const TrainConfig* cfg, int rank, int world, TrainerParts* parts) {
-    GpuTrainer* g = (GpuTrainer*)mallocCheck(sizeof(GpuTrainer));
-    gpu_setup(&g->gpu, rank, world);
-    trainer_init(&g->tr, cfg, &g->gpu);
-    *parts = (TrainerParts){&g->tr.model.config, g->tr.opt, g->tr.grad_accum_steps, &g->tr.model.hooks};
-    return &g->tr;
-}
-
-static void trainer_destroy(void* t) {
-    GpuTrainer* g = (GpuTrainer*)((char*)t - offsetof(GpuTrainer, tr));
-    trainer_free(&g->tr);
-    gpu_teardown(&g->gpu);
-    free(g);
-}
-
-static void set_build_precision(TrainConfig* cfg) { cfg->param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32; }
-
-static void trainer_describe(void* t, char* buf, size_t n) {
-    snprintf(buf, n, "GPU %s | %s", cuda_libs.device_name, PRECISION_NAME);
-}
-
-// The kernels line (rank 0, after the start line).
-static void print_kernels(void* t) {
-    Trainer* tr = (Trainer*)t;
+// The start line's last fields and the kernels line (rank 0, after the start line).
+static void describe_trainer(const Trainer* tr, char* fields, size_t nf, char* line, size_t nl) {
+    snprintf(fields, nf, "GPU %s | %s", cuda_libs.device_name, PRECISION_NAME);
     const GPT2Kernels* k = &tr->model.kernels;
     char ledger[160];
     memory_kernel_choices(&tr->cfg, &tr->model.config, k, (int)sizeof(floatX), ledger, sizeof(ledger));
-    printf("kernels: attention %s | recompute GELU %d | fused kernels %d | %s\n", attention_kind_name(k->attention),
-           k->recompute_gelu, k->fused, ledger);
+    snprintf(line, nl, "kernels: attention %s | recompute GELU %d | fused kernels %d | %s",
+             attention_kind_name(k->attention), k->recompute_gelu, k->fused, ledger);
 }
 
-static void print_gpu_memory(void* t) {
+static void print_gpu_memory(const Trainer* tr) {
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (((Trainer*)t)->rank == 0) {
+    if (tr->rank == 0) {
         printf("GPU memory in use at the end: %.1f MiB of %.1f MiB (the whole GPU: ranks sharing it add up)\n",
                (double)(total_bytes - free_bytes) / (1 << 20), (double)total_bytes / (1 << 20));
     }
 }
+
+// ----------------------------------------------------------------------------
+// The functions a test build plants its faults with (run/seams.h)
 
 // One float of a gradient, on the compute stream after the backward work queued so far.
 static void trainer_write_grad(void* t, int tensor, float value) {
@@ -572,25 +540,40 @@ static void trainer_write_loss(void* t, float value) {
     cudaCheck(cudaMemcpyAsync(m->d_loss, &value, sizeof(float), cudaMemcpyHostToDevice, m->stream));
 }
 
-static const TrainerKind GPU_TRAINER = {
-    "train_gpt2cu, GPU " PRECISION_NAME ", " PLUGIN_BUILT,  // build
-    DEFAULT_ZERO_STAGE,
-    GPU_BEFORE_MPI,        // before_mpi
-    set_build_precision,   // set_defaults
-    trainer_create,
-    trainer_destroy,
-    trainer_step,
-    trainer_evaluate,
-    next_token_logits,
-    hellaswag_rows,
-    trainer_replicas_identical,
-    trainer_describe,
-    print_kernels,         // print_start
-    print_gpu_memory,      // print_end
-    trainer_write_grad,
-    trainer_write_loss,
-};
+// ----------------------------------------------------------------------------
+// The run: its steps between run_begin (main: MPI, flags, -y 1's checkpoint) and the end
+
+static int train(Run* run) {
+    GpuSetup gpu;
+    gpu_setup(&gpu, run->rank, run->world);  // this rank's GPU, its libraries and compute stream
+    Trainer tr;
+    trainer_init(&tr, &run->cfg, &gpu);  // memory checked, model, optimizer
+    seam_plant_faults(&tr.model.hooks, &tr, trainer_write_grad, trainer_write_loss, &run->cfg, &tr.model.config,
+                      tr.grad_accum_steps, run->rank, run->world);
+    if (run_open(run, &tr.model.config, tr.opt)) {  // data, -o, main.log; 0: -y 1 found the run complete
+        char fields[160], line[256];
+        describe_trainer(&tr, fields, sizeof(fields), line, sizeof(line));
+        RunEvals evals = {trainer_evaluate, hellaswag_rows, next_token_logits, &tr};
+        for (int step = run_start(run, fields, line); run_evaluate(run, step, &evals); step++) {
+            RunBatch b = run_step_begin(run, step);
+            StepResult r = trainer_step(&tr, step, b.lr, b.next, b.ctx, &run->outliers);
+            run_step_end(run, &r);
+        }
+        run_end(run, trainer_replicas_identical(&tr));
+        print_gpu_memory(&tr);
+    }
+    trainer_free(&tr);
+    gpu_teardown(&gpu);
+    return run_close(run);
+}
 
 #ifndef TESTING
-int main(int argc, char** argv) { return train_main(argc, argv, &GPU_TRAINER, NULL, 0); }
+int main(int argc, char** argv) {
+#ifdef __CUDA_CPU__
+    blas_pick_kernels(argv);  // the CPU layer's cuBLAS is OpenBLAS: restart on better kernels, as train_gpt2 does
+#endif
+    Run run;
+    run_begin(&run, &argc, &argv, &TRAINER_BUILD, NULL, 0);  // MPI, flags, -y 1's checkpoint, ranks agree
+    return train(&run);
+}
 #endif

@@ -1,5 +1,6 @@
 /*
- * Which kernels the GPU model runs (llmc/gpt2_cuda.cuh), chosen on the command line:
+ * Which kernels the GPU model runs (llmc/gpt2_cuda.cuh), as the command line chooses them
+ * (run/config.h's config_gpt2_kernels):
  *   --attention flash|naive|cudnn  flash: our own tiled kernels, no (B,NH,T,T) buffers;
  *                                  naive: scores materialised, the reference path;
  *                                  cudnn: cuDNN's fused attention (USE_CUDNN=1 builds only)
@@ -13,8 +14,6 @@
 
 #include <string.h>
 
-#include "run/config.h"
-#include "llmc/utils.h"
 
 typedef enum { ATTENTION_FLASH = 0, ATTENTION_NAIVE = 1, ATTENTION_CUDNN = 2 } AttentionKind;
 
@@ -26,25 +25,6 @@ typedef struct {
 
 static inline const char* attention_kind_name(int kind) {
     return kind == ATTENTION_FLASH ? "flash" : kind == ATTENTION_NAIVE ? "naive" : "cudnn";
-}
-
-// Fills k from the options; an unknown attention kind, or cudnn in a build without it, is
-// one error.
-static inline void gpt2_kernels_from_config(const TrainConfig* cfg, GPT2Kernels* k) {
-    memset(k, 0, sizeof(*k));
-    const char* a = cfg->attention ? cfg->attention : "flash";
-    if (strcmp(a, "flash") == 0) k->attention = ATTENTION_FLASH;
-    else if (strcmp(a, "naive") == 0) k->attention = ATTENTION_NAIVE;
-    else if (strcmp(a, "cudnn") == 0) k->attention = ATTENTION_CUDNN;
-    else fatal("--attention %s: expected flash, naive or cudnn", a);
-#if defined(ENABLE_FP32)
-    if (k->attention == ATTENTION_CUDNN)
-        fatal("--attention cudnn: cuDNN's attention has no fp32 path; build PRECISION=BF16 USE_CUDNN=1");
-#elif !defined(USE_CUDNN)
-    if (k->attention == ATTENTION_CUDNN) fatal("--attention cudnn needs a build with cuDNN: make train_gpt2cu USE_CUDNN=1");
-#endif
-    k->recompute_gelu = cfg->recompute;
-    k->fused = cfg->fused_kernels;
 }
 
 // The memory check's count for cuDNN's SDPA workspace (llmc/cudnn_attention.cpp): an fp32

@@ -36,9 +36,7 @@ static int checkpoint_compare_newest_first(const void* a, const void* b) {
     return (x < y) - (x > y);
 }
 
-// The steps of the checkpoints (or temporary directories) in dir, newest first, in a
-// new array; returns how many. A directory that does not exist has none.
-static int checkpoint_list(const char* dir, int temporary, int** steps) {
+int checkpoint_list(const char* dir, int temporary, int** steps) {
     *steps = NULL;
     DIR* d = opendir(dir);
     if (!d) {
@@ -126,41 +124,8 @@ void checkpoint_remove_stale_temporaries(const char* dir) {
     free(steps);
 }
 
-void checkpoint_claim_output_dir(const char* dir, int resume_asked, int start_over) {
-    int* steps;
-    int n = checkpoint_list(dir, 0, &steps);
-    char log_path[PATH_MAX_LEN], names[256] = "";
-    path_format(log_path, sizeof(log_path), "%s/main.log", dir);
-    struct stat st;
-    int has_log = !resume_asked && lstat(log_path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-    if (n == 0 && !has_log) {
-        free(steps);
-        return;
-    }
-    for (int i = n - 1; i >= 0 && i >= n - 3; i--) {  // the oldest three, oldest first
-        size_t at = strlen(names);
-        snprintf(names + at, sizeof(names) - at, "%scheckpoint_%08d", at ? ", " : "", steps[i]);
-    }
-    if (!start_over) {
-        fatal("output directory '%s' holds another run's %s%s%s%s%s: a fresh run would replace them; resume that run "
-              "with -y 1, choose another -o, or pass --start-over to remove them and start again", dir,
-              has_log ? "main.log" : "", has_log && n ? " and " : "", n ? "checkpoints (" : "", names,
-              n > 3 ? ", ...)" : n ? ")" : "");
-    }
-    for (int i = 0; i < n; i++) {
-        char path[PATH_MAX_LEN];
-        checkpoint_path(path, sizeof(path), dir, steps[i], 0);
-        if (!checkpoint_remove_dir(path)) fatal("--start-over: cannot remove %s (see the warning above)", path);
-    }
-    free(steps);
-    if (has_log && unlink(log_path) != 0) fatal("--start-over: cannot remove %s: %s", log_path, strerror(errno));
-    printf("--start-over: removed the run that was in %s (%d checkpoint%s%s)\n", dir, n, n == 1 ? "" : "s",
-           has_log ? " and main.log" : "");
-}
-
 void checkpoint_prune(const char* dir, int keep, int newest) {
     if (keep <= 0) return;
-    dir_lock_require();
     int* steps;
     int n = checkpoint_list(dir, 0, &steps);
     int kept = 0;

@@ -42,7 +42,6 @@
 #include "run/crc32c.h"
 #include "run/data_identity.h"
 #include "llmc/gpt2_spec.h"
-#include "run/log.h"
 #include "run/model_file.h"
 #include "run/outliers.h"
 #include "run/skip_batches.h"
@@ -111,17 +110,10 @@ int checkpoint_remove_dir(const char* path);
 // Temporaries are what interrupted saves leave behind (kill, crash, full disk).
 void checkpoint_remove_stale_temporaries(const char* dir);
 
-// Rank 0, under -o's lock, for a run that does not resume from a checkpoint there: a run
-// owns its directory. Another run's checkpoints would be replaced step by step (and -nk
-// would remove the rest), its main.log overwritten, so a fresh run refuses a directory that
-// holds either and says how to resume it or start over; start_over (--start-over) removes
-// them first. resume_asked: -y 1 found no checkpoint, so a main.log is this run's own, from
-// an attempt that stopped before its first save. An empty main.log holds nothing.
-void checkpoint_claim_output_dir(const char* dir, int resume_asked, int start_over);
-
 // -nk keep: removes the checkpoints beyond the newest `keep` of those up to step `newest`
 // (the one just saved, complete and in place). Checkpoints of later steps, which an
 // earlier run may have left in the same directory, are not this run's to count or remove.
+// The caller checks that -o is still its own first (run/run_dir.h).
 void checkpoint_prune(const char* dir, int keep, int newest);
 
 // ----------------------------------------------------------------------------
@@ -184,6 +176,10 @@ int checkpoint_find_latest(const char* dir, char* path, size_t n);
 int checkpoint_open_for_resume(const char* out_dir, const GPT2Config* run_shape, const char* run_model,
                                char* dir, size_t n, CheckpointState* state,
                                CheckpointManifest* manifest);
+
+// The steps of the checkpoints (or temporary directories) in dir, newest first, in a
+// new array; returns how many. A directory that does not exist has none.
+int checkpoint_list(const char* dir, int temporary, int** steps);
 
 #ifdef __cplusplus
 }

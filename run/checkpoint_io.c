@@ -1,6 +1,8 @@
 // run/checkpoint_io.c: what run/checkpoint_io.h declares.
 #include "run/checkpoint_io.h"
 
+#include "run/seams.h"
+
 // Element offset of every canonical tensor in llm.c's tensor-major file order.
 static void checkpoint_file_offsets(const GPT2Config* cfg, size_t* offsets) {
     int NT = gpt2_num_tensors(cfg);
@@ -144,9 +146,9 @@ static void checkpoint_move_file(const CheckpointFilePlan* f, int dir_fd, Optimi
                                  int saving, CheckpointCrc* crcs) {
     MPI_File fh;
     int mode = saving ? MPI_MODE_CREATE | MPI_MODE_WRONLY : MPI_MODE_RDONLY;
-    if (f->file == CHECKPOINT_MODEL) {  // tests: a rank that hangs here, -o removed under a save (run/test_stop.h)
-        if (saving) test_stop_at("save_open", f->step, "in the checkpoint save, before opening model.bin, of step");
-        else test_stop_at("load", f->step, "in the checkpoint load of step");
+    if (f->file == CHECKPOINT_MODEL) {  // tests: a rank that hangs here, -o removed under a save (run/seams.h)
+        if (saving) seam_stop_at("save_open", f->step, "in the checkpoint save, before opening model.bin, of step");
+        else seam_stop_at("load", f->step, "in the checkpoint load of step");
     }
     // Open MPI 4.1 copies the name with a suffix into a 256-byte buffer and aborts the job on a
     // longer one (-o of about 200 characters), so MPI-IO gets a name of the same file that is
@@ -163,7 +165,7 @@ static void checkpoint_move_file(const CheckpointFilePlan* f, int dir_fd, Optimi
         MPI_Offset at = r ? (MPI_Offset)r->offset : 0;
         int bytes = r ? (int)r->bytes : 0;  // at most the staging size, 1 GiB
         if (r && saving) checkpoint_stage_round(f, r, o, staging, 1);
-        if (saving && k == 0 && f->file == CHECKPOINT_MODEL) test_stop_at("save", f->step, "in the checkpoint save of step");
+        if (saving && k == 0 && f->file == CHECKPOINT_MODEL) seam_stop_at("save", f->step, "in the checkpoint save of step");
         // Blocking collective I/O (Open MPI 4's non-blocking MPI_File_iwrite_at_all crashed
         // on a full disk, where this one reports the error), under the watchdog thread.
         const char* call = saving ? "MPI_File_write_at_all" : "MPI_File_read_at_all";
@@ -345,37 +347,36 @@ static int checkpoint_nonfinite_where(const CheckpointTransfer* t, const GPT2Con
 // Collective: rank 0's verdict (why: the message, "" when all is well: -o is still the
 // directory this job locked, run/run_dir.h, and the state was finite) to every rank, so
 // that all stop alike.
-static void checkpoint_dir_verdict(char* why, int step) {
+static void checkpoint_stop_with_rank0(char* why, int step) {
     MPI_Request request;
-    mpiCheck(MPI_Ibcast(why, DIR_LOCK_WHY_MAX, MPI_CHAR, 0, MPI_COMM_WORLD, &request));
+    mpiCheck(MPI_Ibcast(why, RUN_DIR_WHY_MAX, MPI_CHAR, 0, MPI_COMM_WORLD, &request));
     mpi_wait_deadline(&request, "checkpoint directory check", step);
     if (why[0]) fatal("%s", why);
 }
 
-// Collective: writes DIR/checkpoint_<step>/ (DIR = out_dir) from every rank's pieces.
-static void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s) {
+void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s) {
     double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
     int rank = utils_rank();
     char tmp[PATH_MAX_LEN], final_path[PATH_MAX_LEN], path[PATH_MAX_LEN];
     checkpoint_path(tmp, sizeof(tmp), out_dir, s->step, 1);
     checkpoint_path(final_path, sizeof(final_path), out_dir, s->step, 0);
-    char lost[DIR_LOCK_WHY_MAX] = "";
-    if (rank == 0 && !dir_lock_lost(lost)[0]) {
-        make_dir_or_die(out_dir);
+    char lost[RUN_DIR_WHY_MAX] = "";
+    if (rank == 0 && !run_dir_lost(lost)[0]) {
+        run_dir_make(out_dir);
         checkpoint_remove_stale_temporaries(out_dir);
         if (mkdir(tmp, 0755) != 0) fatal("cannot create %s: %s", tmp, strerror(errno));
     }
-    checkpoint_dir_verdict(lost, s->step);  // and the directory exists before any rank opens a file in it
+    checkpoint_stop_with_rank0(lost, s->step);  // and the directory exists before any rank opens a file in it
     CheckpointTransfer t;
     checkpoint_transfer(&t, tmp, cfg, o, s->step, 1);
     // Every rank has synced and closed both files (their reports reached rank 0 after that).
     char what[128];
-    test_stop_at("save_commit", s->step, "in the checkpoint save, its files written, of step");
+    seam_stop_at("save_commit", s->step, "in the checkpoint save, its files written, of step");
     if (rank == 0 && checkpoint_nonfinite_where(&t, cfg, what, sizeof(what)) >= 0) {
         checkpoint_remove_dir(tmp);
         snprintf(lost, sizeof(lost), "checkpoint of step %d not saved: %s is not finite (the earlier checkpoints "
                  "are kept)", s->step, what);
-    } else if (rank == 0 && !dir_lock_lost(lost)[0]) {  // lost meanwhile: the checkpoint is not renamed into place
+    } else if (rank == 0 && !run_dir_lost(lost)[0]) {  // lost meanwhile: the checkpoint is not renamed into place
         CheckpointManifest m;
         for (int k = 0; k < 2; k++) {
             m.bytes[t.plans[k].file] = t.plans[k].size;
@@ -396,7 +397,7 @@ static void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimize
         printf("checkpoint: step %d saved in %s (%.1f MiB by %d ranks in %.2f s)\n", s->step, final_path, t.mib_moved,
                o->world, (wall_ms() - t0) / 1e3);
     }
-    checkpoint_dir_verdict(lost, s->step);  // and nobody runs ahead of a checkpoint being renamed into place
+    checkpoint_stop_with_rank0(lost, s->step);  // and nobody runs ahead of a checkpoint being renamed into place
     checkpoint_memcheck_end(rss_before, "save", &t);
 }
 
@@ -423,20 +424,18 @@ static void checkpoint_load(const char* dir, const GPT2Config* cfg, Optimizer* o
         path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[verdict[0]]);
         checkpoint_checksum_mismatch(path, (uint32_t)verdict[1], manifest->crc[verdict[0]]);
     }
-    char why[DIR_LOCK_WHY_MAX] = "", what[128];
+    char why[RUN_DIR_WHY_MAX] = "", what[128];
     int file = utils_rank() == 0 ? checkpoint_nonfinite_where(t, cfg, what, sizeof(what)) : -1;
     if (file >= 0) {
         snprintf(why, sizeof(why), "resume: %s/%s: %s is not finite (an older build saved its run's state after it "
                  "had diverged): move %s away to resume from the checkpoint before it", dir, CHECKPOINT_FILES[file],
                  what, dir);
     }
-    checkpoint_dir_verdict(why, step);
+    checkpoint_stop_with_rank0(why, step);
     o->ops->finish_import(o, step);
 }
 
 void checkpoint_find_resume(TrainConfig* cfg, CheckpointResume* r) {
-    if (cfg->output_dir == NULL) fatal("-y 1 resumes from the output directory: give it with -o");
-    out_dir_check_length(cfg->output_dir);
     GPT2Config run_shape;
     model_shape_of(cfg->model, &run_shape);
     if (!checkpoint_open_for_resume(cfg->output_dir, &run_shape, cfg->model, r->dir, sizeof(r->dir), &r->state,
@@ -448,8 +447,7 @@ void checkpoint_find_resume(TrainConfig* cfg, CheckpointResume* r) {
     cfg->model = r->model_path;
 }
 
-// What a step of this run means, beyond its batch: the schedule, -a and AdamW's settings.
-static void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps, CheckpointState* s) {
+void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps, CheckpointState* s) {
     s->max_steps = max_steps;
     s->warmup_steps = cfg->warmup_steps;
     s->overfit_single_batch = cfg->overfit_single_batch;
@@ -464,34 +462,6 @@ static void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps, Check
     s->shuffle = cfg->shuffle;
     s->data_seed = cfg->seed;
     s->has_data_order = 1;
-}
-
-void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config* mc, Optimizer* o,
-                         int grad_accum_steps, int steps_done, int max_steps, const RunIO* io,
-                         uint64_t sample_rng) {
-    CheckpointState s;
-    memset(&s, 0, sizeof(s));
-    s.step = steps_done;
-    s.sample_rng = sample_rng;
-    s.world = o->world;
-    s.B = cfg->B;
-    s.T = cfg->T;
-    s.grad_accum_steps = grad_accum_steps;
-    checkpoint_step_meaning(cfg, max_steps, &s);
-    DataPosition at = dataloader_position(&io->train);
-    s.epoch = at.epoch;
-    s.shard = at.shard;
-    s.shard_tokens_done = at.tokens_done;
-    s.outliers = io->outliers;
-    s.has_outliers = 1;
-    s.skipped = io->skipped;
-    s.nonfinite_in_a_row = io->nonfinite_in_a_row;
-    s.has_nonfinite_count = 1;
-    snprintf(s.corpus, sizeof(s.corpus), "%s", io->train_identity.corpus);
-    s.corpus_shards = io->train_identity.shards;
-    s.corpus_digest = io->train_identity.digest;
-    s.has_corpus = 1;
-    checkpoint_save(cfg->output_dir, mc, o, &s);
 }
 
 // Appends ", NAME SAVED -> NOW" to the list of differences when the two differ.
@@ -607,24 +577,6 @@ void checkpoint_restore(const CheckpointResume* r, const GPT2Config* mc, Optimiz
                r->state.grad_accum_steps, t.mib_moved, (wall_ms() - t0) / 1e3);
     }
     checkpoint_memcheck_end(rss_before, "load", &t);
-}
-
-int checkpoint_start_step(const TrainConfig* cfg, const CheckpointResume* r, const GPT2Config* mc,
-                          Optimizer* o, RunIO* io, uint64_t* sample_rng) {
-    *sample_rng = rng_seed((uint64_t)cfg->seed + 1337);
-    // This job holds -o's lock now: temporaries there are dead, and after a full disk they
-    // hold the space that the log's rewrite and the next save need.
-    if (cfg->output_dir && utils_rank() == 0) checkpoint_remove_stale_temporaries(cfg->output_dir);
-    if (!cfg->resume) return 0;
-    checkpoint_restore(r, mc, o, &io->train, sample_rng);
-    if (r->state.has_outliers) {  // -sl/-sg go on from the saved windows (at this run's --outlier-window)
-        io->outliers.loss = outlier_window_resized(&r->state.outliers.loss, cfg->outlier_window);
-        io->outliers.norm = outlier_window_resized(&r->state.outliers.norm, cfg->outlier_window);
-    }
-    io->skipped = r->state.skipped;
-    io->nonfinite_in_a_row = r->state.nonfinite_in_a_row;  // 0 from a checkpoint that predates the count
-    logger_resume_at(&io->logger, r->state.step);
-    return r->state.step;
 }
 
 void checkpoint_share_split(float* buf, size_t total, int world) {

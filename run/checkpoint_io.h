@@ -20,7 +20,7 @@
  * manifest on save, compared with it on load (the verdict is broadcast, so every rank
  * stops alike on a mismatch). A non-finite value stops a save before the checkpoint is
  * renamed into place (the earlier ones stay, and -nk removes nothing), and a load before
- * training on it: the update gate keeps them out of the state (run/train_loop.h), but AdamW's
+ * training on it: the update gate keeps them out of the state (run/step.h), but AdamW's
  * v overflows on a gradient above ~1.8e19 when --grad-clip 0 lets one through, and a
  * checkpoint of an older build may hold them. Rank 0 writes the headers (as rounds of its own), state.txt
  * and, once every rank has synced and closed the large files, the manifest, then renames
@@ -48,8 +48,9 @@
 #include "run/mpi_wait.h"
 #include "run/optimizer.h"
 #include "llmc/rng.h"
-#include "run/test_stop.h"
-#include "run/train_loop.h"
+#include "run/model_file.h"
+#include "run/run_dir.h"
+#include "run/step.h"
 #include "run/files.h"
 
 #ifdef __cplusplus
@@ -137,7 +138,13 @@ typedef struct {
 // reset, so this is for tests, not for production runs.
 
 // ----------------------------------------------------------------------------
-// What the trainers call
+// What a run calls (run/run.c)
+
+// Collective: writes DIR/checkpoint_<step>/ (DIR = out_dir) from every rank's pieces and
+// s (state.txt), under a temporary name renamed into place once whole; rank 0 stops every
+// rank alike when -o is lost or the state holds a NaN or infinity (the earlier checkpoints
+// are kept).
+void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s);
 
 // -y 1, before the trainer is built: the newest checkpoint in -o, checked (manifest,
 // sizes, headers, state.txt) against the shape of -e. With one, cfg->model becomes its
@@ -152,11 +159,6 @@ typedef struct {
 } CheckpointResume;
 
 void checkpoint_find_resume(TrainConfig* cfg, CheckpointResume* r);
-
-// The training loop's checkpoint: every -n steps and at the end (collective).
-void checkpoint_save_run(const TrainConfig* cfg, const GPT2Config* mc, Optimizer* o,
-                         int grad_accum_steps, int steps_done, int max_steps, const RunIO* io,
-                         uint64_t sample_rng);
 
 // -y 1, once the run's batch and length are known (every rank alike): a resume continues
 // the saved run's steps exactly, so what a step means must not change. The rank count,
@@ -173,16 +175,13 @@ int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r, c
 void checkpoint_restore(const CheckpointResume* r, const GPT2Config* mc, Optimizer* o, DataLoader* train,
                         uint64_t* sample_rng);
 
-// Where a run starts (collective on a resume): the checkpoint's step, weights, AdamW
-// state, data position and sampling RNG (checkpoint_restore); else step 0, the trainer's
-// initial weights and the RNG of --seed.
-int checkpoint_start_step(const TrainConfig* cfg, const CheckpointResume* r, const GPT2Config* mc,
-                          Optimizer* o, RunIO* io, uint64_t* sample_rng);
-
 // Collective, for a replicated optimizer's finish_import: rank r holds its part of buf
 // (optimizer_split_range of total elements); afterwards every rank holds all of it. One
 // broadcast per part, in pieces an int count can carry.
 void checkpoint_share_split(float* buf, size_t total, int world);
+
+// What a step of this run means, beyond its batch: the schedule, -a and AdamW's settings.
+void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps, CheckpointState* s);
 
 #ifdef __cplusplus
 }

@@ -115,7 +115,7 @@ const OptionSpec TRAIN_OPTIONS[] = {
 };
 const int NUM_TRAIN_OPTIONS = (int)(sizeof(TRAIN_OPTIONS) / sizeof(TRAIN_OPTIONS[0]));
 
-void train_config_defaults(TrainConfig* c, int default_zero_stage) {
+void config_defaults(TrainConfig* c, const TrainerBuild* build) {
     memset(c, 0, sizeof(*c));
     c->train_pattern = "data/tinyshakespeare_train.bin";
     c->val_pattern = "data/tinyshakespeare_val.bin";
@@ -135,7 +135,7 @@ void train_config_defaults(TrainConfig* c, int default_zero_stage) {
     c->hellaswag_path = "dev/data/hellaswag/hellaswag_val.bin";
     c->sample_every = 20;
     c->gen_tokens = 64;
-    c->zero_stage = default_zero_stage;
+    c->zero_stage = build->has_zero1 ? 1 : 0;
     c->master_weights = 1;
     c->beta1 = 0.9f;
     c->beta2 = 0.95f;
@@ -145,7 +145,7 @@ void train_config_defaults(TrainConfig* c, int default_zero_stage) {
     c->bucket_size = -1;
     c->overlap_grad_reduce = 1;
     c->overlap_param_gather = 1;
-    c->param_dtype = DTYPE_FP32;
+    c->param_dtype = build->param_dtype;
     c->grad_dtype = DTYPE_FP32;
     c->outlier_window = 128;
     c->max_nonfinite_steps = 3;
@@ -189,7 +189,7 @@ static void cli_print_table(FILE* out, const OptionTable* t) {
 }
 
 // tables[0] is TRAIN_OPTIONS; the others are a test binary's.
-static void train_print_usage(FILE* out, const char* prog, const OptionTable* tables, int n_tables) {
+static void config_print_usage(FILE* out, const char* prog, const OptionTable* tables, int n_tables) {
     fprintf(out, "usage: %s [options]\n", prog);
     for (int t = 0; t < n_tables; t++) cli_print_table(out, &tables[t]);
     fprintf(out, "  %-32s %s\n", "-h, --help", "this help");
@@ -235,8 +235,8 @@ void cli_choice(const char* flag, const char* value, const char* choices) {
     fatal("%s expects one of %s, got '%s'", flag, choices, value);
 }
 
-void train_parse_args_with(TrainConfig* c, const OptionTable* extra, int n_extra, int argc, char** argv) {
-    if (n_extra > CLI_MAX_EXTRA_TABLES) fatal("train_parse_args_with: at most %d extra tables", CLI_MAX_EXTRA_TABLES);
+void config_parse(TrainConfig* c, const OptionTable* extra, int n_extra, int argc, char** argv) {
+    if (n_extra > CLI_MAX_EXTRA_TABLES) fatal("config_parse: at most %d extra tables", CLI_MAX_EXTRA_TABLES);
     OptionTable tables[1 + CLI_MAX_EXTRA_TABLES] = {{TRAIN_OPTIONS, NUM_TRAIN_OPTIONS, c}};
     for (int t = 0; t < n_extra; t++) tables[1 + t] = extra[t];
     int n_tables = 1 + n_extra;
@@ -255,7 +255,7 @@ void train_parse_args_with(TrainConfig* c, const OptionTable* extra, int n_extra
             continue;
         }
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            if (utils_rank() == 0) train_print_usage(stdout, argv[0], tables, n_tables);
+            if (utils_rank() == 0) config_print_usage(stdout, argv[0], tables, n_tables);
             exit(0);
         }
         char* fields = NULL;
@@ -285,6 +285,85 @@ void train_parse_args_with(TrainConfig* c, const OptionTable* extra, int n_extra
             default: break;
         }
     }
+    if (c->skip_batches && !skip_batches_parse_range(c->skip_batches, &c->skip_from, &c->skip_to)) {
+        fatal("--skip-batches expects A-B or A, the 1-based steps whose batches to skip (1 <= A <= B), got '%s'",
+              c->skip_batches);
+    }
+    c->resume_asked = c->resume;
+}
+
+int config_micro_steps(const TrainConfig* c, int world) {
+    return c->total_batch_tokens == -1 ? 1 : (int)(c->total_batch_tokens / ((long long)c->B * c->T * world));
+}
+
+// What a build without zero1/ cannot do, or NULL.
+static const char* config_needs_zero1(const TrainConfig* c, const TrainerBuild* build) {
+    return c->zero_stage == 1                                    ? "-z 1 needs"
+           : c->grad_dtype != DTYPE_FP32                         ? "--grad-dtype bf16 needs"
+           : !build->gpu && c->param_dtype != DTYPE_FP32         ? "--param-dtype bf16 needs"
+           : c->trace_file                                       ? "--trace needs"
+           : c->average_in_collective                            ? "--average-in-collective needs"
+           : c->dist_opt_instances > 1                           ? "--dist-opt-instances needs"
+           : c->dp_invariant                                     ? "--dp-invariant needs"
+                                                                 : NULL;
+}
+
+// The GPU trainer's kernel and communication choices have no CPU counterpart: on the CPU
+// trainer a value other than the default would be silently ignored, so it is refused.
+static void config_check_gpu_choices(const TrainConfig* c, const TrainerBuild* build) {
+    TrainConfig defaults;
+    config_defaults(&defaults, build);
+    if (!build->gpu) {
+        char given[96] = "";
+        if (strcmp(c->attention, defaults.attention) != 0) snprintf(given, sizeof(given), "--attention %.60s", c->attention);
+        else if (c->recompute != defaults.recompute) snprintf(given, sizeof(given), "-r %d", c->recompute);
+        else if (c->fused_kernels != defaults.fused_kernels) snprintf(given, sizeof(given), "--fused-kernels %d", c->fused_kernels);
+        if (given[0]) {
+            fatal("%s: a choice of the GPU trainer's kernels (train_gpt2cu); the CPU trainer has one implementation of "
+                  "each and cannot honour it: leave the option out", given);
+        }
+        if (strcmp(c->comm_backend, defaults.comm_backend) != 0) {
+            fatal("--comm %.60s: a choice of the GPU trainer's communication (train_gpt2cu); the CPU trainer always "
+                  "communicates over MPI and cannot honour it: leave the option out", c->comm_backend);
+        }
+        return;
+    }
+    if (c->param_dtype != build->param_dtype) {
+        const char* precision = build->param_dtype == DTYPE_BF16 ? "BF16" : "FP32";
+        fatal("--param-dtype %s: this train_gpt2cu is built with PRECISION=%s (its params are %s)",
+              c->param_dtype == DTYPE_BF16 ? "bf16" : "fp32", precision, build->param_dtype == DTYPE_BF16 ? "bf16" : "fp32");
+    }
+    cli_choice("--attention", c->attention, "flash|naive|cudnn");
+    if (strcmp(c->attention, "cudnn") == 0 && build->param_dtype == DTYPE_FP32) {
+        fatal("--attention cudnn: cuDNN's attention has no fp32 path; build PRECISION=BF16 USE_CUDNN=1");
+    }
+    if (strcmp(c->attention, "cudnn") == 0 && !build->has_cudnn) {
+        fatal("--attention cudnn needs a build with cuDNN: make train_gpt2cu USE_CUDNN=1");
+    }
+}
+
+// What --dp-invariant cannot keep the same bits under (the mode and its contract:
+// docs/zero1.md): the splits it keeps, one error each.
+static void config_check_dp_invariant(const TrainConfig* c, int world, int micro_steps) {
+    const char* why =
+        c->zero_stage != 1 ? "-z 0 (the mode is ZeRO-1's; -z 1 at one rank is the replicated optimizer anyway)"
+        : c->grad_dtype != DTYPE_FP32 ? "--grad-dtype bf16 (a bf16 reduction rounds each partial sum where it lies)"
+        : c->average_in_collective ? "--average-in-collective (1/ranks would scale each split differently)"
+        : c->split_embedding ? "--split-embedding (its sparse rows are summed in the order of the ranks)"
+        : c->dist_opt_instances > 1 ? "--dist-opt-instances (the all-reduce across instances sums in its own order)"
+        : c->overfit_single_batch ? "-a 1 (every rank would train on its own first batch)"
+                                  : NULL;
+    if (why) fatal("--dp-invariant cannot keep the same bits with %s", why);
+    int pow2_world = world >= 1 && (world & (world - 1)) == 0;
+    int pow2_micro = micro_steps >= 1 && (micro_steps & (micro_steps - 1)) == 0;
+    if (!pow2_world || !pow2_micro) {
+        fatal("--dp-invariant supports power-of-two ranks with power-of-two micro-steps (1, 2, 4, 8, ... of each, the "
+              "same ranks x micro-steps and -b for every split); this run has %d ranks x %d micro-steps", world,
+              micro_steps);
+    }
+}
+
+int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) {
     // A deadline shorter than a healthy collective can take would blame a network fault
     // that does not exist.
     if (c->comm_timeout > 0.0f && c->comm_timeout < CLI_MIN_COMM_TIMEOUT_S) {
@@ -303,14 +382,10 @@ void train_parse_args_with(TrainConfig* c, const OptionTable* extra, int n_extra
               "add --param-dtype bf16; train_gpt2cu: build with PRECISION=BF16)");
     }
     cli_choice("--comm", c->comm_backend, "auto|nccl|mpi");
-    if (c->skip_batches) {
-        if (!skip_batches_parse_range(c->skip_batches, &c->skip_from, &c->skip_to)) {
-            fatal("--skip-batches expects A-B or A, the 1-based steps whose batches to skip (1 <= A <= B), got '%s'",
-                  c->skip_batches);
-        }
-        if (c->overfit_single_batch) fatal("--skip-batches moves past train data, and -a 1 trains on one batch only");
+    if (c->skip_batches && c->overfit_single_batch) {
+        fatal("--skip-batches moves past train data, and -a 1 trains on one batch only");
     }
-    if (c->start_over && c->resume) {
+    if (c->start_over && c->resume_asked) {
         fatal("--start-over removes the run in -o to start a fresh one, -y 1 resumes it: give one of the two");
     }
     if (c->trace_file && c->trace_file[0] == '\0') fatal("--trace '': give the trace files' path prefix (FILE.rankN.json)");
@@ -318,11 +393,38 @@ void train_parse_args_with(TrainConfig* c, const OptionTable* extra, int n_extra
     if (c->checkpoints_keep > 0 && c->checkpoint_every == 0) {
         fatal("-nk %d keeps the newest of the checkpoints that -n saves in -o: give -n and -o too", c->checkpoints_keep);
     }
-    c->resume_asked = c->resume;
+    config_check_gpu_choices(c, build);
+    long long per_micro = (long long)c->B * c->T * world;
+    if (c->total_batch_tokens != -1 && (c->total_batch_tokens <= 0 || c->total_batch_tokens % per_micro != 0)) {
+        fatal("-d %d is not a positive multiple of B*T*ranks = %d*%d*%d = %lld", c->total_batch_tokens, c->B, c->T,
+              world, per_micro);
+    }
+    const char* needs = build->has_zero1 ? NULL : config_needs_zero1(c, build);
+    if (needs) fatal("%s the zero1/ plugin: rebuild with `%s`", needs, build->rebuild_with_zero1);
+    if ((c->checkpoint_every > 0 || c->resume_asked || c->start_over) && c->output_dir == NULL) {
+        fatal("checkpoints (-n, -nk, -y, --start-over) live in the output directory: give one with -o");
+    }
+    if (c->dist_opt_instances > 1 && world % c->dist_opt_instances != 0) {
+        fatal("--dist-opt-instances %d does not divide the %d ranks into equal groups", c->dist_opt_instances, world);
+    }
+    if (c->dist_opt_instances > 1 && c->zero_stage != 1) {
+        fatal("--dist-opt-instances %d needs ZeRO-1 (-z 1): instances split the sharded optimizer state",
+              c->dist_opt_instances);
+    }
+    int micro_steps = config_micro_steps(c, world);
+    if (c->dp_invariant) config_check_dp_invariant(c, world, micro_steps);
+    return micro_steps;
 }
 
-static void train_parse_args(TrainConfig* c, int argc, char** argv) { train_parse_args_with(c, NULL, 0, argc, argv); }
+void config_validate_model(const TrainConfig* c, const GPT2Config* mc) {
+    if (c->T > mc->max_seq_len) fatal("-t %d exceeds the model's maximum sequence length %d", c->T, mc->max_seq_len);
+}
 
-int train_micro_steps(const TrainConfig* c, int world) {
-    return c->total_batch_tokens == -1 ? 1 : (int)(c->total_batch_tokens / ((long long)c->B * c->T * world));
+void config_gpt2_kernels(const TrainConfig* c, GPT2Kernels* k) {
+    memset(k, 0, sizeof(*k));
+    k->attention = strcmp(c->attention, "naive") == 0   ? ATTENTION_NAIVE
+                   : strcmp(c->attention, "cudnn") == 0 ? ATTENTION_CUDNN
+                                                        : ATTENTION_FLASH;
+    k->recompute_gelu = c->recompute;
+    k->fused = c->fused_kernels;
 }

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmc/gpt2_kernels.h"
+#include "llmc/gpt2_spec.h"
 #include "run/outliers.h"
 #include "run/skip_batches.h"
 #include "run/files.h"
@@ -95,14 +97,13 @@ typedef struct {
 
 #define CLI_FIELD(f) offsetof(TrainConfig, f)
 // --tokenizer's default. While tokenizer_path is this very pointer the flag was not given,
-// and the trainer first looks beside the train shards (run/train_loop.h).
+// and the trainer first looks beside the train shards (run/run.c).
 extern const char* const TRAIN_DEFAULT_TOKENIZER;
 #define CLI_MIN_COMM_TIMEOUT_S 1.0  // --comm-timeout: 0 (none), or at least this
 
 extern const OptionSpec TRAIN_OPTIONS[];
 extern const int NUM_TRAIN_OPTIONS;
 
-void train_config_defaults(TrainConfig* c, int default_zero_stage);
 
 // An option table and the struct its offsets point into. The trainers parse TRAIN_OPTIONS
 // into a TrainConfig; test binaries add tables of their own (dev/test/testing_options.h),
@@ -120,15 +121,40 @@ const char* cli_value_text(const void* fields, const OptionSpec* o, char* buf, s
 // A string option that takes one of a few words, given as "a|b|c".
 void cli_choice(const char* flag, const char* value, const char* choices);
 
-// Parses argv into c (which holds the defaults) and into the extra tables' structs (a test
-// binary's options; NULL, 0: none). Exits 0 on -h (printing the defaults when -h comes
-// first), fatal on any error.
-#define CLI_MAX_EXTRA_TABLES 4
-void train_parse_args_with(TrainConfig* c, const OptionTable* extra, int n_extra, int argc, char** argv);
+// What a trainer binary is: the facts its flags are judged against (config_validate), which
+// the ranks also compare (run/ranks_agree.h).
+typedef struct {
+    const char* name;                // "train_gpt2, CPU fp32, zero1/ in"
+    int gpu;                         // train_gpt2cu: its kernel and communication flags apply
+    int has_zero1;                   // built with USE_ZERO1=1: -z 1 is then the default
+    int param_dtype;                 // DTYPE_*: the CPU trainer's default, the GPU trainer's PRECISION
+    int has_cudnn;                   // built with USE_CUDNN=1
+    const char* rebuild_with_zero1;  // the make line that adds zero1/, for the hints
+} TrainerBuild;
 
-// Micro-steps per optimizer step: -d over B*T*ranks, 1 without -d (check_run_config checks
+// The defaults of every option for this build.
+void config_defaults(TrainConfig* c, const TrainerBuild* build);
+
+// Parses argv into c (which holds the defaults) and into the extra tables' structs (a test
+// binary's options; NULL, 0: none): each value alone, against its option's type and
+// range. Exits 0 on -h (printing the defaults when -h comes first), fatal on any error.
+#define CLI_MAX_EXTRA_TABLES 4
+void config_parse(TrainConfig* c, const OptionTable* extra, int n_extra, int argc, char** argv);
+
+// Every rule between flags, and between the flags and this build and rank count, in one
+// place: the first one broken ends the run with one error (the ranks are told the same
+// flags, so all stop alike). Returns the micro-steps per optimizer step.
+int config_validate(const TrainConfig* c, const TrainerBuild* build, int world);
+
+// The flags against the model's shape, once it is known (a resume's: the checkpoint's).
+void config_validate_model(const TrainConfig* c, const GPT2Config* mc);
+
+// The GPU model's kernels as the flags chose them (after config_validate).
+void config_gpt2_kernels(const TrainConfig* c, GPT2Kernels* k);
+
+// Micro-steps per optimizer step: -d over B*T*ranks, 1 without -d (config_validate checks
 // that it divides).
-int train_micro_steps(const TrainConfig* c, int world);
+int config_micro_steps(const TrainConfig* c, int world);
 
 #ifdef __cplusplus
 }

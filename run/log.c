@@ -1,30 +1,6 @@
 // run/log.c: what run/log.h declares.
 #include "run/log.h"
 
-void out_dir_check_length(const char* dir) {
-    size_t len = strlen(dir), max = PATH_MAX_LEN - 1 - OUT_DIR_SUFFIX_MAX;
-    if (len > max) {
-        fatal("-o '%s' is %zu characters long; at most %zu fit (the paths of the checkpoint files in it must stay "
-              "under the system's limit of %d bytes)", dir, len, max, PATH_MAX_LEN);
-    }
-}
-
-void make_dir_or_die(const char* dir) {
-    struct stat st;
-    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && stat(dir, &st) != 0) {
-        char target[PATH_MAX_LEN];
-        ssize_t n = readlink(dir, target, sizeof(target) - 1);
-        target[n > 0 ? n : 0] = '\0';
-        fatal("output path '%s' is a symbolic link to '%s', which does not exist", dir, target);
-    }
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) fatal("output path '%s' exists and is not a directory", dir);
-        return;
-    }
-    make_parent_dirs(dir, "-o");
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create output directory '%s': %s", dir, strerror(errno));
-}
-
 // A run resumed at `step` logs again the train entries after it and the validation and
 // eval entries at it: those of the run that saved the checkpoint go (written to a temporary file that
 // replaces the log, so a crash leaves the old log or the new one, never half of one).
@@ -60,27 +36,17 @@ static void logger_remove_dead_temporary(const char* log_path) {
     else if (errno != ENOENT) fatal("cannot remove %s: %s", tmp, strerror(errno));
 }
 
-void logger_init(Logger* lg, const char* dir, int rank) {
-    lg->file = NULL;
-    lg->path[0] = '\0';
-    lg->write_errno = 0;
-    lg->dir_lost = 0;
+void logger_open(Logger* lg, const char* dir, int append) {
+    memset(lg, 0, sizeof(*lg));
     if (dir == NULL) return;
-    out_dir_check_length(dir);
-    if (rank != 0) return;
-    make_dir_or_die(dir);
-    dir_lock_take(dir);
     path_format(lg->path, sizeof(lg->path), "%s/main.log", dir);
     logger_remove_dead_temporary(lg->path);
-}
-
-void logger_open(Logger* lg, int append) {
-    if (lg->path[0]) lg->file = fopenOwnCheck(lg->path, append ? "a" : "w");
+    lg->file = fopenOwnCheck(lg->path, append ? "a" : "w");
 }
 
 void logger_resume_at(Logger* lg, int step) {
     if (!lg->file) return;
-    dir_lock_require();
+    run_dir_require();
     fcloseCheck(lg->file, lg->path);
     logger_drop_repeated(lg->path, step);
     lg->file = fopenOwnCheck(lg->path, "a");
@@ -88,8 +54,8 @@ void logger_resume_at(Logger* lg, int step) {
 
 void logger_line(Logger* lg, const char* fmt, ...) {
     if (!lg->file || lg->write_errno || lg->dir_lost) return;  // after a failure, nothing more (the job is ending)
-    char why[DIR_LOCK_WHY_MAX];
-    if (dir_lock_lost(why)[0]) {
+    char why[RUN_DIR_WHY_MAX];
+    if (run_dir_lost(why)[0]) {
         lg->dir_lost = 1;
         return;
     }
@@ -113,7 +79,7 @@ void logger_log_eval(Logger* lg, int step, float accuracy) {
 }
 
 void logger_check(const Logger* lg) {
-    if (lg->dir_lost) dir_lock_require();
+    if (lg->dir_lost) run_dir_require();
     if (lg->write_errno) {
         fatal("cannot write %s: %s (its last lines are lost; free space and resume with -y 1)", lg->path,
               strerror(lg->write_errno));
@@ -128,5 +94,4 @@ void logger_close(Logger* lg) {
         logger_check(lg);
     }
     lg->file = NULL;
-    dir_lock_release();
 }

@@ -10,8 +10,8 @@
  * has been tried (logger_check). So is a line not written because -o is no longer the
  * directory this job locked (run/run_dir.h: checked before every line).
  */
-#ifndef LLMC_LOGGER_H
-#define LLMC_LOGGER_H
+#ifndef RUN_LOG_H
+#define RUN_LOG_H
 
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -31,18 +31,11 @@ typedef struct {
     int dir_lost;     // a line was not written: -o is no longer the locked directory
 } Logger;
 
-// The longest name the job appends to -o (DIR/.checkpoint_2147483647.tmp/optimizer.bin is
-// 41 characters), with room to spare: an -o longer than PATH_MAX_LEN - 1 - this is refused.
-#define OUT_DIR_SUFFIX_MAX 64
-
-// Every rank: -o's length; rank 0: the directory made and locked (run/run_dir.h), what a
-// rewrite cut short left removed. main.log itself is opened by logger_open, once the run has
-// claimed the directory (run/checkpoint.h: a fresh run does not replace another run's).
-void logger_init(Logger* lg, const char* dir, int rank);
-
-// Rank 0 with -o: main.log, a regular file and no link. append: a resumed run's log
-// (logger_resume_at then drops what the run repeats).
-void logger_open(Logger* lg, int append);
+// Rank 0 with -o (dir; NULL: no log): DIR/main.log, a regular file and no link, once the
+// run holds -o's lock and has claimed it (run/run_dir.h); a main.log.tmp that a rewrite cut
+// short is removed first. append: a resumed run's log (logger_resume_at then drops what the
+// run repeats).
+void logger_open(Logger* lg, const char* dir, int append);
 
 void logger_line(Logger* lg, const char* fmt, ...) LLMC_PRINTF(2, 3);
 
@@ -61,12 +54,6 @@ void logger_close(Logger* lg);
 
 // Once a resume from `step` is accepted (rank 0's log only).
 void logger_resume_at(Logger* lg, int step);
-
-void make_dir_or_die(const char* dir);
-
-// Every rank, at start-up: a path the system cannot open would otherwise stop the job at
-// its first checkpoint.
-void out_dir_check_length(const char* dir);
 
 #ifdef __cplusplus
 }

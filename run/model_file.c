@@ -201,3 +201,33 @@ void gpt2_init_random(const GPT2Config* cfg, float* dense, uint64_t seed) {
     size_t C = (size_t)cfg->channels;
     for (size_t j = (size_t)cfg->vocab_size * C; j < (size_t)cfg->padded_vocab_size * C; j++) dense[j] = 0.0f;
 }
+
+int model_descriptor(const char* model, GPT2Config* mc) {
+    int r = gpt2_config_from_descriptor(model, DESCRIPTOR_VOCAB, DESCRIPTOR_MAX_SEQ_LEN, mc);
+    if (r == -2) {
+        fatal("-e %s: a descriptor dN (a random GPT-2 of depth N; d12 is the 124M model) takes N from 1 to %d",
+              model, GPT2_MAX_DESCRIPTOR_DEPTH);
+    }
+    if (r == 0) gpt2_config_check(mc, model);
+    return r == 0;
+}
+
+void model_shape_of(const char* model, GPT2Config* mc) {
+    if (!model_descriptor(model, mc)) gpt2_model_file_shape(model, mc);
+}
+
+float* load_initial_weights(const char* model, uint64_t seed, int resuming, GPT2Config* mc) {
+    if (resuming) {
+        model_shape_of(model, mc);
+        return NULL;
+    }
+    if (model_descriptor(model, mc)) {
+        float* dense = (float*)mallocCheck(gpt2_num_parameters(mc) * sizeof(float));
+        gpt2_init_random(mc, dense, seed);
+        return dense;
+    }
+    int version;
+    float* dense = gpt2_model_file_read(model, mc, &version);
+    gpt2_dense_check_finite(mc, dense, model, "a model with non-finite weights cannot train");
+    return dense;
+}

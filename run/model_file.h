@@ -85,6 +85,24 @@ int gpt2_config_equal(const GPT2Config* a, const GPT2Config* b);
 // The header of a model file of shape cfg (version 3 or 5).
 void gpt2_model_file_header_for(const GPT2Config* cfg, int version, int header[MODEL_HEADER_INTS]);
 
+
+// Descriptors dN are GPT-2s: its vocabulary and context length.
+#define DESCRIPTOR_VOCAB 50257
+#define DESCRIPTOR_MAX_SEQ_LEN 1024
+
+// 1 when -e is a descriptor dN (mc filled and checked), 0 when it names a file; a "dN"
+// whose depth is out of range is an error, not a file name to look for.
+int model_descriptor(const char* model, GPT2Config* mc);
+
+// The shape of -e without its weights: a descriptor's, or a model file's header (checked).
+void model_shape_of(const char* model, GPT2Config* mc);
+
+// The model of -e: an llm.c model file, or a descriptor dN initialised from seed. Every
+// rank does the same. Returns a dense canonical fp32 array; NULL when resuming (-y found a
+// checkpoint, and model is its model.bin: run/checkpoint_io.h), which loads each rank's
+// pieces instead and needs only the shape here.
+float* load_initial_weights(const char* model, uint64_t seed, int resuming, GPT2Config* mc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -63,3 +63,10 @@ void mpi_barrier_deadline(const char* what, int step) {
     mpiCheck(MPI_Ibarrier(MPI_COMM_WORLD, &request));
     mpi_wait_deadline(&request, what, step);
 }
+
+void mpi_start(int* argc, char*** argv, int* rank, int* world) {
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, world);
+    utils_set_rank(*rank, *world);
+}

@@ -58,6 +58,9 @@ void mpi_allgather_deadline(const void* mine, void* all, int count, MPI_Datatype
 
 void mpi_barrier_deadline(const char* what, int step);
 
+// MPI_Init, this process's rank and the world size; the error policy learns the rank.
+void mpi_start(int* argc, char*** argv, int* rank, int* world);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,7 +46,7 @@ typedef struct {
 
 typedef struct Optimizer Optimizer;
 
-// The update's last word (a non-finite loss or norm, -sl/-sg: run/train_loop.h's StepGate):
+// The update's last word (a non-finite loss or norm, -sl/-sg: run/step.h's StepGate):
 // finish_step calls skip with the step's grad norm, once the host has it and before any rank
 // updates; 1 skips the update (the gradients are dropped; weights, m and v stay as they
 // were). Every rank passes the same gate and sees the same all-reduced norm, so all decide

@@ -33,7 +33,8 @@
 #include "run/crc32c.h"
 #include "llmc/gpt2_spec.h"
 #include "run/mpi_wait.h"
-#include "run/train_loop.h"
+#include "run/model_file.h"
+#include "run/step.h"
 #include "run/files.h"
 
 #ifdef __cplusplus

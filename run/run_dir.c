@@ -1,9 +1,28 @@
-// run/run_dir.c: what run/run_dir.h declares.
+// run/run_dir.c: -o, as run/run_dir.h describes it.
 #include "run/run_dir.h"
+
+#include <dirent.h>
+#include <sys/file.h>
+#include <time.h>
+
+#include "run/checkpoint.h"
+
+// The longest name the job appends to -o (DIR/.checkpoint_2147483647.tmp/optimizer.bin is
+// 41 characters), with room to spare: an -o longer than PATH_MAX_LEN - 1 - this is refused.
+#define RUN_DIR_SUFFIX_MAX 64
+
+// This process's lock (a job locks one directory), kept for the checks.
+typedef struct {
+    int fd;                   // DIR/.lock, open and flock()ed; -1 when none is held
+    char dir[PATH_MAX_LEN];   // the directory as given
+    char path[PATH_MAX_LEN];  // DIR/.lock
+    dev_t dir_dev;            // the directory that was locked
+    ino_t dir_ino;
+} DirLock;
 
 static DirLock dir_lock_ = {-1, "", "", 0, 0};
 
-const char* dir_lock_lost(char* why) {
+const char* run_dir_lost(char* why) {
     why[0] = '\0';
     if (dir_lock_.fd < 0) return why;
     struct stat dir, mine, linked;
@@ -20,26 +39,26 @@ const char* dir_lock_lost(char* why) {
     } else {
         return why;
     }
-    snprintf(why, DIR_LOCK_WHY_MAX, "output directory '%s' is no longer the one this job locked (%s): it was "
+    snprintf(why, RUN_DIR_WHY_MAX, "output directory '%s' is no longer the one this job locked (%s): it was "
              "removed or replaced while the job ran, and another job may own it now; stopping without writing "
              "anything more there", dir_lock_.dir, what);
     return why;
 }
 
-// fatal()'s cause (llmc/utils.h): -o lost explains whatever failed.
+// fatal()'s cause (run/error.h): -o lost explains whatever failed.
 static int dir_lock_explain(char* buf, size_t n) {
-    char why[DIR_LOCK_WHY_MAX];
-    if (!dir_lock_lost(why)[0]) return 0;
+    char why[RUN_DIR_WHY_MAX];
+    if (!run_dir_lost(why)[0]) return 0;
     snprintf(buf, n, "%s", why);
     return 1;
 }
 
-void dir_lock_require(void) {
-    char why[DIR_LOCK_WHY_MAX];
-    if (dir_lock_lost(why)[0]) fatal("%s", why);
+void run_dir_require(void) {
+    char why[RUN_DIR_WHY_MAX];
+    if (run_dir_lost(why)[0]) fatal("%s", why);
 }
 
-void dir_lock_take_for(const char* dir, const char* clash) {
+void run_dir_lock(const char* dir, const char* clash) {
     char path[PATH_MAX_LEN];
     path_format(path, sizeof(path), "%s/.lock", dir);
     struct stat st;
@@ -67,7 +86,7 @@ void dir_lock_take_for(const char* dir, const char* clash) {
     path_format(dir_lock_.path, sizeof(dir_lock_.path), "%s", path);
     dir_lock_.dir_dev = st.st_dev;
     dir_lock_.dir_ino = st.st_ino;
-    dir_lock_require();  // the lock file opened is the one in the directory now
+    run_dir_require();  // the lock file opened is the one in the directory now
     fatal_set_cause(dir_lock_explain);
     char host[128] = "?", when[64];
     gethostname(host, sizeof(host) - 1);
@@ -80,10 +99,69 @@ void dir_lock_take_for(const char* dir, const char* clash) {
     }
 }
 
-void dir_lock_take(const char* dir) { dir_lock_take_for(dir, "its checkpoints and main.log"); }
-
-void dir_lock_release(void) {
+void run_dir_close(void) {
     if (dir_lock_.fd >= 0) close(dir_lock_.fd);
     dir_lock_.fd = -1;
     if (fatal_cause() == dir_lock_explain) fatal_set_cause(NULL);
+}
+
+void run_dir_check_length(const char* dir) {
+    size_t len = strlen(dir), max = PATH_MAX_LEN - 1 - RUN_DIR_SUFFIX_MAX;
+    if (len > max) {
+        fatal("-o '%s' is %zu characters long; at most %zu fit (the paths of the checkpoint files in it must stay "
+              "under the system's limit of %d bytes)", dir, len, max, PATH_MAX_LEN);
+    }
+}
+
+void run_dir_make(const char* dir) {
+    struct stat st;
+    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && stat(dir, &st) != 0) {
+        char target[PATH_MAX_LEN];
+        ssize_t n = readlink(dir, target, sizeof(target) - 1);
+        target[n > 0 ? n : 0] = '\0';
+        fatal("output path '%s' is a symbolic link to '%s', which does not exist", dir, target);
+    }
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) fatal("output path '%s' exists and is not a directory", dir);
+        return;
+    }
+    make_parent_dirs(dir, "-o");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("cannot create output directory '%s': %s", dir, strerror(errno));
+}
+
+void run_dir_open(const char* dir) {
+    run_dir_make(dir);
+    run_dir_lock(dir, "its checkpoints and main.log");
+}
+
+void run_dir_claim(const char* dir, int resume_asked, int start_over) {
+    int* steps;
+    int n = checkpoint_list(dir, 0, &steps);
+    char log_path[PATH_MAX_LEN], names[256] = "";
+    path_format(log_path, sizeof(log_path), "%s/main.log", dir);
+    struct stat st;
+    int has_log = !resume_asked && lstat(log_path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    if (n == 0 && !has_log) {
+        free(steps);
+        return;
+    }
+    for (int i = n - 1; i >= 0 && i >= n - 3; i--) {  // the oldest three, oldest first
+        size_t at = strlen(names);
+        snprintf(names + at, sizeof(names) - at, "%scheckpoint_%08d", at ? ", " : "", steps[i]);
+    }
+    if (!start_over) {
+        fatal("output directory '%s' holds another run's %s%s%s%s%s: a fresh run would replace them; resume that run "
+              "with -y 1, choose another -o, or pass --start-over to remove them and start again", dir,
+              has_log ? "main.log" : "", has_log && n ? " and " : "", n ? "checkpoints (" : "", names,
+              n > 3 ? ", ...)" : n ? ")" : "");
+    }
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX_LEN];
+        checkpoint_path(path, sizeof(path), dir, steps[i], 0);
+        if (!checkpoint_remove_dir(path)) fatal("--start-over: cannot remove %s (see the warning above)", path);
+    }
+    free(steps);
+    if (has_log && unlink(log_path) != 0) fatal("--start-over: cannot remove %s: %s", log_path, strerror(errno));
+    printf("--start-over: removed the run that was in %s (%d checkpoint%s%s)\n", dir, n, n == 1 ? "" : "s",
+           has_log ? " and main.log" : "");
 }

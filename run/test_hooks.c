@@ -1,7 +1,7 @@
 // run/test_hooks.c: what run/test_hooks.h declares.
 #include "run/test_hooks.h"
 
-TestHooks test_hooks;
+static TestHooks test_hooks;
 
 // NAME=STEP, or NAME=STEP+ where from_plus allows it, or NAME=STEP:X where value is
 // given (*value: X; unchanged without it).

@@ -27,7 +27,7 @@
 
 #include "llmc/gpt2_spec.h"
 #include "llmc/model_hooks.h"
-#include "run/train_loop.h"
+#include "run/step.h"
 #include "run/files.h"
 
 #ifdef __cplusplus
@@ -60,7 +60,7 @@ typedef struct {
     int* targets;
 } TestHooks;
 
-extern TestHooks test_hooks;;
+
 
 // After the trainer is built: reads the environment and, where a fault is to be planted,
 // wraps the model's hooks on the last rank. write_grad sets one element of a tensor's

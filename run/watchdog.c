@@ -1,6 +1,8 @@
 // run/watchdog.c: what run/watchdog.h declares.
 #include "run/watchdog.h"
 
+#include "run/seams.h"
+
 double watchdog_monotonic_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -76,7 +78,7 @@ void watchdog_poll_until(int (*done)(void* ctx), void* ctx, double timeout_s,
         if (first) {  // tests: a stop between the clock read and the check used to count in full
             first = 0;
             char what[256];
-            test_stop_in_wait(describe(ctx, what, sizeof(what)));
+            seam_stop_in_wait(describe(ctx, what, sizeof(what)));
         }
         if (watchdog_expired(ran, timeout_s)) {
             char what[256];

@@ -63,7 +63,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "run/test_stop.h"
 #include "run/files.h"
 
 #ifdef __cplusplus

@@ -11,7 +11,15 @@ dest=${1:?usage: scripts/copy_sources.sh DEST}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mkdir -p "$dest"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    git ls-files -co --exclude-standard | grep -v '^build/' | tar -cf - -T - | tar -xf - -C "$dest"
+    list=$(mktemp)
+    git ls-files -co --exclude-standard | grep -v '^build/' | sort >"$list"
+    tar -cf - -T "$list" | tar -xf - -C "$dest"
+    # Into an earlier copy (an incremental build): a source removed here goes there too, or a
+    # wildcard of the Makefile (run/*.c) would build it.
+    (cd "$dest" && find . -path ./build -prune -o -type f -path './*/*' \
+        \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' -o -name '*.sh' -o -name '*.py' \) -print) |
+        sed 's#^\./##' | sort | comm -23 - "$list" | (cd "$dest" && xargs -r rm -f --)
+    rm -f "$list"
 else
     tar -cf - --exclude=./.git --exclude=./build --exclude=./data --exclude=./out --exclude=./.device \
         --exclude='./.build-*.stamp' --exclude='./log*' . | tar -xf - -C "$dest"

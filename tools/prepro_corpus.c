@@ -54,7 +54,7 @@
 #include <unistd.h>
 
 #include "run/run_dir.h"
-#include "run/test_stop.h"
+#include "run/seams.h"
 #include "run/files.h"
 #include "tools/bpe.h"
 #include "tools/corpus_input.h"
@@ -957,7 +957,7 @@ int main(int argc, char** argv) {
     char job_id[17];
     job_digest(inputs, n_inputs, settings, 3, job_id);
     shard_make_dir(out_dir);
-    dir_lock_take_for(out_dir, "their shards and manifests");  // held until the process ends, kill -9 included
+    run_dir_lock(out_dir, "their shards and manifests");  // held until the process ends, kill -9 included
     remove_interrupted_runs(out_dir);
     if (corpus_already_prepared(out_dir, name, job_id)) return 0;
     path_format(g_tokenizer_tmp, sizeof(g_tokenizer_tmp), "%s/gpt2_tokenizer.bin.tmp", out_dir);
@@ -1035,11 +1035,11 @@ int main(int argc, char** argv) {
     char line[128];
     snprintf(line, sizeof(line), "documents %lld %lld\njob %s\n", progress.documents, progress.bad, job_id);
     bpe_bytes_append(&extra, line, strlen(line) + 1);  // with its NUL
-    test_stop_at("corpus_commit", 1, "before the commit of run");
+    seam_stop_at("corpus_commit", 1, "before the commit of run");
     shard_writer_write_manifest(&writer, "prepro_corpus", (const char*)extra.data);
     g_writer = NULL;  // complete; and writer lives in main's frame, gone when the atexit handler runs
-    test_stop_at("corpus_done", 1, "after the commit of run");
-    dir_lock_require();  // a corpus written into a directory removed meanwhile is lost: say so
+    seam_stop_at("corpus_done", 1, "after the commit of run");
+    run_dir_require();  // a corpus written into a directory removed meanwhile is lost: say so
 
     double secs = now_seconds() - progress.t0;
     printf("prepro_corpus: %d inputs, %.1f MB of text in %.2f s (%.1f MB/s, %d threads): %lld documents -> %zu tokens "

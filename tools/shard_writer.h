@@ -168,7 +168,7 @@ static inline void shard_writer_open_next(ShardWriter* w, int val) {
     }
     w->next_index++;
     path_format(w->tmp, sizeof(w->tmp), "%s.tmp", w->path);
-    dir_lock_require();  // where the tool locked its directory: it is still the one locked
+    run_dir_require();  // where the tool locked its directory: it is still the one locked
     w->tmp_live = 1;  // before fopen: a file half-created by a failing fopen is removed too
     w->f = fopenCheck(w->tmp, "wb");
     int32_t header[256];
@@ -257,7 +257,7 @@ static inline void shard_writer_finish(ShardWriter* w) {
 static inline void shard_writer_write_manifest(ShardWriter* w, const char* tool, const char* extra) {
     const char* path = w->manifest;
     const char* tmp = w->manifest_tmp;
-    dir_lock_require();
+    run_dir_require();
     FILE* f = fopenCheck(tmp, "w");
     fprintf(f, "llmc-shards 1 %s\n", tool);
     for (size_t k = 0; k < w->n_done; k++) {

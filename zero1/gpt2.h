@@ -60,7 +60,7 @@ static inline MemoryBuffers zero1_gpt2_memory_buffers(const TrainConfig* cfg, co
     Zero1Ledger g = zero1_ledger_of_layout(&layout, world / dp, cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
                                            cfg->grad_dtype == DTYPE_BF16 ? 2 : 4, sharded && cfg->fp32_accumulation,
                                            split, (uint64_t)cfg->B * cfg->T, (uint64_t)c->channels,
-                                           cfg->dp_invariant ? train_micro_steps(cfg, world) : 0);
+                                           cfg->dp_invariant ? config_micro_steps(cfg, world) : 0);
     MemoryBuffers b = {(double)layout.numel, (double)(sharded ? g.owned_numel : layout.numel),
                        (double)(g.recv_temporaries + g.split_rows + g.partial_grads)};
     zero1_layout_free(&layout);

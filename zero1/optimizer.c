@@ -210,7 +210,7 @@ static void op_print_start(Optimizer* o) {
                                                         cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
                                                         cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
     size_t temporaries = zero1_recv_temporary_bytes(z->rt);
-    if (cfg->dp_invariant) zero1_ledger_add_dp_invariant(&ledger, train_micro_steps(cfg, o->world), temporaries / 8);
+    if (cfg->dp_invariant) zero1_ledger_add_dp_invariant(&ledger, config_micro_steps(cfg, o->world), temporaries / 8);
     else if (temporaries) zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
     size_t tokens, width, wte_bucket;
     if (zero1_split_shape(z->rt, &tokens, &width, &wte_bucket)) zero1_ledger_add_split(&ledger, tokens, width, wte_bucket);
@@ -347,7 +347,7 @@ static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* s
     opt.fp32_accumulation = cfg->fp32_accumulation;
     opt.average_in_collective = cfg->average_in_collective;
     opt.dp_invariant = cfg->dp_invariant;
-    opt.micro_steps = train_micro_steps(cfg, world);
+    opt.micro_steps = config_micro_steps(cfg, world);
     opt.beta1 = cfg->beta1;
     opt.beta2 = cfg->beta2;
     opt.eps = cfg->eps;

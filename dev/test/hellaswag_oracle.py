@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent reference for the HellaSwag-style eval (-H 1, run/eval_hellaswag.h).
+"""Independent reference for the HellaSwag-style eval (-H 1, run/eval.h).
 
 Reads llm.c's eval file format on its own (struct, no C code shared), scores every item
 with gpt2_oracle.py's PyTorch GPT-2, and writes the files dev/test/test_hellaswag.sh needs.

@@ -102,8 +102,9 @@ static int oracle_test_setup(int argc, char** argv, int world, GPT2Config* mc, i
         if (k < 1) fatal("--accum expects a positive count");
         first_flag = 4;
     }
-    train_config_defaults(cfg, 0);
-    train_parse_args_with(cfg, &testing, 1, argc - first_flag, argv + first_flag);  // argv[first_flag] acts as argv[0]
+    config_defaults(cfg, &TRAINER_BUILD);
+    cfg->zero_stage = 0;  // the replicated optimizer unless -z 1 says otherwise
+    config_parse(cfg, &testing, 1, argc - first_flag, argv + first_flag);  // argv[first_flag] acts as argv[0]
     if (s->B % (world * k) != 0) {
         fatal("the oracle batch B=%d does not split over %d ranks x %d micro-steps", s->B, world, k);
     }
@@ -117,6 +118,7 @@ static int oracle_test_setup(int argc, char** argv, int world, GPT2Config* mc, i
     cfg->eps = s->eps;
     cfg->weight_decay = s->weight_decay;
     cfg->grad_clip = s->grad_clip;
+    config_validate(cfg, &TRAINER_BUILD, world);
     return k;
 }
 

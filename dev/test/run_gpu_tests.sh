@@ -566,7 +566,7 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
         row ckpt_gpu_zero1_np2_to_cpu resumes_exactly gpu_zero1_np2_to_cpu "2 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 1"
         row ckpt_cpu_np2_to_gpu_np2 resumes_exactly cpu_np2_to_gpu_np2 "2 ./train_gpt2 -z 1" "2 $GPU -z 0"
     fi
-    # The HellaSwag-style eval (-H 1, run/eval_hellaswag.h): on the same model and file the
+    # The HellaSwag-style eval (-H 1, run/eval.h): on the same model and file the
     # GPU trainer's completion losses, predictions and accuracy are the CPU trainer's. On the
     # layer 8 items of the small set (each forward costs seconds there), on a GPU all 40.
     hellaswag_same() {

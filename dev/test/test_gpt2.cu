@@ -139,15 +139,15 @@ static void zero_batch(void* ctx, int micro, const int** inputs, const int** tar
 static int dump_params_run(int argc, char** argv, const GpuSetup* gpu) {
     if (argc < 5) fatal("usage: %s --dump-params FILE MODEL.bin STEPS [trainer flags]", argv[0]);
     TrainConfig cfg;
-    train_config_defaults(&cfg, DEFAULT_ZERO_STAGE);
-    cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
+    config_defaults(&cfg, &TRAINER_BUILD);
     OptionTable testing = testing_option_table(0);
-    train_parse_args_with(&cfg, &testing, 1, argc - 4, argv + 4);  // argv[4] acts as argv[0]
+    config_parse(&cfg, &testing, 1, argc - 4, argv + 4);  // argv[4] acts as argv[0]
     testing_use_options();
     cfg.model = argv[3];
     cfg.B = 2;
     cfg.T = 16;
     cfg.total_batch_tokens = cfg.B * cfg.T * gpu->world;
+    config_validate(&cfg, &TRAINER_BUILD, gpu->world);
     Trainer tr;
     trainer_init(&tr, &cfg, gpu);
     for (int step = 0; step < atoi(argv[4]); step++) trainer_step(&tr, step, cfg.lr, zero_batch, NULL, NULL);
@@ -191,7 +191,6 @@ int main(int argc, char** argv) {
     TrainConfig cfg;
     int k = oracle_test_setup(argc, argv, world, &mc, &version, &s, &cfg, testing_option_table(0));
     testing_use_options();
-    cfg.param_dtype = FLOATX_IS_BF16 ? DTYPE_BF16 : DTYPE_FP32;  // the build's precision
     if (rank == 0) {
         printf("oracle test (GPU %s, %s build, model file v%d): %s, %d ranks x %d micro-steps x B=%d, T=%d\n",
                cuda_libs.device_name, PRECISION_NAME, version, argv[1], world, k, cfg.B, cfg.T);

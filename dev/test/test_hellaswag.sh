@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The HellaSwag-style eval (-H 1; run/eval_hellaswag.h) of ./train_gpt2:
+# The HellaSwag-style eval (-H 1; run/eval.h) of ./train_gpt2:
 #   1. the small set prepro_text builds from tinyshakespeare, read by an independent Python
 #      reader (dev/test/hellaswag_oracle.py): every context + right completion is in the
 #      text, and the Python writer reproduces the C tool's file byte for byte;

@@ -19,7 +19,8 @@
 #include <string.h>
 
 #include "run/mpi_wait.h"
-#include "run/train_loop.h"
+#include "run/seams.h"
+#include "run/step.h"
 
 static int check_values(int rank, int world) {
     int failures = 0;
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "loop") == 0) {
         int n = atoi(argv[3]);
         for (int i = 0; i < n; i++) {
-            test_stop_at("step", i + 1, "before step");  // LLMC_TEST_STOP (run/test_stop.h), as the trainers
+            seam_stop_at("step", i + 1, "before step");  // LLMC_TEST_STOP (run/seams.h), as the trainers
             float x = 1.0f;
             mpi_allreduce_sum_deadline(&x, 1, MPI_FLOAT, "loop all-reduce", i + 1);
             if (x != (float)world) fatal("loop all-reduce %d: %g, want %d", i + 1, x, world);

@@ -223,10 +223,10 @@ int main(int argc, char** argv) {
         fatal("--batch %d must split over %d ranks x --accum %d micro-steps", B_global, world, k);
     }
     TrainConfig cfg;
-    train_config_defaults(&cfg, 1);
+    config_defaults(&cfg, &TRAINER_BUILD);
     cfg.lr = 1e-3f;  // -l may change it
     OptionTable testing = testing_option_table(1);
-    train_parse_args_with(&cfg, &testing, 1, argc - (a - 1), argv + (a - 1));
+    config_parse(&cfg, &testing, 1, argc - (a - 1), argv + (a - 1));
     testing_use_options();
     cfg.model = argv[1];
     cfg.B = B_global / (world * k);
@@ -234,6 +234,7 @@ int main(int argc, char** argv) {
     cfg.total_batch_tokens = cfg.B * T * world * k;
     cfg.weight_decay = 0.1f;
     cfg.grad_clip = 1.0f;
+    config_validate(&cfg, &TRAINER_BUILD, world);
 
     GPT2Config mc;
     int version;

@@ -9,15 +9,11 @@
 
 #include "dev/test/testing_cpu.h"
 
-// The options are parsed by now: the plugin is built on what they ask for.
-static void* testing_trainer_create(const TrainConfig* cfg, int rank, int world, TrainerParts* parts) {
-    testing_use_options();
-    return trainer_create(cfg, rank, world, parts);
-}
-
 int main(int argc, char** argv) {
-    TrainerKind kind = CPU_TRAINER;
-    kind.create = testing_trainer_create;
+    blas_pick_kernels(argv);
+    Run run;
     OptionTable testing = testing_option_table(1);
-    return train_main(argc, argv, &kind, &testing, 1);
+    run_begin(&run, &argc, &argv, &TRAINER_BUILD, &testing, 1);
+    testing_use_options();  // the plugin is built on what the options ask for
+    return train(&run);
 }

@@ -1,5 +1,8 @@
 /*
- * The HellaSwag-style eval (-H 1), shared by both trainers: rows, scoring, ranks.
+ * What a run evaluates besides its loss: the HellaSwag-style eval (-H 1) and samples (-s).
+ * A trainer supplies only the forwards (HellaswagForward, NextTokenLogits).
+ *
+ * The HellaSwag-style eval: rows, scoring, ranks.
  *
  * Each item gives 4 rows, its context followed by one of its 4 completions. A row's score
  * is the mean cross-entropy of the completion's tokens only: the losses at the positions
@@ -13,16 +16,18 @@
  * attention: what follows a position cannot change its loss), which the start-up check
  * (run/hellaswag_file.h) keeps within -t. Items are split over the ranks in contiguous shares;
  * the counts are summed with one all-reduce, so the result does not depend on the rank
- * count. A trainer supplies only the forward: HellaswagForward.
+ * count.
  */
-#ifndef LLMC_EVAL_HELLASWAG_H
-#define LLMC_EVAL_HELLASWAG_H
+#ifndef RUN_EVAL_H
+#define RUN_EVAL_H
 
 #include <mpi.h>
 
+#include "llmc/gpt2_spec.h"
 #include "run/hellaswag_file.h"
 #include "run/mpi_wait.h"
 #include "run/files.h"
+#include "run/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +50,16 @@ void hellaswag_dump(const HellaswagSet* s, const double* mine, int lo, int hi, i
 // The eval over every rank's share; every rank returns the whole count.
 HellaswagScore hellaswag_evaluate(const HellaswagSet* s, HellaswagForward forward, void* ctx, int B, int T,
                                   int rank, int world, const char* dump_path);
+
+
+// Runs the model on tokens[0..n) and writes the fp32 logits (Vp of them) of the last position.
+typedef void (*NextTokenLogits)(void* ctx, const int* tokens, int n, float* logits);
+
+// Autoregressive sampling of gen_tokens tokens from <|endoftext|> around a trainer's forward,
+// the context window sliding at T. Every rank generates the same text (same seed, same
+// weights); rank 0 prints it.
+void print_sample(void* ctx, NextTokenLogits next_logits, const GPT2Config* c, int T, int gen_tokens, int rank,
+                  const Tokenizer* tok, uint64_t* rng_state);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,9 @@
-// run/eval_hellaswag.c: what run/eval_hellaswag.h declares.
-#include "run/eval_hellaswag.h"
+// run/eval.c: what run/eval.h declares.
+#include "run/eval.h"
+
+#include <math.h>
+
+#include "llmc/rng.h"
 
 // Row j of item it in T positions: inputs are the row's tokens but the last, targets its
 // tokens but the first.
@@ -99,4 +103,40 @@ HellaswagScore hellaswag_evaluate(const HellaswagSet* s, HellaswagForward forwar
     free(loss);
     HellaswagScore score = {counts[0], counts[1]};
     return score;
+}
+
+// Samples the next token from the first V logits (softmax computed in place).
+static int sample_from_logits(float* logits, int V, float coin) {
+    float maxv = -INFINITY, sum = 0.0f;
+    for (int v = 0; v < V; v++) maxv = fmaxf(maxv, logits[v]);
+    for (int v = 0; v < V; v++) sum += (logits[v] = expf(logits[v] - maxv));
+    for (int v = 0; v < V; v++) logits[v] /= sum;
+    return sample_from_probs(logits, V, coin);
+}
+
+void print_sample(void* ctx, NextTokenLogits next_logits, const GPT2Config* c, int T, int gen_tokens, int rank,
+                  const Tokenizer* tok, uint64_t* rng_state) {
+    int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
+    float* logits = (float*)mallocCheck((size_t)c->padded_vocab_size * sizeof(float));
+    int eot = tok->init_ok ? (int)tok->eot_token : 50256;
+    tokens[0] = eot < c->vocab_size ? eot : 0;
+    if (rank == 0) printf("generating:\n---\n");
+    int len = 1;
+    for (int i = 0; i < gen_tokens; i++) {
+        next_logits(ctx, tokens, len, logits);
+        int next = sample_from_logits(logits, c->vocab_size, rng_f32(rng_state));
+        if (len == T) {  // slide the context window
+            memmove(tokens, tokens + 1, (size_t)(T - 1) * sizeof(int));
+            len--;
+        }
+        tokens[len++] = next;
+        if (rank == 0) {
+            if (tok->init_ok) tokenizer_print(tok, (uint32_t)next);
+            else printf("%d ", next);
+            fflush(stdout);
+        }
+    }
+    if (rank == 0) printf("\n---\n");
+    free(tokens);
+    free(logits);
 }

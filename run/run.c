@@ -1,0 +1,311 @@
+// run/run.c: a training run, as run/run.h describes it.
+#include "run/run.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llmc/rng.h"
+#include "llmc/schedule.h"
+#include "run/mpi_wait.h"
+#include "run/ranks_agree.h"
+#include "run/run_dir.h"
+#include "run/seams.h"
+
+// ---------------------------------------------------------------------------- begin, open
+
+void run_begin(Run* run, int* argc, char*** argv, const TrainerBuild* build, const OptionTable* extra, int n_extra) {
+    memset(run, 0, sizeof(*run));
+    run->build = build;
+    mpi_start(argc, argv, &run->rank, &run->world);
+    TrainConfig* cfg = &run->cfg;  // parsed before the trainer is built: -h and flag errors need no device
+    config_defaults(cfg, build);
+    config_parse(cfg, extra, n_extra, *argc, *argv);
+    run->micro_steps = config_validate(cfg, build, run->world);
+    mpi_wait_set_timeout(cfg->comm_timeout);  // every host collective from here on, a resume's load too
+    if (cfg->output_dir) run_dir_check_length(cfg->output_dir);
+    // -y 1: the newest checkpoint's model replaces -e; its pieces are loaded by run_start.
+    if (cfg->resume) checkpoint_find_resume(cfg, &run->resume);
+    ranks_agree(cfg, build->name, cfg->resume ? run->resume.state.step : -1);  // one job on every rank
+}
+
+// The tokenizer for samples: --tokenizer's file, or where the flag was not given the
+// corpus's own gpt2_tokenizer.bin beside the first train shard (prepro_corpus writes one
+// there), else the default in data/.
+static const char* run_tokenizer_path(const TrainConfig* cfg, const DataLoader* train, char* buf, size_t n) {
+    if (cfg->tokenizer_path != TRAIN_DEFAULT_TOKENIZER) return cfg->tokenizer_path;
+    const char* shard = train->files.gl_pathv[0];
+    const char* slash = strrchr(shard, '/');
+    path_format(buf, n, "%.*s/gpt2_tokenizer.bin", slash ? (int)(slash - shard) : 1, slash ? shard : ".");
+    return access(buf, F_OK) == 0 ? buf : cfg->tokenizer_path;
+}
+
+// The data, the evals' inputs, main.log (rank 0 makes, locks and claims -o first).
+static void run_open_io(Run* run) {
+    const TrainConfig* cfg = &run->cfg;
+    int rank = run->rank, world = run->world, vocab_size = run->model->vocab_size;
+    dataloader_init(&run->train, cfg->train_pattern, cfg->B, cfg->T, rank, world, vocab_size);
+    if (cfg->shuffle) dataloader_shuffle(&run->train, (uint64_t)cfg->seed, (size_t)world * cfg->B * run->micro_steps);
+    if (cfg->dp_invariant) dataloader_rank_major(&run->train, run->micro_steps);
+    dataloader_trace(&run->train);
+    dataloader_identity(&run->train, &run->train_identity);
+    outlier_state_init(&run->outliers, cfg->outlier_window);
+    run->has_val = cfg->val_every > 0;
+    if (run->has_val) dataloader_init(&run->val, cfg->val_pattern, cfg->B, cfg->T, rank, world, vocab_size);
+    run->has_hellaswag = cfg->hellaswag;
+    if (run->has_hellaswag) {  // every rank reads and checks it: a bad file stops every rank here
+        hellaswag_read(&run->hellaswag, cfg->hellaswag_path, vocab_size);
+        hellaswag_check_fits(&run->hellaswag, cfg->T);
+        if (rank == 0) printf("hellaswag: %s, %d items\n", cfg->hellaswag_path, run->hellaswag.num_items);
+    }
+    if (cfg->sample_every > 0) {
+        char beside_shards[PATH_MAX_LEN];
+        tokenizer_init(&run->tok, run_tokenizer_path(cfg, &run->train, beside_shards, sizeof(beside_shards)));
+    }
+    if (cfg->output_dir && rank == 0) {
+        run_dir_open(cfg->output_dir);
+        if (!cfg->resume) run_dir_claim(cfg->output_dir, cfg->resume_asked, cfg->start_over);
+    }
+    logger_open(&run->logger, rank == 0 ? cfg->output_dir : NULL, cfg->resume);
+}
+
+int run_open(Run* run, const GPT2Config* model, Optimizer* opt) {
+    const TrainConfig* cfg = &run->cfg;
+    run->model = model;
+    run->opt = opt;
+    run_open_io(run);
+    run->tokens_per_step = (long long)cfg->B * cfg->T * run->world * run->micro_steps;
+    run->max_steps = cfg->max_steps;
+    if (run->max_steps == -1) {  // -x -1: one pass over the first train shard
+        run->max_steps = (int)((run->train.shard_tokens - 1) / run->tokens_per_step);
+        if (run->max_steps < 1) run->max_steps = 1;
+    }
+    if (cfg->skip_from > run->max_steps) {
+        fatal("--skip-batches %d-%d: the run ends at step %d (-x), before step %d", cfg->skip_from, cfg->skip_to,
+              run->max_steps, cfg->skip_from);
+    }
+    return !(cfg->resume && checkpoint_resume_check(cfg, &run->resume, &run->train_identity, run->tokens_per_step,
+                                                    run->max_steps));
+}
+
+// ---------------------------------------------------------------------------- start
+
+int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
+    const TrainConfig* cfg = &run->cfg;
+    const GPT2Config* mc = run->model;
+    if (run->rank == 0) {
+        printf("GPT-2: L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %zu parameters\n", mc->num_layers, mc->num_heads,
+               mc->channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size, gpt2_num_parameters(mc));
+        printf("ranks %d | B %d | T %d | grad accumulation %d | %lld tokens/step | %d steps | -z %d | %s\n", run->world,
+               cfg->B, cfg->T, run->micro_steps, run->tokens_per_step, run->max_steps, cfg->zero_stage,
+               trainer_fields);
+        if (trainer_line) printf("%s\n", trainer_line);
+    }
+    run->opt->ops->print_start(run->opt);
+    run->sample_rng = rng_seed((uint64_t)cfg->seed + 1337);
+    // This job holds -o's lock now: temporaries there are dead, and after a full disk they
+    // hold the space that the log's rewrite and the next save need.
+    if (cfg->output_dir && run->rank == 0) checkpoint_remove_stale_temporaries(cfg->output_dir);
+    int step = 0;
+    if (cfg->resume) {  // the checkpoint's weights, AdamW state, data position, sampling RNG and windows
+        const CheckpointState* saved = &run->resume.state;
+        checkpoint_restore(&run->resume, mc, run->opt, &run->train, &run->sample_rng);
+        if (saved->has_outliers) {  // -sl/-sg go on from the saved windows (at this run's --outlier-window)
+            run->outliers.loss = outlier_window_resized(&saved->outliers.loss, cfg->outlier_window);
+            run->outliers.norm = outlier_window_resized(&saved->outliers.norm, cfg->outlier_window);
+        }
+        run->skipped = saved->skipped;
+        run->nonfinite_in_a_row = saved->nonfinite_in_a_row;  // 0 from a checkpoint that predates the count
+        logger_resume_at(&run->logger, saved->step);
+        step = saved->step;
+    }
+    // -a 1: every step trains on the run's first batch, a resumed run's too (its loader
+    // was moved to the saved position).
+    if (cfg->overfit_single_batch) {
+        dataloader_reset(&run->train);
+        dataloader_next_batch(&run->train);
+    }
+    run->first_step = run->last_checkpoint = step;
+    run->epoch = run->train.epoch;
+    return step;
+}
+
+// ---------------------------------------------------------------------------- the steps
+
+int run_evaluate(Run* run, int step, const RunEvals* evals) {
+    const TrainConfig* cfg = &run->cfg;
+    int last = step == run->max_steps;
+    if (run->has_val && (step % cfg->val_every == 0 || last)) {
+        float vl = evals->validation_loss(evals->ctx, &run->val);
+        if (run->rank == 0) printf("val loss %.6f\n", vl);
+        logger_log_val(&run->logger, step, vl);
+    }
+    if (run->has_hellaswag && (last || (cfg->val_every > 0 && step % cfg->val_every == 0))) {
+        HellaswagScore s = hellaswag_evaluate(&run->hellaswag, evals->hellaswag_rows, evals->ctx, cfg->B, cfg->T,
+                                              run->rank, run->world, cfg->hellaswag_dump);
+        float accuracy = (float)s.correct / (float)s.total;
+        if (run->rank == 0) printf("step %d: hellaswag accuracy %.4f (%d/%d)\n", step, accuracy, s.correct, s.total);
+        logger_log_eval(&run->logger, step, accuracy);
+    }
+    if (cfg->sample_every > 0 && step > 0 && (step % cfg->sample_every == 0 || last)) {
+        print_sample(evals->ctx, evals->next_token_logits, run->model, cfg->T, cfg->gen_tokens, run->rank, &run->tok,
+                     &run->sample_rng);
+    }
+    return !last;
+}
+
+// --skip-batches A-B, as step A begins: the loader moves past the batches of steps A..B.
+static void run_skip_batches(Run* run) {
+    const TrainConfig* cfg = &run->cfg;
+    int steps = cfg->skip_to - cfg->skip_from + 1;
+    dataloader_skip(&run->train, (size_t)steps * (size_t)run->micro_steps);
+    skip_batches_add(&run->skipped, cfg->skip_from, cfg->skip_to);
+    if (run->rank == 0) {
+        printf("data: --skip-batches %d-%d: moved past %d optimizer step%s of data (%lld tokens), not trained on; "
+               "step %d reads what step %d would have\n", cfg->skip_from, cfg->skip_to, steps, steps == 1 ? "" : "s",
+               steps * run->tokens_per_step, cfg->skip_from, cfg->skip_to + 1);
+    }
+}
+
+RunBatch run_step_begin(Run* run, int step) {
+    const TrainConfig* cfg = &run->cfg;
+    if (step + 1 == cfg->skip_from) run_skip_batches(run);
+    RunBatch b = {lr_at_step(cfg->lr, cfg->warmup_steps, cfg->final_lr_fraction, step, run->max_steps),
+                  cfg->overfit_single_batch ? fixed_batch : loader_batch, &run->train};
+    seam_begin_step(step, &b.next, &b.ctx);
+    seam_stop_at("step", step + 1, "before step");
+    run->step_start_ms = wall_ms();
+    return b;
+}
+
+// What a step's STEP_NONFINITE_* bits name, in messages and as main.log's nf: value.
+static const char* const NONFINITE_WHAT[4] = {"", "loss", "grad norm", "loss and grad norm"};
+static const char* const NONFINITE_LOG_KEY[4] = {"", "loss", "norm", "loss+norm"};
+
+// The step line on rank 0 and main.log, and the epoch line when this step's batch began a pass.
+static void run_report_step(Run* run, const StepResult* r, double ms) {
+    int step = r->step;
+    if (run->rank == 0) {
+        char why[64] = "";
+        if (r->skipped) snprintf(why, sizeof(why), " | update skipped (%s%s)", r->nonfinite ? "non-finite " : "outlier",
+                                 NONFINITE_WHAT[r->nonfinite]);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms%s\n",
+               step + 1, run->max_steps, r->loss, r->grad_norm, r->lr, ms, run->tokens_per_step / (ms / 1e3),
+               r->comm_blocked_ms, why);
+        if (r->nonfinite) {
+            printf("step %d: update skipped: non-finite %s (%d in a row; --max-nonfinite-steps %d)\n", step + 1,
+                   NONFINITE_WHAT[r->nonfinite], run->nonfinite_in_a_row, run->cfg.max_nonfinite_steps);
+        } else if (r->skipped) {
+            printf("step %d: update skipped: loss z-score %.2f, grad norm z-score %.2f\n", step + 1, r->z_loss,
+                   r->z_norm);
+        }
+        fflush(stdout);
+    }
+    logger_log_train(&run->logger, step + 1, r->loss, r->grad_norm, r->lr, ms);
+    if (r->skipped) {
+        logger_line(&run->logger, "s:%d skp:1 zl:%.6g zn:%.6g%s%s\n", step + 1, r->z_loss, r->z_norm,
+                    r->nonfinite ? " nf:" : "", NONFINITE_LOG_KEY[r->nonfinite]);
+    }
+    if (run->train.epoch != run->epoch) {
+        run->epoch = run->train.epoch;
+        if (run->rank == 0) printf("epoch %zu of the train data began with step %d\n", run->epoch + 1, step + 1);
+        logger_log_epoch(&run->logger, step + 1, run->epoch);
+    }
+}
+
+// More non-finite steps in a row than --max-nonfinite-steps: the run has diverged. Every
+// rank saw the same loss and norm, so every rank stops here alike.
+static void run_stop_if_diverged(const Run* run, const StepResult* r) {
+    int in_a_row = run->nonfinite_in_a_row;
+    if (in_a_row <= run->cfg.max_nonfinite_steps) return;
+    char resume[PATH_MAX_LEN + 96] = "no checkpoint to resume from (-n)";
+    if (run->last_checkpoint > 0) {
+        snprintf(resume, sizeof(resume), "-y 1 resumes from the newest checkpoint, step %d, in %s",
+                 run->last_checkpoint, run->cfg.output_dir);
+    }
+    char span[64];
+    if (in_a_row == 1) snprintf(span, sizeof(span), "at step %d,", r->step + 1);
+    else snprintf(span, sizeof(span), "in %d steps in a row, %d to %d,", in_a_row, r->step + 2 - in_a_row, r->step + 1);
+    fatal("non-finite %s (loss %g, grad norm %g) %s more than --max-nonfinite-steps %d: the run has diverged and "
+          "stops; those updates were skipped, so the weights are those after step %d; %s%s", NONFINITE_WHAT[r->nonfinite],
+          (double)r->loss, (double)r->grad_norm, span, run->cfg.max_nonfinite_steps, r->step + 1 - in_a_row, resume,
+          r->nonfinite & STEP_NONFINITE_NORM ? " (--check-nan names the first non-finite gradient)" : "");
+}
+
+// The checkpoint of steps_done (collective): the optimizer's state, and in state.txt the
+// run's shape, data position, sampling RNG, windows, skipped ranges and corpus.
+static void run_save_checkpoint(Run* run, int steps_done) {
+    const TrainConfig* cfg = &run->cfg;
+    CheckpointState s;
+    memset(&s, 0, sizeof(s));
+    s.step = steps_done;
+    s.sample_rng = run->sample_rng;
+    s.world = run->opt->world;
+    s.B = cfg->B;
+    s.T = cfg->T;
+    s.grad_accum_steps = run->micro_steps;
+    checkpoint_step_meaning(cfg, run->max_steps, &s);
+    DataPosition at = dataloader_position(&run->train);
+    s.epoch = at.epoch;
+    s.shard = at.shard;
+    s.shard_tokens_done = at.tokens_done;
+    s.outliers = run->outliers;
+    s.has_outliers = 1;
+    s.skipped = run->skipped;
+    s.nonfinite_in_a_row = run->nonfinite_in_a_row;
+    s.has_nonfinite_count = 1;
+    snprintf(s.corpus, sizeof(s.corpus), "%s", run->train_identity.corpus);
+    s.corpus_shards = run->train_identity.shards;
+    s.corpus_digest = run->train_identity.digest;
+    s.has_corpus = 1;
+    checkpoint_save(cfg->output_dir, run->model, run->opt, &s);
+    if (run->rank == 0 && cfg->checkpoints_keep > 0) {  // -nk
+        run_dir_require();
+        checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, steps_done);
+    }
+    run->last_checkpoint = steps_done;
+}
+
+void run_step_end(Run* run, const StepResult* r) {
+    const TrainConfig* cfg = &run->cfg;
+    int step = r->step;
+    double ms = wall_ms() - run->step_start_ms;
+    if (step > run->first_step) {  // the first step warms caches, allocations, libraries
+        run->total_ms += ms;
+        run->timed_steps++;
+    }
+    run->nonfinite_in_a_row = r->nonfinite ? run->nonfinite_in_a_row + 1 : 0;
+    run_report_step(run, r, ms);
+    run_stop_if_diverged(run, r);
+    if (cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps)) {
+        run_save_checkpoint(run, step + 1);
+    }
+    logger_check(&run->logger);  // a failed write ends the job, once this step's checkpoint was tried
+}
+
+// ---------------------------------------------------------------------------- the end
+
+void run_end(Run* run, int replicas_identical) {
+    if (run->rank == 0 && run->timed_steps > 0) {
+        double ms = run->total_ms / run->timed_steps;
+        printf("average step %.1f ms, %.0f tok/s\n", ms, run->tokens_per_step / (ms / 1e3));
+    }
+    size_t state_bytes = run->opt->ops->state_bytes(run->opt);
+    if (run->rank == 0) printf("optimizer state bytes on rank 0: %zu\n", state_bytes);
+    if (run->rank == 0) {
+        printf("parameters identical on all %d ranks: %s\n", run->world, replicas_identical ? "yes" : "NO");
+    }
+    run->opt->ops->print_end(run->opt);
+    run->status = replicas_identical ? 0 : 1;
+}
+
+int run_close(Run* run) {
+    logger_close(&run->logger);
+    run_dir_close();
+    tokenizer_free(&run->tok);
+    dataloader_free(&run->train);
+    if (run->has_val) dataloader_free(&run->val);
+    if (run->has_hellaswag) hellaswag_free(&run->hellaswag);
+    MPI_Finalize();
+    return run->status;
+}
