@@ -78,6 +78,9 @@ LDLIBS = $(RUN_LIB) -lopenblas -lm
 RUN_SRC = $(wildcard run/*.c)
 RUN_OBJ = $(patsubst run/%.c,build/run/%.o,$(RUN_SRC))
 RUN_LIB = build/run/librun.a
+# run/'s one CUDA file, the NCCL bootstrap and check of the GPU trainer and of zero1/'s NCCL
+# communicator: an object of every GPU build.
+RUN_CUDA_OBJ = build/run/nccl_comm.o
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
@@ -126,13 +129,15 @@ $(CPU_STAMP): $(call stamp_stale,$(CPU_STAMP),$(CPU_BUILD))
 	@echo "$(CPU_BUILD)" > $@
 $(GPU_STAMP): $(call stamp_stale,$(GPU_STAMP),$(GPU_BUILD))
 	@echo "$(GPU_BUILD)" > $@
+# run/ is compiled by $(MPICC), whose MPI its collectives are written against, whatever CC
+# compiles a program's own files; so a build of the tools leaves it alone.
 RUN_STAMP := .build-run.stamp
-RUN_BUILD := CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC)) CFLAGS=$(CFLAGS)
+RUN_BUILD := MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC)) CFLAGS=$(CFLAGS)
 $(RUN_STAMP): $(call stamp_stale,$(RUN_STAMP),$(RUN_BUILD))
 	@echo "$(RUN_BUILD)" > $@
 build/run/%.o: run/%.c $(HOST_HEADERS) $(RUN_STAMP)
 	@mkdir -p build/run
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(MPICC) $(CFLAGS) -c $< -o $@
 $(RUN_LIB): $(RUN_OBJ)
 	rm -f $@ && ar rcs $@ $^
 CUDA_HEADERS = $(wildcard llmc/*.cuh) $(CUDA_CPU_LIB)
@@ -297,11 +302,11 @@ cudnn_check:
 	@echo "cuDNN: frontend $(CUDNN_FRONTEND_PATH), library $(CUDNN_LIB)"
 endif
 
-train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_LIB)
+train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
 	$(check_mpi_flags)
 	$(check_cudnn)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(GPU_REBUILD) $(MPI_NVCC_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ \
-	  $(CUDNN_LIBS) $(RUN_LIB) $(NVCC_LIBS)
+	  $(CUDNN_LIBS) $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
 
 # zero1's CUDA backend must give zero1/device_cpu.c's bits (AdamW, bf16 rounding, norm):
 # the trainer's flags, but IEEE division and square root and no flushed denormals (no
@@ -310,21 +315,25 @@ NVCC_EXACT_FLAGS = $(filter-out --use_fast_math,$(NVCC_FLAGS)) -fmad=false
 $(ZERO1_CUDA_OBJ): zero1/%.o: zero1/%.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_EXACT_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) -c $< -o $@
+$(RUN_CUDA_OBJ): build/run/%.o: run/%.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	$(check_mpi_flags)
+	@mkdir -p build/run
+	$(NVCC) $(NVCC_EXACT_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) -c $< -o $@
 
 # The CUDA device ops against zero1/device_cpu.c (built as the CPU trainer builds it: the
 # reference bits are the CPU trainer's), and the NCCL communicator on one rank.
 zero1/device_cpu_ref.o: zero1/device_cpu.c $(HOST_HEADERS)
 	$(CC) $(CFLAGS) -c zero1/device_cpu.c -o $@
 
-test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_LIB)
+test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(RUN_LIB) $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
 
 # zero1/watchdog_cuda.h: the deadline of the GPU step's host sync (a stuck stream ends the job,
 # a hazard-wrapped NCCL communicator is aborted through the wrapper).
-test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_LIB)
+test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) -o $@ $(RUN_LIB) $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) -o $@ $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
 
 # GPU 0's compute mode, for the GPU suite (rows whose ranks share a GPU need Default).
 gpu_compute_mode: dev/test/gpu_compute_mode.cu $(CUDA_HEADERS) $(GPU_STAMP)
@@ -367,11 +376,11 @@ test_cuda_cpu_numerics: dev/cuda_cpu/tests/test_numerics.cu dev/cuda_cpu/tests/n
 bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
 
-test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_LIB)
+test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
 	$(check_mpi_flags)
 	$(check_cudnn)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) -o $@ \
-	  $(CUDNN_LIBS) $(RUN_LIB) $(NVCC_LIBS)
+	  $(CUDNN_LIBS) $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
 
 # ---- the CPU execution layer for CUDA (dev/cuda_cpu/) ----
 # Its own sources are plain C++ against the toolkit's headers (their types and prototypes);

@@ -44,7 +44,7 @@
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/gpt2_cuda.cuh"
-#include "run/nccl_comm.cuh"
+#include "run/nccl_comm.h"
 
 // ----------------------------------------------------------------------------
 // This process's GPU.
@@ -345,6 +345,9 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     check_memory(cfg, &mc, &kernels, gpu, plugin);
     float* dense = load_initial_weights(cfg->model, (uint64_t)cfg->seed, cfg->resume, &mc);
     gpt2_init(&tr->model, &mc, cfg->B, cfg->T, gpu->stream, &kernels);
+#ifdef USE_CUDNN
+    cudnn_attention_report(gpu->rank == 0);  // rank 0 speaks for the ranks' graph builds
+#endif
     tr->opt = plugin ? plugin_optimizer(cfg, &tr->model.config, gpu) : replicated_optimizer(cfg, &mc, gpu);
     gpt2_bind_buffers(&tr->model, (floatX*)tr->opt->params, tr->opt->grads, tr->opt->offsets);
     // ZeRO-1's two round trips run through these hooks, when the work is queued. Grads: backward

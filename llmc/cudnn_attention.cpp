@@ -13,6 +13,8 @@
 #include "llmc/gpt2_kernels.h"
 #include "llmc/utils.h"
 
+static int report_graphs = 1;  // cudnn_attention_report
+
 #if defined(ENABLE_FP32)
 #error "llmc/cudnn_attention.cpp: cuDNN's SDPA has no fp32 path; build USE_CUDNN=1 with PRECISION=BF16"
 #endif
@@ -169,7 +171,7 @@ fe::graph::Graph& graph_for(const GraphKey& k) {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     // The memory check (run/memory_check.h) counted an estimate; say when cuDNN wants more.
     double estimate = gpt2_cudnn_workspace_estimate(k[0], k[1], (double)k[2] * k[3], k[2]);
-    if (utils_rank() == 0) {
+    if (report_graphs) {
         printf("cudnn attention: %s graph for B=%d T=%d NH=%d hs=%d built in %.0f ms, workspace %.2f MiB\n",
                direction_name(k[4]), k[0], k[1], k[2], k[3], ms, bytes / 1048576.0);
         if (bytes > estimate) {
@@ -215,6 +217,8 @@ void attention_backward_cudnn(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
         {UID_DQ, dqkv},        {UID_DK, dqkv + C},     {UID_DV, dqkv + 2 * C}};
     execute(g, k, pack, stream);
 }
+
+void cudnn_attention_report(int on) { report_graphs = on; }
 
 void cudnn_attention_free(void) {
     state.graphs.clear();

@@ -33,5 +33,7 @@ void attention_backward_cudnn(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                               const __nv_bfloat16* out, const float* stats, int B, int T, int NH, int hs, float scale,
                               cudaStream_t stream);
 void cudnn_attention_free(void);
+// Whether this process prints what each graph cost to build (the trainer: rank 0 only).
+void cudnn_attention_report(int on);
 
 #endif

@@ -26,8 +26,8 @@
  * NAME (e.g. Prescott), so the restart can be tested on a machine OpenBLAS detects right;
  * the restarted process looks at the real name (dev/test/test_blas_cores.sh).
  */
-#ifndef LLMC_BLAS_CORES_H
-#define LLMC_BLAS_CORES_H
+#ifndef RUN_BLAS_CORES_H
+#define RUN_BLAS_CORES_H
 
 #include <errno.h>
 #include <stdio.h>
@@ -61,4 +61,4 @@ void blas_pick_kernels(char** argv);
 }
 #endif
 
-#endif  // LLMC_BLAS_CORES_H
+#endif  // RUN_BLAS_CORES_H

@@ -27,8 +27,8 @@
  * headers and the per-rank checks before a resume. run/checkpoint_io.h writes and reads
  * the large files, every rank its own pieces in parallel, and verifies their CRC32C.
  */
-#ifndef LLMC_CHECKPOINT_H
-#define LLMC_CHECKPOINT_H
+#ifndef RUN_CHECKPOINT_H
+#define RUN_CHECKPOINT_H
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -427,9 +427,10 @@ static void checkpoint_load(const char* dir, const GPT2Config* cfg, Optimizer* o
     char why[RUN_DIR_WHY_MAX] = "", what[128];
     int file = utils_rank() == 0 ? checkpoint_nonfinite_where(t, cfg, what, sizeof(what)) : -1;
     if (file >= 0) {
-        snprintf(why, sizeof(why), "resume: %s/%s: %s is not finite (an older build saved its run's state after it "
-                 "had diverged): move %s away to resume from the checkpoint before it", dir, CHECKPOINT_FILES[file],
-                 what, dir);
+        // The directory twice: each at most half the room (-o's length is checked at start).
+        snprintf(why, sizeof(why), "resume: %.2000s/%s: %s is not finite (an older build saved its run's state after "
+                 "it had diverged): move %.2000s away to resume from the checkpoint before it", dir,
+                 CHECKPOINT_FILES[file], what, dir);
     }
     checkpoint_stop_with_rank0(why, step);
     o->ops->finish_import(o, step);

@@ -33,8 +33,8 @@
  * whole). Bad input is fatal() with the file's name; so is any MPI-IO error code, which
  * names the call and the file.
  */
-#ifndef LLMC_CHECKPOINT_IO_H
-#define LLMC_CHECKPOINT_IO_H
+#ifndef RUN_CHECKPOINT_IO_H
+#define RUN_CHECKPOINT_IO_H
 
 #include <mpi.h>
 #include <signal.h>

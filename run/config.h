@@ -6,8 +6,8 @@
  * long options cover the rest. An unknown flag, a missing or malformed value, or a
  * value out of range is a fatal error naming the flag.
  */
-#ifndef LLMC_CLI_H
-#define LLMC_CLI_H
+#ifndef RUN_CONFIG_H
+#define RUN_CONFIG_H
 
 #include <errno.h>
 #include <limits.h>

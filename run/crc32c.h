@@ -13,8 +13,8 @@
  * table-driven one (slicing-by-8: eight bytes per step through eight 256-entry tables),
  * and on x86-64 the SSE4.2 crc32 instruction, chosen at run time when the CPU has it.
  */
-#ifndef LLMC_CRC32C_H
-#define LLMC_CRC32C_H
+#ifndef RUN_CRC32C_H
+#define RUN_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -16,8 +16,8 @@
  * and the digest agree: the corpus name (for messages), file names and directories do not
  * count, so a corpus copied elsewhere, or a shard without the manifest it had, is the same.
  */
-#ifndef LLMC_DATA_IDENTITY_H
-#define LLMC_DATA_IDENTITY_H
+#ifndef RUN_DATA_IDENTITY_H
+#define RUN_DATA_IDENTITY_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -25,8 +25,8 @@
  * ranks open the same shards, so they all reach the same verdict, and a bad token is
  * reported before it can index past the embedding table.
  */
-#ifndef LLMC_DATALOADER_H
-#define LLMC_DATALOADER_H
+#ifndef RUN_DATALOADER_H
+#define RUN_DATALOADER_H
 
 #include <dirent.h>
 #include <glob.h>

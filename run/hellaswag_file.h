@@ -16,8 +16,8 @@
  * error at start-up, not a failure at the first validation point. No MPI: prepro_text
  * writes these files with the same definitions.
  */
-#ifndef LLMC_HELLASWAG_FILE_H
-#define LLMC_HELLASWAG_FILE_H
+#ifndef RUN_HELLASWAG_FILE_H
+#define RUN_HELLASWAG_FILE_H
 
 #include <errno.h>
 #include <stdint.h>

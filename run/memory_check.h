@@ -22,8 +22,8 @@
  * exit its peak RSS (VmHWM) and how far it rose above what the rank held at the check,
  * the number the estimate is a prediction of.
  */
-#ifndef LLMC_MEMORY_CHECK_H
-#define LLMC_MEMORY_CHECK_H
+#ifndef RUN_MEMORY_CHECK_H
+#define RUN_MEMORY_CHECK_H
 
 #include <mpi.h>
 #include <stdint.h>

@@ -6,8 +6,8 @@
  * (layer-major) order, back to back, fp32. Trainers scatter that into their own buffer
  * layout (zero1/ adds alignment and padding) with gpt2_tensor_offsets_dense().
  */
-#ifndef LLMC_MODEL_FILE_H
-#define LLMC_MODEL_FILE_H
+#ifndef RUN_MODEL_FILE_H
+#define RUN_MODEL_FILE_H
 
 #include <math.h>
 #include <stdint.h>

@@ -11,8 +11,8 @@
  * WATCHDOG_DEFAULT_TIMEOUT_S. Calls that cannot be polled (MPI-IO's collective reads and
  * writes) run between mpi_blocking_begin and mpi_blocking_end, under the same deadline.
  */
-#ifndef LLMC_MPI_WAIT_H
-#define LLMC_MPI_WAIT_H
+#ifndef RUN_MPI_WAIT_H
+#define RUN_MPI_WAIT_H
 
 #include <mpi.h>
 #include <stdio.h>

@@ -21,8 +21,8 @@
  * fit (read_piece/write_piece take any range inside one of the rank's pieces); after the
  * last write_piece, finish_import completes the state where the optimizer needs it.
  */
-#ifndef LLMC_OPTIMIZER_H
-#define LLMC_OPTIMIZER_H
+#ifndef RUN_OPTIMIZER_H
+#define RUN_OPTIMIZER_H
 
 #include <stddef.h>
 #include <stdio.h>

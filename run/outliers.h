@@ -18,8 +18,8 @@
  * same all-reduced loss and norm) reaches the same decision, and a resumed run (the
  * windows are saved in checkpoints' state.txt) the straight run's.
  */
-#ifndef LLMC_OUTLIERS_H
-#define LLMC_OUTLIERS_H
+#ifndef RUN_OUTLIERS_H
+#define RUN_OUTLIERS_H
 
 #include <math.h>
 #include <stddef.h>

@@ -20,8 +20,8 @@
  *   error: the ranks disagree on train file 1: rank 0 has 'data/b.bin, 2048 bytes', rank
  *   3 has 'none' (every rank must be given the same job)
  */
-#ifndef LLMC_RANKS_AGREE_H
-#define LLMC_RANKS_AGREE_H
+#ifndef RUN_RANKS_AGREE_H
+#define RUN_RANKS_AGREE_H
 
 #include <glob.h>
 #include <mpi.h>

@@ -20,19 +20,19 @@ typedef struct {
     ino_t dir_ino;
 } DirLock;
 
-static DirLock dir_lock_ = {-1, "", "", 0, 0};
+static DirLock lock_ = {-1, "", "", 0, 0};
 
 const char* run_dir_lost(char* why) {
     why[0] = '\0';
-    if (dir_lock_.fd < 0) return why;
+    if (lock_.fd < 0) return why;
     struct stat dir, mine, linked;
     char what[160] = "";
-    if (stat(dir_lock_.dir, &dir) != 0) {
+    if (stat(lock_.dir, &dir) != 0) {
         snprintf(what, sizeof(what), "%s", errno == ENOENT ? "it no longer exists" : strerror(errno));
-    } else if (dir.st_dev != dir_lock_.dir_dev || dir.st_ino != dir_lock_.dir_ino) {
+    } else if (dir.st_dev != lock_.dir_dev || dir.st_ino != lock_.dir_ino) {
         snprintf(what, sizeof(what), "it is another directory now (inode %llu, the locked one was %llu)",
-                 (unsigned long long)dir.st_ino, (unsigned long long)dir_lock_.dir_ino);
-    } else if (fstat(dir_lock_.fd, &mine) != 0 || lstat(dir_lock_.path, &linked) != 0) {
+                 (unsigned long long)dir.st_ino, (unsigned long long)lock_.dir_ino);
+    } else if (fstat(lock_.fd, &mine) != 0 || lstat(lock_.path, &linked) != 0) {
         snprintf(what, sizeof(what), "its lock file .lock is gone");
     } else if (linked.st_dev != mine.st_dev || linked.st_ino != mine.st_ino) {
         snprintf(what, sizeof(what), "its lock file .lock was replaced by another");
@@ -41,12 +41,12 @@ const char* run_dir_lost(char* why) {
     }
     snprintf(why, RUN_DIR_WHY_MAX, "output directory '%s' is no longer the one this job locked (%s): it was "
              "removed or replaced while the job ran, and another job may own it now; stopping without writing "
-             "anything more there", dir_lock_.dir, what);
+             "anything more there", lock_.dir, what);
     return why;
 }
 
 // fatal()'s cause (run/error.h): -o lost explains whatever failed.
-static int dir_lock_explain(char* buf, size_t n) {
+static int lock_explains_errors(char* buf, size_t n) {
     char why[RUN_DIR_WHY_MAX];
     if (!run_dir_lost(why)[0]) return 0;
     snprintf(buf, n, "%s", why);
@@ -81,13 +81,13 @@ void run_dir_lock(const char* dir, const char* clash) {
               "clash", dir, holder[0] ? holder : "holder unknown", clash);
     }
     if (stat(dir, &st) != 0) fatal("cannot stat the output directory '%s': %s", dir, strerror(errno));
-    dir_lock_.fd = fd;
-    path_format(dir_lock_.dir, sizeof(dir_lock_.dir), "%s", dir);
-    path_format(dir_lock_.path, sizeof(dir_lock_.path), "%s", path);
-    dir_lock_.dir_dev = st.st_dev;
-    dir_lock_.dir_ino = st.st_ino;
+    lock_.fd = fd;
+    path_format(lock_.dir, sizeof(lock_.dir), "%s", dir);
+    path_format(lock_.path, sizeof(lock_.path), "%s", path);
+    lock_.dir_dev = st.st_dev;
+    lock_.dir_ino = st.st_ino;
     run_dir_require();  // the lock file opened is the one in the directory now
-    fatal_set_cause(dir_lock_explain);
+    fatal_set_cause(lock_explains_errors);
     char host[128] = "?", when[64];
     gethostname(host, sizeof(host) - 1);
     time_t now = time(NULL);
@@ -100,9 +100,9 @@ void run_dir_lock(const char* dir, const char* clash) {
 }
 
 void run_dir_close(void) {
-    if (dir_lock_.fd >= 0) close(dir_lock_.fd);
-    dir_lock_.fd = -1;
-    if (fatal_cause() == dir_lock_explain) fatal_set_cause(NULL);
+    if (lock_.fd >= 0) close(lock_.fd);
+    lock_.fd = -1;
+    if (fatal_cause() == lock_explains_errors) fatal_set_cause(NULL);
 }
 
 void run_dir_check_length(const char* dir) {

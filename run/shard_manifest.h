@@ -27,8 +27,8 @@
  * one run without a word.
  * Every rank makes every check on the same files, so all reach the same verdict.
  */
-#ifndef LLMC_SHARD_MANIFEST_H
-#define LLMC_SHARD_MANIFEST_H
+#ifndef RUN_SHARD_MANIFEST_H
+#define RUN_SHARD_MANIFEST_H
 
 #include <dirent.h>
 #include <fnmatch.h>

@@ -12,8 +12,8 @@
  * past step A does not skip twice, and a resume whose checkpoint lies past step A without
  * that skip is refused rather than skipping other batches than the ones named.
  */
-#ifndef LLMC_SKIP_BATCHES_H
-#define LLMC_SKIP_BATCHES_H
+#ifndef RUN_SKIP_BATCHES_H
+#define RUN_SKIP_BATCHES_H
 
 #include <limits.h>
 #include <stdio.h>

@@ -18,8 +18,8 @@
  * They act from outside the step: run/train_main.h wraps the model's hooks once the trainer
  * is built, and the training loop wraps the step's batch function.
  */
-#ifndef LLMC_TEST_HOOKS_H
-#define LLMC_TEST_HOOKS_H
+#ifndef RUN_TEST_HOOKS_H
+#define RUN_TEST_HOOKS_H
 
 #include <math.h>
 #include <stdio.h>

@@ -21,8 +21,8 @@
  *   corpus_done:0:1   prepro_corpus, the corpus renamed into place, before its last directory check
  * Header only, C11 and C++.
  */
-#ifndef LLMC_TEST_STOP_H
-#define LLMC_TEST_STOP_H
+#ifndef RUN_TEST_STOP_H
+#define RUN_TEST_STOP_H
 
 #include <signal.h>
 #include <stdio.h>

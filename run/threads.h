@@ -14,8 +14,8 @@
  * OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is kept as given; the line after the start line
  * says which numbers were chosen and which were the user's (docs/training.md#threads).
  */
-#ifndef LLMC_THREADS_H
-#define LLMC_THREADS_H
+#ifndef RUN_THREADS_H
+#define RUN_THREADS_H
 
 #include <mpi.h>
 #include <omp.h>

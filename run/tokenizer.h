@@ -9,8 +9,8 @@
  * (init_ok == 0, decode returns NULL); a file that exists but is not a tokenizer file is
  * an error.
  */
-#ifndef LLMC_TOKENIZER_H
-#define LLMC_TOKENIZER_H
+#ifndef RUN_TOKENIZER_H
+#define RUN_TOKENIZER_H
 
 #include <ctype.h>
 #include <stdint.h>

@@ -54,8 +54,8 @@
  *
  * Header only, no MPI and no CUDA (callers pass end_job), C11 and C++.
  */
-#ifndef LLMC_WATCHDOG_H
-#define LLMC_WATCHDOG_H
+#ifndef RUN_WATCHDOG_H
+#define RUN_WATCHDOG_H
 
 #include <pthread.h>
 #include <signal.h>

@@ -14,7 +14,7 @@
 #include "llmc/cuda_common.cuh"
 #include "run/files.h"
 #include "run/mpi_wait.h"
-#include "run/nccl_comm.cuh"
+#include "run/nccl_comm.h"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
 #include "zero1/watchdog_cuda.h"

@@ -29,7 +29,7 @@
  * the other needs); on one stream they run one after another, in issue order, which every
  * rank keeps the same (issue_order_matters).
  *
- * Errors end the program (fatal, NCCL's through run/nccl_comm.cuh's check), except
+ * Errors end the program (fatal, NCCL's through run/nccl_comm.h's check), except
  * abort's: it runs while the job is already ending, so it returns NCCL's result.
  */
 #include <limits.h>
@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "llmc/cuda_common.cuh"
-#include "run/nccl_comm.cuh"
+#include "run/nccl_comm.h"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
 

@@ -17,7 +17,7 @@
  * communicator covers MPI_COMM_WORLD (color < 0) or the ranks that pass the same color
  * (MPI_Comm_split, ordered by world rank). MPI must be initialised, and every world rank
  * must call the constructor (the split is collective). NCCL refuses two ranks on one GPU:
- * ask run/nccl_comm.cuh's gpus_distinct_on_node() first.
+ * ask run/nccl_comm.h's gpus_distinct_on_node() first.
  */
 #ifndef ZERO1_COMM_NCCL_H
 #define ZERO1_COMM_NCCL_H

@@ -438,7 +438,7 @@ skip_update() {
 }
 row skip_outlier_update skip_update
 
-# Non-finite steps (run/train_loop.h's update gate: the GPU trainer's replicated AdamW, and
+# Non-finite steps (run/step.h's update gate: the GPU trainer's replicated AdamW, and
 # zero1/ at np 2): a NaN gradient in every step from step 3 (LLMC_TEST_PLANT_NAN=2+) skips
 # steps 3 and 4, and past --max-nonfinite-steps 1 the run stops after step 4 with one error
 # (exit 1, every rank); checkpoint 2, the newest, is what is left, and -y 1 resumes from it.

@@ -86,7 +86,7 @@ ok "dry run: every variant's command, predictions for the H200 and (other GPUs) 
 # trainer (its step lines: 3 slow warm-up steps, then 40 ms, 50 ms with --attention naive)
 # and the PyTorch peer; in a copy of the sources, so that this checkout's binaries stay.
 mkdir -p "$TMP/bin" "$TMP/repo"
-cp -r Makefile train_gpt2.cu llmc zero1 scripts gpt2_cost "$TMP/repo"/
+cp -r Makefile train_gpt2.cu llmc run zero1 scripts gpt2_cost "$TMP/repo"/
 cat >"$TMP/bin/nvidia-smi" <<'EOF'
 #!/usr/bin/env bash
 case "$*" in

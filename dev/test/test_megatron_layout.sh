@@ -33,7 +33,10 @@ planted=()
 plant() {
     local dir=$work/$1
     mkdir -p "$dir"
-    cp -r Makefile llmc zero1 "$dir/"
+    cp -a Makefile llmc run zero1 "$dir/"
+    if [ -f build/run/librun.a ]; then  # run/'s library as built here (mtimes kept): not rebuilt per mutation
+        mkdir -p "$dir/build" && cp -a build/run "$dir/build/" && cp -a .build-run.stamp "$dir/"
+    fi
     $PY - "$dir/$2" "$3" "$4" <<'PYEOF' || fatal "mutation $1: its text is not in $2 once"
 import sys
 path, old, new = sys.argv[1:4]

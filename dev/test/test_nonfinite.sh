@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Non-finite steps are caught by default (run/train_loop.h's update gate, run/train_main.h's
+# Non-finite steps are caught by default (run/step.h's update gate, run/run.c's
 # stop, run/checkpoint_io.h's finite checks). A small model (vocab 1000) learns a repeating
-# token pattern; test hooks (run/test_hooks.h) plant the faults.
+# token pattern; a test build's seams (run/seams.h) plant the faults.
 #
 #   diverged     a NaN in a gradient at every step from step 6 (LLMC_TEST_PLANT_NAN=5+), -x 12
 #                -n 2 -nk 2, the default --max-nonfinite-steps 3: steps 6-9 are skipped (step

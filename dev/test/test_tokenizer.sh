@@ -103,7 +103,7 @@ if "${TOOL[@]}" --input "$SHAKESPEARE" --out-dir "$TMP/out" --name ts --val-toke
     else
         not_ok "check_shards.py" "$TMP/check.log"
     fi
-    if gcc $CC_FLAGS dev/test/test_tokenizer_file.c -o "$TMP/test_tokenizer_file" &&
+    if gcc $CC_FLAGS dev/test/test_tokenizer_file.c -o "$TMP/test_tokenizer_file" build/run/librun.a -lm &&
         "$TMP/test_tokenizer_file" "$TMP/out/gpt2_tokenizer.bin" "$TMP/out/ts_val.bin" "$TMP/out/ts_train.bin" \
             "$SHAKESPEARE" >"$TMP/tf.log" 2>"$TMP/tf.err"; then
         ok "$(tail -1 "$TMP/tf.log")"
@@ -139,7 +139,7 @@ cat >"$TMP/bad_magic.c" <<'EOF'
 #include "run/tokenizer.h"
 int main(int argc, char** argv) { Tokenizer t; tokenizer_init(&t, argv[1]); return 0; }
 EOF
-if gcc $CC_FLAGS "$TMP/bad_magic.c" -o "$TMP/bad_magic" 2>"$TMP/cc.err"; then
+if gcc $CC_FLAGS "$TMP/bad_magic.c" -o "$TMP/bad_magic" build/run/librun.a -lm 2>"$TMP/cc.err"; then
     tool_refuses "tokenizer file with bad magic" "magic" "$TMP/bad_magic" "$TMP/bad_tok.bin"
 else
     not_ok "bad-magic probe did not compile" "$TMP/cc.err"

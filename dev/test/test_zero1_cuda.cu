@@ -41,7 +41,7 @@
 
 #include "llmc/bf16.h"
 #include "llmc/cuda_common.cuh"
-#include "run/nccl_comm.cuh"
+#include "run/nccl_comm.h"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
 

@@ -1,7 +1,7 @@
 /*
  * The trainer options that only test binaries have (the product's -h lists none of them):
  * test_gpt2, test_gpt2cu, test_zero1 and train_gpt2_testing parse this table besides the
- * trainer's (run/config.h: train_parse_args_with) and build zero1/'s backend from
+ * trainer's (run/config.h: config_parse) and build zero1/'s backend from
  * zero1/testing/'s doubles where it asks for them.
  *   --test-hazard               every zero1/ communicator wrapped in the hazard one
  *   --test-device cpu|deferred  the CPU trainer's zero1/ device (dev/test/testing_cpu.h)

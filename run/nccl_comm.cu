@@ -1,38 +1,16 @@
-/*
- * NCCL communicator for the GPU trainer: one GPU per local rank, the ncclUniqueId
- * made by rank 0 and broadcast over MPI (the launcher already connects the ranks).
- * With one rank no NCCL communicator is created at all.
- * Collectives are queued on the caller's stream, so they are ordered after the
- * backward kernels without any host synchronisation.
- * Also the one check of NCCL results (ncclCheck), for every file that calls NCCL.
- */
-#ifndef LLMC_NCCL_COMM_CUH
-#define LLMC_NCCL_COMM_CUH
+// run/nccl_comm.cu: what run/nccl_comm.h declares.
+#include "run/nccl_comm.h"
 
-#include <mpi.h>
-#include <nccl.h>
+#include <string.h>
 
-#include "llmc/cuda_common.cuh"
-#include "run/error.h"
-
-// A failed NCCL result ends the program, naming where, what (NULL: the call at that line)
-// and NCCL's own account (ncclGetLastError; comm may be NULL).
-static inline void nccl_check(ncclResult_t r, ncclComm_t comm, const char* what, const char* file, int line) {
+void nccl_check(ncclResult_t r, ncclComm_t comm, const char* what, const char* file, int line) {
     if (r == ncclSuccess) return;
     const char* detail = ncclGetLastError(comm);
     fatal("NCCL error%s%s at %s:%d: %s%s%s", what ? " in " : "", what ? what : "", file, line, ncclGetErrorString(r),
           detail && *detail ? ": " : "", detail ? detail : "");
 }
-#define ncclCheck(call) nccl_check((call), NULL, NULL, __FILE__, __LINE__)
 
-typedef struct {
-    int rank, world;
-    int local_rank, local_world;  // among the ranks on this node
-    ncclComm_t comm;              // NULL with one rank
-} NcclComm;
-
-// The rank among the processes that share this node (and so its GPUs).
-static inline int mpi_local_rank(int* local_world) {
+int mpi_local_rank(int* local_world) {
     MPI_Comm node;
     int local_rank;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
@@ -42,10 +20,7 @@ static inline int mpi_local_rank(int* local_world) {
     return local_rank;
 }
 
-// 1 when the ranks on this node run on distinct GPUs (collective over the node's ranks).
-// Compares device UUIDs, so it also holds where every process is shown only its own GPU
-// (CUDA_VISIBLE_DEVICES per task).
-static inline int gpus_distinct_on_node(void) {
+int gpus_distinct_on_node(void) {
     MPI_Comm node;
     int n;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
@@ -67,9 +42,7 @@ static inline int gpus_distinct_on_node(void) {
     return distinct;
 }
 
-// Call after cuda_select_device(local_rank). NCCL needs a GPU per rank: with more ranks
-// than GPUs on a node it would refuse with a bare "invalid usage", so say what is wrong.
-static inline void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_world) {
+void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_world) {
     c->rank = rank;
     c->world = world;
     c->local_rank = local_rank;
@@ -87,15 +60,12 @@ static inline void nccl_comm_init(NcclComm* c, int rank, int world, int local_ra
     ncclCheck(ncclCommInitRank(&c->comm, world, id, rank));
 }
 
-static inline void nccl_comm_free(NcclComm* c) {
+void nccl_comm_free(NcclComm* c) {
     if (c->comm) ncclCheck(ncclCommDestroy(c->comm));
     c->comm = NULL;
 }
 
-// In-place SUM over all ranks of n floats, queued on stream.
-static inline void nccl_all_reduce_sum(float* buf, size_t n, const NcclComm* c, cudaStream_t stream) {
+void nccl_all_reduce_sum(float* buf, size_t n, const NcclComm* c, cudaStream_t stream) {
     if (c->world == 1 || n == 0) return;
     ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, stream));
 }
-
-#endif
