@@ -80,7 +80,7 @@ static void* cross_buffer_at(const Zero1Runtime* rt, size_t offset) {
 }
 
 static const char* reduce_name(const Zero1Runtime* rt) {
-    return exchanging_slices(rt) ? "all-to-all" : stage1(rt) ? "reduce-scatter" : "all-reduce";
+    return exchanging_slices(rt) ? "all-to-all" : state_sharded(rt) ? "reduce-scatter" : "all-reduce";
 }
 
 // The step's sum of squares: one double, or the DP-invariant mode's exact limbs.
@@ -171,7 +171,7 @@ static void start_grad_sync(Zero1Runtime* rt, int b) {
     if (exchanging_slices(rt)) {
         s->recv_slot = rt->num_fired % 2;
         s->reduce = exchange_slices(rt, buf, rt->recv_slots[s->recv_slot], n / (size_t)rt->comm->size, b);
-    } else if (stage1(rt)) {
+    } else if (state_sharded(rt)) {
         s->reduce = zero1_comm_reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
     } else {
         s->reduce = zero1_comm_all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
@@ -221,7 +221,7 @@ static void group_shard_ready(Zero1Runtime* rt, int b) {
     s->awaiting_cross = 1;
     // Where the issue order across communicators matters (comm.h), a test() during the
     // backward only notes the completion; zero1_finish_step issues them, in firing order.
-    if (!rt->cross->issue_order_matters || rt->finishing) start_cross_all_reduces(rt);
+    if (!rt->cross->issue_order_matters || rt->in_finish_grad_sync) start_cross_all_reduces(rt);
 }
 
 // Stage 1: the group's collective of bucket b has completed (waited for, or tested complete).
@@ -388,7 +388,7 @@ void zero1_sync_params(Zero1Runtime* rt) {
     for (int b = rt->layout.num_buckets - 1; b >= 0; b--) finish_bucket_param_sync(rt, b);
 }
 
-void zero1_poke(Zero1Runtime* rt) {
+void zero1_progress(Zero1Runtime* rt) {
     zero1_comm_progress(rt->comm);
     if (rt->cross) zero1_comm_progress(rt->cross);
     for (int b = 0; b < rt->layout.num_buckets; b++) {
@@ -478,7 +478,7 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
 // instances: every group reduction first, which issues the ones across them).
 static void finish_grad_sync(Zero1Runtime* rt) {
     int nb = rt->layout.num_buckets;
-    rt->finishing = 1;
+    rt->in_finish_grad_sync = 1;
     int grouped = !exchanging_slices(rt);
     if (grouped) zero1_comm_group_begin(rt->comm);
     for (int b = 0; b < nb; b++) {
@@ -507,7 +507,7 @@ static void finish_grad_sync(Zero1Runtime* rt) {
         }
         sum_squares(rt, s);
     }
-    rt->finishing = 0;
+    rt->in_finish_grad_sync = 0;
 }
 
 void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* ctx), void* skip_ctx,
@@ -529,7 +529,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
     if (rt->opt.check_nan) stop_on_nonfinite(rt);
     // Every group holds the same reduced grads: the norm is the group's (DP-invariant: the
     // limbs, integers, sum exactly in any order).
-    if (stage1(rt)) {
+    if (state_sharded(rt)) {
         Zero1Handle h = zero1_comm_all_reduce(rt->comm, rt->sumsq, sumsq_words(rt), ZERO1_FP64, ZERO1_SUM,
                                               ZERO1_LABEL_GRAD_NORM);
         wait_blocked(rt, rt->comm, h, "norm", ZERO1_LABEL_GRAD_NORM);
@@ -552,7 +552,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
     for (int b = nb - 1; b >= 0; b--) {
         ops->adamw(rt->dev.ctx, rt->dev.compute, &rt->buckets[b].owned, rt->param_buffer, rt->opt.param_dtype,
                    rt->master, rt->grads, rt->adam_m, rt->adam_v, &s, rt->norm + 1);
-        if (stage1(rt)) {
+        if (state_sharded(rt)) {
             rt->buckets[b].gather_state = GATHER_PENDING;
             if (rt->opt.overlap_param_gather && b == nb - 1) start_param_sync(rt, b);
         } else if (rt->compute != rt->param_buffer) {  // replicated: every rank updated it all
@@ -561,7 +561,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
                        rt->opt.param_dtype, bk->end - bk->start);
         }
     }
-    if (stage1(rt) && !rt->opt.overlap_param_gather) {
+    if (state_sharded(rt) && !rt->opt.overlap_param_gather) {
         zero1_comm_group_begin(rt->comm);
         for (int b = nb - 1; b >= 0; b--) start_param_sync(rt, b);
         zero1_comm_group_end(rt->comm);
@@ -806,7 +806,7 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     // Replicated: every rank updates every bucket whole, which is the shard map of DP=1.
     Zero1Layout view = rt->layout;
     int shard_rank = comm->rank;
-    if (!stage1(rt)) {
+    if (!state_sharded(rt)) {
         view.dp = 1;
         shard_rank = 0;
     }

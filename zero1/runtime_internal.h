@@ -78,7 +78,7 @@ struct Zero1Runtime {
     int counts_learned;
     int* fire_order;             // buckets in the order they fired this step (the cross all-reduces follow it)
     int num_fired, num_crossed;
-    int finishing;  // inside finish_grad_sync (where all-reduces across instances may go out)
+    int in_finish_grad_sync;     // all-reduces across instances go out here, in firing order (comm.h)
     int** block_buckets;         // per forward block (from first_block_number): buckets first read there
     int* block_num_buckets;
     SplitEmbedding* split;       // NULL unless opt.split_embedding; its parameter: opt.shared_embedding
@@ -89,12 +89,15 @@ struct Zero1Runtime {
     double blocked_ms;
 };
 
-// Sharded (ZeRO-1 with more than one rank), or every rank owns every bucket whole.
-static inline int stage1(const Zero1Runtime* rt) { return rt->opt.zero_stage == 1 && rt->comm->size > 1; }
+// The optimizer state is sharded (ZeRO-1 over more than one rank); otherwise every rank
+// owns every bucket whole.
+static inline int state_sharded(const Zero1Runtime* rt) { return rt->opt.zero_stage == 1 && rt->comm->size > 1; }
 // Buckets are exchanged by all_to_all_v and summed here in fp32 (Zero1Options.fp32_accumulation).
-static inline int fp32_accumulating(const Zero1Runtime* rt) { return stage1(rt) && rt->opt.fp32_accumulation; }
+static inline int fp32_accumulating(const Zero1Runtime* rt) { return state_sharded(rt) && rt->opt.fp32_accumulation; }
 // ... in bf16 (fp32 accumulation) or, in the DP-invariant mode, in fp32.
-static inline int exchanging_slices(const Zero1Runtime* rt) { return fp32_accumulating(rt) || (stage1(rt) && rt->opt.dp_invariant); }
+static inline int exchanging_slices(const Zero1Runtime* rt) {
+    return fp32_accumulating(rt) || (state_sharded(rt) && rt->opt.dp_invariant);
+}
 static inline Zero1Dtype exchange_dtype(const Zero1Runtime* rt) { return rt->opt.dp_invariant ? ZERO1_FP32 : ZERO1_BF16; }
 static inline Zero1ReduceOp grad_reduce_op(const Zero1Runtime* rt) {
     return rt->opt.average_in_collective ? ZERO1_AVG : ZERO1_SUM;
