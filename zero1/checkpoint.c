@@ -77,7 +77,7 @@ static void gather_bucket(Zero1Runtime* rt, void* buf, int b, Zero1Dtype t) {
 // all-gathers of comm.h fill in the other ranks' slots of the same buckets.
 void zero1_finish_import(Zero1Runtime* rt, int steps_done) {
     int gather = rt->comm->size > 1;
-    for (int b = 0; gather && !stage1(rt) && b < rt->layout.num_buckets; b++) {
+    for (int b = 0; gather && !state_sharded(rt) && b < rt->layout.num_buckets; b++) {
         // Replicated: the owned arrays are laid out as the buffer, every bucket whole.
         size_t owned = rt->buckets[b].owned_offset;
         gather_bucket(rt, rt->adam_m + owned, b, ZERO1_FP32);
@@ -92,7 +92,7 @@ void zero1_finish_import(Zero1Runtime* rt, int steps_done) {
         rt->dev.ops->round_master(rt->dev.ctx, rt->dev.compute, &rt->buckets[b].owned, rt->param_buffer,
                                   rt->opt.param_dtype, rt->master, &last);
     }
-    for (int b = 0; gather && stage1(rt) && b < rt->layout.num_buckets; b++) {
+    for (int b = 0; gather && state_sharded(rt) && b < rt->layout.num_buckets; b++) {
         gather_bucket(rt, param_at(rt, rt->layout.buckets[b].start), b, rt->opt.param_dtype);
     }
     if (rt->compute != rt->param_buffer) {  // the model computes from what the buffer holds

@@ -75,7 +75,7 @@ static void hook_forward_end(void* ctx, int block) { block_end((Zero1Optimizer*)
 
 static void hook_backward_begin(void* ctx, int block) {
     Zero1Optimizer* z = (Zero1Optimizer*)ctx;
-    zero1_poke(z->rt);
+    zero1_progress(z->rt);
     sync_for_host_model(z);
     block_begin(z);
 }
@@ -83,7 +83,7 @@ static void hook_backward_begin(void* ctx, int block) {
 static void hook_backward_end(void* ctx, int block) {
     Zero1Optimizer* z = (Zero1Optimizer*)ctx;
     block_end(z, "backward", block);
-    zero1_poke(z->rt);
+    zero1_progress(z->rt);
 }
 
 static void hook_grad_ready(void* ctx, int tensor) { zero1_register_grad_ready(((Zero1Optimizer*)ctx)->rt, tensor); }

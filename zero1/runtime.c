@@ -34,6 +34,7 @@
  */
 #include "zero1/runtime.h"
 #include "zero1/runtime_internal.h"
+#include "zero1/split_embedding.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -79,7 +80,7 @@ static void* cross_buffer_at(const Zero1Runtime* rt, size_t offset) {
 }
 
 static const char* reduce_name(const Zero1Runtime* rt) {
-    return exchanging_slices(rt) ? "all-to-all" : stage1(rt) ? "reduce-scatter" : "all-reduce";
+    return exchanging_slices(rt) ? "all-to-all" : state_sharded(rt) ? "reduce-scatter" : "all-reduce";
 }
 
 // The step's sum of squares: one double, or the DP-invariant mode's exact limbs.
@@ -98,7 +99,9 @@ static void* dup_array(const void* src, size_t bytes) {
 
 // ---------------------------------------------------------------------------- grad path
 
-static int is_split_bucket(const Zero1Runtime* rt, int b) { return rt->split && rt->split->bucket == b; }
+// The split embedding's parameter has a bucket of its own (Zero1Options.shared_embedding).
+static int split_bucket(const Zero1Runtime* rt) { return rt->layout.params[rt->opt.shared_embedding].bucket; }
+static int is_split_bucket(const Zero1Runtime* rt, int b) { return rt->split && split_bucket(rt) == b; }
 
 static void group_collective_done(Zero1Runtime* rt, int b);
 
@@ -168,7 +171,7 @@ static void start_grad_sync(Zero1Runtime* rt, int b) {
     if (exchanging_slices(rt)) {
         s->recv_slot = rt->num_fired % 2;
         s->reduce = exchange_slices(rt, buf, rt->recv_slots[s->recv_slot], n / (size_t)rt->comm->size, b);
-    } else if (stage1(rt)) {
+    } else if (state_sharded(rt)) {
         s->reduce = zero1_comm_reduce_scatter(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
     } else {
         s->reduce = zero1_comm_all_reduce(rt->comm, buf, n, rt->opt.grad_dtype, op, b);
@@ -211,14 +214,14 @@ static void group_shard_ready(Zero1Runtime* rt, int b) {
     BucketState* s = &rt->buckets[b];
     if (!rt->cross) {
         shard_grads_final(rt, b);
-        if (is_split_bucket(rt, b)) split_add(rt);
+        if (is_split_bucket(rt, b)) split_embedding_add(rt->split, &rt->dev, rt->grads);
         return;
     }
-    if (is_split_bucket(rt, b)) split_add(rt);
+    if (is_split_bucket(rt, b)) split_embedding_add(rt->split, &rt->dev, rt->grads);
     s->awaiting_cross = 1;
     // Where the issue order across communicators matters (comm.h), a test() during the
     // backward only notes the completion; zero1_finish_step issues them, in firing order.
-    if (!rt->cross->issue_order_matters || rt->finishing) start_cross_all_reduces(rt);
+    if (!rt->cross->issue_order_matters || rt->in_finish_grad_sync) start_cross_all_reduces(rt);
 }
 
 // Stage 1: the group's collective of bucket b has completed (waited for, or tested complete).
@@ -238,20 +241,31 @@ static void group_collective_done(Zero1Runtime* rt, int b) {
         rt->dev.ops->sum_slices(rt->dev.ctx, rt->dev.compute, rt->grads + sh->start, rt->recv_slots[s->recv_slot],
                                 ZERO1_BF16, rt->comm->size, sh->end - sh->start, scale);
     }
-    if (is_split_bucket(rt, b) && !rt->split->arrived) return;  // split_rows_arrived goes on
+    if (is_split_bucket(rt, b) && !s->rows_arrived) return;  // split_rows_arrived goes on
     group_shard_ready(rt, b);
+}
+
+// The split embedding's rows go to the owners of their slots. Its bucket takes its place in
+// the firing order now: its shard goes across instances only once the rows are in.
+static void start_split_rows_exchange(Zero1Runtime* rt) {
+    int b = split_bucket(rt);
+    BucketState* s = &rt->buckets[b];
+    s->rows_start_us = zero1_now_us();
+    s->rows = split_embedding_send(rt->split, rt->comm, b);
+    s->rows_in_flight = 1;
+    rt->fire_order[rt->num_fired++] = b;
 }
 
 // The split embedding's rows have arrived; they are added once the dense part is reduced.
 static void split_rows_arrived(Zero1Runtime* rt) {
-    SplitEmbedding* sp = rt->split;
-    BucketState* s = &rt->buckets[sp->bucket];
-    sp->in_flight = 0;
-    sp->arrived = 1;
+    int b = split_bucket(rt);
+    BucketState* s = &rt->buckets[b];
+    s->rows_in_flight = 0;
+    s->rows_arrived = 1;
     if (!rt->comm->traces_itself) {
-        zero1_trace(rt->tracer, TRACE_GRAD_COMM, sp->start_us, zero1_now_us(), "all-to-all b%d", sp->bucket);
+        zero1_trace(rt->tracer, TRACE_GRAD_COMM, s->rows_start_us, zero1_now_us(), "all-to-all b%d", b);
     }
-    if (s->grad_sync_started && !s->reduce_in_flight) group_shard_ready(rt, sp->bucket);
+    if (s->grad_sync_started && !s->reduce_in_flight) group_shard_ready(rt, b);
 }
 
 // Stage 3 (instances only): the all-reduce of the shard across instances has completed.
@@ -265,6 +279,15 @@ static void cross_all_reduce_done(Zero1Runtime* rt, int b) {
     shard_grads_final(rt, b);
 }
 
+// The split embedding's rows for the model: only the embedding's, only in the last micro-step.
+float* zero1_embedding_rows(Zero1Runtime* rt, int param, const int* tokens, int n, const int** row_of_position) {
+    if (!rt->split || param != rt->opt.shared_embedding || !rt->is_last_micro) return NULL;
+    if (rt->split_rows_given) fatal("zero1: the embedding's rows were asked for twice in one step");
+    float* rows = split_embedding_plan(rt->split, rt->comm, &rt->dev, tokens, n, row_of_position);
+    rt->split_rows_given = 1;
+    return rows;
+}
+
 // Megatron's register_grad_ready. Gradient readiness is learned, not declared: the first step
 // only counts each parameter's contributions in its last micro-step (no bucket fires during
 // that backward: its finish fires them all, in order), and from then on a bucket fires as soon
@@ -273,8 +296,8 @@ static void cross_all_reduce_done(Zero1Runtime* rt, int b) {
 void zero1_register_grad_ready(Zero1Runtime* rt, int p) {
     if (!rt->is_last_micro && !rt->opt.dp_invariant) return;  // DP-invariant: every micro-step folds
     // The split embedding's encoder rows are ready: they travel sparsely, not a dense contribution.
-    if (rt->split && rt->split->param == p && rt->split->active) {
-        if (rt->opt.overlap_grad_reduce) split_start_exchange(rt);
+    if (rt->split && p == rt->opt.shared_embedding && rt->split_rows_given) {
+        if (rt->opt.overlap_grad_reduce) start_split_rows_exchange(rt);
         return;
     }
     rt->seen[p]++;
@@ -365,7 +388,7 @@ void zero1_sync_params(Zero1Runtime* rt) {
     for (int b = rt->layout.num_buckets - 1; b >= 0; b--) finish_bucket_param_sync(rt, b);
 }
 
-void zero1_poke(Zero1Runtime* rt) {
+void zero1_progress(Zero1Runtime* rt) {
     zero1_comm_progress(rt->comm);
     if (rt->cross) zero1_comm_progress(rt->cross);
     for (int b = 0; b < rt->layout.num_buckets; b++) {
@@ -374,7 +397,10 @@ void zero1_poke(Zero1Runtime* rt) {
         if (s->cross_in_flight && zero1_comm_test(rt->cross, s->cross)) cross_all_reduce_done(rt, b);
         if (s->gather_state == GATHER_IN_FLIGHT && zero1_comm_test(rt->comm, s->gather)) bucket_params_gathered(rt, b);
     }
-    if (rt->split && rt->split->in_flight && zero1_comm_test(rt->comm, rt->split->exchange)) split_rows_arrived(rt);
+    if (rt->split) {
+        BucketState* s = &rt->buckets[split_bucket(rt)];
+        if (s->rows_in_flight && zero1_comm_test(rt->comm, s->rows)) split_rows_arrived(rt);
+    }
 }
 
 // ---------------------------------------------------------------------------- the step
@@ -389,10 +415,11 @@ void zero1_begin_step(Zero1Runtime* rt, int step) {
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         rt->buckets[b].contributions_left = rt->buckets[b].contributions_total;
         rt->buckets[b].grad_sync_started = 0;
+        rt->buckets[b].rows_arrived = 0;
     }
     rt->num_fired = rt->num_crossed = 0;
     memset(rt->seen, 0, rt->num_params * sizeof(int));
-    if (rt->split) rt->split->active = rt->split->arrived = 0;
+    rt->split_rows_given = 0;
     rt->micro = -1;
     for (int b = 0; b < rt->layout.num_buckets; b++) rt->buckets[b].folded = -1;
 }
@@ -451,13 +478,13 @@ static void stop_on_nonfinite(Zero1Runtime* rt) {
 // instances: every group reduction first, which issues the ones across them).
 static void finish_grad_sync(Zero1Runtime* rt) {
     int nb = rt->layout.num_buckets;
-    rt->finishing = 1;
+    rt->in_finish_grad_sync = 1;
     int grouped = !exchanging_slices(rt);
     if (grouped) zero1_comm_group_begin(rt->comm);
     for (int b = 0; b < nb; b++) {
         if (!rt->buckets[b].grad_sync_started) start_grad_sync(rt, b);
     }
-    if (rt->split && !rt->opt.overlap_grad_reduce) split_start_exchange(rt);
+    if (rt->split && !rt->opt.overlap_grad_reduce) start_split_rows_exchange(rt);
     if (grouped) zero1_comm_group_end(rt->comm);
     for (int b = 0; b < nb; b++) {
         BucketState* s = &rt->buckets[b];
@@ -465,8 +492,8 @@ static void finish_grad_sync(Zero1Runtime* rt) {
             wait_blocked(rt, rt->comm, s->reduce, reduce_name(rt), b);
             group_collective_done(rt, b);
         }
-        if (is_split_bucket(rt, b) && rt->split->in_flight) {
-            wait_blocked(rt, rt->comm, rt->split->exchange, "all-to-all", b);
+        if (s->rows_in_flight) {
+            wait_blocked(rt, rt->comm, s->rows, "all-to-all", b);
             split_rows_arrived(rt);
         }
         if (!rt->cross) sum_squares(rt, s);
@@ -480,17 +507,17 @@ static void finish_grad_sync(Zero1Runtime* rt) {
         }
         sum_squares(rt, s);
     }
-    rt->finishing = 0;
+    rt->in_finish_grad_sync = 0;
 }
 
 void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* ctx), void* skip_ctx,
                        double* blocked_ms) {
     const Zero1DeviceOps* ops = rt->dev.ops;
     int nb = rt->layout.num_buckets;
-    if (rt->split && !rt->split->active) {
+    if (rt->split && !rt->split_rows_given) {
         char name[64];
         fatal("zero1: --split-embedding: the model did not ask for %s's rows (embedding_grad_rows) in the last "
-              "micro-step of step %d", name_of(rt, rt->split->param, name, sizeof(name)), step + 1);
+              "micro-step of step %d", name_of(rt, rt->opt.shared_embedding, name, sizeof(name)), step + 1);
     }
     if (rt->opt.dp_invariant && rt->micro != rt->opt.micro_steps - 1) {
         fatal("zero1: --dp-invariant was set up for %d micro-steps per step, but step %d had %d", rt->opt.micro_steps,
@@ -502,7 +529,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
     if (rt->opt.check_nan) stop_on_nonfinite(rt);
     // Every group holds the same reduced grads: the norm is the group's (DP-invariant: the
     // limbs, integers, sum exactly in any order).
-    if (stage1(rt)) {
+    if (state_sharded(rt)) {
         Zero1Handle h = zero1_comm_all_reduce(rt->comm, rt->sumsq, sumsq_words(rt), ZERO1_FP64, ZERO1_SUM,
                                               ZERO1_LABEL_GRAD_NORM);
         wait_blocked(rt, rt->comm, h, "norm", ZERO1_LABEL_GRAD_NORM);
@@ -525,7 +552,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
     for (int b = nb - 1; b >= 0; b--) {
         ops->adamw(rt->dev.ctx, rt->dev.compute, &rt->buckets[b].owned, rt->param_buffer, rt->opt.param_dtype,
                    rt->master, rt->grads, rt->adam_m, rt->adam_v, &s, rt->norm + 1);
-        if (stage1(rt)) {
+        if (state_sharded(rt)) {
             rt->buckets[b].gather_state = GATHER_PENDING;
             if (rt->opt.overlap_param_gather && b == nb - 1) start_param_sync(rt, b);
         } else if (rt->compute != rt->param_buffer) {  // replicated: every rank updated it all
@@ -534,7 +561,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
                        rt->opt.param_dtype, bk->end - bk->start);
         }
     }
-    if (stage1(rt) && !rt->opt.overlap_param_gather) {
+    if (state_sharded(rt) && !rt->opt.overlap_param_gather) {
         zero1_comm_group_begin(rt->comm);
         for (int b = nb - 1; b >= 0; b--) start_param_sync(rt, b);
         zero1_comm_group_end(rt->comm);
@@ -714,6 +741,26 @@ static void allocate_buffers(Zero1Runtime* rt) {
     }
 }
 
+// --split-embedding: its checks, then the module on the embedding's own bucket.
+static void create_split_embedding(Zero1Runtime* rt, const Zero1ModelSpec* model) {
+    const Zero1Options* opt = &rt->opt;
+    if (opt->zero_stage != 1) fatal("zero1: the split embedding needs ZeRO-1 (-z 1)");
+    if (model->embedding < 0 || model->embedding >= model->num_params || model->embedding_width == 0)
+        fatal("zero1: the split embedding needs a model that names its token embedding");
+    if (opt->shared_embedding != model->embedding)
+        fatal("zero1: the split embedding needs the embedding in a bucket of its own");
+    if (opt->max_positions < 1) fatal("zero1: the split embedding needs the tokens per micro-step");
+    if (rt->cross && opt->grad_dtype == ZERO1_BF16)
+        fatal("zero1: the split embedding with distributed-optimizer instances needs --grad-dtype fp32 (the rows "
+              "would have to join a bf16 shard before its all-reduce across instances)");
+    int p = model->embedding;
+    const Zero1Bucket* bk = &rt->layout.buckets[rt->layout.params[p].bucket];
+    SplitEmbeddingShape shape = {rt->layout.params[p].start, rt->numels[p] / model->embedding_width,
+                                 model->embedding_width, {bk->start, bk->end}, rt->layout.numel,
+                                 opt->max_positions, opt->average_in_collective};
+    rt->split = split_embedding_create(&shape, rt->comm, &rt->dev);
+}
+
 Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec* model, Zero1Comm* comm,
                                    Zero1Comm* cross, const Zero1Device* dev, Zero1Tracer* tracer) {
     if (cross && opt->zero_stage != 1) {
@@ -759,13 +806,13 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     // Replicated: every rank updates every bucket whole, which is the shard map of DP=1.
     Zero1Layout view = rt->layout;
     int shard_rank = comm->rank;
-    if (!stage1(rt)) {
+    if (!state_sharded(rt)) {
         view.dp = 1;
         shard_rank = 0;
     }
     if (zero1_shards_build(&rt->shards, &view, shard_rank, err, sizeof(err)) != 0) fatal("zero1: %s", err);
     rt->owned_numel = rt->shards.owned_numel;
-    if (opt->split_embedding) split_create(rt, model);
+    if (opt->split_embedding) create_split_embedding(rt, model);
     allocate_buffers(rt);
     rt->buckets = (BucketState*)callocCheck(rt->layout.num_buckets, sizeof(BucketState));
     rt->fire_order = (int*)callocCheck(rt->layout.num_buckets, sizeof(int));
@@ -774,7 +821,7 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
         BucketState* s = &rt->buckets[b];
         s->owned_offset = owned;
         owned += rt->shards.buckets[b].shard.end - rt->shards.buckets[b].shard.start;
-        s->reduce = s->gather = s->cross = -1;
+        s->reduce = s->gather = s->cross = s->rows = -1;
         s->gather_state = GATHER_DONE;  // the initial weights are loaded whole on every rank
     }
     build_spans(rt);
@@ -799,7 +846,7 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
             span_list_free(rt, &rt->buckets[b].whole);
         }
     }
-    split_destroy(rt);
+    split_embedding_destroy(rt->split, &rt->dev);
     if (rt->compute != rt->param_buffer) rt_free(rt, rt->compute);
     void* device[] = {rt->param_buffer, rt->grads, rt->grad_comm, rt->recv_slots[0], rt->recv_slots[1], rt->master,
                       rt->adam_m, rt->adam_v, rt->sumsq, rt->norm, rt->nan_flags};
@@ -837,4 +884,17 @@ size_t zero1_partial_grad_bytes(const Zero1Runtime* rt) {
 
 size_t zero1_state_bytes(const Zero1Runtime* rt) {
     return rt->owned_numel * sizeof(float) * (rt->master ? 3 : 2);
+}
+
+size_t zero1_embedding_rows_sent(const Zero1Runtime* rt) {
+    return rt->split ? split_embedding_rows_sent(rt->split) : 0;
+}
+
+int zero1_split_shape(const Zero1Runtime* rt, size_t* tokens, size_t* width, size_t* bucket_numel) {
+    if (!rt->split) return 0;
+    const SplitEmbeddingShape* shape = split_embedding_shape(rt->split);
+    *tokens = (size_t)shape->max_positions;
+    *width = shape->width;
+    *bucket_numel = shape->bucket.end - shape->bucket.start;
+    return 1;
 }

@@ -14,7 +14,8 @@
  *                               first step learns how many make it final; later steps
  *                               start a bucket's grad sync when they are all in, and stop
  *                               on a mismatch)
- *   zero1_poke                  at layer boundaries: let the backend progress
+ *   zero1_progress              at layer boundaries: let the collectives in flight progress
+ *                               and take each one that completed to its next stage
  *   zero1_finish_step           finish_grad_sync (start what has not started, wait for
  *                               every reduction), norm, clip, AdamW on the shard,
  *                               start_param_sync of every bucket for the next forward
@@ -149,7 +150,9 @@ void zero1_register_grad_ready(Zero1Runtime* rt, int param);
 float* zero1_embedding_rows(Zero1Runtime* rt, int param, const int* tokens, int n, const int** row_of_position);
 // Rows of the split embedding this rank sent to other ranks, summed over the steps so far.
 size_t zero1_embedding_rows_sent(const Zero1Runtime* rt);
-void zero1_poke(Zero1Runtime* rt);
+// Between layers: lets the communicators progress (Open MPI does not progress non-blocking
+// collectives by itself) and takes each collective that has completed on to its next stage.
+void zero1_progress(Zero1Runtime* rt);
 // Queues the rest of the step; adds the ms the host blocked on communication. skip (may be
 // NULL): called once the norm is queued and before the update; it reads the norm
 // (zero1_read_norm, after a wait under its backend's deadline) and returns 1 to leave the

@@ -6,6 +6,7 @@
 #define ZERO1_RUNTIME_INTERNAL_H
 
 #include "zero1/runtime.h"
+#include "zero1/split_embedding.h"
 
 typedef enum { GATHER_DONE = 0, GATHER_PENDING, GATHER_IN_FLIGHT } GatherState;
 
@@ -25,44 +26,13 @@ typedef struct {
     GatherState gather_state;
     Zero1Handle gather;
     double gather_start_us;
+    int rows_in_flight, rows_arrived;  // the split embedding's bucket: its sparse rows' all-to-all
+    Zero1Handle rows;
+    double rows_start_us;
     size_t owned_offset;         // start of this bucket's shard in master/m/v
     Zero1SpanList owned;         // this rank's views of the bucket: AdamW and the norm
     Zero1SpanList whole;         // every parameter of the bucket, whole: the NaN flags
 } BucketState;
-
-// The split embedding (zero1/split_embedding.c). Device buffers sized once for the worst
-// case; the host arrays that are uploaded are page-locked and rewritten only after the
-// upload event of the step before has completed.
-typedef struct {
-    int param, bucket;
-    size_t width;                // elements per row
-    int max_positions, max_recv_rows, max_adds;
-    // This step's state.
-    int active;                  // the rows were handed to the model (last micro-step)
-    int in_flight, arrived;      // the all-to-all
-    Zero1Handle exchange;
-    double start_us;
-    int num_rows;                // this rank's distinct tokens
-    size_t rows_sent;            // to other ranks, over all steps
-    size_t *send_counts, *send_offsets, *recv_counts, *recv_offsets;  // host, per rank, elements
-    Zero1RowPlan plan;           // the owner's add (device arrays)
-    // Device memory.
-    float* rows;                 // max_positions x width: the model's compact rows, sent from here
-    float* recv;                 // max_recv_rows x width
-    int* row_of_position;        // max_positions
-    Zero1RowAdd* adds;           // max_adds
-    int* sources;                // max_recv_rows
-    // Host memory.
-    int* host_map;               // page-locked, uploaded into row_of_position
-    Zero1RowAdd* host_adds;      // page-locked
-    int* host_sources;           // page-locked
-    int* ids;                    // this rank's distinct tokens (max_positions)
-    int* counts;                 // every rank's number of distinct tokens
-    int* all_ids;                // every rank's, size x max_positions
-    int* pairs;                  // scratch for sorting: (key, value) pairs
-    Zero1Event uploaded;
-    int upload_pending;
-} SplitEmbedding;
 
 struct Zero1Runtime {
     Zero1Options opt;
@@ -108,22 +78,26 @@ struct Zero1Runtime {
     int counts_learned;
     int* fire_order;             // buckets in the order they fired this step (the cross all-reduces follow it)
     int num_fired, num_crossed;
-    int finishing;  // inside finish_grad_sync (where all-reduces across instances may go out)
+    int in_finish_grad_sync;     // all-reduces across instances go out here, in firing order (comm.h)
     int** block_buckets;         // per forward block (from first_block_number): buckets first read there
     int* block_num_buckets;
-    SplitEmbedding* split;       // NULL unless opt.split_embedding
+    SplitEmbedding* split;       // NULL unless opt.split_embedding; its parameter: opt.shared_embedding
+    int split_rows_given;        // this step: the model has the split rows (last micro-step)
     int is_last_micro;
     int micro;                   // DP-invariant: this step's micro-step (0-based; -1 before the first)
     int step;
     double blocked_ms;
 };
 
-// Sharded (ZeRO-1 with more than one rank), or every rank owns every bucket whole.
-static inline int stage1(const Zero1Runtime* rt) { return rt->opt.zero_stage == 1 && rt->comm->size > 1; }
+// The optimizer state is sharded (ZeRO-1 over more than one rank); otherwise every rank
+// owns every bucket whole.
+static inline int state_sharded(const Zero1Runtime* rt) { return rt->opt.zero_stage == 1 && rt->comm->size > 1; }
 // Buckets are exchanged by all_to_all_v and summed here in fp32 (Zero1Options.fp32_accumulation).
-static inline int fp32_accumulating(const Zero1Runtime* rt) { return stage1(rt) && rt->opt.fp32_accumulation; }
+static inline int fp32_accumulating(const Zero1Runtime* rt) { return state_sharded(rt) && rt->opt.fp32_accumulation; }
 // ... in bf16 (fp32 accumulation) or, in the DP-invariant mode, in fp32.
-static inline int exchanging_slices(const Zero1Runtime* rt) { return fp32_accumulating(rt) || (stage1(rt) && rt->opt.dp_invariant); }
+static inline int exchanging_slices(const Zero1Runtime* rt) {
+    return fp32_accumulating(rt) || (state_sharded(rt) && rt->opt.dp_invariant);
+}
 static inline Zero1Dtype exchange_dtype(const Zero1Runtime* rt) { return rt->opt.dp_invariant ? ZERO1_FP32 : ZERO1_BF16; }
 static inline Zero1ReduceOp grad_reduce_op(const Zero1Runtime* rt) {
     return rt->opt.average_in_collective ? ZERO1_AVG : ZERO1_SUM;
@@ -157,12 +131,5 @@ static inline void* param_at(const Zero1Runtime* rt, size_t offset) {
 static inline void* compute_at(const Zero1Runtime* rt, size_t offset) {
     return (char*)rt->compute + offset * zero1_dtype_size(rt->opt.compute_dtype);
 }
-
-
-// zero1/split_embedding.c, for runtime.c.
-void split_create(Zero1Runtime* rt, const Zero1ModelSpec* model);
-void split_destroy(Zero1Runtime* rt);
-void split_start_exchange(Zero1Runtime* rt);  // the all-to-all of this step's rows
-void split_add(Zero1Runtime* rt);      // the received rows into this rank's reduced shard
 
 #endif

@@ -7,18 +7,20 @@
  * the classifier's part alone, and the last micro-step's encoder part, which touches only
  * the rows of this rank's tokens, goes to the owners of those rows only:
  *
- *   1. zero1_embedding_rows, before the encoder's backward: the distinct tokens U of this
- *      rank, sorted; one blocking host all-gather of every rank's U (counts, then ids);
- *      from that every rank plans the whole exchange on the host: what rank s sends owner
- *      o is the contiguous run of U_s whose rows [start + id*C, +C) intersect o's slot of
- *      the bucket (a row across two slots goes to both; each owner adds only its part).
- *      The model accumulates into compact rows (one per element of U) instead of dwte.
- *   2. The encoder's zero1_register_grad_ready: all_to_all_v of those runs (comm.h),
- *      straight out of the compact rows, since each run is contiguous there.
- *   3. Once the bucket's dense reduction and the exchange are both complete: add_rows
- *      (device_ops.h) sums, for each distinct id in this rank's slot, its received rows in
- *      source-rank order, in fp32, into the reduced shard. Then (instances) the shard's
- *      all-reduce across the groups.
+ *   1. zero1_embedding_rows (split_embedding_plan), before the encoder's backward: the
+ *      distinct tokens U of this rank, sorted; one blocking host all-gather of every
+ *      rank's U (counts, then ids); from that every rank plans the whole exchange on the
+ *      host: what rank s sends owner o is the contiguous run of U_s whose rows
+ *      [start + id*C, +C) intersect o's slot of the bucket (a row across two slots goes to
+ *      both; each owner adds only its part). The model accumulates into compact rows (one
+ *      per element of U) instead of dwte.
+ *   2. The encoder's zero1_register_grad_ready (split_embedding_send): all_to_all_v of
+ *      those runs (comm.h), straight out of the compact rows, since each run is contiguous
+ *      there.
+ *   3. Once the bucket's dense reduction and the exchange are both complete
+ *      (split_embedding_add): add_rows (device_ops.h) sums, for each distinct id in this
+ *      rank's slot, its received rows in source-rank order, in fp32, into the reduced
+ *      shard. Then (instances) the shard's all-reduce across the groups.
  *
  * Earlier micro-steps accumulate their encoder part densely, as without the split:
  * nothing is in flight then. The optimizer's math is unchanged; the sum over ranks is
@@ -26,90 +28,108 @@
  * path to fp32 rounding, not bitwise.
  * Errors end the program (fatal).
  */
+#include "zero1/split_embedding.h"
+
 #include <stdlib.h>
-#include <string.h>
 
 #include "run/files.h"
 #include "zero1/ledger.h"
-#include "zero1/runtime_internal.h"
+
+// Device buffers sized once for the worst case; the host arrays that are uploaded are
+// page-locked and rewritten only after the upload event of the step before has completed.
+struct SplitEmbedding {
+    SplitEmbeddingShape shape;
+    int max_recv_rows, max_adds;
+    // This step's plan.
+    int num_rows;                // this rank's distinct tokens
+    size_t rows_sent;            // to other ranks, over all steps
+    size_t *send_counts, *send_offsets, *recv_counts, *recv_offsets;  // host, per rank, elements
+    Zero1RowPlan plan;           // the owner's add (device arrays)
+    // Device memory.
+    float* rows;                 // max_positions x width: the model's compact rows, sent from here
+    float* recv;                 // max_recv_rows x width
+    int* row_of_position;        // max_positions
+    Zero1RowAdd* adds;           // max_adds
+    int* sources;                // max_recv_rows
+    // Host memory.
+    int* host_row_of_position;   // page-locked, uploaded into row_of_position
+    Zero1RowAdd* host_adds;      // page-locked
+    int* host_sources;           // page-locked
+    int* ids;                    // this rank's distinct tokens (max_positions)
+    int* counts;                 // every rank's number of distinct tokens
+    int* all_ids;                // every rank's, size x max_positions
+    int* pairs;                  // scratch for sorting: (key, value) pairs
+    Zero1Event uploaded;
+    int upload_pending;
+};
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-// Owner o's slot of the split bucket, in buffer elements.
-static void slot_of(const Zero1Runtime* rt, int o, size_t* lo, size_t* hi) {
-    const Zero1Bucket* bk = &rt->layout.buckets[rt->split->bucket];
-    size_t n = (bk->end - bk->start) / (size_t)rt->comm->size;
+// Owner o's slot of the embedding's bucket, in buffer elements.
+static void slot_of(const SplitEmbedding* sp, int size, int o, size_t* lo, size_t* hi) {
+    const Zero1Range* bk = &sp->shape.bucket;
+    size_t n = (bk->end - bk->start) / (size_t)size;
     *lo = bk->start + (size_t)o * n;
     *hi = *lo + n;
 }
 
-void split_create(Zero1Runtime* rt, const Zero1ModelSpec* model) {
-    const Zero1Options* opt = &rt->opt;
-    if (opt->zero_stage != 1) fatal("zero1: the split embedding needs ZeRO-1 (-z 1)");
-    if (model->embedding < 0 || model->embedding >= model->num_params || model->embedding_width == 0)
-        fatal("zero1: the split embedding needs a model that names its token embedding");
-    if (opt->shared_embedding != model->embedding)
-        fatal("zero1: the split embedding needs the embedding in a bucket of its own");
-    if (opt->max_positions < 1) fatal("zero1: the split embedding needs the tokens per micro-step");
-    if (rt->cross && opt->grad_dtype == ZERO1_BF16)
-        fatal("zero1: the split embedding with distributed-optimizer instances needs --grad-dtype fp32 (the rows "
-              "would have to join a bf16 shard before its all-reduce across instances)");
+SplitEmbedding* split_embedding_create(const SplitEmbeddingShape* shape, const Zero1Comm* comm,
+                                       const Zero1Device* dev) {
     SplitEmbedding* sp = (SplitEmbedding*)callocCheck(1, sizeof(SplitEmbedding));
-    rt->split = sp;
-    sp->param = model->embedding;
-    sp->bucket = rt->layout.params[sp->param].bucket;
-    sp->width = model->embedding_width;
-    sp->max_positions = opt->max_positions;
-    int size = rt->comm->size;
+    sp->shape = *shape;
+    int size = comm->size, max_positions = shape->max_positions;
+    size_t width = shape->width;
     size_t lo, hi;
-    slot_of(rt, 0, &lo, &hi);
+    slot_of(sp, size, 0, &lo, &hi);
     // A slot meets at most its length / width + 2 rows; each source sends it at most
     // max_positions of them.
-    size_t slot_rows = (hi - lo) / sp->width + 2;
-    sp->max_adds = (int)min_size(slot_rows, (size_t)size * sp->max_positions);
-    sp->max_recv_rows = (int)zero1_split_recv_rows(size, hi - lo, sp->width, (uint64_t)sp->max_positions);
-    const Zero1DeviceOps* ops = rt->dev.ops;
-    void* c = rt->dev.ctx;
-    sp->rows = (float*)rt_alloc(rt, (size_t)sp->max_positions * sp->width * sizeof(float));
-    sp->recv = (float*)rt_alloc(rt, (size_t)sp->max_recv_rows * sp->width * sizeof(float));
-    sp->row_of_position = (int*)rt_alloc(rt, (size_t)sp->max_positions * sizeof(int));
-    sp->adds = (Zero1RowAdd*)rt_alloc(rt, (size_t)sp->max_adds * sizeof(Zero1RowAdd));
-    sp->sources = (int*)rt_alloc(rt, (size_t)sp->max_recv_rows * sizeof(int));
-    sp->host_map = (int*)ops->alloc_host(c, (size_t)sp->max_positions * sizeof(int));
+    size_t slot_rows = (hi - lo) / width + 2;
+    sp->max_adds = (int)min_size(slot_rows, (size_t)size * max_positions);
+    sp->max_recv_rows = (int)zero1_split_recv_rows(size, hi - lo, width, (uint64_t)max_positions);
+    const Zero1DeviceOps* ops = dev->ops;
+    void* c = dev->ctx;
+    sp->rows = (float*)ops->alloc(c, (size_t)max_positions * width * sizeof(float));
+    sp->recv = (float*)ops->alloc(c, (size_t)sp->max_recv_rows * width * sizeof(float));
+    sp->row_of_position = (int*)ops->alloc(c, (size_t)max_positions * sizeof(int));
+    sp->adds = (Zero1RowAdd*)ops->alloc(c, (size_t)sp->max_adds * sizeof(Zero1RowAdd));
+    sp->sources = (int*)ops->alloc(c, (size_t)sp->max_recv_rows * sizeof(int));
+    sp->host_row_of_position = (int*)ops->alloc_host(c, (size_t)max_positions * sizeof(int));
     sp->host_adds = (Zero1RowAdd*)ops->alloc_host(c, (size_t)sp->max_adds * sizeof(Zero1RowAdd));
     sp->host_sources = (int*)ops->alloc_host(c, (size_t)sp->max_recv_rows * sizeof(int));
-    sp->ids = (int*)mallocCheck((size_t)sp->max_positions * sizeof(int));
+    sp->ids = (int*)mallocCheck((size_t)max_positions * sizeof(int));
     sp->counts = (int*)mallocCheck((size_t)size * sizeof(int));
-    sp->all_ids = (int*)mallocCheck((size_t)size * sp->max_positions * sizeof(int));
-    size_t max_pairs = max_size((size_t)sp->max_positions, (size_t)sp->max_recv_rows);
+    sp->all_ids = (int*)mallocCheck((size_t)size * max_positions * sizeof(int));
+    size_t max_pairs = max_size((size_t)max_positions, (size_t)sp->max_recv_rows);
     sp->pairs = (int*)mallocCheck(2 * max_pairs * sizeof(int));
     sp->send_counts = (size_t*)callocCheck(4 * (size_t)size, sizeof(size_t));
     sp->send_offsets = sp->send_counts + size;
     sp->recv_counts = sp->send_counts + 2 * size;
     sp->recv_offsets = sp->send_counts + 3 * size;
     sp->uploaded = ops->event_create(c);
-    sp->exchange = -1;
+    return sp;
 }
 
-void split_destroy(Zero1Runtime* rt) {
-    SplitEmbedding* sp = rt->split;
+void split_embedding_destroy(SplitEmbedding* sp, const Zero1Device* dev) {
     if (!sp) return;
-    const Zero1DeviceOps* ops = rt->dev.ops;
+    const Zero1DeviceOps* ops = dev->ops;
     void* device[] = {sp->rows, sp->recv, sp->row_of_position, sp->adds, sp->sources};
-    for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++) rt_free(rt, device[i]);
-    ops->free_host(rt->dev.ctx, sp->host_map);
-    ops->free_host(rt->dev.ctx, sp->host_adds);
-    ops->free_host(rt->dev.ctx, sp->host_sources);
-    ops->event_destroy(rt->dev.ctx, sp->uploaded);
+    for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++) {
+        if (device[i]) ops->free(dev->ctx, device[i]);
+    }
+    ops->free_host(dev->ctx, sp->host_row_of_position);
+    ops->free_host(dev->ctx, sp->host_adds);
+    ops->free_host(dev->ctx, sp->host_sources);
+    ops->event_destroy(dev->ctx, sp->uploaded);
     free(sp->ids);
     free(sp->counts);
     free(sp->all_ids);
     free(sp->pairs);
     free(sp->send_counts);
     free(sp);
-    rt->split = NULL;
 }
+
+const SplitEmbeddingShape* split_embedding_shape(const SplitEmbedding* sp) { return &sp->shape; }
 
 // (key, value) pairs, by key then value.
 static int compare_pairs(const void* a, const void* b) {
@@ -120,10 +140,9 @@ static int compare_pairs(const void* a, const void* b) {
 }
 
 // This rank's distinct tokens, ascending, into sp->ids, and each position's row into
-// sp->host_map. Returns how many.
-static int distinct_tokens(Zero1Runtime* rt, const int* tokens, int n) {
-    SplitEmbedding* sp = rt->split;
-    size_t rows_total = rt->numels[sp->param] / sp->width;
+// sp->host_row_of_position. Returns how many.
+static int distinct_tokens(SplitEmbedding* sp, const int* tokens, int n) {
+    size_t rows_total = sp->shape.rows;
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || (size_t)tokens[i] >= rows_total)
             fatal("zero1: token %d at position %d is outside the embedding's %zu rows", tokens[i], i, rows_total);
@@ -134,16 +153,14 @@ static int distinct_tokens(Zero1Runtime* rt, const int* tokens, int n) {
     int u = -1;
     for (int i = 0; i < n; i++) {
         if (i == 0 || sp->pairs[2 * i] != sp->pairs[2 * i - 2]) sp->ids[++u] = sp->pairs[2 * i];
-        sp->host_map[sp->pairs[2 * i + 1]] = u;
+        sp->host_row_of_position[sp->pairs[2 * i + 1]] = u;
     }
     return u + 1;
 }
 
 // Every rank's distinct tokens: counts, then the ids, each rank's padded to the largest count.
 // Returns that largest count (the stride of sp->all_ids).
-static int gather_tokens(Zero1Runtime* rt) {
-    SplitEmbedding* sp = rt->split;
-    Zero1Comm* c = rt->comm;
+static int gather_tokens(SplitEmbedding* sp, Zero1Comm* c) {
     zero1_comm_host_all_gather(c, &sp->num_rows, sp->counts, sizeof(int));
     int stride = 0;
     for (int r = 0; r < c->size; r++) stride = sp->counts[r] > stride ? sp->counts[r] : stride;
@@ -152,8 +169,9 @@ static int gather_tokens(Zero1Runtime* rt) {
 }
 
 // The run [*first, *first + *count) of the sorted ids whose rows meet [lo, hi).
-static void rows_meeting(const Zero1Runtime* rt, const int* ids, int n, size_t lo, size_t hi, int* first, int* count) {
-    size_t start = rt->layout.params[rt->split->param].start, w = rt->split->width;
+static void rows_meeting(const SplitEmbedding* sp, const int* ids, int n, size_t lo, size_t hi, int* first,
+                         int* count) {
+    size_t start = sp->shape.start, w = sp->shape.width;
     int f = 0;
     while (f < n && start + (size_t)(ids[f] + 1) * w <= lo) f++;
     int e = f;
@@ -164,21 +182,20 @@ static void rows_meeting(const Zero1Runtime* rt, const int* ids, int n, size_t l
 
 // What this rank sends each owner and receives from each source; the received rows'
 // ids go to sp->pairs as (id, received row), which are in source order.
-static int plan_exchange(Zero1Runtime* rt, int stride) {
-    SplitEmbedding* sp = rt->split;
-    int me = rt->comm->rank, received = 0, first, count;
-    size_t lo, hi, w = sp->width;
-    for (int o = 0; o < rt->comm->size; o++) {
-        slot_of(rt, o, &lo, &hi);
-        rows_meeting(rt, sp->ids, sp->num_rows, lo, hi, &first, &count);
+static int plan_exchange(SplitEmbedding* sp, const Zero1Comm* comm, int stride) {
+    int me = comm->rank, received = 0, first, count;
+    size_t lo, hi, w = sp->shape.width;
+    for (int o = 0; o < comm->size; o++) {
+        slot_of(sp, comm->size, o, &lo, &hi);
+        rows_meeting(sp, sp->ids, sp->num_rows, lo, hi, &first, &count);
         sp->send_offsets[o] = (size_t)first * w;
         sp->send_counts[o] = (size_t)count * w;
         if (o != me) sp->rows_sent += (size_t)count;
     }
-    slot_of(rt, me, &lo, &hi);
-    for (int s = 0; s < rt->comm->size; s++) {
+    slot_of(sp, comm->size, me, &lo, &hi);
+    for (int s = 0; s < comm->size; s++) {
         const int* ids = sp->all_ids + (size_t)s * stride;
-        rows_meeting(rt, ids, sp->counts[s], lo, hi, &first, &count);
+        rows_meeting(sp, ids, sp->counts[s], lo, hi, &first, &count);
         sp->recv_offsets[s] = (size_t)received * w;
         sp->recv_counts[s] = (size_t)count * w;
         for (int k = 0; k < count; k++, received++) {
@@ -192,10 +209,9 @@ static int plan_exchange(Zero1Runtime* rt, int stride) {
 }
 
 // The owner's add: one entry per distinct received id, its rows in source order.
-static void plan_add(Zero1Runtime* rt, int received) {
-    SplitEmbedding* sp = rt->split;
-    size_t lo, hi, start = rt->layout.params[sp->param].start, w = sp->width;
-    slot_of(rt, rt->comm->rank, &lo, &hi);
+static void plan_add(SplitEmbedding* sp, const Zero1Comm* comm, int received) {
+    size_t lo, hi, start = sp->shape.start, w = sp->shape.width;
+    slot_of(sp, comm->size, comm->rank, &lo, &hi);
     qsort(sp->pairs, (size_t)received, 2 * sizeof(int), compare_pairs);  // by id, then source order
     int count = 0;
     for (int i = 0; i < received; i++) {
@@ -211,59 +227,41 @@ static void plan_add(Zero1Runtime* rt, int received) {
         sp->host_adds[count++] = a;
     }
     // --average-in-collective: the dense reduction averages over the group, so the rows do too.
-    float scale = rt->opt.average_in_collective ? zero1_avg_scale(rt->comm->size) : 1.0f;
-    Zero1RowPlan plan = {count, received, w, sp->adds, sp->sources, rt->layout.numel,
+    float scale = sp->shape.average ? zero1_avg_scale(comm->size) : 1.0f;
+    Zero1RowPlan plan = {count, received, w, sp->adds, sp->sources, sp->shape.buffer_numel,
                          (size_t)sp->max_recv_rows * w, scale};
     sp->plan = plan;
 }
 
-float* zero1_embedding_rows(Zero1Runtime* rt, int param, const int* tokens, int n, const int** row_of_position) {
-    SplitEmbedding* sp = rt->split;
-    if (!sp || param != sp->param || !rt->is_last_micro) return NULL;
-    if (sp->active) fatal("zero1: the embedding's rows were asked for twice in one step");
-    if (n > sp->max_positions) fatal("zero1: split embedding: %d positions, room for %d", n, sp->max_positions);
-    const Zero1DeviceOps* ops = rt->dev.ops;
-    void* c = rt->dev.ctx;
+float* split_embedding_plan(SplitEmbedding* sp, Zero1Comm* comm, const Zero1Device* dev, const int* tokens, int n,
+                            const int** row_of_position) {
+    if (n > sp->shape.max_positions)
+        fatal("zero1: split embedding: %d positions, room for %d", n, sp->shape.max_positions);
+    const Zero1DeviceOps* ops = dev->ops;
+    void* c = dev->ctx;
     // The host arrays are uploaded from: last step's uploads must have run.
     if (sp->upload_pending) ops->sync_event(c, sp->uploaded);
-    sp->num_rows = distinct_tokens(rt, tokens, n);
-    int received = plan_exchange(rt, gather_tokens(rt));
-    plan_add(rt, received);
-    Zero1Stream s = rt->dev.compute;
-    ops->from_host(c, s, sp->row_of_position, sp->host_map, (size_t)n * sizeof(int));
+    sp->num_rows = distinct_tokens(sp, tokens, n);
+    int received = plan_exchange(sp, comm, gather_tokens(sp, comm));
+    plan_add(sp, comm, received);
+    Zero1Stream s = dev->compute;
+    ops->from_host(c, s, sp->row_of_position, sp->host_row_of_position, (size_t)n * sizeof(int));
     ops->from_host(c, s, sp->adds, sp->host_adds, (size_t)sp->plan.count * sizeof(Zero1RowAdd));
     ops->from_host(c, s, sp->sources, sp->host_sources, (size_t)received * sizeof(int));
     ops->record(c, sp->uploaded, s);
     sp->upload_pending = 1;
-    rt_fill(rt, sp->rows, 0, (size_t)sp->num_rows * sp->width * sizeof(float));
-    sp->active = 1;
+    ops->fill(c, s, sp->rows, 0, (size_t)sp->num_rows * sp->shape.width * sizeof(float));
     *row_of_position = sp->row_of_position;
     return sp->rows;
 }
 
-void split_start_exchange(Zero1Runtime* rt) {
-    SplitEmbedding* sp = rt->split;
-    sp->start_us = zero1_now_us();
-    sp->exchange = zero1_comm_all_to_all_v(rt->comm, sp->rows, sp->send_counts, sp->send_offsets, sp->recv,
-                                           sp->recv_counts, sp->recv_offsets, ZERO1_FP32, sp->bucket);
-    sp->in_flight = 1;
-    // Its shard goes across instances (in firing order) only once the rows are in.
-    rt->fire_order[rt->num_fired++] = sp->bucket;
+Zero1Handle split_embedding_send(SplitEmbedding* sp, Zero1Comm* comm, int bucket) {
+    return zero1_comm_all_to_all_v(comm, sp->rows, sp->send_counts, sp->send_offsets, sp->recv, sp->recv_counts,
+                                   sp->recv_offsets, ZERO1_FP32, bucket);
 }
 
-void split_add(Zero1Runtime* rt) {
-    SplitEmbedding* sp = rt->split;
-    rt->dev.ops->add_rows(rt->dev.ctx, rt->dev.compute, rt->grads, sp->recv, &sp->plan);
+void split_embedding_add(const SplitEmbedding* sp, const Zero1Device* dev, float* grads) {
+    dev->ops->add_rows(dev->ctx, dev->compute, grads, sp->recv, &sp->plan);
 }
 
-size_t zero1_embedding_rows_sent(const Zero1Runtime* rt) { return rt->split ? rt->split->rows_sent : 0; }
-
-int zero1_split_shape(const Zero1Runtime* rt, size_t* tokens, size_t* width, size_t* bucket_numel) {
-    const SplitEmbedding* sp = rt->split;
-    if (!sp) return 0;
-    const Zero1Bucket* bk = &rt->layout.buckets[sp->bucket];
-    *tokens = (size_t)sp->max_positions;
-    *width = sp->width;
-    *bucket_numel = bk->end - bk->start;
-    return 1;
-}
+size_t split_embedding_rows_sent(const SplitEmbedding* sp) { return sp->rows_sent; }
