@@ -88,9 +88,9 @@ TREE=$WORK/tree
 bash scripts/copy_sources.sh "$TREE"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     # Built binaries, build stamps and prepared data (mtimes kept, so make sees them current),
-    # and the CPU layer's library where the GPU suite built it (not its rewritten sources).
+    # and the CPU layer's library where the GPU suite built it (not its rewritten sources or tests).
     git ls-files -o -i --exclude-standard | grep -E '^[^/]+$|^data/[^/]+$|^build/cuda_cpu/' |
-        grep -v -e '\.tmp$' -e '^build/cuda_cpu/src/' | tar -cf - -T - | tar -xf - -C "$TREE"
+        grep -v -e '\.tmp$' -e '^build/cuda_cpu/src/' -e '^build/cuda_cpu/tests/' | tar -cf - -T - | tar -xf - -C "$TREE"
 fi
 
 # ---- 2. negative controls: each check must see a planted fault -------------------------------
