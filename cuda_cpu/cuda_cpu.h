@@ -24,6 +24,7 @@
 #define __constant__ static
 #define __managed__
 #define __launch_bounds__(...)
+// The layer's documented macro (README.md): how a program asks whether it runs here.
 #define __CUDA_CPU__ 1
 // Kernels of a translation unit built with GPU numerics and --use_fast_math run with
 // denormals flushed to zero (the launch carries it: kernel.cpp).
