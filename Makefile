@@ -328,11 +328,12 @@ test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(TEST_HEADERS) $(CUDA_HEADERS)
 
 # ---- the CPU execution layer for CUDA (cuda_cpu/) ----
 # Its library and its own tests, built by its Makefile section (cuda_cpu/cuda_cpu.mk; on its
-# own: make -C cuda_cpu), under the names the project gives them.
+# own: make -C cuda_cpu), under the names the project gives them. -include: a copy of the
+# sources without the layer still builds the CPU targets.
 CUDA_CPU_DIR := cuda_cpu
 CUDA_CPU_BUILD := build/cuda_cpu
 CUDA_CPU_MPI_FLAGS = $(MPI_NVCC_CFLAGS) $(MPI_NVCC_LDFLAGS)
-include cuda_cpu/cuda_cpu.mk
+-include cuda_cpu/cuda_cpu.mk
 CUDA_CPU_TEST_TARGETS = test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl test_cuda_cpu_tools \
   test_cuda_cpu_memcheck test_cuda_cpu_numerics
 .PHONY: $(CUDA_CPU_TEST_TARGETS) bench_cuda_cpu
