@@ -10,7 +10,7 @@
 #   make gpt2_cost                    the cost model: predicted GPU step time, tokens/s, MFU
 #   make hf_convert                   llm.c model files <-> Hugging Face GPT-2 (export, import)
 #   make test / test_gpu / bench / demo
-#   make ... CUDA_ON_CPU=1            the same GPU targets, built to run on the CPU (dev/cuda_cpu/: the
+#   make ... CUDA_ON_CPU=1            the same GPU targets, built to run on the CPU (cuda_cpu/: the
 #                                     CPU execution layer for CUDA; no GPU, no NVIDIA library needed)
 # Other toolchains: MPICC=mpicc.mpich (any MPI's compiler wrapper: Open MPI 4/5, MPICH),
 # CUDA_HOME=/opt/cuda (nvcc, headers, libraries; NVCC=... overrides nvcc alone),
@@ -25,16 +25,17 @@ ifeq ($(CUDA_HOME),)
 CUDA_HOME := $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,$(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)))
 endif
 NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
-# CUDA_ON_CPU=1: dev/cuda_cpu/nvcc takes nvcc's place (g++ on rewritten sources, linked with
-# the layer's runtime, cuBLAS and NCCL instead of NVIDIA's).
+# CUDA_ON_CPU=1: the CPU execution layer (cuda_cpu/) as the toolchain: cuda_cpu/nvcc takes
+# nvcc's place (g++ on rewritten sources, linked with the layer's runtime library, its cuBLAS
+# and NCCL, instead of NVIDIA's).
 CUDA_ON_CPU ?= 0
 ifeq ($(CUDA_ON_CPU),1)
-NVCC := dev/cuda_cpu/nvcc
+NVCC := cuda_cpu/nvcc
 CUDA_CPU_LIB := build/cuda_cpu/libcuda_cpu.a
 # The layer needs the toolkit's headers only: without them, those of NVIDIA's PyPI wheels
-# (dev/cuda_cpu/cuda_headers.sh, cached in ~/.cache/llmc-cuda-headers; CUDA_HOME as it was if
-# that fails, with its "SKIPPED:" line on stderr). dev/cuda_cpu/nvcc reads it from the environment.
-CUDA_HOME := $(or $(shell CUDA_HOME='$(CUDA_HOME)' bash dev/cuda_cpu/cuda_headers.sh),$(CUDA_HOME))
+# (cuda_cpu/cuda_headers.sh, cached in ~/.cache/llmc-cuda-headers; CUDA_HOME as it was if
+# that fails, with its "SKIPPED:" line on stderr). cuda_cpu/nvcc reads it from the environment.
+CUDA_HOME := $(or $(shell CUDA_HOME='$(CUDA_HOME)' bash cuda_cpu/cuda_headers.sh),$(CUDA_HOME))
 export CUDA_HOME
 endif
 # CUDA_CPU_TOOLS=1 (with CUDA_ON_CPU=1): kernels built for the layer's sanitizer and profiler
@@ -47,7 +48,7 @@ endif
 endif
 # CUDA_CPU_NUMERICS=gpu (with CUDA_ON_CPU=1): kernels built with the freedoms nvcc takes with
 # float math (fused multiply-adds; --use_fast_math's approximations and flushed denormals), each
-# at its documented worst (dev/cuda_cpu/nvcc, docs/cuda_cpu.md); ieee (the default): none.
+# at its documented worst (cuda_cpu/nvcc, docs/cuda_cpu.md); ieee (the default): none.
 CUDA_CPU_NUMERICS ?= ieee
 ifeq ($(CUDA_CPU_NUMERICS),gpu)
 ifneq ($(CUDA_ON_CPU),1)
@@ -344,57 +345,26 @@ test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS)
 	$(check_mpi_flags)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_kernels_cuda.cu -o $@ $(RUN_LIB) $(NVCC_LIBS)
 
-# The CPU execution layer's own tests (CUDA_ON_CPU=1 only): kernels, launches, memory and
-# streams (test_layer.cu), cuBLAS/cuBLASLt (test_blas.cpp), NCCL (test_nccl.cpp, under mpirun),
-# and its speed (bench_layer.cu, make bench).
-test_cuda_cpu_layer: dev/cuda_cpu/tests/test_layer.cu dev/cuda_cpu/tests/layer_test.h dev/cuda_cpu/tests/two_workers.h \
-  $(CUDA_HEADERS) $(GPU_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_layer.cu -o $@ $(NVCC_LIBS)
-test_cuda_cpu_blas: dev/cuda_cpu/tests/test_blas.cpp $(CUDA_HEADERS) $(GPU_STAMP)
-	$(NVCC) -O2 $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_blas.cpp -o $@
-test_cuda_cpu_nccl: dev/cuda_cpu/tests/test_nccl.cpp $(CUDA_HEADERS) $(GPU_STAMP)
-	$(check_mpi_flags)
-	$(NVCC) -O2 $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/cuda_cpu/tests/test_nccl.cpp -o $@ $(MPI_NVCC_LDFLAGS)
-# The sanitizer, memcheck and profiler against hand-worked numbers: built with the tools whatever
-# CUDA_CPU_TOOLS says (memcheck's with a C file, compiled by gcc as zero1/'s are).
-test_cuda_cpu_tools: dev/cuda_cpu/tests/test_tools.cu dev/cuda_cpu/tests/layer_test.h $(CUDA_HEADERS) $(GPU_STAMP)
-	$(NVCC) $(filter-out --cuda-cpu-tools,$(NVCC_FLAGS)) --cuda-cpu-tools $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_tools.cu -o $@ $(NVCC_LIBS)
-test_cuda_cpu_memcheck: dev/cuda_cpu/tests/test_memcheck.cu dev/cuda_cpu/tests/memcheck_host.c dev/cuda_cpu/tests/layer_test.h \
-  $(CUDA_HEADERS) $(GPU_STAMP)
-	$(NVCC) $(filter-out --cuda-cpu-tools,$(NVCC_FLAGS)) --cuda-cpu-tools $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_memcheck.cu \
-	  dev/cuda_cpu/tests/memcheck_host.c -o $@ $(NVCC_LIBS)
-# GPU numerics against hand-worked values: built with CUDA_CPU_NUMERICS=gpu whatever the build says,
-# one file with --use_fast_math, one with -fmad=false and without it.
-NUMERICS_FLAGS = $(filter-out --use_fast_math --cuda-cpu-numerics=gpu,$(NVCC_FLAGS)) --cuda-cpu-numerics=gpu
-test_cuda_cpu_numerics: dev/cuda_cpu/tests/test_numerics.cu dev/cuda_cpu/tests/numerics_precise.cu \
-  dev/cuda_cpu/tests/layer_test.h dev/cuda_cpu/tests/two_workers.h $(CUDA_HEADERS) $(GPU_STAMP)
-	@mkdir -p build/cuda_cpu
-	$(NVCC) $(NUMERICS_FLAGS) -fmad=false $(NVCC_INCLUDES) -c dev/cuda_cpu/tests/numerics_precise.cu \
-	  -o build/cuda_cpu/numerics_precise.o
-	$(NVCC) $(NUMERICS_FLAGS) --use_fast_math $(NVCC_INCLUDES) dev/cuda_cpu/tests/test_numerics.cu \
-	  build/cuda_cpu/numerics_precise.o -o $@ $(NVCC_LIBS)
-bench_cuda_cpu: dev/cuda_cpu/tests/bench_layer.cu $(CUDA_HEADERS) $(GPU_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/cuda_cpu/tests/bench_layer.cu -o $@ $(NVCC_LIBS)
-
 test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
 	$(check_mpi_flags)
 	$(check_cudnn)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) -o $@ \
 	  $(CUDNN_LIBS) $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
 
-# ---- the CPU execution layer for CUDA (dev/cuda_cpu/) ----
-# Its own sources are plain C++ against the toolkit's headers (their types and prototypes);
-# NCCL_HOME's nccl.h first, as for the GPU build.
-CUDA_CPU_SRC = $(wildcard dev/cuda_cpu/*.cpp)
-CUDA_CPU_OBJ = $(patsubst dev/cuda_cpu/%.cpp,build/cuda_cpu/%.o,$(CUDA_CPU_SRC))
-CUDA_CPU_CXXFLAGS = -std=c++17 -O2 -g -pthread -Wall -Wno-unused-function -I. $(if $(BLAS_INC),-I$(BLAS_INC)) \
-  $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
-build/cuda_cpu/%.o: dev/cuda_cpu/%.cpp dev/cuda_cpu/internal.h dev/cuda_cpu/tools.h dev/cuda_cpu/cuda_cpu.h dev/cuda_cpu/include/mma.h
-	@mkdir -p build/cuda_cpu
-	g++ $(CUDA_CPU_CXXFLAGS) -c $< -o $@
-build/cuda_cpu/libcuda_cpu.a: $(CUDA_CPU_OBJ)
-	rm -f $@ && ar rcs $@ $^
-cuda_cpu: build/cuda_cpu/libcuda_cpu.a
+# ---- the CPU execution layer for CUDA (cuda_cpu/) ----
+# Its library and its own tests, built by its Makefile section (cuda_cpu/cuda_cpu.mk; on its
+# own: make -C cuda_cpu), under the names the project gives them. -include: a copy of the
+# sources without the layer still builds the CPU targets.
+CUDA_CPU_DIR := cuda_cpu
+CUDA_CPU_BUILD := build/cuda_cpu
+CUDA_CPU_MPI_FLAGS = $(MPI_NVCC_CFLAGS) $(MPI_NVCC_LDFLAGS)
+-include cuda_cpu/cuda_cpu.mk
+CUDA_CPU_TEST_TARGETS = test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl test_cuda_cpu_tools \
+  test_cuda_cpu_memcheck test_cuda_cpu_numerics
+.PHONY: $(CUDA_CPU_TEST_TARGETS) bench_cuda_cpu
+cuda_cpu: $(CUDA_CPU_A)
+$(CUDA_CPU_TEST_TARGETS): test_cuda_cpu_%: $(CUDA_CPU_TB)/test_%
+bench_cuda_cpu: $(CUDA_CPU_TB)/bench_layer
 
 # ---- tasks ----
 data: prepro_text
@@ -420,5 +390,5 @@ demo:
 clean:
 	rm -rf build
 	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain train_gpt2_testing test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda gpu_compute_mode test_cuda_cpu_layer test_cuda_cpu_tools test_cuda_cpu_memcheck test_cuda_cpu_numerics \
-	  test_cuda_cpu_blas test_cuda_cpu_nccl bench_cuda_cpu $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert
+	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda gpu_compute_mode \
+	  $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert

@@ -22,7 +22,7 @@
  *
  * Math in the two builds, sharing the tiles and the code around the products:
  *   BF16: the products run on tensor cores through WMMA (m16n16k16, bf16 operands, fp32
- *         accumulators; dev/cuda_cpu/include/mma.h on the CPU layer). The fragments'
+ *         accumulators). The fragments'
  *         element mapping is unspecified, so S goes to shared memory for the per-row
  *         work, and each P v tile goes through shared memory into the rescaled O, which
  *         each lane keeps in registers for one row (lane >> 1) and 8 of every 16 columns.

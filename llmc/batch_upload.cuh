@@ -20,10 +20,9 @@
  * must come before two more uploads; generation numbers make that checkable
  * (batch_still_holds). The host copy of the inputs (a slot's pinned h_inputs) stays valid
  * for as long, which the encoder backward's plan (llmc/encoder.cuh) reads.
- * CPU execution layer (dev/cuda_cpu/): under CUDA_CPU_EXEC=lazy a pinned copy runs only
- * when something waits for it, so a missing wait shows as wrong tokens
- * (dev/test/test_kernels_cuda.cu's test_batch_upload checks both this and that the waits
- * here are what prevents it).
+ * A pinned copy may run as late as the first wait on it: dev/test/test_kernels_cuda.cu's
+ * test_batch_upload runs the copies that late, so that a missing wait shows as wrong tokens,
+ * and checks that the waits here are what prevents it.
  */
 #ifndef LLMC_BATCH_UPLOAD_CUH
 #define LLMC_BATCH_UPLOAD_CUH

@@ -30,8 +30,8 @@
  * docs allow, e.g. for a bias or aux pointer it finds too little aligned) the plan remembers
  * it, says so once, and the separate kernels run: the plain matmul plus add_bias_kernel for
  * BIAS, gelu_forward / gelu_backward for GELU_AUX_BIAS / DGELU, bias_backward for BGRADB;
- * each of the backward's two is decided alone. On the CPU layer CUDA_CPU_BLASLT_HEURISTIC
- * plays such refusals (docs/cuda_cpu.md).
+ * each of the backward's two is decided alone. The tests make the heuristic refuse on
+ * purpose, so that both paths run and are checked.
  *
  * Plans (llmc/cuda_common.cuh MatmulPlan): one per distinct key (shape, transposes,
  * epilogue, types, beta == 0, the six alignments the heuristic was told, capped at

@@ -123,7 +123,7 @@ figure "blocked on communication, overlap on / off, ms/step" "$(printf %.1f "$on
 
 # ---- 3. the CPU execution layer for CUDA ---------------------------------------------------
 # Device threads per second for a kernel that never waits, one full of __syncthreads and one
-# full of warp shuffles (dev/cuda_cpu/), with the block workers the layer chooses and with one
+# full of warp shuffles (cuda_cpu/), with the block workers the layer chooses and with one
 # (alternating), and each kernel's time per thread against a plain host loop's per element.
 # The barrier and shuffle kernels against the layer before its parallel blocks: that layer's
 # time per thread in host-loop elements, its median in the side-by-side runs of
@@ -132,8 +132,8 @@ LAYER_BEFORE_BARRIERS=9315 LAYER_BEFORE_SHUFFLES=12550
 section 3 "CPU execution layer for CUDA: emulated device threads, default block workers and one"
 make -s bench_cuda_cpu CUDA_ON_CPU=1 >/dev/null
 for r in $(seq "$REPEATS"); do
-    ./bench_cuda_cpu >"$work/layer.$r"
-    CUDA_CPU_BLOCK_WORKERS=1 ./bench_cuda_cpu >"$work/layer1.$r"
+    build/cuda_cpu/tests/bench_layer >"$work/layer.$r"
+    CUDA_CPU_BLOCK_WORKERS=1 build/cuda_cpu/tests/bench_layer >"$work/layer1.$r"
 done
 sed 's/^/  | /' "$work/layer.$REPEATS"
 # layer KERNEL tps|x SIDE: the median over the repeats of a kernel's threads/s or its time per

@@ -19,8 +19,7 @@
  * reports an asynchronous error, ending the process with its own error line) and abort()
  * at the end (NCCL's is ncclCommAbort; where the host's waits block it does nothing).
  *
- * Runs on the CPU execution layer for CUDA (dev/cuda_cpu/, dev/test/test_watchdog_cuda.cu);
- * never run on a GPU yet.
+ * Tested without a GPU (dev/test/test_watchdog_cuda.cu); never run on a GPU yet.
  */
 #ifndef ZERO1_WATCHDOG_CUDA_H
 #define ZERO1_WATCHDOG_CUDA_H

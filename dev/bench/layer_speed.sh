@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU execution layer's speed in two trees, side by side: each tree's bench_cuda_cpu
-# (dev/cuda_cpu/tests/bench_layer.cu, make bench's section 3) run in turn, REPEATS times
+# (cuda_cpu/tests/bench_layer.cu, make bench's section 3; ./bench_cuda_cpu in trees older
+# than the top-level cuda_cpu/) run in turn, REPEATS times
 # (A B A B ...: drift in the machine's load hits both alike). Evidence for a note, not a
 # test: it prints medians and ranges, it never judges.
 #   dev/bench/layer_speed.sh BEFORE_TREE AFTER_TREE [REPEATS]   (REPEATS: default 7)
@@ -15,14 +16,17 @@ REPEATS=${3:-7}
 PY=${LLMC_PYTHON:-/usr/bin/python3}
 W=$(mktemp -d /tmp/layer_speed.XXXXXX)
 trap 'rm -rf "$W"' EXIT
+bench() {  # bench TREE: the path of TREE's benchmark binary
+    if [ -d "$1/cuda_cpu" ]; then echo "$1/build/cuda_cpu/tests/bench_layer"; else echo "$1/bench_cuda_cpu"; fi
+}
 for tree in "$BEFORE" "$AFTER"; do
     (cd "$tree" && make -s bench_cuda_cpu CUDA_ON_CPU=1 >/dev/null) || { echo "error: cannot build bench_cuda_cpu in $tree"; exit 1; }
 done
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 for r in $(seq "$REPEATS"); do
-    (cd "$BEFORE" && ./bench_cuda_cpu) >"$W/before.$r"
-    (cd "$AFTER" && ./bench_cuda_cpu) >"$W/after.$r"
-    (cd "$AFTER" && CUDA_CPU_BLOCK_WORKERS=1 ./bench_cuda_cpu) >"$W/after1.$r"
+    (cd "$BEFORE" && "$(bench "$BEFORE")") >"$W/before.$r"
+    (cd "$AFTER" && "$(bench "$AFTER")") >"$W/after.$r"
+    (cd "$AFTER" && CUDA_CPU_BLOCK_WORKERS=1 "$(bench "$AFTER")") >"$W/after1.$r"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 $PY - "$W" "$REPEATS" <<'PYEOF'

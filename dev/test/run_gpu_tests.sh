@@ -2,7 +2,7 @@
 # The GPU suite: the GPU trainer and zero1/'s GPU path. One code path, two places to run:
 #   make test_gpu                    on an NVIDIA GPU (nvidia-smi lists one); without one it
 #                                    says SKIPPED (make test has run the same suite on the CPU)
-#   CUDA_ON_CPU=1 run_gpu_tests.sh   on the CPU execution layer for CUDA (dev/cuda_cpu/), which
+#   CUDA_ON_CPU=1 run_gpu_tests.sh   on the CPU execution layer for CUDA (cuda_cpu/), which
 #                                    `make test` does: every binary is built with CUDA_ON_CPU=1,
 #                                    each MPI rank emulates a GPU of its own (distinct UUIDs, so
 #                                    NCCL is used), or all ranks one shared GPU with
@@ -61,13 +61,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 
 LAYER=0
 if [ "${CUDA_ON_CPU:-0}" = 1 ]; then
-    if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
+    if ! bash cuda_cpu/cuda_headers.sh >/dev/null; then
         skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
     fi
     LAYER=1
     NUM_GPUS=4   # emulated: one per rank (the tests use at most 4 ranks)
     MAKE_ARGS=(CUDA_ON_CPU=1)
-    WHERE="the CPU execution layer for CUDA (dev/cuda_cpu/)"
+    WHERE="the CPU execution layer for CUDA (cuda_cpu/)"
 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
     MAKE_ARGS=()
@@ -120,7 +120,7 @@ prebuild() {  # prebuild PRECISION USE_ZERO1: the variant's targets in $OUT/tree
     mkdir -p "$dir"
     bash scripts/copy_sources.sh "$dir"
     if [ $LAYER = 1 ]; then
-        mkdir -p "$dir/build" && cp -rp build/cuda_cpu "$dir/build/" && rm -rf "$dir/build/cuda_cpu/src"
+        mkdir -p "$dir/build" && cp -rp build/cuda_cpu "$dir/build/" && rm -rf "$dir/build/cuda_cpu/"{src,tests}
     fi
     # shellcheck disable=SC2086
     (cd "$dir" && make -j2 ${!targets} PRECISION="$1" USE_ZERO1="$2" "${MAKE_ARGS[@]}") >"$dir.log" 2>&1

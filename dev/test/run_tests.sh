@@ -75,7 +75,7 @@ STEPS=(
   "plot_loss       120 dev/test/test_plot_loss.sh"
   "hf              120 dev/test/test_hf.sh"
   "recipe          120 dev/test/test_recipe.sh"
-  "cuda_cpu_layer  600 dev/cuda_cpu/tests/run_layer_tests.sh"
+  "cuda_cpu_layer  600 cuda_cpu/tests/run_layer_tests.sh"
   "gpu_on_cpu     1800 CUDA_ON_CPU=1 dev/test/run_gpu_tests.sh"
   # After the GPU suite, whose CPU-layer library the docs' layer build reuses.
   "docs            900 dev/test/test_docs.sh"

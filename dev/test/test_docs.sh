@@ -4,7 +4,7 @@
 #      and #anchor resolves; every docs/ page is linked from the README; no paragraph
 #      explained twice (shared 8-word runs); every shell block marked: runnable, output,
 #      or not runnable with its reason (GPU, network, Slurm, hosts, the suite, long); then
-#      the count of each kind per page
+#      the count of each kind per page; and no product file names the CPU execution layer
 #   2. negative controls: each check, and the block runner, must report a planted fault
 #   3. every page's runnable and output blocks, in document order, as written, with bash -e:
 #      README.md in a scratch copy of the tree (the built binaries and data/ copied in where
@@ -82,15 +82,30 @@ else
     sed 's/^/    | /' "$WORK/static.log"
 fi
 $PY dev/test/docs_check.py summary . | sed 's/^/    /'
+# The product uses the CPU execution layer only as a toolchain: no product file names the
+# layer's folder or its CUDA_CPU_* variables; what one must do differently on the layer, it
+# asks through the layer's macro (__CUDA_CPU__, cuda_cpu/README.md).
+PRODUCT="llmc zero1 tools train_gpt2.c train_gpt2.cu"
+layer_mentions() {  # layer_mentions DIR: the lines of DIR's product files that name the layer
+    # shellcheck disable=SC2086
+    (cd "$1" && grep -rsnE 'cuda_cpu/|(^|[^_A-Za-z])CUDA_CPU_[A-Z]' $PRODUCT)
+}
+layer_mentions . >"$WORK/layer.log"
+if [ -s "$WORK/layer.log" ]; then
+    not_ok "product files ($PRODUCT) name the CPU execution layer:"
+    sed 's/^/    | /' "$WORK/layer.log"
+else
+    ok "no product file ($PRODUCT) names the CPU execution layer's folder or variables"
+fi
 
 # ---- the scratch tree ----------------------------------------------------------------------
 TREE=$WORK/tree
 bash scripts/copy_sources.sh "$TREE"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     # Built binaries, build stamps and prepared data (mtimes kept, so make sees them current),
-    # and the CPU layer's library where the GPU suite built it (not its rewritten sources).
+    # and the CPU layer's library where the GPU suite built it (not its rewritten sources or tests).
     git ls-files -o -i --exclude-standard | grep -E '^[^/]+$|^data/[^/]+$|^build/cuda_cpu/' |
-        grep -v -e '\.tmp$' -e '^build/cuda_cpu/src/' | tar -cf - -T - | tar -xf - -C "$TREE"
+        grep -v -e '\.tmp$' -e '^build/cuda_cpu/src/' -e '^build/cuda_cpu/tests/' | tar -cf - -T - | tar -xf - -C "$TREE"
 fi
 
 # ---- 2. negative controls: each check must see a planted fault -------------------------------
@@ -135,6 +150,12 @@ printf '%s\n' '' '<!-- not runnable: too tired -->' '```' 'make train_gpt2' '```
 control "not runnable without a known reason" "'not runnable: too tired': the reason must start with one of"
 printf '%s\n' '' '## A section the contents line lacks' >>"$CTL/docs/data.md"
 control "section missing from the contents line" "section 'A section the contents line lacks' is missing"
+rm -rf "$CTL"
+mkdir -p "$CTL/llmc" "$CTL/zero1"
+echo ' * (cuda_cpu/include/mma.h on the CPU layer)' >"$CTL/llmc/planted.cuh"
+echo '#ifdef __CUDA_CPU__  // CUDA_CPU_EXEC=lazy' >"$CTL/zero1/planted.h"
+if [ "$(layer_mentions "$CTL" | wc -l)" = 2 ]; then ok "control product files naming the layer: both reported"
+else not_ok "control product files naming the layer: not both reported"; layer_mentions "$CTL" | sed 's/^/    | /'; fi
 rm -rf "$CTL"
 # The runner: each planted page must fail (or, the last, pass) for its one fault.
 planted() {  # planted NAME WANT LINES...: a page of LINES through run_page; WANT pass or fail

@@ -35,7 +35,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 # Without CUDA headers (no toolkit, and no PyPI wheels to take them from) nothing here can build.
-if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
+if ! bash cuda_cpu/cuda_headers.sh >/dev/null; then
     skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
 fi
 ROOT=$PWD
@@ -52,7 +52,7 @@ mutate() {
     mkdir -p "$dir"
     bash "$ROOT/scripts/copy_sources.sh" "$dir"
     mkdir -p "$dir/build" && cp -rp "$ROOT/build/cuda_cpu" "$dir/build/"  # the layer itself is not mutated
-    rm -rf "$dir/build/cuda_cpu/src"
+    rm -rf "$dir/build/cuda_cpu/"{src,tests}
     $PY - "$dir/$2" "$3" "$4" <<'PYEOF'
 import sys
 path, old, new = sys.argv[1:4]

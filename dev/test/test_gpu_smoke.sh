@@ -9,7 +9,7 @@
 # $LLMC_FAST_GPU_DIR, default /tmp/llmc_fast_gpu.UID.CKSUM (one per work tree).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
+if ! bash cuda_cpu/cuda_headers.sh >/dev/null; then
     skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
 fi
 work=$(mktemp -d)

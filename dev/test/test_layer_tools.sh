@@ -21,7 +21,7 @@
 # Prints TAP (dev/test/test_lib.sh); the profiles' tables stay in the logs ($OUT).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
+if ! bash cuda_cpu/cuda_headers.sh >/dev/null; then
     skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
 fi
 OUT=${TEST_LAYER_TOOLS_OUT:-$(mktemp -d /tmp/llmc_layer_tools.XXXXXX)}
@@ -42,7 +42,7 @@ build() {  # build PRECISION TARGETS...: a copy of the tree in $OUT/tree_PRECISI
     local p=$1 dir=$OUT/tree_$1
     shift
     mkdir -p "$dir/build" && bash scripts/copy_sources.sh "$dir" && cp -rp build/cuda_cpu "$dir/build/" &&
-        rm -rf "$dir/build/cuda_cpu/src" &&
+        rm -rf "$dir/build/cuda_cpu/"{src,tests} &&
         (cd "$dir" && make -j2 "$@" CUDA_ON_CPU=1 CUDA_CPU_TOOLS=1 CUDA_CPU_NUMERICS=gpu PRECISION="$p")
 }
 finished() {  # finished PID PRECISION: waits for that build, shows its log

@@ -1,0 +1,52 @@
+/*
+ * cuda_cpu/tests/layer_test.h: what the layer's CUDA tests share (test_layer.cu,
+ * test_tools.cu): PASS/FAIL lines with their counts, and child processes: a case that must
+ * end in a fault (a fault is sticky, as on a GPU) or needs its own environment runs as this
+ * same program with the case's name as its argument.
+ */
+#ifndef CUDA_CPU_TESTS_LAYER_TEST_H
+#define CUDA_CPU_TESTS_LAYER_TEST_H
+
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+static int passed = 0, failed = 0;
+static void check(int ok, const char* what) {
+    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
+    fflush(stdout);
+    if (ok) passed++;
+    else failed++;
+}
+
+// Runs `self name` with our environment plus env (one NAME=value, or NULL); returns its exit
+// status (128 + signal when killed) and its stderr in err.
+static int run_case(const char* self, const char* name, const char* env, char* err, size_t n) {
+    char path[] = "/tmp/cuda_cpu_case_stderr.XXXXXX";
+    int fd = mkstemp(path);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd, 2);
+    char* argv[] = {(char*)self, (char*)name, NULL};
+    int count = 0;
+    while (environ[count]) count++;
+    char** envp = (char**)calloc(count + 2, sizeof(char*));
+    for (int i = 0; i < count; i++) envp[i] = environ[i];
+    if (env) envp[count] = (char*)env;
+    pid_t pid;
+    int status = -1;
+    if (posix_spawn(&pid, self, &fa, NULL, argv, envp) == 0) waitpid(pid, &status, 0);
+    free(envp);
+    lseek(fd, 0, SEEK_SET);
+    ssize_t got = read(fd, err, n - 1);
+    err[got > 0 ? got : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+#endif
