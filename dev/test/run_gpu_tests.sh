@@ -87,7 +87,7 @@ row() {  # row NAME COMMAND...: one check, its output in $OUT/NAME.log (later ro
     shift
     note "== $name: $*"
     if "$@" >"$log" 2>&1; then
-        { grep -E '^(PASS|FAIL|SKIPPED)' "$log" | tail -n 4 || tail -n 3 "$log"; } | sed 's/^/    /'
+        { grep -E '^(ok |not ok |# SKIPPED|PASS|FAIL|SKIPPED)' "$log" | tail -n 4 || tail -n 3 "$log"; } | sed 's/^/    /'
         ok "$name ($((SECONDS - t0)) s)"
     else
         TEST_LOG_LINES=40 not_ok "$name ($((SECONDS - t0)) s; log: $log)" "$log"

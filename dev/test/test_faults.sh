@@ -102,8 +102,8 @@ check_abort() {
 t0=$SECONDS
 # ---- 0. the host-collective helpers alone ------------------------------------------------
 make -s test_mpi_wait >/dev/null || not_ok "cannot build ./test_mpi_wait"
-if "${MPIRUN[@]}" -np 3 ./test_mpi_wait values >"$TMP/values.log" 2>&1 && grep -q "^PASS" "$TMP/values.log"; then
-    ok "$(grep '^PASS' "$TMP/values.log")"
+if "${MPIRUN[@]}" -np 3 ./test_mpi_wait values >"$TMP/values.log" 2>&1 && [ "$(tap_verdict "$TMP/values.log")" = passed ]; then
+    ok "$(sed -n 's/^ok [0-9]* - //p' "$TMP/values.log")"
 else
     not_ok "test_mpi_wait values"; tail -n 10 "$TMP/values.log" | sed 's/^/       | /'
 fi
@@ -133,7 +133,8 @@ if ranks=$(wait_stopped "$TMP/suspend.log" 3); then
 fi
 wait $JOB_PID
 rc=$?
-if [ -n "$ranks" ] && [ $rc -eq 0 ] && grep -q "^PASS" "$TMP/suspend.log" && ! grep -q "did not complete" "$TMP/suspend.log"; then
+if [ -n "$ranks" ] && [ $rc -eq 0 ] && tap_has "$TMP/suspend.log" ok "test_mpi_wait loop" &&
+   ! grep -q "did not complete" "$TMP/suspend.log"; then
     ok "suspend: every rank stopped for 4 s (deadline 2 s) and continued one by one: no timeout, the run completed"
 else
     not_ok "suspend: exit $rc (ranks: $ranks)"; tail -n 10 "$TMP/suspend.log" | sed 's/^/       | /'

@@ -105,7 +105,7 @@ expect_caught no_barrier llmc/cuda_common.cuh \
     v = lane < nwarps ? shared[lane] : 0.0f;" \
     "    if (lane == 0) shared[warp] = v;
     v = lane < nwarps ? shared[lane] : 0.0f;" \
-    test_kernels_cuda 0 "^FAIL" "${KERNELS[@]}"
+    test_kernels_cuda 0 "^not ok" "${KERNELS[@]}"
 expect_caught lane_returns llmc/layernorm.cuh \
     "    float m = warp_reduce_sum(sum) / C;" \
     "    if (lane == 31) return;
@@ -114,11 +114,11 @@ expect_caught lane_returns llmc/layernorm.cuh \
 expect_caught off_by_one llmc/gelu.cuh \
     "        for (size_t j = i; j < n && j < i + PACK_X; j++) out[j] = gelu_value(inp[j]);" \
     "        for (size_t j = i; j <= n && j < i + PACK_X; j++) out[j] = gelu_value(inp[j]);" \
-    test_kernels_cuda 0 "FAIL.*gelu|past the end" "${KERNELS[@]}"
+    test_kernels_cuda 0 "^not ok.*gelu|past the end" "${KERNELS[@]}"
 expect_caught swapped_transpose llmc/matmul.cuh \
     "matmul_cublaslt(out, CUBLAS_FLOATX, weight, inp, bias, OC, BT, C, 1, 0, 0.0f, stream);" \
     "matmul_cublaslt(out, CUBLAS_FLOATX, weight, inp, bias, OC, BT, C, 0, 0, 0.0f, stream);" \
-    test_kernels_cuda 0 "FAIL.*matmul|cuBLAS" "${KERNELS[@]}"
+    test_kernels_cuda 0 "^not ok.*matmul|cuBLAS" "${KERNELS[@]}"
 ZERO1_NP2=("${MPIRUN[@]}" -np 2 ./test_gpt2cu "$WORK/model.bin" "$WORK/state.bin" -z 1 --bucket-size 4096 --comm nccl)
 expect_caught wrong_inplace_offset zero1/comm_nccl.cu \
     "char* mine = whole + (size_t)c->rank * count * zero1_dtype_size(t);" \
@@ -128,7 +128,7 @@ expect_caught no_stream_wait zero1/comm_nccl.cu \
     "    cudaCheck(cudaStreamWaitEvent(im->stream, im->compute_ready, 0));
     s->trace_start" \
     "    s->trace_start" \
-    test_gpt2cu 1 "^FAIL" env CUDA_CPU_EXEC=lazy "${ZERO1_NP2[@]}"
+    test_gpt2cu 1 "^not ok" env CUDA_CPU_EXEC=lazy "${ZERO1_NP2[@]}"
 
 # The layer's tools. Each check first runs the test as today's suite does (forward order, no
 # tools: it must pass, or the mutation proves nothing about the tools), then with them.
@@ -211,12 +211,12 @@ export -f mode_only
 expect_caught needs_fused_path dev/test/test_kernels_cuda.cu \
     "    report(bgrad != NOT_ASKED, \"matmul_backward_fused dbias path\"" \
     "    report(bgrad == FUSED, \"matmul_backward_fused dbias path\"" \
-    test_kernels_cuda 0 "^FAIL matmul_backward_fused dbias path .*\(BGRADB refused by the heuristic" \
+    test_kernels_cuda 0 "^not ok [0-9]+ - matmul_backward_fused dbias path .*\(BGRADB refused by the heuristic" \
     mode_only CUDA_CPU_BLASLT_HEURISTIC=all -- CUDA_CPU_BLASLT_HEURISTIC=none -- "${KERNELS[@]}"
 expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
     "    const char* algo = getenv(\"NCCL_ALGO\");" \
     "    const char* algo = \"Ring\";  // taken as pinned" \
-    test_gpt2cu 1 "^FAIL rerun bitwise identical" \
+    test_gpt2cu 1 "^not ok [0-9]+ - rerun bitwise identical" \
     mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
     "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$WORK/model.bin" "$WORK/state.bin" -z 1 --bucket-size 65536 --comm nccl
 

@@ -30,10 +30,10 @@ logged() {  # logged NAME COMMAND...: runs it, its output in $OUT/NAME.log, one 
     local name=$1 t0=$SECONDS
     shift
     if "$@" >"$OUT/$name.log" 2>&1; then
-        ok "$name ($((SECONDS - t0)) s): $(grep -E '^(PASS|[0-9]+ passed)' "$OUT/$name.log" | tail -n 1)"
+        ok "$name ($((SECONDS - t0)) s): $(grep -E '^(PASS|ok [0-9]+ - )' "$OUT/$name.log" | tail -n 1)"
     else
         not_ok "$name ($((SECONDS - t0)) s; log $OUT/$name.log)" "$OUT/$name.log"
-        diag "$(grep -E '^(FAIL|error)' "$OUT/$name.log" | head -n 10)"
+        diag "$(grep -E '^(FAIL|not ok|# rank [0-9]+: not ok|error)' "$OUT/$name.log" | head -n 10)"
     fi
 }
 

@@ -130,6 +130,26 @@ expect_error() {
     fi
 }
 
+# A C test's TAP (dev/test/check.h) in its log: under mpirun rank 0 prints it and another
+# rank's failed check is a line "# rank R: not ok - what".
+# tap_not_ok FILE...: the failed checks' lines, from any rank.
+tap_not_ok() { grep -hE '^(not ok|# rank [0-9]+: not ok)' "$@"; }
+# tap_has LOG RESULT DESC: LOG holds the line "RESULT N - DESC..." (RESULT ok or "not ok"; DESC
+# a fixed prefix of the description).
+tap_has() {
+    awk -v r="$2 " -v d="$3" 'index($0, r) == 1 && match(substr($0, length(r) + 1), /^[0-9]+ - /) &&
+                              index(substr($0, length(r) + 1 + RLENGTH), d) == 1 { f = 1 } END { exit !f }' "$1"
+}
+# tap_verdict LOG: passed (its plan, and no check failed on any rank), failed (its plan and a
+# failed check), skipped (the plan 1..0: it could test nothing here) or unfinished (no plan:
+# it stopped before its end).
+tap_verdict() {
+    if grep -q '^1\.\.0' "$1"; then echo skipped
+    elif ! grep -qE '^1\.\.[0-9]+$' "$1"; then echo unfinished
+    elif tap_not_ok "$1" >/dev/null; then echo failed
+    else echo passed; fi
+}
+
 done_testing() {
     read -r TEST_COUNT TEST_FAILED <"$TEST_STATE"
     [ $TEST_COUNT = 0 ] && not_ok "the script ran no check"

@@ -66,7 +66,7 @@ for family in "Prescott pni" "Sandybridge avx" "Haswell avx2 fma" "SkylakeX avx5
             ok "$core np=$np ${cmd#./}"
         else
             not_ok "$core np=$np ${cmd#./}"
-            diag "$(grep -E '^FAIL' "$work/log" | head -5)"
+            diag "$(tap_not_ok "$work/log" | head -5)"
             diag "$(tail -n 5 "$work/log")"
         fi
     done

@@ -36,7 +36,8 @@ make_oracle() {  # NAME [oracle make flags]
 }
 
 # run_case NAME NP EXPECT_RC "PATTERN1|PATTERN2|..." -- test_gpt2 arguments
-# Asserts the exit code and that every pattern (a fixed string) occurs as a line prefix.
+# Asserts the exit code, test_gpt2's TAP verdict (passed for EXPECT_RC 0, else failed) and that
+# every pattern occurs: "ok DESC" or "not ok DESC" as that TAP line, another as a fixed string.
 run_case() {
     local name=$1 np=$2 want_rc=$3 patterns=$4; shift 5
     local log="$TMP/$name.log" rc
@@ -51,12 +52,18 @@ run_case() {
     if [ "$want_rc" = nonzero ] && { [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -ge 128 ]; }; then
         problems+=("exit code $rc, expected a clean failure (1)")
     fi
-    local IFS='|'
+    local IFS='|' verdict want=passed
     for p in $patterns; do
-        grep -qF -- "$p" "$log" || problems+=("no line '$p'")
+        case $p in
+        "ok "*) tap_has "$log" ok "${p#ok }" || problems+=("no line '$p'") ;;
+        "not ok "*) tap_has "$log" "not ok" "${p#not ok }" || problems+=("no line '$p'") ;;
+        *) grep -qF -- "$p" "$log" || problems+=("no line '$p'") ;;
+        esac
     done
     unset IFS
-    if [ "$want_rc" = 0 ] && grep -q '^FAIL' "$log"; then problems+=("a FAIL line"); fi
+    [ "$want_rc" = 0 ] || want=failed
+    verdict=$(tap_verdict "$log")
+    [ "$verdict" = $want ] || problems+=("TAP verdict $verdict, expected $want")
     if [ ${#problems[@]} -eq 0 ]; then
         ok "$name"
     else
@@ -73,8 +80,8 @@ make_oracle other_seed --seed 1 --steps 2           # for the negative control
 note "oracle files made in $((SECONDS - t0)) s"
 M=$TMP/fp32.model.bin S=$TMP/fp32.state.bin
 
-ALL_SINGLE="PASS logits|PASS loss|PASS gradients|PASS step losses|PASS test_gpt2"
-ALL_MULTI="PASS step losses|PASS parameters bitwise identical on all ranks|PASS test_gpt2"
+ALL_SINGLE="ok logits|ok loss|ok gradients|ok step losses"
+ALL_MULTI="ok step losses|ok parameters bitwise identical on all ranks"
 
 run_case fp32_np1 1 0 "1 ranks x 1 micro-steps x B=4|$ALL_SINGLE" -- "$M" "$S"
 run_case fp32_np2_B2 2 0 "2 ranks x 1 micro-steps x B=2|$ALL_MULTI" -- "$M" "$S"
@@ -96,7 +103,7 @@ full run_case fp32_np2_accum2_z1 2 0 "2 ranks x 2 micro-steps x B=1, T=64, -z 1|
     -- "$M" "$S" --accum 2 -z 1 --bucket-size 100000
 
 # Negative control: the checks can fail. The model of seed 0 against the state of seed 1.
-run_case negative_control_wrong_state 1 nonzero "FAIL logits|FAIL test_gpt2" -- "$M" "$TMP/other_seed.state.bin"
+run_case negative_control_wrong_state 1 nonzero "not ok logits" -- "$M" "$TMP/other_seed.state.bin"
 
 [ $left_out = 0 ] || note "FAST=1: $left_out oracle files and cases left out (make test runs them)"
 note "test_oracle: $((SECONDS - t0)) s"

@@ -34,7 +34,7 @@ zero1_row() {  # zero1_row NAME NP ARGS...: one test_zero1 run (of $MODEL, defau
     local name=$1 np=$2; shift 2
     wanted "$np" "$name" || return 0
     if timeout 300 "${MPIRUN[@]}" -np "$np" ./test_zero1 "${MODEL:-$work/small.bin}" "$@" >"$work/log" 2>&1 &&
-       grep -q "^PASS test_zero1" "$work/log"; then
+       [ "$(tap_verdict "$work/log")" = passed ]; then
         ok "np=$np $name"
     else
         not_ok "np=$np $name ($*)" "$work/log"
@@ -142,7 +142,7 @@ for extra in "" "${HAZARD[*]}" "--split-embedding"; do
     wanted 2 "$name" || continue
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
     if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 $extra \
-        >"$work/log" 2>&1 && grep -q "^PASS test_gpt2" "$work/log"; then
+        >"$work/log" 2>&1 && [ "$(tap_verdict "$work/log")" = passed ]; then
         ok "np=2 $name"
     else
         not_ok "np=2 $name" "$work/log"
