@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: builds what the CPU tests need, prepares the data, runs every test.
-# `make test-fast`: the fast tier (FAST below; under 2 minutes on 2 cores from a built
-# tree): every module once, with FAST=1 for the scripts that then run their smallest rows:
+# `make test-fast`: the fast tier (FAST_STEPS below; under 2 minutes on 2 cores from a built
+# tree): every module once, with LLMC_TEST_TIER=fast, under which the scripts run the rows
+# they name with fast_rows (dev/test/test_lib.sh):
 #   the CPU kernels; zero1's layout, runtime and test devices (deferred, hazard); the
 #   trainer against the PyTorch oracle at np 1 and 2 (-z 0 and -z 1) and its negative
 #   control; ZeRO-1 against replicated at np 2 on the deferred device with the hazard
@@ -25,7 +26,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-unset FAST  # only the fast tier's steps that set FAST=1 run their smallest rows
+export LLMC_TEST_TIER=full
 
 # ---- the list: one line per step: NAME TIMEOUT_SECONDS [VAR=value ...] COMMAND... ------
 # Build steps first (a failed build is reported and the tests still run, to show the damage).
@@ -93,18 +94,18 @@ FAST_STEPS=(
   "zero1_layout    120 ./test_zero1_layout"
   "zero1_runtime   120 dev/test/test_zero1_runtime.sh"
   "zero1_devices   300 dev/test/test_zero1_devices.sh"
-  "oracle          300 FAST=1 dev/test/test_oracle.sh"
-  "zero1           300 FAST=1 dev/test/test_zero1.sh"
-  "dp_invariant    120 FAST=1 dev/test/test_dp_invariant.sh"
-  "errors          300 FAST=1 dev/test/test_errors.sh"
-  "checkpoint      300 FAST=1 dev/test/test_checkpoint.sh"
-  "nonfinite       120 FAST=1 dev/test/test_nonfinite.sh"
+  "oracle          300 dev/test/test_oracle.sh"
+  "zero1           300 dev/test/test_zero1.sh"
+  "dp_invariant    120 dev/test/test_dp_invariant.sh"
+  "errors          300 dev/test/test_errors.sh"
+  "checkpoint      300 dev/test/test_checkpoint.sh"
+  "nonfinite       120 dev/test/test_nonfinite.sh"
   "gpu_smoke       900 dev/test/test_gpu_smoke.sh"
 )
 if [ "${1:-}" = --fast ]; then
     shift
     STEPS=("${FAST_STEPS[@]}")
-    export USE_ZERO1=1
+    export USE_ZERO1=1 LLMC_TEST_TIER=fast
 fi
 # Two lanes where the machine has two cores or more (LLMC_TEST_JOBS=1: one): the steps that
 # run CUDA code on the CPU execution layer, one after another in their order, beside all the

@@ -9,8 +9,6 @@
 # kernel's /proc/cpuinfo flags. The restarted process keeps its name (ps, pgrep).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_blas_cores.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 
 for bin in train_gpt2 train_gpt2_plain test_gpt2 test_zero1 test_kernels; do
     [ -x "./$bin" ] || fatal "./$bin is built"

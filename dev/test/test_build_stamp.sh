@@ -10,8 +10,6 @@
 #   3. the GPU trainer likewise: PRECISION switches, a repeat is up to date.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 
 bash scripts/copy_sources.sh "$TMP/src" || fatal "copy the sources"
 cd "$TMP/src" || fatal "cd to the copy"

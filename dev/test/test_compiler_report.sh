@@ -13,12 +13,9 @@
 # cases SKIPPED without cuobjdump (dev/test/cuda_cuobjdump.sh). TAP (dev/test/test_lib.sh).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+require NVCC
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
-if [ ! -x "$NVCC" ] && ! NVCC=$(command -v nvcc); then
-    skip_all "no nvcc (the CUDA toolkit): the compiler report cannot be tested"
-fi
-TMP=$(mktemp -d /tmp/test_compiler_report.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
+[ -x "$NVCC" ] || NVCC=$(command -v nvcc)
 BUDGETS=dev/test/compiler_report_planted_budgets.txt
 cuobjdump=$(bash dev/test/cuda_cuobjdump.sh 2>"$TMP/cuobjdump.err") || cuobjdump=""
 [ -s "$TMP/cuobjdump.err" ] && note "$(cat "$TMP/cuobjdump.err")"

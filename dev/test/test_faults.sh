@@ -35,17 +35,14 @@ TIMEOUT=5            # --comm-timeout
 SLACK=15             # seconds allowed past it: the rank stagger (<= 0.75 s here), MPI_Abort, TCP giving up
 STOPPED_RANK=2
 
-TMP=$(mktemp -d /tmp/test_faults.XXXXXX)
 JOB_PID=
 cleanup() {
     # Our own run only: its processes carry $TMP in their command lines.
     local p
     for p in $(pgrep -f -- "-o $TMP/"); do kill -KILL "$p" 2>/dev/null; done
     mh_teardown
-    rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
+at_exit cleanup
 
 make -s train_gpt2 USE_ZERO1=1 >/dev/null || fatal "build $BIN"
 [ -f "$DATA" ] || fatal "$DATA is there (make data)"

@@ -15,8 +15,6 @@
 # A few seconds. Prints TAP (dev/test/test_lib.sh); stops at the first failure.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_gpt2_cost.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
 
 make -s gpt2_cost >/dev/null || fatal "make gpt2_cost failed"
 
@@ -106,7 +104,7 @@ cat >"$TMP/bin/make" <<EOF
 case " \$* " in
   *" train_gpt2cu "*) cp "\${FAKE_TRAINER:-$TMP/fake_trainer}" train_gpt2cu ;;
   *" data "*) echo "fake make data" ;;
-  *" test_gpu "*) echo "7 passed, 0 failed, 2 skipped" ;;
+  *" test_gpu "*) printf '1..9\n# 7 passed, 0 failed, 2 skipped\n' ;;
   *" gpt2_cost "*) [ -x gpt2_cost ] ;;
   *) exec "$REAL_MAKE" "\$@" ;;
 esac

@@ -21,10 +21,8 @@
 # Prints TAP (dev/test/test_lib.sh); the profiles' tables stay in the logs ($OUT).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
-    skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-fi
-OUT=${TEST_LAYER_TOOLS_OUT:-$(mktemp -d /tmp/llmc_layer_tools.XXXXXX)}
+require LAYER
+OUT=${TEST_LAYER_TOOLS_OUT:-$TMP}
 mkdir -p "$OUT"
 logged() {  # logged NAME COMMAND...: runs it, its output in $OUT/NAME.log, one check
     local name=$1 t0=$SECONDS

@@ -22,9 +22,7 @@ BIN=./train_gpt2
 DATA=data/tinyshakespeare_train.bin
 STEPS=3
 
-TMP=$(mktemp -d /tmp/test_multihost.XXXXXX)
-trap 'mh_teardown; rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM INT HUP   # so the EXIT trap runs on a timeout too
+at_exit mh_teardown
 
 make -s train_gpt2 USE_ZERO1=1 >/dev/null || fatal "build $BIN"
 [ -f "$DATA" ] || fatal "$DATA is there (make data)"

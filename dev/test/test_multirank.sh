@@ -22,8 +22,6 @@ STEPS=5
 TOL=1e-5
 DATA=data/tinyshakespeare_train.bin
 
-TMP=$(mktemp -d /tmp/test_multirank.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 
 [ -x "$BIN" ] || fatal "$BIN is built"
 [ -f "$DATA" ] || fatal "$DATA is there (make data)"

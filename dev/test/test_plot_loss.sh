@@ -8,8 +8,6 @@
 # and no image written.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_plot_loss.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 
 [ -x ./train_gpt2 ] || fatal "./train_gpt2 is built"
 command -v gnuplot >/dev/null 2>&1 || fatal "gnuplot is installed (gnuplot-nox)"

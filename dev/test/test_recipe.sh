@@ -24,8 +24,6 @@
 #   dry run  --dry-run prints the commands and runs none
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_recipe.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 t0=$SECONDS
 RECIPE=scripts/pretrain_gpt2_124M.sh
 

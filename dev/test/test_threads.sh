@@ -13,8 +13,6 @@
 # Every run here unsets the runner's OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 first.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_threads.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 
 for bin in train_gpt2 train_gpt2_plain; do
     [ -x "./$bin" ] || fatal "./$bin is built"

@@ -17,14 +17,11 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../test/test_lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/pkeys.sh"
-# Without CUDA headers (no toolkit, and no PyPI wheels to take them from) nothing here can build.
-if ! bash dev/cuda_cpu/cuda_headers.sh >/dev/null; then
-    skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-fi
+require LAYER
 run() {  # run NAME COMMAND...: one check, the run's own checks counted (its TAP ok lines)
     local name=$1 log
     shift
-    log=$(mktemp)
+    log=$(mktemp -p "$TMP")
     if "$@" >"$log" 2>&1; then
         ok "$name ($(grep -E '^ok [0-9]+ - ' "$log" | grep -vc ' # SKIP ') checks)"
         grep 'SKIPPED' "$log" | sed 's/^/    /'
