@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # llmc/blas_cores.h: the programs restart themselves with OPENBLAS_CORETYPE when OpenBLAS
 # chose kernels below what the CPU can run (cloud VMs with a generic CPU model get
 # "Prescott" on AVX-512 hardware). This machine is usually detected right, so the fault is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=alone tier=full
 # The Makefile's build stamps (.build-cpu.stamp, .build-gpu.stamp): a build is redone when
 # its variables change, and only then. In a copy of the sources, with a stand-in compiler
 # that only creates its -o file (what is tested is make's decisions, not compilation):

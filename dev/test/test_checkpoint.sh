@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=420 lane=cpu tier=fast,full
 # Checkpoints (-n, -y): written atomically, in model space, resumable at another DP.
 #   1. same DP, same flags: resuming at step 3 reproduces the straight run's step-6
 #      checkpoint byte for byte (model.bin, optimizer.bin), ZeRO-1 fp32 and bf16 storage

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # Sharded checkpoint I/O (llmc/checkpoint_io.h): every rank writes and reads only its own
 # pieces, through MPI-IO and a bounded staging buffer.
 #   1. the files against independent references, at 1-3 ranks, ZeRO-1 (small buckets),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # The compiler report's check (dev/test/check_compiler_report.py) bites: small planted kernels
 # (dev/test/compiler_report_planted.cu) compiled by the real nvcc for sm_90, compile only (a
 # few seconds each), checked against dev/test/compiler_report_planted_budgets.txt:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # llmc/crc32c.h: the unit tests in ./test_crc32c (known vectors, SSE4.2 == portable,
 # incremental, combine), then crc32c_file on files of awkward sizes against two
 # independent Python implementations: a bit-at-a-time CRC from the definition, and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=900 lane=layer tier=full
 # The docs test (make test step docs): the README and docs/ say what the code does.
 #   1. static checks (dev/test/docs_check.py): README.md <= 350 lines; every relative link
 #      and #anchor resolves; every docs/ page is linked from the README; no paragraph

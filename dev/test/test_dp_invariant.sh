@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=fast,full
 # --dp-invariant (docs/zero1.md#the-dp-invariant-mode---dp-invariant): one optimizer step of
 # 8 micro-batches (B=2, T=32, -d 512) split over 1, 2, 4 and 8 ranks (8, 4, 2 and 1
 # micro-steps, and other bucket sizes), 8 steps with clipping biting at every step

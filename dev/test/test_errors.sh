@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=fast,full
 # Bad input to ./train_gpt2 (docs/design.md, "Errors"): every case must end with an exit code != 0 (not a timeout,
 # not a signal), exactly one `error:` line that names the problem (a keyword), and no
 # hang (timeout 60 s); the runner is expect_error in dev/test/test_lib.sh. Some cases also under

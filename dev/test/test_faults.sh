@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # Hang-proof collectives (--comm-timeout): a rank that stops, or a host whose network goes
 # away, ends the whole job with one message naming the collective, instead of hanging it.
 #   0. the helpers of llmc/mpi_wait.h alone (dev/test/test_mpi_wait.c, 3 ranks): their

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # gpt2_cost (the cost model, dev/cost/cost_model.h) and scripts/gpu_check.sh, without a GPU:
 #   1. dev/test/cost_reference.py: FLOP totals (6N + 6LCT identities, attention's square or
 #      tiles), bytes by hand from the shapes, the roofline and MFU from their definitions,

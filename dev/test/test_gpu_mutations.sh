@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=900 lane=layer tier=full
 # The GPU suite must catch these bugs (make test runs this on the CPU execution layer for
 # CUDA). Each mutation is applied to a copy of the source tree, the binary that exercises
 # it is rebuilt with CUDA_ON_CPU=1, and its check must FAIL, for the reason named:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=900 lane=layer tier=fast
 # The fast tier's look at the GPU trainer (make test-fast; the GPU suite, run_gpu_tests.sh,
 # is the full check): test_gpt2cu (FP32, the zero1/ plugin built in) on the CPU execution
 # layer for CUDA, against the PyTorch oracle for 2 AdamW steps, with ZeRO-1 over the layer's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=900 lane=layer tier=full
 # The GPU code under the CPU execution layer's checking modes (make test runs this;
 # docs/cuda_cpu.md, "Sanitizer and profiler" and "The hardware's freedoms"). Builds with
 # CUDA_CPU_TOOLS=1 and CUDA_CPU_NUMERICS=gpu (fused multiply-adds, every math function at its

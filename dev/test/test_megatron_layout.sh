@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # zero1_plan against megatron-core's own layout code (dev/test/megatron_layout.py: Megatron's
 # DistributedDataParallel, _ParamAndGradBuffer and DistributedOptimizer's range maps, over
 # GPT-2 d2/d4/d12 x DP 1-8 x bucket sizes x bus-bandwidth padding, the shared-embedding rule,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # ZeRO-1 across real host boundaries (dev/test/multihost.sh: network namespaces, veth
 # links through a bridge, Open MPI's rsh launcher, TCP between hosts):
 #   1. the launcher places ranks by host (2 hosts x 2 slots: two ranks on each);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=fast,full
 # Non-finite steps are caught by default (llmc/train_loop.h's update gate, llmc/train_main.h's
 # stop, llmc/checkpoint_io.h's finite checks). A small model (vocab 1000) learns a repeating
 # token pattern; test hooks (llmc/test_hooks.h) plant the faults.

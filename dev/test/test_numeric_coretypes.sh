@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=600 lane=cpu tier=full
 # The tolerance-based numeric tests under every OpenBLAS kernel family this CPU and this
 # OpenBLAS can run (OPENBLAS_CORETYPE), so that the family a machine happens to pick cannot
 # hide a tolerance that only holds for another one: SSE (Prescott), AVX (Sandybridge),

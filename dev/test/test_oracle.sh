@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=fast,full
 # The CPU trainer against the PyTorch oracle (dev/test/gpt2_oracle.py), through ./test_gpt2.
 #
 #   fp32 model: np=1 (logits, loss, every gradient, 10 AdamW step losses); np=2 x B=2;

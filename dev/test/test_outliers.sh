@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # -sl / -sg: skip an update whose loss or grad norm is an outlier (llmc/outliers.h).
 #
 # A small model (vocab 1000) learns a repeating token pattern; at 0-based step 30 a test

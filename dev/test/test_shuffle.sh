@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # --shuffle: the train data's order per epoch from --seed, and resumes that read exactly the
 # rows the straight run read, at another rank count (the same global batch).
 #

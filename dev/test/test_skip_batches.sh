@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # --skip-batches A-B (llmc/skip_batches.h): the steps from A on read what the straight run's
 # steps from B+1 on read, at any rank count, with --shuffle and in file order, across an
 # epoch; the skip is recorded in checkpoints, so a resume continues it and a requeued job

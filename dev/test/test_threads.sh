@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # The CPU trainer's threads (llmc/threads.h, docs/training.md#threads):
 #   1. without OMP_NUM_THREADS / OPENBLAS_NUM_THREADS it runs one thread per core it may use,
 #      divided among the ranks of the host whose cores overlap (1 rank; taskset to one core;

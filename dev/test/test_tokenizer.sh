@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # Tests of the C data pipeline: GPT-2 BPE (tools/bpe.h), prepro_text, the tokenizer file
 # and its decoder (llmc/tokenizer.h). The oracle is dev/test/bpe_reference.py, an
 # independent Python BPE; expected ids below are GPT-2's published ones.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=600 lane=cpu tier=fast,full
 # ZeRO-1 equals replicated AdamW under mpirun with 1-4 ranks, across bucket layouts,
 # dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run), with
 # distributed-optimizer instances at np 4 and 6, also on the
