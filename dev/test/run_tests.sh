@@ -36,7 +36,7 @@ test_name() { local b=${1##*/}; b=${b%.sh}; echo "${b#test_}"; }
 # ---- prove's --exec: one script --------------------------------------------------------------
 if [ "${1:-}" = --exec ]; then
     script=$2 name=$(test_name "$2") limit=$(header "$2" timeout)
-    log=$LOG_DIR/$name.log
+    log=${LOG_DIR:=$(mktemp -d /tmp/llmc_tests.XXXXXX)}/$name.log  # LOG_DIR: the runner's
     : >"$log"
     timeout --kill-after=10 "${limit:-60}" bash "$script" >"$log" 2>&1 &
     pid=$!
