@@ -373,7 +373,7 @@ data: prepro_text
 test:
 	./dev/test/run_tests.sh
 
-# The fast tier (dev/test/run_tests.sh --fast; its contents are listed there).
+# The fast tier (dev/test/run_tests.sh --fast: the scripts whose header line says tier=fast).
 .PHONY: test-fast
 test-fast:
 	./dev/test/run_tests.sh --fast

@@ -180,7 +180,7 @@ else
         TEST_LOG="$BIN/test_gpu.log"
         make test_gpu 2>&1 | tee "$TEST_LOG"
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-        TESTS=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$TEST_LOG" | tail -n 1)
+        TESTS=$(sed -n 's/^# \([0-9]* passed, [0-9]* failed, [0-9]* skipped\)$/\1/p' "$TEST_LOG" | tail -n 1)
     fi
 fi
 

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # All tests on a fresh machine (the README's second command; CI runs it through .ci/run):
 #   1. scripts/install_deps.sh   what the build and the PyTorch oracle need
-#   2. make test                 every CPU test (dev/test/run_tests.sh), ends "N passed, M failed, K skipped"
+#   2. make test                 every CPU test (dev/test/run_tests.sh: prove), ends "N passed, M failed, K skipped"
 #   3. scripts/check_cuda_build.sh  every CUDA target compiles in FP32 and BF16 (no GPU needed)
 #   4. scripts/check_openmpi5_build.sh  the trainers build (and the CPU one runs) against the
 #                                Open MPI 5 wheel from PyPI; SKIPPED without a network
-#   5. make test_gpu             the GPU tests; they say SKIPPED where there is no GPU
+#   5. make test_gpu             the GPU tests (TAP), ending "# N passed, M failed, K skipped"; SKIPPED
+#                                where there is no GPU (the plan "1..0 # SKIP why")
 # Exit status: non-zero if any step failed.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 START=$SECONDS
 phase() { echo; echo "== [test +$((SECONDS - START)) s] $*"; }
-# summary LOG: passed, failed, skipped from a runner's last "N passed, M failed[, K skipped]"
-summary() {
-    awk '/^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$/ { p = $1; f = $3; s = $5 }
-         END { print p + 0, f + 0, s + 0 }' "$1"
+# counts LOG: passed, failed, skipped from LOG's last count line "N passed, M failed, K skipped":
+# make test's closing line (dev/test/run_tests.sh's, from prove's summaries), or make test_gpu's
+# after its TAP plan, a comment (dev/test/test_lib.sh's done_testing).
+counts() {
+    local line
+    line=$(grep -E '^(# )?[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$1" | tail -n 1)
+    set -- ${line#\# }  # N passed, M failed, K skipped
+    echo "${1:-0} ${3:-0} ${5:-0}"
 }
 
 phase "dependencies"
@@ -25,7 +30,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 make test 2>&1 | tee "$log"
 tests=${PIPESTATUS[0]}
-read -r passed failed skipped < <(summary "$log")
+read -r passed failed skipped < <(counts "$log")
 
 phase "CUDA compile check"
 export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
@@ -56,7 +61,7 @@ gpu=${PIPESTATUS[0]}
 if grep -q '^1\.\.0 # SKIP' "$log"; then  # TAP's whole-script skip: no GPU
     skipped=$((skipped + 1))
 else
-    read -r p f s < <(summary "$log")
+    read -r p f s < <(counts "$log")
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     [ $gpu -ne 0 ] && [ "$f" = 0 ] && failed=$((failed + 1))
 fi

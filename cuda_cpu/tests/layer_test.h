@@ -1,6 +1,6 @@
 /*
  * cuda_cpu/tests/layer_test.h: what the layer's CUDA tests share (test_layer.cu,
- * test_tools.cu): PASS/FAIL lines with their counts, and child processes: a case that must
+ * test_tools.cu): TAP lines (tap.h), and child processes: a case that must
  * end in a fault (a fault is sticky, as on a GPU) or needs its own environment runs as this
  * same program with the case's name as its argument.
  */
@@ -13,15 +13,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cuda_cpu/tests/tap.h"
+
 extern char** environ;
 
-static int passed = 0, failed = 0;
-static void check(int ok, const char* what) {
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    fflush(stdout);
-    if (ok) passed++;
-    else failed++;
-}
+static void check(int ok, const char* what) { tap_ok(ok, "%s", what); }
 
 // Runs `self name` with our environment plus env (one NAME=value, or NULL); returns its exit
 // status (128 + signal when killed) and its stderr in err.

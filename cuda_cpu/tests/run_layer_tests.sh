@@ -25,13 +25,13 @@ fi
 run() {  # run NAME COMMAND...: one check, the run's own checks counted (PASS or TAP ok lines)
     local name=$1 log
     shift
-    log=$(mktemp)
+    log=$(mktemp -p "$TMP")
     if "$@" >"$log" 2>&1; then
-        ok "$name ($(grep -E '^(PASS|ok [0-9]+ - )' "$log" | grep -vc ' # SKIP ') checks)"
+        ok "$name ($(grep -E '^ok [0-9]+ - ' "$log" | grep -vc ' # SKIP ') checks)"
         grep 'SKIPPED' "$log" | sed 's/^/    /'
     else
         not_ok "$name" "$log"
-        diag "$(grep -E '^(FAIL|not ok)' "$log" | head -n 20)"
+        diag "$(tap_not_ok "$log" | head -n 20)"
     fi
     rm -f "$log"
 }

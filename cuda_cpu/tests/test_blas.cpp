@@ -2,7 +2,7 @@
  * cuda_cpu/tests/test_blas.cpp: unit test of cuda_cpu/blas.cpp (cuBLAS and cuBLASLt
  * on OpenBLAS). Every expected number is a literal worked out by hand (column-major: element
  * (i, j) at i + j*ld) or, for GELU, by Python in double precision. Uses only the CUDA runtime
- * and cuBLAS APIs, so it runs against the real layer. Prints PASS/FAIL per check, exits 1 on
+ * and cuBLAS APIs, so it runs against the real layer. Prints TAP (tests/tap.h), exits 1 on
  * any failure.
  */
 #include <cublasLt.h>
@@ -21,12 +21,9 @@ namespace cudacpu {
 long blas_live_descriptors(void);
 }
 
-static int g_failed = 0;
+#include "cuda_cpu/tests/tap.h"
 
-static void check(bool ok, const char* what) {
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    if (!ok) g_failed = 1;
-}
+static void check(bool ok, const char* what) { tap_ok(ok, "%s", what); }
 
 static bool near(double got, double want, double tol) { return std::fabs(got - want) <= tol * (1.0 + std::fabs(want)); }
 
@@ -578,8 +575,7 @@ int main(int argc, char** argv) {
     check(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS && cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS, "create handles");
     if (argc == 3 && strcmp(argv[1], "heuristic") == 0) {
         test_heuristic_mode(lt, argv[2]);
-        printf("%s\n", g_failed ? "test_blas: FAILED" : "test_blas: all passed");
-        return g_failed;
+        return done_testing();
     }
     test_heuristic_mode(lt, "documented");
     test_fp32_products(lt);
@@ -600,6 +596,5 @@ int main(int argc, char** argv) {
     cublasSetStream(bound, st);
     cudaStreamDestroy(st);
     check(cublasDestroy(bound) == CUBLAS_STATUS_INTERNAL_ERROR, "cublasDestroy of a handle whose stream was destroyed first: refused");
-    printf("%s\n", g_failed ? "test_blas: FAILED" : "test_blas: all passed");
-    return g_failed;
+    return done_testing();
 }

@@ -7,8 +7,8 @@
  *                        blocks) run as child processes, their stderr checked
  *   test_layer CASE      one such case alone
  * Expected values are worked out by hand in the comments (the CUDA documentation's
- * definitions of each intrinsic), never taken from the layer itself. Prints PASS/FAIL
- * lines and "N passed, M failed"; exits 1 on any failure.
+ * definitions of each intrinsic), never taken from the layer itself. Prints TAP
+ * (tests/tap.h); exits 1 on any failure.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -204,7 +204,7 @@ static int eager(void) {
     return e && strcmp(e, "eager") == 0;
 }
 static void check_async(int ok, const char* what) {
-    if (eager()) printf("SKIPPED (CUDA_CPU_EXEC=eager: nothing is ever pending) %s\n", what);
+    if (eager()) tap_skip("CUDA_CPU_EXEC=eager: nothing is ever pending", "%s", what);
     else check(ok, what);
 }
 
@@ -341,11 +341,12 @@ static void test_parallel_blocks(const char* self) {
     sched_getaffinity(0, sizeof(mask), &mask);
     long cores = CPU_COUNT(&mask), online = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < online) {
-        printf("SKIPPED the defaults of an unbound process: this one is bound to %ld of %ld cores\n", cores, online);
+        snprintf(err, sizeof(err), "this one is bound to %ld of %ld cores", cores, online);
+        tap_skip(err, "the defaults of an unbound process");
     } else {
         check(run_case(self, "meet_ranks", NULL, err, sizeof(err)) == 2 + 4 * 3,
               "by default, 1024 ranks on this host (OMPI_COMM_WORLD_LOCAL_SIZE) share the cores: one block after another");
-        if (cores < 2) printf("SKIPPED blocks in parallel by default: one core\n");
+        if (cores < 2) tap_skip("one core", "blocks in parallel by default");
         else check(run_case(self, "meet_default", NULL, err, sizeof(err)) == 15,
                    "by default, an unbound process with 2 or more cores: blocks in parallel");
     }
@@ -404,7 +405,7 @@ static void test_barriers(void) {
     fetch(sums, out, sizeof(sums));
     const char* order = getenv("CUDA_CPU_ORDER");
     if (order && strcmp(order, "reverse") == 0) {
-        printf("SKIPPED the missing-barrier check: reverse order runs thread 0 last, where the race does not show\n");
+        tap_skip("reverse order runs thread 0 last, where the race does not show", "the missing-barrier check");
     } else {
         check(isnan(sums[0]), "a missing __syncthreads shows: the reads see shared memory's poison (NaN)");
     }
@@ -700,12 +701,13 @@ int main(int argc, char** argv) {
     // without them the mode refuses to start, so there is nothing to check.
     int pkey = pkey_alloc(0, 0);
     if (pkey < 0) {
-        printf("SKIPPED CUDA_CPU_PROTECT=1: this CPU or kernel has no memory protection keys (%s)\n", strerror(errno));
+        char why[160];
+        snprintf(why, sizeof(why), "this CPU or kernel has no memory protection keys (%s)", strerror(errno));
+        tap_skip(why, "CUDA_CPU_PROTECT=1");
     } else {
         pkey_free(pkey);
         expect_fault(argv[0], "host_touch", "CUDA_CPU_PROTECT=1", 139, "host code touched device memory",
                      "CUDA_CPU_PROTECT=1: host code reading device memory crashes, as on a GPU");
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return done_testing();
 }

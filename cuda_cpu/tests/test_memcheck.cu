@@ -11,7 +11,7 @@
  * outside [base, base + size) of every live cudaMalloc'd allocation is out of bounds
  * (cudaErrorIllegalAddress); host code touching cudaMalloc'd memory is an error that ends
  * the process (abort: exit 134), pinned host memory being host memory. cudaMalloc returns
- * 256-byte aligned addresses. Prints PASS/FAIL lines, "N passed, M failed".
+ * 256-byte aligned addresses. Prints TAP (tests/tap.h).
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -208,6 +208,5 @@ int main(int argc, char** argv) {
     expect(self, "misaligned16", "CUDA_CPU_CHECK=race", 0, quiet, "CUDA_CPU_CHECK=race alone: no memcheck");
     const char* bad[] = {"error: cuda_cpu: CUDA_CPU_CHECK=racecheck: use off, race, memcheck or race,memcheck", NULL};
     expect(self, "valid", "CUDA_CPU_CHECK=racecheck", 1, bad, "an unknown CUDA_CPU_CHECK value: one error naming them");
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return done_testing();
 }

@@ -13,13 +13,15 @@
  *                                     stream pass; on two streams, one launched while the
  *                                     other's waits for its peer: a fault, exits 2
  *   test_nccl dead | stopped          without mpirun: a forked peer exits / is stopped
- * Prints PASS/FAIL lines; exit 1 on a failed check.
+ * Prints TAP (tests/tap.h) from rank 0, the other ranks' failed checks on stderr; exit 1 on a
+ * failed check.
  */
 #include <mpi.h>
 #include <nccl.h>
 #include <cuda_runtime.h>
 
 #include "cuda_cpu/internal.h"  // exact bf16 conversions
+#include "cuda_cpu/tests/tap.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -54,8 +56,7 @@ static std::string fmt(const char* f, ...) {
 
 // This rank's check, printed by this rank.
 static void check_mine(bool ok, const std::string& what) {
-    printf("%s: [rank %d] %s\n", ok ? "PASS" : "FAIL", g_rank, what.c_str());
-    fflush(stdout);
+    tap_ok(ok, "[rank %d] %s", g_rank, what.c_str());
     if (!ok) g_failed++;
 }
 
@@ -64,8 +65,7 @@ static void check_all(bool ok, const std::string& what) {
     int mine = ok, all = ok;
     if (g_mpi) MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!ok) fprintf(stderr, "[rank %d] failed here: %s\n", g_rank, what.c_str());
-    if (g_rank == 0) printf("%s: %s (%d ranks)\n", all ? "PASS" : "FAIL", what.c_str(), g_size);
-    fflush(stdout);
+    tap_ok(all, "%s (%d ranks)", what.c_str(), g_size);
     if (!all) g_failed++;
 }
 
@@ -826,11 +826,16 @@ static int test_forked(bool stop) {
 
 int main(int argc, char** argv) {
     std::string mode = argc > 1 ? argv[1] : "basic";
-    if (mode == "dead" || mode == "stopped") return test_forked(mode == "stopped");
+    if (mode == "dead" || mode == "stopped") {
+        int rc = test_forked(mode == "stopped");
+        done_testing();
+        return rc;
+    }
     MPI_Init(&argc, &argv);
     g_mpi = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    tap_rank = g_rank;
     int rc = 1;
     if (mode == "basic") {
         test_basic();
@@ -854,8 +859,7 @@ int main(int argc, char** argv) {
     } else if (g_rank == 0) {
         fprintf(stderr, "unknown mode %s\n", mode.c_str());
     }
-    if (g_rank == 0 && mode == "basic") printf("%s\n", g_failed ? "test_nccl: FAILED" : "test_nccl: all passed");
-    fflush(stdout);
+    if (tap_count > 0) done_testing();  // the plan, where this mode made checks
     MPI_Finalize();
     return rc;
 }

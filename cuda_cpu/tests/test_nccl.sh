@@ -15,7 +15,7 @@ LOG=$(mktemp -d)
 trap 'rm -rf "$LOG"' EXIT
 
 # expect NAME RC [+TEXT|-TEXT]... -- COMMAND...: COMMAND exits with RC; its stderr holds each
-# +TEXT and no -TEXT; its stdout has no FAIL line.
+# +TEXT and no -TEXT; no check failed on any rank (TAP: a not ok line).
 expect() {
     local name=$1 want=$2 musts=() nots=()
     shift 2
@@ -25,21 +25,21 @@ expect() {
     done
     shift
     local rc=0 why=""
-    timeout 60 "$@" >"$LOG/out" 2>"$LOG/err" || rc=$?
+    timeout 60 "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
     [ "$rc" = 124 ] && why="timed out (a hang)"
     [ -z "$why" ] && [ "$rc" != "$want" ] && why="exit code $rc, expected $want"
-    [ -z "$why" ] && grep -q '^FAIL' "$LOG/out" && why="a check failed: $(grep -m1 '^FAIL' "$LOG/out")"
+    [ -z "$why" ] && tap_not_ok "$TMP/out" "$TMP/err" >/dev/null && why="a check failed: $(tap_not_ok "$TMP/out" "$TMP/err" | head -n 1)"
     for t in ${musts[@]+"${musts[@]}"}; do
-        [ -z "$why" ] && ! grep -qF -- "$t" "$LOG/err" && why="stderr lacks: $t"
+        [ -z "$why" ] && ! grep -qF -- "$t" "$TMP/err" && why="stderr lacks: $t"
     done
     for t in ${nots[@]+"${nots[@]}"}; do
-        [ -z "$why" ] && grep -qF -- "$t" "$LOG/err" && why="stderr has: $t"
+        [ -z "$why" ] && grep -qF -- "$t" "$TMP/err" && why="stderr has: $t"
     done
     if [ -z "$why" ]; then
-        ok "$name ($(grep -c '^PASS' "$LOG/out") checks)"
+        ok "$name ($(grep -c '^ok ' "$TMP/out") checks)"
     else
         not_ok "$name: $why"
-        diag "$(cat "$LOG/out" "$LOG/err" | grep -v '^PASS' | tail -20)"
+        diag "$(cat "$TMP/out" "$TMP/err" | grep -v '^ok ' | tail -20)"
     fi
 }
 

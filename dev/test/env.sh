@@ -40,14 +40,6 @@ for i, n in enumerate((700, 600, 900)):
 PYEOF
 }
 
-# small_model_work: for the tests that train the small model, a scratch directory $work
-# (removed on exit) holding its m.bin.
-small_model_work() {
-    work=$(mktemp -d)
-    trap 'rm -rf "$work"' EXIT
-    small_model "$work"
-}
-
 # wait_stopped LOG N: waits (120 s at most) until N processes have said in LOG that they stop
 # themselves (LLMC_TEST_STOP, run/test_stop.h) and every one of them is stopped; prints
 # their pids. A test then acts at that known place and continues them (kill -CONT).
@@ -62,26 +54,6 @@ wait_stopped() {
         fi
         sleep 0.1
     done
-    return 1
-}
-
-# hf_client: the real Hugging Face client, transformers pinned in a venv over Debian's
-# python3 (scripts/install_hf_client.sh, cached). Sets HF_PY (its python) and HF_CHECK (the
-# reference's logits check under it, transformers required) and returns 0; where PyPI
-# cannot be reached outside CI it prints that SKIPPED line (a TAP comment), leaves HF_PY empty and HF_CHECK
-# on $PY, and returns 0; any other failure (every failure in CI) prints why and returns 1.
-hf_client() {
-    local out rc
-    HF_PY='' HF_CHECK=("$PY" dev/test/hf_reference.py check)
-    out=$(bash scripts/install_hf_client.sh 2>&1)
-    rc=$?
-    if [ $rc = 0 ]; then
-        HF_PY=$(echo "$out" | tail -n 1)
-        HF_CHECK=("$HF_PY" dev/test/hf_reference.py check --require-transformers)
-        return 0
-    fi
-    if [ $rc = 3 ]; then echo "$out" | grep '^SKIPPED' | sed 's/^/# /'; return 0; fi
-    echo "$out" | tail -n 8 | sed 's/^/       | /'
     return 1
 }
 

@@ -1,9 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the bad-input tests (test_errors.sh, test_files.sh and others), after
-# test_lib.sh, whose expect_error checks one case of bad input to $BIN: a scratch directory
-# $TMP (removed on exit, where expect_error keeps each case's log) and the fixtures below.
-TMP=$(mktemp -d "/tmp/$(basename "$0" .sh).XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+# test_lib.sh, whose expect_error checks one case of bad input to $BIN (its log in the
+# script's scratch directory $TMP): the fixtures below, made in $TMP.
 
 # ---- fixtures -------------------------------------------------------------------------
 # small_model PATH: an oracle model with V=1000 (Vp=1024), L=2, C=64, NH=4, maxT=64, fp32 (v3).

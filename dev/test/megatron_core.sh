@@ -9,8 +9,9 @@
 # modules import there with the placeholders dev/test/megatron_layout.py names.
 # D is ${LLMC_CACHE:-$HOME/.cache}/llmc-megatron-core/VERSION, reused when complete, so
 # reruns need no network. scripts/install_deps.sh runs this once as part of the set-up.
-# Messages go to stderr. Without PyPI: one "SKIPPED: ..." line and exit 2, except under CI
-# (CI=true), where the step must run; PyPI answering but the download failing: exit 1.
+# Messages go to stderr. Without PyPI: one "SKIPPED: ..." line and exit 2 (the test then says
+# SKIPPED, or fails under CI: dev/test/test_lib.sh's PYPI); PyPI answering but the download
+# failing: exit 1.
 set -euo pipefail
 
 PINNED="0.19.2 0.13.1"   # the reference (docs/zero1.md), and an older release checked the same way
@@ -22,7 +23,6 @@ WANT="megatron-core==$VERSION $PACKAGING"
 
 fail() { echo "error: megatron_core.sh: $*" >&2; exit 1; }
 skip() {
-    [ "${CI:-}" = true ] && fail "$* (CI=true: the Megatron layout oracle must run in CI)"
     echo "SKIPPED: megatron_core.sh: $*" >&2
     exit 2
 }

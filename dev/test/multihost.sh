@@ -2,7 +2,7 @@
 # A cluster of "hosts" on one machine, for tests that cross real host boundaries.
 # Sourced (after env.sh) by tests; needs root, `ip`, `tc`, `unshare` and Open MPI 4.x.
 #
-#   trap 'mh_teardown' EXIT          # the caller's EXIT trap must call mh_teardown
+#   at_exit mh_teardown              # the caller's clean-up (a test's at_exit) must call it
 #   mh_setup 3 || ...                # 3 hosts; returns 2 (and sets MH_SKIP_REASON) where
 #                                    # namespaces cannot be created, 1 on any other failure
 #   mh_mpirun 2 2 ./prog args        # 2 hosts x 2 ranks, mpirun started on host 0

@@ -1,12 +1,14 @@
 /*
  * The oracle's debug state (dev/test/gpt2_oracle.py make; format in docs/formats.md, "Oracle debug state")
- * and the checks both oracle tests share: test_gpt2.c (CPU) and test_gpt2.cu (GPU).
+ * and the checks both oracle tests share: test_gpt2.c (CPU) and test_gpt2.cu (GPU), printed as TAP
+ * (dev/test/check.h; the tests set tap_rank).
  */
 #ifndef DEV_TEST_ORACLE_STATE_H
 #define DEV_TEST_ORACLE_STATE_H
 
 #include <math.h>
 
+#include "dev/test/check.h"
 #include "run/config.h"
 #include "llmc/gpt2_spec.h"
 #include "run/model_file.h"
@@ -67,11 +69,8 @@ static void read_state(const char* path, const GPT2Config* mc, OracleState* s) {
     free(file_order);
 }
 
-static int failures = 0;
-
 static void report(int ok, const char* what, double err, double tol) {
-    if (!ok) failures++;
-    if (utils_rank() == 0) printf("%s %-44s err %.3e (tol %.1e)\n", ok ? "PASS" : "FAIL", what, err, tol);
+    tap_ok(ok, "%-44s err %.3e (tol %.1e)", what, err, tol);
 }
 
 // The rows of the oracle's global batch that rank r uses in micro-step m.

@@ -52,8 +52,8 @@
 # Rows whose ranks share one GPU (the layer's CUDA_CPU_SHARED_GPU=1 rows; on a GPU, more ranks
 # than GPUs) need its Default compute mode: under Exclusive_Process they say SKIPPED, loudly.
 # Prints TAP (dev/test/test_lib.sh), one row per check, each run's output kept in
-# $OUT/NAME.log; after the plan, for scripts/test.sh and scripts/gpu_check.sh, the count
-# line `N passed, M failed, K skipped` (at column 0; a TAP harness passes over it). Exits
+# $OUT/NAME.log (the scratch directory); after the plan, test_lib.sh's count line `# N passed,
+# M failed, K skipped` (rows), which scripts/test.sh and scripts/gpu_check.sh read. Exits
 # non-zero on any failure.
 set -uo pipefail
 # The oracle runs under $LLMC_PYTHON (default Debian's python3, which has torch): $PY.
@@ -61,40 +61,35 @@ source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 
 LAYER=0
 if [ "${CUDA_ON_CPU:-0}" = 1 ]; then
-    if ! bash cuda_cpu/cuda_headers.sh >/dev/null; then
-        skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-    fi
+    require LAYER
     LAYER=1
     NUM_GPUS=4   # emulated: one per rank (the tests use at most 4 ranks)
     MAKE_ARGS=(CUDA_ON_CPU=1)
     WHERE="the CPU execution layer for CUDA (cuda_cpu/)"
-elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+else
+    have GPU || note "make test runs this suite on the CPU execution layer for CUDA: CUDA_ON_CPU=1 dev/test/run_gpu_tests.sh"
+    require GPU
     NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
     MAKE_ARGS=()
     WHERE="$NUM_GPUS GPU(s): $(nvidia-smi -L | head -n 1)"
-else
-    why="no GPU found (make test_gpu needs an NVIDIA GPU; make test runs this suite on the CPU"
-    skip_all "$why execution layer for CUDA: CUDA_ON_CPU=1 dev/test/run_gpu_tests.sh)"
 fi
 # NCCL's algorithm pinned (a fixed order of every float sum across ranks) and cuBLAS's
 # workspace per stream, as Megatron's --deterministic-mode sets them; a setting of the
 # caller's is kept.
 export NCCL_ALGO=${NCCL_ALGO-Ring} NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE-0} CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG-:4096:8}
-OUT=${TEST_GPU_OUT:-$(mktemp -d /tmp/llmc_test_gpu.XXXXXX)}
+OUT=${TEST_GPU_OUT:-$TMP}
 mkdir -p "$OUT"
 row() {  # row NAME COMMAND...: one check, its output in $OUT/NAME.log (later rows read some)
     local name=$1 t0=$SECONDS log=$OUT/$1.log
     shift
     note "== $name: $*"
     if "$@" >"$log" 2>&1; then
-        { grep -E '^(PASS|FAIL|SKIPPED)' "$log" | tail -n 4 || tail -n 3 "$log"; } | sed 's/^/    /'
+        { grep -E '^(ok |not ok |# SKIPPED|PASS|FAIL|SKIPPED)' "$log" | tail -n 4 || tail -n 3 "$log"; } | sed 's/^/    /'
         ok "$name ($((SECONDS - t0)) s)"
     else
         TEST_LOG_LINES=40 not_ok "$name ($((SECONDS - t0)) s; log: $log)" "$log"
     fi
 }
-skipped=0  # for the closing count line
-skip_row() { skip "$1" "$2"; skipped=$((skipped + 1)); }  # skip_row NAME REASON
 layer_only() { [ $LAYER = 1 ]; }
 # on_layer VAR=value... COMMAND: the environment settings apply on the layer only.
 on_layer() {
@@ -169,7 +164,7 @@ shared_row() {  # shared_row NP NAME COMMAND...: row, or SKIPPED where its NP ra
     shift
     if [ "$COMPUTE_MODE" != Default ] && [ "$COMPUTE_MODE" != unknown ] && { [ $LAYER = 1 ] || [ "$NUM_GPUS" -lt "$np" ]; }; then
         SHARED_SKIPPED+=("$1")
-        skip_row "$1" "its $np ranks share a GPU, and the GPU's compute mode is $COMPUTE_MODE"
+        skip "$1" "its $np ranks share a GPU, and the GPU's compute mode is $COMPUTE_MODE"
     else
         row "$@"
     fi
@@ -181,7 +176,7 @@ compute_mode_skips() {
     local mode out
     mode=$(CUDA_CPU_COMPUTE_MODE=exclusive-process "$OUT/gpu_compute_mode_BF16") || return 1
     out=$(COMPUTE_MODE=$mode TEST_STATE=$OUT/compute_mode_skips.state
-          echo "0 0" >"$TEST_STATE"
+          echo "0 0 0" >"$TEST_STATE"
           shared_row 2 a_shared_row false; echo "${SHARED_SKIPPED[*]}")
     echo "$out"
     [ "$mode" = Exclusive_Process ] &&
@@ -209,7 +204,7 @@ done
 if [ "$NUM_GPUS" -ge 2 ]; then
     row test_gpt2cu_bf16_np2 "${MPIRUN[@]}" -np 2 "$OUT/test_gpt2cu_BF16" "$OUT/model_bf16.bin" "$OUT/state_bf16.bin"
 else
-    skip_row test_gpt2cu_bf16_np2 "one GPU: the replicated optimizer's NCCL all-reduce needs a GPU per rank"
+    skip test_gpt2cu_bf16_np2 "one GPU: the replicated optimizer's NCCL all-reduce needs a GPU per rank"
 fi
 # More ranks than GPUs: the plain trainer says so instead of NCCL's bare "invalid usage".
 shared_refused() {
@@ -326,7 +321,7 @@ for P in FP32 BF16; do
         elif [ "$NUM_GPUS" -ge $np ]; then
             row "zero1_oracle_${p}_np${np}_nccl" "${MPIRUN[@]}" -np $np "$T" "${M[@]}" --comm nccl
         else
-            skip_row "zero1_oracle_${p}_np${np}_nccl" "fewer than $np GPUs"
+            skip "zero1_oracle_${p}_np${np}_nccl" "fewer than $np GPUs"
         fi
         [ $LAYER = 1 ] && continue
         shared_row $np "zero1_oracle_${p}_np${np}_staged" on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np $np "$T" "${M[@]}" \
@@ -340,7 +335,7 @@ if [ "$NUM_GPUS" -ge 4 ]; then
     row zero1_oracle_fp32_np4_instances on_layer CUDA_CPU_NCCL_CONCURRENT=1 "${MPIRUN[@]}" -np 4 "${TZ[@]}" \
         --comm nccl --dist-opt-instances 2
 else
-    skip_row zero1_oracle_fp32_np4_instances "fewer than 4 GPUs"
+    skip zero1_oracle_fp32_np4_instances "fewer than 4 GPUs"
 fi
 # bf16 on the wire with fp32 sums (an all-to-all of ncclSend/ncclRecv, then the sum_slices
 # kernel) at np 2 over NCCL.
@@ -522,7 +517,7 @@ stopped_rank() {
         grep -qE "^error: \[rank 0\] (zero1: the GPU step|loss all-reduce) at step [0-9]+ did not complete within $timeout_s s" "$log" &&
         echo "PASS the job ended (exit $rc) $secs s after rank 1 stopped (timeout $timeout_s s)"
 }
-if [ "$NUM_GPUS" -ge 2 ]; then row zero1_stopped_rank stopped_rank; else skip_row zero1_stopped_rank "fewer than 2 GPUs"; fi
+if [ "$NUM_GPUS" -ge 2 ]; then row zero1_stopped_rank stopped_rank; else skip zero1_stopped_rank "fewer than 2 GPUs"; fi
 
 # ---- --dp-invariant: 1, 2 and 4 ranks (a GPU each over NCCL; ranks that share a GPU over
 # staged MPI), 4 steps with clipping: byte-identical checkpoints and step lines
@@ -600,7 +595,7 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
     }
     row stochastic_rounding_gpu_vs_cpu sr_same
 else
-    skip_row "checkpoints across trainers" "no OpenBLAS headers for the CPU trainer (a GPU machine without them)"
+    skip "checkpoints across trainers" "no OpenBLAS headers for the CPU trainer (a GPU machine without them)"
 fi
 
 # ---- The demo's job on the GPU trainer: ZeRO-1 on 4 GPUs, the loss falls ----
@@ -619,14 +614,11 @@ demo_job() {
     last=$(sed -n 's/^s:[0-9]* trl:\([^ ]*\).*/\1/p' "$OUT/demo/main.log" | tail -n 1)
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' && echo "PASS train loss $first -> $last"
 }
-if [ "$NUM_GPUS" -ge 4 ]; then row demo_gpu demo_job; else skip_row demo_gpu "fewer than 4 GPUs"; fi
+if [ "$NUM_GPUS" -ge 4 ]; then row demo_gpu demo_job; else skip demo_gpu "fewer than 4 GPUs"; fi
 
 note "GPU suite on $WHERE: $SECONDS s in all"
 if [ ${#SHARED_SKIPPED[@]} -gt 0 ]; then
     note "SKIPPED: ${#SHARED_SKIPPED[@]} rows whose ranks share a GPU, which the compute mode $COMPUTE_MODE forbids" \
         "(nvidia-smi -c DEFAULT allows it): ${SHARED_SKIPPED[*]}"
 fi
-# The count line follows done_testing's plan (it exits): skips are ok rows in TAP, apart here.
-read -r total failed <"$TEST_STATE"
-trap 'echo "$((total - failed - skipped)) passed, $failed failed, $skipped skipped"' EXIT
 done_testing

@@ -1,213 +1,136 @@
 #!/usr/bin/env bash
-# `make test`: builds what the CPU tests need, prepares the data, runs every test.
-# `make test-fast`: the fast tier (FAST below; under 2 minutes on 2 cores from a built
-# tree): every module once, with FAST=1 for the scripts that then run their smallest rows:
-#   the CPU kernels; zero1's layout, runtime and test devices (deferred, hazard); the
-#   trainer against the PyTorch oracle at np 1 and 2 (-z 0 and -z 1) and its negative
-#   control; ZeRO-1 against replicated at np 2 on the deferred device with the hazard
-#   communicator, and at np 3 averaging in the collective; the oracle at np 2 under the
-#   hazards; a planted NaN; a trace's overlap (and trace_overlap.py's self-test); a
-#   representative subset of bad input; a checkpoint resumed at the same and at another
-#   rank count (np 2 -> 4); the GPU trainer on the CPU execution layer (test_gpt2cu FP32
-#   with ZeRO-1 over the layer's NCCL, 2 oracle steps; built incrementally in a copy).
+# `make test` and `make test-fast`: runs the test scripts under prove, the TAP harness, as
+# their header lines say. Every dev/test/test_NAME.sh (but test_lib.sh) is the test NAME and
+# has one, near its top:
 #
-#   dev/test/run_tests.sh              # everything
-#   dev/test/run_tests.sh --fast       # the fast tier
-#   dev/test/run_tests.sh oracle errors  # only the tests with these names (--fast: of the fast tier)
+#   # test: timeout=SECONDS lane=alone|cpu|layer tier=full|fast|fast,full
 #
-# Every test runs under `timeout`, with its output in a log file under $LOG_DIR (a fresh
-# temp dir unless set). Prints, as each step ends (two lanes run at once: see JOBS below),
-# `PASS name (12.3 s)` with the log's SKIPPED lines, or `SKIPPED name (reason)` for a script
-# whose TAP plan is the whole-script skip `1..0 # SKIP` (dev/test/test_lib.sh), or
-# `FAIL name` with its `not ok` lines and the log's tail; then exactly one summary line
-# `N passed, M failed, K skipped`; exits 1 if anything failed. A test whose script or
-# binary is missing is a FAIL, never a skip. Build and data steps count as tests.
+#   timeout  past it the script is stopped, and fails
+#   lane     alone: the build and data scripts, which run first, one after another; then, where
+#            nproc says two cores or more (LLMC_TEST_JOBS=1: one), two lanes at once: layer,
+#            the scripts that run CUDA code on the CPU execution layer, one after another,
+#            beside cpu, all the others, one after another. In a lane, file-name order.
+#   tier     the tiers that run it: full (make test), fast (make test-fast: LLMC_TEST_TIER=fast,
+#            under which a script runs its fast rows, dev/test/test_lib.sh)
+#
+#   dev/test/run_tests.sh [--fast] [NAME...]      (NAMEs: only those tests of the tier)
+#
+# Two prove runs: the alone lane's, then both other lanes' (prove -j2 with a --rules=seq= for
+# the layer lane and one for the rest), because prove's --rules cannot say "these first".
+# prove runs each script through this file (--exec), which keeps its timeout and writes its
+# output, stdout and stderr, to $LOG_DIR/NAME.log (LOG_DIR: a fresh /tmp/llmc_tests.* unless
+# set) while passing it on to prove, and then prints to stderr its SKIPPED lines, or for a
+# script that failed its `not ok` lines and the log's tail. prove prints a line per script
+# (ok, skipped: WHY for a whole-script skip, or the failure) and its summary; from those
+# summaries the last line counts the scripts: `N passed, M failed, K skipped`, after the failed
+# ones' names. Exits 1 if any failed. A script or binary that is missing is a failure.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-unset FAST  # only the fast tier's steps that set FAST=1 run their smallest rows
-
-# ---- the list: one line per step: NAME TIMEOUT_SECONDS [VAR=value ...] COMMAND... ------
-# Build steps first (a failed build is reported and the tests still run, to show the damage).
-# Words are split on blanks (no quoting); a missing script, binary or command is a FAIL.
-STEPS=(
-  "build           600 make -j2 train_gpt2 test_gpt2 test_zero1 USE_ZERO1=1"
-  "build_more      600 make -j2 train_gpt2_plain prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_kernels test_crc32c test_zero1_devices test_mpi_wait hf_convert"
-  "data            300 make data"
-  "build_stamp     120 dev/test/test_build_stamp.sh"
-  "tokenizer       300 dev/test/test_tokenizer.sh"
-  "corpus          120 dev/test/test_corpus.sh"
-  "corpus_dir      120 dev/test/test_corpus_dir.sh"
-  "kernels         120 ./test_kernels"
-  "blas_cores      120 dev/test/test_blas_cores.sh"
-  "threads         300 dev/test/test_threads.sh"
-  "crc32c          120 dev/test/test_crc32c.sh"
-  "zero1_layout    120 ./test_zero1_layout"
-  "zero1_plan      300 dev/test/test_zero1_plan.sh"
-  "megatron_layout 300 dev/test/test_megatron_layout.sh"
-  "gpt2_cost       120 dev/test/test_gpt2_cost.sh"
-  "compiler_report 120 dev/test/test_compiler_report.sh"
-  "zero1_runtime   120 dev/test/test_zero1_runtime.sh"
-  "zero1_devices   300 dev/test/test_zero1_devices.sh"
-  "oracle          300 dev/test/test_oracle.sh"
-  "multirank       300 TRAIN_BIN=./train_gpt2_plain dev/test/test_multirank.sh"
-  # No multirank_z0 (the plugin build at -z 0): its replicated mode is proven element by
-  # element against the plain path by test_zero1.sh's "replicated through the runtime" rows
-  # (np 1-4), and the trainer's rank-strided data and accumulation by multirank and
-  # multirank_z1.
-  "multirank_z1    300 Z=1 dev/test/test_multirank.sh"
-  "errors          300 dev/test/test_errors.sh"
-  "hellaswag       120 dev/test/test_hellaswag.sh"
-  "memory_check    120 dev/test/test_memory_check.sh"
-  "files           300 dev/test/test_files.sh"
-  "zero1           600 dev/test/test_zero1.sh"
-  "dp_invariant    300 dev/test/test_dp_invariant.sh"
-  "numeric_coretypes 600 dev/test/test_numeric_coretypes.sh"
-  "checkpoint      420 dev/test/test_checkpoint.sh"
-  "shuffle         300 dev/test/test_shuffle.sh"
-  "skip_batches    120 dev/test/test_skip_batches.sh"
-  "outliers        300 dev/test/test_outliers.sh"
-  "nonfinite       300 dev/test/test_nonfinite.sh"
-  "checkpoint_io   300 dev/test/test_checkpoint_io.sh"
-  "paths           300 dev/test/test_paths.sh"
-  "multihost       300 dev/test/test_multihost.sh"
-  "faults          300 dev/test/test_faults.sh"
-  "plot_loss       120 dev/test/test_plot_loss.sh"
-  "hf              120 dev/test/test_hf.sh"
-  "recipe          120 dev/test/test_recipe.sh"
-  "cuda_cpu_layer  600 cuda_cpu/tests/run_layer_tests.sh"
-  "gpu_on_cpu     1800 CUDA_ON_CPU=1 dev/test/run_gpu_tests.sh"
-  # After the GPU suite, whose CPU-layer library the docs' layer build reuses.
-  "docs            900 dev/test/test_docs.sh"
-  "layer_tools     900 dev/test/test_layer_tools.sh"
-  "gpu_mutations   900 dev/test/test_gpu_mutations.sh"
-)
-# -------------------------------------------------------------------------------------
-# The fast tier (make test-fast): every module once. USE_ZERO1=1 for every make below, so
-# that no step's make rewrites the build stamp and relinks the trainers (warm runs stay warm).
-FAST_STEPS=(
-  "data            300 make data"
-  "build           600 make -j2 train_gpt2 test_gpt2 test_zero1 test_kernels test_zero1_layout test_zero1_runtime test_zero1_devices USE_ZERO1=1"
-  "docs_static     60 python3 dev/test/docs_check.py static ."
-  "kernels         120 ./test_kernels"
-  "zero1_layout    120 ./test_zero1_layout"
-  "zero1_runtime   120 dev/test/test_zero1_runtime.sh"
-  "zero1_devices   300 dev/test/test_zero1_devices.sh"
-  "oracle          300 FAST=1 dev/test/test_oracle.sh"
-  "zero1           300 FAST=1 dev/test/test_zero1.sh"
-  "dp_invariant    120 FAST=1 dev/test/test_dp_invariant.sh"
-  "errors          300 FAST=1 dev/test/test_errors.sh"
-  "checkpoint      300 FAST=1 dev/test/test_checkpoint.sh"
-  "nonfinite       120 FAST=1 dev/test/test_nonfinite.sh"
-  "gpu_smoke       900 dev/test/test_gpu_smoke.sh"
-)
-if [ "${1:-}" = --fast ]; then
-    shift
-    STEPS=("${FAST_STEPS[@]}")
-    export USE_ZERO1=1
-fi
-# Two lanes where the machine has two cores or more (LLMC_TEST_JOBS=1: one): the steps that
-# run CUDA code on the CPU execution layer, one after another in their order, beside all the
-# others in theirs. Each lane builds only its own targets in the tree (the layer's
-# library and GPU stamp; the CPU trainers' are built by the steps before). Those first steps
-# build, prepare the data or switch the build stamps, so they run before both lanes, alone.
-ALONE=" build build_more data build_stamp "
-LAYER_LANE=" cuda_cpu_layer gpu_on_cpu docs layer_tools gpu_mutations gpu_smoke "
-JOBS=${LLMC_TEST_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)}  # nproc obeys OMP_*
-
-LOG_DIR=${LOG_DIR:-$(mktemp -d /tmp/llmc_tests.XXXXXX)}
-mkdir -p "$LOG_DIR"
 TAIL_LINES=${TAIL_LINES:-25}
-echo "test logs: $LOG_DIR"
-RESULTS=$LOG_DIR/.results   # one line per step: PASS|FAIL|SKIPPED NAME
-: >"$RESULTS"
 
-now() { date +%s.%N; }
+# header SCRIPT KEY: KEY's value in SCRIPT's header line (empty without one).
+header() { sed -n '1,5s/^# test: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+test_name() { local b=${1##*/}; b=${b%.sh}; echo "${b#test_}"; }
 
-selected() {  # no arguments: everything; else only the named steps
-    [ $# -le 1 ] && return 0
-    local name=$1; shift
-    for want in "$@"; do [ "$want" = "$name" ] && return 0; done
-    return 1
-}
-
-# report NAME: prints the step's report ($LOG_DIR/NAME.report) whole, one lane at a time.
-report() { flock "$LOG_DIR/.print" cat "$LOG_DIR/$1.report"; }
-
-# run_step LINE: runs one step of the list, writes its result line and prints its report.
-run_step() {
-    local name limit cmd log words envs exe t0 rc secs why out skip_plan
-    read -r name limit cmd <<<"$1"
-    log="$LOG_DIR/$name.log" out="$LOG_DIR/$name.report"
-    read -r -a words <<<"$cmd"
-    envs=()   # leading VAR=value words set the environment of that step only
-    while [ ${#words[@]} -gt 0 ] && [[ ${words[0]} == [A-Za-z_]*=* ]]; do envs+=("${words[0]}"); words=("${words[@]:1}"); done
-    exe=${words[0]:-}
-    # A missing test (script or binary) is a failure: the list says it must exist.
-    if { [[ $exe == */* ]] && [ ! -e "$exe" ]; } || { [[ $exe != */* ]] && ! command -v "$exe" >/dev/null 2>&1; }; then
-        echo "missing: $exe does not exist" >"$log"
-        echo "FAIL $name (missing: $exe)" >"$out"
-        echo "FAIL $name" >>"$RESULTS"
-        report "$name"
-        return
-    fi
-    # bash for scripts, so a lost executable bit does not turn into a spurious failure
-    [[ $exe == *.sh ]] && words=(bash "${words[@]}")
-    t0=$(now)
-    env "${envs[@]}" timeout --kill-after=10 "$limit" "${words[@]}" >"$log" 2>&1
+# ---- prove's --exec: one script --------------------------------------------------------------
+if [ "${1:-}" = --exec ]; then
+    script=$2 name=$(test_name "$2") limit=$(header "$2" timeout)
+    log=${LOG_DIR:=$(mktemp -d /tmp/llmc_tests.XXXXXX)}/$name.log  # LOG_DIR: the runner's
+    : >"$log"
+    timeout --kill-after=10 "${limit:-60}" bash "$script" >"$log" 2>&1 &
+    pid=$!
+    tail -n +1 -s 0.2 -f --pid=$pid "$log"  # to prove as it comes, all of it once the script ends
+    wait $pid
     rc=$?
-    secs=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
-    skip_plan=$(grep -m1 '^1\.\.0 # SKIP' "$log")  # TAP's whole-script skip
-    if [ $rc -eq 0 ] && [ -n "$skip_plan" ]; then
-        echo "SKIPPED $name (${skip_plan#1..0 # SKIP }; $secs s)" >"$out"
-        echo "SKIPPED $name" >>"$RESULTS"
-    elif [ $rc -eq 0 ]; then
-        { echo "PASS $name ($secs s)"
-          grep -h 'SKIPPED' "$log" | head -n 5 | sed 's/^ */    /'  # what did not run, loudly
-        } >"$out"
-        echo "PASS $name" >>"$RESULTS"
+    if [ $rc = 0 ] && grep -q '^1\.\.[0-9]' "$log" && ! grep -q '^not ok ' "$log"; then
+        grep -h 'SKIPPED' "$log" | head -n 5 | sed "s/^ */    $name: /" >&2  # what did not run, loudly
     else
         why="exit $rc"
-        [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after $limit s"
-        { echo "FAIL $name ($why, $secs s; log $log)"
-          grep -h '^not ok ' "$log" | head -n 10 | sed 's/^/    /'  # the TAP checks that failed
+        { [ $rc = 124 ] || [ $rc = 137 ]; } && why="timed out after $limit s"
+        { echo "FAIL $name ($why; log $log)"
+          grep -h '^not ok ' "$log" | head -n 10 | sed 's/^/    /'
           tail -n "$TAIL_LINES" "$log" | sed 's/^/    | /'
-        } >"$out"
-        echo "FAIL $name" >>"$RESULTS"
+        } >&2
     fi
-    report "$name"
-}
-
-# lane WHICH ARGS...: the selected steps of one lane (alone, layer, cpu, all) in list order.
-lane() {
-    local which=$1 line name in_layer
-    shift
-    for line in "${STEPS[@]}"; do
-        read -r name _ <<<"$line"
-        selected "$name" "$@" || continue
-        in_layer=0; [[ $LAYER_LANE == *" $name "* ]] && in_layer=1
-        case $which in
-        alone) [[ $ALONE == *" $name "* ]] || continue ;;
-        layer) [ $in_layer = 1 ] || continue ;;
-        cpu) [[ $ALONE == *" $name "* ]] || [ $in_layer = 1 ] && continue ;;
-        esac
-        run_step "$line"
-    done
-}
-
-if [ "$JOBS" -ge 2 ]; then
-    echo "two lanes: the CUDA-on-CPU steps beside the others, after the build and data steps (LLMC_TEST_JOBS=1: one lane)"
-    lane alone "$@"
-    lane layer "$@" &
-    lane cpu "$@"
-    wait
-else
-    lane all "$@"
+    exit $rc
 fi
 
-passed=$(grep -c '^PASS ' "$RESULTS")
-failed=$(grep -c '^FAIL ' "$RESULTS")
-skipped=$(grep -c '^SKIPPED ' "$RESULTS")
-[ "$failed" -gt 0 ] && echo "failed: $(awk '$1 == "FAIL" { printf "%s%s", s, $2; s = " " }' "$RESULTS")"
+# ---- the tests of this run, by lane ------------------------------------------------------------
+tier=full
+if [ "${1:-}" = --fast ]; then
+    shift
+    tier=fast
+    export USE_ZERO1=1  # every make of the fast tier: none rewrites the build stamp (warm runs stay warm)
+fi
+export LLMC_TEST_TIER=$tier
+alone=() cpu=() layer=() missing=()
+for f in $(printf '%s\n' dev/test/test_*.sh | LC_ALL=C sort); do
+    [ "$f" = dev/test/test_lib.sh ] && continue
+    if [ -z "$(header "$f" timeout)" ]; then
+        echo "run_tests: $f has no header line '# test: timeout=... lane=... tier=...'"
+        missing+=("$(test_name "$f")")
+        continue
+    fi
+    [[ ,$(header "$f" tier), == *,$tier,* ]] || continue
+    [ $# = 0 ] || [[ " $* " == *" $(test_name "$f") "* ]] || continue
+    case $(header "$f" lane) in
+    alone) alone+=("$f") ;;
+    layer) layer+=("$f") ;;
+    *) cpu+=("$f") ;;
+    esac
+done
+for name; do  # a name that is no test of this tier fails: it cannot have run
+    [[ " ${alone[*]} ${cpu[*]} ${layer[*]} " == *" dev/test/test_$name.sh "* ]] ||
+        { echo "run_tests: no test $name in the $tier tier (dev/test/test_$name.sh)"; missing+=("$name"); }
+done
+
+LOG_DIR=${LOG_DIR:-$(mktemp -d /tmp/llmc_tests.XXXXXX)}
+export LOG_DIR TAIL_LINES
+mkdir -p "$LOG_DIR"
+echo "test logs: $LOG_DIR"
+JOBS=${LLMC_TEST_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)}  # nproc obeys OMP_*
+
+# run_prove LOG ARGS...: prove over ARGS (its options and scripts), its output shown and kept in LOG.
+run_prove() {
+    local log=$1
+    shift
+    prove --exec "bash $0 --exec" --timer "$@" 2>&1 | tee "$log"
+}
+# summary LOG: the scripts prove ran, from its summary: "PASSED FAILED SKIPPED FAILED_NAMES...".
+# Each script with a problem has a line "SCRIPT (Wstat: ...)" in the Test Summary Report, a
+# whole-script skip the result "skipped: WHY"; Files=N counts them all.
+summary() {
+    local files failed skipped
+    files=$(sed -n 's/^Files=\([0-9]*\), .*/\1/p' "$1")
+    failed=$(sed -nE 's/^(\S+) +\(Wstat: [0-9]+.*/\1/p' "$1")
+    skipped=$(grep -cE '^(\[[0-9:]+\] )?\S+ \.+ skipped: ' "$1")
+    [ -n "$files" ] || { echo "0 1 0 prove"; return; }  # prove itself did not finish
+    set -- $failed
+    echo "$((files - $# - skipped)) $# $skipped $(for f; do printf '%s ' "$(test_name "$f")"; done)"
+}
+
+runs=()
+if [ ${#alone[@]} -gt 0 ]; then
+    run_prove "$LOG_DIR/.prove_alone" "${alone[@]}"
+    runs+=("$LOG_DIR/.prove_alone")
+fi
+if [ $((${#cpu[@]} + ${#layer[@]})) -gt 0 ]; then
+    lanes=()
+    if [ "$JOBS" -ge 2 ] && [ ${#cpu[@]} -gt 0 ] && [ ${#layer[@]} -gt 0 ]; then
+        echo "two lanes: the CUDA-on-CPU scripts beside the others, after the build and data scripts (LLMC_TEST_JOBS=1: one lane)"
+        lanes=(-j2 "--rules=seq={$(IFS=,; echo "${layer[*]}")}" "--rules=seq=**")
+    fi
+    run_prove "$LOG_DIR/.prove_lanes" "${lanes[@]}" "${cpu[@]}" "${layer[@]}"
+    runs+=("$LOG_DIR/.prove_lanes")
+fi
+
+passed=0 failed=${#missing[@]} skipped=0 names=("${missing[@]}")
+for run in "${runs[@]}"; do
+    read -r p f s fnames < <(summary "$run")
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+    names+=($fnames)
+done
+[ "$failed" -gt 0 ] && echo "failed: ${names[*]}"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # run/blas_cores.h: the programs restart themselves with OPENBLAS_CORETYPE when OpenBLAS
 # chose kernels below what the CPU can run (cloud VMs with a generic CPU model get
 # "Prescott" on AVX-512 hardware). This machine is usually detected right, so the fault is
@@ -9,8 +10,6 @@
 # kernel's /proc/cpuinfo flags. The restarted process keeps its name (ps, pgrep).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_blas_cores.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 
 for bin in train_gpt2 train_gpt2_plain test_gpt2 test_zero1 test_kernels; do
     [ -x "./$bin" ] || fatal "./$bin is built"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=alone tier=full
 # The Makefile's build stamps (.build-cpu.stamp, .build-gpu.stamp): a build is redone when
 # its variables change, and only then. In a copy of the sources, with a stand-in compiler
 # that only creates its -o file (what is tested is make's decisions, not compilation):
@@ -10,8 +11,6 @@
 #   3. the GPU trainer likewise: PRECISION switches, a repeat is up to date.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 
 bash scripts/copy_sources.sh "$TMP/src" || fatal "copy the sources"
 cd "$TMP/src" || fatal "cd to the copy"

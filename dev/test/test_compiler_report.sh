@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # The compiler report's check (dev/test/check_compiler_report.py) bites: small planted kernels
 # (dev/test/compiler_report_planted.cu) compiled by the real nvcc for sm_90, compile only (a
 # few seconds each), checked against dev/test/compiler_report_planted_budgets.txt:
@@ -13,12 +14,9 @@
 # cases SKIPPED without cuobjdump (dev/test/cuda_cuobjdump.sh). TAP (dev/test/test_lib.sh).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
+require NVCC
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
-if [ ! -x "$NVCC" ] && ! NVCC=$(command -v nvcc); then
-    skip_all "no nvcc (the CUDA toolkit): the compiler report cannot be tested"
-fi
-TMP=$(mktemp -d /tmp/test_compiler_report.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
+[ -x "$NVCC" ] || NVCC=$(command -v nvcc)
 BUDGETS=dev/test/compiler_report_planted_budgets.txt
 cuobjdump=$(bash dev/test/cuda_cuobjdump.sh 2>"$TMP/cuobjdump.err") || cuobjdump=""
 [ -s "$TMP/cuobjdump.err" ] && note "$(cat "$TMP/cuobjdump.err")"

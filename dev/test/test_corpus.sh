@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # Tests of prepro_corpus (tools/prepro_corpus.c): corpora this test makes itself
 # (Unicode, emoji, newlines, empty texts, JSON escapes and surrogate pairs, a byte order
 # mark, numbers beyond int64 and double in other fields) in every container (plain JSONL,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # prepro_corpus owns its output directory (tools/prepro_corpus.c, tools/shard_writer.h):
 #   - a second run into the same --out-dir is refused at once, naming the holder, and the
 #     first one's corpus comes out whole;

@@ -7,7 +7,7 @@
  *   - crc32c_combine(crc(a), crc(b), |b|) == crc(a||b) on random splits (empty parts
  *     included), and three pieces combine in file order.
  *
- *   test_crc32c                 the unit tests; exit 1 on any failure
+ *   test_crc32c                 the unit tests, TAP (dev/test/check.h); exit 1 on any failure
  *   test_crc32c FILE...         prints "crc32c bytes path" per file (crc32c_file), for
  *                               dev/test/test_crc32c.sh to compare with Python
  */
@@ -41,7 +41,7 @@ static void test_known_vectors(void) {
         CHECK(sw == cases[i].want, "portable CRC32C of %s = %08x, want %08x", cases[i].name, sw, cases[i].want);
         CHECK(dispatched == cases[i].want, "crc32c() of %s = %08x, want %08x", cases[i].name, dispatched, cases[i].want);
     }
-    printf("known vectors: %zu checked\n", sizeof(cases) / sizeof(cases[0]));
+    tap_checks("known vectors: %zu checked", sizeof(cases) / sizeof(cases[0]));
 }
 
 static void fill_random(unsigned char* buf, size_t n, uint64_t* rng) {
@@ -61,11 +61,11 @@ static void test_hw_matches_sw(const unsigned char* buf, size_t big) {
         }
         uint32_t sw = crc32c_update_sw(0, buf, big), hw = crc32c_update_hw(0, buf, big);
         CHECK(sw == hw, "SSE4.2 %08x != portable %08x on %zu bytes", hw, sw, big);
-        printf("SSE4.2 and portable agree: %d lengths x offsets and %zu bytes\n", compared + 1, big);
+        tap_checks("SSE4.2 and portable agree: %d lengths x offsets and %zu bytes", compared + 1, big);
         return;
     }
 #endif
-    printf("SKIPPED: SSE4.2 path vs portable (this CPU or compiler has no SSE4.2 crc32); portable path only\n");
+    tap_skip("this CPU or compiler has no SSE4.2 crc32; portable path only", "SSE4.2 path vs portable");
 }
 
 static void test_incremental(const unsigned char* buf, size_t big, uint64_t* rng) {
@@ -80,7 +80,7 @@ static void test_incremental(const unsigned char* buf, size_t big, uint64_t* rng
         }
         CHECK(crc == whole, "trial %d: CRC in random pieces %08x != one-shot %08x", trial, crc, whole);
     }
-    printf("incremental updates in random pieces: 20 trials\n");
+    tap_checks("incremental updates in random pieces: 20 trials");
 }
 
 static void test_combine(const unsigned char* buf, size_t big, uint64_t* rng) {
@@ -98,7 +98,7 @@ static void test_combine(const unsigned char* buf, size_t big, uint64_t* rng) {
     uint32_t p0 = crc32c(buf, cut1), p1 = crc32c(buf + cut1, cut2 - cut1), p2 = crc32c(buf + cut2, big - cut2);
     uint32_t three = crc32c_combine(crc32c_combine(p0, p1, cut2 - cut1), p2, big - cut2);
     CHECK(three == crc32c(buf, big), "three pieces combined %08x != whole %08x", three, crc32c(buf, big));
-    printf("combine: %d random splits and one three-way split\n", trials);
+    tap_checks("combine: %d random splits and one three-way split", trials);
 }
 
 static int print_files(int argc, char** argv) {
@@ -121,10 +121,5 @@ int main(int argc, char** argv) {
     test_incremental(buf, BIG, &rng);
     test_combine(buf, BIG, &rng);
     free(buf);
-    if (failures) {
-        printf("FAIL test_crc32c: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("PASS test_crc32c\n");
-    return 0;
+    return done_testing();
 }

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=900 lane=layer tier=full
 # The docs test (make test step docs): the README and docs/ say what the code does.
 #   1. static checks (dev/test/docs_check.py): README.md <= 350 lines; every relative link
 #      and #anchor resolves; every docs/ page is linked from the README; no paragraph
@@ -18,8 +19,6 @@
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 ROOT=$PWD
-WORK=$(mktemp -d /tmp/llmc_docs.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
 
 # run_page PAGE TREE LOGDIR: PAGE's runnable and output blocks in document order, in TREE;
 # 0 only if all pass. A block runs as written with bash -e -o pipefail and without the
@@ -75,11 +74,11 @@ run_page() {
 }
 
 # ---- 1. static checks ----------------------------------------------------------------------
-if $PY dev/test/docs_check.py static . >"$WORK/static.log" 2>&1; then
-    ok "static: $(tail -n 1 "$WORK/static.log")"
+if $PY dev/test/docs_check.py static . >"$TMP/static.log" 2>&1; then
+    ok "static: $(tail -n 1 "$TMP/static.log")"
 else
     not_ok "static:"
-    sed 's/^/    | /' "$WORK/static.log"
+    sed 's/^/    | /' "$TMP/static.log"
 fi
 $PY dev/test/docs_check.py summary . | sed 's/^/    /'
 # The product uses the CPU execution layer only as a toolchain: no product file names the
@@ -99,7 +98,7 @@ else
 fi
 
 # ---- the scratch tree ----------------------------------------------------------------------
-TREE=$WORK/tree
+TREE=$TMP/tree
 bash scripts/copy_sources.sh "$TREE"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     # Built binaries, build stamps and prepared data (mtimes kept, so make sees them current),
@@ -110,16 +109,16 @@ fi
 
 # ---- 2. negative controls: each check must see a planted fault -------------------------------
 # control NAME EXPECTED_TEXT: runs the static checks on $CTL (already planted), restores it.
-CTL=$WORK/control
+CTL=$TMP/control
 control() {
     local name=$1 want=$2
-    if $PY dev/test/docs_check.py static "$CTL" >"$WORK/ctl.log" 2>&1; then
+    if $PY dev/test/docs_check.py static "$CTL" >"$TMP/ctl.log" 2>&1; then
         not_ok "control $name: the planted fault passed the checks"
-    elif grep -q -- "$want" "$WORK/ctl.log"; then
+    elif grep -q -- "$want" "$TMP/ctl.log"; then
         ok "control $name: reported"
     else
         not_ok "control $name: not reported as '$want':"
-        sed 's/^/    | /' "$WORK/ctl.log"
+        sed 's/^/    | /' "$TMP/ctl.log"
     fi
     rm -rf "$CTL"
     cp -a "$TREE" "$CTL"
@@ -161,11 +160,11 @@ rm -rf "$CTL"
 planted() {  # planted NAME WANT LINES...: a page of LINES through run_page; WANT pass or fail
     local name=$1 want=$2 got=pass
     shift 2
-    mkdir -p "$WORK/planted/$name"
-    printf '%s\n' '# planted' "$@" >"$WORK/planted/$name/page.md"
-    run_page "$WORK/planted/$name/page.md" "$WORK/planted/$name" "$WORK/planted/$name/logs" >"$WORK/ctl.log" 2>&1 || got=fail
+    mkdir -p "$TMP/planted/$name"
+    printf '%s\n' '# planted' "$@" >"$TMP/planted/$name/page.md"
+    run_page "$TMP/planted/$name/page.md" "$TMP/planted/$name" "$TMP/planted/$name/logs" >"$TMP/ctl.log" 2>&1 || got=fail
     if [ $got = "$want" ]; then ok "control runner, $name: the page must $want, and does"
-    else not_ok "control runner, $name: the page must $want, and does not"; sed 's/^/    | /' "$WORK/ctl.log"; fi
+    else not_ok "control runner, $name: the page must $want, and does not"; sed 's/^/    | /' "$TMP/ctl.log"; fi
 }
 planted failing_block fail '<!-- runnable -->' '```' 'true' '```' '<!-- runnable -->' '```' 'false' '```'
 planted set_e fail '<!-- runnable -->' '```' 'false' 'true' '```'
@@ -186,14 +185,14 @@ fi
 page() {  # page FILE TREE: one page's blocks, one check, with its time
     local t0=$SECONDS name
     name=$(basename "$1" .md)
-    if run_page "$2/$1" "$2" "$WORK/logs_$name"; then ok "$1 ($((SECONDS - t0)) s)"; else not_ok "$1 ($((SECONDS - t0)) s)"; fi
+    if run_page "$2/$1" "$2" "$TMP/logs_$name"; then ok "$1 ($((SECONDS - t0)) s)"; else not_ok "$1 ($((SECONDS - t0)) s)"; fi
 }
 page README.md "$TREE"
 for f in docs/*.md; do
-    rm -rf "$WORK/page"
-    cp -a "$TREE" "$WORK/page"
-    page "$f" "$WORK/page"
+    rm -rf "$TMP/page"
+    cp -a "$TREE" "$TMP/page"
+    page "$f" "$TMP/page"
 done
-rm -rf "$WORK/page"
+rm -rf "$TMP/page"
 
 done_testing

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=fast,full
 # Bad input to ./train_gpt2 (docs/design.md, "Errors"): every case must end with an exit code != 0 (not a timeout,
 # not a signal), exactly one `error:` line that names the problem (a keyword), and no
 # hang (timeout 60 s); the runner is expect_error in dev/test/test_lib.sh. Some cases also under
 # mpirun -np 2, where the message must appear exactly once (rank 0 speaks for an error
 # every rank sees). Crafted headers and damaged checkpoints: dev/test/test_files.sh.
 # A control run with the same fixtures and no defect must succeed, so each failure is
-# caused by the one defect that case introduces. FAST=1 (make test-fast): the cases in
-# FAST_CASES only (NAME/NP), one or two of each kind.
+# caused by the one defect that case introduces. Each case is the row NAME/NP; the fast
+# tier runs the controls and one or two cases of each kind.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 BIN=./train_gpt2
 
-FAST_CASES="missing_model/1 model_truncated/1 shard_wrong_magic/1 shard_token_eq_V/1 unknown_flag/1 flag_out_of_range/1
-            T_exceeds_maxT/1 model_is_fifo/1 ranks_differ_flag/mpmd missing_model/2 shard_token_eq_V/2
-            instances_not_divide/2 fp32acc_fp32_grads/2"
+fast_rows missing_model/1 model_truncated/1 shard_wrong_magic/1 shard_token_eq_V/1 unknown_flag/1 flag_out_of_range/1 \
+    T_exceeds_maxT/1 model_is_fifo/1 ranks_differ_flag/mpmd missing_model/2 shard_token_eq_V/2 \
+    instances_not_divide/2 fp32acc_fp32_grads/2
 source dev/test/expect_error.sh
 
 [ -x $BIN ] || fatal "$BIN is built"
@@ -212,13 +213,9 @@ plain_build_cases() {
     fi
 }
 
-if [ "${FAST:-0}" = 1 ]; then
-    echo "  FAST=1: the output-directory lock, full disk and plain-build cases left out (make test runs them)"
-else
-    lock_cases
-    full_disk_cases
-    plain_build_cases
-fi
+selected output_dir_in_use/1 output_dir_free_after_kill && lock_cases
+selected full_disk && full_disk_cases
+selected z1_without_plugin/1 instances_without_plugin/1 && plain_build_cases
 
 # Ranks given different jobs (mpirun's MPMD form: each rank its own command line, or its
 # own working directory): one message from rank 0 naming the first field that differs
@@ -255,6 +252,5 @@ expect_error fp32acc_with_z0      2 "--fp32-accumulation" "needs --grad-dtype bf
 expect_error fp32acc_fp32_grads   2 "--fp32-accumulation" "(got --grad-dtype fp32, -z 1)" -- -z 1 --fp32-accumulation
 expect_error sr_fp32_params       1 "--stochastic-rounding" "these params are fp32" -- --stochastic-rounding
 
-[ $left_out = 0 ] || note "FAST=1: $left_out cases left out (make test runs them)"
 note "test_errors: $((SECONDS - t0)) s"
 done_testing

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # Hang-proof collectives (--comm-timeout): a rank that stops, or a host whose network goes
 # away, ends the whole job with one message naming the collective, instead of hanging it.
 #   0. the helpers of run/mpi_wait.h alone (dev/test/test_mpi_wait.c, 3 ranks): their
@@ -35,17 +36,14 @@ TIMEOUT=5            # --comm-timeout
 SLACK=15             # seconds allowed past it: the rank stagger (<= 0.75 s here), MPI_Abort, TCP giving up
 STOPPED_RANK=2
 
-TMP=$(mktemp -d /tmp/test_faults.XXXXXX)
 JOB_PID=
 cleanup() {
     # Our own run only: its processes carry $TMP in their command lines.
     local p
     for p in $(pgrep -f -- "-o $TMP/"); do kill -KILL "$p" 2>/dev/null; done
     mh_teardown
-    rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
+at_exit cleanup
 
 make -s train_gpt2 USE_ZERO1=1 >/dev/null || fatal "build $BIN"
 [ -f "$DATA" ] || fatal "$DATA is there (make data)"
@@ -102,8 +100,8 @@ check_abort() {
 t0=$SECONDS
 # ---- 0. the host-collective helpers alone ------------------------------------------------
 make -s test_mpi_wait >/dev/null || not_ok "cannot build ./test_mpi_wait"
-if "${MPIRUN[@]}" -np 3 ./test_mpi_wait values >"$TMP/values.log" 2>&1 && grep -q "^PASS" "$TMP/values.log"; then
-    ok "$(grep '^PASS' "$TMP/values.log")"
+if "${MPIRUN[@]}" -np 3 ./test_mpi_wait values >"$TMP/values.log" 2>&1 && [ "$(tap_verdict "$TMP/values.log")" = passed ]; then
+    ok "$(sed -n 's/^ok [0-9]* - //p' "$TMP/values.log")"
 else
     not_ok "test_mpi_wait values"; tail -n 10 "$TMP/values.log" | sed 's/^/       | /'
 fi
@@ -133,7 +131,8 @@ if ranks=$(wait_stopped "$TMP/suspend.log" 3); then
 fi
 wait $JOB_PID
 rc=$?
-if [ -n "$ranks" ] && [ $rc -eq 0 ] && grep -q "^PASS" "$TMP/suspend.log" && ! grep -q "did not complete" "$TMP/suspend.log"; then
+if [ -n "$ranks" ] && [ $rc -eq 0 ] && tap_has "$TMP/suspend.log" ok "test_mpi_wait loop" &&
+   ! grep -q "did not complete" "$TMP/suspend.log"; then
     ok "suspend: every rank stopped for 4 s (deadline 2 s) and continued one by one: no timeout, the run completed"
 else
     not_ok "suspend: exit $rc (ranks: $ranks)"; tail -n 10 "$TMP/suspend.log" | sed 's/^/       | /'

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # Model files, token shards, tokenizer files and checkpoints are untrusted input. Each
 # case crafts one defect and must end with one `error:` line naming the file and the
 # field (or the check that failed), exit != 0, no hang or crash, and under mpirun -np 2

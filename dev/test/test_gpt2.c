@@ -8,7 +8,7 @@
  * gradient, then the losses of the oracle's AdamW steps on the same batch.
  * Under mpirun (and/or with --accum K micro-steps per step) the oracle's global batch
  * is split over ranks and micro-steps; then the step losses are checked, and that every rank ends
- * with bitwise identical parameters.
+ * with bitwise identical parameters. Prints TAP (dev/test/check.h) from rank 0.
  *
  * Tolerances (docs/testing.md, "The PyTorch oracle"): logits max abs 1e-4, loss 1e-5, each gradient tensor max
  * abs error <= 1e-3 of that tensor's largest magnitude, each step loss within 1e-4.
@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
     blas_pick_kernels(argv);  // run/blas_cores.h, through train_gpt2.c
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
+    tap_rank = rank;
     GPT2Config mc;
     int version;
     OracleState s;
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
     trainer_sync_params(&tr);
     if (world > 1) check_replicas_identical(&tr);
     trainer_free(&tr);
-    if (rank == 0) printf("%s\n", failures ? "FAIL test_gpt2" : "PASS test_gpt2");
+    int rc = done_testing();
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return rc;
 }

@@ -18,9 +18,9 @@
  * the gradients' relative L2 tolerance, which bounds it). Under mpirun (one GPU per
  * rank) and/or with --accum K the oracle's batch is split over ranks and micro-steps;
  * then the step losses are checked and that every rank ends with bitwise identical
- * parameters.
- * Without a usable GPU (none, or a driver too old) it prints SKIPPED and exits 2: not a pass,
- * so that a suite which found a GPU cannot count the run as one.
+ * parameters. Prints TAP (dev/test/check.h) from rank 0.
+ * Without a usable GPU (none, or a driver too old) it prints the TAP plan "1..0 # SKIP why" and
+ * exits 2: not a pass, so that a suite which found a GPU cannot count the run as one.
  *
  * Tolerances depend on the build:
  * FP32 (PRECISION=FP32, oracle --dtype fp32): the CPU test's (logits max abs 1e-4,
@@ -161,7 +161,7 @@ static int dump_params_run(int argc, char** argv, const GpuSetup* gpu) {
             free(p);
         }
         fcloseCheck(f, argv[2]);
-        printf("PASS test_gpt2cu --dump-params: %d steps, params written to %s\n", atoi(argv[4]), argv[2]);
+        printf("test_gpt2cu --dump-params: %d steps, params written to %s\n", atoi(argv[4]), argv[2]);
     }
     trainer_free(&tr);
     return 0;
@@ -171,12 +171,15 @@ int main(int argc, char** argv) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        printf("SKIPPED: no usable GPU (%s): nothing was tested (exit 2)\n",
-               err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
+        char why[256];
+        snprintf(why, sizeof(why), "no usable GPU (%s): nothing was tested (exit 2)",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
+        tap_skip_all(why);
         return 2;
     }
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
+    tap_rank = rank;
     GpuSetup gpu;
     gpu_setup(&gpu, rank, world);
     if (argc > 1 && strcmp(argv[1], "--dump-params") == 0) {
@@ -252,9 +255,9 @@ int main(int argc, char** argv) {
     // run_gpu_tests.sh does (NCCL_ALGO=Ring, NCCL_NVLS_ENABLE=0). Without it, not asserted.
     const char* algo = getenv("NCCL_ALGO");
     if (world >= 3 && !(algo && *algo)) {
-        if (rank == 0)
-            printf("SKIPPED rerun bitwise identical: %d ranks sum in the order NCCL picks per call, and NCCL_ALGO does "
-                   "not pin it\n", world);
+        char why[160];
+        snprintf(why, sizeof(why), "%d ranks sum in the order NCCL picks per call, and NCCL_ALGO does not pin it", world);
+        tap_skip(why, "rerun bitwise identical");
     } else {
         trainer_init(&tr, &cfg, &gpu);
         int same = 1;
@@ -269,7 +272,7 @@ int main(int argc, char** argv) {
         report(same, "rerun bitwise identical (losses, norms, params)", same ? 0.0 : 1.0, 0.0);
     }
     gpu_teardown(&gpu);
-    if (rank == 0) printf("%s\n", failures ? "FAIL test_gpt2cu" : "PASS test_gpt2cu");
+    int rc = done_testing();
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return rc;
 }

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=900 lane=layer tier=full
 # The GPU suite must catch these bugs (make test runs this on the CPU execution layer for
 # CUDA). Each mutation is applied to a copy of the source tree, the binary that exercises
 # it is rebuilt with CUDA_ON_CPU=1, and its check must FAIL, for the reason named:
@@ -34,21 +35,16 @@
 # rotted). Two mutations run at a time. Prints TAP (dev/test/test_lib.sh).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-# Without CUDA headers (no toolkit, and no PyPI wheels to take them from) nothing here can build.
-if ! bash cuda_cpu/cuda_headers.sh >/dev/null; then
-    skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-fi
+require LAYER
 ROOT=$PWD
-WORK=$(mktemp -d /tmp/llmc_mutations.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
 
 make -s cuda_cpu CUDA_ON_CPU=1 >/dev/null || fatal "build the CPU layer"
-$PY dev/test/gpt2_oracle.py make --out-model "$WORK/model.bin" --out-state "$WORK/state.bin" --dtype fp32 --steps 2 \
+$PY dev/test/gpt2_oracle.py make --out-model "$TMP/model.bin" --out-state "$TMP/state.bin" --dtype fp32 --steps 2 \
     >/dev/null || fatal "oracle"
 
-# mutate NAME FILE OLD NEW: a fresh copy of the tree in $WORK/NAME with OLD replaced by NEW in FILE.
+# mutate NAME FILE OLD NEW: a fresh copy of the tree in $TMP/NAME with OLD replaced by NEW in FILE.
 mutate() {
-    local dir=$WORK/$1
+    local dir=$TMP/$1
     mkdir -p "$dir"
     bash "$ROOT/scripts/copy_sources.sh" "$dir"
     mkdir -p "$dir/build" && cp -rp "$ROOT/build/cuda_cpu" "$dir/build/"  # the layer itself is not mutated
@@ -69,7 +65,7 @@ PYEOF
 caught_one() {
     local name=$1 file=$2 old=$3 new=$4 target=$5 z=$6 reason=$7
     shift 7
-    local dir=$WORK/$name log=$WORK/$name.log
+    local dir=$TMP/$name log=$TMP/$name.log
     if ! mutate "$name" "$file" "$old" "$new" >"$log" 2>&1; then
         echo "FAIL $name: the mutation could not be applied: $(tail -n 1 "$log")"
         return
@@ -95,7 +91,7 @@ NAMES=()
 expect_caught() {
     while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
     NAMES+=("$1")
-    caught_one "$@" >"$WORK/$1.result" 2>&1 &
+    caught_one "$@" >"$TMP/$1.result" 2>&1 &
 }
 
 KERNELS=(./test_kernels_cuda)
@@ -105,7 +101,7 @@ expect_caught no_barrier llmc/cuda_common.cuh \
     v = lane < nwarps ? shared[lane] : 0.0f;" \
     "    if (lane == 0) shared[warp] = v;
     v = lane < nwarps ? shared[lane] : 0.0f;" \
-    test_kernels_cuda 0 "^FAIL" "${KERNELS[@]}"
+    test_kernels_cuda 0 "^not ok" "${KERNELS[@]}"
 expect_caught lane_returns llmc/layernorm.cuh \
     "    float m = warp_reduce_sum(sum) / C;" \
     "    if (lane == 31) return;
@@ -114,12 +110,12 @@ expect_caught lane_returns llmc/layernorm.cuh \
 expect_caught off_by_one llmc/gelu.cuh \
     "        for (size_t j = i; j < n && j < i + PACK_X; j++) out[j] = gelu_value(inp[j]);" \
     "        for (size_t j = i; j <= n && j < i + PACK_X; j++) out[j] = gelu_value(inp[j]);" \
-    test_kernels_cuda 0 "FAIL.*gelu|past the end" "${KERNELS[@]}"
+    test_kernels_cuda 0 "^not ok.*gelu|past the end" "${KERNELS[@]}"
 expect_caught swapped_transpose llmc/matmul.cuh \
     "matmul_cublaslt(out, CUBLAS_FLOATX, weight, inp, bias, OC, BT, C, 1, 0, 0.0f, stream);" \
     "matmul_cublaslt(out, CUBLAS_FLOATX, weight, inp, bias, OC, BT, C, 0, 0, 0.0f, stream);" \
-    test_kernels_cuda 0 "FAIL.*matmul|cuBLAS" "${KERNELS[@]}"
-ZERO1_NP2=("${MPIRUN[@]}" -np 2 ./test_gpt2cu "$WORK/model.bin" "$WORK/state.bin" -z 1 --bucket-size 4096 --comm nccl)
+    test_kernels_cuda 0 "^not ok.*matmul|cuBLAS" "${KERNELS[@]}"
+ZERO1_NP2=("${MPIRUN[@]}" -np 2 ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin" -z 1 --bucket-size 4096 --comm nccl)
 expect_caught wrong_inplace_offset zero1/comm_nccl.cu \
     "char* mine = whole + (size_t)c->rank * count * zero1_dtype_size(t);" \
     "char* mine = whole + (size_t)((c->rank + 1) % c->size) * count * zero1_dtype_size(t);" \
@@ -128,7 +124,7 @@ expect_caught no_stream_wait zero1/comm_nccl.cu \
     "    cudaCheck(cudaStreamWaitEvent(im->stream, im->compute_ready, 0));
     s->trace_start" \
     "    s->trace_start" \
-    test_gpt2cu 1 "^FAIL" env CUDA_CPU_EXEC=lazy "${ZERO1_NP2[@]}"
+    test_gpt2cu 1 "^not ok" env CUDA_CPU_EXEC=lazy "${ZERO1_NP2[@]}"
 
 # The layer's tools. Each check first runs the test as today's suite does (forward order, no
 # tools: it must pass, or the mutation proves nothing about the tools), then with them.
@@ -211,22 +207,22 @@ export -f mode_only
 expect_caught needs_fused_path dev/test/test_kernels_cuda.cu \
     "    report(bgrad != NOT_ASKED, \"matmul_backward_fused dbias path\"" \
     "    report(bgrad == FUSED, \"matmul_backward_fused dbias path\"" \
-    test_kernels_cuda 0 "^FAIL matmul_backward_fused dbias path .*\(BGRADB refused by the heuristic" \
+    test_kernels_cuda 0 "^not ok [0-9]+ - matmul_backward_fused dbias path .*\(BGRADB refused by the heuristic" \
     mode_only CUDA_CPU_BLASLT_HEURISTIC=all -- CUDA_CPU_BLASLT_HEURISTIC=none -- "${KERNELS[@]}"
 expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
     "    const char* algo = getenv(\"NCCL_ALGO\");" \
     "    const char* algo = \"Ring\";  // taken as pinned" \
-    test_gpt2cu 1 "^FAIL rerun bitwise identical" \
+    test_gpt2cu 1 "^not ok [0-9]+ - rerun bitwise identical" \
     mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
-    "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$WORK/model.bin" "$WORK/state.bin" -z 1 --bucket-size 65536 --comm nccl
+    "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin" -z 1 --bucket-size 65536 --comm nccl
 
 wait
 for name in "${NAMES[@]}"; do
-    result=$(grep -m1 -E "^(PASS|FAIL) $name:" "$WORK/$name.result")
+    result=$(grep -m1 -E "^(PASS|FAIL) $name:" "$TMP/$name.result")
     if [[ $result == "PASS $name:"* ]]; then
         ok "${result#PASS }"
     else
-        not_ok "${result#FAIL }" "$WORK/$name.result"
+        not_ok "${result#FAIL }" "$TMP/$name.result"
     fi
 done
 done_testing

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # The HellaSwag-style eval (-H 1; run/eval.h) of ./train_gpt2:
 #   1. the small set prepro_text builds from tinyshakespeare, read by an independent Python
 #      reader (dev/test/hellaswag_oracle.py): every context + right completion is in the

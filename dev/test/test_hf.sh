@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # hf_convert (tools/hf_convert.c): llm.c model files <-> Hugging Face GPT-2 directories,
 # against an independent reference (dev/test/hf_reference.py: its own safetensors reader
 # and writer, the oracle's GPT-2 in torch) on a tiny model (L=2 C=32 NH=4 V=50257 maxT=32).

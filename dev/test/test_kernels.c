@@ -10,6 +10,7 @@
  *    match the finite differences and a second call must add the same increment again;
  *    scratch outputs are pre-filled with NaN to prove they are overwritten;
  *  - encoder/matmul/layernorm weight gradients are bit-identical with 1 and 2 threads.
+ * Prints TAP (dev/test/check.h), a line per kernel.
  * Build: gcc -std=c11 -D_DEFAULT_SOURCE -O3 -march=native -fopenmp -I. -I<openblas include>
  *        dev/test/test_kernels.c -o test_kernels -lopenblas -lm
  */
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <omp.h>
 
+#include "dev/test/check.h"
 #include "run/files.h"
 #include "run/blas_cores.h"
 #include "llmc/encoder.h"
@@ -32,8 +34,6 @@
 #define FWD_TOL 1e-5
 #define GRAD_TOL 1e-3
 #define FD_H 1e-4
-
-static int g_failures = 0;
 
 // ---------------------------------------------------------------------------------------
 // small helpers
@@ -98,8 +98,7 @@ static void check_true(Check* c, const char* what, int cond) {
     }
 }
 static void report(Check* c) {
-    printf("%s %-12s (worst rel err %.2e)\n", c->ok ? "PASS" : "FAIL", c->kernel, c->worst);
-    if (!c->ok) g_failures++;
+    tap_ok(c->ok, "%-12s (worst rel err %.2e)", c->kernel, c->worst);
 }
 
 // Finite differences of loss(ctx) with respect to every element of x (a double array the
@@ -614,10 +613,5 @@ int main(int argc, char** argv) {
     test_gelu();
     test_residual();
     test_classifier();
-    if (g_failures) {
-        printf("test_kernels: %d kernel(s) FAILED\n", g_failures);
-        return 1;
-    }
-    printf("test_kernels: all kernels PASS\n");
-    return 0;
+    return done_testing();
 }

@@ -3,8 +3,8 @@
  * through its host wrapper, against double-precision references written here from the
  * math (never llmc/*.h's CPU code), in the precision the build chose:
  *   make test_kernels_cuda PRECISION=FP32|BF16 [CUDA_ON_CPU=1] && ./test_kernels_cuda
- * One "PASS|FAIL name [shape] (max err X, tol Y)" line per checked buffer, a final
- * "N passed, M failed"; exit 1 on any failure.
+ * TAP (dev/test/check.h): one "ok|not ok N - name [shape] (max err X, tol Y)" line per checked
+ * buffer, then the plan; exit 1 on any failure.
  *
  * Inputs. The reference is computed from the exact values the kernel reads: every input
  * is rounded to its device type (floatX, float) on the host first, and the reference
@@ -52,6 +52,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "dev/test/check.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
@@ -140,16 +141,14 @@ static Vec rand_vec(size_t n, double lo, double hi) {
 }
 
 // ---- device errors ---------------------------------------------------------------------------
-static int n_pass = 0, n_fail = 0;
 static char where[160];  // the case under test, printed with every line
 
 // A device fault is sticky (as on a GPU): report it as a failure of the case, and stop.
 static void die_on_error(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return;
-    printf("FAIL %s [%s]: %s\n", what, where, cudaGetErrorString(e));
-    printf("%d passed, %d failed (stopped at a device error)\n", n_pass, n_fail + 1);
-    fflush(stdout);
-    exit(1);
+    tap_ok(0, "%s [%s]: %s", what, where, cudaGetErrorString(e));
+    printf("# stopped at a device error\n");
+    exit(done_testing());
 }
 
 // ---- device buffers with sentinels ---------------------------------------------------------
@@ -225,15 +224,12 @@ static void set_case(const char* fmt, ...) {
 }
 
 static void report(bool ok, const char* name, const char* fmt, ...) {
-    printf("%s %s [%s] ", ok ? "PASS" : "FAIL", name, where);
+    char detail[512];
     va_list ap;
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
-    printf("\n");
-    fflush(stdout);
-    if (ok) n_pass++;
-    else n_fail++;
+    tap_ok(ok, "%s [%s] %s", name, where, detail);
 }
 
 // Second-order slack of the first-order bounds (header comment).
@@ -1501,8 +1497,8 @@ static void test_batch_upload(int BT, int batches, cudaStream_t st) {
            3L * batches * BT);
     const char* exec = getenv("CUDA_CPU_EXEC");
     if (!exec || strcmp(exec, "lazy") != 0) {
-        printf("SKIPPED batch_upload without its waits [%s] (only CUDA_CPU_EXEC=lazy on the CPU layer makes the "
-               "hazards deterministic)\n", where);
+        tap_skip("only CUDA_CPU_EXEC=lazy on the CPU layer makes the hazards deterministic",
+                 "batch_upload without its waits [%s]", where);
         return;
     }
     const char* names[3] = {"host refills a pinned slot before its copy ran", "copy overwrites a device slot still read",
@@ -1617,6 +1613,6 @@ int main(void) {
     test_plans_freed();
     cudaCheck(cudaStreamDestroy(st));
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("%d passed, %d failed (%.1f s)\n", n_pass, n_fail, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
-    return n_fail ? 1 : 0;
+    printf("# %.1f s\n", (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+    return done_testing();
 }

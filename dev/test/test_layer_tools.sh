@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=900 lane=layer tier=full
 # The GPU code under the CPU execution layer's checking modes (make test runs this;
 # docs/cuda_cpu.md, "Sanitizer and profiler" and "The hardware's freedoms"). Builds with
 # CUDA_CPU_TOOLS=1 and CUDA_CPU_NUMERICS=gpu (fused multiply-adds, every math function at its
@@ -21,19 +22,17 @@
 # Prints TAP (dev/test/test_lib.sh); the profiles' tables stay in the logs ($OUT).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-if ! bash cuda_cpu/cuda_headers.sh >/dev/null; then
-    skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
-fi
-OUT=${TEST_LAYER_TOOLS_OUT:-$(mktemp -d /tmp/llmc_layer_tools.XXXXXX)}
+require LAYER
+OUT=${TEST_LAYER_TOOLS_OUT:-$TMP}
 mkdir -p "$OUT"
 logged() {  # logged NAME COMMAND...: runs it, its output in $OUT/NAME.log, one check
     local name=$1 t0=$SECONDS
     shift
     if "$@" >"$OUT/$name.log" 2>&1; then
-        ok "$name ($((SECONDS - t0)) s): $(grep -E '^(PASS|[0-9]+ passed)' "$OUT/$name.log" | tail -n 1)"
+        ok "$name ($((SECONDS - t0)) s): $(grep -E '^(PASS|ok [0-9]+ - )' "$OUT/$name.log" | tail -n 1)"
     else
         not_ok "$name ($((SECONDS - t0)) s; log $OUT/$name.log)" "$OUT/$name.log"
-        diag "$(grep -E '^(FAIL|error)' "$OUT/$name.log" | head -n 10)"
+        diag "$(grep -E '^(FAIL|not ok|# rank [0-9]+: not ok|error)' "$OUT/$name.log" | head -n 10)"
     fi
 }
 

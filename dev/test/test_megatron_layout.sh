@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # zero1_plan against megatron-core's own layout code (dev/test/megatron_layout.py: Megatron's
 # DistributedDataParallel, _ParamAndGradBuffer and DistributedOptimizer's range maps, over
 # GPT-2 d2/d4/d12 x DP 1-8 x bucket sizes x bus-bandwidth padding, the shared-embedding rule,
 # overlap off, distributed-optimizer instances and random parameter lists), then the same
 # comparison with zero1_plans built from copies of zero1/ with one rule changed, each of
 # which it must catch. The wheels come from PyPI once (dev/test/megatron_core.sh, cached);
-# without PyPI the step says SKIPPED, except under CI (CI=true), where it fails.
+# without PyPI the step says SKIPPED, except under CI (CI=true), where it fails (test_lib.sh's PYPI).
 # LLMC_MEGATRON_VERSIONS (default: dev/test/megatron_core.sh --pinned, "0.19.2 0.13.1") names
 # the megatron-core releases to run; the first is the reference docs/zero1.md names.
 set -u
@@ -17,21 +18,20 @@ for version in ${LLMC_MEGATRON_VERSIONS:-$(bash dev/test/megatron_core.sh --pinn
     dir=$(bash dev/test/megatron_core.sh "$version")
     rc=$?
     if [ $rc = 2 ]; then
-        skip "zero1_plan against megatron-core $version" "PyPI cannot be reached, so zero1/'s layout was not compared with its code"
+        missing PYPI "zero1_plan against megatron-core $version" \
+            "PyPI cannot be reached, so zero1/'s layout was not compared with its code"
         continue
     fi
     [ $rc = 0 ] || fatal "megatron-core $version could not be had (dev/test/megatron_core.sh exited $rc)"
     dirs+=("$dir")
 done
 [ ${#dirs[@]} -gt 0 ] || { [ $TEST_COUNT = 0 ] && skip_all "no megatron-core release to compare with"; done_testing; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 # plant NAME FILE OLD NEW: zero1_plan built from a copy of the sources with OLD replaced
 # by NEW in FILE (text that must occur exactly once: a mutation that no longer applies fails).
 planted=()
 plant() {
-    local dir=$work/$1
+    local dir=$TMP/$1
     mkdir -p "$dir"
     cp -a Makefile llmc run zero1 "$dir/"
     if [ -f build/run/librun.a ]; then  # run/'s library as built here (mtimes kept): not rebuilt per mutation

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # Memory is checked before it is allocated (run/memory_check.h), on ./train_gpt2:
 #   1. a model that cannot fit this machine (-e d48) is refused within seconds, before any
 #      big allocation: one error line naming the need and the limit, a non-zero exit; under

@@ -2,22 +2,24 @@
  * run/mpi_wait.h under mpirun (dev/test/test_faults.sh runs it):
  *   test_mpi_wait values          every helper's result against the sums and the gathered
  *                                 values computed here, the all-reduce also over several
- *                                 pieces (exit 0 and a PASS line)
+ *                                 pieces (exit 0 and an ok line)
  *   test_mpi_wait stall SECONDS   the last rank never joins (it sleeps); the others wait in
  *                                 a multi-piece all-reduce with a deadline of SECONDS, so
  *                                 they must print the timeout line ("gradient all-reduce
  *                                 at step 7") and end the job; getting past it is a failure
  *   test_mpi_wait loop SECONDS N  N small all-reduces under a deadline of SECONDS, rank 0
  *                                 10 ms late to each (so the others are mostly waiting in
- *                                 one), then a PASS line: the test stops every rank for
+ *                                 one), then an ok line: the test stops every rank for
  *                                 longer than SECONDS and continues them one by one, which
  *                                 must not count as waiting (the test stops them also
  *                                 at known places: LLMC_TEST_STOP's step and wait points)
+ * Prints TAP (dev/test/check.h) from rank 0.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "dev/test/check.h"
 #include "run/mpi_wait.h"
 #include "run/seams.h"
 #include "run/step.h"
@@ -40,13 +42,14 @@ static int check_values(int rank, int world) {
     failures += all_ranks_equal((uint64_t)(rank == world - 1), world) != (world == 1);
     int total = failures;
     mpi_allreduce_sum_deadline(&total, 1, MPI_INT, "test failure count", -1);
-    if (rank == 0) printf("%s test_mpi_wait values: %d mismatches over %d ranks\n", total ? "FAIL" : "PASS", total, world);
-    return total ? 1 : 0;
+    tap_ok(total == 0, "test_mpi_wait values: %d mismatches over %d ranks", total, world);
+    return done_testing();
 }
 
 int main(int argc, char** argv) {
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
+    tap_rank = rank;
     const char* mode = argc >= 2 ? argv[1] : "";
     if (strcmp(mode, "values") == 0) {
         int rc = check_values(rank, world);
@@ -66,9 +69,10 @@ int main(int argc, char** argv) {
             if (x != (float)world) fatal("loop all-reduce %d: %g, want %d", i + 1, x, world);
             if (rank == 0) watchdog_sleep_us(10000);  // the others are mostly waiting in the all-reduce
         }
-        if (rank == 0) printf("PASS test_mpi_wait loop: %d all-reduces\n", n);
+        tap_ok(1, "test_mpi_wait loop: %d all-reduces", n);
+        int rc = done_testing();
         MPI_Finalize();
-        return 0;
+        return rc;
     }
     const size_t n = 2 * (size_t)MPI_WAIT_ALLREDUCE_PIECE + 3;
     float* x = (float*)callocCheck(n, sizeof(float));

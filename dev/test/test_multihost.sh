@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # ZeRO-1 across real host boundaries (dev/test/multihost.sh: network namespaces, veth
 # links through a bridge, Open MPI's rsh launcher, TCP between hosts):
 #   1. the launcher places ranks by host (2 hosts x 2 slots: two ranks on each);
@@ -22,9 +23,7 @@ BIN=./train_gpt2
 DATA=data/tinyshakespeare_train.bin
 STEPS=3
 
-TMP=$(mktemp -d /tmp/test_multihost.XXXXXX)
-trap 'mh_teardown; rm -rf "$TMP"' EXIT
-trap 'exit 143' TERM INT HUP   # so the EXIT trap runs on a timeout too
+at_exit mh_teardown
 
 make -s train_gpt2 USE_ZERO1=1 >/dev/null || fatal "build $BIN"
 [ -f "$DATA" ] || fatal "$DATA is there (make data)"

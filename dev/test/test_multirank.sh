@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # Multi-rank equivalence of ./train_gpt2:
 #   -z 0 with np=2, B=2 gives the same loss trajectory as np=1, B=4 (same global batch),
 #   and np=4, B=1 with -d accumulation likewise, within 1e-5; after the run all ranks
@@ -11,19 +12,18 @@
 # [512 s, 512 (s+1)) of the shard: np=1 B=4 k=2, np=2 B=2 k=2 and np=4 B=1 k=2 alike.
 # Without -d (k=1): np=1 B=4 and np=2 B=2 both cover [256 s, 256 (s+1)).
 #
-# Env: Z (default 0) is passed as -z; TRAIN_BIN (default ./train_gpt2) is the binary;
+# Env: Z (default 0) is passed as -z; TRAIN_BIN (default ./train_gpt2_plain, the plain build:
+# the step multirank; test_multirank_z1.sh runs the plugin build at -z 1) is the binary;
 # MULTIRANK_EXTRA_FLAGS are appended to every run.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 Z=${Z:-0}
-BIN=${TRAIN_BIN:-./train_gpt2}
+BIN=${TRAIN_BIN:-./train_gpt2_plain}
 EXTRA=${MULTIRANK_EXTRA_FLAGS:-}
 STEPS=5
 TOL=1e-5
 DATA=data/tinyshakespeare_train.bin
 
-TMP=$(mktemp -d /tmp/test_multirank.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 
 [ -x "$BIN" ] || fatal "$BIN is built"
 [ -f "$DATA" ] || fatal "$DATA is there (make data)"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=600 lane=cpu tier=full
 # The tolerance-based numeric tests under every OpenBLAS kernel family this CPU and this
 # OpenBLAS can run (OPENBLAS_CORETYPE), so that the family a machine happens to pick cannot
 # hide a tolerance that only holds for another one: SSE (Prescott), AVX (Sandybridge),
@@ -13,27 +14,25 @@
 # dev/test/run_tests.sh; ALL=1 runs it here too.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 make -s test_kernels >/dev/null && make -s test_gpt2 test_zero1 USE_ZERO1=1 >/dev/null || fatal "build"
 ORACLE=dev/test/gpt2_oracle.py
-$PY $ORACLE make --out-model "$work/m.bin" --out-state "$work/s.bin" >/dev/null &&
-    $PY $ORACLE make --out-model "$work/b.bin" --out-state "$work/b_state.bin" --dtype bf16 >/dev/null &&
-    $PY $ORACLE make --out-model "$work/small.bin" --out-state "$work/x.bin" --vocab 1000 --max-seq 32 --seq 32 \
+$PY $ORACLE make --out-model "$TMP/m.bin" --out-state "$TMP/s.bin" >/dev/null &&
+    $PY $ORACLE make --out-model "$TMP/b.bin" --out-state "$TMP/b_state.bin" --dtype bf16 >/dev/null &&
+    $PY $ORACLE make --out-model "$TMP/small.bin" --out-state "$TMP/x.bin" --vocab 1000 --max-seq 32 --seq 32 \
         --steps 1 >/dev/null &&
-    $PY $ORACLE make --out-model "$work/c48.bin" --out-state "$work/x.bin" --vocab 1000 --channels 48 --max-seq 32 \
+    $PY $ORACLE make --out-model "$TMP/c48.bin" --out-state "$TMP/x.bin" --vocab 1000 --channels 48 --max-seq 32 \
         --seq 32 --steps 1 >/dev/null || fatal "oracle models"
 
 # NP PROGRAM ARGS... per line; rows whose tolerances the kernels' rounding could break.
 ROWS=(
     "1 ./test_kernels"
-    "1 ./test_gpt2 $work/m.bin $work/s.bin"
-    "2 ./test_gpt2 $work/m.bin $work/s.bin -z 1 --bucket-size 4096"
-    "1 ./test_gpt2 $work/b.bin $work/b_state.bin --param-dtype bf16"
-    "3 ./test_zero1 $work/small.bin -z 1 --bucket-size 5000 --average-in-collective"
-    "3 ./test_zero1 $work/c48.bin -z 1 --bucket-size 3000 --split-embedding --average-in-collective"
-    "4 ./test_zero1 $work/c48.bin -z 1 --bucket-size 3000 --split-embedding"
-    "3 ./test_zero1 $work/small.bin -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation --average-in-collective"
+    "1 ./test_gpt2 $TMP/m.bin $TMP/s.bin"
+    "2 ./test_gpt2 $TMP/m.bin $TMP/s.bin -z 1 --bucket-size 4096"
+    "1 ./test_gpt2 $TMP/b.bin $TMP/b_state.bin --param-dtype bf16"
+    "3 ./test_zero1 $TMP/small.bin -z 1 --bucket-size 5000 --average-in-collective"
+    "3 ./test_zero1 $TMP/c48.bin -z 1 --bucket-size 3000 --split-embedding --average-in-collective"
+    "4 ./test_zero1 $TMP/c48.bin -z 1 --bucket-size 3000 --split-embedding"
+    "3 ./test_zero1 $TMP/small.bin -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation --average-in-collective"
 )
 
 flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
@@ -62,12 +61,12 @@ for family in "Prescott pni" "Sandybridge avx" "Haswell avx2 fma" "SkylakeX avx5
     for row in "${ROWS[@]}"; do
         read -r np cmd <<<"$row"
         # shellcheck disable=SC2086  # the command line, split on purpose
-        if OPENBLAS_CORETYPE=$core timeout 300 "${MPIRUN[@]}" -np "$np" $cmd >"$work/log" 2>&1; then
+        if OPENBLAS_CORETYPE=$core timeout 300 "${MPIRUN[@]}" -np "$np" $cmd >"$TMP/log" 2>&1; then
             ok "$core np=$np ${cmd#./}"
         else
             not_ok "$core np=$np ${cmd#./}"
-            diag "$(grep -E '^FAIL' "$work/log" | head -5)"
-            diag "$(tail -n 5 "$work/log")"
+            diag "$(tap_not_ok "$TMP/log" | head -5)"
+            diag "$(tail -n 5 "$TMP/log")"
         fi
     done
 done

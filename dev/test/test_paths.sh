@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # The output directory (-o) as cluster jobs meet it:
 #   long   a 250-character -o of nested directories: checkpoints save and resume at np 1
 #          and 2 (Open MPI 4.1's MPI_File_open aborted the job, "buffer overflow detected",

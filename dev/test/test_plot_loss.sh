@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # scripts/plot_loss.sh on real logs: two short runs of ./train_gpt2 (d2, with validation)
 # write main.log files; one log and then both are plotted. Checks: the PNG signature,
 # the 960x600 size in its header, a non-trivial file, the points read per log equal the
@@ -8,8 +9,6 @@
 # and no image written.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_plot_loss.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 
 [ -x ./train_gpt2 ] || fatal "./train_gpt2 is built"
 command -v gnuplot >/dev/null 2>&1 || fatal "gnuplot is installed (gnuplot-nox)"

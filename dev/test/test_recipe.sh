@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # The GPT-2 124M recipe (scripts/pretrain_gpt2_124M.sh), end to end at CPU size: the same
 # script with --cpu-smoke, so the same phases and trainer flags (-z 1 --shuffle -d -u -q
 # -c -v -H 1 -n -nk -y 1, then hf_convert export), on 2 CPU ranks with a d1 model.
@@ -24,8 +25,6 @@
 #   dry run  --dry-run prints the commands and runs none
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_recipe.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 t0=$SECONDS
 RECIPE=scripts/pretrain_gpt2_124M.sh
 

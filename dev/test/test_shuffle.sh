@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # --shuffle: the train data's order per epoch from --seed, and resumes that read exactly the
 # rows the straight run read, at another rank count (the same global batch).
 #
@@ -17,34 +18,34 @@
 # is printed and logged once; a resume that changes --shuffle or its --seed is refused.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-small_model_work || fatal "the small model (build, oracle)"
-random_shards "$work" || fatal "the random shards"
+small_model "$TMP" || fatal "the small model (build, oracle)"
+random_shards "$TMP" || fatal "the random shards"
 
-COMMON=(-e "$work/m.bin" -i "$work/shard_*.bin" -t 32 -x 20 -v 0 -s 0 -l 1e-3 -z 1 --seed 5)
+COMMON=(-e "$TMP/m.bin" -i "$TMP/shard_*.bin" -t 32 -x 20 -v 0 -s 0 -l 1e-3 -z 1 --seed 5)
 run() {  # run NAME NP OUT ARGS...: one training run with its row trace
     local name=$1 np=$2 out=$3; shift 3
-    LLMC_TEST_DATA_TRACE="$work/trace_$name" timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" \
-        -o "$out" "$@" >"$work/log_$name" 2>&1
+    LLMC_TEST_DATA_TRACE="$TMP/trace_$name" timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" \
+        -o "$out" "$@" >"$TMP/log_$name" 2>&1
 }
 resume_from_a() {  # resume_from_a NAME NP ARGS...: from A's checkpoint at step 12
     local name=$1 np=$2; shift 2
-    mkdir -p "$work/out_$name"
-    cp -r "$work/out_A/checkpoint_00000012" "$work/out_A/main.log" "$work/out_$name/"
-    run "$name" "$np" "$work/out_$name" -y 1 "$@"
+    mkdir -p "$TMP/out_$name"
+    cp -r "$TMP/out_A/checkpoint_00000012" "$TMP/out_A/main.log" "$TMP/out_$name/"
+    run "$name" "$np" "$TMP/out_$name" -y 1 "$@"
 }
 
-if run A 1 "$work/out_A" -b 4 -n 6 --shuffle; then ok "straight run A (np 1, -b 4, --shuffle)"
-else not_ok "straight run A" "$work/log_A"; fi
+if run A 1 "$TMP/out_A" -b 4 -n 6 --shuffle; then ok "straight run A (np 1, -b 4, --shuffle)"
+else not_ok "straight run A" "$TMP/log_A"; fi
 for spec in "B 2 -b 2" "C 4 -b 1" "D 2 -b 1 -d 128"; do
     read -r name np args <<<"$spec"
     # shellcheck disable=SC2086  # $args: the flags, split on purpose
     if resume_from_a "$name" "$np" --shuffle $args; then ok "run $name resumed at step 12 (np $np, $args)"
-    else not_ok "run $name" "$work/log_$name"; fi
+    else not_ok "run $name" "$TMP/log_$name"; fi
 done
-if run F 1 "$work/out_F" -b 4 -x 6; then ok "run F (np 1, file order)"; else not_ok "run F" "$work/log_F"; fi
+if run F 1 "$TMP/out_F" -b 4 -x 6; then ok "run F (np 1, file order)"; else not_ok "run F" "$TMP/log_F"; fi
 
 # The rows each step read, and the losses, against A's.
-if indented $PY - "$work" <<'PYEOF'
+if indented $PY - "$TMP" <<'PYEOF'
 import sys
 w = sys.argv[1]
 def reads(name, rank):
@@ -90,19 +91,19 @@ PYEOF
 then ok "resumed runs read exactly the straight run's rows, step by step; shuffled per epoch; F in file order"
 else not_ok "row traces"; fi
 
-if [ "$(grep -c "^epoch 2 of the train data began with step 17$" "$work/log_A")" = 1 ] &&
-   [ "$(grep -c "^s:17 epoch:1$" "$work/out_A/main.log")" = 1 ] &&
-   [ "$(grep -c "epoch:" "$work/out_B/main.log")" = 1 ]; then
+if [ "$(grep -c "^epoch 2 of the train data began with step 17$" "$TMP/log_A")" = 1 ] &&
+   [ "$(grep -c "^s:17 epoch:1$" "$TMP/out_A/main.log")" = 1 ] &&
+   [ "$(grep -c "epoch:" "$TMP/out_B/main.log")" = 1 ]; then
     ok "the epoch boundary is printed and logged once (also after a resume)"
-else not_ok "epoch boundary" "$work/out_A/main.log"; fi
+else not_ok "epoch boundary" "$TMP/out_A/main.log"; fi
 
 for spec in "shuffle:--shuffle 1 -> 0:-b 4" "seed:--seed (which sets the --shuffle order) 5 -> 6:-b 4 --shuffle --seed 6"; do
     IFS=: read -r name want args <<<"$spec"
     # shellcheck disable=SC2086  # $args: the flags, split on purpose
     resume_from_a "refused_$name" 1 $args
     rc=$?
-    if [ $rc -ne 0 ] && [ "$(grep -c "^error: resume: .*$want" "$work/log_refused_$name")" = 1 ]; then
+    if [ $rc -ne 0 ] && [ "$(grep -c "^error: resume: .*$want" "$TMP/log_refused_$name")" = 1 ]; then
         ok "a resume that changes --$name is refused"
-    else not_ok "resume changing --$name (rc=$rc)" "$work/log_refused_$name"; fi
+    else not_ok "resume changing --$name (rc=$rc)" "$TMP/log_refused_$name"; fi
 done
 done_testing

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=full
 # --skip-batches A-B (run/skip_batches.h): the steps from A on read what the straight run's
 # steps from B+1 on read, at any rank count, with --shuffle and in file order, across an
 # epoch; the skip is recorded in checkpoints, so a resume continues it and a requeued job
@@ -17,18 +18,18 @@
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 [ -x ./test_crc32c ] || fatal "./test_crc32c is built"
-small_model_work || fatal "the small model (build, oracle)"
-random_shards "$work" || fatal "the random shards"
+small_model "$TMP" || fatal "the small model (build, oracle)"
+random_shards "$TMP" || fatal "the random shards"
 
-COMMON=(-e "$work/m.bin" -i "$work/shard_*.bin" -t 32 -d 128 -v 0 -s 0 -l 1e-3 -z 1 --seed 5)
-run() {  # run NAME NP ARGS...: one training run with its row trace, output in $work/out_NAME
+COMMON=(-e "$TMP/m.bin" -i "$TMP/shard_*.bin" -t 32 -d 128 -v 0 -s 0 -l 1e-3 -z 1 --seed 5)
+run() {  # run NAME NP ARGS...: one training run with its row trace, output in $TMP/out_NAME
     local name=$1 np=$2; shift 2
-    LLMC_TEST_DATA_TRACE="$work/trace_$name" timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" \
-        -o "$work/out_$name" "$@" >>"$work/log_$name" 2>&1
+    LLMC_TEST_DATA_TRACE="$TMP/trace_$name" timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt2 "${COMMON[@]}" \
+        -o "$TMP/out_$name" "$@" >>"$TMP/log_$name" 2>&1
 }
 ran() {  # ran NAME NP ARGS...: run, and its check
     local name=$1 np=$2; shift 2
-    if run "$name" "$np" "$@"; then ok "run $name (np $np, $*)"; else not_ok "run $name (np $np, $*)" "$work/log_$name"; fi
+    if run "$name" "$np" "$@"; then ok "run $name (np $np, $*)"; else not_ok "run $name (np $np, $*)" "$TMP/log_$name"; fi
 }
 ran S 1 -b 4 -x 22 -n 6 --shuffle
 ran K 2 -b 2 -x 14 --shuffle --skip-batches 5-10
@@ -36,12 +37,12 @@ ran SF 1 -b 4 -x 9
 ran KF 2 -b 1 -x 6 --skip-batches 2-4
 ran R 1 -b 4 -x 3 -n 3 --shuffle
 ran R 2 -b 2 -x 14 -n 3 -y 1 --shuffle --skip-batches 5-10
-cp "$work/log_R" "$work/log_R_first"
-: >"$work/log_R"
+cp "$TMP/log_R" "$TMP/log_R_first"
+: >"$TMP/log_R"
 ran R 2 -b 2 -x 16 -n 3 -y 1 --shuffle --skip-batches 5-10  # a requeued job: the same flag, a later checkpoint
 
 # The rows each step read and the losses, against the straight runs'.
-if indented $PY - "$work" <<'PYEOF'
+if indented $PY - "$TMP" <<'PYEOF'
 import sys
 w = sys.argv[1]
 def reads(name, rank):
@@ -84,41 +85,41 @@ PYEOF
 then ok "the rows and losses of the skipping runs"; else not_ok "the rows and losses of the skipping runs"; fi
 
 # The record: checkpoints from 6 on hold the range, 3 none; the requeued run said nothing.
-rec() { sed -n 's/^skipped_batches //p' "$work/out_R/checkpoint_$(printf %08d "$1")/state.txt"; }
+rec() { sed -n 's/^skipped_batches //p' "$TMP/out_R/checkpoint_$(printf %08d "$1")/state.txt"; }
 if [ "$(rec 3)" = none ] && [ "$(rec 6)" = 5-10 ] && [ "$(rec 16)" = 5-10 ] &&
-    [ "$(grep -c '^data: --skip-batches 5-10: moved past 6 optimizer steps of data (768 tokens)' "$work/log_R_first")" = 1 ] &&
-    [ "$(grep -c '^data: --skip-batches' "$work/log_R")" = 0 ]; then
+    [ "$(grep -c '^data: --skip-batches 5-10: moved past 6 optimizer steps of data (768 tokens)' "$TMP/log_R_first")" = 1 ] &&
+    [ "$(grep -c '^data: --skip-batches' "$TMP/log_R")" = 0 ]; then
     ok "state.txt: skipped_batches none at step 3, 5-10 at 6 and 16; one skip line, none in the requeued run"
 else
-    not_ok "the record: checkpoint 3 '$(rec 3)', 6 '$(rec 6)', 16 '$(rec 16)'" "$work/log_R"
+    not_ok "the record: checkpoint 3 '$(rec 3)', 6 '$(rec 6)', 16 '$(rec 16)'" "$TMP/log_R"
 fi
 
 # A checkpoint of an earlier version (no skipped_batches line) resumes, as having skipped none.
-mkdir -p "$work/out_old" && cp -r "$work/out_S/checkpoint_00000006" "$work/out_old/"
-ck=$work/out_old/checkpoint_00000006
+mkdir -p "$TMP/out_old" && cp -r "$TMP/out_S/checkpoint_00000006" "$TMP/out_old/"
+ck=$TMP/out_old/checkpoint_00000006
 sed -i '/^skipped_batches /d' "$ck/state.txt"
 ./test_crc32c "$ck/model.bin" "$ck/optimizer.bin" "$ck/state.txt" | awk '{ n = split($3, p, "/"); print p[n], $2, $1 }' >"$ck/manifest.txt"
-if run old 1 -b 4 -x 8 -n 8 -y 1 --shuffle --skip-batches 7-8 && grep -q '^resumed from' "$work/log_old" &&
-    [ "$(sed -n 's/^skipped_batches //p' "$work/out_old/checkpoint_00000008/state.txt")" = 7-8 ]; then
+if run old 1 -b 4 -x 8 -n 8 -y 1 --shuffle --skip-batches 7-8 && grep -q '^resumed from' "$TMP/log_old" &&
+    [ "$(sed -n 's/^skipped_batches //p' "$TMP/out_old/checkpoint_00000008/state.txt")" = 7-8 ]; then
     ok "a checkpoint without skipped_batches resumes; --skip-batches 7-8 after it is recorded"
 else
-    not_ok "resume from a checkpoint without skipped_batches" "$work/log_old"
+    not_ok "resume from a checkpoint without skipped_batches" "$TMP/log_old"
 fi
 
 # refused NAME KEYWORD ARGS...: one error line naming KEYWORD, exit 1.
 refused() {
     local name=$1 keyword=$2; shift 2
-    timeout 60 ./train_gpt2 "${COMMON[@]}" -b 4 "$@" >"$work/$name.log" 2>&1
+    timeout 60 ./train_gpt2 "${COMMON[@]}" -b 4 "$@" >"$TMP/$name.log" 2>&1
     local rc=$?
-    if [ $rc = 1 ] && [ "$(grep -c '^error: ' "$work/$name.log")" = 1 ] && grep -qF -- "$keyword" "$work/$name.log"; then
-        ok "$name: $(grep '^error: ' "$work/$name.log" | sed "s|$work/||g" | cut -c1-150)"
+    if [ $rc = 1 ] && [ "$(grep -c '^error: ' "$TMP/$name.log")" = 1 ] && grep -qF -- "$keyword" "$TMP/$name.log"; then
+        ok "$name: $(grep '^error: ' "$TMP/$name.log" | sed "s|$TMP/||g" | cut -c1-150)"
     else
-        not_ok "$name: exit $rc, not one error naming '$keyword'" "$work/$name.log"
+        not_ok "$name: exit $rc, not one error naming '$keyword'" "$TMP/$name.log"
     fi
 }
-mkdir -p "$work/out_Q" && cp -r "$work/out_S/checkpoint_00000006" "$work/out_Q/"
-refused resume_past_the_range "--skip-batches 5-10: $work/out_Q/checkpoint_00000006 is at step 6, past step 5, and the run that saved it did not skip those batches" \
-    -x 12 -y 1 --shuffle --skip-batches 5-10 -o "$work/out_Q"
+mkdir -p "$TMP/out_Q" && cp -r "$TMP/out_S/checkpoint_00000006" "$TMP/out_Q/"
+refused resume_past_the_range "--skip-batches 5-10: $TMP/out_Q/checkpoint_00000006 is at step 6, past step 5, and the run that saved it did not skip those batches" \
+    -x 12 -y 1 --shuffle --skip-batches 5-10 -o "$TMP/out_Q"
 refused range_zero "--skip-batches expects A-B or A" -x 5 --skip-batches 0-2
 refused range_reversed "got '6-5'" -x 8 --skip-batches 6-5
 refused range_text "got '3-x'" -x 8 --skip-batches 3-x

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # The CPU trainer's threads (run/threads.h, docs/training.md#threads):
 #   1. without OMP_NUM_THREADS / OPENBLAS_NUM_THREADS it runs one thread per core it may use,
 #      divided among the ranks of the host whose cores overlap (1 rank; taskset to one core;
@@ -13,8 +14,6 @@
 # Every run here unsets the runner's OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 first.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-TMP=$(mktemp -d /tmp/test_threads.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
 
 for bin in train_gpt2 train_gpt2_plain; do
     [ -x "./$bin" ] || fatal "./$bin is built"

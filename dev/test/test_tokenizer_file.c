@@ -6,6 +6,7 @@
  * and invalid ids / a missing file must be handled without crashing.
  *
  * usage: test_tokenizer_file TOKENIZER.bin VAL.bin TRAIN.bin INPUT.txt
+ * Prints TAP (dev/test/check.h): one line for all the checks.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -112,10 +113,6 @@ int main(int argc, char** argv) {
     free(input);
     free(tokens);
     tokenizer_free(&tok);
-    if (failures) {
-        printf("FAIL test_tokenizer_file: %d checks failed\n", failures);
-        return 1;
-    }
-    printf("PASS test_tokenizer_file: %zu tokens decode to the input (%zu bytes, %zu documents)\n", count, n_in, docs);
-    return 0;
+    tap_checks("test_tokenizer_file: %zu tokens decode to the input (%zu bytes, %zu documents)", count, n_in, docs);
+    return done_testing();
 }

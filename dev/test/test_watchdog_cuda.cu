@@ -1,5 +1,6 @@
 /*
- * zero1/watchdog_cuda.h on a GPU (make test_gpu runs it; without a GPU it prints SKIPPED):
+ * zero1/watchdog_cuda.h on a GPU (make test_gpu runs it), printing TAP (dev/test/check.h;
+ * without a GPU the plan "1..0 # SKIP ..."):
  *   1. a stream whose work finishes: zero1_cuda_sync_deadline returns, and the stream is idle;
  *   2. a stream that never finishes (a kernel spinning on a flag nobody sets, as an NCCL
  *      kernel spins on a peer that stopped), in a child process: past a 1 s deadline the
@@ -27,24 +28,14 @@
 
 #include <mpi.h>
 
+#include "dev/test/check.h"
 #include "llmc/cuda_common.cuh"
 #include "zero1/comm_nccl.h"
 #include "zero1/testing/test_doubles.h"
 #include "zero1/device_cuda.h"
 #include "zero1/watchdog_cuda.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                          \
-    do {                                           \
-        if (cond) {                                \
-            printf("PASS ");                       \
-        } else {                                   \
-            printf("FAIL ");                       \
-            failures++;                            \
-        }                                          \
-        printf(__VA_ARGS__);                       \
-        printf("\n");                              \
-    } while (0)
+#define EXPECT(cond, ...) tap_ok((cond), __VA_ARGS__)
 
 __global__ void spin_until_set(volatile int* flag) {
     while (*flag == 0) {
@@ -173,7 +164,7 @@ int main(void) {
     int probe_status;
     waitpid(probe, &probe_status, 0);
     if (!WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0) {
-        printf("SKIPPED test_watchdog_cuda: no CUDA device\n");
+        tap_skip_all("test_watchdog_cuda: no CUDA device");
         return 0;
     }
     char err_path[] = "/tmp/test_watchdog_cuda.XXXXXX";
@@ -210,7 +201,7 @@ int main(void) {
                file_count(err_path, refused) == 0 && file_count(err_path, "probe: the collective was taken") == 1,
            "control, the wrapper not watched: not aborted, the probe's collective was taken (exit %d after %.1f s)",
            status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1, secs);
-    if (failures) show_file(err_path);
+    if (tap_failed) show_file(err_path);
     unlink(err_path);
 
     // In this process: finished work returns at once.
@@ -242,6 +233,5 @@ int main(void) {
            cudaGetErrorName(left));
     cudaCheck(cudaStreamDestroy(s));
     cudaCheck(cudaFree(x));
-    printf("%s test_watchdog_cuda\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    return done_testing();
 }

@@ -24,11 +24,13 @@
  * the master never moves, so the params are its rounding after the last step (with
  * --stochastic-rounding, by that step's bits): the candidate then equals the reference
  * bitwise. --dump-params: rank 0 writes the candidate's final params (fp32, dense
- * canonical) to FILE, for comparisons across runs (dev/test/test_zero1.sh).
+ * canonical) to FILE, for comparisons across runs (dev/test/test_zero1.sh). Prints TAP
+ * (dev/test/check.h) from rank 0.
  */
 #define TESTING
 #include "train_gpt2.c"
 
+#include "dev/test/check.h"
 #include "dev/test/testing_cpu.h"
 
 typedef struct {
@@ -152,18 +154,14 @@ static RunResult run(const TrainConfig* cfg, SyntheticData* data, int steps, int
         size_t numel = zero1_layout(rt)->numel;
         double expect_total = sharded ? (double)numel * cfg->dist_opt_instances : (double)numel * data->world;
         int ok = bytes == per * owned && total == expect_total;
-        if (data->rank == 0) {
-            printf("%s ownership: %zu owned elements x %zu B = %zu state bytes on rank 0; owned over ranks %.0f "
-                   "(buffer %zu)\n", ok ? "PASS" : "FAIL", owned, per, bytes, total, numel);
-        }
+        tap_ok(ok, "ownership: %zu owned elements x %zu B = %zu state bytes on rank %d; owned over ranks %.0f "
+               "(buffer %zu)", owned, per, bytes, data->rank, total, numel);
         if (!ok) fatal("FAIL: optimizer-state ownership");
     }
     trainer_free(&tr);
     r.params_n = n;
     return r;
 }
-
-static int failures = 0;
 
 // Losses and grad norms within loss_rel_tol (a gradient scaled wrongly, by DP say, shows in
 // the norm even where AdamW's scale invariance hides it in the losses); parameters within
@@ -188,26 +186,23 @@ static void compare(const char* what, const RunResult* ref, const RunResult* got
         if (w->allowance[i] > tau) above_tau++;
         if (!(e <= tau + explained)) ok = 0;
     }
-    if (!ok) failures++;
-    if (rank == 0) {
-        printf("%s %s: worst loss rel diff %.3e, worst norm rel diff %.3e (tol %.1e); worst param abs diff %.3e, "
-               "beyond %.1e*|p| and AdamW's share of the reduction's rounding %.3e (tol %.1e; the share exceeds "
-               "it for %zu elements)\n", ok ? "PASS" : "FAIL", what, worst_loss, worst_norm, loss_rel_tol,
-               worst_param, param_rel_tol, drift, tau, above_tau);
-    }
+    tap_ok(ok, "%s: worst loss rel diff %.3e, worst norm rel diff %.3e (tol %.1e); worst param abs diff %.3e, "
+           "beyond %.1e*|p| and AdamW's share of the reduction's rounding %.3e (tol %.1e; the share exceeds "
+           "it for %zu elements)", what, worst_loss, worst_norm, loss_rel_tol, worst_param, param_rel_tol, drift, tau,
+           above_tau);
 }
 
 static void compare_bitwise(const char* what, const RunResult* a, const RunResult* b, int steps, int rank) {
     int ok = memcmp(a->losses, b->losses, steps * sizeof(float)) == 0 &&
              memcmp(a->params, b->params, a->params_n * sizeof(float)) == 0;
-    if (!ok) failures++;
-    if (rank == 0) printf("%s %s: losses and parameters bitwise identical\n", ok ? "PASS" : "FAIL", what);
+    tap_ok(ok, "%s: losses and parameters bitwise identical", what);
 }
 
 int main(int argc, char** argv) {
     blas_pick_kernels(argv);  // run/blas_cores.h, through train_gpt2.c
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
+    tap_rank = rank;
     if (argc < 2) fatal("usage: %s MODEL.bin [--steps N] [--accum K] [--batch B] [--seq T] [trainer flags]", argv[0]);
     int steps = 10, k = 1, B_global = 12, T = 16, a = 2;
     const char* dump_params = NULL;
@@ -310,7 +305,7 @@ int main(int argc, char** argv) {
     flipped.overlap_param_gather = !cfg.overlap_param_gather;
     RunResult other = run(&flipped, &data, steps, 1, NULL);
     compare_bitwise("overlap on vs off (one bucket)", &got, &other, steps, rank);
-    if (rank == 0) printf("%s test_zero1\n", failures ? "FAIL" : "PASS");
+    int rc = done_testing();
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return rc;
 }

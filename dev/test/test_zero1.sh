@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=600 lane=cpu tier=fast,full
 # ZeRO-1 equals replicated AdamW under mpirun with 1-4 ranks, across bucket layouts,
 # dtypes, accumulation and overlap (dev/test/test_zero1.c asserts each run), with
 # distributed-optimizer instances at np 4 and 6, also on the
@@ -6,38 +7,30 @@
 # embedding (--split-embedding); ZeRO-1 matches the PyTorch oracle at np=2, B=2 (also
 # split); --stochastic-rounding stores the same bf16 params at any DP and bucket size;
 # a planted NaN stops every rank.
-# FAST=1 (make test-fast) runs the rows in FAST_ROWS only and says how many it left out.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 make -s test_zero1 test_gpt2 USE_ZERO1=1 >/dev/null || fatal "build"
 make -s train_gpt2 train_gpt2_testing USE_ZERO1=1 >/dev/null || fatal "build"
 
 # A small model (vocab 1000) keeps 40 runs fast; its parameters still span many buckets.
-$PY dev/test/gpt2_oracle.py make --out-model "$work/small.bin" --out-state "$work/small_state.bin" \
+$PY dev/test/gpt2_oracle.py make --out-model "$TMP/small.bin" --out-state "$TMP/small_state.bin" \
     --vocab 1000 --max-seq 32 --seq 32 --steps 1 >/dev/null || fatal "oracle models"
 # C = 48 for the split embedding: wte's shards then end inside rows at np 3 and 4, so a row
 # goes to two owners and each adds only its part.
-$PY dev/test/gpt2_oracle.py make --out-model "$work/c48.bin" --out-state "$work/c48_state.bin" \
+$PY dev/test/gpt2_oracle.py make --out-model "$TMP/c48.bin" --out-state "$TMP/c48_state.bin" \
     --vocab 1000 --channels 48 --max-seq 32 --seq 32 --steps 1 >/dev/null || fatal "oracle models"
 
-left_out=0
-FAST_ROWS="|2 zero1_hazard: many small buckets|2 zero1_hazard: accumulation|3 average in the collective|\
-2 zero1_hazard: ZeRO-1 vs PyTorch oracle|2 planted NaN|2 --trace|"
-wanted() {  # wanted NP NAME: whether this row runs (every row, unless FAST=1)
-    [ "${FAST:-0}" != 1 ] || [[ $FAST_ROWS == *"|$1 $2|"* ]] && return 0
-    left_out=$((left_out + 1))
-    return 1
-}
-zero1_row() {  # zero1_row NAME NP ARGS...: one test_zero1 run (of $MODEL, default small.bin)
+# The rows are named "np=NP NAME"; the fast tier runs these.
+fast_rows "np=2 zero1_hazard: many small buckets" "np=2 zero1_hazard: accumulation" "np=3 average in the collective" \
+    "np=2 zero1_hazard: ZeRO-1 vs PyTorch oracle" "np=2 planted NaN" "np=2 --trace"
+zero1_row() {  # zero1_row NAME NP ARGS...: one test_zero1 run (of $MODEL, default small.bin), the row "np=NP NAME"
     local name=$1 np=$2; shift 2
-    wanted "$np" "$name" || return 0
-    if timeout 300 "${MPIRUN[@]}" -np "$np" ./test_zero1 "${MODEL:-$work/small.bin}" "$@" >"$work/log" 2>&1 &&
-       grep -q "^PASS test_zero1" "$work/log"; then
+    selected "np=$np $name" || return 0
+    if timeout 300 "${MPIRUN[@]}" -np "$np" ./test_zero1 "${MODEL:-$TMP/small.bin}" "$@" >"$TMP/log" 2>&1 &&
+       [ "$(tap_verdict "$TMP/log")" = passed ]; then
         ok "np=$np $name"
     else
-        not_ok "np=$np $name ($*)" "$work/log"
+        not_ok "np=$np $name ($*)" "$TMP/log"
     fi
 }
 
@@ -66,14 +59,14 @@ done
 # buckets, parameters cut by shard bounds), and not round-to-nearest's. With -l 1e-3
 # ZeRO-1 still matches the replicated mode within bf16's tolerance.
 SR_LR0=(--steps 3 --param-dtype bf16 -l 0 -z 1)  # after test_zero1's own options (--dump-params)
-zero1_row "stochastic rounding, lr 0, one bucket" 1 --dump-params "$work/sr_np1.bin" "${SR_LR0[@]}" \
+zero1_row "stochastic rounding, lr 0, one bucket" 1 --dump-params "$TMP/sr_np1.bin" "${SR_LR0[@]}" \
     --bucket-size none --stochastic-rounding
-zero1_row "stochastic rounding, lr 0, small buckets" 2 --dump-params "$work/sr_np2.bin" "${SR_LR0[@]}" \
+zero1_row "stochastic rounding, lr 0, small buckets" 2 --dump-params "$TMP/sr_np2.bin" "${SR_LR0[@]}" \
     --bucket-size 3000 --stochastic-rounding
-zero1_row "round to nearest, lr 0" 2 --dump-params "$work/rne_np2.bin" "${SR_LR0[@]}" --bucket-size 3000
-if ! wanted 2 "stochastic rounding: np 1 == np 2"; then
+zero1_row "round to nearest, lr 0" 2 --dump-params "$TMP/rne_np2.bin" "${SR_LR0[@]}" --bucket-size 3000
+if ! selected "np=2 stochastic rounding: np 1 == np 2"; then
     :
-elif cmp -s "$work/sr_np1.bin" "$work/sr_np2.bin" && ! cmp -s "$work/sr_np1.bin" "$work/rne_np2.bin"; then
+elif cmp -s "$TMP/sr_np1.bin" "$TMP/sr_np2.bin" && ! cmp -s "$TMP/sr_np1.bin" "$TMP/rne_np2.bin"; then
     ok "stochastic rounding: np 1 (one bucket) == np 2 (bucket size 3000) bitwise, != nearest"
 else
     not_ok "stochastic rounding: params differ across DP/bucket size, or equal nearest's"
@@ -116,13 +109,13 @@ done
 # micro-step's encoder rows sent sparsely to their owners and added there (C = 48 model).
 SPLIT=(-z 1 --bucket-size 3000 --split-embedding)
 for np in 1 2 3 4; do
-    MODEL="$work/c48.bin" zero1_row "split embedding" $np "${SPLIT[@]}"
+    MODEL="$TMP/c48.bin" zero1_row "split embedding" $np "${SPLIT[@]}"
 done
-MODEL="$work/c48.bin" zero1_row "split embedding, accumulation" 2 --accum 2 --batch 24 "${SPLIT[@]}"
-MODEL="$work/c48.bin" zero1_row "split embedding, 2 instances" 4 "${SPLIT[@]}" --dist-opt-instances 2
-MODEL="$work/c48.bin" zero1_row "split embedding, average in the collective" 3 "${SPLIT[@]}" --average-in-collective
+MODEL="$TMP/c48.bin" zero1_row "split embedding, accumulation" 2 --accum 2 --batch 24 "${SPLIT[@]}"
+MODEL="$TMP/c48.bin" zero1_row "split embedding, 2 instances" 4 "${SPLIT[@]}" --dist-opt-instances 2
+MODEL="$TMP/c48.bin" zero1_row "split embedding, average in the collective" 3 "${SPLIT[@]}" --average-in-collective
 for np in 2 3; do
-    MODEL="$work/c48.bin" zero1_row "zero1_hazard: split embedding" $np "${SPLIT[@]}" "${HAZARD[@]}"
+    MODEL="$TMP/c48.bin" zero1_row "zero1_hazard: split embedding" $np "${SPLIT[@]}" "${HAZARD[@]}"
 done
 for np in 2 3; do
     zero1_row "zero1_hazard: fp32 accumulation" $np -z 1 --bucket-size 5000 --grad-dtype bf16 --fp32-accumulation "${HAZARD[@]}"
@@ -134,18 +127,18 @@ zero1_row "zero1_hazard: 3 instances, bf16 grad reduction" 6 -z 1 --bucket-size 
 
 # ZeRO-1 at np=2, B=2 against the PyTorch oracle's losses for the global batch of 4, on the
 # CPU device and (zero1_hazard) on the deferred device with the hazard communicator.
-$PY dev/test/gpt2_oracle.py make --out-model "$work/m.bin" --out-state "$work/s.bin" >/dev/null
+$PY dev/test/gpt2_oracle.py make --out-model "$TMP/m.bin" --out-state "$TMP/s.bin" >/dev/null
 for extra in "" "${HAZARD[*]}" "--split-embedding"; do
     name="ZeRO-1 vs PyTorch oracle"
     [ "$extra" = "${HAZARD[*]}" ] && name="zero1_hazard: $name"
     [ "$extra" = --split-embedding ] && name="split embedding: $name"
-    wanted 2 "$name" || continue
+    selected "np=2 $name" || continue
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
-    if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$work/m.bin" "$work/s.bin" -z 1 --bucket-size 20000 $extra \
-        >"$work/log" 2>&1 && grep -q "^PASS test_gpt2" "$work/log"; then
+    if timeout 300 "${MPIRUN[@]}" -np 2 ./test_gpt2 "$TMP/m.bin" "$TMP/s.bin" -z 1 --bucket-size 20000 $extra \
+        >"$TMP/log" 2>&1 && [ "$(tap_verdict "$TMP/log")" = passed ]; then
         ok "np=2 $name"
     else
-        not_ok "np=2 $name" "$work/log"
+        not_ok "np=2 $name" "$TMP/log"
     fi
 done
 
@@ -156,18 +149,18 @@ done
 for run in "2" "3" "2 ${HAZARD[*]}" "4 --dist-opt-instances 2"; do
     read -r np extra <<<"$run"
     name="planted NaN${extra:+ ($extra)}"
-    wanted "$np" "$name" || continue
+    selected "np=$np $name" || continue
     bin=./train_gpt2
     [ "$extra" = "${HAZARD[*]}" ] && bin=./train_gpt2_testing
     # shellcheck disable=SC2086  # $extra: the flags, split on purpose
-    LLMC_TEST_PLANT_NAN=2 timeout 120 "${MPIRUN[@]}" -np $np $bin -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" \
-        -b 2 -t 32 -x 5 -v 0 -s 0 -z 1 --bucket-size 3000 --check-nan $extra >"$work/log" 2>&1
+    LLMC_TEST_PLANT_NAN=2 timeout 120 "${MPIRUN[@]}" -np $np $bin -e "$TMP/m.bin" -i "data/tinyshakespeare_train.bin" \
+        -b 2 -t 32 -x 5 -v 0 -s 0 -z 1 --bucket-size 3000 --check-nan $extra >"$TMP/log" 2>&1
     rc=$?
-    n=$(grep -c "error: non-finite gradient in h0.qkvb at step 3" "$work/log")
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" = 1 ] && ! grep -q "^step    4" "$work/log"; then
+    n=$(grep -c "error: non-finite gradient in h0.qkvb at step 3" "$TMP/log")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" = 1 ] && ! grep -q "^step    4" "$TMP/log"; then
         ok "np=$np $name stops every rank with one message"
     else
-        not_ok "np=$np $name (rc=$rc, messages=$n)" "$work/log"
+        not_ok "np=$np $name (rc=$rc, messages=$n)" "$TMP/log"
     fi
 done
 # --trace: one Chrome trace per rank with per-layer compute, every bucket's reduce-scatter
@@ -176,23 +169,23 @@ done
 # readiness counts learned on the first step (dev/test/trace_overlap.py --learned, which
 # pairs each collective with its own step's backward): none fires during its backward,
 # some during the second's. First, that check fails on hand-made traces where it must.
-if $PY dev/test/trace_overlap.py --self-test >"$work/log" 2>&1; then
+if $PY dev/test/trace_overlap.py --self-test >"$TMP/log" 2>&1; then
     ok "trace_overlap.py fails on traces whose collectives start after their own backward"
 else
-    not_ok "trace_overlap.py --self-test" "$work/log"
+    not_ok "trace_overlap.py --self-test" "$TMP/log"
 fi
 for run in "2 1" "4 2"; do
     read -r np k <<<"$run"
-    wanted "$np" --trace || continue
-    rm -f "$work"/trace.rank*.json
-    timeout 120 "${MPIRUN[@]}" -np $np ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
-        -x 3 -v 0 -s 0 -z 1 --bucket-size 20000 --dist-opt-instances $k --trace "$work/trace.json" >"$work/log" 2>&1
-    buckets=$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$work/log")
+    selected "np=$np --trace" || continue
+    rm -f "$TMP"/trace.rank*.json
+    timeout 120 "${MPIRUN[@]}" -np $np ./train_gpt2 -e "$TMP/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
+        -x 3 -v 0 -s 0 -z 1 --bucket-size 20000 --dist-opt-instances $k --trace "$TMP/trace.json" >"$TMP/log" 2>&1
+    buckets=$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$TMP/log")
     overlap=1
     for ((rank = 0; rank < np; rank++)); do
-        $PY dev/test/trace_overlap.py "$work/trace.rank$rank.json" "reduce-scatter b" --learned >>"$work/log" 2>&1 || overlap=0
+        $PY dev/test/trace_overlap.py "$TMP/trace.rank$rank.json" "reduce-scatter b" --learned >>"$TMP/log" 2>&1 || overlap=0
     done
-    if grep -q "comm wait" "$work/log" && [ $overlap = 1 ] && $PY - "$work" "$buckets" $np $k <<'PYEOF'
+    if grep -q "comm wait" "$TMP/log" && [ $overlap = 1 ] && $PY - "$TMP" "$buckets" $np $k <<'PYEOF'
 import json, sys
 work, buckets, np_, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 assert buckets > 1, "expected several buckets"
@@ -211,24 +204,23 @@ PYEOF
     then
         ok "np=$np --trace ($k instance(s)): per-layer compute, per-bucket collectives"
     else
-        not_ok "np=$np --trace ($k instance(s))" "$work/log"
+        not_ok "np=$np --trace ($k instance(s))" "$TMP/log"
     fi
 done
 # Overlap off lays out one bucket, as Megatron's DDP does, and says a --bucket-size given is
 # not used; the same flags with overlap lay out several.
-if wanted 2 "one bucket without overlap"; then
+if selected "np=2 one bucket without overlap"; then
     layout() {  # layout FLAGS...: the start-up's bucket rows and notes of a 1-step run at np 2
-        timeout 120 "${MPIRUN[@]}" -np 2 ./train_gpt2 -e "$work/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
-            -x 1 -v 0 -s 0 -z 1 --bucket-size 3000 "$@" >"$work/log" 2>&1 || return 1
-        echo "$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$work/log") buckets" \
-            "$(grep -c '^zero1: note: --no-overlap-grad-reduce lays out one bucket.*--bucket-size 3000 is not used' "$work/log") notes"
+        timeout 120 "${MPIRUN[@]}" -np 2 ./train_gpt2 -e "$TMP/m.bin" -i "data/tinyshakespeare_train.bin" -b 2 -t 32 \
+            -x 1 -v 0 -s 0 -z 1 --bucket-size 3000 "$@" >"$TMP/log" 2>&1 || return 1
+        echo "$(awk '/^zero1: .* [0-9]+\.\.[0-9]+$/ { n++ } END { print n + 0 }' "$TMP/log") buckets" \
+            "$(grep -c '^zero1: note: --no-overlap-grad-reduce lays out one bucket.*--bucket-size 3000 is not used' "$TMP/log") notes"
     }
     off=$(layout --no-overlap-grad-reduce) on=$(layout)
     if [ "$off" = "1 buckets 1 notes" ] && [[ $on == *" buckets 0 notes" ]] && [ "${on%% *}" -gt 1 ]; then
         ok "np=2 one bucket without overlap, and a note (with overlap: ${on%% buckets*} buckets)"
     else
-        not_ok "np=2 one bucket without overlap: off '$off', on '$on'" "$work/log"
+        not_ok "np=2 one bucket without overlap: off '$off', on '$on'" "$TMP/log"
     fi
 fi
-[ $left_out = 0 ] || note "$left_out rows left out (FAST=1; make test runs them)"
 done_testing

@@ -4,7 +4,7 @@
  *
  *   test_zero1_cuda                  one process, one GPU: parts 1-7 below
  *   mpirun -np N test_zero1_cuda     N ranks with a GPU each: part 8
- * Prints PASS/FAIL lines; exits 1 on any failure.
+ * Prints TAP (dev/test/check.h) from rank 0; exits 1 on any failure.
  *
  *  1. convert: fp32 -> bf16 on every sign/exponent/high-mantissa pattern with the
  *     rounding-relevant low halves plus 16M random floats; bf16 -> fp32 on all 65536;
@@ -29,7 +29,7 @@
  *     sum_squares_exact's limbs (the span sets above with the smallest denormal and FLT_MAX
  *     planted, two launches) and norm_and_clip_exact on them, add, sum_slices_pairwise of
  *     1 to 64 slices
- * Without a GPU it prints SKIPPED.
+ * Without a GPU it prints the plan "1..0 # SKIP why" (and exits 0).
  */
 #include <math.h>
 #include <mpi.h>
@@ -39,24 +39,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dev/test/check.h"
 #include "llmc/bf16.h"
 #include "llmc/cuda_common.cuh"
 #include "run/nccl_comm.h"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
 
-static int failures = 0, checks = 0;
-
 static void check(int ok, const char* fmt, ...) {
+    char what[512];
     va_list ap;
     va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
+    vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    fflush(stdout);
-    checks++;
-    if (!ok) failures++;
+    tap_ok(ok, "%s", what);
 }
 
 static uint64_t next_u64(uint64_t* s) {
@@ -674,11 +670,7 @@ static int world_rank = 0, world_size = 1;
 static void check_all_ranks(int ok, const char* what) {
     int all_ok = 0;
     mpiCheck(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (world_rank == 0) {
-        check(all_ok, "%s (%d ranks)", what, world_size);
-    } else if (!all_ok) {
-        failures++;
-    }
+    check(all_ok, "%s (%d ranks)", what, world_size);
 }
 
 static void put_value(void* buf, Zero1Dtype t, size_t i, double x) {
@@ -769,20 +761,25 @@ int main(int argc, char** argv) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        printf("SKIPPED: no GPU (%s): the CUDA device ops and the NCCL communicator were NOT tested\n",
-               err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
+        char why[256];
+        snprintf(why, sizeof(why), "no GPU (%s): the CUDA device ops and the NCCL communicator were NOT tested",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
+        tap_skip_all(why);
         return 0;
     }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     utils_set_rank(world_rank, world_size);
+    tap_rank = world_rank;
     int local_world, local_rank = mpi_local_rank(&local_world);
     cudaCheck(cudaSetDevice(local_rank % count));
     // The trainer's own check (NCCL refuses two ranks on one GPU); collective, so every rank asks.
     int distinct = gpus_distinct_on_node();
     if (world_size > 1 && (!distinct || world_size > 8)) {
-        if (world_rank == 0) printf("SKIPPED: %d ranks need 2 to 8 GPUs of their own (%d found)\n", world_size, count);
+        char why[128];
+        snprintf(why, sizeof(why), "%d ranks need 2 to 8 GPUs of their own (%d found)", world_size, count);
+        tap_skip_all(why);
         MPI_Finalize();
         return 0;
     }
@@ -797,8 +794,7 @@ int main(int argc, char** argv) {
         zero1_device_cuda_destroy(&gpu);
         cudaCheck(cudaStreamDestroy(compute));
         MPI_Finalize();
-        if (world_rank == 0) printf("%d checks, %d failed\n", checks, failures);
-        return failures ? 1 : 0;
+        return done_testing();
     }
 
     test_convert();
@@ -828,6 +824,5 @@ int main(int argc, char** argv) {
     zero1_device_cuda_destroy(&gpu);
     cudaCheck(cudaStreamDestroy(compute));
     MPI_Finalize();
-    printf("%d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return done_testing();
 }

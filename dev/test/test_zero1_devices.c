@@ -13,7 +13,8 @@
  *   mpirun -np N test_zero1_devices --mpi
  *                               the hazard communicator over MPI: direct on the CPU device,
  *                               staged on the deferred device
- * Prints one PASS/FAIL line (rank 0); exit 0 on pass.
+ * Prints TAP (dev/test/check.h): a line per group of checks (rank 0; with --mpi also one for
+ * every rank's checks together); exit 0 on pass.
  */
 #include <math.h>
 #include <mpi.h>
@@ -1145,12 +1146,6 @@ static void check_hazard(const Zero1Device* d, Zero1Comm* inner, const char* lab
 
 // ---- main ----
 
-static int finish(const char* what, int world) {
-    if (failures == 0) printf("PASS test_zero1_devices%s (%d checks%s)\n", what, checks, world > 1 ? " on rank 0" : "");
-    else printf("FAIL test_zero1_devices%s: %d of %d checks failed\n", what, failures, checks);
-    return failures == 0 ? 0 : 1;
-}
-
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--mpi") == 0) {
         int rank, world;
@@ -1158,46 +1153,45 @@ int main(int argc, char** argv) {
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         MPI_Comm_size(MPI_COMM_WORLD, &world);
         utils_set_rank(rank, world);
+        tap_rank = rank;
         Zero1Device cpu = zero1_device_cpu();
-        check_hazard(&cpu, zero1_comm_mpi_create(&cpu, -1), "hazard(mpi) on the CPU device");
+        CHECK_GROUP(check_hazard(&cpu, zero1_comm_mpi_create(&cpu, -1), "hazard(mpi) on the CPU device"));
         Zero1Device deferred = zero1_device_deferred_create();
-        check_hazard(&deferred, zero1_comm_mpi_create(&deferred, -1), "hazard(mpi, staged) on the deferred device");
+        CHECK_GROUP(check_hazard(&deferred, zero1_comm_mpi_create(&deferred, -1),
+                                 "hazard(mpi, staged) on the deferred device"));
         zero1_device_deferred_destroy(&deferred);
         int local = failures, total = 0;
         MPI_Allreduce(&local, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-        failures = total;
-        int rc = 0;
-        char what[32];
-        snprintf(what, sizeof(what), " --mpi np=%d", world);
-        if (rank == 0) rc = finish(what, world);
+        tap_ok(total == 0, "--mpi np=%d: every rank's checks (%d failed)", world, total);
+        int rc = done_testing();
         MPI_Finalize();
-        return failures ? 1 : rc;
+        return rc;
     }
     if (argc > 1) fatal("usage: test_zero1_devices [--mpi]");
     Zero1Device d = zero1_device_deferred_create();
     CHECK(strcmp(d.ops->name, "deferred") == 0 && d.ops->host_addressable == 0, "deferred device: name '%s'", d.ops->name);
-    check_host_cannot_dereference(&d);
-    check_host_view(&d);
-    check_stream_order(&d);
-    check_late_execution(&d);
-    check_sync_event(&d);
-    check_to_host_before_sync(&d);
-    check_free_and_destroy_with_queued_work();
-    check_adamw(&d, ZERO1_FP32, 0, 0);
-    check_adamw(&d, ZERO1_FP32, 1, 0);
-    check_adamw(&d, ZERO1_BF16, 1, 0);
-    check_adamw(&d, ZERO1_BF16, 1, 1);
-    check_stochastic_rounding_unbiased();
-    check_stochastic_rounding_specials();
-    check_rounding_across_layouts(&d);
-    check_reductions(&d);
-    check_convert(&d);
-    check_sum_slices(&d);
-    check_dp_invariant_ops(&d);
-    check_bad_input(&d);
+    CHECK_GROUP(check_host_cannot_dereference(&d));
+    CHECK_GROUP(check_host_view(&d));
+    CHECK_GROUP(check_stream_order(&d));
+    CHECK_GROUP(check_late_execution(&d));
+    CHECK_GROUP(check_sync_event(&d));
+    CHECK_GROUP(check_to_host_before_sync(&d));
+    CHECK_GROUP(check_free_and_destroy_with_queued_work());
+    CHECK_GROUP(check_adamw(&d, ZERO1_FP32, 0, 0));
+    CHECK_GROUP(check_adamw(&d, ZERO1_FP32, 1, 0));
+    CHECK_GROUP(check_adamw(&d, ZERO1_BF16, 1, 0));
+    CHECK_GROUP(check_adamw(&d, ZERO1_BF16, 1, 1));
+    CHECK_GROUP(check_stochastic_rounding_unbiased());
+    CHECK_GROUP(check_stochastic_rounding_specials());
+    CHECK_GROUP(check_rounding_across_layouts(&d));
+    CHECK_GROUP(check_reductions(&d));
+    CHECK_GROUP(check_convert(&d));
+    CHECK_GROUP(check_sum_slices(&d));
+    CHECK_GROUP(check_dp_invariant_ops(&d));
+    CHECK_GROUP(check_bad_input(&d));
     Zero1Device cpu = zero1_device_cpu();
-    check_hazard(&cpu, zero1_comm_single_create(&cpu), "hazard(single) on the CPU device");
-    check_hazard(&d, zero1_comm_single_create(&d), "hazard(single) on the deferred device");
+    CHECK_GROUP(check_hazard(&cpu, zero1_comm_single_create(&cpu), "hazard(single) on the CPU device"));
+    CHECK_GROUP(check_hazard(&d, zero1_comm_single_create(&d), "hazard(single) on the deferred device"));
     zero1_device_deferred_destroy(&d);
-    return finish("", 1);
+    return done_testing();
 }

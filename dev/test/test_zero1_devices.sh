@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=fast,full
 # The deferred test device and the hazard communicator against the device and
 # communicator contracts (dev/test/test_zero1_devices.c): once without MPI (the device,
 # and the hazard over the single communicator), then the hazard over MPI at np 1, 2, 3,

@@ -3,7 +3,8 @@
  *   make test_zero1_layout && ./test_zero1_layout
  * Hand-worked layouts (numbers derived on paper from the rules in zero1/layout.h, written
  * out in the comments), invalid arguments, and invariants + element coverage on many
- * random configurations. Prints one PASS/FAIL line; exit 0 on pass.
+ * random configurations. Prints TAP (dev/test/check.h), a line per group of checks; exit 0 on
+ * pass.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -416,17 +417,12 @@ static void test_random_coverage(int configs) {
 }
 
 int main(void) {
-    test_param_larger_than_bucket();
-    test_dp1();
-    test_shared_embedding_closes_bucket();
-    test_bucket_rules();
-    test_invalid_arguments();
-    test_ledger();
-    test_random_coverage(3000);
-    if (failures) {
-        printf("FAIL test_zero1_layout: %d of %d checks failed\n", failures, checks);
-        return 1;
-    }
-    printf("PASS test_zero1_layout: %d checks\n", checks);
-    return 0;
+    CHECK_GROUP(test_param_larger_than_bucket());
+    CHECK_GROUP(test_dp1());
+    CHECK_GROUP(test_shared_embedding_closes_bucket());
+    CHECK_GROUP(test_bucket_rules());
+    CHECK_GROUP(test_invalid_arguments());
+    CHECK_GROUP(test_ledger());
+    CHECK_GROUP(test_random_coverage(3000));
+    return done_testing();
 }

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=300 lane=cpu tier=full
 # zero1_plan end to end:
 #   1. 2000 random configurations vs the independent Python oracle (dev/test/layout_oracle.py);
 #   2. the GPT-2 124M layout, ledger and bucket timing at DP=8 vs arithmetic and reasoning done

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: timeout=120 lane=cpu tier=fast,full
 # The zero1 runtime alone: AdamW through buckets and views equals dense AdamW; a step whose
 # gradient contributions differ from the ones learned on the first step (one missing, one
 # extra) stops with one message naming the parameters and both counts.

@@ -2,7 +2,7 @@
 # The failure cases of long runs and corpora as a user sees them, in two built trees: for
 # each case and tree the exit code, the first error or warning line, and what is left on
 # disk. Evidence for a note, not a test: it prints, it never judges.
-#   dev/bench/noloss_cases.sh BEFORE_TREE AFTER_TREE [CASE ...]   (CASE: 1 .. 11; all by default)
+#   dev/bench/failure_cases_before_after.sh BEFORE_TREE AFTER_TREE [CASE ...]   (CASE: 1 .. 11; all by default)
 # Each tree needs train_gpt2 (USE_ZERO1=1), prepro_corpus and hf_convert built. The oracle
 # (the after tree's dev/test/gpt2_oracle.py, Debian's python3 with torch) makes the small
 # model; TOKENS (default AFTER/data/tinyshakespeare_train.bin, `make data`) feeds case 11.
@@ -20,7 +20,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 PY=${LLMC_PYTHON:-/usr/bin/python3}
 MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-W=$(mktemp -d /tmp/noloss_cases.XXXXXX)
+W=$(mktemp -d /tmp/failure_cases.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 ENC=(--encoder "$AFTER/dev/data/gpt2/encoder.json" --merges "$AFTER/dev/data/gpt2/vocab.bpe")
 
