@@ -12,9 +12,15 @@
 #   make test / test_gpu / bench / demo
 #   make ... CUDA_ON_CPU=1            the same GPU targets, built to run on the CPU (cuda_cpu/: the
 #                                     CPU execution layer for CUDA; no GPU, no NVIDIA library needed)
+#   make ... TEST_SEAMS=1             a test build: dev/test/seams.c linked in (make test's; docs/testing.md)
 # Other toolchains: MPICC=mpicc.mpich (any MPI's compiler wrapper: Open MPI 4/5, MPICH),
 # CUDA_HOME=/opt/cuda (nvcc, headers, libraries; NVCC=... overrides nvcc alone),
 # NCCL_HOME=/opt/nccl (include/ and lib/ of an NCCL outside the CUDA toolkit), CUDNN_HOME likewise for cuDNN.
+#
+# Every program is named once, in a table below; `make clean` takes them from there, and
+# .gitignore ignores every file at the top of the tree without a dot in its name. Sources
+# compile one object each into build/ with the compiler's -MMD dependency files, so a header
+# change rebuilds exactly what includes it.
 
 MPICC ?= mpicc
 ifeq ($(origin CC),default)
@@ -71,17 +77,15 @@ BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthrea
 ifneq ($(BLAS_INC),)
 CFLAGS += -I$(BLAS_INC)
 endif
-LDLIBS = $(RUN_LIB) -lopenblas -lm
 
 # run/: the library that owns a run (its configuration, output directory, checkpoints, data,
-# logs, deadlines and evals), compiled once per toolchain into build/run/librun.a; every
-# program links it (llmc/ and zero1/ call its fatal()).
-RUN_SRC = $(wildcard run/*.c)
-RUN_OBJ = $(patsubst run/%.c,build/run/%.o,$(RUN_SRC))
+# logs, deadlines and evals), compiled by $(MPICC), whose MPI its collectives are written
+# against, into build/run/librun.a; every program links it (llmc/ and zero1/ call its fatal()).
 RUN_LIB = build/run/librun.a
+RUN_OBJ = $(patsubst %.c,build/%.o,$(wildcard run/*.c))
 # run/'s one CUDA file, the NCCL bootstrap and check of the GPU trainer and of zero1/'s NCCL
 # communicator: an object of every GPU build.
-RUN_CUDA_OBJ = build/run/nccl_comm.o
+RUN_CUDA_OBJ = build/gpu/run/nccl_comm.o
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
@@ -89,14 +93,13 @@ ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/c
 # The test doubles (the deferred device, the hazard communicator): test binaries only.
 ZERO1_TEST_SRC = zero1/testing/device_deferred.c zero1/testing/comm_hazard.c
 ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c
-ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC)
-# The CUDA device ops, the NCCL communicator and the GPU backend, built as objects with
-# their own flags (below).
+# The GPU build's: compiled by nvcc with the trainer's flags, but the CUDA device ops and the
+# NCCL communicator with exact ones (below).
+ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cuda.cu
 ZERO1_CUDA_SRC = zero1/device_cuda.cu zero1/comm_nccl.cu
-ZERO1_CUDA_OBJ = $(ZERO1_CUDA_SRC:.cu=.o)
 ifeq ($(USE_ZERO1),1)
 CPU_PLUGIN_SRC = $(ZERO1_CPU_SRC)
-GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC) zero1/backend_cuda.cu $(ZERO1_CUDA_OBJ)
+GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC) $(ZERO1_CUDA_SRC)
 ZERO1_DEF = -DUSE_ZERO1
 PLUGIN_TEST_SRC = $(ZERO1_TEST_SRC)
 endif
@@ -108,8 +111,12 @@ GPU_REBUILD = -DREBUILD_WITH_ZERO1='"make train_gpt2cu USE_ZERO1=1$(if $(filter 
   $(filter-out BF16,$(PRECISION)), PRECISION=$(PRECISION))$(if $(filter 1,$(USE_CUDNN)), USE_CUDNN=1)$(if \
   $(filter-out 90,$(GPU_ARCH)), GPU_ARCH=$(GPU_ARCH))$(TOOLCHAIN_ARGS)"'
 
-HOST_HEADERS = $(wildcard llmc/*.h) $(wildcard run/*.h) $(wildcard zero1/*.h)
-TOOL_HEADERS = $(HOST_HEADERS) $(wildcard tools/*.h)
+# TEST_SEAMS=1: a test build. Its programs link dev/test/seams.c, which acts at run/seams.h's
+# seams (stop points, planted faults: docs/testing.md); the product's programs do not. The
+# programs under dev/ (tests, benchmarks) always do.
+TEST_SEAMS ?= 0
+SEAMS_OBJ = build/dev/test/seams.o
+PRODUCT_SEAMS = $(if $(filter 1,$(TEST_SEAMS)),$(SEAMS_OBJ))
 
 # The binaries' names do not say how they were built, so the build variables are kept in
 # stamp files that change only when the variables do: switching USE_ZERO1 or PRECISION
@@ -120,9 +127,13 @@ TOOL_HEADERS = $(HOST_HEADERS) $(wildcard tools/*.h)
 stamp_stale = $(shell echo "$(2)" | cmp -s - $(1) || echo .stamp-stale)
 CPU_STAMP := .build-cpu.stamp
 GPU_STAMP := .build-gpu.stamp
+RUN_STAMP := .build-run.stamp
+SEAMS_STAMP := .build-seams.stamp
 CPU_BUILD := USE_ZERO1=$(USE_ZERO1) CC=$(shell command -v $(CC) 2>/dev/null || echo $(CC))
 GPU_BUILD := CUDA_ON_CPU=$(CUDA_ON_CPU) CUDA_CPU_TOOLS=$(CUDA_CPU_TOOLS) CUDA_CPU_NUMERICS=$(CUDA_CPU_NUMERICS) USE_ZERO1=$(USE_ZERO1) USE_CUDNN=$(USE_CUDNN) PRECISION=$(PRECISION) GPU_ARCH=$(GPU_ARCH) NVCC=$(NVCC) NCCL_HOME=$(NCCL_HOME) \
              MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC))
+RUN_BUILD := MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC)) CFLAGS=$(CFLAGS)
+SEAMS_BUILD := TEST_SEAMS=$(TEST_SEAMS)
 # (Rules, but never the default goal: their names start with a dot.)
 .PHONY: .stamp-stale
 .stamp-stale:
@@ -130,94 +141,91 @@ $(CPU_STAMP): $(call stamp_stale,$(CPU_STAMP),$(CPU_BUILD))
 	@echo "$(CPU_BUILD)" > $@
 $(GPU_STAMP): $(call stamp_stale,$(GPU_STAMP),$(GPU_BUILD))
 	@echo "$(GPU_BUILD)" > $@
-# run/ is compiled by $(MPICC), whose MPI its collectives are written against, whatever CC
-# compiles a program's own files; so a build of the tools leaves it alone.
-RUN_STAMP := .build-run.stamp
-RUN_BUILD := MPICC=$(shell command -v $(MPICC) 2>/dev/null || echo $(MPICC)) CFLAGS=$(CFLAGS)
 $(RUN_STAMP): $(call stamp_stale,$(RUN_STAMP),$(RUN_BUILD))
 	@echo "$(RUN_BUILD)" > $@
-build/run/%.o: run/%.c $(HOST_HEADERS) $(RUN_STAMP)
-	@mkdir -p build/run
-	$(MPICC) $(CFLAGS) -c $< -o $@
+$(SEAMS_STAMP): $(call stamp_stale,$(SEAMS_STAMP),$(SEAMS_BUILD))
+	@echo "$(SEAMS_BUILD)" > $@
+
+# ---- objects: one per source, with its -MMD dependency file beside it ----
+# build/run/, build/dev/test/seams.o: by $(MPICC). build/cpu/: a CPU program's own sources, by
+# $(CC) (build/plain/: train_gpt2.c without the plugin). build/host/: the tools' and the
+# MPI-free programs', by gcc, so that building them never touches a trainer's stamp.
+# build/gpu/: the GPU programs', by $(NVCC). DEFS: an object's own defines (below).
+DEPFLAGS = -MMD -MP
+build/run/%.o: run/%.c $(RUN_STAMP)
+	@mkdir -p $(@D)
+	$(MPICC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+$(SEAMS_OBJ): dev/test/seams.c $(RUN_STAMP)
+	@mkdir -p $(@D)
+	$(MPICC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 $(RUN_LIB): $(RUN_OBJ)
 	rm -f $@ && ar rcs $@ $^
-CUDA_HEADERS = $(wildcard llmc/*.cuh) $(CUDA_CPU_LIB)
+build/cpu/%.o: %.c $(CPU_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(DEFS) $(DEPFLAGS) -c $< -o $@
+build/plain/train_gpt2.o: train_gpt2.c $(CPU_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(DEFS) $(DEPFLAGS) -c $< -o $@
+build/host/%.o: %.c
+	@mkdir -p $(@D)
+	gcc $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+build/cpu/train_gpt2.o: DEFS = $(ZERO1_DEF) $(CPU_REBUILD)
+build/plain/train_gpt2.o: DEFS = $(CPU_REBUILD)
+build/cpu/dev/test/test_gpt2.o: DEFS = $(ZERO1_DEF)
+build/cpu/dev/test/test_zero1.o build/cpu/dev/test/train_gpt2_testing.o: DEFS = -DUSE_ZERO1
+-include $(shell find build -name '*.d' 2>/dev/null)
 
-.PHONY: all test test_gpu bench demo clean data cuda cuda_cpu
+cpu = $(patsubst %.c,build/cpu/%.o,$(1))
+host = $(patsubst %.c,build/host/%.o,$(1))
 
-all: train_gpt2 zero1_plan gpt2_cost prepro_text prepro_corpus hf_convert
+# ---- the CPU programs ----
+# $(call cpu_program,NAME,OBJECTS,LIBS[,SEAMS]): linked by $(CC) with run/'s library; SEAMS:
+# dev/test/seams.c always (the programs under dev/), else only in a test build.
+define cpu_program
+PROGRAMS += $(1)
+$(1): $(2) $$(RUN_LIB) $(or $(4),$$(PRODUCT_SEAMS) $$(SEAMS_STAMP))
+	$$(CC) $$(CFLAGS) $(2) $(or $(4),$$(PRODUCT_SEAMS)) -o $$@ $$(RUN_LIB) $(3)
+endef
+# $(call host_program,NAME,OBJECTS,LIBS[,SEAMS]): the same, linked by gcc.
+define host_program
+PROGRAMS += $(1)
+$(1): $(2) $$(RUN_LIB) $(or $(4),$$(PRODUCT_SEAMS) $$(SEAMS_STAMP))
+	gcc $$(CFLAGS) $(2) $(or $(4),$$(PRODUCT_SEAMS)) -o $$@ $$(RUN_LIB) $(3)
+endef
+BLAS = -lopenblas -lm
 
-train_gpt2: train_gpt2.c $(HOST_HEADERS) $(CPU_PLUGIN_SRC) $(CPU_STAMP) $(RUN_LIB)
-	$(CC) $(CFLAGS) $(ZERO1_DEF) $(CPU_REBUILD) train_gpt2.c $(CPU_PLUGIN_SRC) -o $@ $(LDLIBS)
+# The trainers, and the one without the plugin under its own name, so tests can run both builds.
+$(eval $(call cpu_program,train_gpt2,build/cpu/train_gpt2.o $(call cpu,$(CPU_PLUGIN_SRC)),$(BLAS)))
+$(eval $(call cpu_program,train_gpt2_plain,build/plain/train_gpt2.o,$(BLAS),$(SEAMS_OBJ)))
+# Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE; JSONL
+# (plain, zstd, gzip) and text corpora -> shards on every core (Debian's libjansson-dev,
+# libzstd-dev, zlib1g-dev: scripts/install_deps.sh); llm.c model files and checkpoints <->
+# Hugging Face GPT-2 (model.safetensors + config.json).
+$(eval $(call host_program,prepro_text,build/host/tools/prepro_text.o,-lm))
+$(eval $(call host_program,prepro_corpus,build/host/tools/prepro_corpus.o,-pthread -ljansson -lzstd -lz -lm))
+$(eval $(call host_program,hf_convert,build/host/tools/hf_convert.o,-lm))
+# The ZeRO-1 layout planner; the cost model: a FLOP and byte count of the GPU step, its
+# roofline time (dev/cost/cost_model.h).
+$(eval $(call host_program,zero1_plan,$(call host,zero1/zero1_plan.c $(ZERO1_CORE_SRC)),-lm))
+$(eval $(call host_program,gpt2_cost,$(call host,dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC)),-lm))
 
-# The trainer without the plugin under its own name, so tests can run both builds.
-train_gpt2_plain: train_gpt2.c $(HOST_HEADERS) $(RUN_LIB)
-	$(CC) $(CFLAGS) $(CPU_REBUILD) train_gpt2.c -o $@ $(LDLIBS)
-
-# The test binaries that include a trainer add the test options and the test doubles
-# (dev/test/testing_options.h). The oracle harness is built the same way as the trainer.
-TEST_HEADERS = $(HOST_HEADERS) $(wildcard dev/test/*.h) $(wildcard zero1/testing/*.h)
-test_gpt2: dev/test/test_gpt2.c train_gpt2.c $(TEST_HEADERS) $(CPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CPU_STAMP) $(RUN_LIB)
-	$(CC) $(CFLAGS) $(ZERO1_DEF) dev/test/test_gpt2.c $(CPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) -o $@ $(LDLIBS)
-
-# The CPU trainer with the test options, for scripts that run it on the test doubles.
-train_gpt2_testing: dev/test/train_gpt2_testing.c train_gpt2.c $(TEST_HEADERS) $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) $(RUN_LIB)
-	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/train_gpt2_testing.c $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) -o $@ $(LDLIBS)
-
-# The zero1 runtime alone (one rank, no MPI) against dense AdamW.
-ZERO1_NO_MPI_SRC = zero1/runtime.c zero1/split_embedding.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_TEST_SRC)
-test_zero1_runtime: dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) $(HOST_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) dev/test/test_zero1_runtime.c $(ZERO1_NO_MPI_SRC) $(ZERO1_CORE_SRC) -o $@ $(RUN_LIB) -lm
-
-# The test device and communicator (deferred, hazard) against their contracts; MPI for
-# `mpirun -np N ./test_zero1_devices --mpi`.
-ZERO1_DEVICES_SRC = $(ZERO1_TEST_SRC) zero1/device_cpu.c zero1/comm_single.c zero1/comm_mpi.c
-test_zero1_devices: dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) $(HOST_HEADERS) $(RUN_LIB)
-	$(CC) $(CFLAGS) dev/test/test_zero1_devices.c $(ZERO1_DEVICES_SRC) -o $@ $(RUN_LIB) -lm
-
-# The CPU kernels against naive double-precision references and finite differences.
-test_kernels: dev/test/test_kernels.c $(HOST_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) dev/test/test_kernels.c -o $@ $(LDLIBS)
-
-# OpenBLAS sgemm GFLOP/s with the kernels run/blas_cores.h picks (make bench).
-bench_sgemm: dev/test/bench_sgemm.c $(HOST_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) dev/test/bench_sgemm.c -o $@ $(LDLIBS)
-
-# ZeRO-1 vs replicated, step by step (always with the plugin).
-test_zero1: dev/test/test_zero1.c train_gpt2.c $(TEST_HEADERS) $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) $(RUN_LIB)
-	$(CC) $(CFLAGS) -DUSE_ZERO1 dev/test/test_zero1.c $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC) -o $@ $(LDLIBS)
-
-# run/mpi_wait.h: the trainers' host collectives under --comm-timeout (dev/test/test_faults.sh).
-test_mpi_wait: dev/test/test_mpi_wait.c $(HOST_HEADERS) $(RUN_LIB)
-	$(CC) $(CFLAGS) dev/test/test_mpi_wait.c -o $@ $(RUN_LIB) -lm
-
-# run/crc32c.h: vectors, SSE4.2 vs portable, combine (dev/test/test_crc32c.sh runs it).
-test_crc32c: dev/test/test_crc32c.c $(HOST_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) dev/test/test_crc32c.c -o $@ $(RUN_LIB) -lm
-
-# Data preparation: text -> llm.c token shards + tokenizer file, with GPT-2's BPE.
-prepro_text: tools/prepro_text.c $(TOOL_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) tools/prepro_text.c -o $@ $(RUN_LIB) -lm
-
-# JSONL (plain, zstd, gzip) and text corpora -> shards, tokenized on every core (Debian's
-# libjansson-dev, libzstd-dev, zlib1g-dev: scripts/install_deps.sh).
-prepro_corpus: tools/prepro_corpus.c $(TOOL_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) -pthread tools/prepro_corpus.c -o $@ -ljansson -lzstd -lz $(RUN_LIB) -lm
-
-# llm.c model files and checkpoints <-> Hugging Face GPT-2 (model.safetensors + config.json).
-hf_convert: tools/hf_convert.c $(TOOL_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) tools/hf_convert.c -o $@ $(RUN_LIB) -lm
-
-zero1_plan: zero1/zero1_plan.c $(ZERO1_CORE_SRC) $(HOST_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) zero1/zero1_plan.c $(ZERO1_CORE_SRC) -o $@ $(RUN_LIB) -lm
-
-# The cost model: a FLOP and byte count of the GPU step, its roofline time (dev/cost/cost_model.h)
-gpt2_cost: dev/cost/gpt2_cost.c dev/cost/cost_model.h $(ZERO1_CORE_SRC) $(HOST_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC) -o $@ $(RUN_LIB) -lm
-
-# Unit tests of the zero1 core (no MPI).
-test_zero1_layout: dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) $(HOST_HEADERS) $(RUN_LIB)
-	gcc $(CFLAGS) dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC) -o $@ $(RUN_LIB) -lm
+# The tests (dev/test/testing_options.h: the options only they have, the test doubles).
+# The oracle harness and ZeRO-1 against replicated, step by step, include a trainer; the
+# CPU trainer with the test options runs on the test doubles.
+$(eval $(call cpu_program,test_gpt2,$(call cpu,dev/test/test_gpt2.c $(CPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC)),$(BLAS),$(SEAMS_OBJ)))
+$(eval $(call cpu_program,test_zero1,$(call cpu,dev/test/test_zero1.c $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC)),$(BLAS),$(SEAMS_OBJ)))
+$(eval $(call cpu_program,train_gpt2_testing,$(call cpu,dev/test/train_gpt2_testing.c $(ZERO1_CPU_SRC) $(ZERO1_TEST_SRC)),$(BLAS),$(SEAMS_OBJ)))
+# The test device and communicator (deferred, hazard) against their contracts (MPI for
+# `mpirun -np N ./test_zero1_devices --mpi`); run/mpi_wait.h's collectives under --comm-timeout.
+$(eval $(call cpu_program,test_zero1_devices,$(call cpu,dev/test/test_zero1_devices.c $(ZERO1_TEST_SRC) zero1/device_cpu.c zero1/comm_single.c zero1/comm_mpi.c),-lm,$(SEAMS_OBJ)))
+$(eval $(call cpu_program,test_mpi_wait,build/cpu/dev/test/test_mpi_wait.o,-lm,$(SEAMS_OBJ)))
+# No MPI: the zero1 runtime alone (one rank) against dense AdamW; the zero1 core; the CPU
+# kernels against double references; run/crc32c.h; OpenBLAS sgemm GFLOP/s (make bench).
+$(eval $(call host_program,test_zero1_runtime,$(call host,dev/test/test_zero1_runtime.c $(ZERO1_CORE_SRC) zero1/runtime.c zero1/split_embedding.c zero1/checkpoint.c zero1/comm_single.c zero1/device_cpu.c zero1/trace.c $(ZERO1_TEST_SRC)),-lm,$(SEAMS_OBJ)))
+$(eval $(call host_program,test_zero1_layout,$(call host,dev/test/test_zero1_layout.c $(ZERO1_CORE_SRC)),-lm,$(SEAMS_OBJ)))
+$(eval $(call host_program,test_kernels,build/host/dev/test/test_kernels.o,$(BLAS),$(SEAMS_OBJ)))
+$(eval $(call host_program,test_crc32c,build/host/dev/test/test_crc32c.o,-lm,$(SEAMS_OBJ)))
+$(eval $(call host_program,bench_sgemm,build/host/dev/test/bench_sgemm.o,$(BLAS),$(SEAMS_OBJ)))
 
 # ---- GPU ----
 # --use_fast_math only for BF16: it turns tanhf (GELU) and expf into approximations with
@@ -290,12 +298,11 @@ CUDNN_OBJ := build/cudnn_attention.o
 # NVRTC: the frontend also compiles an experimental Blackwell engine that calls it (never
 # used for attention, but linked).
 CUDNN_LIBS = $(CUDNN_OBJ) -L$(CUDNN_LIB_DIR) -l:$(notdir $(CUDNN_LIB)) $(call nvcc_rpath,$(CUDNN_LIB_DIR)) -lnvrtc
-build/cudnn_attention.o: llmc/cudnn_attention.cpp llmc/cudnn_attention.h llmc/gpt2_kernels.h run/config.h run/outliers.h \
-  llmc/utils.h $(CUDNN_STAMP)
+build/cudnn_attention.o: llmc/cudnn_attention.cpp $(CUDNN_STAMP)
 	$(check_cudnn)
 	@mkdir -p build
 	$(NVCC) -std=c++17 -O1 -DENABLE_BF16 -DUSE_CUDNN -DCUDNN_FRONTEND_SKIP_JSON_LIB -I. -I$(CUDNN_FRONTEND_PATH) \
-	  $(if $(filter $(CUDA_HOME),$(CUDNN_HOME)),,-I$(CUDNN_HOME)/include) $(NVCC_INCLUDES) -c $< -o $@
+	  $(if $(filter $(CUDA_HOME),$(CUDNN_HOME)),,-I$(CUDNN_HOME)/include) $(NVCC_INCLUDES) $(DEPFLAGS) -c $< -o $@
 # `make cudnn_check USE_CUDNN=1`: succeeds when every piece is there (scripts/check_cuda_build.sh).
 .PHONY: cudnn_check
 cudnn_check:
@@ -303,53 +310,49 @@ cudnn_check:
 	@echo "cuDNN: frontend $(CUDNN_FRONTEND_PATH), library $(CUDNN_LIB)"
 endif
 
-train_gpt2cu: train_gpt2.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
-	$(check_mpi_flags)
-	$(check_cudnn)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(GPU_REBUILD) $(MPI_NVCC_CFLAGS) train_gpt2.cu $(GPU_PLUGIN_SRC) -o $@ \
-	  $(CUDNN_LIBS) $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
 
+# ---- the GPU objects and programs ----
 # zero1's CUDA backend must give zero1/device_cpu.c's bits (AdamW, bf16 rounding, norm):
 # the trainer's flags, but IEEE division and square root and no flushed denormals (no
 # --use_fast_math), and no fused multiply-adds (the CPU build, ISO C, fuses none).
 NVCC_EXACT_FLAGS = $(filter-out --use_fast_math,$(NVCC_FLAGS)) -fmad=false
-$(ZERO1_CUDA_OBJ): zero1/%.o: zero1/%.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+GPU_FLAGS = $(NVCC_FLAGS)
+$(patsubst %.cu,build/gpu/%.o,$(ZERO1_CUDA_SRC)) $(RUN_CUDA_OBJ): GPU_FLAGS = $(NVCC_EXACT_FLAGS)
+build/gpu/train_gpt2.o: DEFS = $(ZERO1_DEF) $(GPU_REBUILD)
+build/gpu/dev/test/test_gpt2.o: DEFS = $(ZERO1_DEF)
+build/gpu/%.o: %.cu $(GPU_STAMP)
 	$(check_mpi_flags)
-	$(NVCC) $(NVCC_EXACT_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) -c $< -o $@
-$(RUN_CUDA_OBJ): build/run/%.o: run/%.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(GPU_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) $(DEFS) $(DEPFLAGS) -c $< -o $@
+build/gpu/%.o: %.c $(GPU_STAMP)
 	$(check_mpi_flags)
-	@mkdir -p build/run
-	$(NVCC) $(NVCC_EXACT_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) -c $< -o $@
+	@mkdir -p $(@D)
+	$(NVCC) $(GPU_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
+gpu = $(patsubst %,build/gpu/%.o,$(basename $(1)))
+
+# $(call gpu_program,NAME,OBJECTS[,SEAMS[,cudnn]]): linked by $(NVCC) with run/'s library, the
+# CUDA libraries (the CPU layer's on CUDA_ON_CPU=1) and MPI; SEAMS as for the CPU programs;
+# cudnn: with cuDNN's attention in a USE_CUDNN=1 build.
+define gpu_program
+PROGRAMS += $(1)
+$(1): $(2) $(if $(4),$$(CUDNN_OBJ)) $$(RUN_LIB) $$(CUDA_CPU_LIB) $(or $(3),$$(PRODUCT_SEAMS) $$(SEAMS_STAMP))
+	$$(check_mpi_flags)
+	$$(NVCC) $$(NVCC_FLAGS) $(2) $(or $(3),$$(PRODUCT_SEAMS)) -o $$@ $(if $(4),$$(CUDNN_LIBS)) $$(RUN_LIB) $$(NVCC_LIBS)
+endef
+
+$(eval $(call gpu_program,train_gpt2cu,$(call gpu,train_gpt2.cu $(GPU_PLUGIN_SRC)) $(RUN_CUDA_OBJ),,cudnn))
+# Every CUDA kernel of llmc/ against plain C double references; the oracle harness.
+$(eval $(call gpu_program,test_kernels_cuda,$(call gpu,dev/test/test_kernels_cuda.cu),$(SEAMS_OBJ)))
+$(eval $(call gpu_program,test_gpt2cu,$(call gpu,dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC)) $(RUN_CUDA_OBJ),$(SEAMS_OBJ),cudnn))
 # The CUDA device ops against zero1/device_cpu.c (built as the CPU trainer builds it: the
 # reference bits are the CPU trainer's), and the NCCL communicator on one rank.
-zero1/device_cpu_ref.o: zero1/device_cpu.c $(HOST_HEADERS)
-	$(CC) $(CFLAGS) -c zero1/device_cpu.c -o $@
-
-test_zero1_cuda: dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
-	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_zero1_cuda.cu zero1/device_cpu_ref.o zero1/trace.c $(ZERO1_CUDA_OBJ) -o $@ $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
-
+$(eval $(call gpu_program,test_zero1_cuda,$(call gpu,dev/test/test_zero1_cuda.cu zero1/trace.c $(ZERO1_CUDA_SRC)) build/cpu/zero1/device_cpu.o $(RUN_CUDA_OBJ),$(SEAMS_OBJ)))
 # zero1/watchdog_cuda.h: the deadline of the GPU step's host sync (a stuck stream ends the job,
 # a hazard-wrapped NCCL communicator is aborted through the wrapper).
-test_watchdog_cuda: dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
-	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_OBJ) -o $@ $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
-
+$(eval $(call gpu_program,test_watchdog_cuda,$(call gpu,dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_SRC)) $(RUN_CUDA_OBJ),$(SEAMS_OBJ)))
 # GPU 0's compute mode, for the GPU suite (rows whose ranks share a GPU need Default).
-gpu_compute_mode: dev/test/gpu_compute_mode.cu $(CUDA_HEADERS) $(GPU_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) dev/test/gpu_compute_mode.cu -o $@ $(NVCC_LIBS)
-
-# Every CUDA kernel of llmc/ against plain C double references (dev/test/test_kernels_cuda.cu).
-test_kernels_cuda: dev/test/test_kernels_cuda.cu $(HOST_HEADERS) $(CUDA_HEADERS) $(GPU_STAMP) $(RUN_LIB)
-	$(check_mpi_flags)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(MPI_NVCC_CFLAGS) dev/test/test_kernels_cuda.cu -o $@ $(RUN_LIB) $(NVCC_LIBS)
-
-test_gpt2cu: dev/test/test_gpt2.cu train_gpt2.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) $(CUDNN_OBJ) $(GPU_STAMP) $(RUN_CUDA_OBJ) $(RUN_LIB)
-	$(check_mpi_flags)
-	$(check_cudnn)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_INCLUDES) $(ZERO1_DEF) $(MPI_NVCC_CFLAGS) dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC) -o $@ \
-	  $(CUDNN_LIBS) $(RUN_CUDA_OBJ) $(RUN_LIB) $(NVCC_LIBS)
+$(eval $(call gpu_program,gpu_compute_mode,build/gpu/dev/test/gpu_compute_mode.o,$(SEAMS_OBJ)))
 
 # ---- the CPU execution layer for CUDA (cuda_cpu/) ----
 # Its library and its own tests, built by its Makefile section (cuda_cpu/cuda_cpu.mk; on its
@@ -367,6 +370,9 @@ $(CUDA_CPU_TEST_TARGETS): test_cuda_cpu_%: $(CUDA_CPU_TB)/test_%
 bench_cuda_cpu: $(CUDA_CPU_TB)/bench_layer
 
 # ---- tasks ----
+.PHONY: all test test-fast test_gpu bench demo clean data cuda_cpu
+all: train_gpt2 zero1_plan gpt2_cost prepro_text prepro_corpus hf_convert
+
 data: prepro_text
 	./scripts/prepare_data.sh
 
@@ -374,7 +380,6 @@ test:
 	./dev/test/run_tests.sh
 
 # The fast tier (dev/test/run_tests.sh --fast: the scripts whose header line says tier=fast).
-.PHONY: test-fast
 test-fast:
 	./dev/test/run_tests.sh --fast
 
@@ -389,6 +394,4 @@ demo:
 
 clean:
 	rm -rf build
-	rm -f $(CPU_STAMP) $(GPU_STAMP) .build-cudnn.stamp train_gpt2 train_gpt2_plain train_gpt2_testing test_kernels test_zero1_runtime test_gpt2 test_zero1 prepro_text prepro_corpus zero1_plan gpt2_cost test_zero1_layout test_crc32c train_gpt2cu test_gpt2cu \
-	  test_zero1_cuda test_watchdog_cuda test_kernels_cuda gpu_compute_mode \
-	  $(ZERO1_CUDA_OBJ) zero1/device_cpu_ref.o test_zero1_devices test_mpi_wait bench_sgemm hf_convert
+	rm -f .build-*.stamp $(PROGRAMS)

@@ -9,7 +9,7 @@
  *
  * Hooks let a runtime act at layer boundaries without the model knowing about
  * communication: wait for a bucket's all-gather before a block runs, launch a bucket's
- * reduce-scatter when its last gradient is final, poke progress, trace.
+ * reduce-scatter when its last gradient is final, let the network progress, trace.
  * Block numbering: -1 = embeddings (wte, wpe), 0..L-1 = transformer blocks,
  * L = final LayerNorm and classifier (which reads wte again).
  */

@@ -1,6 +1,8 @@
 // run/blas_cores.c: what run/blas_cores.h declares.
 #include "run/blas_cores.h"
 
+#include "run/seams.h"
+
 // How capable a kernel family is (its level): 3 AVX-512, 2 AVX2+FMA, 1 AVX, 0 SSE only; -1
 // for a name not listed (a newer OpenBLAS's name: assume it knows what it is doing). Levels,
 // not exact names, are compared: on an AMD CPU OpenBLAS may pick Haswell, as good as Zen.
@@ -82,8 +84,8 @@ void blas_pick_kernels(char** argv) {
     unsetenv("LLMC_BLAS_REEXEC");             // not inherited by programs we start
     if (restarted) blas_take_back_name(argv[0]);
     const char* chosen = openblas_get_corename();
-    const char* fake = getenv("LLMC_TEST_BLAS_CORENAME");
-    if (fake && *fake && !restarted) chosen = fake;
+    const char* fake = seam_blas_corename();  // a test build's
+    if (fake && !restarted) chosen = fake;
     const char* features = "";
     const char* best = blas_cpu_best_core(&features);
     int level = blas_core_level(chosen);

@@ -22,9 +22,8 @@
  * A user's OPENBLAS_CORETYPE is always respected, silently. Nothing happens off x86 or
  * when the program is not linked with OpenBLAS (openblas_get_corename is a weak symbol).
  *
- * Test only: LLMC_TEST_BLAS_CORENAME=NAME makes the first process believe OpenBLAS reported
- * NAME (e.g. Prescott), so the restart can be tested on a machine OpenBLAS detects right;
- * the restarted process looks at the real name (dev/test/test_blas_cores.sh).
+ * A test build may pretend OpenBLAS reported other kernels (run/seams.h), so that the restart
+ * is tested on a machine OpenBLAS detects right; the restarted process looks at the real name.
  */
 #ifndef RUN_BLAS_CORES_H
 #define RUN_BLAS_CORES_H

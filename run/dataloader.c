@@ -1,6 +1,8 @@
 // run/dataloader.c: what run/dataloader.h declares.
 #include "run/dataloader.h"
 
+#include "run/seams.h"
+
 // Reads and checks a shard header; returns its token count. The count (a non-negative
 // int32, so at most 2^31-1 tokens) must describe the file's size exactly. *crc: the
 // header's CRC32C.
@@ -248,14 +250,7 @@ void dataloader_skip(DataLoader* d, size_t n) {
     }
 }
 
-void dataloader_trace(DataLoader* d) {
-    const char* prefix = getenv("LLMC_TEST_DATA_TRACE");
-    if (!prefix) return;
-    char path[PATH_MAX_LEN];
-    path_format(path, sizeof(path), "%s.rank%d", prefix, d->rank);
-    d->trace = fopenCheck(path, "a");
-    setvbuf(d->trace, NULL, _IOLBF, 0);  // a killed run's lines are there
-}
+void dataloader_trace(DataLoader* d) { d->trace = seam_data_trace(d->rank); }
 
 void dataloader_reset(DataLoader* d) {
     if (d->epoch != 0 || d->order_pos != 0) dataloader_enter(d, 0, 0);

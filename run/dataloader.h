@@ -90,8 +90,8 @@ void dataloader_next_batch(DataLoader* d);
 // (--skip-batches: run/skip_batches.h).
 void dataloader_skip(DataLoader* d, size_t n);
 
-// Test hook: with LLMC_TEST_DATA_TRACE=PREFIX, every row this rank reads is appended to
-// PREFIX.rankN as "epoch shard row", so a test can check which rows each step read.
+// A test build's trace (run/seams.h): every row this rank reads, as "epoch shard row", so
+// that a test can check which rows each step read.
 void dataloader_trace(DataLoader* d);
 
 // Back to the first rows of epoch 0 (-a 1 trains on them only).

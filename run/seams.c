@@ -1,13 +1,9 @@
-// run/seams.c: what run/seams.h declares: each seam calls on run_seams where a test build set it.
+// run/seams.c: each seam of run/seams.h calls on run_seams where a test build set it.
 #include "run/seams.h"
 
 #include <stddef.h>
 
-#include "run/test_hooks.h"
-#include "run/test_stop.h"
-
-static const RunSeams TEMPORARY = {test_stop_at, test_stop_in_wait, test_hooks_install, test_hooks_begin_step};
-const RunSeams* run_seams = &TEMPORARY;
+const RunSeams* run_seams = NULL;
 
 void seam_stop_at(const char* point, long n, const char* where) {
     if (run_seams) run_seams->stop_at(point, n, where);
@@ -22,3 +18,5 @@ void seam_plant_faults(ModelHooks* hooks, void* trainer, SeamWriteGrad write_gra
 void seam_begin_step(int step, BatchFn* batch, void** batch_ctx) {
     if (run_seams) run_seams->begin_step(step, batch, batch_ctx);
 }
+FILE* seam_data_trace(int rank) { return run_seams ? run_seams->data_trace(rank) : NULL; }
+const char* seam_blas_corename(void) { return run_seams ? run_seams->blas_corename() : NULL; }

@@ -9,6 +9,8 @@
 #ifndef RUN_SEAMS_H
 #define RUN_SEAMS_H
 
+#include <stdio.h>
+
 #include "llmc/gpt2_spec.h"
 #include "llmc/model_hooks.h"
 #include "run/config.h"
@@ -29,6 +31,8 @@ typedef struct {
     void (*plant_faults)(ModelHooks* hooks, void* trainer, SeamWriteGrad write_grad, SeamWriteLoss write_loss,
                          const TrainConfig* cfg, const GPT2Config* mc, int micro_steps, int rank, int world);
     void (*begin_step)(int step, BatchFn* batch, void** batch_ctx);
+    FILE* (*data_trace)(int rank);
+    const char* (*blas_corename)(void);
 } RunSeams;
 
 // NULL in the product; a test build's dev/test/seams.c sets it before main runs.
@@ -43,6 +47,10 @@ void seam_plant_faults(ModelHooks* hooks, void* trainer, SeamWriteGrad write_gra
                        const TrainConfig* cfg, const GPT2Config* mc, int micro_steps, int rank, int world);
 // Before each step: its number, and in a loss spike's step a batch function that changes the targets.
 void seam_begin_step(int step, BatchFn* batch, void** batch_ctx);
+// Where a rank's data loader writes the rows it reads ("epoch shard row" lines), or NULL.
+FILE* seam_data_trace(int rank);
+// The OpenBLAS kernels a test build pretends OpenBLAS chose, or NULL (run/blas_cores.h).
+const char* seam_blas_corename(void);
 
 #ifdef __cplusplus
 }

@@ -22,16 +22,16 @@ source tests/pkeys.sh
 if ! bash cuda_headers.sh >/dev/null; then
     skip_all "no CUDA headers (no toolkit, and the PyPI wheels could not be had): the GPU code cannot be built"
 fi
-run() {  # run NAME COMMAND...: one check, the run's own checks counted (PASS or TAP ok lines)
+run() {  # run NAME COMMAND...: one check, the run's own checks counted (its TAP ok lines)
     local name=$1 log
     shift
-    log=$(mktemp -p "$TMP")
+    log=$(mktemp)
     if "$@" >"$log" 2>&1; then
-        ok "$name ($(grep -E '^ok [0-9]+ - ' "$log" | grep -vc ' # SKIP ') checks)"
+        ok "$name ($(grep -E '^(PASS |ok [0-9]+ - )' "$log" | grep -vc ' # SKIP ') checks)"
         grep 'SKIPPED' "$log" | sed 's/^/    /'
     else
         not_ok "$name" "$log"
-        diag "$(tap_not_ok "$log" | head -n 20)"
+        diag "$(grep -E '^(not ok|# rank [0-9]+: not ok)' "$log" | head -n 20)"
     fi
     rm -f "$log"
 }

@@ -3,14 +3,15 @@
 # each case and tree the exit code, the first error or warning line, and what is left on
 # disk. Evidence for a note, not a test: it prints, it never judges.
 #   dev/bench/failure_cases_before_after.sh BEFORE_TREE AFTER_TREE [CASE ...]   (CASE: 1 .. 11; all by default)
-# Each tree needs train_gpt2 (USE_ZERO1=1), prepro_corpus and hf_convert built. The oracle
+# Each tree needs train_gpt2 (USE_ZERO1=1), prepro_corpus and hf_convert built (a tree of
+# this version as a test build, TEST_SEAMS=1, for its fault hooks: dev/test/seams.c). The oracle
 # (the after tree's dev/test/gpt2_oracle.py, Debian's python3 with torch) makes the small
 # model; TOKENS (default AFTER/data/tinyshakespeare_train.bin, `make data`) feeds case 11.
 # The trees differ in their fault hooks: the before tree plants a NaN gradient with its flag
 # --test-plant-nan STEP (one step), the after tree with LLMC_TEST_PLANT_NAN=STEP[+] (+: every
 # step from STEP on).
 set -u
-[ $# -ge 2 ] || { sed -n 2,11p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,12p "$0"; exit 2; }
 BEFORE=$(cd "$1" && pwd) AFTER=$(cd "$2" && pwd) || exit 2
 shift 2
 CASES=("$@")

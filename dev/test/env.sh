@@ -41,7 +41,7 @@ PYEOF
 }
 
 # wait_stopped LOG N: waits (120 s at most) until N processes have said in LOG that they stop
-# themselves (LLMC_TEST_STOP, run/test_stop.h) and every one of them is stopped; prints
+# themselves (LLMC_TEST_STOP, dev/test/seams.c) and every one of them is stopped; prints
 # their pids. A test then acts at that known place and continues them (kill -CONT).
 wait_stopped() {
     local pids p all

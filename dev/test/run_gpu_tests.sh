@@ -410,7 +410,7 @@ shared_row 2 z_np2_zero1 on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}"
 shared_row 2 zero1_vs_replicated_np2 same_within "$OUT/z_np2_replicated.log" "$OUT/z_np2_zero1.log" 1e-5  # of the two above
 shared_row 2 zero1_vs_plain_np2_batch same_within "$OUT/z_np1_plain.log" "$OUT/z_np2_zero1.log" 1e-5
 
-# A planted NaN on the last rank (LLMC_TEST_PLANT_NAN: run/test_hooks.h): --check-nan stops
+# A planted NaN on the last rank (LLMC_TEST_PLANT_NAN: dev/test/seams.c): --check-nan stops
 # every rank with one message.
 nan_stops() {
     LLMC_TEST_PLANT_NAN=2 on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -z 1 \

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # test: timeout=120 lane=alone tier=full
-# The Makefile's build stamps (.build-cpu.stamp, .build-gpu.stamp): a build is redone when
+# The Makefile's build stamps (.build-*.stamp): a build is redone when
 # its variables change, and only then. In a copy of the sources, with a stand-in compiler
 # that only creates its -o file (what is tested is make's decisions, not compilation):
 #   1. the README's sequence: `make train_gpt2 USE_ZERO1=1`, `make data`, then the trainer is
 #      up to date (`make -q`): a goal that does not build from a stamp leaves it alone, and
 #      no GPU stamp was written by CPU-only goals;
-#   2. switching USE_ZERO1, or the compiler, makes the trainer out of date and relinks it
-#      (without -DUSE_ZERO1 after the switch); repeating a build does not;
+#   2. switching USE_ZERO1, or the compiler, makes the trainer out of date: train_gpt2.c
+#      recompiled without -DUSE_ZERO1 and relinked without zero1/ after the switch; switching
+#      TEST_SEAMS relinks it with or without dev/test/seams.c and compiles nothing; repeating
+#      a build does not;
 #   3. the GPU trainer likewise: PRECISION switches, a repeat is up to date.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
@@ -43,12 +45,22 @@ up_to_date "train_gpt2 USE_ZERO1=1 after make data" train_gpt2 USE_ZERO1=1 CC="$
 out_of_date "USE_ZERO1=1 -> 0" train_gpt2 CC="$CC1"
 n=$(compiles)
 make train_gpt2 CC="$CC1" >/dev/null 2>&1
-if [ "$(compiles)" = $((n + 1)) ] && ! tail -n 1 "$TMP/compiles" | grep -q -- -DUSE_ZERO1; then
-    ok "the switch relinked train_gpt2 without -DUSE_ZERO1"
+since() { tail -n +$(($1 + 1)) "$TMP/compiles"; }  # the compiler's lines since the count $1
+if since "$n" | grep -q -- '-c train_gpt2.c' && ! since "$n" | grep -- '-c train_gpt2.c' | grep -q -- -DUSE_ZERO1 &&
+   since "$n" | tail -n 1 | grep -q -- '-o train_gpt2 ' && ! since "$n" | tail -n 1 | grep -q 'build/cpu/zero1/'; then
+    ok "the switch recompiled train_gpt2.c without -DUSE_ZERO1 and relinked train_gpt2 without zero1/"
 else
-    not_ok "the switch to USE_ZERO1=0 did not relink train_gpt2 plainly: $(tail -n 1 "$TMP/compiles")"
+    not_ok "the switch to USE_ZERO1=0 did not rebuild train_gpt2 plainly: $(since "$n" | tr '\n' '|')"
 fi
 up_to_date "train_gpt2 repeated" train_gpt2 CC="$CC1"
+n=$(compiles)
+make train_gpt2 CC="$CC1" TEST_SEAMS=0 >/dev/null 2>&1
+if [ "$(compiles)" = $((n + 1)) ] && ! since "$n" | grep -q seams.o; then
+    ok "TEST_SEAMS 1 -> 0: train_gpt2 relinked without dev/test/seams.c, nothing compiled"
+else
+    not_ok "TEST_SEAMS 1 -> 0: $(since "$n" | tr '\n' '|')"
+fi
+make train_gpt2 CC="$CC1" TEST_SEAMS=1 >/dev/null 2>&1  # back to this test's build (test_lib.sh exports it)
 out_of_date "another compiler" train_gpt2 CC="$CC2"
 
 # ---- 3. the GPU trainer's stamp -------------------------------------------------------------

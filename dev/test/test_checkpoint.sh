@@ -312,7 +312,7 @@ if selected keep; then
 fi
 
 # kill -9 in the middle of a save (the job stopped in the save of step 3, its temporary
-# directory written to: LLMC_TEST_STOP=save, run/test_stop.h): the checkpoints before it
+# directory written to: LLMC_TEST_STOP=save, dev/test/seams.c): the checkpoints before it
 # stay whole, and the same command line resumes from the newest of them and finishes.
 if selected kill_in_save; then
     dir=$TMP/killed

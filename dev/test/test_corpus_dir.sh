@@ -9,7 +9,7 @@
 #     which the trainer refuses; the next run removes the leftovers, says so, and writes
 #     the same corpus as a run that was never interrupted;
 #   - -o removed and made again while a run writes: it stops, writing nothing into the new one;
-#     -o removed with the run stopped (LLMC_TEST_STOP, run/test_stop.h) before its commit,
+#     -o removed with the run stopped (LLMC_TEST_STOP, dev/test/seams.c) before its commit,
 #     and after it: exit 1 with the error each time (a corpus renamed into a removed
 #     directory is lost, and the run says so);
 #   - kill -9 at those two points: the next run completes (after the commit: it finds this

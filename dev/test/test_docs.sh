@@ -40,7 +40,8 @@ run_page() {
             fi
             # Its wall and CPU seconds (user + system, the block's processes): the CPU time is
             # what the block costs, whatever else the machine runs.
-            { time (cd "$tree" && env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS timeout 600 bash -eo pipefail \
+            # A user's environment: no threads set, and product builds (not test_lib.sh's TEST_SEAMS).
+            { time (cd "$tree" && env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u TEST_SEAMS timeout 600 bash -eo pipefail \
                 "$stem.sh" >"$stem.out" 2>&1); } 2>"$stem.time"
             status=$?
             last=$stem.out
@@ -84,15 +85,15 @@ $PY dev/test/docs_check.py summary . | sed 's/^/    /'
 # The product uses the CPU execution layer only as a toolchain: no product file names the
 # layer's folder or its CUDA_CPU_* variables; what one must do differently on the layer, it
 # asks through the layer's macro (__CUDA_CPU__, cuda_cpu/README.md).
-PRODUCT="llmc zero1 tools train_gpt2.c train_gpt2.cu"
+PRODUCT="llmc run zero1 tools train_gpt2.c train_gpt2.cu"
 layer_mentions() {  # layer_mentions DIR: the lines of DIR's product files that name the layer
     # shellcheck disable=SC2086
-    (cd "$1" && grep -rsnE 'cuda_cpu/|(^|[^_A-Za-z])CUDA_CPU_[A-Z]' $PRODUCT)
+    (cd "$1" && grep -rsnIE 'cuda_cpu/|(^|[^_A-Za-z])CUDA_CPU_[A-Z]' $PRODUCT)
 }
-layer_mentions . >"$WORK/layer.log"
-if [ -s "$WORK/layer.log" ]; then
+layer_mentions . >"$TMP/layer.log"
+if [ -s "$TMP/layer.log" ]; then
     not_ok "product files ($PRODUCT) name the CPU execution layer:"
-    sed 's/^/    | /' "$WORK/layer.log"
+    sed 's/^/    | /' "$TMP/layer.log"
 else
     ok "no product file ($PRODUCT) names the CPU execution layer's folder or variables"
 fi

@@ -140,7 +140,7 @@ fi
 
 # The same at the worst place, every time, with no race: rank 0 stops itself before step 20
 # and every other rank inside the wait of step 20 that waits for it, right after the
-# deadline read the clock (LLMC_TEST_STOP step:0:20 and wait:R:20, run/test_stop.h; a stop
+# deadline read the clock (LLMC_TEST_STOP step:0:20 and wait:R:20, dev/test/seams.c; a stop
 # landing there used to count in full, and ended 1 run in 3 of the trainer so). The whole
 # job stands stopped longer than the deadline; then the ranks are continued, rank 0 first or
 # last. No timeout, the run completes: the test_mpi_wait loop at np 3 (deadline 2 s, stopped

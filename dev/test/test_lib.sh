@@ -25,6 +25,9 @@
 # This file sources env.sh (the working directory, threads, $PY, $MPIRUN) so that a test
 # needs one line; the benchmarks source env.sh alone and print no TAP.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+# Every program a test builds is a test build: it links dev/test/seams.c, whose LLMC_TEST_*
+# variables plant faults and stop points (docs/testing.md, "Environment hooks").
+export TEST_SEAMS=1
 
 # The counts live in a file, not only in variables, so that a check made in a subshell (a
 # pipeline, $(...)) still counts; the file is unlinked at once and reached through this

@@ -3,7 +3,7 @@
 # -sl / -sg: skip an update whose loss or grad norm is an outlier (run/outliers.h).
 #
 # A small model (vocab 1000) learns a repeating token pattern; at 0-based step 30 a test
-# hook (run/test_hooks.h) plants an outlier (LLMC_TEST_GRAD_SPIKE: one gradient element
+# hook (dev/test/seams.c) plants an outlier (LLMC_TEST_GRAD_SPIKE: one gradient element
 # set to 1e4; LLMC_TEST_LOSS_SPIKE: every target the last token id). With
 # --outlier-window 16 and a threshold of 3:
 #   - the step line and main.log say the update of step 31 was skipped, once, and the

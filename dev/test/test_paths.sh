@@ -9,7 +9,7 @@
 #          2, nothing changed there), --start-over replaces them, -y 1 with no checkpoint yet
 #          takes main.log as its own; main.log or .lock a symbolic link (main.log a FIFO) is
 #          refused, nothing written through it;
-#   lock   with the job stopped at a known place (LLMC_TEST_STOP, run/test_stop.h): rm -rf
+#   lock   with the job stopped at a known place (LLMC_TEST_STOP, dev/test/seams.c): rm -rf
 #          of -o before a step (np 1 and 2) or with a save in flight (np 2) stops the job with
 #          one error saying -o is gone, and nothing is recreated there; rm -rf, then a second
 #          job on the same -o, stopped at its step 20, while the first is stopped (before a
@@ -90,7 +90,7 @@ part_long() {
 }
 
 # stopped_run NAME POINT STOPPERS NP ARGS...: the trainer (under mpirun when NP > 1) in the
-# background, LLMC_TEST_STOP=POINT (run/test_stop.h), until STOPPERS processes stand
+# background, LLMC_TEST_STOP=POINT (dev/test/seams.c), until STOPPERS processes stand
 # stopped there; sets job (its pid) and pids (the stopped ones). Output in $TMP/NAME.log.
 stopped_run() {
     local name=$1 point=$2 stoppers=$3 np=$4
