@@ -32,8 +32,8 @@
  * (as the naive path rounds att and dpreatt), the outputs. l sums the rounded P, so the
  * weights applied to v sum to 1 to fp32 accuracy.
  *
- * Limits: head size hs = C / NH a multiple of 16 up to 128 (flash_attention_check tells
- * the user to pass --attention naive otherwise); any T >= 1 (partial tiles are zero-
+ * Limits: head size hs = C / NH a multiple of 16 up to 128 (flash_attention_supported; the
+ * trainer refuses another before it builds the model); any T >= 1 (partial tiles are zero-
  * filled and masked). Shared memory: static, under the 48 KiB (49,152 B) a kernel may
  * declare (FlashForwardSmem, FlashBackwardSmem; largest at hs 128: forward 35,328 B in BF16
  * and 40,960 B in FP32, backward 45,312 B and 38,016 B), so no cudaFuncSetAttribute is
@@ -610,8 +610,8 @@ static inline bool flash_attention_supported(int C, int NH) {
 // Ends with one message where the model's head size is not one the kernels handle.
 static inline void flash_attention_check(int C, int NH) {
     if (!flash_attention_supported(C, NH)) {
-        fatal("--attention flash: head size %d (channels %d / heads %d) must be a multiple of 16 up to %d; "
-              "pass --attention naive", NH > 0 ? C / NH : 0, C, NH, FLASH_HS_MAX);
+        fatal("flash attention: head size %d (channels %d / heads %d) must be a multiple of 16 up to %d (the naive "
+              "attention takes any)", NH > 0 ? C / NH : 0, C, NH, FLASH_HS_MAX);
     }
 }
 // The forward's key tile (BC) at head size hs: the test bounds the rescalings by the tile count.

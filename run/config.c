@@ -377,6 +377,10 @@ int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) 
         fatal("--fp32-accumulation sums the bf16 slices of a ZeRO-1 reduce-scatter in fp32: it needs --grad-dtype bf16 "
               "and -z 1 (got --grad-dtype %s, -z %d)", c->grad_dtype == DTYPE_BF16 ? "bf16" : "fp32", c->zero_stage);
     }
+    if (c->split_embedding && c->dist_opt_instances > 1 && c->grad_dtype == DTYPE_BF16) {
+        fatal("--split-embedding: the split embedding with distributed-optimizer instances needs --grad-dtype fp32 (the "
+              "rows would have to join a bf16 shard before its all-reduce across instances)");
+    }
     if (c->stochastic_rounding && c->param_dtype != DTYPE_BF16) {
         fatal("--stochastic-rounding rounds the fp32 master into bf16 params, and these params are fp32 (train_gpt2: "
               "add --param-dtype bf16; train_gpt2cu: build with PRECISION=BF16)");

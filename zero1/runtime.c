@@ -750,7 +750,7 @@ static void create_split_embedding(Zero1Runtime* rt, const Zero1ModelSpec* model
     if (opt->shared_embedding != model->embedding)
         fatal("zero1: the split embedding needs the embedding in a bucket of its own");
     if (opt->max_positions < 1) fatal("zero1: the split embedding needs the tokens per micro-step");
-    if (rt->cross && opt->grad_dtype == ZERO1_BF16)
+    if (rt->cross && opt->grad_dtype == ZERO1_BF16)  // the runtime's own contract; the trainers refuse it first
         fatal("zero1: the split embedding with distributed-optimizer instances needs --grad-dtype fp32 (the rows "
               "would have to join a bf16 shard before its all-reduce across instances)");
     int p = model->embedding;

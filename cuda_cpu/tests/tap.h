@@ -14,7 +14,7 @@
 
 static int tap_rank = 0, tap_count = 0, tap_not_ok = 0;
 
-__attribute__((format(printf, 3, 0))) static void tap_line(int pass, const char* skip, const char* fmt, va_list ap) {
+__attribute__((format(printf, 2, 0))) static void tap_line(int pass, const char* fmt, va_list ap) {
     tap_count++;
     tap_not_ok += !pass;
     if (tap_rank != 0) {  // another rank speaks only of what failed
@@ -23,7 +23,6 @@ __attribute__((format(printf, 3, 0))) static void tap_line(int pass, const char*
     }
     printf("%sok %d - ", pass ? "" : "not ", tap_count);
     vprintf(fmt, ap);
-    if (skip) printf(" # SKIP %s", skip);
     putchar('\n');
     fflush(stdout);
 }
@@ -31,17 +30,19 @@ __attribute__((format(printf, 3, 0))) static void tap_line(int pass, const char*
 __attribute__((format(printf, 2, 3))) static int tap_ok(int pass, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    tap_line(pass, NULL, fmt, ap);
+    tap_line(pass, fmt, ap);
     va_end(ap);
     return pass;
 }
 
 __attribute__((format(printf, 2, 3))) static void tap_skip(const char* why, const char* fmt, ...) {
+    char what[512];
     va_list ap;
     va_start(ap, fmt);
-    tap_line(1, why, fmt, ap);
+    vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    if (tap_rank == 0) printf("# SKIPPED: (see the line above): %s\n", why);
+    tap_ok(1, "%s # SKIP %s", what, why);
+    if (tap_rank == 0) printf("# SKIPPED: %s: %s\n", what, why);
 }
 
 static int done_testing(void) {

@@ -11,8 +11,10 @@ BIN=${1:-$(dirname "${BASH_SOURCE[0]}")/../../build/cuda_cpu/tests/test_nccl}
 [ -x "$BIN" ] || { echo "test_nccl.sh: $BIN is not an executable (build test_nccl first)" >&2; exit 2; }
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")  # tap.sh changes to the layer's folder
 source "$(dirname "${BASH_SOURCE[0]}")/tap.sh"
-LOG=$(mktemp -d)
-trap 'rm -rf "$LOG"' EXIT
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+# The lines of its output files that say a check failed (TAP's not ok, another rank's too).
+tap_not_ok() { grep -hE '^(not ok|# rank [0-9]+: not ok)' "$@"; }
 
 # expect NAME RC [+TEXT|-TEXT]... -- COMMAND...: COMMAND exits with RC; its stderr holds each
 # +TEXT and no -TEXT; no check failed on any rank (TAP: a not ok line).
