@@ -194,11 +194,20 @@ typedef struct {
 
 static CudaLibs cuda_libs;
 
+// The GPUs this process can use; with none, 0 and *why_none: the runtime's reason, or "0 devices".
+static inline int cuda_device_count(const char** why_none) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaSuccess && count > 0) return count;
+    *why_none = err != cudaSuccess ? cudaGetErrorString(err) : "0 devices";
+    return 0;
+}
+
 // Picks the GPU for this local rank. Without one, ends with one clear message: a driver
 // older than the CUDA the binary was built with (CUDART_VERSION) is told apart from no GPU
 // (docs/gpu.md, "The first GPU run").
 static inline void cuda_select_device(int local_rank) {
-    int driver = 0, count = 0;
+    int driver = 0;
     if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
     if (driver == 0) {
         fatal("no NVIDIA driver found (libcuda.so.1 could not be loaded): train_gpt2cu needs an NVIDIA GPU and its "
@@ -209,12 +218,12 @@ static inline void cuda_select_device(int local_rank) {
               "(CUDA 13 needs R580 or newer) or build with a CUDA toolkit no newer than %d.x (CUDA_HOME=...)",
               driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, driver / 1000);
     }
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
+    const char* why_none = NULL;
+    int count = cuda_device_count(&why_none);
+    if (count == 0) {
         fatal("no usable CUDA GPU (%s; driver CUDA %d.%d, built with CUDA %d.%d): train_gpt2cu needs an NVIDIA GPU; "
               "use ./train_gpt2 on the CPU",
-              err != cudaSuccess ? cudaGetErrorString(err) : "0 devices", driver / 1000, driver % 1000 / 10,
-              CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+              why_none, driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
     }
     cudaCheck(cudaSetDevice(local_rank % count));
     cudaDeviceProp prop;
