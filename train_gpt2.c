@@ -161,12 +161,8 @@ static void rep_print_start(Optimizer* o) {
 static void rep_print_end(Optimizer* o) {}
 static void rep_destroy(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
-    free(r->offsets);
-    free(r->params);
-    free(r->grads);
-    free(r->adam_m);
-    free(r->adam_v);
-    free(r);
+    void* all[] = {r->offsets, r->params, r->grads, r->adam_m, r->adam_v, r};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
 }
 
 static const OptimizerOps replicated_ops = {

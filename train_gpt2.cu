@@ -415,8 +415,8 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
     Trainer* tr = (Trainer*)t;
     StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, 0, NAN, NAN};
     GPT2* m = &tr->model;
-    Optimizer* opt = tr->opt;
     cudaStream_t st = tr->gpu->stream;
+    Optimizer* opt = tr->opt;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;
     float loss_scale = step_loss_scale(&tr->cfg, k, tr->world);
     opt->ops->begin_step(opt, step);
@@ -554,9 +554,9 @@ static int train(Run* run) {
     seam_plant_faults(&tr.model.hooks, &tr, trainer_write_grad, trainer_write_loss, &run->cfg, &tr.model.config,
                       tr.grad_accum_steps, run->rank, run->world);
     if (run_open(run, &tr.model.config, tr.opt)) {  // data, -o, main.log; 0: -y 1 found the run complete
-        char fields[160], line[256];
-        describe_trainer(&tr, fields, sizeof(fields), line, sizeof(line));
         RunEvals evals = {trainer_evaluate, hellaswag_rows, next_token_logits, &tr};
+        char fields[160], line[256];  // what run_start prints of this trainer
+        describe_trainer(&tr, fields, sizeof(fields), line, sizeof(line));
         for (int step = run_start(run, fields, line); run_evaluate(run, step, &evals); step++) {
             RunBatch b = run_step_begin(run, step);
             StepResult r = trainer_step(&tr, step, b.lr, b.next, b.ctx, &run->outliers);

@@ -19,18 +19,29 @@
 
 #include "llmc/cuda_common.cuh"
 
-// (B,T,3,NH,hs) -> q,k,v each (B,NH,T,hs)
-__global__ void attention_permute_kernel(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int NH,
-                                         int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t total = (size_t)B * NH * T * hs;
-    if (idx >= total) return;
+// Where element idx of a head-major (B,NH,T,hs) tensor sits in a token-major one whose rows
+// (b,t) are row_stride apart: NH*hs for (B,T,C), 3*NH*hs for q's third of qkv (B,T,3C).
+__device__ __forceinline__ size_t attention_token_major(size_t idx, int T, int NH, int hs, size_t row_stride) {
     int d = (int)(idx % hs);
     int t = (int)((idx / hs) % T);
     int h = (int)((idx / ((size_t)hs * T)) % NH);
     int b = (int)(idx / ((size_t)hs * T * NH));
+    return ((size_t)b * T + t) * row_stride + (size_t)h * hs + d;
+}
+
+// This thread's element of a (B,NH,T,hs) tensor, one thread per element: false past the end.
+__device__ __forceinline__ bool attention_head_element(size_t* idx, int B, int T, int NH, int hs) {
+    *idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    return *idx < (size_t)B * NH * T * hs;
+}
+
+// (B,T,3,NH,hs) -> q,k,v each (B,NH,T,hs)
+__global__ void attention_permute_kernel(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int NH,
+                                         int hs) {
+    size_t idx;
+    if (!attention_head_element(&idx, B, T, NH, hs)) return;
     int C = NH * hs;
-    size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    size_t src = attention_token_major(idx, T, NH, hs, (size_t)3 * C);
     q[idx] = qkv[src];
     k[idx] = qkv[src + C];
     v[idx] = qkv[src + 2 * C];
@@ -38,40 +49,25 @@ __global__ void attention_permute_kernel(floatX* q, floatX* k, floatX* v, const 
 
 // (B,NH,T,hs) -> (B,T,NH,hs) = (B,T,C)
 __global__ void attention_unpermute_kernel(floatX* out, const floatX* inp, int B, int T, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t total = (size_t)B * NH * T * hs;
-    if (idx >= total) return;
-    int d = (int)(idx % hs);
-    int t = (int)((idx / hs) % T);
-    int h = (int)((idx / ((size_t)hs * T)) % NH);
-    int b = (int)(idx / ((size_t)hs * T * NH));
-    out[((size_t)b * T + t) * NH * hs + (size_t)h * hs + d] = inp[idx];
+    size_t idx;
+    if (!attention_head_element(&idx, B, T, NH, hs)) return;
+    out[attention_token_major(idx, T, NH, hs, (size_t)NH * hs)] = inp[idx];
 }
 
 // (B,T,C) -> (B,NH,T,hs): the layout of dout that the backward gemms need.
 __global__ void attention_permute_grad_kernel(floatX* out, const floatX* inp, int B, int T, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t total = (size_t)B * NH * T * hs;
-    if (idx >= total) return;
-    int d = (int)(idx % hs);
-    int t = (int)((idx / hs) % T);
-    int h = (int)((idx / ((size_t)hs * T)) % NH);
-    int b = (int)(idx / ((size_t)hs * T * NH));
-    out[idx] = inp[((size_t)b * T + t) * NH * hs + (size_t)h * hs + d];
+    size_t idx;
+    if (!attention_head_element(&idx, B, T, NH, hs)) return;
+    out[idx] = inp[attention_token_major(idx, T, NH, hs, (size_t)NH * hs)];
 }
 
 // dq,dk,dv (B,NH,T,hs) -> dqkv (B,T,3C) (overwritten)
 __global__ void attention_unpermute_qkv_kernel(floatX* dqkv, const floatX* dq, const floatX* dk, const floatX* dv,
                                                int B, int T, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t total = (size_t)B * NH * T * hs;
-    if (idx >= total) return;
-    int d = (int)(idx % hs);
-    int t = (int)((idx / hs) % T);
-    int h = (int)((idx / ((size_t)hs * T)) % NH);
-    int b = (int)(idx / ((size_t)hs * T * NH));
+    size_t idx;
+    if (!attention_head_element(&idx, B, T, NH, hs)) return;
     int C = NH * hs;
-    size_t dst = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    size_t dst = attention_token_major(idx, T, NH, hs, (size_t)3 * C);
     dqkv[dst] = dq[idx];
     dqkv[dst + C] = dk[idx];
     dqkv[dst + 2 * C] = dv[idx];

@@ -32,6 +32,24 @@ extern "C" {
 
 #define ATTN_BLOCK 64
 
+// Where head h of batch row b starts: its q row in qkv (k and v C and 2C further on), its
+// output columns in a (B,T,C) tensor, its T x T block in preatt and att; and its size and
+// score scale.
+typedef struct {
+    size_t qkv, btc, tt;
+    int hs;
+    float scale;
+} AttentionHead;
+static inline AttentionHead attention_head(int b, int h, int T, int C, int NH) {
+    AttentionHead a;
+    a.hs = C / NH;
+    a.scale = 1.0f / sqrtf((float)a.hs);
+    a.qkv = (size_t)b * T * 3 * C + h * a.hs;
+    a.btc = (size_t)b * T * C + h * a.hs;
+    a.tt = ((size_t)b * NH + h) * T * T;
+    return a;
+}
+
 // One (batch, head) pair: q, k, v, o point at its first row (row strides 3C, 3C, 3C, C);
 // pre and a are its T x T blocks.
 static void attention_head_forward(float* o, float* pre, float* a, const float* q, const float* k, const float* v,
@@ -70,16 +88,12 @@ static void attention_head_forward(float* o, float* pre, float* a, const float* 
 
 static void attention_forward(float* out, float* preatt, float* att, const float* qkv,
                               int B, int T, int C, int NH) {
-    int C3 = 3 * C;
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (matmul_split_threads())
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float* q = qkv + (size_t)b * T * C3 + h * hs;
-            size_t bh = ((size_t)b * NH + h) * T * T;
-            attention_head_forward(out + (size_t)b * T * C + h * hs, preatt + bh, att + bh, q, q + C, q + 2 * C, T, C,
-                                   hs, scale);
+            AttentionHead a = attention_head(b, h, T, C, NH);
+            const float* q = qkv + a.qkv;
+            attention_head_forward(out + a.btc, preatt + a.tt, att + a.tt, q, q + C, q + 2 * C, T, C, a.hs, a.scale);
         }
     }
 }
@@ -128,17 +142,14 @@ static void attention_head_backward(float* dq, float* dk, float* dv, float* dpre
 // overwrites (entries above the diagonal are unspecified in datt, zero in dpreatt).
 static void attention_backward(float* dqkv, float* dpreatt, float* datt, const float* dout,
                                const float* qkv, const float* att, int B, int T, int C, int NH) {
-    int C3 = 3 * C;
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (matmul_split_threads())
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float* q = qkv + (size_t)b * T * C3 + h * hs;
-            float* dq = dqkv + (size_t)b * T * C3 + h * hs;
-            size_t bh = ((size_t)b * NH + h) * T * T;
-            attention_head_backward(dq, dq + C, dq + 2 * C, dpreatt + bh, datt + bh, dout + (size_t)b * T * C + h * hs,
-                                    q, q + C, q + 2 * C, att + bh, T, C, hs, scale);
+            AttentionHead a = attention_head(b, h, T, C, NH);
+            const float* q = qkv + a.qkv;
+            float* dq = dqkv + a.qkv;
+            attention_head_backward(dq, dq + C, dq + 2 * C, dpreatt + a.tt, datt + a.tt, dout + a.btc, q, q + C,
+                                    q + 2 * C, att + a.tt, T, C, a.hs, a.scale);
         }
     }
 }

@@ -445,15 +445,17 @@ __device__ __forceinline__ FlashBackwardTiles flash_backward_tiles(unsigned char
 }
 
 // The shared part of both backward kernels: for query rows q0.. and key rows k0.. (tiles
-// of BT, already in shared memory), S = q k^T and dP = dout v^T, then P = exp(scale S - lse)
-// (0 where masked or past T) and dS = P (dP - D) as floatX over them. Each thread takes the
-// quads 2 c + half of its row lane >> 1 (the forward's pattern, header comment).
+// of BT that the block has just loaded into shared memory: it waits for them first),
+// S = q k^T and dP = dout v^T, then P = exp(scale S - lse) (0 where masked or past T) and
+// dS = P (dP - D) as floatX over them. Each thread takes the quads 2 c + half of its row
+// lane >> 1 (the forward's pattern, header comment).
 __device__ __forceinline__ void flash_backward_scores(const FlashBackwardTiles& t, int ld, int q0, int k0, int T,
                                                       int hs, float scale) {
     constexpr int BT = FLASH_BWD_TILE, SLD = FLASH_SCORE_LD, TILES = (BT / 16) * (BT / 16);
     constexpr int ROW_GROUPS = BT / 16, COL_STEP = FLASH_WARPS / ROW_GROUPS, PER_THREAD = BT / 8 / COL_STEP;
     static_assert(FLASH_WARPS % ROW_GROUPS == 0 && (BT / 8) % COL_STEP == 0, "the warps cover the score quads");
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    __syncthreads();
     for (int job = warp; job < 2 * TILES; job += FLASH_WARPS) {  // S tiles, then dP tiles
         int tile = job % TILES, i = tile / (BT / 16), j = tile % (BT / 16);
         bool dp = job >= TILES;
@@ -502,6 +504,32 @@ __device__ __forceinline__ void flash_load_row_stats(const FlashBackwardTiles& s
     }
 }
 
+// Query rows q0..q0+BT-1 of head h of batch row b (bh = b * NH + h) into shared memory:
+// q, dout, and the rows' lse and D.
+__device__ __forceinline__ void flash_load_query_tile(const FlashBackwardTiles& s, int ld, const floatX* qkv,
+                                                      const floatX* dout, const float* lse, const float* D, int b,
+                                                      int h, size_t bh, int q0, int T, int C, int hs) {
+    flash_load_rows(s.q, ld, qkv, 3 * C, h * hs, b, q0, FLASH_BWD_TILE, T, hs);
+    flash_load_rows(s.dout, ld, dout, C, h * hs, b, q0, FLASH_BWD_TILE, T, hs);
+    flash_load_row_stats(s, lse, D, bh, q0, T);
+}
+// Key rows k0..k0+BT-1 of head h of batch row b into shared memory: k and v.
+__device__ __forceinline__ void flash_load_key_tile(const FlashBackwardTiles& s, int ld, const floatX* qkv, int b,
+                                                    int h, int k0, int T, int C, int hs) {
+    flash_load_rows(s.k, ld, qkv, 3 * C, C + h * hs, b, k0, FLASH_BWD_TILE, T, hs);
+    flash_load_rows(s.v, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, FLASH_BWD_TILE, T, hs);
+}
+
+// Warp `warp`'s a-th 16 x 16 output tile (tiles warp, warp + WARPS, ... of out_tiles, `chunks`
+// to a row of tiles): its row i and column j, or false past the last tile.
+__device__ __forceinline__ bool flash_warp_tile(int warp, int a, int out_tiles, int chunks, int* i, int* j) {
+    int t = warp + a * FLASH_WARPS;
+    if (t >= out_tiles) return false;
+    *i = t / chunks;
+    *j = t % chunks;
+    return true;
+}
+
 // Writes this warp's output tiles acc[a] (tile warp + a WARPS of the (rows x hs) block at
 // rows row0.., 16 x 16 each, `chunks` = hs / 16 per row of tiles), times scale, to part
 // `part` of dqkv at columns col0.., through the warp's stage: 16 bytes per lane and row.
@@ -512,9 +540,9 @@ __device__ __forceinline__ void flash_store_accs(floatX* dqkv, float* stage, con
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, r = lane >> 1, half = lane & 1;
 #pragma unroll
     for (int a = 0; a < ACC; a++) {
-        int t = warp + a * FLASH_WARPS;
-        if (t >= out_tiles) break;
-        int i = t / chunks, j = t % chunks, row = row0 + 16 * i + r;
+        int i, j;
+        if (!flash_warp_tile(warp, a, out_tiles, chunks, &i, &j)) break;
+        int row = row0 + 16 * i + r;
         float y[8];
         flash_acc_rows(y, acc[a], stage, FLASH_SCORE_LD);
         if (row < T) flash_store8(dqkv + ((size_t)b * T + row) * 3 * C + (size_t)part * C + col0 + 16 * j + 8 * half, y, scale);
@@ -533,8 +561,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, FlashBackwardSmem<HS>::MIN_BLOC
     const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, k0 = kt * BT, warp = threadIdx.x / WARP_SIZE;
     const size_t bh = (size_t)b * NH + h;
     const int out_tiles = (BT / 16) * chunks;  // 16 x 16 tiles of (keys x hs), warp w has w, w + WARPS, ...
-    flash_load_rows(s.k, ld, qkv, 3 * C, C + h * hs, b, k0, BT, T, hs);
-    flash_load_rows(s.v, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BT, T, hs);
+    flash_load_key_tile(s, ld, qkv, b, h, k0, T, C, hs);
     FlashAcc dk[ACC], dv[ACC];
 #pragma unroll
     for (int a = 0; a < ACC; a++) {
@@ -544,16 +571,12 @@ __global__ void __launch_bounds__(FLASH_THREADS, FlashBackwardSmem<HS>::MIN_BLOC
     for (int qt = kt; qt * BT < T; qt++) {
         const int q0 = qt * BT;
         __syncthreads();  // the previous query tile is no longer read
-        flash_load_rows(s.q, ld, qkv, 3 * C, h * hs, b, q0, BT, T, hs);
-        flash_load_rows(s.dout, ld, dout, C, h * hs, b, q0, BT, T, hs);
-        flash_load_row_stats(s, lse, D, bh, q0, T);
-        __syncthreads();
+        flash_load_query_tile(s, ld, qkv, dout, lse, D, b, h, bh, q0, T, C, hs);
         flash_backward_scores(s, ld, q0, k0, T, hs, scale);
 #pragma unroll
         for (int a = 0; a < ACC; a++) {
-            int t = warp + a * FLASH_WARPS;
-            if (t >= out_tiles) break;
-            int i = t / chunks, j = t % chunks;
+            int i, j;
+            if (!flash_warp_tile(warp, a, out_tiles, chunks, &i, &j)) break;
             flash_mma<true, false>(dv[a], s.p + 16 * i, SLD, s.dout + 16 * j, ld, BT);  // P^T dout
             flash_mma<true, false>(dk[a], s.ds + 16 * i, SLD, s.q + 16 * j, ld, BT);    // dS^T q
         }
@@ -577,24 +600,19 @@ __global__ void __launch_bounds__(FLASH_THREADS, FlashBackwardSmem<HS>::MIN_BLOC
     const int warp = threadIdx.x / WARP_SIZE;
     const size_t bh = (size_t)b * NH + h;
     const int out_tiles = (BT / 16) * chunks;
-    flash_load_rows(s.q, ld, qkv, 3 * C, h * hs, b, q0, BT, T, hs);
-    flash_load_rows(s.dout, ld, dout, C, h * hs, b, q0, BT, T, hs);
-    flash_load_row_stats(s, lse, D, bh, q0, T);
+    flash_load_query_tile(s, ld, qkv, dout, lse, D, b, h, bh, q0, T, C, hs);
     FlashAcc dq[ACC];
 #pragma unroll
     for (int a = 0; a < ACC; a++) flash_acc_zero(dq[a]);
     for (int kt = 0; kt <= qt; kt++) {
         const int k0 = kt * BT;
         __syncthreads();
-        flash_load_rows(s.k, ld, qkv, 3 * C, C + h * hs, b, k0, BT, T, hs);
-        flash_load_rows(s.v, ld, qkv, 3 * C, 2 * C + h * hs, b, k0, BT, T, hs);
-        __syncthreads();
+        flash_load_key_tile(s, ld, qkv, b, h, k0, T, C, hs);
         flash_backward_scores(s, ld, q0, k0, T, hs, scale);
 #pragma unroll
         for (int a = 0; a < ACC; a++) {
-            int t = warp + a * FLASH_WARPS;
-            if (t >= out_tiles) break;
-            int i = t / chunks, j = t % chunks;
+            int i, j;
+            if (!flash_warp_tile(warp, a, out_tiles, chunks, &i, &j)) break;
             flash_mma<false, false>(dq[a], s.ds + 16 * i * SLD, SLD, s.k + 16 * j, ld, BT);  // dS k
         }
     }

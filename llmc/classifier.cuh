@@ -74,9 +74,7 @@ __device__ __forceinline__ void crossentropy_fused_row(floatX* x, float* loss, f
     float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;  // before pass 2 overwrites it
     float m = -INFINITY, sum = 0.0f;
     for (int v0 = threadIdx.x * STEP; v0 < V; v0 += blockDim.x * STEP) {
-        Packed128<floatX> p;
-        if (STEP == PACK_X) p = load128(x + v0);
-        else p.v[0] = x[v0];
+        Packed128<floatX> p = load_pack_or_one<STEP>(x, v0);
 #pragma unroll
         for (int k = 0; k < STEP; k++) {
             if (v0 + k >= V) break;
@@ -97,9 +95,7 @@ __device__ __forceinline__ void crossentropy_fused_row(floatX* x, float* loss, f
         *loss = l - target_logit;
     }
     for (int v0 = threadIdx.x * STEP; v0 < Vp; v0 += blockDim.x * STEP) {
-        Packed128<floatX> p;
-        if (STEP == PACK_X) p = load128(x + v0);
-        else p.v[0] = x[v0];
+        Packed128<floatX> p = load_pack_or_one<STEP>(x, v0);
 #pragma unroll
         for (int k = 0; k < STEP; k++) {
             int v = v0 + k;
@@ -107,8 +103,7 @@ __device__ __forceinline__ void crossentropy_fused_row(floatX* x, float* loss, f
             if (v < V) g = (expf(to_float(p.v[k]) - l) - (v == target ? 1.0f : 0.0f)) * dloss;
             p.v[k] = from_float<floatX>(g);
         }
-        if (STEP == PACK_X) store128(x + v0, p);
-        else x[v0] = p.v[0];
+        store_pack_or_one<STEP>(x, v0, p);
     }
 }
 

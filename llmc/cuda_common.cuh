@@ -94,37 +94,24 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
     return v;
 }
 
-// Sum over a whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the
-// result. The tree has a fixed shape, so the result is the same on every run.
-__device__ inline float block_reduce_sum(float v) {
-    __shared__ float shared[32];
+// A reduction over a whole block (blockDim.x a multiple of 32, <= 1024) by warp_reduce, with
+// `empty` for the lanes past the last warp; every thread gets the result. The tree has a
+// fixed shape, so the result is the same on every run. Each instance has its own shared array.
+template <typename T, T (*warp_reduce)(T)>
+__device__ inline T block_reduce(T v, T empty) {
+    __shared__ T shared[32];
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-    v = warp_reduce_sum(v);
+    v = warp_reduce(v);
     __syncthreads();  // shared may still be read by a previous call
     if (lane == 0) shared[warp] = v;
     __syncthreads();
-    v = lane < nwarps ? shared[lane] : 0.0f;
-    return warp_reduce_sum(v);
+    v = lane < nwarps ? shared[lane] : empty;
+    return warp_reduce(v);
 }
-__device__ inline float block_reduce_max(float v) {
-    __shared__ float shared[32];
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-    v = warp_reduce_max(v);
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    v = lane < nwarps ? shared[lane] : -INFINITY;
-    return warp_reduce_max(v);
-}
+__device__ inline float block_reduce_sum(float v) { return block_reduce<float, warp_reduce_sum>(v, 0.0f); }
+__device__ inline float block_reduce_max(float v) { return block_reduce<float, warp_reduce_max>(v, -INFINITY); }
 __device__ inline double block_reduce_sum_double(double v) {
-    __shared__ double shared[32];
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-    v = warp_reduce_sum_double(v);
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    v = lane < nwarps ? shared[lane] : 0.0;
-    return warp_reduce_sum_double(v);
+    return block_reduce<double, warp_reduce_sum_double>(v, 0.0);
 }
 
 // ----------------------------------------------------------------------------
@@ -149,6 +136,22 @@ template <typename T> __device__ __forceinline__ Packed128<T> load128(const T* p
 template <typename T> __device__ __forceinline__ void store128(T* p, const Packed128<T>& x) {
     *reinterpret_cast<Packed128<T>*>(p) = x;
 }
+// STEP elements of x at c: PACK_X (a 128-bit pack, x + c 16-byte aligned) or 1. STEP is a
+// compile-time width, so the pack's elements stay in registers (a run-time one makes nvcc
+// copy the pack to local memory to index it).
+template <int STEP>
+__device__ __forceinline__ Packed128<floatX> load_pack_or_one(const floatX* x, int c) {
+    if (STEP == PACK_X) return load128(x + c);
+    Packed128<floatX> p;
+    p.v[0] = x[c];
+    return p;
+}
+template <int STEP>
+__device__ __forceinline__ void store_pack_or_one(floatX* x, int c, const Packed128<floatX>& p) {
+    if (STEP == PACK_X) store128(x + c, p);
+    else x[c] = p.v[0];
+}
+
 __host__ __device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 // Blocks of `threads` threads for n floatX elements, one pack per thread.
 static inline unsigned packed_blocks(size_t n, int threads) { return (unsigned)CEIL_DIV(CEIL_DIV(n, (size_t)PACK_X), (size_t)threads); }
@@ -191,11 +194,20 @@ typedef struct {
 
 static CudaLibs cuda_libs;
 
+// The GPUs this process can use; with none, 0 and *why_none: the runtime's reason, or "0 devices".
+static inline int cuda_device_count(const char** why_none) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaSuccess && count > 0) return count;
+    *why_none = err != cudaSuccess ? cudaGetErrorString(err) : "0 devices";
+    return 0;
+}
+
 // Picks the GPU for this local rank. Without one, ends with one clear message: a driver
 // older than the CUDA the binary was built with (CUDART_VERSION) is told apart from no GPU
 // (docs/gpu.md, "The first GPU run").
 static inline void cuda_select_device(int local_rank) {
-    int driver = 0, count = 0;
+    int driver = 0;
     if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
     if (driver == 0) {
         fatal("no NVIDIA driver found (libcuda.so.1 could not be loaded): train_gpt2cu needs an NVIDIA GPU and its "
@@ -206,12 +218,12 @@ static inline void cuda_select_device(int local_rank) {
               "(CUDA 13 needs R580 or newer) or build with a CUDA toolkit no newer than %d.x (CUDA_HOME=...)",
               driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, driver / 1000);
     }
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
+    const char* why_none = NULL;
+    int count = cuda_device_count(&why_none);
+    if (count == 0) {
         fatal("no usable CUDA GPU (%s; driver CUDA %d.%d, built with CUDA %d.%d): train_gpt2cu needs an NVIDIA GPU; "
               "use ./train_gpt2 on the CPU",
-              err != cudaSuccess ? cudaGetErrorString(err) : "0 devices", driver / 1000, driver % 1000 / 10,
-              CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+              why_none, driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
     }
     cudaCheck(cudaSetDevice(local_rank % count));
     cudaDeviceProp prop;

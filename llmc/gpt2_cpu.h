@@ -207,6 +207,29 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     HOOK(m, forward_block_end, L);
 }
 
+// The backward of the Linear layer whose weight is tensor w: dinp (BT x C) = dout W,
+// zeroed first; the weight's and the bias's gradients accumulate and are then final for
+// this micro-step (the hooks say so).
+static inline void gpt2_linear_backward(GPT2* m, float* dinp, int w, const float* dout, const float* inp, int BT,
+                                        int C, int OC) {
+    int b = gpt2_idx_bias_of(w);
+    memset(dinp, 0, (size_t)BT * C * sizeof(float));
+    matmul_backward(dinp, m->grad[w], m->grad[b], dout, inp, m->param[w], BT, C, OC);
+    HOOK(m, grad_contribution_done, w);
+    HOOK(m, grad_contribution_done, b);
+}
+
+// The backward of the LayerNorm whose weight is tensor w: dinp accumulates, and so do the
+// weight's and the bias's gradients, which are then final for this micro-step.
+static inline void gpt2_layernorm_backward(GPT2* m, float* dinp, int w, const float* dout, const float* inp,
+                                           const float* mean, const float* rstd) {
+    int b = gpt2_idx_bias_of(w);
+    layernorm_backward(dinp, m->grad[w], m->grad[b], dout, inp, m->param[w], mean, rstd, m->B, m->T,
+                       m->config.channels);
+    HOOK(m, grad_contribution_done, w);
+    HOOK(m, grad_contribution_done, b);
+}
+
 // Backward of the last forward (which had targets). loss_scale is d(objective)/d(loss at
 // one position): 1/(B*T) for this batch alone, 1/(B*T*k*DP) when k micro-steps on DP
 // ranks are summed into one step. Gradients accumulate into the bound grad buffer.
@@ -218,7 +241,7 @@ static inline void gpt2_backward(GPT2* m, float loss_scale) {
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
     Activations* a = &m->acts;
     BackwardScratch* s = &m->scratch;
-    int wte = gpt2_idx_wte(), wpe = gpt2_idx_wpe(), lnfw = gpt2_idx_lnfw(c), lnfb = gpt2_idx_lnfb(c);
+    int wte = gpt2_idx_wte(), wpe = gpt2_idx_wpe();
 
     HOOK(m, backward_block_begin, L);
     for (size_t i = 0; i < BT; i++) s->dlosses[i] = loss_scale;
@@ -229,10 +252,7 @@ static inline void gpt2_backward(GPT2* m, float loss_scale) {
     HOOK(m, grad_contribution_done, wte);
     memset(s->dresidual, 0, BT * C * sizeof(float));
     const float* last = a->residual3 + (size_t)(L - 1) * BT * C;
-    layernorm_backward(s->dresidual, m->grad[lnfw], m->grad[lnfb], s->dbtc, last, m->param[lnfw], a->lnf_mean,
-                       a->lnf_rstd, B, T, C);
-    HOOK(m, grad_contribution_done, lnfw);
-    HOOK(m, grad_contribution_done, lnfb);
+    gpt2_layernorm_backward(m, s->dresidual, gpt2_idx_lnfw(c), s->dbtc, last, a->lnf_mean, a->lnf_rstd);
     HOOK(m, backward_block_end, L);
 
     // s->dresidual now holds d(loss)/d(output of block L-1); each block turns it into the
@@ -240,8 +260,6 @@ static inline void gpt2_backward(GPT2* m, float loss_scale) {
     for (int l = L - 1; l >= 0; l--) {
         HOOK(m, backward_block_begin, l);
         int base = gpt2_idx_layer(l, 0);
-        float* const* p = &m->param[base];
-        float* const* g = &m->grad[base];
         const float* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
         const float* ln1 = a->ln1 + l * BT * C;
         const float* qkv = a->qkv + l * BT * 3 * C;
@@ -251,37 +269,19 @@ static inline void gpt2_backward(GPT2* m, float loss_scale) {
         const float* fch = a->fch + l * BT * 4 * C;
         const float* fch_gelu = a->fch_gelu + l * BT * 4 * C;
 
-        memset(s->dfch_gelu, 0, BT * 4 * C * sizeof(float));
-        matmul_backward(s->dfch_gelu, g[LAYER_FCPROJW], g[LAYER_FCPROJB], s->dresidual, fch_gelu, p[LAYER_FCPROJW],
-                        (int)BT, 4 * C, C);
-        HOOK(m, grad_contribution_done, base + LAYER_FCPROJW);
-        HOOK(m, grad_contribution_done, base + LAYER_FCPROJB);
+        gpt2_linear_backward(m, s->dfch_gelu, base + LAYER_FCPROJW, s->dresidual, fch_gelu, (int)BT, 4 * C, C);
         memset(s->dfch, 0, BT * 4 * C * sizeof(float));
         gelu_backward(s->dfch, fch, s->dfch_gelu, BT * 4 * C);
-        memset(s->dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(s->dbtc, g[LAYER_FCW], g[LAYER_FCB], s->dfch, ln2, p[LAYER_FCW], (int)BT, C, 4 * C);
-        HOOK(m, grad_contribution_done, base + LAYER_FCW);
-        HOOK(m, grad_contribution_done, base + LAYER_FCB);
-        layernorm_backward(s->dresidual, g[LAYER_LN2W], g[LAYER_LN2B], s->dbtc, residual2, p[LAYER_LN2W],
-                           a->ln2_mean + l * BT, a->ln2_rstd + l * BT, B, T, C);
-        HOOK(m, grad_contribution_done, base + LAYER_LN2W);
-        HOOK(m, grad_contribution_done, base + LAYER_LN2B);
+        gpt2_linear_backward(m, s->dbtc, base + LAYER_FCW, s->dfch, ln2, (int)BT, C, 4 * C);
+        gpt2_layernorm_backward(m, s->dresidual, base + LAYER_LN2W, s->dbtc, residual2, a->ln2_mean + l * BT,
+                                a->ln2_rstd + l * BT);
 
-        memset(s->dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(s->dbtc, g[LAYER_ATTPROJW], g[LAYER_ATTPROJB], s->dresidual, atty, p[LAYER_ATTPROJW],
-                        (int)BT, C, C);
-        HOOK(m, grad_contribution_done, base + LAYER_ATTPROJW);
-        HOOK(m, grad_contribution_done, base + LAYER_ATTPROJB);
+        gpt2_linear_backward(m, s->dbtc, base + LAYER_ATTPROJW, s->dresidual, atty, (int)BT, C, C);
         memset(s->dqkv, 0, BT * 3 * C * sizeof(float));
         attention_backward(s->dqkv, s->dpreatt, s->datt, s->dbtc, qkv, a->att + l * att, B, T, C, NH);
-        memset(s->dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(s->dbtc, g[LAYER_QKVW], g[LAYER_QKVB], s->dqkv, ln1, p[LAYER_QKVW], (int)BT, C, 3 * C);
-        HOOK(m, grad_contribution_done, base + LAYER_QKVW);
-        HOOK(m, grad_contribution_done, base + LAYER_QKVB);
-        layernorm_backward(s->dresidual, g[LAYER_LN1W], g[LAYER_LN1B], s->dbtc, residual, p[LAYER_LN1W],
-                           a->ln1_mean + l * BT, a->ln1_rstd + l * BT, B, T, C);
-        HOOK(m, grad_contribution_done, base + LAYER_LN1W);
-        HOOK(m, grad_contribution_done, base + LAYER_LN1B);
+        gpt2_linear_backward(m, s->dbtc, base + LAYER_QKVW, s->dqkv, ln1, (int)BT, C, 3 * C);
+        gpt2_layernorm_backward(m, s->dresidual, base + LAYER_LN1W, s->dbtc, residual, a->ln1_mean + l * BT,
+                                a->ln1_rstd + l * BT);
         HOOK(m, backward_block_end, l);
     }
     HOOK(m, backward_block_begin, -1);

@@ -197,19 +197,34 @@ static floatX* gpt2_fch_gelu(const GPT2* m, int l, size_t BT) {
     return m->acts.fch_gelu + (m->kernels.recompute_gelu ? 0 : (size_t)l * BT * 4 * m->config.channels);
 }
 
-// A biased Linear layer's backward (dinp overwritten, the fp32 grad views accumulate): the
-// fused epilogues (--fused-kernels 1) or the reference kernels. gelu_pre: the input of the
-// GELU whose output was inp; dinp then is the gradient of that input.
-static void gpt2_linear_backward(const GPT2* m, floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                                 const floatX* inp, const floatX* weight, const floatX* gelu_pre, int BT, int C,
-                                 int OC) {
+// The backward of the Linear layer whose weight is tensor w (dinp overwritten, the fp32 grad
+// views of the weight and its bias accumulate and are then final for this micro-step: the
+// hooks say so): the fused epilogues (--fused-kernels 1) or the reference kernels.
+// gelu_pre: the input of the GELU whose output was inp; dinp then is the gradient of that input.
+static void gpt2_linear_backward(GPT2* m, floatX* dinp, int w, const floatX* dout, const floatX* inp,
+                                 const floatX* gelu_pre, int BT, int C, int OC) {
+    int b = gpt2_idx_bias_of(w);
     float* scratch = m->scratch.colreduce;
     if (m->kernels.fused) {
-        matmul_backward_fused(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, BT, C, OC, m->stream);
-        return;
+        matmul_backward_fused(dinp, m->grad[w], m->grad[b], scratch, dout, inp, m->param[w], gelu_pre, BT, C, OC,
+                              m->stream);
+    } else {
+        matmul_backward(dinp, m->grad[w], m->grad[b], scratch, dout, inp, m->param[w], BT, C, OC, m->stream);
+        if (gelu_pre) gelu_backward(dinp, gelu_pre, dinp, (size_t)BT * C, m->stream);
     }
-    matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, BT, C, OC, m->stream);
-    if (gelu_pre) gelu_backward(dinp, gelu_pre, dinp, (size_t)BT * C, m->stream);
+    HOOK(m, grad_contribution_done, w);
+    HOOK(m, grad_contribution_done, b);
+}
+
+// The backward of the LayerNorm whose weight is tensor w: dinp and the fp32 grad views of
+// the weight and its bias accumulate, which are then final for this micro-step.
+static void gpt2_layernorm_backward(GPT2* m, floatX* dinp, int w, const floatX* dout, const floatX* inp,
+                                    const float* mean, const float* rstd) {
+    int b = gpt2_idx_bias_of(w);
+    layernorm_backward(dinp, m->grad[w], m->grad[b], m->scratch.colreduce, dout, inp, m->param[w], mean, rstd, m->B,
+                       m->T, m->config.channels, m->stream);
+    HOOK(m, grad_contribution_done, w);
+    HOOK(m, grad_contribution_done, b);
 }
 
 // Layer l's slice of acts.att_lse (its per-layer stride is the allocated shape's).
@@ -385,7 +400,7 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
     size_t BT = (size_t)B * T;
     GPUActivations* a = &m->acts;
     GPUScratch* s = &m->scratch;
-    int wte = gpt2_idx_wte(), wpe = gpt2_idx_wpe(), lnfw = gpt2_idx_lnfw(c), lnfb = gpt2_idx_lnfb(c);
+    int wte = gpt2_idx_wte(), wpe = gpt2_idx_wpe();
     // Host work first, so its upload is queued early and the host is free afterwards.
     encoder_plan_build(&m->enc_plan, m->inputs, (int)BT, st);
 
@@ -400,18 +415,13 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
     HOOK(m, grad_contribution_done, wte);
     cudaCheck(cudaMemsetAsync(s->dresidual, 0, BT * C * sizeof(floatX), st));
     const floatX* last = a->residual3 + (size_t)(L - 1) * BT * C;
-    layernorm_backward(s->dresidual, m->grad[lnfw], m->grad[lnfb], s->colreduce, s->btc, last, m->param[lnfw],
-                       a->lnf_mean, a->lnf_rstd, B, T, C, st);
-    HOOK(m, grad_contribution_done, lnfw);
-    HOOK(m, grad_contribution_done, lnfb);
+    gpt2_layernorm_backward(m, s->dresidual, gpt2_idx_lnfw(c), s->btc, last, a->lnf_mean, a->lnf_rstd);
     HOOK(m, backward_block_end, L);
 
     // s->dresidual holds d(loss)/d(output of block l); each block adds its input gradient.
     for (int l = L - 1; l >= 0; l--) {
         HOOK(m, backward_block_begin, l);
         int base = gpt2_idx_layer(l, 0);
-        floatX* const* p = &m->param[base];
-        float* const* g = &m->grad[base];
         const floatX* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BT * C;
         const floatX* ln1 = a->ln1 + l * BT * C;
         const floatX* qkv = a->qkv + l * BT * 3 * C;
@@ -425,32 +435,16 @@ static void gpt2_backward(GPT2* m, float loss_scale) {
         // gradient needs it again.
         if (m->kernels.recompute_gelu) gelu_forward(fch_gelu, fch, BT * 4 * C, st);
         // dfch = the gradient of the GELU's input (the GELU's backward fused or after it)
-        gpt2_linear_backward(m, s->dfch, g[LAYER_FCPROJW], g[LAYER_FCPROJB], s->dresidual, fch_gelu, p[LAYER_FCPROJW],
-                             fch, (int)BT, 4 * C, C);
-        HOOK(m, grad_contribution_done, base + LAYER_FCPROJW);
-        HOOK(m, grad_contribution_done, base + LAYER_FCPROJB);
-        gpt2_linear_backward(m, s->btc, g[LAYER_FCW], g[LAYER_FCB], s->dfch, ln2, p[LAYER_FCW], NULL, (int)BT, C,
-                             4 * C);
-        HOOK(m, grad_contribution_done, base + LAYER_FCW);
-        HOOK(m, grad_contribution_done, base + LAYER_FCB);
-        layernorm_backward(s->dresidual, g[LAYER_LN2W], g[LAYER_LN2B], s->colreduce, s->btc, residual2, p[LAYER_LN2W],
-                           a->ln2_mean + l * BT, a->ln2_rstd + l * BT, B, T, C, st);
-        HOOK(m, grad_contribution_done, base + LAYER_LN2W);
-        HOOK(m, grad_contribution_done, base + LAYER_LN2B);
+        gpt2_linear_backward(m, s->dfch, base + LAYER_FCPROJW, s->dresidual, fch_gelu, fch, (int)BT, 4 * C, C);
+        gpt2_linear_backward(m, s->btc, base + LAYER_FCW, s->dfch, ln2, NULL, (int)BT, C, 4 * C);
+        gpt2_layernorm_backward(m, s->dresidual, base + LAYER_LN2W, s->btc, residual2, a->ln2_mean + l * BT,
+                                a->ln2_rstd + l * BT);
 
-        gpt2_linear_backward(m, s->btc, g[LAYER_ATTPROJW], g[LAYER_ATTPROJB], s->dresidual, atty, p[LAYER_ATTPROJW],
-                             NULL, (int)BT, C, C);
-        HOOK(m, grad_contribution_done, base + LAYER_ATTPROJW);
-        HOOK(m, grad_contribution_done, base + LAYER_ATTPROJB);
+        gpt2_linear_backward(m, s->btc, base + LAYER_ATTPROJW, s->dresidual, atty, NULL, (int)BT, C, C);
         gpt2_attention_backward(m, l, s->dqkv, s->btc, qkv, atty, B, T);
-        gpt2_linear_backward(m, s->btc, g[LAYER_QKVW], g[LAYER_QKVB], s->dqkv, ln1, p[LAYER_QKVW], NULL, (int)BT, C,
-                             3 * C);
-        HOOK(m, grad_contribution_done, base + LAYER_QKVW);
-        HOOK(m, grad_contribution_done, base + LAYER_QKVB);
-        layernorm_backward(s->dresidual, g[LAYER_LN1W], g[LAYER_LN1B], s->colreduce, s->btc, residual, p[LAYER_LN1W],
-                           a->ln1_mean + l * BT, a->ln1_rstd + l * BT, B, T, C, st);
-        HOOK(m, grad_contribution_done, base + LAYER_LN1W);
-        HOOK(m, grad_contribution_done, base + LAYER_LN1B);
+        gpt2_linear_backward(m, s->btc, base + LAYER_QKVW, s->dqkv, ln1, NULL, (int)BT, C, 3 * C);
+        gpt2_layernorm_backward(m, s->dresidual, base + LAYER_LN1W, s->btc, residual, a->ln1_mean + l * BT,
+                                a->ln1_rstd + l * BT);
         HOOK(m, backward_block_end, l);
     }
     HOOK(m, backward_block_begin, -1);

@@ -45,6 +45,9 @@ static inline int gpt2_idx_wpe(void) { return 1; }
 static inline int gpt2_idx_layer(int layer, int kind) { return 2 + LAYER_NUM_TENSORS * layer + kind; }
 static inline int gpt2_idx_lnfw(const GPT2Config* c) { return 2 + LAYER_NUM_TENSORS * c->num_layers; }
 static inline int gpt2_idx_lnfb(const GPT2Config* c) { return 3 + LAYER_NUM_TENSORS * c->num_layers; }
+// The bias of a LayerNorm's or Linear layer's weight: the tensor right after it (the blocks'
+// and the final LayerNorm's weights come first, each followed by its bias).
+static inline int gpt2_idx_bias_of(int weight) { return weight + 1; }
 
 // Block index of a canonical tensor: -1 for wte/wpe, L for lnfw/lnfb, else the layer.
 static inline int gpt2_tensor_layer(const GPT2Config* c, int idx) {

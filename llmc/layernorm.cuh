@@ -26,22 +26,6 @@ static inline int colreduce_num_chunks(int rows) {
     return n < COLREDUCE_MAX_CHUNKS ? n : COLREDUCE_MAX_CHUNKS;
 }
 
-// STEP elements of x at c: PACK_X (a 128-bit pack, x + c 16-byte aligned) or 1. STEP is a
-// compile-time width, so the pack's elements stay in registers (a run-time one makes nvcc
-// copy the pack to local memory to index it).
-template <int STEP>
-__device__ __forceinline__ Packed128<floatX> load_pack_or_one(const floatX* x, int c) {
-    if (STEP == PACK_X) return load128(x + c);
-    Packed128<floatX> p;
-    p.v[0] = x[c];
-    return p;
-}
-template <int STEP>
-__device__ __forceinline__ void store_pack_or_one(floatX* x, int c, const Packed128<floatX>& p) {
-    if (STEP == PACK_X) store128(x + c, p);
-    else x[c] = p.v[0];
-}
-
 // One row x (C floatX) by one warp: mean, rstd and the normalized output. The plain and
 // the fused kernel both run this, so that they give the same bits. STEP = PACK_X: C a
 // multiple of the pack and x, o, weight, bias 16-byte aligned; each lane then takes every

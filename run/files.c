@@ -108,6 +108,17 @@ long file_size_of(FILE* f, const char* what) {
     return n;
 }
 
+char* read_whole_file(const char* path, size_t* size) {
+    FILE* f = fopenCheck(path, "rb");
+    long n = file_size_of(f, path);
+    char* buf = (char*)mallocCheck((size_t)n + 1);
+    if (n > 0) freadCheck(buf, 1, (size_t)n, f, path);
+    buf[n] = 0;
+    fcloseCheck(f, path);
+    *size = (size_t)n;
+    return buf;
+}
+
 long long field_range_check(const char* path, const char* field, long long value, long long min,
                             long long max) {
     if (value < min || value > max) fatal("%s: %s = %lld is out of range (%lld..%lld)", path, field, value, min, max);

@@ -78,6 +78,9 @@ void fseek_check(FILE* f, long offset, int whence, const char* what, const char*
 // Size of an open file in bytes (restores the position to the start).
 long file_size_of(FILE* f, const char* what);
 
+// A whole file in a malloc'd buffer with a NUL after its *size bytes (for text parsers).
+char* read_whole_file(const char* path, size_t* size);
+
 // "PATH: FIELD = VALUE is out of range (MIN..MAX)" unless MIN <= VALUE <= MAX.
 // field names the kind and the name: "header field L", "field step".
 long long field_range_check(const char* path, const char* field, long long value, long long min,

@@ -30,8 +30,7 @@ set -eu
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/test/env.sh"
 REPEATS=${BENCH_REPEATS:-3}
 STEPS=${BENCH_STEPS:-8}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+bench_work_dir
 
 make -s train_gpt2 USE_ZERO1=1 >/dev/null
 make -s data >/dev/null

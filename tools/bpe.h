@@ -328,17 +328,6 @@ static void bpe_unspell(const unsigned char* s, size_t n, const int cp_to_byte[3
     }
 }
 
-static char* bpe_read_file(const char* path, size_t* size) {
-    FILE* f = fopenCheck(path, "rb");
-    long n = file_size_of(f, path);
-    char* buf = (char*)mallocCheck((size_t)n + 1);
-    if (n > 0) freadCheck(buf, 1, (size_t)n, f, path);
-    buf[n] = 0;
-    fcloseCheck(f, path);
-    *size = (size_t)n;
-    return buf;
-}
-
 static void bpe_put_utf8(BpeBytes* out, uint32_t cp) {
     unsigned char b[4];
     size_t n;
@@ -425,7 +414,7 @@ static inline void bpe_json_ws(const char* s, size_t n, size_t* i) {
 // encoder.json: {"token": id, ...}. Fills vocab map, token table, eot_token.
 static void bpe_load_encoder_json(BpeEncoder* e, const char* path, const int cp_to_byte[324]) {
     size_t n, i = 0;
-    char* s = bpe_read_file(path, &n);
+    char* s = read_whole_file(path, &n);
     BpeBytes key = {NULL, 0, 0}, raw = {NULL, 0, 0};
     BpeIds key_off = {NULL, 0, 0}, key_len = {NULL, 0, 0}, key_id = {NULL, 0, 0};
     BpeBytes all = {NULL, 0, 0};  // raw bytes of every key, in file order
@@ -514,7 +503,7 @@ static BpePairSlot* bpe_pair_find(const BpeEncoder* e, int left, int right) {
 // vocab.bpe: a "#version" line, then "left right" per line, in rank order.
 static void bpe_load_merges(BpeEncoder* e, const char* path, const int cp_to_byte[324]) {
     size_t n;
-    char* s = bpe_read_file(path, &n);
+    char* s = read_whole_file(path, &n);
     size_t lines = 1;
     for (size_t i = 0; i < n; i++) lines += (s[i] == '\n');
     size_t cap = 1024;

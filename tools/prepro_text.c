@@ -82,13 +82,6 @@ static unsigned char* read_stream(FILE* f, size_t* size) {
     return b.data;
 }
 
-static unsigned char* read_whole_file(const char* path, size_t* size) {
-    FILE* f = fopenCheck(path, "rb");
-    unsigned char* data = read_stream(f, size);
-    fcloseCheck(f, path);
-    return data;
-}
-
 // ----------------------------------------------------------------------------
 // The HellaSwag-format eval set
 
@@ -327,7 +320,7 @@ int main(int argc, char** argv) {
 
     if (roundtrip_path != NULL) {
         size_t n;
-        unsigned char* text = read_whole_file(roundtrip_path, &n);
+        unsigned char* text = (unsigned char*)read_whole_file(roundtrip_path, &n);
         BpeIds ids = {0};
         double t1 = now_seconds();
         bpe_encode(&enc, text, n, &ids);
@@ -346,7 +339,7 @@ int main(int argc, char** argv) {
 
     require_file(input_path, "input text");
     size_t n;
-    unsigned char* text = read_whole_file(input_path, &n);
+    unsigned char* text = (unsigned char*)read_whole_file(input_path, &n);
     BpeIds ids = {0};
     double t1 = now_seconds();
     // Documents end right after each "\n\n" (found left to right, without overlap, like

@@ -13,8 +13,7 @@ set -eu
 source "$(dirname "${BASH_SOURCE[0]}")/../test/env.sh"
 REPEATS=${BENCH_REPEATS:-3}
 COPIES=${BENCH_COPIES:-4}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+bench_work_dir
 make -s prepro_corpus >/dev/null
 CORES=$(getconf _NPROCESSORS_ONLN)  # not nproc: it obeys OMP_NUM_THREADS
 

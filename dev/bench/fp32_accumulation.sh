@@ -13,8 +13,7 @@ set -eu
 source "$(dirname "${BASH_SOURCE[0]}")/../test/env.sh"
 MODEL=${1:-d4}
 B=${BENCH_B:-2} T=${BENCH_T:-64}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+bench_work_dir
 make -s train_gpt2 USE_ZERO1=1 >/dev/null
 make -s data >/dev/null
 

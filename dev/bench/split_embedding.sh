@@ -22,8 +22,7 @@ STEPS=${BENCH_STEPS:-5}
 REPEATS=${BENCH_REPEATS:-1}
 BUCKET=${BENCH_BUCKET:-1000000}
 NP=4 B=4 T=64
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+bench_work_dir
 make -s train_gpt2 USE_ZERO1=1 >/dev/null
 make -s data >/dev/null
 

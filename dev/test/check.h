@@ -10,7 +10,7 @@
  *   tap_checks(fmt, ...)        one TAP line for the CHECKs since the last one: ok when none of
  *                               them failed
  *   CHECK_GROUP(call)           call (a function full of CHECKs), then tap_checks named by its text
- *   tap_skip_all(why)           the plan "1..0 # SKIP why": the program cannot test anything here
+ *   tap_skip_all(fmt, ...)      the plan "1..0 # SKIP why": the program cannot test anything here
  *   done_testing()              the plan "1..N"; returns the exit status, 1 iff a line was not ok
  *
  * Under MPI only rank 0 prints TAP: a test sets tap_rank to its rank, and another rank's line
@@ -60,6 +60,16 @@ static inline void tap_vline(int pass, const char* directive, const char* fmt, v
 #define TAP_PRINTF(i, j)
 #endif
 
+// A variadic function's fmt and arguments as text in the array buf (va_start must be in
+// that function, so a macro).
+#define TAP_FORMAT(buf, fmt)                          \
+    do {                                              \
+        va_list tap_ap_;                              \
+        va_start(tap_ap_, fmt);                       \
+        vsnprintf(buf, sizeof(buf), fmt, tap_ap_);    \
+        va_end(tap_ap_);                              \
+    } while (0)
+
 static inline TAP_PRINTF(2, 3) int tap_ok(int pass, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -87,10 +97,7 @@ static inline TAP_PRINTF(2, 3) void tap_skip(const char* why, const char* fmt, .
 
 static inline TAP_PRINTF(1, 2) int tap_checks(const char* fmt, ...) {
     char what[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
+    TAP_FORMAT(what, fmt);
     int n = checks - tap_group_checks, bad = failures - tap_group_failures;
     tap_group_checks = checks;
     tap_group_failures = failures;
@@ -104,7 +111,9 @@ static inline TAP_PRINTF(1, 2) int tap_checks(const char* fmt, ...) {
         tap_checks("%s", #__VA_ARGS__);   \
     } while (0)
 
-static inline void tap_skip_all(const char* why) {
+static inline TAP_PRINTF(1, 2) void tap_skip_all(const char* fmt, ...) {
+    char why[512];
+    TAP_FORMAT(why, fmt);
     if (tap_rank == 0) printf("1..0 # SKIP %s\n# SKIPPED: %s\n", why, why);
     fflush(stdout);
 }

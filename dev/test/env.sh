@@ -7,6 +7,10 @@ PY=${LLMC_PYTHON:-/usr/bin/python3}
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 
+# bench_work_dir: sets work, a fresh scratch directory that is removed when the script exits
+# (the benchmarks' own EXIT trap).
+bench_work_dir() { work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT; }
+
 # small_model DIR: builds train_gpt2 (with zero1/) and writes DIR/m.bin, a random GPT-2 of
 # vocabulary 1000 and 32 positions (the oracle's), for tests that make their own shards.
 small_model() {

@@ -180,16 +180,21 @@ def write_model(path, cfg, params, dtype):
             f.write(flat.astype("<f4").tobytes())
 
 
-def read_model(path):
-    """-> (cfg, params dict of float32 tensors, dtype string). bf16 values are widened exactly."""
+def read_with_header(path, what):
+    """-> (the file's bytes, its 256-int header). what names the kind of file in errors."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise OracleError(f"cannot read model file {path}: {e.strerror}")
+        raise OracleError(f"cannot read {what} {path}: {e.strerror}")
     if len(data) < HEADER_INTS * 4:
-        raise OracleError(f"model file {path}: {len(data)} bytes, shorter than its 1024-byte header")
-    header = np.frombuffer(data, dtype="<i4", count=HEADER_INTS)
+        raise OracleError(f"{what} {path}: {len(data)} bytes, shorter than its 1024-byte header")
+    return data, np.frombuffer(data, dtype="<i4", count=HEADER_INTS)
+
+
+def read_model(path):
+    """-> (cfg, params dict of float32 tensors, dtype string). bf16 values are widened exactly."""
+    data, header = read_with_header(path, "model file")
     if header[0] != MODEL_MAGIC:
         raise OracleError(f"model file {path}: bad magic {header[0]} (expected {MODEL_MAGIC})")
     version = int(header[1])
@@ -212,14 +217,7 @@ def read_model(path):
 
 
 def read_tokens(path, count, V):
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise OracleError(f"cannot read token shard {path}: {e.strerror}")
-    if len(data) < HEADER_INTS * 4:
-        raise OracleError(f"token shard {path}: {len(data)} bytes, shorter than its 1024-byte header")
-    header = np.frombuffer(data, dtype="<i4", count=HEADER_INTS)
+    data, header = read_with_header(path, "token shard")
     if header[0] != TOKENS_MAGIC or header[1] != 1:
         raise OracleError(f"token shard {path}: bad magic/version {header[0]}/{header[1]} "
                           f"(expected {TOKENS_MAGIC}/1)")

@@ -168,13 +168,9 @@ static int dump_params_run(int argc, char** argv, const GpuSetup* gpu) {
 }
 
 int main(int argc, char** argv) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        char why[256];
-        snprintf(why, sizeof(why), "no usable GPU (%s): nothing was tested (exit 2)",
-                 err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
-        tap_skip_all(why);
+    const char* why_none = NULL;
+    if (cuda_device_count(&why_none) == 0) {
+        tap_skip_all("no usable GPU (%s): nothing was tested (exit 2)", why_none);
         return 2;
     }
     int rank, world;

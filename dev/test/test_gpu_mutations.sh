@@ -3,7 +3,8 @@
 # The GPU suite must catch these bugs (make test runs this on the CPU execution layer for
 # CUDA). Each mutation is applied to a copy of the source tree, the binary that exercises
 # it is rebuilt with CUDA_ON_CPU=1, and its check must FAIL, for the reason named:
-#   1. block_reduce_sum without the __syncthreads between the warp sums' writes and reads
+#   1. block_reduce (block_reduce_sum and its kin) without the __syncthreads between the warp
+#      sums' writes and reads
 #   2. a lane of layernorm_forward_kernel returning before its warp's shuffle
 #   3. gelu_forward_kernel's tail loop bound off by one (j <= n)
 #   4. matmul_forward's cuBLASLt call with transA swapped
@@ -98,9 +99,9 @@ KERNELS=(./test_kernels_cuda)
 expect_caught no_barrier llmc/cuda_common.cuh \
     "    if (lane == 0) shared[warp] = v;
     __syncthreads();
-    v = lane < nwarps ? shared[lane] : 0.0f;" \
+    v = lane < nwarps ? shared[lane] : empty;" \
     "    if (lane == 0) shared[warp] = v;
-    v = lane < nwarps ? shared[lane] : 0.0f;" \
+    v = lane < nwarps ? shared[lane] : empty;" \
     test_kernels_cuda 0 "^not ok" "${KERNELS[@]}"
 expect_caught lane_returns llmc/layernorm.cuh \
     "    float m = warp_reduce_sum(sum) / C;" \

@@ -138,9 +138,24 @@ static void check_accum_grad(Check* c, const char* name, const float* g0, const 
     free(inc1); free(inc1d); free(inc2);
 }
 
-static double dot_d(const double* a, const double* b, size_t n) {
+// check_accum_grad against the finite differences of loss with respect to x (n elements,
+// read through ctx); returns those differences (the caller frees them).
+static double* check_accum_grad_fd(Check* c, const char* name, const float* g0, const float* g1, const float* g2,
+                                   double* x, size_t n, LossFn loss, void* ctx) {
+    double* fd = fd_grad(x, n, loss, ctx);
+    check_accum_grad(c, name, g0, g1, g2, fd, n);
+    return fd;
+}
+
+// The scalar the finite differences differentiate: sum_i out[i] R[i] over the n outputs
+// that a double-precision reference, ref(out, ctx), computes.
+typedef void (*RefFn)(double* out, const void* ctx);
+static double ref_loss(RefFn ref, const void* ctx, const double* R, size_t n) {
+    double* out = (double*)mallocCheck(n * sizeof(double));
+    ref(out, ctx);
     double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    for (size_t i = 0; i < n; i++) s += out[i] * R[i];
+    free(out);
     return s;
 }
 
@@ -153,14 +168,10 @@ static void enc_ref(double* out, const EncCtx* e) {
         for (int c = 0; c < e->C; c++)
             out[(size_t)bt * e->C + c] = e->wte[(size_t)e->inp[bt] * e->C + c] + e->wpe[(size_t)(bt % e->T) * e->C + c];
 }
+static void enc_out(double* out, const void* p) { enc_ref(out, (const EncCtx*)p); }
 static double enc_loss(void* p) {
-    EncCtx* e = (EncCtx*)p;
-    size_t n = (size_t)e->B * e->T * e->C;
-    double* out = (double*)mallocCheck(n * sizeof(double));
-    enc_ref(out, e);
-    double L = dot_d(out, e->R, n);
-    free(out);
-    return L;
+    const EncCtx* e = (const EncCtx*)p;
+    return ref_loss(enc_out, e, e->R, (size_t)e->B * e->T * e->C);
 }
 
 static void test_encoder(void) {
@@ -186,10 +197,8 @@ static void test_encoder(void) {
     float* g2w = fcopy(g1w, (size_t)V * C);
     float* g2p = fcopy(g1p, (size_t)T * C);
     encoder_backward(g2w, g2p, R, inp, B, T, C);
-    double* fdw = fd_grad(e.wte, (size_t)V * C, enc_loss, &e);
-    double* fdp = fd_grad(e.wpe, (size_t)T * C, enc_loss, &e);
-    check_accum_grad(&c, "dwte", g0w, g1w, g2w, fdw, (size_t)V * C);
-    check_accum_grad(&c, "dwpe", g0p, g1p, g2p, fdp, (size_t)T * C);
+    double* fdw = check_accum_grad_fd(&c, "dwte", g0w, g1w, g2w, e.wte, (size_t)V * C, enc_loss, &e);
+    double* fdp = check_accum_grad_fd(&c, "dwpe", g0p, g1p, g2p, e.wpe, (size_t)T * C, enc_loss, &e);
 
     // thread-count independence, on a size where every thread gets channels
     {
@@ -235,14 +244,10 @@ static void ln_ref(double* out, double* mean, double* rstd, const LnCtx* l) {
         if (rstd) rstd[bt] = r;
     }
 }
+static void ln_out(double* out, const void* p) { ln_ref(out, NULL, NULL, (const LnCtx*)p); }
 static double ln_loss(void* p) {
-    LnCtx* l = (LnCtx*)p;
-    size_t n = (size_t)l->B * l->T * l->C;
-    double* out = (double*)mallocCheck(n * sizeof(double));
-    ln_ref(out, NULL, NULL, l);
-    double L = dot_d(out, l->R, n);
-    free(out);
-    return L;
+    const LnCtx* l = (const LnCtx*)p;
+    return ref_loss(ln_out, l, l->R, (size_t)l->B * l->T * l->C);
 }
 
 static void test_layernorm(void) {
@@ -274,12 +279,9 @@ static void test_layernorm(void) {
     layernorm_backward(g1i, g1w, g1b, R, inp, w, mean, rstd, B, T, C);
     float *g2i = fcopy(g1i, n), *g2w = fcopy(g1w, C), *g2b = fcopy(g1b, C);
     layernorm_backward(g2i, g2w, g2b, R, inp, w, mean, rstd, B, T, C);
-    double* fdi = fd_grad(l.inp, n, ln_loss, &l);
-    double* fdw = fd_grad(l.w, C, ln_loss, &l);
-    double* fdb = fd_grad(l.b, C, ln_loss, &l);
-    check_accum_grad(&c, "dinp", g0i, g1i, g2i, fdi, n);
-    check_accum_grad(&c, "dweight", g0w, g1w, g2w, fdw, C);
-    check_accum_grad(&c, "dbias", g0b, g1b, g2b, fdb, C);
+    double* fdi = check_accum_grad_fd(&c, "dinp", g0i, g1i, g2i, l.inp, n, ln_loss, &l);
+    double* fdw = check_accum_grad_fd(&c, "dweight", g0w, g1w, g2w, l.w, C, ln_loss, &l);
+    double* fdb = check_accum_grad_fd(&c, "dbias", g0b, g1b, g2b, l.b, C, ln_loss, &l);
 
     {
         int B2 = 4, T2 = 64, C2 = 200;  // several channel blocks, one partial
@@ -319,14 +321,10 @@ static void mm_ref(double* out, const MmCtx* m) {
             out[(size_t)i * m->OC + o] = s;
         }
 }
+static void mm_out(double* out, const void* p) { mm_ref(out, (const MmCtx*)p); }
 static double mm_loss(void* p) {
-    MmCtx* m = (MmCtx*)p;
-    size_t n = (size_t)m->BT * m->OC;
-    double* out = (double*)mallocCheck(n * sizeof(double));
-    mm_ref(out, m);
-    double L = dot_d(out, m->R, n);
-    free(out);
-    return L;
+    const MmCtx* m = (const MmCtx*)p;
+    return ref_loss(mm_out, m, m->R, (size_t)m->BT * m->OC);
 }
 
 static void test_matmul(void) {
@@ -346,12 +344,9 @@ static void test_matmul(void) {
     matmul_backward(g1i, g1w, g1b, R, inp, w, BT, C, OC);
     float *g2i = fcopy(g1i, ni), *g2w = fcopy(g1w, nw), *g2b = fcopy(g1b, OC);
     matmul_backward(g2i, g2w, g2b, R, inp, w, BT, C, OC);
-    double* fdi = fd_grad(m.inp, ni, mm_loss, &m);
-    double* fdw = fd_grad(m.w, nw, mm_loss, &m);
-    double* fdb = fd_grad(m.b, OC, mm_loss, &m);
-    check_accum_grad(&c, "dinp", g0i, g1i, g2i, fdi, ni);
-    check_accum_grad(&c, "dweight", g0w, g1w, g2w, fdw, nw);
-    check_accum_grad(&c, "dbias", g0b, g1b, g2b, fdb, OC);
+    double* fdi = check_accum_grad_fd(&c, "dinp", g0i, g1i, g2i, m.inp, ni, mm_loss, &m);
+    double* fdw = check_accum_grad_fd(&c, "dweight", g0w, g1w, g2w, m.w, nw, mm_loss, &m);
+    double* fdb = check_accum_grad_fd(&c, "dbias", g0b, g1b, g2b, m.b, OC, mm_loss, &m);
 
     // no bias, no dinp (the first layer's input needs no gradient)
     free(m.b);
@@ -441,14 +436,10 @@ static void att_ref(double* out, double* pre, double* att, const AttCtx* a) {
             }
     free(row);
 }
+static void att_out(double* out, const void* p) { att_ref(out, NULL, NULL, (const AttCtx*)p); }
 static double att_loss(void* p) {
-    AttCtx* a = (AttCtx*)p;
-    size_t n = (size_t)a->B * a->T * a->C;
-    double* out = (double*)mallocCheck(n * sizeof(double));
-    att_ref(out, NULL, NULL, a);
-    double L = dot_d(out, a->R, n);
-    free(out);
-    return L;
+    const AttCtx* a = (const AttCtx*)p;
+    return ref_loss(att_out, a, a->R, (size_t)a->B * a->T * a->C);
 }
 
 static void test_attention_shape(Check* c, int B, int T, int C, int NH) {
@@ -481,8 +472,7 @@ static void test_attention_shape(Check* c, int B, int T, int C, int NH) {
     fill_nan(dpre, na);
     fill_nan(datt, na);
     attention_backward(g2, dpre, datt, R, qkv, att, B, T, C, NH);
-    double* fd = fd_grad(a.qkv, nq, att_loss, &a);
-    check_accum_grad(c, "dqkv", g0, g1, g2, fd, nq);
+    double* fd = check_accum_grad_fd(c, "dqkv", g0, g1, g2, a.qkv, nq, att_loss, &a);
     free(qkv); free(R); free(out); free(pre); free(att); free(a.qkv); free(a.R);
     free(rout); free(rpre); free(ratt); free(pre_low); free(g0); free(g1); free(g2); free(dpre); free(datt); free(fd);
 }
@@ -522,8 +512,7 @@ static void test_gelu(void) {
     gelu_backward(g1, inp, R, N);
     float* g2 = fcopy(g1, N);
     gelu_backward(g2, inp, R, N);
-    double* fd = fd_grad(g.inp, N, gelu_loss, &g);
-    check_accum_grad(&c, "dinp", g0, g1, g2, fd, N);
+    double* fd = check_accum_grad_fd(&c, "dinp", g0, g1, g2, g.inp, N, gelu_loss, &g);
     report(&c);
     free(inp); free(R); free(out); free(g.inp); free(g.R); free(ref); free(g0); free(g1); free(g2); free(fd);
 }
@@ -561,13 +550,10 @@ static void ce_ref(double* losses, double* probs, const CeCtx* e) {
         losses[i] = -(l[e->targets[i]] - mx - log(sum));
     }
 }
+static void ce_out(double* losses, const void* p) { ce_ref(losses, NULL, (const CeCtx*)p); }
 static double ce_loss(void* p) {
-    CeCtx* e = (CeCtx*)p;
-    double* losses = (double*)mallocCheck((size_t)e->BT * sizeof(double));
-    ce_ref(losses, NULL, e);
-    double L = dot_d(losses, e->dlosses, e->BT);
-    free(losses);
-    return L;
+    const CeCtx* e = (const CeCtx*)p;
+    return ref_loss(ce_out, e, e->dlosses, e->BT);
 }
 
 static void test_classifier(void) {

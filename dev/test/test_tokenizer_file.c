@@ -17,17 +17,6 @@
 #include "run/tokenizer.h"
 #include "run/files.h"
 
-static char* read_all(const char* path, size_t* n) {
-    FILE* f = fopenCheck(path, "rb");
-    long size = file_size_of(f, path);
-    char* buf = (char*)mallocCheck((size_t)size + 1);
-    if (size > 0) freadCheck(buf, 1, (size_t)size, f, path);
-    buf[size] = 0;
-    fcloseCheck(f, path);
-    *n = (size_t)size;
-    return buf;
-}
-
 // Appends the shard's tokens to *tokens (grown as needed).
 static void read_shard(const char* path, uint16_t** tokens, size_t* count) {
     FILE* f = fopenCheck(path, "rb");
@@ -74,7 +63,7 @@ int main(int argc, char** argv) {
     read_shard(argv[3], &tokens, &count);
 
     size_t n_in;
-    char* input = read_all(argv[4], &n_in);
+    char* input = read_whole_file(argv[4], &n_in);
     // expected = "<|endoftext|>" + input.replace("\n\n", "\n\n<|endoftext|>")
     size_t cap = 2 * n_in + 64, len = 0, docs = 1;
     char* expected = (char*)mallocCheck(cap);

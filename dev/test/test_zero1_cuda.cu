@@ -33,7 +33,6 @@
  */
 #include <math.h>
 #include <mpi.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,15 +44,6 @@
 #include "run/nccl_comm.h"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
-
-static void check(int ok, const char* fmt, ...) {
-    char what[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    tap_ok(ok, "%s", what);
-}
 
 static uint64_t next_u64(uint64_t* s) {
     *s ^= *s << 13;
@@ -105,12 +95,12 @@ static void check_same_bits(const char* what, const char* setting, const void* c
     void* got = from_gpu(gpu_array, n * elem);
     long long i = first_difference(cpu_array, got, n, elem);
     if (i < 0) {
-        check(1, "%s: %s bitwise equal (%zu elements)", setting, what, n);
+        tap_ok(1, "%s: %s bitwise equal (%zu elements)", setting, what, n);
     } else {
         uint32_t a = 0, b = 0;
         memcpy(&a, (const char*)cpu_array + i * elem, elem < 4 ? elem : 4);
         memcpy(&b, (const char*)got + i * elem, elem < 4 ? elem : 4);
-        check(0, "%s: %s differs at %lld: cpu 0x%08x gpu 0x%08x", setting, what, i, a, b);
+        tap_ok(0, "%s: %s differs at %lld: cpu 0x%08x gpu 0x%08x", setting, what, i, a, b);
     }
     free(got);
 }
@@ -202,6 +192,11 @@ static Zero1SpanList span_list(const Zero1Device* dev, const SpanSet* s) {
     Zero1SpanList l = {s->count, s->numel, s->spans, dev->ops->upload_spans(dev->ctx, s->spans, s->count)};
     return l;
 }
+// The two devices' lists of one span set (span_list on the CPU device and on the GPU), freed.
+static void span_lists_free(const Zero1SpanList* cpu_list, const Zero1SpanList* gpu_list) {
+    cpu.ops->free(cpu.ctx, (void*)cpu_list->device);
+    gpu.ops->free(gpu.ctx, (void*)gpu_list->device);
+}
 
 static float* random_array(size_t n, uint64_t* rng, int non_negative) {
     float* x = (float*)mallocCheck(n * sizeof(float));
@@ -265,8 +260,7 @@ static void test_adamw(const SpanSet* set, Zero1Dtype param_type, int with_maste
     free(m);
     free(v);
     free(master);
-    cpu.ops->free(cpu.ctx, (void*)cpu_list.device);
-    gpu.ops->free(gpu.ctx, (void*)gpu_list.device);
+    span_lists_free(&cpu_list, &gpu_list);
     gpu.ops->free(gpu.ctx, d_params);
     gpu.ops->free(gpu.ctx, d_grads);
     gpu.ops->free(gpu.ctx, d_m);
@@ -314,18 +308,17 @@ static void test_sum_squares(const SpanSet* set) {
     double bound = (double)(n + 1) * ldexp(1.0, -53);
     double rel_cpu = fabs(first - cpu_acc) / fabs(cpu_acc);
     double rel_gpu_ref = (double)(fabsl(first - ref) / ref), rel_cpu_ref = (double)(fabsl(cpu_acc - ref) / ref);
-    check(memcmp(&first, &second, sizeof(double)) == 0, "sum_squares %s: same bits twice (%.17g)", set->name, first);
-    check(rel_cpu <= 2 * bound && rel_gpu_ref <= bound && rel_cpu_ref <= bound,
-          "sum_squares %s: within the summation bound %.2e of the exact sum, so within %.2e of the CPU (rel %.2e; vs "
-          "long double: gpu %.2e, cpu %.2e)", set->name, bound, 2 * bound, rel_cpu, rel_gpu_ref, rel_cpu_ref);
+    tap_ok(memcmp(&first, &second, sizeof(double)) == 0, "sum_squares %s: same bits twice (%.17g)", set->name, first);
+    tap_ok(rel_cpu <= 2 * bound && rel_gpu_ref <= bound && rel_cpu_ref <= bound,
+           "sum_squares %s: within the summation bound %.2e of the exact sum, so within %.2e of the CPU (rel %.2e; vs "
+           "long double: gpu %.2e, cpu %.2e)", set->name, bound, 2 * bound, rel_cpu, rel_gpu_ref, rel_cpu_ref);
     // From 0, one call gives S exactly as summed and a second adds S again: 2S exactly.
     double once = gpu_sum_squares(&gpu_list, d_grads, 0.0, 1), twice = gpu_sum_squares(&gpu_list, d_grads, 0.0, 2);
-    check(twice == 2.0 * once && once > 0.0, "sum_squares %s: accumulates into acc[0] (%.17g = 2 x %.17g)", set->name,
-          twice, once);
+    tap_ok(twice == 2.0 * once && once > 0.0, "sum_squares %s: accumulates into acc[0] (%.17g = 2 x %.17g)", set->name,
+           twice, once);
 
     free(grads);
-    cpu.ops->free(cpu.ctx, (void*)cpu_list.device);
-    gpu.ops->free(gpu.ctx, (void*)gpu_list.device);
+    span_lists_free(&cpu_list, &gpu_list);
     gpu.ops->free(gpu.ctx, d_grads);
 }
 
@@ -336,7 +329,7 @@ static void test_sum_squares_empty(void) {
     Zero1SpanList none = {0, 0, NULL, NULL}, empties = span_list(&gpu, &empty_spans);
     float* d_grads = (float*)gpu.ops->alloc(gpu.ctx, empty_spans.buffer_numel * 4);
     double a = gpu_sum_squares(&none, d_grads, 1.5, 1), b = gpu_sum_squares(&empties, d_grads, 1.5, 1);
-    check(a == 1.5 && b == 1.5, "sum_squares: no spans / only empty spans leave acc alone (%g, %g)", a, b);
+    tap_ok(a == 1.5 && b == 1.5, "sum_squares: no spans / only empty spans leave acc alone (%g, %g)", a, b);
     gpu.ops->free(gpu.ctx, (void*)empties.device);
     gpu.ops->free(gpu.ctx, d_grads);
     free(empty_spans.spans);
@@ -375,12 +368,11 @@ static void test_nonfinite_flags(const SpanSet* set) {
         int planted = (i == first || i == last || i == largest);
         expected_ok &= flags[i] == (planted ? 1.0f : 0.5f);
     }
-    check(expected_ok, "%s: exactly the spans with a planted NaN/inf are flagged, the gap's NaN is not", setting);
+    tap_ok(expected_ok, "%s: exactly the spans with a planted NaN/inf are flagged, the gap's NaN is not", setting);
 
     free(grads);
     free(flags);
-    cpu.ops->free(cpu.ctx, (void*)cpu_list.device);
-    gpu.ops->free(gpu.ctx, (void*)gpu_list.device);
+    span_lists_free(&cpu_list, &gpu_list);
     gpu.ops->free(gpu.ctx, d_flags);
     gpu.ops->free(gpu.ctx, d_grads);
 }
@@ -403,7 +395,7 @@ static void test_norm_and_clip(void) {
         independent_ok &= want[2 * i] == norm &&
                           want[2 * i + 1] == ((max_norm[i] > 0 && norm > max_norm[i]) ? max_norm[i] / norm : 1.0f);
     }
-    check(independent_ok, "norm_and_clip: CPU device gives sqrt in double rounded once, and the clip rule");
+    tap_ok(independent_ok, "norm_and_clip: CPU device gives sqrt in double rounded once, and the clip rule");
     check_same_bits("norm and clip factor (incl. 0, inf norm, no clipping)", "norm_and_clip", want, d_out, 2 * (size_t)k,
                     4);
     gpu.ops->free(gpu.ctx, d_sumsq);
@@ -461,8 +453,7 @@ static void test_dp_invariant_ops(const SpanSet* set) {
     }
     free(grads);
     free(b);
-    cpu.ops->free(cpu.ctx, (void*)cpu_list.device);
-    gpu.ops->free(gpu.ctx, (void*)gpu_list.device);
+    span_lists_free(&cpu_list, &gpu_list);
     void* all[] = {d_grads, d_words, d_out, d_b};
     for (int i = 0; i < 4; i++) gpu.ops->free(gpu.ctx, all[i]);
 }
@@ -514,7 +505,7 @@ static void test_events(void) {
     Zero1Event written = gpu.ops->event_create(gpu.ctx), copied = gpu.ops->event_create(gpu.ctx);
     float* src = (float*)gpu.ops->alloc(gpu.ctx, PATTERN_N * 4);
     float* dst = (float*)gpu.ops->alloc(gpu.ctx, PATTERN_N * 4);
-    check(gpu.ops->query_event(gpu.ctx, written) == 1, "events: an event never recorded is complete");
+    tap_ok(gpu.ops->query_event(gpu.ctx, written) == 1, "events: an event never recorded is complete");
     for (int ordered = 1; ordered >= 0; ordered--) {
         gpu.ops->fill(gpu.ctx, a, src, 0, PATTERN_N * 4);
         gpu.ops->sync_stream(gpu.ctx, a);
@@ -526,15 +517,15 @@ static void test_events(void) {
         gpu.ops->record(gpu.ctx, copied, b);
         if (ordered) {
             usleep(50 * 1000);
-            check(gpu.ops->query_event(gpu.ctx, written) == 0 && gpu.ops->query_event(gpu.ctx, copied) == 0,
-                  "events: query_event says 0 while the writer runs, and the waiting reader is not done");
+            tap_ok(gpu.ops->query_event(gpu.ctx, written) == 0 && gpu.ops->query_event(gpu.ctx, copied) == 0,
+                   "events: query_event says 0 while the writer runs, and the waiting reader is not done");
             gpu.ops->sync_event(gpu.ctx, copied);
-            check(gpu.ops->query_event(gpu.ctx, copied) == 1 && gpu.ops->query_event(gpu.ctx, written) == 1,
-                  "events: sync_event waits; both events complete after it");
-            check(holds_pattern(dst, 3.0f), "events: the reader on stream b sees stream a's write (record + wait_event)");
+            tap_ok(gpu.ops->query_event(gpu.ctx, copied) == 1 && gpu.ops->query_event(gpu.ctx, written) == 1,
+                   "events: sync_event waits; both events complete after it");
+            tap_ok(holds_pattern(dst, 3.0f), "events: the reader on stream b sees stream a's write (record + wait_event)");
         } else {
             gpu.ops->sync_stream(gpu.ctx, b);
-            check(!holds_pattern(dst, 3.0f), "events (control): without wait_event the reader runs early");
+            tap_ok(!holds_pattern(dst, 3.0f), "events (control): without wait_event the reader runs early");
             gpu.ops->sync_stream(gpu.ctx, a);
         }
     }
@@ -588,10 +579,10 @@ static void test_nccl_ordering(Zero1Comm* c) {
     pattern(gpu.compute, buf, 1.0f);
     Zero1Handle h = zero1_comm_all_reduce(c, buf, PATTERN_N, ZERO1_FP32, ZERO1_SUM, 0);
     usleep(50 * 1000);
-    check(zero1_comm_test(c, h) == 0, "nccl: a collective is not complete while the compute work before it runs");
+    tap_ok(zero1_comm_test(c, h) == 0, "nccl: a collective is not complete while the compute work before it runs");
     zero1_comm_wait(c, h);
     gpu.ops->copy(gpu.ctx, gpu.compute, out, buf, PATTERN_N * 4);
-    check(holds_pattern(out, 1.0f), "nccl: compute write -> all-reduce -> compute read sees the write");
+    tap_ok(holds_pattern(out, 1.0f), "nccl: compute write -> all-reduce -> compute read sees the write");
 
     // wait(h) orders the compute stream after the collective: a slow write on the comm
     // stream before the collective must be visible to the compute work after wait.
@@ -602,8 +593,8 @@ static void test_nccl_ordering(Zero1Comm* c) {
     gpu.ops->copy(gpu.ctx, gpu.compute, out, buf, PATTERN_N * 4);
     gpu.ops->record(gpu.ctx, queued, gpu.compute);
     usleep(50 * 1000);
-    check(gpu.ops->query_event(gpu.ctx, queued) == 0, "nccl: wait() holds the compute stream until the collective is done");
-    check(holds_pattern(out, 2.0f), "nccl: compute work after wait() sees the communication stream's result");
+    tap_ok(gpu.ops->query_event(gpu.ctx, queued) == 0, "nccl: wait() holds the compute stream until the collective is done");
+    tap_ok(holds_pattern(out, 2.0f), "nccl: compute work after wait() sees the communication stream's result");
 
     // Groups: handles are not complete before group_end, ordering in still holds after it.
     float* more = (float*)gpu.ops->alloc(gpu.ctx, PATTERN_N * 4);
@@ -612,13 +603,13 @@ static void test_nccl_ordering(Zero1Comm* c) {
     zero1_comm_group_begin(c);
     Zero1Handle g1 = zero1_comm_reduce_scatter(c, buf, PATTERN_N, ZERO1_FP32, ZERO1_SUM, 0);
     Zero1Handle g2 = zero1_comm_all_gather(c, more, PATTERN_N, ZERO1_FP32, 1);
-    check(zero1_comm_test(c, g1) == 0, "nccl group: a handle is not complete before group_end");
+    tap_ok(zero1_comm_test(c, g1) == 0, "nccl group: a handle is not complete before group_end");
     zero1_comm_group_end(c);
     usleep(50 * 1000);
-    check(zero1_comm_test(c, g2) == 0, "nccl group: after group_end the collectives still wait for the compute stream");
+    tap_ok(zero1_comm_test(c, g2) == 0, "nccl group: after group_end the collectives still wait for the compute stream");
     zero1_comm_wait(c, g1);
     zero1_comm_wait(c, g2);
-    check(holds_pattern(buf, 4.0f), "nccl group: identity after the grouped collectives");
+    tap_ok(holds_pattern(buf, 4.0f), "nccl group: identity after the grouped collectives");
 
     // Many handles in flight at once (the handle table grows), finished by test or wait.
     Zero1Handle hs[40];
@@ -628,9 +619,9 @@ static void test_nccl_ordering(Zero1Comm* c) {
     int all_done = 1;
     for (int i = 0; i < 40; i += 2) all_done &= zero1_comm_test(c, hs[i]) == 1;
     for (int i = 1; i < 40; i += 2) zero1_comm_wait(c, hs[i]);
-    check(all_done && holds_pattern(buf, 4.0f), "nccl: 40 handles in flight, finished by test and wait");
-    check(zero1_comm_test(c, -1) == 1 && zero1_comm_all_reduce(c, buf, 0, ZERO1_FP32, ZERO1_SUM, 0) == -1,
-          "nccl: handle -1 and empty collectives");
+    tap_ok(all_done && holds_pattern(buf, 4.0f), "nccl: 40 handles in flight, finished by test and wait");
+    tap_ok(zero1_comm_test(c, -1) == 1 && zero1_comm_all_reduce(c, buf, 0, ZERO1_FP32, ZERO1_SUM, 0) == -1,
+           "nccl: handle -1 and empty collectives");
 
     gpu.ops->sync_stream(gpu.ctx, gpu.compute);
     gpu.ops->event_destroy(gpu.ctx, queued);
@@ -641,22 +632,22 @@ static void test_nccl_ordering(Zero1Comm* c) {
 
 static void test_nccl(void) {
     Zero1Comm* c = zero1_comm_nccl_create(&gpu, -1);
-    check(c->rank == 0 && c->size == 1, "nccl over all ranks: rank 0 of 1");
+    tap_ok(c->rank == 0 && c->size == 1, "nccl over all ranks: rank 0 of 1");
     test_nccl_identity(c, "all ranks");
     test_nccl_ordering(c);
     zero1_comm_destroy(c);
 
     c = zero1_comm_nccl_create(&gpu, 3);
-    check(c->rank == 0 && c->size == 1, "nccl over color 3: rank 0 of 1");
+    tap_ok(c->rank == 0 && c->size == 1, "nccl over color 3: rank 0 of 1");
     test_nccl_identity(c, "color 3");
     // A second communicator of the device (as --dist-opt-instances makes) queues on the same
     // stream, so the two never run collectives at once; the stream outlives either.
     Zero1Comm* other = zero1_comm_nccl_create(&gpu, 5);
-    check(zero1_comm_nccl_stream(other) == zero1_comm_nccl_stream(c),
-          "nccl: two communicators of one device share one communication stream");
+    tap_ok(zero1_comm_nccl_stream(other) == zero1_comm_nccl_stream(c),
+           "nccl: two communicators of one device share one communication stream");
     zero1_comm_destroy(other);
     test_nccl_identity(c, "color 3, the other one destroyed");
-    check(zero1_comm_abort(c) == 0, "nccl: abort returns 0");
+    tap_ok(zero1_comm_abort(c) == 0, "nccl: abort returns 0");
     zero1_comm_destroy(c);
 }
 
@@ -670,7 +661,7 @@ static int world_rank = 0, world_size = 1;
 static void check_all_ranks(int ok, const char* what) {
     int all_ok = 0;
     mpiCheck(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    check(all_ok, "%s (%d ranks)", what, world_size);
+    tap_ok(all_ok, "%s (%d ranks)", what, world_size);
 }
 
 static void put_value(void* buf, Zero1Dtype t, size_t i, double x) {
@@ -758,13 +749,10 @@ static void test_nccl_multirank(Zero1Comm* c) {
 }
 
 int main(int argc, char** argv) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        char why[256];
-        snprintf(why, sizeof(why), "no GPU (%s): the CUDA device ops and the NCCL communicator were NOT tested",
-                 err != cudaSuccess ? cudaGetErrorString(err) : "0 CUDA devices");
-        tap_skip_all(why);
+    const char* why_none = NULL;
+    int count = cuda_device_count(&why_none);
+    if (count == 0) {
+        tap_skip_all("no GPU (%s): the CUDA device ops and the NCCL communicator were NOT tested", why_none);
         return 0;
     }
     MPI_Init(&argc, &argv);
@@ -777,9 +765,7 @@ int main(int argc, char** argv) {
     // The trainer's own check (NCCL refuses two ranks on one GPU); collective, so every rank asks.
     int distinct = gpus_distinct_on_node();
     if (world_size > 1 && (!distinct || world_size > 8)) {
-        char why[128];
-        snprintf(why, sizeof(why), "%d ranks need 2 to 8 GPUs of their own (%d found)", world_size, count);
-        tap_skip_all(why);
+        tap_skip_all("%d ranks need 2 to 8 GPUs of their own (%d found)", world_size, count);
         MPI_Finalize();
         return 0;
     }
