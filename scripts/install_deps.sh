@@ -14,16 +14,19 @@
 #   tests: perl (prove, the TAP harness that can run the test scripts: docs/testing.md)
 #   plots: gnuplot-nox (scripts/plot_loss.sh, the demo's loss.png)
 # and then, with pip, the megatron-core wheels that dev/test/test_megatron_layout.sh compares
-# zero1/'s layout with (dev/test/megatron_core.sh: unpacked into a cache, not installed).
+# zero1/'s layout with (dev/test/megatron_core.sh: unpacked into a cache, not installed), and
+# the emerging-optimizers wheel of the Muon peer (dev/test/emerging_optimizers.sh, the same way).
 set -euo pipefail
 
-# Not fatal here: without PyPI that test step says SKIPPED (and fails under CI).
+# Not fatal here: without PyPI the test steps say SKIPPED (and fail under CI).
 fetch_megatron_core() {
-    local script v
-    script="$(dirname "${BASH_SOURCE[0]}")/../dev/test/megatron_core.sh"
-    for v in $(bash "$script" --pinned); do
-        if d=$(bash "$script" "$v"); then echo "install_deps: megatron-core $v in $d"; else
-            echo "install_deps: megatron-core $v not fetched (dev/test/test_megatron_layout.sh will say why)"; fi
+    local name script v
+    for name in megatron_core emerging_optimizers; do
+        script="$(dirname "${BASH_SOURCE[0]}")/../dev/test/$name.sh"
+        for v in $(bash "$script" --pinned); do
+            if d=$(bash "$script" "$v"); then echo "install_deps: ${name//_/-} $v in $d"; else
+                echo "install_deps: ${name//_/-} $v not fetched (the tests that use it will say why)"; fi
+        done
     done
 }
 
