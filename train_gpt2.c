@@ -16,6 +16,7 @@
 
 #include "llmc/adamw.h"
 #include "llmc/gpt2_cpu.h"
+#include "llmc/muon_cpu.h"
 #include "run/blas_cores.h"
 #include "run/memory_check.h"
 #include "run/model_file.h"
@@ -51,7 +52,8 @@ static const TrainerBuild TRAINER_BUILD = {"train_gpt2, CPU fp32, " PLUGIN_BUILT
 
 // ----------------------------------------------------------------------------
 // The plain replicated optimizer: one dense buffer in canonical order, one all-reduce of
-// the whole gradient (under --comm-timeout), the full AdamW on every rank. No zero1/ code
+// the whole gradient (under --comm-timeout), the full AdamW (or, with --optimizer muon, Muon on
+// the hidden matrices, its momentum in adam_m, and AdamW on the rest) on every rank. No zero1/ code
 // at all (only the deadline of run/watchdog.h, which moves no data): tests use it as the
 // independent reference for the plugin.
 
@@ -63,6 +65,9 @@ typedef struct {
     size_t* offsets;           // canonical dense offsets (no padding)
     float *params, *grads, *adam_m, *adam_v;
     float norm;
+    int muon;                  // --optimizer muon
+    MuonConfig muon_config;
+    float* muon_work;          // Newton-Schulz's scratch for the largest matrix
 } ReplicatedOptimizer;
 
 static ReplicatedOptimizer* replicated(Optimizer* o) { return (ReplicatedOptimizer*)o; }
@@ -123,6 +128,14 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
                                     grad_scale);
     for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
         size_t off = r->offsets[i];
+        if (r->muon && gpt2_tensor_is_hidden_matrix(&r->config, i)) {
+            int rows, cols;
+            gpt2_matrix_shape(&r->config, i, &rows, &cols);
+            int qkv = (i - gpt2_idx_layer(0, 0)) % LAYER_NUM_TENSORS == LAYER_QKVW;
+            muon_update_matrix(r->params + off, r->grads + off, r->adam_m + off, rows, cols, qkv, lr,
+                               r->cfg.weight_decay, grad_scale, &r->muon_config, r->muon_work);
+            continue;
+        }
         adamw_update_range(r->params + off, r->grads + off, r->adam_m + off, r->adam_v + off,
                            gpt2_tensor_numel(&r->config, i), &s, gpt2_tensor_decays(&r->config, i));
     }
@@ -156,12 +169,14 @@ static void rep_finish_import(Optimizer* o, int steps_done) {
 }
 static size_t rep_state_bytes(const Optimizer* o) { return 2 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }
 static void rep_print_start(Optimizer* o) {
+    ReplicatedOptimizer* r = replicated(o);
+    if (utils_rank() == 0) optimizer_print_routing(&r->cfg, &r->config);
     if (utils_rank() == 0) checkpoint_print_bound();
 }
 static void rep_print_end(Optimizer* o) {}
 static void rep_destroy(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
-    void* all[] = {r->offsets, r->params, r->grads, r->adam_m, r->adam_v, r};
+    void* all[] = {r->offsets, r->params, r->grads, r->adam_m, r->adam_v, r->muon_work, r};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
 }
 
@@ -181,6 +196,11 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     r->grads = (float*)callocCheck(r->numel, sizeof(float));
     r->adam_m = (float*)callocCheck(r->numel, sizeof(float));
     r->adam_v = (float*)callocCheck(r->numel, sizeof(float));
+    r->muon = config_uses_muon(cfg);
+    if (r->muon) {
+        config_muon(cfg, &r->muon_config);
+        r->muon_work = (float*)mallocCheck(muon_matrix_work_floats(4 * mc->channels, mc->channels) * sizeof(float));
+    }
     return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel, world);
 }
 
@@ -209,7 +229,8 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     config_validate_model(cfg, &mc);
     tr->grad_accum_steps = config_micro_steps(cfg, world);
     tr->micro_losses = (float*)mallocCheck((size_t)tr->grad_accum_steps * sizeof(float));
-    int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
+    // Muon runs on the replicated optimizer only (config_validate refuses what needs zero1/).
+    int plugin = plugin_optimizer && !config_uses_muon(cfg) && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
                                       cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
     memory_check_cpu(cfg, &mc, world, plugin ? plugin_memory : NULL);
     float* dense = load_initial_weights(cfg->model, (uint64_t)cfg->seed, cfg->resume, &mc);

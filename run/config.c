@@ -112,6 +112,22 @@ const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--fused-kernels", OPT_INT, CLI_FIELD(fused_kernels), 0, 1,
      "GPU trainer: 0 runs the unfused reference kernels (GELU, bias gradients, classifier, residual add as passes "
      "of their own)"},
+    {NULL, "--optimizer", OPT_STR, CLI_FIELD(optimizer), 0, 0,
+     "adamw, or muon: Muon (llmc/muon.h) on the blocks' 2-D matrices (qkvw, attprojw, fcw, fcprojw), AdamW on the "
+     "rest (wte, wpe, biases, LayerNorms); one -l and schedule for both, -c decays the matrices"},
+    {NULL, "--muon-momentum", OPT_FLOAT, CLI_FIELD(muon_momentum), 0, 0.999999, "Muon: momentum"},
+    {NULL, "--muon-nesterov", OPT_INT, CLI_FIELD(muon_nesterov), 0, 1, "Muon: 1 orthogonalizes the Nesterov look-ahead"},
+    {NULL, "--muon-ns-steps", OPT_INT, CLI_FIELD(muon_ns_steps), 1, 100, "Muon: Newton-Schulz iterations"},
+    {NULL, "--muon-coefficients", OPT_STR, CLI_FIELD(muon_coefficients), 0, 0,
+     "Muon: Newton-Schulz coefficients, simple (one set) or quintic (five sets, cycled)"},
+    {NULL, "--muon-scale", OPT_STR, CLI_FIELD(muon_scale), 0, 0,
+     "Muon: the update's scale from the matrix shape: spectral sqrt(max(rows,cols)), shape_scaling "
+     "sqrt(max(1,rows/cols)), unit_rms_norm sqrt(rows/cols)"},
+    {NULL, "--muon-extra-scale", OPT_FLOAT, CLI_FIELD(muon_extra_scale), 0, 1e6, "Muon: a factor on top of the scale"},
+    {NULL, "--muon-split-qkv", OPT_INT, CLI_FIELD(muon_split_qkv), 0, 1,
+     "Muon: 1 orthogonalizes Q, K and V (qkvw's thirds) separately, as Megatron does"},
+    {NULL, "--muon-ns-bf16", OPT_FLAG, CLI_FIELD(muon_ns_bf16), 0, 0,
+     "GPU trainer, Muon: Newton-Schulz in bf16 with fp32 accumulation (Megatron's default 'medium' precision)"},
 };
 const int NUM_TRAIN_OPTIONS = (int)(sizeof(TRAIN_OPTIONS) / sizeof(TRAIN_OPTIONS[0]));
 
@@ -155,6 +171,13 @@ void config_defaults(TrainConfig* c, const TrainerBuild* build) {
     c->attention = "flash";
     c->recompute = 1;
     c->fused_kernels = 1;
+    c->optimizer = "adamw";
+    c->muon_momentum = 0.95f;
+    c->muon_ns_steps = 5;
+    c->muon_coefficients = "quintic";
+    c->muon_scale = "spectral";
+    c->muon_extra_scale = 1.0f;
+    c->muon_split_qkv = 1;
 }
 
 const char* cli_value_text(const void* fields, const OptionSpec* o, char* buf, size_t n) {
@@ -363,6 +386,58 @@ static void config_check_dp_invariant(const TrainConfig* c, int world, int micro
     }
 }
 
+void config_muon(const TrainConfig* c, MuonConfig* m) {
+    m->momentum = c->muon_momentum;
+    m->nesterov = c->muon_nesterov;
+    m->ns_steps = c->muon_ns_steps;
+    m->coefficients = strcmp(c->muon_coefficients, "simple") == 0 ? MUON_COEFFICIENTS_SIMPLE : MUON_COEFFICIENTS_QUINTIC;
+    m->scale = strcmp(c->muon_scale, "shape_scaling") == 0   ? MUON_SCALE_SHAPE_SCALING
+               : strcmp(c->muon_scale, "unit_rms_norm") == 0 ? MUON_SCALE_UNIT_RMS_NORM
+                                                              : MUON_SCALE_SPECTRAL;
+    m->extra_scale = c->muon_extra_scale;
+    m->split_qkv = c->muon_split_qkv;
+}
+
+// --optimizer and the --muon-* flags. Muon runs on the replicated optimizer: the sharded one
+// needs the layer-wise layout (whole matrices per rank), which zero1/ does not run yet, so
+// what only zero1/ does is refused rather than done without Muon.
+static void config_check_optimizer(const TrainConfig* c, const TrainerBuild* build, int world) {
+    cli_choice("--optimizer", c->optimizer, "adamw|muon");
+    cli_choice("--muon-coefficients", c->muon_coefficients, "simple|quintic");
+    cli_choice("--muon-scale", c->muon_scale, "spectral|shape_scaling|unit_rms_norm");
+    TrainConfig d;
+    config_defaults(&d, build);
+    if (!config_uses_muon(c)) {
+        MuonConfig given, defaults;
+        config_muon(c, &given);
+        config_muon(&d, &defaults);
+        if (memcmp(&given, &defaults, sizeof(given)) != 0 || c->muon_ns_bf16) {
+            fatal("--muon-* flags set Muon, and this run's optimizer is --optimizer %s: add --optimizer muon, or leave "
+                  "them out", c->optimizer);
+        }
+        return;
+    }
+    if (c->muon_ns_bf16 && !build->gpu) {
+        fatal("--muon-ns-bf16: the CPU trainer runs Newton-Schulz in fp32 only (the flag is train_gpt2cu's)");
+    }
+    if (build->gpu) {
+        fatal("--optimizer muon: the GPU trainer has no Muon yet; train_gpt2 (the CPU trainer) has it");
+    }
+    const char* sharded = c->zero_stage == 1 && world > 1   ? "-z 1 at more than one rank"
+                          : c->param_dtype != DTYPE_FP32    ? "--param-dtype bf16"
+                          : c->grad_dtype != DTYPE_FP32     ? "--grad-dtype bf16"
+                          : c->average_in_collective        ? "--average-in-collective"
+                          : c->dist_opt_instances > 1       ? "--dist-opt-instances"
+                          : c->dp_invariant                 ? "--dp-invariant"
+                          : c->split_embedding              ? "--split-embedding"
+                          : c->trace_file                   ? "--trace"
+                                                            : NULL;
+    if (sharded) {
+        fatal("--optimizer muon with %s: that needs zero1/, whose layer-wise distributed optimizer (each rank updating "
+              "whole matrices) is not built yet; Muon runs on the replicated optimizer: use -z 0", sharded);
+    }
+}
+
 int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) {
     // A deadline shorter than a healthy collective can take would blame a network fault
     // that does not exist.
@@ -398,6 +473,7 @@ int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) 
         fatal("-nk %d keeps the newest of the checkpoints that -n saves in -o: give -n and -o too", c->checkpoints_keep);
     }
     config_check_gpu_choices(c, build);
+    config_check_optimizer(c, build, world);
     long long per_micro = (long long)c->B * c->T * world;
     if (c->total_batch_tokens != -1 && (c->total_batch_tokens <= 0 || c->total_batch_tokens % per_micro != 0)) {
         fatal("-d %d is not a positive multiple of B*T*ranks = %d*%d*%d = %lld", c->total_batch_tokens, c->B, c->T,

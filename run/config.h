@@ -18,6 +18,7 @@
 
 #include "llmc/gpt2_kernels.h"
 #include "llmc/gpt2_spec.h"
+#include "llmc/muon.h"
 #include "run/outliers.h"
 #include "run/skip_batches.h"
 #include "run/files.h"
@@ -82,6 +83,14 @@ typedef struct {
     const char* attention;      // GPU: --attention flash|naive|cudnn (llmc/gpt2_kernels.h)
     int recompute;              // GPU: -r 1 recomputes GELU in the backward
     int fused_kernels;          // GPU: --fused-kernels 0 runs the unfused reference kernels
+    const char* optimizer;      // --optimizer adamw|muon (muon: the hidden matrices, AdamW the rest)
+    float muon_momentum;        // the --muon-* flags: llmc/muon.h's MuonConfig (config_muon)
+    int muon_nesterov, muon_ns_steps;
+    const char* muon_coefficients;
+    const char* muon_scale;
+    float muon_extra_scale;
+    int muon_split_qkv;
+    int muon_ns_bf16;           // GPU: Newton-Schulz's GEMMs in bf16 with fp32 accumulation
 } TrainConfig;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_DTYPE, OPT_BUCKET } OptionKind;
@@ -151,6 +160,12 @@ void config_validate_model(const TrainConfig* c, const GPT2Config* mc);
 
 // The GPU model's kernels as the flags chose them (after config_validate).
 void config_gpt2_kernels(const TrainConfig* c, GPT2Kernels* k);
+
+// --optimizer muon (after config_validate).
+static inline int config_uses_muon(const TrainConfig* c) { return strcmp(c->optimizer, "muon") == 0; }
+
+// The --muon-* flags as llmc/muon.h takes them (after config_validate).
+void config_muon(const TrainConfig* c, MuonConfig* m);
 
 // Micro-steps per optimizer step: -d over B*T*ranks, 1 without -d (config_validate checks
 // that it divides).

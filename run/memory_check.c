@@ -1,5 +1,6 @@
 // run/memory_check.c: what run/memory_check.h declares.
 #include "run/memory_check.h"
+#include "llmc/muon.h"  // muon_matrix_work_floats
 
 // Adds bytes to the term of that name (a new one if there is none).
 static void memory_add(MemoryNeed* n, const char* name, double bytes) {
@@ -66,7 +67,12 @@ static MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Config* mc, 
     double params = numel * (bf16_params ? 2 + 4 : 4), master = bf16_params ? 4 * owned : 0;
     memory_add(&n, "params", params);
     memory_add(&n, "grads", numel * (4 + (bf16_grads ? 2 : 0)));  // + the bf16 copy that is reduced
-    memory_add(&n, "AdamW m,v", 8 * owned);
+    if (config_uses_muon(cfg)) {  // replicated: Muon's momentum in m (v unused there), Newton-Schulz's scratch
+        memory_add(&n, "Muon momentum, AdamW m,v", 8 * owned);
+        memory_add(&n, "Newton-Schulz scratch", 4.0 * muon_matrix_work_floats(4 * mc->channels, mc->channels));
+    } else {
+        memory_add(&n, "AdamW m,v", 8 * owned);
+    }
     memory_add(&n, "master weights", master);
     // ZeRO-1 over MPI (zero1/comm_mpi.c): each reduce-scatter's result lands in a scratch
     // shard, and Open MPI's non-blocking reduce-scatter sums along a tree through

@@ -1,14 +1,16 @@
 /*
  * The CPU trainer against the PyTorch oracle (dev/test/gpt2_oracle.py).
  *
- *   test_gpt2 MODEL.bin STATE.bin [--accum K] [trainer flags, e.g. -z 1 --bucket-size 4096]
+ *   test_gpt2 MODEL.bin STATE.bin [--final FINAL.bin] [--accum K] [trainer flags, e.g. -z 1 --bucket-size 4096]
  *             [--test-device deferred] [--test-hazard]   (dev/test/testing_options.h)
  *
  * One rank, no accumulation: checks the forward logits and loss, every parameter
  * gradient, then the losses of the oracle's AdamW steps on the same batch.
  * Under mpirun (and/or with --accum K micro-steps per step) the oracle's global batch
  * is split over ranks and micro-steps; then the step losses are checked, and that every rank ends
- * with bitwise identical parameters. Prints TAP (dev/test/check.h) from rank 0.
+ * with bitwise identical parameters. With --final (a reference's weights after its last step, e.g.
+ * dev/test/muon_reference.py's --out-final), the trained weights are compared with them too.
+ * Prints TAP (dev/test/check.h) from rank 0.
  *
  * Tolerances (docs/testing.md, "The PyTorch oracle"): logits max abs 1e-4, loss 1e-5, each gradient tensor max
  * abs error <= 1e-3 of that tensor's largest magnitude, each step loss within 1e-4.
@@ -56,8 +58,50 @@ static void check_replicas_identical(Trainer* tr) {
     report(all_same, "parameters bitwise identical on all ranks", all_same ? 0.0 : 1.0, 0.0);
 }
 
+// The trained weights against a reference's (--final): each Muon matrix within 1e-4 of the
+// largest element of its reference update (final - initial; docs/testing.md says why relative),
+// every other tensor within 1e-4 absolute (the largest AdamW error: qkvb's K third, whose
+// gradient is rounding noise that AdamW turns into full steps).
+static void check_final_weights(Trainer* tr, const char* initial_path, const char* final_path) {
+    GPT2Config a, b;
+    int version;
+    float* initial = gpt2_model_file_read(initial_path, &a, &version);
+    float* final = gpt2_model_file_read(final_path, &b, &version);
+    const GPT2Config* c = &tr->model.config;
+    if (a.padded_vocab_size != b.padded_vocab_size || a.num_layers != b.num_layers || a.channels != b.channels) {
+        fatal("--final %s: not the shape of %s", final_path, initial_path);
+    }
+    double worst_matrix = 0.0, worst_other = 0.0;
+    size_t at = 0;
+    for (int i = 0; i < gpt2_num_tensors(c); i++) {
+        size_t n = gpt2_tensor_numel(c, i);
+        const float* mine = tr->model.param[i];
+        double err = 0.0, update = 0.0;
+        for (size_t j = 0; j < n; j++) {
+            err = worst_of(err, fabs((double)mine[j] - final[at + j]));
+            update = fmax(update, fabs((double)final[at + j] - initial[at + j]));
+        }
+        if (config_uses_muon(&tr->cfg) && gpt2_tensor_is_hidden_matrix(c, i)) {
+            worst_matrix = worst_of(worst_matrix, err / fmax(update, 1e-30));
+        } else {
+            worst_other = worst_of(worst_other, err);
+        }
+        at += n;
+    }
+    if (config_uses_muon(&tr->cfg)) report(worst_matrix <= 1e-4, "final Muon matrices (error / update)", worst_matrix, 1e-4);
+    report(worst_other <= 1e-4, "final weights of the other tensors", worst_other, 1e-4);
+    free(initial);
+    free(final);
+}
+
 int main(int argc, char** argv) {
-    blas_pick_kernels(argv);  // run/blas_cores.h, through train_gpt2.c
+    blas_pick_kernels(argv);
+    const char* final_path = NULL;  // --final FILE, right after MODEL STATE
+    if (argc > 4 && strcmp(argv[3], "--final") == 0) {
+        final_path = argv[4];
+        for (int i = 3; i + 2 <= argc; i++) argv[i] = argv[i + 2];
+        argc -= 2;
+    }  // run/blas_cores.h, through train_gpt2.c
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
     tap_rank = rank;
@@ -105,6 +149,7 @@ int main(int argc, char** argv) {
     double norm_tol = cfg.param_dtype == DTYPE_BF16 ? 2e-3 : 1e-4;
     report(worst_norm <= norm_tol, "step gradient norms (relative)", worst_norm, norm_tol);
     trainer_sync_params(&tr);
+    if (final_path) check_final_weights(&tr, argv[1], final_path);
     if (world > 1) check_replicas_identical(&tr);
     trainer_free(&tr);
     int rc = done_testing();
