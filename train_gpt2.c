@@ -67,7 +67,10 @@ typedef struct {
     float norm;
     int muon;                  // --optimizer muon
     MuonConfig muon_config;
-    float* muon_work;          // Newton-Schulz's scratch for the largest matrix
+    MuonMatrix* muon_matrices; // the hidden matrices (their shapes set once, their buffers every step)
+    float* muon_work;          // Newton-Schulz's scratch, the largest matrix's per thread
+    double update_ms;          // the updates' wall time (print_end: the optimizer's share of a step)
+    int updates;
 } ReplicatedOptimizer;
 
 static ReplicatedOptimizer* replicated(Optimizer* o) { return (ReplicatedOptimizer*)o; }
@@ -126,19 +129,25 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
     float grad_scale = (clip > 0.0f && r->norm > clip) ? clip / r->norm : 1.0f;
     AdamWStep s = adamw_step_params(lr, r->cfg.beta1, r->cfg.beta2, r->cfg.eps, r->cfg.weight_decay, step + 1,
                                     grad_scale);
+    double t1 = wall_ms();
+    int muon_matrices = 0;
     for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
         size_t off = r->offsets[i];
         if (r->muon && gpt2_tensor_is_hidden_matrix(&r->config, i)) {
-            int rows, cols;
-            gpt2_matrix_shape(&r->config, i, &rows, &cols);
-            int qkv = (i - gpt2_idx_layer(0, 0)) % LAYER_NUM_TENSORS == LAYER_QKVW;
-            muon_update_matrix(r->params + off, r->grads + off, r->adam_m + off, rows, cols, qkv, lr,
-                               r->cfg.weight_decay, grad_scale, &r->muon_config, r->muon_work);
+            MuonMatrix* m = &r->muon_matrices[muon_matrices++];
+            m->param = r->params + off;
+            m->grad = r->grads + off;
+            m->momentum = r->adam_m + off;
             continue;
         }
         adamw_update_range(r->params + off, r->grads + off, r->adam_m + off, r->adam_v + off,
                            gpt2_tensor_numel(&r->config, i), &s, gpt2_tensor_decays(&r->config, i));
     }
+    int C = r->config.channels;
+    muon_update_matrices(r->muon_matrices, muon_matrices, lr, r->cfg.weight_decay, grad_scale, &r->muon_config,
+                         r->muon_work, 4 * C, C);
+    r->update_ms += wall_ms() - t1;
+    r->updates++;
 }
 
 static float rep_read_norm(Optimizer* o) { return replicated(o)->norm; }
@@ -173,10 +182,15 @@ static void rep_print_start(Optimizer* o) {
     if (utils_rank() == 0) optimizer_print_routing(&r->cfg, &r->config);
     if (utils_rank() == 0) checkpoint_print_bound();
 }
-static void rep_print_end(Optimizer* o) {}
+static void rep_print_end(Optimizer* o) {
+    ReplicatedOptimizer* r = replicated(o);
+    if (utils_rank() == 0 && r->updates > 0) {
+        printf("optimizer update (%s): %.1f ms per step on average\n", r->cfg.optimizer, r->update_ms / r->updates);
+    }
+}
 static void rep_destroy(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
-    void* all[] = {r->offsets, r->params, r->grads, r->adam_m, r->adam_v, r->muon_work, r};
+    void* all[] = {r->offsets, r->params, r->grads, r->adam_m, r->adam_v, r->muon_work, r->muon_matrices, r};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
 }
 
@@ -199,7 +213,14 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     r->muon = config_uses_muon(cfg);
     if (r->muon) {
         config_muon(cfg, &r->muon_config);
-        r->muon_work = (float*)mallocCheck(muon_matrix_work_floats(4 * mc->channels, mc->channels) * sizeof(float));
+        r->muon_work = (float*)mallocCheck(muon_matrices_work_floats(4 * mc->channels, mc->channels) * sizeof(float));
+        r->muon_matrices = (MuonMatrix*)callocCheck((size_t)4 * mc->num_layers, sizeof(MuonMatrix));
+        for (int i = 0, k = 0; i < gpt2_num_tensors(mc); i++) {
+            if (!gpt2_tensor_is_hidden_matrix(mc, i)) continue;
+            MuonMatrix* m = &r->muon_matrices[k++];
+            gpt2_matrix_shape(mc, i, &m->rows, &m->cols);
+            m->qkv = (i - gpt2_idx_layer(0, 0)) % LAYER_NUM_TENSORS == LAYER_QKVW;
+        }
     }
     return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel, world);
 }

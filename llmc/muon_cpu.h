@@ -1,12 +1,14 @@
 /*
  * Muon on the CPU (the formulas: llmc/muon.h): Newton-Schulz in fp32 through OpenBLAS's sgemm,
- * and the whole update of one matrix. The replicated trainer and zero1/'s CPU device both call
- * muon_update_matrix on the matrices they own, whole.
+ * the whole update of one matrix, and of a list of them over the OpenMP threads, one matrix per
+ * thread at a time (the trainer runs OpenBLAS single-threaded and splits work itself: run/threads.h).
+ * A matrix's bits do not depend on the thread that updates it.
  */
 #ifndef LLMC_MUON_CPU_H
 #define LLMC_MUON_CPU_H
 
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
 
 #include "llmc/muon.h"
@@ -17,7 +19,6 @@ extern "C" {
 
 // dst (cols x rows) = src (rows x cols) transposed.
 static inline void muon_transpose(float* dst, const float* src, int rows, int cols) {
-#pragma omp parallel for
     for (int i = 0; i < rows; i++) {
         for (int j = 0; j < cols; j++) dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
     }
@@ -73,6 +74,30 @@ static inline void muon_update_matrix(float* param, const float* grad, float* mo
         for (size_t i = 0; i < part_n; i++) {
             w[i] = muon_update_element(w[i], o[i], scale, cfg->extra_scale, decay_factor, step_factor);
         }
+    }
+}
+
+// One matrix of a Muon step: rows x cols at param, grad and momentum; qkv: a fused [Q; K; V].
+typedef struct {
+    float* param;
+    const float* grad;
+    float* momentum;
+    int rows, cols, qkv;
+} MuonMatrix;
+
+// Floats of scratch muon_update_matrices needs: one matrix's worth per OpenMP thread.
+static inline size_t muon_matrices_work_floats(int max_rows, int max_cols) {
+    return (size_t)omp_get_max_threads() * muon_matrix_work_floats(max_rows, max_cols);
+}
+
+// The Muon step of n matrices, each no larger than max_rows x max_cols (the work's size).
+static inline void muon_update_matrices(const MuonMatrix* m, int n, float lr, float weight_decay, float grad_scale,
+                                        const MuonConfig* cfg, float* work, int max_rows, int max_cols) {
+    size_t per_thread = muon_matrix_work_floats(max_rows, max_cols);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+        muon_update_matrix(m[i].param, m[i].grad, m[i].momentum, m[i].rows, m[i].cols, m[i].qkv, lr, weight_decay,
+                           grad_scale, cfg, work + (size_t)omp_get_thread_num() * per_thread);
     }
 }
 

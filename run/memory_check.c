@@ -1,5 +1,7 @@
 // run/memory_check.c: what run/memory_check.h declares.
 #include "run/memory_check.h"
+#include <omp.h>
+
 #include "llmc/muon.h"  // muon_matrix_work_floats
 
 // Adds bytes to the term of that name (a new one if there is none).
@@ -69,7 +71,8 @@ static MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Config* mc, 
     memory_add(&n, "grads", numel * (4 + (bf16_grads ? 2 : 0)));  // + the bf16 copy that is reduced
     if (config_uses_muon(cfg)) {  // replicated: Muon's momentum in m (v unused there), Newton-Schulz's scratch
         memory_add(&n, "Muon momentum, AdamW m,v", 8 * owned);
-        memory_add(&n, "Newton-Schulz scratch", 4.0 * muon_matrix_work_floats(4 * mc->channels, mc->channels));
+        double per_thread = 4.0 * muon_matrix_work_floats(4 * mc->channels, mc->channels);  // llmc/muon_cpu.h
+        memory_add(&n, "Newton-Schulz scratch", per_thread * omp_get_max_threads());
     } else {
         memory_add(&n, "AdamW m,v", 8 * owned);
     }
