@@ -87,7 +87,7 @@ RUN_OBJ = $(patsubst %.c,build/%.o,$(wildcard run/*.c))
 # communicator: an object of every GPU build.
 RUN_CUDA_OBJ = build/gpu/run/nccl_comm.o
 
-ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
+ZERO1_CORE_SRC = zero1/layout.c zero1/layout_layerwise.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
   zero1/device_cpu.c zero1/trace.c zero1/split_embedding.c
 # The test doubles (the deferred device, the hazard communicator): test binaries only.
