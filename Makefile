@@ -206,7 +206,7 @@ $(eval $(call host_program,prepro_corpus,build/host/tools/prepro_corpus.o,-pthre
 $(eval $(call host_program,hf_convert,build/host/tools/hf_convert.o,-lm))
 # The ZeRO-1 layout planner; the cost model: a FLOP and byte count of the GPU step, its
 # roofline time (dev/cost/cost_model.h).
-$(eval $(call host_program,zero1_plan,$(call host,zero1/zero1_plan.c $(ZERO1_CORE_SRC)),-lm))
+$(eval $(call host_program,zero1_plan,$(call host,zero1/zero1_plan.c zero1/plan_muon.c $(ZERO1_CORE_SRC)),-lm))
 $(eval $(call host_program,gpt2_cost,$(call host,dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC)),-lm))
 
 # The tests (dev/test/testing_options.h: the options only they have, the test doubles).
