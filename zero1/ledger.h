@@ -9,7 +9,8 @@
  *                         + optimizer state (state_bytes * numel)
  *   ZeRO-1 per rank     = same param and grad buffers + state_bytes * owned
  *   state_bytes = 12 (fp32 master + m + v) for bf16 params; 8 (m + v) for fp32 params,
- *   where the param buffer itself is the master copy.
+ *   where the param buffer itself is the master copy. Muon's layer-wise buffer: 8 or 4 (one
+ *   momentum), on the whole matrices a rank owns instead of owned (zero1_ledger_set_muon_state).
  * Bytes each rank sends per optimizer step, ring algorithms:
  *   all-reduce of grads (replicated)        2 * (DP-1)/DP * numel * grad_bytes
  *   ZeRO-1 reduce-scatter of grads            (DP-1)/DP * numel * grad_bytes
