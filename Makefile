@@ -87,7 +87,7 @@ RUN_OBJ = $(patsubst %.c,build/%.o,$(wildcard run/*.c))
 # communicator: an object of every GPU build.
 RUN_CUDA_OBJ = build/gpu/run/nccl_comm.o
 
-ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
+ZERO1_CORE_SRC = zero1/layout.c zero1/layout_layerwise.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
   zero1/device_cpu.c zero1/trace.c zero1/split_embedding.c
 # The test doubles (the deferred device, the hazard communicator): test binaries only.
@@ -206,7 +206,7 @@ $(eval $(call host_program,prepro_corpus,build/host/tools/prepro_corpus.o,-pthre
 $(eval $(call host_program,hf_convert,build/host/tools/hf_convert.o,-lm))
 # The ZeRO-1 layout planner; the cost model: a FLOP and byte count of the GPU step, its
 # roofline time (dev/cost/cost_model.h).
-$(eval $(call host_program,zero1_plan,$(call host,zero1/zero1_plan.c $(ZERO1_CORE_SRC)),-lm))
+$(eval $(call host_program,zero1_plan,$(call host,zero1/zero1_plan.c zero1/plan_muon.c $(ZERO1_CORE_SRC)),-lm))
 $(eval $(call host_program,gpt2_cost,$(call host,dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC)),-lm))
 
 # The tests (dev/test/testing_options.h: the options only they have, the test doubles).

@@ -116,9 +116,18 @@ int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, i
 
 void zero1_layout_free(Zero1Layout* layout);
 
+// What the builders (this one, layout_layerwise.h's) share: checks the arguments as above and
+// starts *L (its fields set, params and buckets zeroed, num_params of each). 0 or -1.
+int zero1_layout_begin(Zero1Layout* L, const size_t* numels, int num_params, int dp, long long bucket_size,
+                       int pad_busbw, int shared_embedding, char* err, size_t err_len);
+
 // The error convention of the layout and the shards (shards.h): the message into err (when
 // err is not NULL), and -1 to return.
 int zero1_error(char* err, size_t err_len, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// lcm(a, b) of positive a, b; and x rounded up to a multiple of m into *out: 1, or 0 on overflow.
+size_t zero1_lcm(size_t a, size_t b);
+int zero1_round_up(size_t x, size_t m, size_t* out);
 
 // Elements of the largest bucket (padding included): what one all-to-all receive
 // temporary holds (--fp32-accumulation, --dp-invariant).
