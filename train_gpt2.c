@@ -178,8 +178,6 @@ static void rep_finish_import(Optimizer* o, int steps_done) {
 }
 static size_t rep_state_bytes(const Optimizer* o) { return 2 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }
 static void rep_print_start(Optimizer* o) {
-    ReplicatedOptimizer* r = replicated(o);
-    if (utils_rank() == 0) optimizer_print_routing(&r->cfg, &r->config);
     if (utils_rank() == 0) checkpoint_print_bound();
 }
 static void rep_print_end(Optimizer* o) {
@@ -219,7 +217,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
             if (!gpt2_tensor_is_hidden_matrix(mc, i)) continue;
             MuonMatrix* m = &r->muon_matrices[k++];
             gpt2_matrix_shape(mc, i, &m->rows, &m->cols);
-            m->qkv = (i - gpt2_idx_layer(0, 0)) % LAYER_NUM_TENSORS == LAYER_QKVW;
+            m->qkv = gpt2_matrix_is_qkv(mc, i);
         }
     }
     return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel, world);
@@ -250,8 +248,7 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, int rank, int
     config_validate_model(cfg, &mc);
     tr->grad_accum_steps = config_micro_steps(cfg, world);
     tr->micro_losses = (float*)mallocCheck((size_t)tr->grad_accum_steps * sizeof(float));
-    // Muon runs on the replicated optimizer only (config_validate refuses what needs zero1/).
-    int plugin = plugin_optimizer && !config_uses_muon(cfg) && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
+    int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->param_dtype == DTYPE_BF16 ||
                                       cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
     memory_check_cpu(cfg, &mc, world, plugin ? plugin_memory : NULL);
     float* dense = load_initial_weights(cfg->model, (uint64_t)cfg->seed, cfg->resume, &mc);

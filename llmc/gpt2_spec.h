@@ -101,6 +101,11 @@ static inline void gpt2_matrix_shape(const GPT2Config* c, int idx, int* rows, in
     *cols = k == LAYER_FCPROJW ? 4 * C : C;
 }
 
+// The hidden matrix that holds Q, K and V (--muon-split-qkv orthogonalizes its thirds apart).
+static inline int gpt2_matrix_is_qkv(const GPT2Config* c, int idx) {
+    return gpt2_tensor_is_hidden_matrix(c, idx) && (idx - 2) % LAYER_NUM_TENSORS == LAYER_QKVW;
+}
+
 // Writes a readable name ("wte", "h3.qkvw", "lnfw") into buf.
 static inline const char* gpt2_tensor_name(const GPT2Config* c, int idx, char* buf, size_t n) {
     static const char* kinds[LAYER_NUM_TENSORS] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",

@@ -45,7 +45,7 @@ static MemoryBuffers memory_buffers(const TrainConfig* cfg, const GPT2Config* mc
                                     MemoryZero1Sizes zero1) {
     if (zero1) return zero1(cfg, mc, world);
     double P = (double)gpt2_num_parameters(mc);
-    MemoryBuffers b = {P, P, 0};
+    MemoryBuffers b = {P, P, 0, P};  // the plain replicated optimizer keeps v for every element
     return b;
 }
 
@@ -69,8 +69,8 @@ static MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Config* mc, 
     double params = numel * (bf16_params ? 2 + 4 : 4), master = bf16_params ? 4 * owned : 0;
     memory_add(&n, "params", params);
     memory_add(&n, "grads", numel * (4 + (bf16_grads ? 2 : 0)));  // + the bf16 copy that is reduced
-    if (config_uses_muon(cfg)) {  // replicated: Muon's momentum in m (v unused there), Newton-Schulz's scratch
-        memory_add(&n, "Muon momentum, AdamW m,v", 8 * owned);
+    if (config_uses_muon(cfg)) {
+        memory_add(&n, "Muon momentum, AdamW m,v", 4 * owned + 4 * buffers.second_moment);
         double per_thread = 4.0 * muon_matrix_work_floats(4 * mc->channels, mc->channels);  // llmc/muon_cpu.h
         memory_add(&n, "Newton-Schulz scratch", per_thread * omp_get_max_threads());
     } else {
@@ -120,7 +120,8 @@ static void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const 
     int zero1 = zero1_sizes != NULL, grad_bytes = zero1 && cfg->grad_dtype == DTYPE_BF16 ? 2 : 4;
     memory_add(device, "params", x * numel);
     memory_add(device, "grads", numel * (4 + (grad_bytes == 2 ? 2 : 0)));
-    memory_add(device, "AdamW m,v", 8 * owned);
+    memory_add(device, config_uses_muon(cfg) ? "Muon momentum, AdamW m,v" : "AdamW m,v",
+               4 * owned + 4 * buffers.second_moment);
     memory_add(device, "master weights", !zero1 || x == 2 ? 4 * owned : 0);
     memory_add(device, "zero1 temporaries", buffers.temporaries);
     double L = mc->num_layers, C = mc->channels, NH = mc->num_heads, Vp = mc->padded_vocab_size;

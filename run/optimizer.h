@@ -122,8 +122,8 @@ int optimizer_split_pieces(const size_t* offsets, int num_tensors, size_t total,
 #define CHECKPOINT_STAGING_ENV "LLMC_CHECKPOINT_STAGING_MIB"
 #define CHECKPOINT_STAGING_DEFAULT_MIB 64
 
-// The run header's line that says which optimizer updates which parameters, and how many
-// elements each (rank 0 prints it; both trainers, every optimizer).
+// The run header's lines that say which optimizer updates which parameters, and how many
+// elements each (run_start prints them on rank 0, for both trainers and every optimizer).
 void optimizer_print_routing(const TrainConfig* cfg, const GPT2Config* mc);
 
 // The start ledger's checkpoint line, the same for every optimizer (rank 0 prints it).

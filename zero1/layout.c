@@ -172,6 +172,7 @@ void zero1_layout_free(Zero1Layout* layout) {
     if (layout == NULL) return;
     free(layout->params);
     free(layout->buckets);
+    free(layout->members);
     memset(layout, 0, sizeof(*layout));
 }
 

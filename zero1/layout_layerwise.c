@@ -228,3 +228,91 @@ void zero1_full_layout_free(Zero1FullLayout* full) {
     free(full->layerwise_param);
     memset(full, 0, sizeof(*full));
 }
+
+int zero1_full_layout_merge(const Zero1FullLayout* full, Zero1Layout* out, char* err, size_t err_len) {
+    memset(out, 0, sizeof(*out));
+    const Zero1Layout *A = &full->adamw, *M = &full->layerwise;
+    Zero1Layout L;
+    memset(&L, 0, sizeof(L));
+    L.dp = A->dp;
+    L.bucket_size = A->num_params ? A->bucket_size : M->bucket_size;
+    L.pad_busbw = A->num_params ? A->pad_busbw : M->pad_busbw;
+    L.shared_embedding = A->shared_embedding >= 0 ? full->adamw_param[A->shared_embedding] : -1;
+    L.num_params = full->num_params;
+    L.num_buckets = A->num_buckets + M->num_buckets;
+    L.num_muon_buckets = M->num_buckets;
+    L.params = (Zero1ParamPlace*)calloc((size_t)L.num_params, sizeof(Zero1ParamPlace));
+    L.buckets = (Zero1Bucket*)calloc((size_t)(L.num_buckets > 0 ? L.num_buckets : 1), sizeof(Zero1Bucket));
+    L.members = (int*)calloc((size_t)L.num_params, sizeof(int));
+    if (L.params == NULL || L.buckets == NULL || L.members == NULL) {
+        zero1_layout_free(&L);
+        return zero1_error(err, err_len, "out of memory for the layout of %d parameters", L.num_params);
+    }
+    for (int k = 0; k < A->num_params; k++) L.params[full->adamw_param[k]] = A->params[k];
+    int used = 0;
+    for (int b = 0; b < A->num_buckets; b++) {  // AdamW's buckets: the Muon matrices between their params leave gaps
+        Zero1Bucket* bk = &L.buckets[b];
+        *bk = A->buckets[b];
+        bk->members = L.members + used;
+        bk->num_members = zero1_bucket_num_params(&A->buckets[b]);
+        for (int i = 0; i < bk->num_members; i++) L.members[used + i] = full->adamw_param[zero1_bucket_param(&A->buckets[b], i)];
+        bk->first_param = full->adamw_param[A->buckets[b].first_param];
+        bk->last_param = full->adamw_param[A->buckets[b].last_param];
+        used += bk->num_members;
+    }
+    size_t shift = A->numel;
+    for (int b = 0; b < M->num_buckets; b++) {
+        const Zero1Bucket* src = &M->buckets[b];
+        Zero1Bucket* bk = &L.buckets[A->num_buckets + b];
+        *bk = *src;
+        bk->start += shift;
+        bk->end += shift;
+        int* members = L.members + used;
+        int n = 0;
+        for (int k = src->first_param; k <= src->last_param; k++) members[n++] = k;
+        // buffer order: by start (insertion sort: a bucket holds a few matrices)
+        for (int i = 1; i < n; i++) {
+            for (int j = i; j > 0 && M->params[members[j]].start < M->params[members[j - 1]].start; j--) {
+                int t = members[j];
+                members[j] = members[j - 1];
+                members[j - 1] = t;
+            }
+        }
+        bk->first_param = full->num_params;
+        bk->last_param = -1;
+        for (int i = 0; i < n; i++) {
+            int model = full->layerwise_param[members[i]];
+            Zero1ParamPlace place = M->params[members[i]];
+            place.start += shift;
+            place.end += shift;
+            place.bucket = A->num_buckets + b;
+            L.params[model] = place;
+            members[i] = model;
+            if (model < bk->first_param) bk->first_param = model;
+            if (model > bk->last_param) bk->last_param = model;
+        }
+        bk->members = members;
+        bk->num_members = n;
+        used += n;
+    }
+    L.numel = shift + M->numel;
+    L.numel_unpadded = A->numel_unpadded + M->numel_unpadded;
+    *out = L;
+    return 0;
+}
+
+int zero1_run_layout_build(Zero1Layout* out, const size_t* numels, const int* is_muon, int num_params, int dp,
+                           long long bucket_size, int pad_busbw, int shared_embedding, char* err, size_t err_len) {
+    if (is_muon == NULL) {
+        return zero1_layout_build(out, numels, num_params, dp, bucket_size, pad_busbw, shared_embedding, err, err_len);
+    }
+    Zero1FullLayout full;
+    if (zero1_full_layout_build(&full, numels, is_muon, num_params, dp, bucket_size, pad_busbw, shared_embedding, err,
+                                err_len) != 0) {
+        memset(out, 0, sizeof(*out));
+        return -1;
+    }
+    int rc = zero1_full_layout_merge(&full, out, err, err_len);
+    zero1_full_layout_free(&full);
+    return rc;
+}

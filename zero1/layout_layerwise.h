@@ -74,6 +74,18 @@ int zero1_full_layout_build(Zero1FullLayout* out, const size_t* numels, const in
 
 void zero1_full_layout_free(Zero1FullLayout* full);
 
+// The runtime's view of both buffers: one Zero1Layout over the model's params (definition
+// order), the AdamW buffer first and the layer-wise buffer after it, its offsets moved by the
+// AdamW buffer's numel (a multiple of every alignment either uses). The layer-wise buckets come
+// last (num_muon_buckets of them), each listing its matrices in buffer order (members).
+// As DDP keeps the two buffers apart, no bucket spans both. Returns 0, or -1 with a message.
+int zero1_full_layout_merge(const Zero1FullLayout* full, Zero1Layout* out, char* err, size_t err_len);
+
+// The layout a run computes with: is_muon NULL (AdamW only), the element-wise layout
+// (zero1_layout_build); else both buffers, merged. Arguments and errors as those functions'.
+int zero1_run_layout_build(Zero1Layout* out, const size_t* numels, const int* is_muon, int num_params, int dp,
+                           long long bucket_size, int pad_busbw, int shared_embedding, char* err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

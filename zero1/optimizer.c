@@ -201,8 +201,9 @@ static void op_print_start(Optimizer* o) {
     printf("zero1: bucket      start        end   unpadded   padding  params\n");
     for (int b = 0; b < lay->num_buckets; b++) {
         const Zero1Bucket* bk = &lay->buckets[b];
-        printf("zero1: %6d %10zu %10zu %10zu %9zu  %d..%d\n", b, bk->start, bk->end, bk->numel_unpadded,
-               bk->end - bk->start - bk->numel_unpadded, bk->first_param, bk->last_param);
+        printf("zero1: %6d %10zu %10zu %10zu %9zu  %d..%d%s\n", b, bk->start, bk->end, bk->numel_unpadded,
+               bk->end - bk->start - bk->numel_unpadded, bk->first_param, bk->last_param,
+               zero1_bucket_is_muon(lay, b) ? " Muon's matrices, each whole on one rank" : "");
     }
     printf("zero1: buffer %zu elements for %zu parameters (padding and alignment %.3f%%)\n", lay->numel,
            z->model_numel, 100.0 * (double)(lay->numel - z->model_numel) / (double)lay->numel);
@@ -355,6 +356,8 @@ static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* s
     opt.grad_clip = cfg->grad_clip;
     opt.stochastic_rounding = cfg->stochastic_rounding;
     opt.rounding_seed = (uint64_t)cfg->seed;
+    opt.muon = config_uses_muon(cfg);
+    config_muon(cfg, &opt.muon_config);
     return opt;
 }
 

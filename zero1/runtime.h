@@ -90,6 +90,11 @@ typedef struct {
     // initial zero1_load_weights rounds to nearest even either way.
     int stochastic_rounding;
     uint64_t rounding_seed;
+    // --optimizer muon: the model's matrices (Zero1ModelSpec.matrices) in Megatron's layer-wise
+    // buffer (zero1/layout_layerwise.h), each updated whole by the rank that owns it with Muon;
+    // AdamW on the rest. Not with instances (Megatron's layer-wise optimizer has none).
+    int muon;
+    MuonConfig muon_config;
 } Zero1Options;
 
 // What the runtime needs to know about the model: sizes, weight decay, which forward block
@@ -107,6 +112,7 @@ typedef struct {
     void* name_ctx;
     int embedding;
     size_t embedding_width;
+    const Zero1MatrixShape* matrices;  // per param (rows 0: not a matrix); NULL: none (Zero1Options.muon needs them)
 } Zero1ModelSpec;
 
 typedef struct Zero1Runtime Zero1Runtime;
