@@ -398,9 +398,10 @@ void config_muon(const TrainConfig* c, MuonConfig* m) {
     m->split_qkv = c->muon_split_qkv;
 }
 
-// --optimizer and the --muon-* flags. Muon runs on the replicated optimizer: the sharded one
-// needs the layer-wise layout (whole matrices per rank), which zero1/ does not run yet, so
-// what only zero1/ does is refused rather than done without Muon.
+// --optimizer and the --muon-* flags. Muon runs on the replicated optimizer of both trainers
+// (the GPU's keeps bf16 params beside its fp32 master, as for AdamW): the sharded one needs the
+// layer-wise layout (whole matrices per rank), which zero1/ does not run yet, so what only
+// zero1/ does is refused rather than done without Muon.
 static void config_check_optimizer(const TrainConfig* c, const TrainerBuild* build, int world) {
     cli_choice("--optimizer", c->optimizer, "adamw|muon");
     cli_choice("--muon-coefficients", c->muon_coefficients, "simple|quintic");
@@ -420,18 +421,15 @@ static void config_check_optimizer(const TrainConfig* c, const TrainerBuild* bui
     if (c->muon_ns_bf16 && !build->gpu) {
         fatal("--muon-ns-bf16: the CPU trainer runs Newton-Schulz in fp32 only (the flag is train_gpt2cu's)");
     }
-    if (build->gpu) {
-        fatal("--optimizer muon: the GPU trainer has no Muon yet; train_gpt2 (the CPU trainer) has it");
-    }
-    const char* sharded = c->zero_stage == 1 && world > 1   ? "-z 1 at more than one rank"
-                          : c->param_dtype != DTYPE_FP32    ? "--param-dtype bf16"
-                          : c->grad_dtype != DTYPE_FP32     ? "--grad-dtype bf16"
-                          : c->average_in_collective        ? "--average-in-collective"
-                          : c->dist_opt_instances > 1       ? "--dist-opt-instances"
-                          : c->dp_invariant                 ? "--dp-invariant"
-                          : c->split_embedding              ? "--split-embedding"
-                          : c->trace_file                   ? "--trace"
-                                                            : NULL;
+    const char* sharded = c->zero_stage == 1 && world > 1                 ? "-z 1 at more than one rank"
+                          : !build->gpu && c->param_dtype != DTYPE_FP32 ? "--param-dtype bf16"
+                          : c->grad_dtype != DTYPE_FP32                 ? "--grad-dtype bf16"
+                          : c->average_in_collective                    ? "--average-in-collective"
+                          : c->dist_opt_instances > 1                   ? "--dist-opt-instances"
+                          : c->dp_invariant                             ? "--dp-invariant"
+                          : c->split_embedding                          ? "--split-embedding"
+                          : c->trace_file                               ? "--trace"
+                                                                        : NULL;
     if (sharded) {
         fatal("--optimizer muon with %s: that needs zero1/, whose layer-wise distributed optimizer (each rank updating "
               "whole matrices) is not built yet; Muon runs on the replicated optimizer: use -z 0", sharded);
