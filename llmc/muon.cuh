@@ -53,7 +53,8 @@ typedef struct {
 #define MUON_MAX_BLOCKS 256u  // per matrix: the kernels loop over the rest
 
 // Step 2 of llmc/muon.h over every Muon tensor (blockIdx.y one of them).
-__global__ void muon_momentum_kernel(float* grads, float* m, const MuonTensorRun* tensors, const float* grad_scale,
+__global__ void __launch_bounds__(MUON_THREADS)
+    muon_momentum_kernel(float* grads, float* m, const MuonTensorRun* tensors, const float* grad_scale,
                                      float momentum, int nesterov) {
     const MuonTensorRun t = tensors[blockIdx.y];
     const float scale = grad_scale[0];
@@ -78,7 +79,8 @@ __global__ void __launch_bounds__(MUON_THREADS)
 
 // X_b = U_b / denom_b, transposed when rows > cols (blockIdx.y: b).
 template <typename T>
-__global__ void muon_load_kernel(T* x, const float* u, const size_t* offsets, const float* denoms, int rows, int cols) {
+__global__ void __launch_bounds__(MUON_THREADS)
+    muon_load_kernel(T* x, const float* u, const size_t* offsets, const float* denoms, int rows, int cols) {
     const size_t n = (size_t)rows * cols, b = blockIdx.y;
     const float* src = u + offsets[b];
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
@@ -89,7 +91,8 @@ __global__ void muon_load_kernel(T* x, const float* u, const size_t* offsets, co
 
 // U_b = X_b, transposed back.
 template <typename T>
-__global__ void muon_store_kernel(float* u, const T* x, const size_t* offsets, int rows, int cols) {
+__global__ void __launch_bounds__(MUON_THREADS)
+    muon_store_kernel(float* u, const T* x, const size_t* offsets, int rows, int cols) {
     const size_t n = (size_t)rows * cols, b = blockIdx.y;
     float* dst = u + offsets[b];
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
@@ -99,7 +102,8 @@ __global__ void muon_store_kernel(float* u, const T* x, const size_t* offsets, i
 }
 
 // Steps 1, 5 and 6 of llmc/muon.h over every Muon tensor: o is the orthogonalized momentum.
-__global__ void muon_update_kernel(floatX* params, float* master, const float* o, const MuonTensorRun* tensors,
+__global__ void __launch_bounds__(MUON_THREADS)
+    muon_update_kernel(floatX* params, float* master, const float* o, const MuonTensorRun* tensors,
                                    float extra_scale, float decay_factor, float step_factor, AdamWStep s) {
     const MuonTensorRun t = tensors[blockIdx.y];
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < t.numel; i += (size_t)gridDim.x * blockDim.x) {
