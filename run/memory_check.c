@@ -2,7 +2,7 @@
 #include "run/memory_check.h"
 #include <omp.h>
 
-#include "llmc/muon.h"  // muon_matrix_work_floats
+#include "llmc/muon_gpt2.h"  // muon_matrix_work_floats, muon_gpt2_batched_work
 
 // Adds bytes to the term of that name (a new one if there is none).
 static void memory_add(MemoryNeed* n, const char* name, double bytes) {
@@ -120,8 +120,14 @@ static void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const 
     int zero1 = zero1_sizes != NULL, grad_bytes = zero1 && cfg->grad_dtype == DTYPE_BF16 ? 2 : 4;
     memory_add(device, "params", x * numel);
     memory_add(device, "grads", numel * (4 + (grad_bytes == 2 ? 2 : 0)));
-    memory_add(device, config_uses_muon(cfg) ? "Muon momentum, AdamW m,v" : "AdamW m,v",
-               4 * owned + 4 * buffers.second_moment);
+    if (config_uses_muon(cfg)) {  // Newton-Schulz batched by shape (llmc/muon.cuh)
+        size_t ns_x, ns_a;
+        muon_gpt2_batched_work(mc, cfg->muon_split_qkv, &ns_x, &ns_a);
+        memory_add(device, "Muon momentum, AdamW m,v", 4 * owned + 4 * buffers.second_moment);
+        memory_add(device, "Newton-Schulz scratch", (cfg->muon_ns_bf16 ? 2.0 : 4.0) * (2 * ns_x + 2 * ns_a));
+    } else {
+        memory_add(device, "AdamW m,v", 8 * owned);
+    }
     memory_add(device, "master weights", !zero1 || x == 2 ? 4 * owned : 0);
     memory_add(device, "zero1 temporaries", buffers.temporaries);
     double L = mc->num_layers, C = mc->channels, NH = mc->num_heads, Vp = mc->padded_vocab_size;

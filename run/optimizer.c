@@ -62,7 +62,8 @@ void optimizer_print_routing(const TrainConfig* cfg, const GPT2Config* mc) {
     config_muon(cfg, &m);
     printf("optimizer: muon on the %d blocks' qkvw, attprojw, fcw, fcprojw (%d matrices, %zu elements); adamw on wte, "
            "wpe, biases, LayerNorms (%zu elements)\n", mc->num_layers, 4 * mc->num_layers, matrices, total - matrices);
-    printf("muon: momentum %g, nesterov %d, %d Newton-Schulz steps (%s, fp32), scale %s x %g, split qkv %d\n",
-           (double)m.momentum, m.nesterov, m.ns_steps, cfg->muon_coefficients, cfg->muon_scale,
+    printf("muon: momentum %g, nesterov %d, %d Newton-Schulz steps (%s, %s), scale %s x %g, split qkv %d\n",
+           (double)m.momentum, m.nesterov, m.ns_steps, cfg->muon_coefficients,
+           cfg->muon_ns_bf16 ? "bf16 GEMMs accumulating in fp32" : "fp32", cfg->muon_scale,
            (double)m.extra_scale, m.split_qkv);
 }

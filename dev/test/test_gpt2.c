@@ -36,10 +36,6 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     check_gradients(&m->config, s, tr->opt->grads, tr->opt->offsets, 1e-3, 1e-3);
 }
 
-// The worst error so far: a NaN, once seen at any step, stays the worst (a later finite error
-// must not replace it), so that it fails the report.
-static double worst_of(double worst, double e) { return isnan(worst) || e <= worst ? worst : e; }
-
 // Bitwise comparison of every rank's parameters with rank 0's.
 static void check_replicas_identical(Trainer* tr) {
     GPT2* m = &tr->model;
@@ -58,50 +54,16 @@ static void check_replicas_identical(Trainer* tr) {
     report(all_same, "parameters bitwise identical on all ranks", all_same ? 0.0 : 1.0, 0.0);
 }
 
-// The trained weights against a reference's (--final): each Muon matrix within 1e-4 of the
-// largest element of its reference update (final - initial; docs/testing.md says why relative),
-// every other tensor within 1e-4 absolute (the largest AdamW error: qkvb's K third, whose
-// gradient is rounding noise that AdamW turns into full steps).
+// The trained weights against a reference's (--final), at the tolerances oracle_state.h explains.
 static void check_final_weights(Trainer* tr, const char* initial_path, const char* final_path) {
-    GPT2Config a, b;
-    int version;
-    float* initial = gpt2_model_file_read(initial_path, &a, &version);
-    float* final = gpt2_model_file_read(final_path, &b, &version);
     const GPT2Config* c = &tr->model.config;
-    if (a.padded_vocab_size != b.padded_vocab_size || a.num_layers != b.num_layers || a.channels != b.channels) {
-        fatal("--final %s: not the shape of %s", final_path, initial_path);
-    }
-    double worst_matrix = 0.0, worst_other = 0.0;
-    size_t at = 0;
-    for (int i = 0; i < gpt2_num_tensors(c); i++) {
-        size_t n = gpt2_tensor_numel(c, i);
-        const float* mine = tr->model.param[i];
-        double err = 0.0, update = 0.0;
-        for (size_t j = 0; j < n; j++) {
-            err = worst_of(err, fabs((double)mine[j] - final[at + j]));
-            update = fmax(update, fabs((double)final[at + j] - initial[at + j]));
-        }
-        if (config_uses_muon(&tr->cfg) && gpt2_tensor_is_hidden_matrix(c, i)) {
-            worst_matrix = worst_of(worst_matrix, err / fmax(update, 1e-30));
-        } else {
-            worst_other = worst_of(worst_other, err);
-        }
-        at += n;
-    }
-    if (config_uses_muon(&tr->cfg)) report(worst_matrix <= 1e-4, "final Muon matrices (error / update)", worst_matrix, 1e-4);
-    report(worst_other <= 1e-4, "final weights of the other tensors", worst_other, 1e-4);
-    free(initial);
-    free(final);
+    compare_final_weights(c, config_uses_muon(&tr->cfg), (const float* const*)tr->model.param, initial_path, final_path,
+                          1e-4, 1e-4);
 }
 
 int main(int argc, char** argv) {
     blas_pick_kernels(argv);
-    const char* final_path = NULL;  // --final FILE, right after MODEL STATE
-    if (argc > 4 && strcmp(argv[3], "--final") == 0) {
-        final_path = argv[4];
-        for (int i = 3; i + 2 <= argc; i++) argv[i] = argv[i + 2];
-        argc -= 2;
-    }  // run/blas_cores.h, through train_gpt2.c
+    const char* final_path = oracle_take_final(&argc, argv);
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
     tap_rank = rank;
