@@ -92,7 +92,7 @@ ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/c
   zero1/device_cpu.c zero1/trace.c zero1/split_embedding.c
 # The test doubles (the deferred device, the hazard communicator): test binaries only.
 ZERO1_TEST_SRC = zero1/testing/device_deferred.c zero1/testing/comm_hazard.c
-ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c
+ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c zero1/device_cpu_muon.c
 # The GPU build's: compiled by nvcc with the trainer's flags, but the CUDA device ops and the
 # NCCL communicator with exact ones (below).
 ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cuda.cu

@@ -56,6 +56,13 @@ static inline size_t muon_matrix_work_floats(int rows, int cols) {
     return (size_t)rows * cols + muon_work_floats(rows, cols);
 }
 
+// FLOPs of Newton-Schulz on one rows x cols matrix (a third of qkvw under the split): X is
+// r x c with r <= c, and each step multiplies X X^T (2r^2c), A A (2r^3) and B X (2r^2c).
+static inline double muon_ns_flops(int rows, int cols, int ns_steps) {
+    double r = rows < cols ? rows : cols, c = rows < cols ? cols : rows;
+    return ns_steps * (4.0 * r * r * c + 2.0 * r * r * r);
+}
+
 // The (a, b, c) of Newton-Schulz step `step` (0-based): "simple" one set every step, "quintic"
 // its five sets cycled.
 static inline void muon_ns_coefficients(MuonCoefficients kind, int step, float abc[3]) {

@@ -8,7 +8,6 @@
 #include <stdint.h>
 
 #include "llmc/bf16.h"
-#include "llmc/muon_cpu.h"
 #include "run/files.h"
 #include "zero1/device_ops.h"
 
@@ -96,32 +95,6 @@ static void cpu_adamw(void* ctx, Zero1Stream st, const Zero1SpanList* spans, voi
         adamw_update_range(p, grads + sp->buffer, m + sp->owned, v + sp->owned, sp->n, &s, sp->decays);
         if (master) round_span(params, param_type, p, sp, &s);
     }
-}
-
-static void cpu_muon(void* ctx, Zero1Stream st, const Zero1SpanList* spans, const Zero1MatrixShape* shapes,
-                     float* params, float* master, const float* grads, float* momentum, const Zero1MuonStep* step,
-                     const float* grad_scale) {
-    if (spans->count == 0) return;
-    MuonMatrix* list = (MuonMatrix*)mallocCheck((size_t)spans->count * sizeof(MuonMatrix));
-    int max_rows = 1, max_cols = 1;
-    for (int i = 0; i < spans->count; i++) {
-        const Zero1Span* sp = &spans->host[i];
-        Zero1MatrixShape sh = shapes[sp->param];
-        if ((size_t)sh.rows * (size_t)sh.cols != sp->n) {
-            fatal("zero1: Muon updates whole matrices, and a span of parameter %d holds %zu of its %d x %d elements",
-                  sp->param, sp->n, sh.rows, sh.cols);
-        }
-        MuonMatrix m = {master ? master + sp->owned : params + sp->buffer, grads + sp->buffer, momentum + sp->owned,
-                        sh.rows, sh.cols, sh.qkv};
-        list[i] = m;
-        if (sh.rows > max_rows) max_rows = sh.rows;
-        if (sh.cols > max_cols) max_cols = sh.cols;
-    }
-    float* work = (float*)mallocCheck(muon_matrices_work_floats(max_rows, max_cols) * sizeof(float));
-    muon_update_matrices(list, spans->count, step->lr, step->weight_decay, grad_scale[0], &step->config, work,
-                         max_rows, max_cols);
-    free(work);
-    free(list);
 }
 
 // Sequential on purpose: a fixed summation order makes the sum the same bits for any
@@ -216,7 +189,7 @@ const Zero1DeviceOps zero1_device_cpu_ops = {
     cpu_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
     cpu_add, cpu_sum_slices_pairwise, cpu_sum_squares_exact, cpu_norm_and_clip_exact,
-    cpu_muon,
+    zero1_device_cpu_muon,  // weak: NULL unless zero1/device_cpu_muon.c is linked in
 };
 
 Zero1Device zero1_device_cpu(void) {

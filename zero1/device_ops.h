@@ -221,6 +221,11 @@ typedef struct {
 } Zero1Device;
 
 extern const Zero1DeviceOps zero1_device_cpu_ops;
+// Its muon op, in zero1/device_cpu_muon.c (OpenBLAS): a weak symbol, so the ops table holds NULL
+// in the builds that do not link that file (the GPU trainer's, whose zero1/ device is CUDA's).
+void zero1_device_cpu_muon(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const Zero1MatrixShape* shapes,
+                           float* params, float* master, const float* grads, float* momentum,
+                           const Zero1MuonStep* step, const float* grad_scale) __attribute__((weak));
 
 // The CPU device: host memory, ops run at once (streams and events are trivially complete).
 Zero1Device zero1_device_cpu(void);

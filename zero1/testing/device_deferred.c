@@ -454,6 +454,7 @@ static void deferred_muon(void* ctx, Zero1Stream s, const Zero1SpanList* spans, 
                           float* params, float* master, const float* grads, float* momentum, const Zero1MuonStep* step,
                           const float* grad_scale) {
     Deferred* d = (Deferred*)ctx;
+    if (zero1_device_cpu_ops.muon == NULL) fatal("deferred device: no Muon in this build (zero1/device_cpu_muon.c)");
     SpanReach r;
     DeferredOp op;
     op.run = run_muon;
