@@ -43,14 +43,7 @@ plant() {
     if [ -f build/run/librun.a ]; then  # run/'s library as built here (mtimes kept): not rebuilt per mutation
         mkdir -p "$dir/build" && cp -a build/run "$dir/build/" && cp -a .build-run.stamp "$dir/"
     fi
-    $PY - "$dir/$2" "$3" "$4" <<'PYEOF' || fatal "mutation $1: its text is not in $2 once"
-import sys
-path, old, new = sys.argv[1:4]
-text = open(path).read()
-if text.count(old) != 1:
-    sys.exit(1)
-open(path, "w").write(text.replace(old, new))
-PYEOF
+    replace_once "$dir/$2" "$3" "$4" || fatal "mutation $1: its text is not in $2 once"
     make -s -C "$dir" zero1_plan TEST_SEAMS=0 >/dev/null 2>&1 || fatal "mutation $1 builds"  # (no dev/ in the copy)
     planted+=(--planted "$1=$dir/zero1_plan")
 }
