@@ -316,3 +316,15 @@ int zero1_run_layout_build(Zero1Layout* out, const size_t* numels, const int* is
     zero1_full_layout_free(&full);
     return rc;
 }
+
+size_t zero1_layerwise_most_owned(const Zero1Layout* L) {
+    size_t most = 0;
+    for (int r = 0; r < L->dp; r++) {
+        size_t mine = 0;
+        for (int p = 0; p < L->num_params; p++) {
+            if (zero1_layerwise_owner(L, p) == r) mine += L->params[p].end - L->params[p].start;
+        }
+        if (mine > most) most = mine;
+    }
+    return most;
+}

@@ -61,6 +61,9 @@ int zero1_layerwise_layout_build(Zero1Layout* out, const size_t* numels, int num
 // The rank that owns buffer param p of a layer-wise layout: its shard in its bucket.
 int zero1_layerwise_owner(const Zero1Layout* layerwise, int p);
 
+// The elements of the matrices owned by the rank that owns the most (Muon's state lives there).
+size_t zero1_layerwise_most_owned(const Zero1Layout* layerwise);
+
 // The buffer indices of the matrices rank owns, in definition order, into owned (may be NULL
 // to count); returns how many.
 int zero1_layerwise_owned(const Zero1Layout* layerwise, int rank, int* owned);

@@ -171,6 +171,26 @@ static void op_finish_import(Optimizer* o, int steps_done) {
 static size_t op_state_bytes(const Optimizer* o) { return zero1_state_bytes(((const Zero1Optimizer*)o)->rt); }
 
 // Rank 0: the bucket table and the per-rank memory ledger of this run.
+// One buffer's ledger of numel elements. muon_owned: Muon's state on that many elements (0:
+// AdamW's); extras: the temporaries and split rows, which the run has once.
+static void print_ledger(Zero1Optimizer* z, Optimizer* o, size_t numel, int instances, size_t muon_owned, int extras) {
+    const TrainConfig* cfg = &z->cfg;
+    Zero1Ledger ledger = zero1_ledger_compute_instances(numel, zero1_layout(z->rt)->dp, instances,
+                                                        cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
+                                                        cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
+    if (muon_owned) zero1_ledger_set_muon_state(&ledger, muon_owned);
+    size_t temporaries = extras ? zero1_recv_temporary_bytes(z->rt) : 0, tokens, width, wte_bucket;
+    if (cfg->dp_invariant && extras) {
+        zero1_ledger_add_dp_invariant(&ledger, config_micro_steps(cfg, o->world), temporaries / 8);
+    } else if (temporaries) {
+        zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
+    }
+    if (extras && zero1_split_shape(z->rt, &tokens, &width, &wte_bucket)) {
+        zero1_ledger_add_split(&ledger, tokens, width, wte_bucket);
+    }
+    zero1_ledger_print(stdout, &ledger);
+}
+
 static void op_print_start(Optimizer* o) {
     Zero1Optimizer* z = impl(o);
     const TrainConfig* cfg = &z->cfg;
@@ -207,15 +227,17 @@ static void op_print_start(Optimizer* o) {
     }
     printf("zero1: buffer %zu elements for %zu parameters (padding and alignment %.3f%%)\n", lay->numel,
            z->model_numel, 100.0 * (double)(lay->numel - z->model_numel) / (double)lay->numel);
-    Zero1Ledger ledger = zero1_ledger_compute_instances(lay->numel, lay->dp, instances,
-                                                        cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
-                                                        cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
-    size_t temporaries = zero1_recv_temporary_bytes(z->rt);
-    if (cfg->dp_invariant) zero1_ledger_add_dp_invariant(&ledger, config_micro_steps(cfg, o->world), temporaries / 8);
-    else if (temporaries) zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
-    size_t tokens, width, wte_bucket;
-    if (zero1_split_shape(z->rt, &tokens, &width, &wte_bucket)) zero1_ledger_add_split(&ledger, tokens, width, wte_bucket);
-    zero1_ledger_print(stdout, &ledger);
+    Zero1FullLayout full;
+    if (zero1_runtime_full_layout(z->rt, &full) != 0) {
+        print_ledger(z, o, lay->numel, instances, 0, 1);
+    } else {  // Muon: each buffer its own ledger, the layer-wise one with the busiest rank's state
+        printf("zero1: AdamW's buffer (element-wise), %zu elements:\n", full.adamw.numel);
+        print_ledger(z, o, full.adamw.numel, instances, 0, 1);
+        printf("zero1: Muon's layer-wise buffer, %zu elements, each matrix whole on one rank (ZeRO-1's state: the "
+               "rank that owns the most):\n", full.layerwise.numel);
+        print_ledger(z, o, full.layerwise.numel, instances, zero1_layerwise_most_owned(&full.layerwise), 0);
+        zero1_full_layout_free(&full);
+    }
     checkpoint_print_bound();
 }
 

@@ -926,3 +926,16 @@ int zero1_split_shape(const Zero1Runtime* rt, size_t* tokens, size_t* width, siz
     *bucket_numel = shape->bucket.end - shape->bucket.start;
     return 1;
 }
+
+int zero1_runtime_full_layout(const Zero1Runtime* rt, Zero1FullLayout* out) {
+    if (rt->matrices == NULL) return -1;
+    int* is_muon = (int*)callocCheck(rt->num_params, sizeof(int));
+    for (int p = 0; p < rt->num_params; p++) is_muon[p] = rt->matrices[p].rows > 0;
+    char err[256];
+    int rc = zero1_full_layout_build(out, rt->numels, is_muon, rt->num_params, rt->layout.dp,
+                                     (long long)rt->layout.bucket_size, rt->layout.pad_busbw,
+                                     rt->layout.shared_embedding, err, sizeof(err));
+    free(is_muon);
+    if (rc != 0) fatal("zero1: %s", err);
+    return 0;
+}

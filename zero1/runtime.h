@@ -39,6 +39,7 @@
 #include "zero1/comm.h"
 #include "zero1/device_ops.h"
 #include "zero1/layout.h"
+#include "zero1/layout_layerwise.h"
 #include "zero1/shards.h"
 #include "zero1/trace.h"
 
@@ -214,6 +215,10 @@ size_t zero1_partial_grad_bytes(const Zero1Runtime* rt);
 // --split-embedding: the tokens per micro-step, the row width and the size of the
 // embedding's bucket (for the ledger); 0 without the split.
 int zero1_split_shape(const Zero1Runtime* rt, size_t* tokens, size_t* width, size_t* bucket_numel);
+
+// With Muon: the two buffers the run's layout merges (zero1/layout_layerwise.h), for the
+// ledger; free with zero1_full_layout_free. 0, or -1 without Muon.
+int zero1_runtime_full_layout(const Zero1Runtime* rt, Zero1FullLayout* out);
 
 // Bytes of optimizer state this rank allocated (master + m + v), and its owned elements.
 size_t zero1_state_bytes(const Zero1Runtime* rt);

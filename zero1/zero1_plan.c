@@ -307,24 +307,11 @@ static int zero1_plan_log2(int power_of_two) {
     return l;
 }
 
-// The elements of the matrices the rank that owns the most owns (Muon's state lives there).
-static size_t most_owned_numel(const Zero1Layout* L) {
-    size_t most = 0;
-    for (int r = 0; r < L->dp; r++) {
-        size_t mine = 0;
-        for (int p = 0; p < L->num_params; p++) {
-            if (zero1_layerwise_owner(L, p) == r) mine += L->params[p].end - L->params[p].start;
-        }
-        if (mine > most) most = mine;
-    }
-    return most;
-}
-
 Zero1Ledger plan_ledger(const PlanOptions* o, const PlanBuffer* B, int param_bytes) {
     Zero1Ledger g = zero1_ledger_of_layout(B->layout, o->instances, param_bytes, o->grad_bytes, o->fp32_accumulation,
                                            o->split_embedding ? B->split_param : -1, (uint64_t)o->tokens,
                                            (uint64_t)o->cfg.channels, o->dp_invariant ? o->accumulation : 0);
-    if (B->layerwise) zero1_ledger_set_muon_state(&g, most_owned_numel(B->layout));
+    if (B->layerwise) zero1_ledger_set_muon_state(&g, zero1_layerwise_most_owned(B->layout));
     return g;
 }
 
