@@ -96,7 +96,7 @@ ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c zero1
 # The GPU build's: compiled by nvcc with the trainer's flags, but the CUDA device ops and the
 # NCCL communicator with exact ones (below).
 ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cuda.cu
-ZERO1_CUDA_SRC = zero1/device_cuda.cu zero1/comm_nccl.cu
+ZERO1_CUDA_SRC = zero1/device_cuda.cu zero1/device_cuda_muon.cu zero1/comm_nccl.cu
 ifeq ($(USE_ZERO1),1)
 CPU_PLUGIN_SRC = $(ZERO1_CPU_SRC)
 GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC) $(ZERO1_CUDA_SRC)
@@ -347,7 +347,12 @@ $(eval $(call gpu_program,test_kernels_cuda,$(call gpu,dev/test/test_kernels_cud
 $(eval $(call gpu_program,test_gpt2cu,$(call gpu,dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC)) $(RUN_CUDA_OBJ),$(SEAMS_OBJ),cudnn))
 # The CUDA device ops against zero1/device_cpu.c (built as the CPU trainer builds it: the
 # reference bits are the CPU trainer's), and the NCCL communicator on one rank.
-$(eval $(call gpu_program,test_zero1_cuda,$(call gpu,dev/test/test_zero1_cuda.cu zero1/trace.c $(ZERO1_CUDA_SRC)) build/cpu/zero1/device_cpu.o $(RUN_CUDA_OBJ),$(SEAMS_OBJ)))
+# Its muon check needs the CPU device's muon op (zero1/device_cpu_muon.c: OpenBLAS): linked in
+# CUDA_ON_CPU=1 builds only (the layer's machines have OpenBLAS; a GPU machine need not, and
+# there the check says SKIP).
+ZERO1_CUDA_TEST_MUON = $(if $(filter 1,$(CUDA_ON_CPU)),build/cpu/zero1/device_cpu_muon.o)
+test_zero1_cuda: NVCC_LIBS += $(if $(filter 1,$(CUDA_ON_CPU)),-lopenblas)
+$(eval $(call gpu_program,test_zero1_cuda,$(call gpu,dev/test/test_zero1_cuda.cu zero1/trace.c $(ZERO1_CUDA_SRC)) build/cpu/zero1/device_cpu.o $(ZERO1_CUDA_TEST_MUON) $(RUN_CUDA_OBJ),$(SEAMS_OBJ)))
 # zero1/watchdog_cuda.h: the deadline of the GPU step's host sync (a stuck stream ends the job,
 # a hazard-wrapped NCCL communicator is aborted through the wrapper).
 $(eval $(call gpu_program,test_watchdog_cuda,$(call gpu,dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_SRC)) $(RUN_CUDA_OBJ),$(SEAMS_OBJ)))

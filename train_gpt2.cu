@@ -129,7 +129,7 @@ typedef struct {
     double* norm_partial;    // GLOBAL_NORM_BLOCKS
     float* norm_host;        // pinned
     int muon;                // --optimizer muon
-    MuonGpu muon_gpu;
+    MuonPlan muon_plan;
 } ReplicatedOptimizer;
 
 static ReplicatedOptimizer* replicated(Optimizer* o) { return (ReplicatedOptimizer*)o; }
@@ -187,7 +187,7 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
     }
     AdamWStep s = rep_adamw_step(r, lr, step + 1);
     adamw_update(r->params, r->master, r->grads, r->adam_m, r->adam_v, &r->tensors, &s, r->norm + 1, st);
-    if (r->muon) muon_gpu_step(&r->muon_gpu, r->params, r->master, r->grads, r->adam_m, &s, r->norm + 1, st);
+    if (r->muon) muon_plan_step(&r->muon_plan, r->params, r->master, r->grads, r->adam_m, &s, r->norm + 1, st);
 }
 
 static float rep_read_norm(Optimizer* o) {
@@ -254,7 +254,7 @@ static void rep_destroy(Optimizer* o) {
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) cudaCheck(cudaFree(all[i]));
     cudaCheck(cudaFreeHost(r->norm_host));
     adamw_tensors_free(&r->tensors);
-    if (r->muon) muon_gpu_free(&r->muon_gpu);
+    if (r->muon) muon_plan_free(&r->muon_plan);
     nccl_comm_free(&r->nccl);
     free(r->offsets);
     free(r);
@@ -305,7 +305,7 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     if (r->muon) {
         MuonConfig muon;
         config_muon(cfg, &muon);
-        muon_gpu_init(&r->muon_gpu, mc, r->offsets, &muon, cfg->muon_ns_bf16);
+        muon_gpt2_plan(&r->muon_plan, mc, r->offsets, &muon, cfg->muon_ns_bf16, gpu->stream);
     }
     return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel,
                             gpu->world);
@@ -339,6 +339,13 @@ static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GPT
     memory_check_gpu(cfg, mc, kernels, gpu->world, plugin ? plugin_memory : NULL, (int)sizeof(floatX), &mine);
 }
 
+// Muon keeps to the replicated optimizer (llmc/muon.cuh, batched over the whole model) unless
+// the run asks for what only zero1/ gives: then zero1/'s CUDA device runs it on the owned matrices.
+static int muon_needs_plugin(const TrainConfig* cfg) {
+    return cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective || cfg->dp_invariant ||
+           cfg->split_embedding || cfg->trace_file != NULL;
+}
+
 // use_plugin: through zero1/ (the default when built in), else the plain replicated optimizer.
 static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetup* gpu, int use_plugin) {
     memset(tr, 0, sizeof(*tr));
@@ -350,9 +357,9 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
     config_validate_model(cfg, &mc);
     tr->grad_accum_steps = config_micro_steps(cfg, gpu->world);
-    // Muon runs on the replicated optimizer only (config_validate refuses what needs zero1/).
-    int plugin = plugin_optimizer && !config_uses_muon(cfg) &&
-                 (use_plugin || cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
+    int plugin = plugin_optimizer && (config_uses_muon(cfg) ? muon_needs_plugin(cfg)
+                                                            : use_plugin || cfg->zero_stage == 1 ||
+                                                                  cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
     GPT2Kernels kernels;
     config_gpt2_kernels(cfg, &kernels);
     if (kernels.attention == ATTENTION_FLASH && !flash_attention_supported(mc.channels, mc.num_heads)) {

@@ -67,7 +67,7 @@ static void adamw_tensors_free(AdamWTensors* t) { cudaCheck(cudaFree(t->d_starts
 // Block b updates elements [b CHUNK, (b+1) CHUNK): thread 0 finds the run of the first by
 // a binary search of the starts, then each thread walks on through the runs as its
 // elements go up (reads and writes of consecutive threads are consecutive).
-__global__ void __launch_bounds__(ADAMW_THREADS)
+static __global__ void __launch_bounds__(ADAMW_THREADS)
     adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t numel, size_t model,
                  const size_t* starts, const int* decays, int count, AdamWStep s, const float* grad_scale) {
     __shared__ int first_run;
@@ -105,7 +105,7 @@ static void adamw_update(floatX* params, float* master, const float* grads, floa
 // params = the master as step s's write-back rounds it (params and master dense canonical,
 // from model-space index 0): after loading weights (a step-0 AdamWStep rounds to nearest)
 // or a resume (the checkpoint's step).
-__global__ void copy_master_to_params_kernel(floatX* params, const float* master, size_t n, AdamWStep s) {
+static __global__ void copy_master_to_params_kernel(floatX* params, const float* master, size_t n, AdamWStep s) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) store_rounded(&params[i], master[i], s, i);
 }

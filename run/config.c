@@ -399,8 +399,7 @@ void config_muon(const TrainConfig* c, MuonConfig* m) {
 }
 
 // --optimizer and the --muon-* flags. ZeRO-1 with Muon is Megatron's layer-wise distributed
-// optimizer (zero1/layout_layerwise.h), which has no instances. The GPU's zero1/ device has no
-// Muon yet: the GPU trainer runs it on its replicated optimizer, and refuses what needs zero1/.
+// optimizer (zero1/layout_layerwise.h), which has no instances.
 static void config_check_optimizer(const TrainConfig* c, const TrainerBuild* build, int world) {
     cli_choice("--optimizer", c->optimizer, "adamw|muon");
     cli_choice("--muon-coefficients", c->muon_coefficients, "simple|quintic");
@@ -423,18 +422,6 @@ static void config_check_optimizer(const TrainConfig* c, const TrainerBuild* bui
     if (c->dist_opt_instances > 1) {
         fatal("--optimizer muon with --dist-opt-instances %d: Muon's layer-wise distributed optimizer gives each "
               "matrix one owner among all the ranks (as Megatron's, which refuses instances too)", c->dist_opt_instances);
-    }
-    const char* sharded = !build->gpu                               ? NULL
-                          : c->zero_stage == 1 && world > 1         ? "-z 1 at more than one rank"
-                          : c->grad_dtype != DTYPE_FP32             ? "--grad-dtype bf16"
-                          : c->average_in_collective                ? "--average-in-collective"
-                          : c->dp_invariant                         ? "--dp-invariant"
-                          : c->split_embedding                      ? "--split-embedding"
-                          : c->trace_file                           ? "--trace"
-                                                                    : NULL;
-    if (sharded) {
-        fatal("--optimizer muon with %s: on train_gpt2cu that needs zero1/'s GPU device, which has no Muon yet (train_gpt2 "
-              "runs Muon under ZeRO-1); train_gpt2cu runs it on its replicated optimizer: use -z 0", sharded);
     }
 }
 

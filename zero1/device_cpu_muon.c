@@ -7,7 +7,8 @@
 
 void zero1_device_cpu_muon(void* ctx, Zero1Stream st, const Zero1SpanList* spans, const Zero1MatrixShape* shapes,
                            float* params, float* master, const float* grads, float* momentum, const Zero1MuonStep* step,
-                     const float* grad_scale) {
+                           const float* grad_scale) {
+    if (step->ns_bf16) fatal("zero1: the CPU device runs Newton-Schulz in fp32 only (--muon-ns-bf16 is the GPU's)");
     if (spans->count == 0) return;
     MuonMatrix* list = (MuonMatrix*)mallocCheck((size_t)spans->count * sizeof(MuonMatrix));
     int max_rows = 1, max_cols = 1;

@@ -67,10 +67,12 @@ typedef struct {
     int rows, cols, qkv;
 } Zero1MatrixShape;
 
-// One Muon step (llmc/muon.h): the step's learning rate, the weight decay and the settings.
+// One Muon step (llmc/muon.h): the step's learning rate, the weight decay and the settings;
+// ns_bf16: Newton-Schulz's GEMMs in bf16 with fp32 accumulation (--muon-ns-bf16, GPU only).
 typedef struct {
     float lr, weight_decay;
     MuonConfig config;
+    int ns_bf16;
 } Zero1MuonStep;
 
 typedef struct Zero1StreamImpl* Zero1Stream;  // cudaStream_t on the GPU

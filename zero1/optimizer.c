@@ -380,6 +380,7 @@ static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* s
     opt.rounding_seed = (uint64_t)cfg->seed;
     opt.muon = config_uses_muon(cfg);
     config_muon(cfg, &opt.muon_config);
+    opt.muon_ns_bf16 = cfg->muon_ns_bf16;
     return opt;
 }
 

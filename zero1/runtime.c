@@ -552,7 +552,7 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
     // AdamW in the order the next forward reads the buckets, so that the first all-gather
     // can go out while the others are still being updated.
     AdamWStep s = zero1_adamw_step(rt, lr, step + 1);
-    Zero1MuonStep muon = {lr, rt->opt.weight_decay, rt->opt.muon_config};
+    Zero1MuonStep muon = {lr, rt->opt.weight_decay, rt->opt.muon_config, rt->opt.muon_ns_bf16};
     for (int b = nb - 1; b >= 0; b--) {
         const Zero1SpanList* owned = &rt->buckets[b].owned;
         if (zero1_bucket_is_muon(&rt->layout, b)) {  // whole matrices; their m holds Muon's momentum, v stays 0

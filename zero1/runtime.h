@@ -96,6 +96,7 @@ typedef struct {
     // AdamW on the rest. Not with instances (Megatron's layer-wise optimizer has none).
     int muon;
     MuonConfig muon_config;
+    int muon_ns_bf16;  // --muon-ns-bf16 (the CUDA device's muon op; the CPU's refuses it)
 } Zero1Options;
 
 // What the runtime needs to know about the model: sizes, weight decay, which forward block

@@ -7,6 +7,8 @@
 #   BF16 build against the same reference: 1e-1 of the update, the rest 2 lr per step;
 #   --muon-ns-bf16 against the reference's bf16 GEMMs ("medium"): 5e-2 of the update;
 #   np 2 (NCCL): the same reference, replicas bitwise identical;
+#   ZeRO-1 (-z 1, 20000-element buckets) at np 2 and 3 on a batch-12 reference: fp32 tolerances,
+#   replicas bitwise identical;
 #   negative controls: AdamW fails Muon's reference; --muon-ns-bf16 changes the trained weights;
 #   train_gpt2cu (BF16) resumed at step 3 writes the straight run's step-6 checkpoint byte for
 #   byte (the momentum lives in AdamW's m; test_muon.sh plants a checkpoint without it).
@@ -15,7 +17,8 @@ pypi_peer emerging-optimizers emerging_optimizers.sh "$(bash dev/test/emerging_o
 if [ -n "$PEER_DIR" ]; then
     muon_reference() {  # muon_reference NAME PRECISION: $OUT/NAME.{m0,state,final}
         timeout 300 $PY dev/test/muon_reference.py run --emerging "$PEER_DIR" --steps "$ORACLE_STEPS" --wpe adamw \
-            --muon-fp32-matmul-prec "$2" --out-model "$OUT/$1.m0" --out-state "$OUT/$1.state" --out-final "$OUT/$1.final"
+            --muon-fp32-matmul-prec "$2" --out-model "$OUT/$1.m0" --out-state "$OUT/$1.state" --out-final "$OUT/$1.final" \
+            "${@:3}"
     }
     muon_against() {  # muon_against PRECISION NAME [flags]: test_gpt2cu of that build on NAME's reference
         local p=$1 name=$2
@@ -43,8 +46,18 @@ if [ -n "$PEER_DIR" ]; then
     }
     row muon_reference_fp32 muon_reference muon_fp32 highest
     row muon_reference_medium muon_reference muon_medium medium
+    # ZeRO-1 (zero1/'s CUDA muon op): a batch of 12 splits over 2 and 3 ranks, small buckets.
+    row muon_reference_batch12 muon_reference muon_b12 highest --batch 12
     row test_gpt2cu_fp32_muon muon_against FP32 muon_fp32 --optimizer muon
     row test_gpt2cu_bf16_muon muon_against BF16 muon_fp32 --optimizer muon
+    for np in 2 3; do
+        if [ "$NUM_GPUS" -lt $np ]; then
+            skip "test_gpt2cu_fp32_muon_zero1_np$np" "$NUM_GPUS GPU(s): NCCL needs a GPU per rank"
+            continue
+        fi
+        row "test_gpt2cu_fp32_muon_zero1_np$np" "${MPIRUN[@]}" -np $np "$OUT/test_gpt2cu_FP32" "$OUT/muon_b12.m0" \
+            "$OUT/muon_b12.state" --final "$OUT/muon_b12.final" --optimizer muon -z 1 --bucket-size 20000
+    done
     row test_gpt2cu_fp32_muon_ns_bf16 muon_against FP32 muon_medium --optimizer muon --muon-ns-bf16
     row test_gpt2cu_fp32_adamw_fails_muon fails_final muon_against FP32 muon_fp32
     row muon_ns_bf16_takes_effect differ --muon-ns-bf16

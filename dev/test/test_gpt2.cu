@@ -140,15 +140,23 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
 }
 
 // The fp32 master (the BF16 build's params are its rounding) against a reference's weights
-// (--final), read through the replicated optimizer, which holds all of it on every rank.
+// (--final): read whole where every rank holds all of it; under ZeRO-1 at more than one rank
+// (each holds a shard) the FP32 build's all-gathered params, which are the master.
 static void check_final_weights(Trainer* tr, const OracleState* s, const char* initial_path, const char* final_path) {
     const GPT2Config* c = &tr->model.config;
-    int n = gpt2_num_tensors(c);
+    int n = gpt2_num_tensors(c), sharded = tr->cfg.zero_stage == 1 && tr->world > 1;
+    if (sharded && FLOATX_IS_BF16) fatal("--final with -z 1 at more than one rank: the FP32 build's (params = master)");
+    if (sharded) tr->opt->ops->sync_params(tr->opt);
     float** master = (float**)mallocCheck((size_t)n * sizeof(float*));
     for (int i = 0; i < n; i++) {
         OptimizerPiece whole = {i, 0, gpt2_tensor_numel(c, i)};
         master[i] = (float*)mallocCheck(whole.n * sizeof(float));
-        tr->opt->ops->read_piece(tr->opt, OPTIMIZER_MASTER, &whole, master[i]);
+        if (sharded) {
+            cudaCheck(cudaMemcpy(master[i], (const floatX*)tr->opt->params + tr->opt->offsets[i], whole.n * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+        } else {
+            tr->opt->ops->read_piece(tr->opt, OPTIMIZER_MASTER, &whole, master[i]);
+        }
     }
     int muon = config_uses_muon(&tr->cfg), ns_bf16 = muon && tr->cfg.muon_ns_bf16;
     double tol_matrix = ns_bf16 ? fmax(TOL_FINAL_MATRIX_NS_BF16, TOL_FINAL_MATRIX) : TOL_FINAL_MATRIX;
