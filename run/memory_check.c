@@ -124,7 +124,10 @@ static void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const 
         size_t ns_x, ns_a;
         muon_gpt2_batched_work(mc, cfg->muon_split_qkv, &ns_x, &ns_a);
         memory_add(device, "Muon momentum, AdamW m,v", 4 * owned + 4 * buffers.second_moment);
-        memory_add(device, "Newton-Schulz scratch", (cfg->muon_ns_bf16 ? 2.0 : 4.0) * (2 * ns_x + 2 * ns_a));
+        // X, A and B in the GEMMs' dtype and X's next value in fp32 (llmc/muon.cuh), and the 32 MiB
+        // cuBLASLt workspace of zero1/'s device op (zero1/device_cuda_muon.cu; counted either way).
+        double x_bytes = cfg->muon_ns_bf16 ? 2.0 : 4.0;
+        memory_add(device, "Newton-Schulz scratch", x_bytes * (ns_x + 2 * ns_a) + 4.0 * ns_x + 32.0 * (1 << 20));
     } else {
         memory_add(device, "AdamW m,v", 8 * owned);
     }

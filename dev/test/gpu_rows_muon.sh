@@ -50,12 +50,13 @@ if [ -n "$PEER_DIR" ]; then
     row muon_reference_batch12 muon_reference muon_b12 highest --batch 12
     row test_gpt2cu_fp32_muon muon_against FP32 muon_fp32 --optimizer muon
     row test_gpt2cu_bf16_muon muon_against BF16 muon_fp32 --optimizer muon
+    row build_test_z_fp32_muon build test_gpt2cu FP32 z  # the plugin build (the suite's own z rows come later)
     for np in 2 3; do
         if [ "$NUM_GPUS" -lt $np ]; then
             skip "test_gpt2cu_fp32_muon_zero1_np$np" "$NUM_GPUS GPU(s): NCCL needs a GPU per rank"
             continue
         fi
-        row "test_gpt2cu_fp32_muon_zero1_np$np" "${MPIRUN[@]}" -np $np "$OUT/test_gpt2cu_FP32" "$OUT/muon_b12.m0" \
+        row "test_gpt2cu_fp32_muon_zero1_np$np" "${MPIRUN[@]}" -np $np "$OUT/test_gpt2cu_z_FP32" "$OUT/muon_b12.m0" \
             "$OUT/muon_b12.state" --final "$OUT/muon_b12.final" --optimizer muon -z 1 --bucket-size 20000
     done
     row test_gpt2cu_fp32_muon_ns_bf16 muon_against FP32 muon_medium --optimizer muon --muon-ns-bf16
