@@ -55,7 +55,7 @@ done
 declare -A median
 for opt in adamw muon; do
     if [ "${best_tokens[$opt]}" = 0 ]; then
-        echo "figure $opt: no -l of ($LRS) reached val $TARGET in $MAX_STEPS steps"
+        echo "figure tokens to val loss $TARGET, $opt|not reached in $MAX_STEPS steps at any -l of ($LRS)"
         continue
     fi
     t43=$(tokens $opt "${best_lr[$opt]}" 43)
