@@ -17,7 +17,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 small_model "$TMP" >"$TMP/build.log" 2>&1 || fatal "the small model (build, oracle)" "$TMP/build.log"
 pattern_shard "$TMP/shard.bin" || fatal "the train shard"
 BIN=./train_gpt2
-fast_rows kill clock range trace_is_dir/1 "at start"
+fast_rows kill trace_missing_dir/1 "at start"
 BASE=(-e "$TMP/m.bin" -i "$TMP/shard.bin" -b 2 -t 32 -v 0 -s 0 -z 1)
 
 # trace_check FILE STEPS: FILE is a JSON trace whose step markers are exactly STEPS
