@@ -89,7 +89,7 @@ RUN_CUDA_OBJ = build/gpu/run/nccl_comm.o
 
 ZERO1_CORE_SRC = zero1/layout.c zero1/layout_layerwise.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
-  zero1/device_cpu.c zero1/trace.c zero1/split_embedding.c
+  zero1/device_cpu.c zero1/trace.c zero1/trace_clock.c zero1/split_embedding.c
 # The test doubles (the deferred device, the hazard communicator): test binaries only.
 ZERO1_TEST_SRC = zero1/testing/device_deferred.c zero1/testing/comm_hazard.c
 ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c zero1/device_cpu_muon.c

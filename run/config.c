@@ -74,6 +74,11 @@ const OptionSpec TRAIN_OPTIONS[] = {
      "a step whose loss or grad norm is not finite is skipped; more than N such steps in a row stop the run (0: stop "
      "at the first)"},
     {NULL, "--trace", OPT_STR, CLI_FIELD(trace_file), 0, 0, "write a Chrome trace per rank to FILE.rankN.json"},
+    {NULL, "--trace-every", OPT_INT, CLI_FIELD(trace_every), 1, INT_MAX,
+     "with --trace: rewrite the trace files every K steps, atomically (a killed run leaves the steps up to the last "
+     "rewrite)"},
+    {NULL, "--trace-steps", OPT_STR, CLI_FIELD(trace_steps), 0, 0,
+     "with --trace: A-B (or A), record only steps A to B (1-based, as the step lines count)"},
     {NULL, "--param-dtype", OPT_DTYPE, CLI_FIELD(param_dtype), 0, 0, "fp32|bf16 storage of the param buffer"},
     {NULL, "--stochastic-rounding", OPT_FLAG, CLI_FIELD(stochastic_rounding), 0, 0,
      "round the fp32 master into the bf16 params stochastically after each AdamW step (unbiased; the bits depend only "
@@ -165,6 +170,7 @@ void config_defaults(TrainConfig* c, const TrainerBuild* build) {
     c->grad_dtype = DTYPE_FP32;
     c->outlier_window = 128;
     c->max_nonfinite_steps = 3;
+    c->trace_every = TRACE_EVERY_DEFAULT;
     c->comm_timeout = 600.0f;
     c->dist_opt_instances = 1;
     c->comm_backend = "auto";
@@ -312,6 +318,9 @@ void config_parse(TrainConfig* c, const OptionTable* extra, int n_extra, int arg
         fatal("--skip-batches expects A-B or A, the 1-based steps whose batches to skip (1 <= A <= B), got '%s'",
               c->skip_batches);
     }
+    if (c->trace_steps && !skip_batches_parse_range(c->trace_steps, &c->trace_from, &c->trace_to)) {
+        fatal("--trace-steps expects A-B or A, the 1-based steps to record (1 <= A <= B), got '%s'", c->trace_steps);
+    }
     c->resume_asked = c->resume;
 }
 
@@ -455,6 +464,13 @@ int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) 
         fatal("--start-over removes the run in -o to start a fresh one, -y 1 resumes it: give one of the two");
     }
     if (c->trace_file && c->trace_file[0] == '\0') fatal("--trace '': give the trace files' path prefix (FILE.rankN.json)");
+    if (!c->trace_file && (c->trace_steps || c->trace_every != TRACE_EVERY_DEFAULT)) {
+        fatal("%s says what --trace FILE records: give --trace too", c->trace_steps ? "--trace-steps" : "--trace-every");
+    }
+    if (c->trace_steps && c->max_steps > 0 && c->trace_from > c->max_steps) {
+        fatal("--trace-steps %s: the run ends at step %d (-x), before step %d: the trace would hold no step",
+              c->trace_steps, c->max_steps, c->trace_from);
+    }
     if (c->output_dir && c->output_dir[0] == '\0') fatal("-o '': give the output directory");
     if (c->checkpoints_keep > 0 && c->checkpoint_every == 0) {
         fatal("-nk %d keeps the newest of the checkpoints that -n saves in -o: give -n and -o too", c->checkpoints_keep);

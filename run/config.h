@@ -68,7 +68,10 @@ typedef struct {
     int overlap_grad_reduce, overlap_param_gather;
     int check_nan;
     int max_nonfinite_steps;    // skipped non-finite steps in a row that a run survives (0: stop at the first)
-    const char* trace_file;
+    const char* trace_file;     // --trace: FILE.rankN.json per rank (zero1/trace.h)
+    int trace_every;            // rewritten every K steps
+    const char* trace_steps;    // --trace-steps A-B; parsed into the two below
+    int trace_from, trace_to;   // 1-based steps recorded (0: all)
     int param_dtype, grad_dtype;
     int stochastic_rounding;    // bf16 params: AdamW's write-back rounds stochastically (bits from seed, step, element)
     int fp32_accumulation;      // bf16 on the wire, the shard summed in fp32 (all-to-all instead of reduce-scatter)
@@ -109,6 +112,7 @@ typedef struct {
 // and the trainer first looks beside the train shards (run/run.c).
 extern const char* const TRAIN_DEFAULT_TOKENIZER;
 #define CLI_MIN_COMM_TIMEOUT_S 1.0  // --comm-timeout: 0 (none), or at least this
+#define TRACE_EVERY_DEFAULT 10      // --trace-every: steps between rewrites of the trace files
 
 extern const OptionSpec TRAIN_OPTIONS[];
 extern const int NUM_TRAIN_OPTIONS;

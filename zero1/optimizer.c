@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include "run/files.h"
+#include "run/seams.h"
 #include "zero1/ledger.h"
 #include "zero1/trace.h"
 
@@ -104,14 +105,48 @@ static float* hook_embedding_grad_rows(void* ctx, int tensor, const int* tokens,
     return rows;
 }
 
+// ---------------------------------------------------------------------------- the trace
+
+// --trace FILE: this rank's FILE.rankN.json (a FILE ending in .json loses it first); returns
+// the prefix's length.
+static int trace_path(const Zero1Optimizer* z, char* path) {
+    const char* f = z->cfg.trace_file;
+    size_t len = strlen(f);
+    if (len > 5 && strcmp(f + len - 5, ".json") == 0) len -= 5;
+    path_format(path, PATH_MAX_LEN, "%.*s.rank%d.json", (int)len, f, world_rank(z));
+    return (int)len;
+}
+
+static void write_trace(Zero1Optimizer* z, int at_end) {
+    char path[PATH_MAX_LEN];
+    int len = trace_path(z, path);
+    zero1_tracer_write(z->tracer, path);
+    if (at_end && world_rank(z) == 0) printf("zero1: trace written to %.*s.rank*.json\n", len, z->cfg.trace_file);
+}
+
+// The trace's file checked (a bad path stops the job now, not at the first rewrite) and
+// every rank's clock measured against rank 0's.
+static Zero1Tracer* start_trace(Zero1Optimizer* z) {
+    char path[PATH_MAX_LEN];
+    trace_path(z, path);
+    file_replace_check(path, "--trace");
+    Zero1Tracer* t = zero1_tracer_create(world_rank(z));
+    double skew_us = seam_trace_clock_skew_us(world_rank(z));
+    zero1_tracer_set_clock(t, zero1_trace_clock_sync(skew_us), skew_us);
+    if (z->cfg.trace_from) zero1_tracer_set_steps(t, z->cfg.trace_from, z->cfg.trace_to);
+    return t;
+}
+
 // ---------------------------------------------------------------------------- the table
 
 static void op_load_weights(Optimizer* o, const float* dense) {
     zero1_load_weights(impl(o)->rt, dense, impl(o)->dense_offsets);
 }
 static void op_begin_step(Optimizer* o, int step) {
-    impl(o)->step = step;
-    zero1_begin_step(impl(o)->rt, step);
+    Zero1Optimizer* z = impl(o);
+    z->step = step;
+    zero1_tracer_step_begin(z->tracer, step + 1, z->backend->device.compute);
+    zero1_begin_step(z->rt, step);
 }
 static void op_begin_micro_step(Optimizer* o, int is_last) { zero1_begin_micro_step(impl(o)->rt, is_last); }
 static float op_read_norm(Optimizer* o) {
@@ -130,8 +165,12 @@ static int gate_at_norm(void* ctx) {
     return g->gate->skip(g->gate->ctx, op_read_norm(g->o));
 }
 static void op_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
+    Zero1Optimizer* z = impl(o);
     GateAtNorm g = {o, gate};
-    zero1_finish_step(impl(o)->rt, step, lr, gate ? gate_at_norm : NULL, &g, blocked_ms);
+    zero1_finish_step(z->rt, step, lr, gate ? gate_at_norm : NULL, &g, blocked_ms);
+    zero1_tracer_step_end(z->tracer, z->backend->device.compute);
+    // Every rank rewrites its trace at the same steps; the last step of --trace-steps completes it.
+    if (z->tracer && ((step + 1) % z->cfg.trace_every == 0 || step + 1 == z->cfg.trace_to)) write_trace(z, 0);
 }
 static void op_sync_params(Optimizer* o) {
     zero1_sync_params(impl(o)->rt);
@@ -272,17 +311,6 @@ static double* gather_rows(Zero1Optimizer* z, const double* mine, int width) {
     return rows;
 }
 
-static void write_trace(Zero1Optimizer* z) {
-    int rank = world_rank(z);
-    char path[PATH_MAX_LEN];
-    const char* f = z->cfg.trace_file;
-    size_t len = strlen(f);
-    if (len > 5 && strcmp(f + len - 5, ".json") == 0) len -= 5;
-    path_format(path, sizeof(path), "%.*s.rank%d.json", (int)len, f, rank);
-    zero1_tracer_write(z->tracer, path);
-    if (rank == 0) printf("zero1: trace written to %.*s.rank*.json\n", (int)len, f);
-}
-
 static void op_print_end(Optimizer* o) {
     Zero1Optimizer* z = impl(o);
     struct rusage ru;
@@ -318,10 +346,7 @@ static void op_print_end(Optimizer* o) {
         printf("zero1: split embedding: rank 0 sent %.1f rows per step to other ranks (%.1f KiB per step)\n", per_step,
                per_step * z->embedding_width * sizeof(float) / 1024.0);
     }
-    if (z->tracer) {
-        zero1_tracer_resolve(z->tracer);
-        write_trace(z);
-    }
+    if (z->tracer) write_trace(z, 1);
 }
 
 static void op_destroy(Optimizer* o) {
@@ -401,7 +426,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
               cfg->dist_opt_instances, backend->device.ops->name, instances_of(backend),
               instances_of(backend) == 1 ? "" : "s", backend->cross ? "there" : "missing");
     }
-    z->tracer = cfg->trace_file ? zero1_tracer_create(world_rank(z)) : NULL;
+    z->tracer = cfg->trace_file ? start_trace(z) : NULL;
     if (!backend->host_model) zero1_tracer_use_device(z->tracer, &backend->device);
     Zero1Options opt = options_from(cfg, spec, compute_dtype, comm->size * instances_of(backend));
     z->embedding_width = spec->embedding_width;
