@@ -74,6 +74,13 @@ const OptionSpec TRAIN_OPTIONS[] = {
      "a step whose loss or grad norm is not finite is skipped; more than N such steps in a row stop the run (0: stop "
      "at the first)"},
     {NULL, "--trace", OPT_STR, CLI_FIELD(trace_file), 0, 0, "write a Chrome trace per rank to FILE.rankN.json"},
+    {NULL, "--tensorboard", OPT_INT, CLI_FIELD(tensorboard), 0, 1,
+     "1: rank 0 writes TensorBoard event files (the step line's figures, val loss) into --tensorboard-dir; 0: none"},
+    {NULL, "--tensorboard-dir", OPT_STR, CLI_FIELD(tensorboard_dir), 0, 0,
+     "directory of the TensorBoard event files (created if missing; none given: -o)"},
+    {NULL, "--straggler-every", OPT_INT, CLI_FIELD(straggler_every), 0, INT_MAX,
+     "every N steps gather each rank's busy and comm-wait times: min, median, max and the slowest rank in main.log "
+     "and TensorBoard (0: never)"},
     {NULL, "--param-dtype", OPT_DTYPE, CLI_FIELD(param_dtype), 0, 0, "fp32|bf16 storage of the param buffer"},
     {NULL, "--stochastic-rounding", OPT_FLAG, CLI_FIELD(stochastic_rounding), 0, 0,
      "round the fp32 master into the bf16 params stochastically after each AdamW step (unbiased; the bits depend only "
@@ -155,6 +162,8 @@ void config_defaults(TrainConfig* c, const TrainerBuild* build) {
     c->attention = "flash";
     c->recompute = 1;
     c->fused_kernels = 1;
+    c->tensorboard = 1;
+    c->straggler_every = 10;
 }
 
 const char* cli_value_text(const void* fields, const OptionSpec* o, char* buf, size_t n) {

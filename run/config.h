@@ -82,6 +82,9 @@ typedef struct {
     const char* attention;      // GPU: --attention flash|naive|cudnn (llmc/gpt2_kernels.h)
     int recompute;              // GPU: -r 1 recomputes GELU in the backward
     int fused_kernels;          // GPU: --fused-kernels 0 runs the unfused reference kernels
+    int tensorboard;            // --tensorboard 1: rank 0 writes event files (run/tensorboard.h)
+    const char* tensorboard_dir;  // where (NULL: -o)
+    int straggler_every;        // every N steps the ranks' time spread (run/metrics.h); 0: never
 } TrainConfig;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_DTYPE, OPT_BUCKET } OptionKind;

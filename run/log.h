@@ -39,7 +39,8 @@ void logger_open(Logger* lg, const char* dir, int append);
 
 void logger_line(Logger* lg, const char* fmt, ...) LLMC_PRINTF(2, 3);
 
-void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms);
+// more: the fields appended after llm.c's (run/metrics.h's metrics_format_log).
+void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms, const char* more);
 
 void logger_log_val(Logger* lg, int step, float loss);
 // The train data's epoch (0-based) began with step's batch.

@@ -33,6 +33,7 @@ typedef struct {
     void (*begin_step)(int step, BatchFn* batch, void** batch_ctx);
     FILE* (*data_trace)(int rank);
     const char* (*blas_corename)(void);
+    void (*slow_step)(int rank);
 } RunSeams;
 
 // NULL in the product; a test build's dev/test/seams.c sets it before main runs.
@@ -51,6 +52,8 @@ void seam_begin_step(int step, BatchFn* batch, void** batch_ctx);
 FILE* seam_data_trace(int rank);
 // The OpenBLAS kernels a test build pretends OpenBLAS chose, or NULL (run/blas_cores.h).
 const char* seam_blas_corename(void);
+// As each step's time starts: a rank made slow (a straggler) sleeps.
+void seam_slow_step(int rank);
 
 #ifdef __cplusplus
 }
