@@ -566,6 +566,9 @@ static void set_gpu_metrics(Metrics* m) {
         snprintf(what, sizeof(what), "%s (%s), dense %s %.1f TFLOPS per GPU", chip->chip, prop.name,
                  bf16 ? "BF16" : "FP32", tflops);
         metrics_set_peak(m, tflops * 1e12, what);
+    } else if (ON_CPU_LAYER) {
+        snprintf(what, sizeof(what), "the CPU execution layer plays '%s': no GPU's peak applies", prop.name);
+        metrics_set_peak(m, 0, what);
     } else {
         snprintf(what, sizeof(what), "'%s' is not a chip whose dense %s peak is known (run/chip_peaks.c)", prop.name,
                  bf16 ? "BF16" : "FP32");

@@ -129,7 +129,7 @@ void metrics_format_log(const StepMetrics* s, char* buf, size_t n) {
 }
 
 void metrics_format_spread(const StepMetrics* s, int step, char* buf, size_t n) {
-    snprintf(buf, n, "s:%d straggle busy_ms:%.3f/%.3f/%.3f@%d comm_ms:%.3f/%.3f/%.3f@%d\n", step, s->busy.min,
+    snprintf(buf, n, "s:%d busy_ms:%.3f/%.3f/%.3f@%d comm_ms:%.3f/%.3f/%.3f@%d\n", step, s->busy.min,
              s->busy.median, s->busy.max, s->busy.max_rank, s->comm.min, s->comm.median, s->comm.max,
              s->comm.max_rank);
 }

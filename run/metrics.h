@@ -72,7 +72,8 @@ RankSpread rank_spread(const double* v, int n);
 void metrics_format_line(const StepMetrics* s, char* buf, size_t n);
 // What main.log's train line appends: " tps:... mfu:... comm:... mem:... gmem:... slow:<ms>@<rank>".
 void metrics_format_log(const StepMetrics* s, char* buf, size_t n);
-// A straggler step's own main.log line: "s:12 straggle busy_ms:min/med/max@rank comm_ms:min/med/max@rank".
+// A straggler step's own main.log line: "s:12 busy_ms:min/med/max@rank comm_ms:min/med/max@rank"
+// (every word key:value, as the readers of llm.c's lines split them).
 void metrics_format_spread(const StepMetrics* s, int step, char* buf, size_t n);
 
 // The step's scalars for TensorBoard (run/tensorboard.h; docs/formats.md's tags): the

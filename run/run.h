@@ -11,7 +11,8 @@
  *   run_evaluate    validation, HellaSwag and samples where due; 0 once the last step is done
  *   run_step_begin  the step's learning rate and batches (--skip-batches, -a 1, a test
  *                   build's planted faults: run/seams.h)
- *   run_step_end    the step line, main.log, divergence, the checkpoint every -n steps
+ *   run_step_end    the figures over the ranks (run/metrics.h), the step line, main.log and
+ *                   TensorBoard (run/tensorboard.h), divergence, the checkpoint every -n steps
  *   run_end         the average step, the replica check, the optimizer's report
  *   run_close       the files closed, MPI finalized: the exit status
  *

@@ -1,6 +1,8 @@
 """Checks the trainers' TensorBoard event files with TensorBoard's own reader.
 
     tensorboard_check.py LOGDIR MAIN_LOG [--files N]
+    tensorboard_check.py --records FILE
+
 
 Loads LOGDIR with the real `tensorboard` package's EventAccumulator (on PYTHONPATH:
 dev/test/tensorboard_peer.sh) and compares every scalar it shows with main.log, parsed here
@@ -8,17 +10,42 @@ on its own with its own key -> tag map (docs/formats.md): the same (tag, step) p
 step once per tag (a resumed run's repeated steps dropped), and the same values to the
 precision main.log prints them at. --files N: LOGDIR holds N event files (one per run
 segment). Prints one summary line; exit 1 with the differences.
+--records FILE: walks FILE's TFRecord framing itself, each masked CRC32C checked with
+dev/test/crc32c_reference.py's bitwise CRC: prints the number of whole records; exit 1 when
+a CRC is wrong or the file does not end at a record's end (a cut record).
 """
 import argparse
 import collections
 import decimal
 import glob
 import os
+import struct
 import sys
 
-from tensorboard.backend.event_processing import event_accumulator
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crc32c_reference import crc32c_bitwise  # noqa: E402
 
-# main.log's train-line keys -> tags; "slow" and the straggle line's fields are split below.
+
+def masked_crc(data):
+    c = crc32c_bitwise(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def walk_records(path):
+    data, at, n = open(path, "rb").read(), 0, 0
+    while at < len(data):
+        if len(data) - at < 16:
+            return n, f"{len(data) - at} bytes after record {n}: a cut record"
+        length, length_crc = struct.unpack_from("<QI", data, at)
+        if length_crc != masked_crc(data[at:at + 8]) or at + 16 + length > len(data):
+            return n, f"record {n + 1} at byte {at}: bad length or a cut record"
+        body = data[at + 12:at + 12 + length]
+        if struct.unpack_from("<I", data, at + 12 + length)[0] != masked_crc(body):
+            return n, f"record {n + 1} at byte {at}: wrong data CRC"
+        at, n = at + 16 + length, n + 1
+    return n, None
+
+# main.log's train-line keys -> tags; "slow" and the busy_ms line's fields are split below.
 TRAIN_TAGS = {"trl": "train/loss", "norm": "train/grad_norm", "lr": "train/lr", "ms": "train/step_ms",
               "tps": "perf/tokens_per_s", "mfu": "perf/mfu_percent", "comm": "perf/comm_wait_ms",
               "mem": "memory/host_peak_mib", "gmem": "memory/device_peak_mib"}
@@ -55,7 +82,7 @@ def parse_main_log(path):
             put("straggler/slowest_rank", step, rank)
         elif "skp" in fields:
             skipped.add(step)
-        elif words[1:2] == ["straggle"]:
+        elif "busy_ms" in fields:
             for key, (prefix, rank_tag) in SPREAD.items():
                 values, rank = fields[key].split("@")
                 for name, text in zip(("min", "median", "max"), values.split("/")):
@@ -70,6 +97,11 @@ def parse_main_log(path):
 
 
 def main():
+    if sys.argv[1:2] == ["--records"]:
+        n, problem = walk_records(sys.argv[2])
+        print(f"{n} whole records" + (f"; {problem}" if problem else ""))
+        sys.exit(1 if problem else 0)
+    from tensorboard.backend.event_processing import event_accumulator
     ap = argparse.ArgumentParser()
     ap.add_argument("logdir")
     ap.add_argument("main_log")

@@ -5,7 +5,7 @@
 #
 #   straggler    np 2, rank 1 made slow (LLMC_TEST_SLOW_RANK=1:400, a test seam) for 4 steps
 #                with --straggler-every 2: every train line of main.log names rank 1 as the
-#                slowest (slow:<ms>@1, at least the 400 ms it slept), the straggle lines at
+#                slowest (slow:<ms>@1, at least the 400 ms it slept), the busy_ms lines at
 #                steps 2 and 4 give it the max busy time and rank 0 the max comm wait; the
 #                header names the measured matmul rate MFU counts against, every train line
 #                has tps:, mfu:, comm:, mem:
@@ -18,6 +18,11 @@
 #   planted      one CRC byte of a record flipped: the real reader stops there and the
 #                check fails, naming what is missing
 #   bad_dir      --tensorboard-dir naming a regular file: one error line, exit non-zero
+#   full_disk    the event files on a 64 KiB tmpfs with one page left (root, a private mount
+#                namespace; else SKIPPED), main.log elsewhere: the job stops at the step whose
+#                event did not fit, with one error naming the file; the file ends at a whole
+#                record (its framing and CRCs walked by tensorboard_check.py --records, with
+#                dev/test/crc32c_reference.py's CRC) and holds every step before that one
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 small_model "$TMP" || fatal "the small model (build, oracle)"
@@ -37,8 +42,8 @@ if selected straggler; then
         awk '/ trl:/ { n++; if ($0 !~ / tps:[0-9]+ mfu:[0-9.]+ comm:[0-9.]+ mem:[0-9.]+ slow:/) bad++;
                        split($NF, s, "[:@]"); if (s[3] != 1 || s[2] < 400) bad++ }
              END { print n " train lines, " bad+0 " bad"; exit !(n == 4 && bad == 0) }' "$LOG"
-    check "straggle lines at steps 2 and 4: busy max rank 1 (>= 400 ms), comm max rank 0" \
-        awk '/ straggle / { n++; steps = steps " " substr($1, 3); split($3, b, "[:/@]"); split($4, c, "[:/@]");
+    check "busy_ms lines at steps 2 and 4: busy max rank 1 (>= 400 ms), comm max rank 0" \
+        awk '/ busy_ms:/ { n++; steps = steps " " substr($1, 3); split($2, b, "[:/@]"); split($3, c, "[:/@]");
                             print; if (b[4] < 400 || b[5] != 1 || c[5] != 0 || !(b[2] <= b[3] && b[3] <= b[4])) bad++ }
              END { exit !(steps == " 2 4" && bad == 0) }' "$LOG"
     check_match "the step line names the slowest rank" "^step    4/4 .* \| slowest rank 1 [0-9.]+ ms" "$TMP/slow.log"
@@ -105,4 +110,30 @@ fi
 BASE=("${COMMON[@]}" -x 1 -v 0)
 touch "$TMP/a_file"
 expect_error bad_dir 1 "$TMP/a_file" -- --tensorboard-dir "$TMP/a_file"
+
+# ---- a full disk under the event files
+if ! selected full_disk; then :
+elif [ "$(id -u)" != 0 ] || ! unshare -m --propagation private true 2>/dev/null; then
+    skip "full_disk" "needs root and unshare -m for a small tmpfs (not run here)"
+else
+    mkdir -p "$TMP/fs"
+    unshare -m --propagation private bash -c '
+        fs=$1; shift
+        mount -t tmpfs -o size=64k tmpfs "$fs" || exit 97
+        dd if=/dev/zero of="$fs/fill" bs=4096 count=15 status=none
+        timeout 60 "$@" --tensorboard-dir "$fs"
+        rc=$?
+        cp "$fs"/events.out.tfevents.* "$fs.events" 2>/dev/null
+        exit $rc' _ "$TMP/fs" $BIN "${COMMON[@]}" -x 1000 -v 0 -o "$TMP/full" >"$TMP/full.log" 2>&1
+    rc=$?
+    steps=$(grep -c '^s:[0-9]* trl:' "$TMP/full/main.log" 2>/dev/null)
+    records=$($PY dev/test/tensorboard_check.py --records "$TMP/fs.events" 2>&1)
+    if [ $rc != 0 ] && [ $rc != 97 ] && [ $rc != 124 ] && [ "$(grep -c 'error:' "$TMP/full.log")" = 1 ] &&
+       grep -q "error: cannot write $TMP/fs/events.out.tfevents.*: No space left on device" "$TMP/full.log" &&
+       [ "${steps:-0}" -gt 2 ] && [ "$records" = "$steps whole records" ]; then
+        ok "full_disk: stopped at step $steps, the event file whole ($records: file_version and steps 1..$((steps - 1)))"
+    else
+        not_ok "full_disk: exit $rc, $steps steps in main.log, the event file: $records" "$TMP/full.log"
+    fi
+fi
 done_testing
