@@ -211,7 +211,7 @@ static void tb_drop_repeated_in(const char* dir, int start_step) {
 // ---------------------------------------------------------------------------- writing
 
 static void tb_write_record(TensorBoard* tb, const unsigned char* data, size_t n) {
-    if (tb->fd < 0 || tb->write_errno) return;  // after a failure, nothing more (the job is ending)
+    if (!tb->active || tb->write_errno) return;  // after a failure, nothing more (the job is ending)
     unsigned char record[TB_MAX_EVENT + 16];
     uint64_t len = n;
     memcpy(record, &len, 8);
@@ -226,7 +226,9 @@ static void tb_write_record(TensorBoard* tb, const unsigned char* data, size_t n
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             tb->write_errno = w < 0 ? errno : ENOSPC;
-            if (ftruncate(tb->fd, tb->size) != 0) {}  // never a cut record; if even this fails, the reader stops there
+            // Never a cut record: back to the last whole one (should this fail too, the reader stops at the cut).
+            int cut_back = ftruncate(tb->fd, tb->size);
+            (void)cut_back;
             return;
         }
         done += (size_t)w;
@@ -236,7 +238,6 @@ static void tb_write_record(TensorBoard* tb, const unsigned char* data, size_t n
 
 void tensorboard_open(TensorBoard* tb, const char* dir, int start_step) {
     memset(tb, 0, sizeof(*tb));
-    tb->fd = -1;
     if (!dir) return;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) fatal("cannot create the TensorBoard directory %s: %s", dir, strerror(errno));
     tb_drop_repeated_in(dir, start_step);
@@ -247,13 +248,14 @@ void tensorboard_open(TensorBoard* tb, const char* dir, int start_step) {
                 (long)getpid());
     tb->fd = open(tb->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (tb->fd < 0) fatal("cannot create %s: %s", tb->path, strerror(errno));
+    tb->active = 1;
     unsigned char event[TB_MAX_EVENT];
     tb_write_record(tb, event, tb_event(event, sizeof(event), 0, "brain.Event:2", NULL, 0));
     tensorboard_check(tb);
 }
 
 void tensorboard_write(TensorBoard* tb, int step, const TbScalar* values, int n) {
-    if (tb->fd < 0) return;
+    if (!tb->active) return;
     unsigned char event[TB_MAX_EVENT];
     tb_write_record(tb, event, tb_event(event, sizeof(event), step, NULL, values, n));
 }
@@ -266,7 +268,7 @@ void tensorboard_check(const TensorBoard* tb) {
 }
 
 void tensorboard_close(TensorBoard* tb) {
-    if (tb->fd >= 0 && close(tb->fd) != 0 && !tb->write_errno) tb->write_errno = errno;
-    tb->fd = -1;
+    if (tb->active && close(tb->fd) != 0 && !tb->write_errno) tb->write_errno = errno;
+    tb->active = 0;
     tensorboard_check(tb);
 }

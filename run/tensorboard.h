@@ -27,7 +27,8 @@ extern "C" {
 #endif
 
 typedef struct {
-    int fd;                    // -1: not written (not rank 0, no directory, --tensorboard 0)
+    int active;                // 0 (as zeroed): not written (not rank 0, no directory, --tensorboard 0)
+    int fd;
     char path[PATH_MAX_LEN];
     off_t size;                // the bytes of the whole records written
     int write_errno;           // the first failed write's errno; 0 while every write succeeded

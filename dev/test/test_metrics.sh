@@ -57,7 +57,7 @@ peer_ready() {
     PEER=$(bash dev/test/tensorboard_peer.sh "$(bash dev/test/tensorboard_peer.sh --pinned)" 2>"$TMP/peer.err") || rc=$?
     [ $rc = 0 ] && return 0
     PEER=
-    if [ $rc = 2 ]; then missing PYPI "$1" "$(grep -m1 SKIPPED "$TMP/peer.err")"
+    if [ $rc = 2 ]; then missing PYPI "$1" "$(sed -n "s/^SKIPPED: //p" "$TMP/peer.err" | head -n 1)"
     else not_ok "$1: dev/test/tensorboard_peer.sh exited $rc" "$TMP/peer.err"; fi
     return 1
 }
