@@ -77,7 +77,8 @@ const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--tensorboard", OPT_INT, CLI_FIELD(tensorboard), 0, 1,
      "1: rank 0 writes TensorBoard event files (the step line's figures, val loss) into --tensorboard-dir; 0: none"},
     {NULL, "--tensorboard-dir", OPT_STR, CLI_FIELD(tensorboard_dir), 0, 0,
-     "directory of the TensorBoard event files (created if missing; none given: -o)"},
+     "directory of the TensorBoard event files (created if missing; none given: -o); one run's: a fresh run removes "
+     "the event files already there, a resume the events it repeats"},
     {NULL, "--straggler-every", OPT_INT, CLI_FIELD(straggler_every), 0, INT_MAX,
      "every N steps gather each rank's busy and comm-wait times: min, median, max and the slowest rank in main.log "
      "and TensorBoard (0: never)"},
