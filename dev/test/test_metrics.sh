@@ -47,6 +47,20 @@ if selected straggler; then
                             print; if (b[4] < 400 || b[5] != 1 || c[5] != 0 || !(b[2] <= b[3] && b[3] <= b[4])) bad++ }
              END { exit !(steps == " 2 4" && bad == 0) }' "$LOG"
     check_match "the step line names the slowest rank" "^step    4/4 .* \| slowest rank 1 [0-9.]+ ms" "$TMP/slow.log"
+    check "mfu: = tps x (6N + 6LCT) / (2 ranks x the header's rate); at 2 ranks the median is the mean of min and max" \
+        $PY - "$TMP/slow.log" "$LOG" <<'PYEOF'
+import re, sys
+out, log = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+L, C, N = (int(x) for x in re.search(r"GPT-2: L=(\d+) NH=\d+ C=(\d+) .*, (\d+) parameters", out).groups())
+rate = float(re.search(r"measured matmul rate, ([0-9.]+) GFLOP/s", out).group(1)) * 1e9
+T, world = 32, 2
+for tps, mfu in re.findall(r" tps:(\d+) mfu:([0-9.]+)", log):
+    want = 100 * int(tps) * (6 * N + 6 * L * C * T) / (world * rate)
+    assert abs(float(mfu) - want) <= 5e-3 * want, (tps, mfu, want)  # tps and the rate as printed: rounded
+for lo, med, hi in re.findall(r" busy_ms:([0-9.]+)/([0-9.]+)/([0-9.]+)@", log):
+    assert abs(float(med) - (float(lo) + float(hi)) / 2) <= 0.0015, (lo, med, hi)
+print("N", N, "L", L, "C", C, "rate", rate / 1e9, "GFLOP/s: every mfu and median as computed here")
+PYEOF
 fi
 
 # ---- TensorBoard's own reader
