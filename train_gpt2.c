@@ -296,16 +296,19 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
         gpt2_backward(m, loss_scale);
     }
     float loss = (float)(loss_sum / k);
+    double loss_wait_ms = wall_ms();  // where the ranks first wait for a late one: comm wait too
     if (tr->cfg.dp_invariant) {
         r.loss = step_dp_invariant_loss(tr->micro_losses, k, tr->world, step + 1);
     } else {
         if (tr->world > 1) mpi_allreduce_sum_deadline(&loss, 1, MPI_FLOAT, "loss all-reduce", step + 1);
         r.loss = loss / tr->world;
     }
+    loss_wait_ms = wall_ms() - loss_wait_ms;
     StepGate g;
     UpdateGate gate;
     opt->ops->finish_step(opt, step, lr, step_gate_begin(&g, &gate, outliers, &tr->cfg, &r, NULL, NULL),
                           &r.comm_blocked_ms);
+    r.comm_blocked_ms += loss_wait_ms;
     r.grad_norm = opt->ops->read_norm(opt);
     return r;
 }
@@ -366,6 +369,32 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
 static void trainer_write_grad(void* t, int tensor, float value) { ((Trainer*)t)->model.grad[tensor][0] = value; }
 static void trainer_write_loss(void* t, float value) { ((Trainer*)t)->model.mean_loss = value; }
 
+// MFU's peak on the CPU: the rate of the trainer's own matmul (its threads, OpenBLAS's
+// kernels) on a block of the model's shape, best of a few calls: about 10 ms at start.
+static void set_cpu_peak(Metrics* m, const GPT2Config* mc) {
+    int BT = 128, C = mc->channels, OC = 4 * mc->channels;
+    float* inp = (float*)mallocCheck((size_t)BT * C * sizeof(float));
+    float* weight = (float*)mallocCheck((size_t)OC * C * sizeof(float));
+    float* out = (float*)mallocCheck((size_t)BT * OC * sizeof(float));
+    for (size_t i = 0; i < (size_t)BT * C; i++) inp[i] = (float)(i % 13) * 0.01f;
+    for (size_t i = 0; i < (size_t)OC * C; i++) weight[i] = (float)(i % 7) * 0.01f;
+    double best_ms = 1e30;
+    for (int i = 0; i < 4; i++) {  // the first call pages the buffers in
+        double t0 = wall_ms();
+        matmul_forward(out, inp, weight, NULL, BT, C, OC);
+        double ms = wall_ms() - t0;
+        if (i > 0 && ms < best_ms) best_ms = ms;
+    }
+    double rate = 2.0 * BT * C * OC / (best_ms / 1e3);
+    char what[200];
+    snprintf(what, sizeof(what), "this rank's measured matmul rate, %.1f GFLOP/s (%d x %d x %d, %d threads)",
+             rate / 1e9, BT, C, OC, omp_get_max_threads());
+    metrics_set_peak(m, rate, what);
+    free(inp);
+    free(weight);
+    free(out);
+}
+
 // ----------------------------------------------------------------------------
 // The run: its steps between run_begin (main: MPI, flags, -y 1's checkpoint) and the end
 
@@ -379,6 +408,7 @@ static int train(Run* run) {
         char fields[32], line[512];
         snprintf(fields, sizeof(fields), "%d threads", omp_get_max_threads());
         cpu_threads_describe(&threads, line, sizeof(line));
+        set_cpu_peak(&run->metrics, &tr.model.config);
         RunEvals evals = {trainer_evaluate, hellaswag_rows, next_token_logits, &tr};
         for (int step = run_start(run, fields, line); run_evaluate(run, step, &evals); step++) {
             RunBatch b = run_step_begin(run, step);

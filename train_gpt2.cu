@@ -25,6 +25,7 @@
 
 #include "llmc/adamw.h"
 #include "llmc/gpt2_spec.h"
+#include "run/chip_peaks.h"
 #include "run/memory_check.h"
 #include "run/model_file.h"
 #include "run/mpi_wait.h"
@@ -543,6 +544,13 @@ static void describe_trainer(const Trainer* tr, char* fields, size_t nf, char* l
              attention_kind_name(k->attention), k->recompute_gelu, k->fused, ledger);
 }
 
+static size_t gpu_memory_in_use(void* unused) {
+    (void)unused;
+    size_t free_bytes, total_bytes;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes - free_bytes;
+}
+
 static void print_gpu_memory(const Trainer* tr) {
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -567,6 +575,32 @@ static void trainer_write_loss(void* t, float value) {
     cudaCheck(cudaMemcpyAsync(m->d_loss, &value, sizeof(float), cudaMemcpyHostToDevice, m->stream));
 }
 
+// MFU's peak: this GPU's dense rate for the build's precision (run/chip_peaks.h); the
+// device memory in use, whose peak over the steps the step line reports.
+static void set_gpu_metrics(Metrics* m) {
+    int device;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
+    const ChipPeak* chip = chip_peak_find(prop.name);
+    int bf16 = sizeof(floatX) == 2;
+    char what[200];
+    if (chip && !ON_CPU_LAYER) {
+        double tflops = bf16 ? chip->bf16_tflops : chip->fp32_tflops;
+        snprintf(what, sizeof(what), "%s (%s), dense %s %.1f TFLOPS per GPU", chip->chip, prop.name,
+                 bf16 ? "BF16" : "FP32", tflops);
+        metrics_set_peak(m, tflops * 1e12, what);
+    } else if (ON_CPU_LAYER) {
+        snprintf(what, sizeof(what), "the CPU execution layer plays '%s': no GPU's peak applies", prop.name);
+        metrics_set_peak(m, 0, what);
+    } else {
+        snprintf(what, sizeof(what), "'%s' is not a chip whose dense %s peak is known (run/chip_peaks.c)", prop.name,
+                 bf16 ? "BF16" : "FP32");
+        metrics_set_peak(m, 0, what);
+    }
+    metrics_set_device(m, gpu_memory_in_use, NULL);
+}
+
 // ----------------------------------------------------------------------------
 // The run: its steps between run_begin (main: MPI, flags, -y 1's checkpoint) and the end
 
@@ -581,6 +615,7 @@ static int train(Run* run) {
         RunEvals evals = {trainer_evaluate, hellaswag_rows, next_token_logits, &tr};
         char fields[160], line[256];  // what run_start prints of this trainer
         describe_trainer(&tr, fields, sizeof(fields), line, sizeof(line));
+        set_gpu_metrics(&run->metrics);
         for (int step = run_start(run, fields, line); run_evaluate(run, step, &evals); step++) {
             RunBatch b = run_step_begin(run, step);
             StepResult r = trainer_step(&tr, step, b.lr, b.next, b.ctx, &run->outliers);

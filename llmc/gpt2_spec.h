@@ -79,6 +79,14 @@ static inline size_t gpt2_num_parameters(const GPT2Config* c) {
     return n;
 }
 
+// Model FLOPs per token of one training step, llm.c's definition (PaLM's, with the causal
+// half of attention): 6N for the forward and backward of every parameter's multiply-add,
+// plus 6 L C T for attention's QK^T and PV. The one formula MFU is counted with (the
+// trainers' step lines, dev/cost/).
+static inline double gpt2_flops_per_token(const GPT2Config* c, int T) {
+    return 6.0 * (double)gpt2_num_parameters(c) + 6.0 * c->num_layers * (double)c->channels * T;
+}
+
 // Weight decay applies to the 2-D tensors only: wte, wpe and the four weight matrices.
 static inline int gpt2_tensor_decays(const GPT2Config* c, int idx) {
     if (idx < 2) return 1;

@@ -79,6 +79,14 @@ const OptionSpec TRAIN_OPTIONS[] = {
      "rewrite)"},
     {NULL, "--trace-steps", OPT_STR, CLI_FIELD(trace_steps), 0, 0,
      "with --trace: A-B (or A), record only steps A to B (1-based, as the step lines count)"},
+    {NULL, "--tensorboard", OPT_INT, CLI_FIELD(tensorboard), 0, 1,
+     "1: rank 0 writes TensorBoard event files (the step line's figures, val loss) into --tensorboard-dir; 0: none"},
+    {NULL, "--tensorboard-dir", OPT_STR, CLI_FIELD(tensorboard_dir), 0, 0,
+     "directory of the TensorBoard event files (created if missing; none given: -o); one run's: a fresh run removes "
+     "the event files already there, a resume the events it repeats"},
+    {NULL, "--straggler-every", OPT_INT, CLI_FIELD(straggler_every), 0, INT_MAX,
+     "every N steps gather each rank's busy and comm-wait times: min, median, max and the slowest rank in main.log "
+     "and TensorBoard (0: never)"},
     {NULL, "--param-dtype", OPT_DTYPE, CLI_FIELD(param_dtype), 0, 0, "fp32|bf16 storage of the param buffer"},
     {NULL, "--stochastic-rounding", OPT_FLAG, CLI_FIELD(stochastic_rounding), 0, 0,
      "round the fp32 master into the bf16 params stochastically after each AdamW step (unbiased; the bits depend only "
@@ -184,6 +192,8 @@ void config_defaults(TrainConfig* c, const TrainerBuild* build) {
     c->muon_scale = "spectral";
     c->muon_extra_scale = 1.0f;
     c->muon_split_qkv = 1;
+    c->tensorboard = 1;
+    c->straggler_every = 10;
 }
 
 const char* cli_value_text(const void* fields, const OptionSpec* o, char* buf, size_t n) {

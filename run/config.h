@@ -94,6 +94,9 @@ typedef struct {
     float muon_extra_scale;
     int muon_split_qkv;
     int muon_ns_bf16;           // GPU: Newton-Schulz's GEMMs in bf16 with fp32 accumulation
+    int tensorboard;            // --tensorboard 1: rank 0 writes event files (run/tensorboard.h)
+    const char* tensorboard_dir;  // where (NULL: -o)
+    int straggler_every;        // every N steps the ranks' time spread (run/metrics.h); 0: never
 } TrainConfig;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_DTYPE, OPT_BUCKET } OptionKind;

@@ -66,8 +66,8 @@ void logger_line(Logger* lg, const char* fmt, ...) {
     if (rc < 0 || fflush(lg->file) != 0) lg->write_errno = errno ? errno : EIO;
 }
 
-void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms) {
-    logger_line(lg, "s:%d trl:%.6f norm:%.9g lr:%.2e ms:%.1f\n", step, loss, norm, lr, ms);  // the norm to full float precision (dev/bench/)
+void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms, const char* more) {
+    logger_line(lg, "s:%d trl:%.6f norm:%.9g lr:%.2e ms:%.1f%s\n", step, loss, norm, lr, ms, more);  // the norm to full float precision (dev/bench/)
 }
 
 void logger_log_val(Logger* lg, int step, float loss) { logger_line(lg, "s:%d tel:%.6f\n", step, loss); }

@@ -1,8 +1,12 @@
 /*
  * main.log in the output directory, written by rank 0 only, one line per event, in
  * llm.c's format plus extra fields:  "s:12 trl:4.123456 norm:1.2345 lr:3.00e-04 ms:812.3"
- * for a train step, "s:12 tel:4.2345" for a validation loss and "s:12 eval:0.2500" for
- * a HellaSwag-style accuracy (-H 1). Flushed per line, so a
+ * for a train step, then appended (so llm.c's readers and scripts/plot_loss.sh still read
+ * it) the step metrics of run/metrics.h, " tps:1262 mfu:4.210 comm:3.100 mem:812.0
+ * slow:790.100@1" (and gmem: for a GPU); "s:12 busy_ms:min/med/max@rank
+ * comm_ms:min/med/max@rank" every --straggler-every steps; "s:12 tel:4.2345" for a
+ * validation loss and "s:12 eval:0.2500" for a HellaSwag-style accuracy (-H 1)
+ * (docs/formats.md has every line). Flushed per line, so a
  * crashed run keeps what it logged. On resume the log is appended to, once the entries
  * of the steps the resumed run repeats (those after its checkpoint) are dropped, so every
  * step appears once. A write that fails (a full disk) is remembered, not ignored: the
@@ -39,7 +43,8 @@ void logger_open(Logger* lg, const char* dir, int append);
 
 void logger_line(Logger* lg, const char* fmt, ...) LLMC_PRINTF(2, 3);
 
-void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms);
+// more: the fields appended after llm.c's (run/metrics.h's metrics_format_log).
+void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms, const char* more);
 
 void logger_log_val(Logger* lg, int step, float loss);
 // The train data's epoch (0-based) began with step's batch.

@@ -101,7 +101,10 @@ int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
                trainer_fields);
         if (trainer_line) printf("%s\n", trainer_line);
         optimizer_print_routing(cfg, mc);
+        printf("MFU: %s%s\n", run->metrics.peak_flops > 0 ? "against " : "not reported: ", run->metrics.peak_what);
     }
+    run->metrics.flops_per_token = gpt2_flops_per_token(mc, cfg->T);
+    run->metrics.straggler_every = cfg->straggler_every;
     run->opt->ops->print_start(run->opt);
     run->sample_rng = rng_seed((uint64_t)cfg->seed + 1337);
     // This job holds -o's lock now: temporaries there are dead, and after a full disk they
@@ -126,6 +129,9 @@ int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
         dataloader_reset(&run->train);
         dataloader_next_batch(&run->train);
     }
+    const char* tb_dir = cfg->tensorboard_dir ? cfg->tensorboard_dir : cfg->output_dir;
+    if (cfg->tensorboard && run->rank == 0 && tb_dir) run_dir_require();
+    tensorboard_open(&run->tensorboard, cfg->tensorboard && run->rank == 0 ? tb_dir : NULL, step);
     run->first_step = run->last_checkpoint = step;
     run->epoch = run->train.epoch;
     return step;
@@ -140,6 +146,7 @@ int run_evaluate(Run* run, int step, const RunEvals* evals) {
         float vl = evals->validation_loss(evals->ctx, &run->val);
         if (run->rank == 0) printf("val loss %.6f\n", vl);
         logger_log_val(&run->logger, step, vl);
+        tensorboard_write(&run->tensorboard, step, &(TbScalar){"val/loss", vl}, 1);
     }
     if (run->has_hellaswag && (last || (cfg->val_every > 0 && step % cfg->val_every == 0))) {
         HellaswagScore s = hellaswag_evaluate(&run->hellaswag, evals->hellaswag_rows, evals->ctx, cfg->B, cfg->T,
@@ -147,6 +154,7 @@ int run_evaluate(Run* run, int step, const RunEvals* evals) {
         float accuracy = (float)s.correct / (float)s.total;
         if (run->rank == 0) printf("step %d: hellaswag accuracy %.4f (%d/%d)\n", step, accuracy, s.correct, s.total);
         logger_log_eval(&run->logger, step, accuracy);
+        tensorboard_write(&run->tensorboard, step, &(TbScalar){"eval/hellaswag", accuracy}, 1);
     }
     if (cfg->sample_every > 0 && step > 0 && (step % cfg->sample_every == 0 || last)) {
         print_sample(evals->ctx, evals->next_token_logits, run->model, cfg->T, cfg->gen_tokens, run->rank, &run->tok,
@@ -176,6 +184,7 @@ RunBatch run_step_begin(Run* run, int step) {
     seam_begin_step(step, &b.next, &b.ctx);
     seam_stop_at("step", step + 1, "before step");
     run->step_start_ms = wall_ms();
+    seam_slow_step(run->rank);
     return b;
 }
 
@@ -184,15 +193,18 @@ static const char* const NONFINITE_WHAT[4] = {"", "loss", "grad norm", "loss and
 static const char* const NONFINITE_LOG_KEY[4] = {"", "loss", "norm", "loss+norm"};
 
 // The step line on rank 0 and main.log, and the epoch line when this step's batch began a pass.
-static void run_report_step(Run* run, const StepResult* r, double ms) {
+static void run_report_step(Run* run, const StepResult* r, double ms, const StepMetrics* m) {
     int step = r->step;
+    char line_more[160], log_more[160];
+    metrics_format_line(m, line_more, sizeof(line_more));
+    metrics_format_log(m, log_more, sizeof(log_more));
     if (run->rank == 0) {
         char why[64] = "";
         if (r->skipped) snprintf(why, sizeof(why), " | update skipped (%s%s)", r->nonfinite ? "non-finite " : "outlier",
                                  NONFINITE_WHAT[r->nonfinite]);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms%s\n",
-               step + 1, run->max_steps, r->loss, r->grad_norm, r->lr, ms, run->tokens_per_step / (ms / 1e3),
-               r->comm_blocked_ms, why);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms%s%s\n",
+               step + 1, run->max_steps, r->loss, r->grad_norm, r->lr, ms, m->tokens_per_s, r->comm_blocked_ms,
+               line_more, why);
         if (r->nonfinite) {
             printf("step %d: update skipped: non-finite %s (%d in a row; --max-nonfinite-steps %d)\n", step + 1,
                    NONFINITE_WHAT[r->nonfinite], run->nonfinite_in_a_row, run->cfg.max_nonfinite_steps);
@@ -202,7 +214,15 @@ static void run_report_step(Run* run, const StepResult* r, double ms) {
         }
         fflush(stdout);
     }
-    logger_log_train(&run->logger, step + 1, r->loss, r->grad_norm, r->lr, ms);
+    logger_log_train(&run->logger, step + 1, r->loss, r->grad_norm, r->lr, ms, log_more);
+    if (m->has_spread) {
+        char spread[256];
+        metrics_format_spread(m, step + 1, spread, sizeof(spread));
+        logger_line(&run->logger, "%s", spread);
+    }
+    TbScalar scalars[METRICS_MAX_SCALARS];
+    int n = metrics_scalars(m, r->loss, r->grad_norm, r->lr, ms, r->skipped, scalars);
+    tensorboard_write(&run->tensorboard, step + 1, scalars, n);
     if (r->skipped) {
         logger_line(&run->logger, "s:%d skp:1 zl:%.6g zn:%.6g%s%s\n", step + 1, r->z_loss, r->z_norm,
                     r->nonfinite ? " nf:" : "", NONFINITE_LOG_KEY[r->nonfinite]);
@@ -276,12 +296,15 @@ void run_step_end(Run* run, const StepResult* r) {
         run->timed_steps++;
     }
     run->nonfinite_in_a_row = r->nonfinite ? run->nonfinite_in_a_row + 1 : 0;
-    run_report_step(run, r, ms);
+    StepMetrics m;
+    metrics_step(&run->metrics, &m, step + 1, ms, r->comm_blocked_ms, run->tokens_per_step, run->rank, run->world);
+    run_report_step(run, r, ms, &m);
     run_stop_if_diverged(run, r);
     if (cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps)) {
         run_save_checkpoint(run, step + 1);
     }
     logger_check(&run->logger);  // a failed write ends the job, once this step's checkpoint was tried
+    tensorboard_check(&run->tensorboard);
 }
 
 // ---------------------------------------------------------------------------- the end
@@ -302,6 +325,7 @@ void run_end(Run* run, int replicas_identical) {
 
 int run_close(Run* run) {
     logger_close(&run->logger);
+    tensorboard_close(&run->tensorboard);
     run_dir_close();
     tokenizer_free(&run->tok);
     dataloader_free(&run->train);

@@ -11,7 +11,8 @@
  *   run_evaluate    validation, HellaSwag and samples where due; 0 once the last step is done
  *   run_step_begin  the step's learning rate and batches (--skip-batches, -a 1, a test
  *                   build's planted faults: run/seams.h)
- *   run_step_end    the step line, main.log, divergence, the checkpoint every -n steps
+ *   run_step_end    the figures over the ranks (run/metrics.h), the step line, main.log and
+ *                   TensorBoard (run/tensorboard.h), divergence, the checkpoint every -n steps
  *   run_end         the average step, the replica check, the optimizer's report
  *   run_close       the files closed, MPI finalized: the exit status
  *
@@ -30,10 +31,12 @@
 #include "run/dataloader.h"
 #include "run/eval.h"
 #include "run/log.h"
+#include "run/metrics.h"
 #include "run/optimizer.h"
 #include "run/outliers.h"
 #include "run/skip_batches.h"
 #include "run/step.h"
+#include "run/tensorboard.h"
 #include "run/tokenizer.h"
 
 #ifdef __cplusplus
@@ -55,6 +58,8 @@ typedef struct {
     int has_hellaswag;
     Tokenizer tok;
     Logger logger;                // main.log, appended to on resume
+    Metrics metrics;              // the step line's figures; the trainer sets its peak before run_start
+    TensorBoard tensorboard;      // rank 0's event files (run/tensorboard.h)
     int max_steps;
     long long tokens_per_step;
     // What a checkpoint saves besides the optimizer (run/checkpoint.h's state.txt)
@@ -87,8 +92,8 @@ void run_begin(Run* run, int* argc, char*** argv, const TrainerBuild* build, con
 int run_open(Run* run, const GPT2Config* model, Optimizer* opt);
 
 // Rank 0's start lines (the model; the run's shape, trainer_fields last; then the trainer's
-// own line, trainer_line, when not NULL) and the optimizer's ledger; -y 1's checkpoint
-// restored. Returns the first step.
+// own line, trainer_line, when not NULL; what MFU is counted against) and the optimizer's
+// ledger; -y 1's checkpoint restored; this segment's TensorBoard file. Returns the first step.
 int run_start(Run* run, const char* trainer_fields, const char* trainer_line);
 
 // Before step `step` runs, and once more after the last: validation and the HellaSwag-style
@@ -104,7 +109,8 @@ typedef struct {
 } RunBatch;
 RunBatch run_step_begin(Run* run, int step);
 
-// After the step: the step line and main.log, the divergence check (more non-finite steps
+// After the step: the figures over the ranks (collective: run/metrics.h), the step line,
+// main.log and TensorBoard, the divergence check (more non-finite steps
 // in a row than --max-nonfinite-steps end the run), the checkpoint every -n steps and at
 // the end, a failed main.log write ending the job.
 void run_step_end(Run* run, const StepResult* r);

@@ -34,6 +34,7 @@ typedef struct {
     FILE* (*data_trace)(int rank);
     const char* (*blas_corename)(void);
     double (*trace_clock_skew_us)(int rank);
+    void (*slow_step)(int rank);
 } RunSeams;
 
 // NULL in the product; a test build's dev/test/seams.c sets it before main runs.
@@ -55,6 +56,8 @@ const char* seam_blas_corename(void);
 // Microseconds added to this rank's trace clock (zero1/trace_clock.h), as if its host's
 // clock were that far off rank 0's; 0 in the product.
 double seam_trace_clock_skew_us(int rank);
+// As each step's time starts: a rank made slow (a straggler) sleeps.
+void seam_slow_step(int rank);
 
 #ifdef __cplusplus
 }

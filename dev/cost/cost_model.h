@@ -541,11 +541,7 @@ static inline double cost_block_time(const CostSetup* s, const CostList* l, int 
     return t;
 }
 
-// Model FLOPs per token, llm.c's definition (and PaLM's with the causal half): 6N for the
-// forward and backward of every parameter's multiply-add, plus 6 L C T for attention's
-// QK^T and PV over the causal half.
-static inline double cost_model_flops_per_token(const GPT2Config* c, int T) {
-    return 6.0 * (double)gpt2_num_parameters(c) + 6.0 * c->num_layers * (double)c->channels * T;
-}
+// Model FLOPs per token: llmc/gpt2_spec.h's, the trainers' MFU counts the same.
+static inline double cost_model_flops_per_token(const GPT2Config* c, int T) { return gpt2_flops_per_token(c, T); }
 
 #endif

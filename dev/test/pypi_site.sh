@@ -9,7 +9,8 @@
 # there and DIR/stamp holds REQ; a complete DIR is reused, so reruns need no network. The
 # wheels are fetched for CPython 3.12 (or 3.11) on x86-64 Linux, whatever this interpreter is:
 # only their Python sources are used, under Debian's python3 (3.11) and torch 1.13, with the
-# import shims the script that loads them names.
+# import shims the script that loads them names. PYPI_SITE_PYTHONS (default "3.12 3.11")
+# changes the versions tried: a peer with compiled wheels (numpy) needs the interpreter's own.
 # Messages go to stderr, prefixed NAME. Exit status: 0, DIR printed; 2 with one "SKIPPED: ..."
 # line when PyPI cannot be reached (the test then says SKIPPED, or fails under CI:
 # dev/test/test_lib.sh's PYPI); 1 when PyPI answers but the download or unpacking fails.
@@ -41,7 +42,7 @@ pypi_site() {
     echo "$name: fetching $want from PyPI into $dir" >&2
     local fetched=0 py
     # shellcheck disable=SC2086  # $want: one word per requirement
-    for py in 3.12 3.11; do
+    for py in ${PYPI_SITE_PYTHONS:-3.12 3.11}; do
         if "${pip[@]}" download --no-deps --no-cache-dir --quiet --timeout 30 --retries 1 --only-binary=:all: \
                 --python-version $py --implementation cp --abi "cp${py/./}" --platform manylinux_2_28_x86_64 \
                 -d "$tmp/whl" $want 2>"$tmp/pip.log"; then

@@ -242,10 +242,26 @@ row train_run2 on_layer CUDA_CPU_EXEC=lazy "$OUT/train_gpt2cu_BF16" "${FLAGS[@]}
 same_losses() {
     diff <(grep '^step' "$OUT/train_run1.log" | sed -E 's/ \| [0-9.]+ ms.*//') \
          <(grep '^step' "$OUT/train_run2.log" | sed -E 's/ \| [0-9.]+ ms.*//') &&
-    diff <(sed -E 's/ ms:.*//' "$OUT/run1/main.log") <(sed -E 's/ ms:.*//' "$OUT/run2/main.log") &&
+    diff <(grep -v ' busy_ms:' "$OUT/run1/main.log" | sed -E 's/ ms:.*//') \
+         <(grep -v ' busy_ms:' "$OUT/run2/main.log" | sed -E 's/ ms:.*//') &&
     [ "$(grep -c '^step' "$OUT/train_run1.log")" -eq "$STEPS" ] && echo "PASS $STEPS step lines and main.log identical"
 }
 row determinism same_losses
+# The step metrics of run/metrics.h in the GPU trainer (dev/test/test_metrics.sh has the
+# rest): MFU against the chip's peak named in the header (on the layer: none, and why), the
+# device memory's peak in main.log, and the event files TensorBoard's own reader loads.
+gpu_metrics() {
+    if [ $LAYER = 1 ]; then grep -q "^MFU: not reported: the CPU execution layer plays" "$OUT/train_run1.log" || return 1
+    else grep -qE "^MFU: (against .* dense BF16 .* TFLOPS per GPU|not reported: '.*' is not a chip whose)" \
+        "$OUT/train_run1.log" || return 1; fi
+    [ "$(grep -c ' trl:.* tps:.* gmem:[0-9.]* slow:' "$OUT/run1/main.log")" = "$STEPS" ] || return 1
+    local peer rc=0
+    peer=$(bash dev/test/tensorboard_peer.sh "$(bash dev/test/tensorboard_peer.sh --pinned)") || rc=$?
+    [ $rc = 2 ] && { echo "SKIPPED the TensorBoard reader: PyPI cannot be reached"; [ "${CI:-}" != true ]; return; }
+    [ $rc = 0 ] && PYTHONPATH="$peer/site" $PY dev/test/tensorboard_check.py "$OUT/run1" "$OUT/run1/main.log" --files 1 &&
+        grep -m1 '^MFU' "$OUT/train_run1.log" && echo "PASS MFU header, gmem: in main.log, TensorBoard = main.log"
+}
+row gpu_metrics gpu_metrics
 
 # Memory is checked before it is allocated (run/memory_check.h). A GPU too small for the
 # job refuses it at once, before any training, with one error naming the device need and

@@ -49,6 +49,8 @@
  * LLMC_TEST_TRACE_CLOCK_SKEW=RANK:US: that rank's trace clock reads US microseconds ahead
  * (negative: behind), as a host whose clock is off would; --trace's offsets must undo it
  * (dev/test/test_trace.sh).
+ * LLMC_TEST_SLOW_RANK=RANK:MS: that rank sleeps MS milliseconds at the start of every step,
+ * inside the step's time: a straggler for --straggler-every to name (test_metrics.sh).
  */
 #include <math.h>
 #include <signal.h>
@@ -274,8 +276,19 @@ static double seam_trace_clock_skew(int rank) {
     return skewed == rank ? us : 0.0;
 }
 
-static const RunSeams TEST_SEAMS = {test_stop_at, test_stop_in_wait, test_hooks_install, test_hooks_begin_step,
-                                    seam_data_trace_open, seam_blas_corename_fake, seam_trace_clock_skew};
+static void seam_slow_rank(int rank) {
+    const char* spec = getenv("LLMC_TEST_SLOW_RANK");
+    int slow_rank, ms, used = 0;
+    if (!spec) return;
+    if (sscanf(spec, "%d:%d%n", &slow_rank, &ms, &used) != 2 || spec[used] || ms < 0) {
+        fatal("LLMC_TEST_SLOW_RANK = '%s': expected RANK:MS", spec);
+    }
+    if (rank == slow_rank) usleep((useconds_t)ms * 1000);
+}
+
+static const RunSeams TEST_SEAMS = {test_stop_at,          test_stop_in_wait,       test_hooks_install,
+                                    test_hooks_begin_step, seam_data_trace_open,    seam_blas_corename_fake,
+                                    seam_trace_clock_skew, seam_slow_rank};
 
 // Before main: the program is a test build.
 __attribute__((constructor)) static void seams_install(void) { run_seams = &TEST_SEAMS; }

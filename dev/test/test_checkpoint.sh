@@ -100,7 +100,7 @@ done
 # (-d: 2 micro-steps) and -a 1 (the run's first batch every step, a resumed run's too). The
 # resumed directory gets the straight run's whole main.log, as a job killed after its last
 # step leaves it: after the resume every step appears once, with the straight run's values.
-log_values() { sed 's/ ms:[0-9.]*$//' "$1/main.log"; }   # main.log without the timings
+log_values() { sed -E 's/ ms:.*//; / busy_ms:/d' "$1/main.log"; }   # main.log without the timings
 exact_resume() {  # exact_resume NAME FLAGS...
     local name=$1 straight=$TMP/straight_$1 resumed=$TMP/resumed_$1
     shift

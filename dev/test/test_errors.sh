@@ -169,7 +169,7 @@ on_full_disk() {
         mount -t tmpfs -o size=64k tmpfs "$fs" || exit 97
         mkdir "$fs/out" && head -c 100 /dev/zero >"$fs/out/.lock"  # the lock file holds its page already
         dd if=/dev/zero of="$fs/fill" bs=4096 count=14 status=none
-        timeout 60 "$@" -o "$fs/out"
+        timeout 60 "$@" -o "$fs/out" --tensorboard 0  # its event files: test_metrics.sh
         rc=$?
         cp "$fs/out/main.log" "$fs.main.log" 2>/dev/null
         exit $rc' _ "$TMP/fs" "$BIN" "$@" >"$log" 2>&1
@@ -181,7 +181,7 @@ full_disk_cases() {
         rm -f "$TMP/fs.main.log"
         on_full_disk "$TMP/full_disk.log" "${BASE[@]}" -x 1000
         rc=$?
-        full=$(grep -c "^s:[0-9]* trl:.*ms:[0-9.]*$" "$TMP/fs.main.log" 2>/dev/null)
+        full=$(grep -c "^s:[0-9]* trl:.* slow:[0-9.]*@[0-9]*$" "$TMP/fs.main.log" 2>/dev/null)
         last=$(sed -n 's/^step *\([0-9]*\)\/1000 .*/\1/p' "$TMP/full_disk.log" | tail -n 1)
         msg=$(grep "error:" "$TMP/full_disk.log")
         if [ $rc -ne 0 ] && [ $rc -ne 97 ] && [ $rc -ne 124 ] && [ "$(grep -c "error:" "$TMP/full_disk.log")" = 1 ] &&
