@@ -6,7 +6,8 @@
 #           the second rewrite, each other event inside one of them;
 #   clock   np 2, rank 1's clock planted 5 s ahead (LLMC_TEST_TRACE_CLOCK_SKEW): the offset
 #           measured is -5 s within its bound, and the ends of the steps (each after the
-#           grad norm's all-reduce) line up across the ranks within the bound plus 2 ms,
+#           grad norm's all-reduce) line up across the ranks within the bound plus 50 ms (a
+#           loaded machine schedules the ranks late by milliseconds; the planted skew is 5 s),
 #           while the same times without the offset are 5 s apart (the check can fail);
 #   range   --trace-steps 3-5 holds the markers 3, 4, 5 and no event outside them;
 #   refused bad trace paths (missing directory, a file as the directory, a directory, a FIFO,
@@ -74,8 +75,8 @@ aligned = statistics.median(abs(ends[1][s] - ends[0][s]) for s in later)
 raw = statistics.median(abs(ends[1][s] - offset - ends[0][s]) for s in later)
 print(f"offset {offset:.1f} us (bound {bound:.1f}); step ends apart by {aligned:.1f} us (median), "
       f"{raw:.0f} us without the offset")
-assert aligned <= bound + 2000, "the ranks' step ends do not line up"
-assert abs(raw - skew) <= bound + 2000, "without the offset the ends should be the planted skew apart"
+assert aligned <= bound + 50000, "the ranks' step ends do not line up"
+assert abs(raw - skew) <= bound + 50000, "without the offset the ends should be the planted skew apart"
 PYEOF
     then
         ok "clock: np 2, rank 1 planted 5 s ahead: $(tail -n 1 "$TMP/clock.log")"
