@@ -22,7 +22,7 @@ const OptionSpec TRAIN_OPTIONS[] = {
      "cosine decay ends at lr * this (1: constant)"},
     {"-c", "--weight-decay", OPT_FLOAT, CLI_FIELD(weight_decay), 0, 10, "AdamW weight decay (2-D tensors only)"},
     {"-v", "--val-every", OPT_INT, CLI_FIELD(val_every), 0, INT_MAX, "validation loss every N steps (0: never)"},
-    {"-m", "--val-steps", OPT_INT, CLI_FIELD(val_steps), 1, INT_MAX, "validation batches per evaluation"},
+    {"-m", "--val-steps", OPT_INT, CLI_FIELD(val_steps), 1, INT_MAX, "validation batches per evaluation: global B x T batches, split over the ranks (at most the val split's)"},
     {"-H", "--hellaswag", OPT_INT, CLI_FIELD(hellaswag), 0, 1,
      "1: HellaSwag-style accuracy at every validation point (-v) and at the end (llm.c's -h 1 works too)"},
     {NULL, "--hellaswag-file", OPT_STR, CLI_FIELD(hellaswag_path), 0, 0,
