@@ -334,18 +334,16 @@ static int trainer_replicas_identical(void* t) {
 // ----------------------------------------------------------------------------
 // Evaluation, and the forwards of the HellaSwag-style eval and of samples
 
-static float trainer_evaluate(void* t, DataLoader* val) {
+static float trainer_evaluate(void* t, DataLoader* val, int batches) {
     Trainer* tr = (Trainer*)t;
-    dataloader_reset(val);
+    trainer_sync_params(tr);  // a rank without a batch (-m below the ranks) still completes its params
     double sum = 0.0;
-    for (int i = 0; i < tr->cfg.val_steps; i++) {
-        dataloader_next_batch(val);
+    for (int walked = 0; validation_next_batch(val, &walked, batches, tr->rank, tr->world);) {
         gpt2_forward(&tr->model, val->inputs, val->targets, tr->cfg.B, tr->cfg.T);
         sum += tr->model.mean_loss;
     }
-    float total = (float)(sum / tr->cfg.val_steps);
-    if (tr->world > 1) mpi_allreduce_sum_deadline(&total, 1, MPI_FLOAT, "validation loss all-reduce", -1);
-    return total / tr->world;
+    if (tr->world > 1) mpi_allreduce_sum_deadline(&sum, 1, MPI_DOUBLE, "validation loss all-reduce", -1);
+    return (float)(sum / batches);
 }
 
 // The HellaSwag-style eval's forward (run/eval.h): the per-position losses.

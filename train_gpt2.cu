@@ -494,18 +494,17 @@ static int trainer_replicas_identical(void* t) {
     return all_ranks_equal(params_fingerprint(tr), tr->world);
 }
 
-static float trainer_evaluate(void* t, DataLoader* val) {
+static float trainer_evaluate(void* t, DataLoader* val, int batches) {
     Trainer* tr = (Trainer*)t;
-    dataloader_reset(val);
+    trainer_sync_params(tr);  // a rank without a batch (-m below the ranks) still completes its params
     GPT2* m = &tr->model;
     cudaCheck(cudaMemsetAsync(m->d_loss, 0, sizeof(float), tr->gpu->stream));
-    for (int i = 0; i < tr->cfg.val_steps; i++) {
-        dataloader_next_batch(val);
+    for (int walked = 0; validation_next_batch(val, &walked, batches, tr->rank, tr->world);) {
         gpt2_forward(m, val->inputs, val->targets, tr->cfg.B, tr->cfg.T);
     }
     cudaCheck(cudaMemcpyAsync(tr->loss_host, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, tr->gpu->stream));
     cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
-    return loss_over_ranks(tr, "validation loss all-reduce", -1) / ((float)tr->cfg.val_steps * tr->world);
+    return loss_over_ranks(tr, "validation loss all-reduce", -1) / (float)batches;
 }
 
 // The HellaSwag-style eval's forward (run/eval.h): the per-position fp32 losses,

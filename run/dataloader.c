@@ -243,6 +243,17 @@ void dataloader_next_batch(DataLoader* d) {
     d->window_index++;
 }
 
+size_t dataloader_batches_per_epoch(const DataLoader* d) {
+    size_t batches = 0, round = dataloader_rows_per_micro_step(d);
+    for (size_t k = 0; k < d->num_shards; k++) {
+        size_t bytes = (size_t)d->checks[k].size, header = SHARD_HEADER_INTS * sizeof(int);
+        size_t tokens = bytes > header ? (bytes - header) / sizeof(uint16_t) : 0;
+        size_t rows = tokens > 0 ? (tokens - 1) / d->T : 0;
+        batches += rows / round * d->world;
+    }
+    return batches;
+}
+
 void dataloader_skip(DataLoader* d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         dataloader_enter_next_if_done(d);

@@ -86,6 +86,10 @@ void dataloader_rank_major(DataLoader* d, int micro_steps);
 
 void dataloader_next_batch(DataLoader* d);
 
+// Batches of B rows (of all ranks together) that one pass over the shards gives in file
+// order, from the shards' sizes when the job opened them (validation's -m bound).
+size_t dataloader_batches_per_epoch(const DataLoader* d);
+
 // Moves past n micro-steps as dataloader_next_batch would, reading none of their rows
 // (--skip-batches: run/skip_batches.h).
 void dataloader_skip(DataLoader* d, size_t n);

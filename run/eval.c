@@ -5,6 +5,29 @@
 
 #include "llmc/rng.h"
 
+int validation_batches(const DataLoader* val, int M, int rank) {
+    size_t have = dataloader_batches_per_epoch(val);
+    if ((size_t)M <= have) return M;
+    if (rank == 0) {
+        printf("validation: -m %d, but the val split holds %zu batches of B=%d x T=%d tokens; reading those %zu\n", M,
+               have, val->B, val->T, have);
+    }
+    return (int)have;
+}
+
+int validation_next_batch(DataLoader* val, int* walked, int batches, int rank, int world) {
+    if (*walked == 0) dataloader_reset(val);
+    while (*walked < batches) {
+        int j = (*walked)++;
+        if (j % world == rank) {
+            dataloader_next_batch(val);
+            return 1;
+        }
+        dataloader_skip(val, 1);
+    }
+    return 0;
+}
+
 // Row j of item it in T positions: inputs are the row's tokens but the last, targets its
 // tokens but the first.
 static void hellaswag_fill_row(const HellaswagItem* it, int j, int T, int* inputs, int* targets) {

@@ -1,6 +1,14 @@
 /*
- * What a run evaluates besides its loss: the HellaSwag-style eval (-H 1) and samples (-s).
- * A trainer supplies only the forwards (HellaswagForward, NextTokenLogits).
+ * What a run evaluates besides its loss: the validation batches (-m), the HellaSwag-style
+ * eval (-H 1) and samples (-s). A trainer supplies only the forwards (HellaswagForward,
+ * NextTokenLogits; the validation loop calls validation_next_batch).
+ *
+ * Validation: -m M counts global batches of B x T tokens, the first M of the val split in
+ * the order of one rank (every rank's loader walks that order), so the same checkpoint gives
+ * the same val loss at any rank count. Batch j is rank j % world's: a rank gets one fewer when
+ * M is not a multiple of the ranks, none when M < ranks. The loss is the sum of the batches'
+ * mean losses over all ranks divided by M (every batch has B x T tokens: the token mean).
+ * An M beyond the split's batches is clamped to them, with one line (validation_batches).
  *
  * The HellaSwag-style eval: rows, scoring, ranks.
  *
@@ -24,6 +32,7 @@
 #include <mpi.h>
 
 #include "llmc/gpt2_spec.h"
+#include "run/dataloader.h"
 #include "run/hellaswag_file.h"
 #include "run/mpi_wait.h"
 #include "run/files.h"
@@ -32,6 +41,15 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// The -m batches to read: M, or the val split's whole batches (one line on rank 0) when it
+// has fewer, rather than reading batches twice (or looping for ever at -m 2147483647).
+int validation_batches(const DataLoader* val, int M, int rank);
+
+// Reads this rank's next validation batch into val (the other ranks' batches passed over
+// unread; *walked counts the global batches passed, 0 to start from the split's first);
+// returns 0 after this rank's last of the `batches`.
+int validation_next_batch(DataLoader* val, int* walked, int batches, int rank, int world);
 
 // Forwards `rows` rows of T positions (inputs and targets rows*T each, host memory) and
 // writes each position's cross-entropy loss, -log p(target | inputs up to it), to losses.

@@ -51,7 +51,11 @@ static void run_open_io(Run* run) {
     dataloader_identity(&run->train, &run->train_identity);
     outlier_state_init(&run->outliers, cfg->outlier_window);
     run->has_val = cfg->val_every > 0;
-    if (run->has_val) dataloader_init(&run->val, cfg->val_pattern, cfg->B, cfg->T, rank, world, vocab_size);
+    if (run->has_val) {  // one order at every rank count: each rank walks a lone rank's (run/eval.h)
+        dataloader_init(&run->val, cfg->val_pattern, cfg->B, cfg->T, rank, 1, vocab_size);
+        run->val.rank = 0;
+        run->val_batches = validation_batches(&run->val, cfg->val_steps, rank);
+    }
     run->has_hellaswag = cfg->hellaswag;
     if (run->has_hellaswag) {  // every rank reads and checks it: a bad file stops every rank here
         hellaswag_read(&run->hellaswag, cfg->hellaswag_path, vocab_size);
@@ -143,7 +147,7 @@ int run_evaluate(Run* run, int step, const RunEvals* evals) {
     const TrainConfig* cfg = &run->cfg;
     int last = step == run->max_steps;
     if (run->has_val && (step % cfg->val_every == 0 || last)) {
-        float vl = evals->validation_loss(evals->ctx, &run->val);
+        float vl = evals->validation_loss(evals->ctx, &run->val, run->val_batches);
         if (run->rank == 0) printf("val loss %.6f\n", vl);
         logger_log_val(&run->logger, step, vl);
         tensorboard_write(&run->tensorboard, step, &(TbScalar){"val/loss", vl}, 1);

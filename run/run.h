@@ -54,6 +54,7 @@ typedef struct {
     Optimizer* opt;
     DataLoader train, val;
     int has_val;
+    int val_batches;              // -m, or the val split's batches when it holds fewer (run/eval.h)
     HellaswagSet hellaswag;
     int has_hellaswag;
     Tokenizer tok;
@@ -77,7 +78,9 @@ typedef struct {
 
 // The forwards the evaluations need, all of one trainer (ctx).
 typedef struct {
-    float (*validation_loss)(void* ctx, DataLoader* val);  // the mean over -m batches and the ranks
+    // The mean loss over the val split's first `batches` global batches, dealt out over the
+    // ranks by validation_next_batch (run/eval.h)
+    float (*validation_loss)(void* ctx, DataLoader* val, int batches);
     HellaswagForward hellaswag_rows;
     NextTokenLogits next_token_logits;
     void* ctx;

@@ -13,7 +13,10 @@
 # run has reached its last step). The 124M hyperparameters are llm.c's GPT-2 (124M)
 # reproduction's (docs/training.md, "Pretraining GPT-2 124M"): 524,288 tokens per step,
 # -b 64 -t 1024 per GPU at 8 GPUs, lr 6e-4, 700 warmup steps, cosine to 0, weight
-# decay 0.1, plus ZeRO-1, --shuffle, checkpoints and the HellaSwag-format eval.
+# decay 0.1, plus ZeRO-1, --shuffle, checkpoints and the HellaSwag-format eval. On several
+# nodes it passes --dist-opt-instances NODES (docs/zero1.md: one ZeRO-1 group per node, only
+# the shard all-reduce crosses the network). Validation reads 10.5M tokens (-m global
+# batches of B x T: llm.c's 20 batches per GPU at 8 GPUs) at any rank count.
 #
 # --cpu-smoke: the same phases and the same flags, sized for 2 CPU cores (train_gpt2 at
 # np 2, a d1 model, T=64, 12 steps, the shipped 40-item HellaSwag-format set);
@@ -32,7 +35,8 @@
 #                      slurm inside a Slurm job, else local]
 #   --gpus N           GPUs (ranks) per node [GPUS_PER_NODE; default 8, with --launcher
 #                      hostfile the first node's slots=]
-#   --nodes N          nodes, for the plan of a dry run outside Slurm [NODES; default 1]
+#   --nodes N          nodes, for the plan of a dry run outside Slurm [NODES; default 1; above 1
+#                      the launcher defaults to slurm: a local mpirun stays on this node]
 #   --hostfile FILE    for --launcher hostfile [HOSTFILE]
 #   --steps N          optimizer steps [STEPS; default 19073 = 10e9 tokens / 524,288]
 #   --micro-batch B    sequences per GPU per micro-step [MICRO_BATCH; default: 64, or less
@@ -114,7 +118,7 @@ if [ "$CPU_SMOKE" = 1 ]; then
     TRAIN_BIN=./train_gpt2
     MAKE_TARGETS=(train_gpt2 prepro_corpus hf_convert USE_ZERO1=1)
     MODEL=d1 SEQ_LEN=64 TOKENS_PER_STEP=256 MAX_MICRO_BATCH=2
-    STEPS=${STEPS:-12} WARMUP=2 VAL_EVERY=12 VAL_STEPS=2 SAMPLE_EVERY=0 GEN_TOKENS=16
+    STEPS=${STEPS:-12} WARMUP=2 VAL_EVERY=12 VAL_TOKENS_PER_EVAL=256 SAMPLE_EVERY=0 GEN_TOKENS=16
     CKPT_EVERY=4 CKPT_KEEP=2
     SHARD_TOKENS=65536 VAL_TOKENS=16384
     HELLASWAG_FILE=${HELLASWAG_FILE:-data/tinyshakespeare_hellaswag.bin}
@@ -126,7 +130,7 @@ else
     MAKE_TARGETS=(train_gpt2cu prepro_corpus hf_convert USE_ZERO1=1)
     MODEL=d12 SEQ_LEN=1024 TOKENS_PER_STEP=524288 MAX_MICRO_BATCH=64
     STEPS=${STEPS:-$((10000000000 / 524288))}  # 10B tokens: 19073 steps
-    WARMUP=700 VAL_EVERY=250 VAL_STEPS=20 SAMPLE_EVERY=20000 GEN_TOKENS=144
+    WARMUP=700 VAL_EVERY=250 VAL_TOKENS_PER_EVAL=10485760 SAMPLE_EVERY=20000 GEN_TOKENS=144
     CKPT_EVERY=500 CKPT_KEEP=3
     SHARD_TOKENS=100000000 VAL_TOKENS=100000000   # llm.c's FineWeb layout: shard 0 (100M tokens) is val
     HELLASWAG_FILE=${HELLASWAG_FILE:-dev/data/hellaswag/hellaswag_val.bin}
@@ -136,7 +140,9 @@ else
         GPUS_PER_NODE=$(grep -vE '^[[:space:]]*(#|$)' "$HOSTFILE" | head -n 1 | sed -n 's/.*slots=\([0-9]*\).*/\1/p')
     fi
     GPUS_PER_NODE=${GPUS_PER_NODE:-8}
-    if [ -z "${LAUNCHER:-}" ]; then if [ -n "${SLURM_JOB_ID:-}" ]; then LAUNCHER=slurm; else LAUNCHER=local; fi; fi
+    if [ -z "${LAUNCHER:-}" ]; then
+        if [ -n "${SLURM_JOB_ID:-}" ] || [ "${NODES:-1}" != 1 ]; then LAUNCHER=slurm; else LAUNCHER=local; fi
+    fi
 fi
 LR=6e-4 FINAL_LR_FRAC=0.0 WEIGHT_DECAY=0.1 GRAD_CLIP=1.0 SEED=42
 SHARDS_NAME=${SHARDS_NAME:-corpus}
@@ -165,8 +171,11 @@ run() { show "$@"; [ "$DRY_RUN" = 1 ] || "$@"; }
 
 # ---- ranks and the launcher ---------------------------------------------------------------
 [[ $GPUS_PER_NODE =~ ^[1-9][0-9]*$ ]] || die "--gpus '$GPUS_PER_NODE': want a positive integer"
+[[ ${NODES:-1} =~ ^[1-9][0-9]*$ ]] || die "--nodes '$NODES': want a positive integer"
 case $LAUNCHER in
-    local) RANKS=$GPUS_PER_NODE ;;
+    local)
+        [ "${NODES:-1}" = 1 ] || die "--launcher local runs on this node only: for --nodes $NODES submit with sbatch --nodes=$NODES or use --launcher hostfile"
+        NODES=1 RANKS=$GPUS_PER_NODE ;;
     hostfile)
         [ -n "${HOSTFILE:-}" ] || die "--launcher hostfile needs --hostfile FILE (scripts/multi_node/hostfile.example)"
         [ -r "$HOSTFILE" ] || die "cannot read the hostfile '$HOSTFILE'"
@@ -174,11 +183,18 @@ case $LAUNCHER in
         [ "$NODES" -ge 1 ] || die "no node in $HOSTFILE"
         RANKS=$((NODES * GPUS_PER_NODE)) ;;
     slurm)
+        NODES=${SLURM_JOB_NUM_NODES:-${NODES:-1}}
         if [ -n "${SLURM_NTASKS:-}" ]; then RANKS=$SLURM_NTASKS
-        else RANKS=$((${NODES:-1} * GPUS_PER_NODE)); fi ;;
+        else RANKS=$((NODES * GPUS_PER_NODE)); fi ;;
     *) die "--launcher '$LAUNCHER': want local, hostfile or slurm" ;;
 esac
 [ "$RANKS" -ge 1 ] || die "no ranks ($LAUNCHER)"
+# Several nodes: one distributed-optimizer instance per node (ZeRO-1 inside it).
+INSTANCES=1
+if [ "$NODES" -gt 1 ]; then
+    [ $((RANKS % NODES)) = 0 ] || die "$RANKS ranks on $NODES nodes: --dist-opt-instances $NODES needs the same ranks on every node"
+    INSTANCES=$NODES
+fi
 
 # The tokens per step stay fixed; the micro-batch is what fits it (gradient accumulation
 # makes up the rest at fewer GPUs).
@@ -195,6 +211,10 @@ if ! [[ $MICRO_BATCH =~ ^[1-9][0-9]*$ ]] || [ $((per_rank % MICRO_BATCH)) != 0 ]
     die "--micro-batch $MICRO_BATCH does not divide the $per_rank sequences per rank per step"
 fi
 ACCUM=$((per_rank / MICRO_BATCH))
+VAL_STEPS=$((VAL_TOKENS_PER_EVAL / (MICRO_BATCH * SEQ_LEN)))
+[ "$VAL_STEPS" -ge 1 ] || VAL_STEPS=1
+INSTANCE_FLAGS=()
+[ "$INSTANCES" = 1 ] || INSTANCE_FLAGS=(--dist-opt-instances "$INSTANCES")
 
 # The trainer's flags, for either size.
 train_flags() {
@@ -202,7 +222,7 @@ train_flags() {
         --tokenizer "$SHARDS_DIR/gpt2_tokenizer.bin" -o "$OUT_DIR"
         -e "$MODEL" -b "$MICRO_BATCH" -t "$SEQ_LEN" -d "$TOKENS_PER_STEP" -x "$STEPS"
         -l "$LR" -u "$WARMUP" -q "$FINAL_LR_FRAC" -c "$WEIGHT_DECAY" --grad-clip "$GRAD_CLIP"
-        -z 1 --shuffle --seed "$SEED"
+        -z 1 "${INSTANCE_FLAGS[@]}" --shuffle --seed "$SEED"
         -v "$VAL_EVERY" -m "$VAL_STEPS" -H 1 --hellaswag-file "$HELLASWAG_FILE" -s "$SAMPLE_EVERY" -g "$GEN_TOKENS"
         -n "$CKPT_EVERY" -nk "$CKPT_KEEP" -y 1 "${EXTRA[@]}")
 }
@@ -223,9 +243,9 @@ launch_cmd() {
 }
 if [ "$CPU_SMOKE" = 1 ]; then THREADS=1; else THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / GPUS_PER_NODE > 0 ? $(nproc) / GPUS_PER_NODE : 1 ))}; fi
 
-echo "plan: $RANKS ranks ($LAUNCHER), $MODEL, -b $MICRO_BATCH -t $SEQ_LEN x $ACCUM micro-steps = $TOKENS_PER_STEP tokens/step," \
+echo "plan: $RANKS ranks = $NODES node(s) x $((RANKS / NODES)) ($LAUNCHER), $INSTANCES ZeRO-1 instance(s), $MODEL, -b $MICRO_BATCH -t $SEQ_LEN x $ACCUM micro-steps = $TOKENS_PER_STEP tokens/step," \
      "$STEPS steps = $((STEPS * TOKENS_PER_STEP)) tokens; lr $LR, warmup $WARMUP, cosine to $LR x $FINAL_LR_FRAC," \
-     "weight decay $WEIGHT_DECAY; shards $SHARDS_DIR/${SHARDS_NAME}_*; run $OUT_DIR; export $HF_DIR"
+     "weight decay $WEIGHT_DECAY; val -m $VAL_STEPS; shards $SHARDS_DIR/${SHARDS_NAME}_*; run $OUT_DIR; export $HF_DIR"
 
 # ---- inputs --------------------------------------------------------------------------------
 phase "inputs"

@@ -27,14 +27,16 @@
  *     the table marks those rows (p: profile, c: compiler). For scale: llm.c
  *     reaches about 38% MFU on GPT-2 124M on H100s, so the achievable column, not the
  *     roofline, is the one to hold a measurement against;
+ *   - first, the step at --dp (default 1) with its exposed communication, on nodes of
+ *     --gpus-per-node GPUs (default 8), --instances K as the trainers' --dist-opt-instances;
  *   - communication of ZeRO-1 (-z 1) at DP 8, 16, ..., 1024: the reduce-scatter of the grads
- *     and the all-gather of the bf16 params, with the bytes each rank sends in a ring
- *     (zero1/ledger.h: (DP-1)/DP x the padded buffer of the zero1/layout.h layout x bytes per
- *     element), at --nvlink-gbs (default 370 GB/s: nccl-tests' bus bandwidth on 8 x H100)
- *     and --ib-gbs (default 50 GB/s: 400 Gb/s InfiniBand per GPU) of bus bandwidth, so
- *     time = sent bytes / bus bandwidth (+ --ring-latency-us per ring step, default 0: the
- *     model is bandwidth-only; at DP 1024 a 5 us latency would add about 5 ms per
- *     collective). Overlap, as zero1/runtime.c does it: each bucket's reduce-scatter
+ *     and the all-gather of the bf16 params in a group of DP/K ranks, with the bytes each rank
+ *     sends in a ring ((G-1)/G x the padded buffer of the zero1/layout.h layout x bytes per
+ *     element), with instances each shard's all-reduce across the K groups, at --nvlink-gbs
+ *     (default 370 GB/s: nccl-tests' bus bandwidth on 8 x H100) inside a node and --ib-gbs
+ *     (default 50 GB/s: 400 Gb/s InfiniBand per GPU) between nodes, time = steps x NCCL's
+ *     latency per step + sent bytes / bus bandwidth (dev/cost/comm_model.h, which cites the
+ *     latencies). Overlap, as zero1/runtime.c does it: each bucket's reduce-scatter
  *     starts once the backward of the lowest block contributing to it is done
  *     (zero1/bucket_timing.h), one collective at a time on the communication stream; what
  *     runs past the end of the backward is exposed. The all-gathers: the last bucket's goes
@@ -50,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dev/cost/comm_model.h"
 #include "dev/cost/cost_model.h"
 #include "llmc/gpt2_spec.h"
 #include "run/files.h"
@@ -63,25 +66,35 @@
 static const char* USAGE =
     "usage: gpt2_cost [--model dN|124M|350M|774M|1558M] [-b B] [-t T] [--max-seq T] [--vocab V]\n"
     "                 [--path naive|new] [--attention flash|naive|cudnn] [--fused-kernels 0|1] [-r 0|1]\n"
-    "                 [--dp N] [-z 0|1] [--grad-dtype fp32|bf16] [--bucket-size N|none] [--gpu h100|h200]\n"
+    "                 [--dp N] [--instances K] [-z 0|1] [--grad-dtype fp32|bf16] [--bucket-size N|none]\n"
+    "                 [--gpu h100|h200] [--gpus-per-node P] [--allreduce ring|tree]\n"
     "                 [--gemm-efficiency F] [--flash-efficiency F] [--cudnn-efficiency F]\n"
     "                 [--bandwidth-efficiency F] [--launch-us U]\n"
-    "                 [--nvlink-gbs G] [--ib-gbs G] [--ring-latency-us U] [--json | --brief]\n"
+    "                 [--nvlink-gbs G] [--ib-gbs G] [--ring-latency-us U[,U]] [--tree-latency-us U[,U]]\n"
+    "                 [--json | --brief]\n"
     "                 [--profile FILE] [--occupancy FILE] [--optimizer adamw|muon [--muon-ns-bf16]]\n"
     "  --model          GPT-2 of depth N (d12 = 124M, d24 = 350M, d36 = 774M, d48 = 1558M), default d12\n"
     "  -b, -t           micro-batch per GPU and sequence length (default 16, 1024; T <= --max-seq)\n"
     "  --path           naive = --attention naive --fused-kernels 0 -r 0 (the reference kernels);\n"
     "                   new = --attention flash --fused-kernels 1 -r 1 (the GPU trainer's defaults)\n"
-    "  --dp N           data-parallel ranks of the step summary (default 1; the DP table is 8..1024)\n"
+    "  --dp N           data-parallel ranks of the headline step, communication included (default 1; the DP\n"
+    "                   table is 8..1024)\n"
+    "  --instances K    distributed-optimizer instances (the trainers' --dist-opt-instances): ZeRO-1 in groups\n"
+    "                   of DP/K ranks, each shard all-reduced across the K groups (default 1; -z 1)\n"
+    "  --gpus-per-node P  ranks fill nodes of P GPUs: NVLink inside a node, InfiniBand between (default 8;\n"
+    "                   P >= DP: one NVLink domain, 1: InfiniBand between every two GPUs)\n"
+    "  --allreduce      NCCL's algorithm for the all-reduces (-z 0's, across instances; default ring)\n"
     "  -z               1: ZeRO-1 (AdamW on numel/DP per rank), 0: replicated (default 1)\n"
     "  --grad-dtype     dtype of the gradient reduce-scatter / all-reduce (default fp32)\n"
     "  --bucket-size    ZeRO-1 bucket size in elements (default max(40e6, 1e6 x DP)); none: one bucket\n"
     "  --gpu            the GPU of --brief and of the step summary (default: both)\n"
-    "  --brief          one line per GPU: predicted step ms, tokens/s and MFU, roofline and achievable\n"
+    "  --brief          one line per GPU: the step at --dp (step_ms, tok_s per GPU, mfu, comm_exposed_ms),\n"
+    "                   then the compute alone: roofline_* and achievable_*\n"
     "  --*-efficiency   the achievable estimate's fractions of peak (defaults 0.7 GEMM, 0.35 flash,\n"
     "                   0.6 cuDNN, 0.8 bandwidth) and --launch-us per kernel launch (default 2)\n"
-    "  --nvlink-gbs, --ib-gbs  bus bandwidths of the DP table (default 370, 50 GB/s);\n"
-    "                   --ring-latency-us per ring step (default 0)\n"
+    "  --nvlink-gbs, --ib-gbs  bus bandwidths (default 370, 50 GB/s)\n"
+    "  --ring-latency-us, --tree-latency-us  NCCL's latency per step on NVLink,IB (one value: both); defaults\n"
+    "                   3.4,14 (ring) and 4,14 (tree): NCCL's tuning model, Simple protocol (comm_model.h)\n"
     "  --profile FILE   the CPU layer's profile (CUDA_CPU_PROFILE=FILE of a BF16 test_kernels_cuda built with\n"
     "                   CUDA_CPU_TOOLS=1): bytes in whole sectors, the flash kernels' shared-memory wavefronts\n"
     "  --occupancy FILE the compiler report (check_compiler_report.py --json): blocks per SM, waves of blocks\n"
@@ -97,7 +110,8 @@ typedef struct {
     long long bucket_size;  // -1 default, 0 none
     int gpu;                // -1 both, else an index of COST_GPUS
     CostEfficiency eff;     // the achievable estimate
-    double nvlink_gbs, ib_gbs, ring_latency_us;
+    CostNet net;            // links, latencies, placement (dev/cost/comm_model.h)
+    int instances;          // --instances: distributed-optimizer instances (the trainers' --dist-opt-instances)
     int json, brief;
     int muon, muon_ns_bf16;  // --optimizer muon: Newton-Schulz's cost
     GPT2Config cfg;
@@ -182,6 +196,22 @@ static void occupancy_line(CostMeasurements* m, const JsonValue* v, const char* 
     measured_entry(m, json_get(v, "kernel")->string)->blocks_per_sm = (int)b->number;
 }
 
+// U (both links) or NVLINK,IB: microseconds per step.
+static void parse_latency_pair(const char* flag, const char* v, double* us) {
+    char* end = NULL;
+    double a = strtod(v, &end), b = a;
+    if (end != v && *end == ',') {
+        const char* w = end + 1;
+        b = strtod(w, &end);
+        if (end == w) end = (char*)v;
+    }
+    if (end == v || *end != '\0' || !(a >= 0 && a <= 1e6) || !(b >= 0 && b <= 1e6)) {
+        fatal("%s %s: expected U or NVLINK,IB in microseconds (0..1e6)", flag, v);
+    }
+    us[COST_LINK_NVLINK] = a;
+    us[COST_LINK_IB] = b;
+}
+
 static int parse_int(const char* flag, const char* v, int lo, int hi) {
     char* end = NULL;
     long x = strtol(v, &end, 10);
@@ -220,8 +250,12 @@ static void parse_options(int argc, char** argv, Options* o) {
     o->bucket_size = -1;
     o->gpu = -1;
     o->eff = (CostEfficiency){{0.7, 0.35, 0.6}, 0.8, 2.0, 1};
-    o->nvlink_gbs = 370.0;
-    o->ib_gbs = 50.0;
+    o->net.busbw_gbs[COST_LINK_NVLINK] = 370.0;
+    o->net.busbw_gbs[COST_LINK_IB] = 50.0;
+    memcpy(o->net.step_us, COST_NCCL_STEP_US, sizeof(o->net.step_us));
+    o->net.gpus_per_node = 8;
+    o->net.allreduce_algo = COST_ALGO_RING;
+    o->instances = 1;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -248,9 +282,12 @@ static void parse_options(int argc, char** argv, Options* o) {
         else if (strcmp(a, "--cudnn-efficiency") == 0) o->eff.tensor[COST_EFF_CUDNN] = parse_double(a, v, 0.01, 1);
         else if (strcmp(a, "--bandwidth-efficiency") == 0) o->eff.bandwidth = parse_double(a, v, 0.01, 1);
         else if (strcmp(a, "--launch-us") == 0) o->eff.launch_us = parse_double(a, v, 0, 1e6);
-        else if (strcmp(a, "--nvlink-gbs") == 0) o->nvlink_gbs = parse_double(a, v, 1e-6, 1e6);
-        else if (strcmp(a, "--ib-gbs") == 0) o->ib_gbs = parse_double(a, v, 1e-6, 1e6);
-        else if (strcmp(a, "--ring-latency-us") == 0) o->ring_latency_us = parse_double(a, v, 0, 1e6);
+        else if (strcmp(a, "--nvlink-gbs") == 0) o->net.busbw_gbs[COST_LINK_NVLINK] = parse_double(a, v, 1e-6, 1e6);
+        else if (strcmp(a, "--ib-gbs") == 0) o->net.busbw_gbs[COST_LINK_IB] = parse_double(a, v, 1e-6, 1e6);
+        else if (strcmp(a, "--ring-latency-us") == 0) parse_latency_pair(a, v, o->net.step_us[COST_ALGO_RING]);
+        else if (strcmp(a, "--tree-latency-us") == 0) parse_latency_pair(a, v, o->net.step_us[COST_ALGO_TREE]);
+        else if (strcmp(a, "--gpus-per-node") == 0) o->net.gpus_per_node = parse_int(a, v, 1, 1 << 20);
+        else if (strcmp(a, "--instances") == 0) o->instances = parse_int(a, v, 1, 1 << 20);
         else if (strcmp(a, "--profile") == 0) o->profile = v;
         else if (strcmp(a, "--optimizer") == 0) {
             if (strcmp(v, "adamw") != 0 && strcmp(v, "muon") != 0) fatal("--optimizer expects adamw or muon, got '%s'", v);
@@ -266,6 +303,10 @@ static void parse_options(int argc, char** argv, Options* o) {
             else if (strcmp(v, "naive") == 0) o->kernels.attention = ATTENTION_NAIVE;
             else if (strcmp(v, "cudnn") == 0) o->kernels.attention = ATTENTION_CUDNN;
             else fatal("--attention %s: expected flash, naive or cudnn", v);
+        } else if (strcmp(a, "--allreduce") == 0) {
+            if (strcmp(v, "ring") == 0) o->net.allreduce_algo = COST_ALGO_RING;
+            else if (strcmp(v, "tree") == 0) o->net.allreduce_algo = COST_ALGO_TREE;
+            else fatal("--allreduce %s: expected ring or tree", v);
         } else if (strcmp(a, "--grad-dtype") == 0) {
             if (strcmp(v, "fp32") == 0) o->grad_bytes = 4;
             else if (strcmp(v, "bf16") == 0) o->grad_bytes = 2;
@@ -283,6 +324,10 @@ static void parse_options(int argc, char** argv, Options* o) {
     }
     if (o->json && o->brief) fatal("--json and --brief exclude each other");
     if (o->muon_ns_bf16 && !o->muon) fatal("--muon-ns-bf16 prices Newton-Schulz in bf16: add --optimizer muon");
+    if (o->dp % o->instances != 0) fatal("--instances %d must divide --dp %d into equal groups", o->instances, o->dp);
+    if (o->instances > 1 && o->zero_stage != 1) {
+        fatal("--instances %d needs -z 1 (the trainers refuse it with -z 0)", o->instances);
+    }
     int rc = gpt2_config_from_descriptor(model_descriptor(o->model), o->vocab, o->max_seq, &o->cfg);
     if (rc != 0) {
         fatal("--model %s: expected dN (N in 1..%d), 124M, 350M, 774M or 1558M", o->model, GPT2_MAX_DESCRIPTOR_DEPTH);
@@ -311,20 +356,26 @@ static CostSetup setup_for(const Options* o, int dp, double opt_numel) {
 // ---------------------------------------------------------------------------- communication
 
 typedef struct {
-    int dp, buckets;
-    double numel;             // the padded buffer (elements)
-    double rs_s, ag_s, ar_s;  // whole-step times: ZeRO-1's reduce-scatter and all-gather, replicated all-reduce
+    int dp, buckets, instances, gpus_per_node;
+    CostGroup group, cross, world;  // a ZeRO-1 group (rank 0's), rank 0's peers across instances, all ranks
+    double numel;                   // the padded buffer of a group's layout (elements)
+    // whole-step times: ZeRO-1's reduce-scatter and all-gather (in a group), its shards' all-reduce
+    // across instances, the replicated all-reduce over all ranks
+    double rs_s, ag_s, cross_s, ar_s;
     double exposed_rs_s[COST_NUM_GPUS], exposed_ag_s[COST_NUM_GPUS];
     double step_s[COST_NUM_GPUS], step_replicated_s[COST_NUM_GPUS];
 } CommRow;
 
-static Zero1Layout build_layout(const Options* o, int dp) {
+// A group's layout at dp ranks as `instances` instances: the trainers' (zero1/gpt2.h), the
+// default bucket size counted over all dp ranks, as Megatron's DDP does.
+static Zero1Layout build_layout(const Options* o, int dp, int instances) {
     int n = gpt2_num_tensors(&o->cfg);
     size_t* numels = (size_t*)mallocCheck((size_t)n * sizeof(size_t));
     for (int i = 0; i < n; i++) numels[i] = gpt2_tensor_numel(&o->cfg, i);
     Zero1Layout L;
     char err[256];
-    if (zero1_layout_build(&L, numels, n, dp, o->bucket_size, 0, -1, err, sizeof(err)) != 0) {
+    long long bucket_size = zero1_ddp_bucket_size(o->bucket_size, dp, 1);
+    if (zero1_layout_build(&L, numels, n, dp / instances, bucket_size, 0, -1, err, sizeof(err)) != 0) {
         fatal("zero1 layout at DP=%d: %s", dp, err);
     }
     free(numels);
@@ -402,18 +453,26 @@ static double exposed_all_gather(const Options* o, const Zero1Layout* L, const d
     return exposed > 0 ? exposed : 0;
 }
 
-static CommRow comm_row(const Options* o, int dp, double busbw_gbs) {
+// The communication of one step at dp ranks, nodes of gpus_per_node GPUs (dp or more: one
+// NVLink domain), with --instances: each bucket's reduce-scatter in its group, then (with
+// instances) its shard's all-reduce across them, serial on one stream; the all-gathers in
+// the group. Per bucket, times in proportion to its elements, each with its own latency.
+static CommRow comm_row(const Options* o, int dp, int gpus_per_node) {
     CommRow r;
     memset(&r, 0, sizeof(r));
-    Zero1Layout L = build_layout(o, dp);
+    CostNet net = o->net;
+    net.gpus_per_node = gpus_per_node;
+    int K = o->instances, G = dp / K;
+    Zero1Layout L = build_layout(o, dp, K);
     r.dp = dp;
+    r.instances = K;
+    r.gpus_per_node = gpus_per_node;
     r.buckets = L.num_buckets;
     r.numel = (double)L.numel;
-    Zero1Ledger g = zero1_ledger_compute(L.numel, dp, 2, o->grad_bytes);
-    double bw = busbw_gbs * 1e9, lat = o->ring_latency_us * 1e-6;
-    r.rs_s = (double)g.sent_reduce_scatter / bw + L.num_buckets * (dp - 1) * lat;
-    r.ag_s = (double)g.sent_all_gather / bw + L.num_buckets * (dp - 1) * lat;
-    r.ar_s = (double)g.sent_all_reduce / bw + 2 * (dp - 1) * lat;
+    r.group = cost_group(&net, 0, 1, G);
+    r.cross = cost_group(&net, 0, G, K);
+    r.world = cost_group(&net, 0, 1, dp);
+    double gb = o->grad_bytes;
     int nb = L.num_buckets, nblocks = o->cfg.num_layers + 2;
     double* rs_bucket = (double*)mallocCheck((size_t)nb * sizeof(double));
     double* ag_bucket = (double*)mallocCheck((size_t)nb * sizeof(double));
@@ -421,14 +480,20 @@ static CommRow comm_row(const Options* o, int dp, double busbw_gbs) {
     double* fwd_block = (double*)mallocCheck((size_t)nblocks * sizeof(double));
     double* bwd_done_after = (double*)mallocCheck((size_t)(nblocks + 1) * sizeof(double));
     for (int b = 0; b < nb; b++) {
-        double share = (double)(L.buckets[b].end - L.buckets[b].start) / r.numel;
-        rs_bucket[b] = (double)g.sent_reduce_scatter / bw * share + (dp - 1) * lat;
-        ag_bucket[b] = (double)g.sent_all_gather / bw * share + (dp - 1) * lat;
+        double elems = (double)(L.buckets[b].end - L.buckets[b].start), others = (G - 1) * (elems / G);
+        double rs = cost_ring_rs_ag_s(&net, r.group, others * gb), ag = cost_ring_rs_ag_s(&net, r.group, others * 2);
+        double cross = cost_all_reduce_s(&net, r.cross, elems / G * gb);
+        rs_bucket[b] = rs + cross;
+        ag_bucket[b] = ag;
+        r.rs_s += rs;
+        r.cross_s += cross;
+        r.ag_s += ag;
     }
+    r.ar_s = cost_all_reduce_s(&net, r.world, r.numel * gb);
     for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
         const CostGPU* gpu = &COST_GPUS[gi];
         CostList list;
-        CostSetup s = setup_for(o, dp, r.numel);
+        CostSetup s = setup_for(o, G, r.numel);  // AdamW on a group's numel / G
         cost_model_kernels(&s, &list);
         CostTotals fwd, bwd, opt, all;
         cost_totals(&s, &list, COST_FWD, gpu, &o->eff, &fwd);
@@ -491,27 +556,66 @@ static int gpu_selected(const Options* o, int gi) { return o->gpu < 0 || o->gpu 
 static void step_setup(const Options* o, CostSetup* s, CostList* list) {
     double numel = (double)gpt2_num_parameters(&o->cfg);
     if (o->zero_stage == 1 && o->dp > 1) {
-        Zero1Layout L = build_layout(o, o->dp);
+        Zero1Layout L = build_layout(o, o->dp, o->instances);
         numel = (double)L.numel;
         zero1_layout_free(&L);
     }
-    *s = setup_for(o, o->dp, numel);
+    *s = setup_for(o, o->dp / o->instances, numel);
     cost_model_kernels(s, list);
+}
+
+// The headline: the step at --dp with its exposed communication (achievable compute),
+// nodes of --gpus-per-node GPUs; at one rank the compute alone.
+typedef struct {
+    double step_s, exposed_s;
+} Headline;
+
+static Headline headline(const Options* o, const CommRow* r, int gi, const CostTotals* compute) {
+    Headline h = {compute->achievable_s, 0};
+    if (o->dp == 1) return h;
+    h.step_s = o->zero_stage == 1 ? r->step_s[gi] : r->step_replicated_s[gi];
+    h.exposed_s = h.step_s - compute->achievable_s;
+    return h;
+}
+
+static int headline_nodes(const Options* o) { return (o->dp + o->net.gpus_per_node - 1) / o->net.gpus_per_node; }
+
+// Where the headline's collectives run, in words.
+static void placement_text(const Options* o, char* out, size_t n) {
+    int P = o->net.gpus_per_node, nodes = headline_nodes(o);
+    if (o->dp == 1) snprintf(out, n, "one GPU, no communication");
+    else if (nodes == 1) snprintf(out, n, "%d GPUs in one NVLink domain (%.0f GB/s bus bandwidth)", o->dp,
+                                  o->net.busbw_gbs[COST_LINK_NVLINK]);
+    else snprintf(out, n, "%d nodes x %d GPUs: NVLink (%.0f GB/s) inside a node, InfiniBand (%.0f GB/s) between",
+                  nodes, P, o->net.busbw_gbs[COST_LINK_NVLINK], o->net.busbw_gbs[COST_LINK_IB]);
+}
+
+static CommRow headline_comm(const Options* o) {
+    CommRow r;
+    memset(&r, 0, sizeof(r));
+    if (o->dp > 1) r = comm_row(o, o->dp, o->net.gpus_per_node);
+    return r;
 }
 
 static void print_brief(const Options* o) {
     CostSetup s;
     CostList list;
     step_setup(o, &s, &list);
+    CommRow r = headline_comm(o);
+    int P = o->net.gpus_per_node;
     for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
         if (!gpu_selected(o, gi)) continue;
         const CostGPU* g = &COST_GPUS[gi];
         CostTotals t;
         cost_totals(&s, &list, -1, g, &o->eff, &t);
-        printf("predicted %s path=%s roofline_ms=%.2f roofline_tok_s=%.0f roofline_mfu=%.4f achievable_ms=%.2f "
-               "achievable_tok_s=%.0f achievable_mfu=%.4f\n",
-               g->name, path_name(&o->kernels), t.roofline_s * 1e3, tokens(o) / t.roofline_s, mfu(o, t.roofline_s, g),
-               t.achievable_s * 1e3, tokens(o) / t.achievable_s, mfu(o, t.achievable_s, g));
+        Headline h = headline(o, &r, gi, &t);
+        printf("predicted %s path=%s dp=%d instances=%d nodes=%dx%d step_ms=%.2f tok_s=%.0f mfu=%.4f "
+               "comm_exposed_ms=%.2f roofline_ms=%.2f roofline_tok_s=%.0f roofline_mfu=%.4f "
+               "achievable_ms=%.2f achievable_tok_s=%.0f achievable_mfu=%.4f\n",
+               g->name, path_name(&o->kernels), o->dp, o->instances, headline_nodes(o), o->dp < P ? o->dp : P,
+               h.step_s * 1e3, tokens(o) / h.step_s, mfu(o, h.step_s, g), h.exposed_s * 1e3, t.roofline_s * 1e3,
+               tokens(o) / t.roofline_s, mfu(o, t.roofline_s, g), t.achievable_s * 1e3, tokens(o) / t.achievable_s,
+               mfu(o, t.achievable_s, g));
     }
 }
 
@@ -615,6 +719,34 @@ static void print_muon(const Options* o) {
     }
 }
 
+// The step at --dp, communication included, first: what a plan needs.
+static void print_headline(const Options* o, const CostSetup* s, const CostList* list) {
+    char where[200];
+    placement_text(o, where, sizeof(where));
+    CommRow r = headline_comm(o);
+    printf("step at DP=%d (%s", o->dp, where);
+    if (o->dp > 1) {
+        printf("; NCCL %s all-reduce, %.1f/%.1f us a ring step, %.1f/%.1f a tree step",
+               o->net.allreduce_algo == COST_ALGO_TREE ? "tree" : "ring", o->net.step_us[COST_ALGO_RING][0],
+               o->net.step_us[COST_ALGO_RING][1], o->net.step_us[COST_ALGO_TREE][0], o->net.step_us[COST_ALGO_TREE][1]);
+    }
+    printf("), achievable compute + exposed communication:\n");
+    for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
+        if (!gpu_selected(o, gi)) continue;
+        const CostGPU* g = &COST_GPUS[gi];
+        CostTotals t;
+        cost_totals(s, list, -1, g, &o->eff, &t);
+        Headline h = headline(o, &r, gi, &t);
+        printf("  %s  %8.2f ms  %9.0f tok/s per GPU  MFU %5.1f%%  (compute %.2f ms, communication exposed %.2f ms)\n",
+               g->name, h.step_s * 1e3, tokens(o) / h.step_s, 100 * mfu(o, h.step_s, g), t.achievable_s * 1e3,
+               h.exposed_s * 1e3);
+    }
+    if (o->dp > 1) {
+        printf("  (another placement: --gpus-per-node N, e.g. %d for one NVLink domain, 1 for InfiniBand between all;\n"
+               "  --nvlink-gbs, --ib-gbs, --ring-latency-us, --tree-latency-us, --allreduce, --instances)\n", o->dp);
+    }
+}
+
 static void print_text(const Options* o) {
     const GPT2Config* c = &o->cfg;
     CostSetup s;
@@ -622,12 +754,14 @@ static void print_text(const Options* o) {
     step_setup(o, &s, &list);
     size_t N = gpt2_num_parameters(c);
     double fpt = cost_model_flops_per_token(c, o->T);
-    printf("gpt2_cost: GPT-2 %s (L=%d C=%d NH=%d Vp=%d, N=%zu parameters), B=%d T=%d, DP=%d, -z %d, bf16 activations\n",
+    printf("gpt2_cost: GPT-2 %s (L=%d C=%d NH=%d Vp=%d, N=%zu parameters), B=%d T=%d, DP=%d, -z %d, %d instance%s, "
+           "bf16 activations\n",
            model_descriptor(o->model), c->num_layers, c->channels, c->num_heads, c->padded_vocab_size, N, o->B, o->T,
-           o->dp, o->zero_stage);
+           o->dp, o->zero_stage, o->instances, o->instances == 1 ? "" : "s");
     printf("path %s: --attention %s --fused-kernels %d -r %d\n", path_name(&o->kernels),
            attention_kind_name(o->kernels.attention), o->kernels.fused, o->kernels.recompute_gelu);
     printf("PREDICTED (a FLOP and byte count, dev/cost/cost_model.h; no GPU has measured it yet)\n");
+    print_headline(o, &s, &list);
     print_measured_inputs(o);
     printf("\nper kernel, one step (xN: instances per step; GFLOP and GB per step; us: roofline time per step, and\n"
            "achievable on the H100; in: measured inputs, p profile, c compiler)\n");
@@ -673,20 +807,29 @@ static void print_text(const Options* o) {
            fpt, 100 * o->eff.tensor[COST_EFF_GEMM], 100 * o->eff.tensor[COST_EFF_FLASH],
            100 * o->eff.tensor[COST_EFF_CUDNN], 100 * o->eff.bandwidth, o->eff.launch_us);
 
-    printf("\ncommunication per step: ZeRO-1's reduce-scatter (%s grads) and all-gather (bf16 params), ring,\n"
-           "bus bandwidth NVLink %.0f GB/s, InfiniBand %.0f GB/s; exposed = not hidden by the backward / the next\n"
-           "forward (achievable compute); repl. = -z 0's all-reduce after the backward, all exposed. Step ms and\n"
-           "MFU include the exposed time. Ring latency %.1f us per step.\n",
-           o->grad_bytes == 2 ? "bf16" : "fp32", o->nvlink_gbs, o->ib_gbs, o->ring_latency_us);
-    printf("%5s %-6s %3s %8s %8s", "DP", "link", "bkt", "RS ms", "AG ms");
+    int P = o->net.gpus_per_node;
+    printf("\ncommunication per step: ZeRO-1's reduce-scatter (%s grads) and all-gather (bf16 params) in a group of\n"
+           "DP/%d ranks, and with instances each shard's all-reduce across them (xAR); NCCL rings (all-reduces: %s),\n"
+           "time = steps x latency + bytes / bus bandwidth (dev/cost/comm_model.h). NVLink rows: one NVLink domain\n"
+           "(%.0f GB/s, %.1f us a ring step); IB rows: nodes of %d GPUs, InfiniBand (%.0f GB/s, %.1f us a step)\n"
+           "between them (rows that fit one node left out). Exposed = not hidden by the backward / the next forward\n"
+           "(achievable compute); repl. = -z 0's all-reduce after the backward, all exposed. Step ms and MFU include\n"
+           "the exposed time.\n",
+           o->grad_bytes == 2 ? "bf16" : "fp32", o->instances, o->net.allreduce_algo == COST_ALGO_TREE ? "tree" : "ring",
+           o->net.busbw_gbs[COST_LINK_NVLINK], o->net.step_us[COST_ALGO_RING][COST_LINK_NVLINK], P,
+           o->net.busbw_gbs[COST_LINK_IB], o->net.step_us[COST_ALGO_RING][COST_LINK_IB]);
+    printf("%5s %-6s %3s %8s %8s %8s", "DP", "link", "bkt", "RS ms", "AG ms", "xAR ms");
     for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
         printf(" | %s %8s %8s %6s %9s", COST_GPUS[gi].name, "exposed", "step ms", "MFU", "repl. ms");
     }
     printf("\n");
     for (int dp = 8; dp <= 1024; dp *= 2) {
+        if (dp % o->instances != 0) continue;
         for (int link = 0; link < 2; link++) {
-            CommRow r = comm_row(o, dp, link == 0 ? o->nvlink_gbs : o->ib_gbs);
-            printf("%5d %-6s %3d %8.2f %8.2f", dp, link == 0 ? "NVLink" : "IB", r.buckets, r.rs_s * 1e3, r.ag_s * 1e3);
+            if (link == COST_LINK_IB && dp <= P) continue;
+            CommRow r = comm_row(o, dp, link == COST_LINK_NVLINK ? dp : P);
+            printf("%5d %-6s %3d %8.2f %8.2f %8.2f", dp, link == 0 ? "NVLink" : "IB", r.buckets, r.rs_s * 1e3,
+                   r.ag_s * 1e3, r.cross_s * 1e3);
             for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
                 printf(" |      %8.2f %8.2f %5.1f%% %9.2f", (r.exposed_rs_s[gi] + r.exposed_ag_s[gi]) * 1e3,
                        r.step_s[gi] * 1e3, 100 * mfu(o, r.step_s[gi], &COST_GPUS[gi]), r.step_replicated_s[gi] * 1e3);
@@ -742,15 +885,33 @@ static void print_json(const Options* o) {
                t.bytes, t.launches, t.roofline_s, t.achievable_s, tokens(o) / t.roofline_s,
                tokens(o) / t.achievable_s, mfu(o, t.roofline_s, g), mfu(o, t.achievable_s, g));
     }
+    CommRow hr = headline_comm(o);
+    printf("},\"net\":{\"nvlink_gbs\":%g,\"ib_gbs\":%g,\"gpus_per_node\":%d,\"allreduce\":\"%s\","
+           "\"ring_latency_us\":[%g,%g],\"tree_latency_us\":[%g,%g]},\"instances\":%d,\"at_dp\":{",
+           o->net.busbw_gbs[COST_LINK_NVLINK], o->net.busbw_gbs[COST_LINK_IB], o->net.gpus_per_node,
+           o->net.allreduce_algo == COST_ALGO_TREE ? "tree" : "ring", o->net.step_us[COST_ALGO_RING][0],
+           o->net.step_us[COST_ALGO_RING][1], o->net.step_us[COST_ALGO_TREE][0], o->net.step_us[COST_ALGO_TREE][1],
+           o->instances);
+    for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
+        CostTotals t;
+        cost_totals(&s, &list, -1, &COST_GPUS[gi], &o->eff, &t);
+        Headline h = headline(o, &hr, gi, &t);
+        printf("%s\"%s\":{\"step_s\":%.17g,\"exposed_s\":%.17g,\"mfu\":%.17g}", gi ? "," : "", COST_GPUS[gi].name,
+               h.step_s, h.exposed_s, mfu(o, h.step_s, &COST_GPUS[gi]));
+    }
     printf("},\"comm\":[");
     int first = 1;
     for (int dp = 8; dp <= 1024; dp *= 2) {
+        if (dp % o->instances != 0) continue;
         for (int link = 0; link < 2; link++) {
-            double bw = link == 0 ? o->nvlink_gbs : o->ib_gbs;
-            CommRow r = comm_row(o, dp, bw);
-            printf("%s{\"dp\":%d,\"link\":\"%s\",\"busbw_gbs\":%g,\"buckets\":%d,\"numel\":%.0f,\"rs_s\":%.17g,"
-                   "\"ag_s\":%.17g,\"ar_s\":%.17g",
-                   first ? "" : ",", dp, link == 0 ? "nvlink" : "ib", bw, r.buckets, r.numel, r.rs_s, r.ag_s, r.ar_s);
+            if (link == COST_LINK_IB && dp <= o->net.gpus_per_node) continue;
+            CommRow r = comm_row(o, dp, link == COST_LINK_NVLINK ? dp : o->net.gpus_per_node);
+            printf("%s{\"dp\":%d,\"link\":\"%s\",\"gpus_per_node\":%d,\"instances\":%d,\"buckets\":%d,"
+                   "\"numel\":%.0f,\"group\":[%d,%d],\"cross\":[%d,%d],\"world\":[%d,%d]",
+                   first ? "" : ",", dp, link == 0 ? "nvlink" : "ib", r.gpus_per_node, r.instances, r.buckets, r.numel,
+                   r.group.n, r.group.nodes, r.cross.n, r.cross.nodes, r.world.n, r.world.nodes);
+            printf(",\"rs_s\":%.17g,\"ag_s\":%.17g,\"cross_s\":%.17g,\"ar_s\":%.17g", r.rs_s, r.ag_s, r.cross_s,
+                   r.ar_s);
             for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
                 printf(",\"%s\":{\"exposed_rs_s\":%.17g,\"exposed_ag_s\":%.17g,\"step_s\":%.17g,"
                        "\"step_replicated_s\":%.17g}",

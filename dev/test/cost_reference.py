@@ -16,7 +16,12 @@ and not) and paths:
   4. the roofline re-derived from the rows, MFU from its definition, MFU <= 1, H200 <= H100,
      flash moves fewer bytes than naive at T = 1024;
   5. communication: reduce-scatter / all-gather / all-reduce times from (n-1)/n x the padded
-     buffer, the padding's bounds, and the overlap's two limits (one bucket: all exposed);
+     buffer at the bus bandwidth of the link the group spans (ranks fill nodes of P GPUs) plus
+     NCCL's steps x latency per step (ring: n-1 or 2(n-1) steps, those between nodes at the
+     network's latency; tree: 2 x the buffer, 2((n/m-1) + floor(log2 m)) steps), per bucket;
+     with --instances K the group's DP/K layout and each shard's all-reduce across the K
+     groups; the padding's bounds, the overlap's two limits (one bucket: all exposed), and two
+     hand-worked times; the headline (--brief, at_dp) is the table's step at --dp;
   6. measured inputs (--profile, --occupancy) from small files written here: a covered row's
      achievable time from its sectors / ideal sectors, the flash forward's from its shared-memory
      wavefronts per tensor-core FLOP at one wavefront per clock per SM and from its waves of
@@ -32,6 +37,10 @@ import sys
 import tempfile
 
 H100 = dict(tc=989e12, cc=67e12, bw=3.35e12)
+# NCCL's latency per step, Simple protocol (NVIDIA/nccl src/graph/tuning.cc, hwLat, NCCL 2.2x),
+# us, by algorithm: (NVLink, network); the default bus bandwidths, GB/s.
+NCCL_STEP_US = {"ring": (3.4, 14.0), "tree": (4.0, 14.0)}
+BUSBW = (370e9, 50e9)
 H200 = dict(tc=989e12, cc=67e12, bw=4.8e12)
 
 
@@ -157,29 +166,96 @@ def check_step(j, label):
     return j
 
 
+def nodes_of(ranks, P):
+    return len({r // P for r in ranks})
+
+
+def steps_s(algo, steps, inter):
+    nv, ib = NCCL_STEP_US[algo]
+    return ((steps - inter) * nv + inter * ib) * 1e-6
+
+
+def all_reduce_s(algo, n, m, buffer_bytes):
+    if n < 2:
+        return 0.0
+    bw = BUSBW[m > 1]
+    if algo == "tree":
+        depth = int(math.floor(math.log2(m))) if m > 1 else 0
+        return 2 * buffer_bytes / bw + steps_s("tree", 2 * (n // m - 1 + depth), 2 * depth)
+    return 2 * (n - 1) / n * buffer_bytes / bw + steps_s("ring", 2 * (n - 1), 2 * (m - 1))
+
+
 def check_comm(j, label):
-    N = j["N"]
+    N, algo = j["N"], j["net"]["allreduce"]
+    check(j["net"]["ring_latency_us"] == list(NCCL_STEP_US["ring"]) and
+          j["net"]["tree_latency_us"] == list(NCCL_STEP_US["tree"]), f"{label}: latencies are not NCCL's")
     per_dp = {}
     for r in j["comm"]:
-        dp, bw = r["dp"], r["busbw_gbs"] * 1e9
-        numel, gb = r["numel"], j["grad_bytes"]
-        div = dp * 128 // math.gcd(dp, 128)
-        check(numel % div == 0, f"{label}: DP {dp} numel {numel} not a multiple of lcm(DP,128)")
-        check(N <= numel < N + r["buckets"] * div + 64 * (12 * j["L"] + 4), f"{label}: DP {dp} padding out of bounds")
-        frac = (dp - 1) / dp
-        check(close(r["rs_s"], frac * numel * gb / bw), f"{label}: DP {dp} reduce-scatter time")
-        check(close(r["ag_s"], frac * numel * 2 / bw), f"{label}: DP {dp} all-gather time")
-        check(close(r["ar_s"], 2 * frac * numel * gb / bw), f"{label}: DP {dp} all-reduce time")
-        per_dp.setdefault(r["link"], []).append(r["rs_s"] / numel / frac * bw)
+        dp, K, P, nb = r["dp"], r["instances"], r["gpus_per_node"], r["buckets"]
+        G, numel, gb = dp // K, r["numel"], j["grad_bytes"]
+        check(P == (dp if r["link"] == "nvlink" else j["net"]["gpus_per_node"]), f"{label}: DP {dp} row's node size")
+        div = G * 128 // math.gcd(G, 128)
+        check(numel % div == 0, f"{label}: DP {dp} numel {numel} not a multiple of lcm(G,128)")
+        check(N <= numel < N + nb * div + 64 * (12 * j["L"] + 4), f"{label}: DP {dp} padding out of bounds")
+        mg, mc, mw = nodes_of(range(G), P), nodes_of(range(0, dp, G), P), nodes_of(range(dp), P)
+        check(r["group"] == [G, mg] and r["cross"] == [K, mc] and r["world"] == [dp, mw],
+              f"{label}: DP {dp} groups {r['group']} {r['cross']} {r['world']} != {[G, mg]} {[K, mc]} {[dp, mw]}")
+        frac = (G - 1) / G
+        lat = nb * steps_s("ring", G - 1, mg - 1) if G > 1 else 0
+        check(close(r["rs_s"], frac * numel * gb / BUSBW[mg > 1] + lat), f"{label}: DP {dp} reduce-scatter time")
+        check(close(r["ag_s"], frac * numel * 2 / BUSBW[mg > 1] + lat), f"{label}: DP {dp} all-gather time")
+        # each bucket's shard (its elements / G) all-reduced across the K groups
+        cross = all_reduce_s(algo, K, mc, numel / G * gb) if K > 1 else 0
+        if K > 1:
+            lat1 = all_reduce_s(algo, K, mc, 0)  # one bucket's latency alone
+            cross += (nb - 1) * lat1
+        check(close(r["cross_s"], cross) if cross else r["cross_s"] == 0, f"{label}: DP {dp} cross all-reduce time")
+        check(close(r["ar_s"], all_reduce_s(algo, dp, mw, numel * gb)), f"{label}: DP {dp} all-reduce time")
+        if K == 1:  # bandwidth part / ((n-1)/n x numel) is one constant per link: bytes per element
+            per_dp.setdefault((r["link"], mg > 1), []).append((r["rs_s"] - lat) / numel / frac * BUSBW[mg > 1])
         for g in ("H100", "H200"):
             e = r[g]
-            check(0 <= e["exposed_rs_s"] <= r["rs_s"] * (1 + 1e-12), f"{label}: DP {dp} exposed RS range")
+            rs_all = r["rs_s"] + r["cross_s"]
+            check(0 <= e["exposed_rs_s"] <= rs_all * (1 + 1e-12), f"{label}: DP {dp} exposed RS range")
             check(0 <= e["exposed_ag_s"] <= r["ag_s"] * (1 + 1e-12), f"{label}: DP {dp} exposed AG range")
-            if r["buckets"] == 1:  # fires after the whole backward; needed by the first block
-                check(close(e["exposed_rs_s"], r["rs_s"]), f"{label}: DP {dp} one bucket: RS not all exposed")
+            if nb == 1:  # fires after the whole backward; needed by the first block
+                check(close(e["exposed_rs_s"], rs_all), f"{label}: DP {dp} one bucket: RS not all exposed")
                 check(close(e["exposed_ag_s"], r["ag_s"]), f"{label}: DP {dp} one bucket: AG not all exposed")
-    for link, v in per_dp.items():  # time / ((n-1)/n x numel) is one constant: bytes per element
+    for link, v in per_dp.items():
         check(all(close(x, v[0]) for x in v), f"{label}: {link} time does not scale with (n-1)/n")
+
+
+def check_headline(binary):
+    """The step at --dp (--brief and --json's at_dp) is the DP table's row for that placement, MFU
+    from its definition, and by hand: d12 at DP 64 on 8 nodes of 8, 2 buckets of the default
+    layout (no padding): each rank sends 63/64 x 124,475,904 x 4 B = 490,123,872 B of grads,
+    9.80247744 ms at 50 GB/s, plus 2 buckets x (56 NVLink steps x 3.4 us + 7 network steps x
+    14 us) = 0.5768 ms: 10.37927744 ms; --instances 8 (a group per node, 2 buckets): the group's
+    reduce-scatter 7/8 x 124,475,904 x 4 B at 370 GB/s + 2 x 7 x 3.4 us = 1.225074768 ms, the
+    shards' ring all-reduce across 8 nodes 2 x 7/8 x 15,559,488 x 4 B = 108,916,416 B at 50
+    GB/s + 2 x 14 x 14 us = 2.57032832 ms."""
+    flat, inst = run(binary, "--dp", "64"), run(binary, "--dp", "64", "--instances", "8")
+    row = lambda j, link: [r for r in j["comm"] if r["dp"] == 64 and r["link"] == link][0]
+    check(close(row(flat, "ib")["rs_s"], 10.37927744e-3), f"hand-worked: DP 64 RS {row(flat, 'ib')['rs_s']}")
+    check(close(row(inst, "ib")["rs_s"], 1.225074768e-3), f"hand-worked: DP 64 K 8 RS {row(inst, 'ib')['rs_s']}")
+    check(close(row(inst, "ib")["cross_s"], 2.57032832e-3), f"hand-worked: DP 64 K 8 xAR {row(inst, 'ib')['cross_s']}")
+    for j in (flat, inst):
+        for gpu in ("H100", "H200"):
+            h, r = j["at_dp"][gpu], row(j, "ib")[gpu]
+            check(close(h["step_s"], r["step_s"]), f"headline: {gpu} step {h['step_s']} != the table's {r['step_s']}")
+            check(close(h["exposed_s"], h["step_s"] - j["step"][gpu]["achievable_s"]), f"headline: {gpu} exposed")
+            check(close(h["mfu"], j["B"] * j["T"] * j["model_flops_per_token"] / h["step_s"] / 989e12),
+                  f"headline: {gpu} MFU")
+            check(h["mfu"] < j["step"][gpu]["achievable_mfu"], f"headline: {gpu} MFU not below compute-only")
+    check(inst["at_dp"]["H100"]["step_s"] < flat["at_dp"]["H100"]["step_s"], "headline: instances not faster")
+    one = run(binary, "--dp", "64", "--gpus-per-node", "64")  # one NVLink domain: the NVLink row
+    check(close(one["at_dp"]["H100"]["step_s"], row(one, "nvlink")["H100"]["step_s"]), "headline: one NVLink domain")
+    brief = subprocess.run([binary, "--dp", "64", "--brief"], capture_output=True, text=True, check=True).stdout
+    for line, gpu in zip(brief.splitlines(), ("H100", "H200")):
+        f = dict(kv.split("=") for kv in line.split() if "=" in kv)
+        check(f["dp"] == "64" and f["nodes"] == "8x8", f"--brief: {line}")
+        check(abs(float(f["step_ms"]) - flat["at_dp"][gpu]["step_s"] * 1e3) < 0.006, f"--brief step_ms: {line}")
+        check(abs(float(f["mfu"]) - flat["at_dp"][gpu]["mfu"]) < 6e-5, f"--brief mfu: {line}")
 
 
 def profile_line(kernel, sectors, ideal, wavefronts=0, wmma_flops=0):
@@ -261,7 +337,11 @@ def main():
     check_comm(run(a.binary, "--model", "d4", "-b", "2", "-t", "256", "--grad-dtype", "bf16", "--bucket-size", "100000"),
                "d4 bf16 grads, 100k buckets")
     check_comm(run(a.binary, "--model", "d12", "--bucket-size", "none"), "d12 one bucket")
-    n += 3
+    check_comm(run(a.binary, "--model", "d4", "-b", "2", "-t", "256", "--dp", "8", "--instances", "4", "--allreduce", "tree",
+                   "--gpus-per-node", "3"), "d4 4 instances, tree, 3 GPUs a node")
+    check_comm(run(a.binary, "--dp", "16", "--instances", "2", "--gpus-per-node", "16"), "d12 2 instances, 16 a node")
+    check_headline(a.binary)
+    n += 6
     check_measured(a.binary)
     n += 2
     # flash moves fewer bytes than naive at T = 1024, in attention and in the whole step

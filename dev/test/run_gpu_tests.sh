@@ -37,7 +37,7 @@
 #      (replicated, np 2 ZeRO-1), then resumed; a NaN loss skipped; a NaN model file refused;
 #      a trace whose gradient collectives start before their own step's backward ends
 #      (np 2 reduce-scatters; with one GPU np 1 all-reduces); a stopped rank ends the job
-#      within --comm-timeout + a few s
+#      within --comm-timeout + a few s; one model's val loss at np 1 and 2 (-m global batches)
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact,
 #      and the HellaSwag-style eval (-H 1) of both trainers on one model: the same losses
 #      and accuracy; --stochastic-rounding at -l 0: the BF16 GPU trainer's params (zero1/
@@ -428,6 +428,18 @@ shared_row 2 z_np2_zero1 on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}"
     --bucket-size 100000 --comm mpi
 shared_row 2 zero1_vs_replicated_np2 same_within "$OUT/z_np2_replicated.log" "$OUT/z_np2_zero1.log" 1e-5  # of the two above
 shared_row 2 zero1_vs_plain_np2_batch same_within "$OUT/z_np1_plain.log" "$OUT/z_np2_zero1.log" 1e-5
+# -m counts global batches (run/eval.h): one model's val loss at np 1 and np 2 (-m 5: rank 1
+# gets one batch fewer) within 1e-5, a few float ulps of the summed losses (about 54).
+val_ranks() {
+    local f=(-e "$OUT/model_fp32.bin" -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" -b 2 -t 64 -x 0 -v 1
+        -m 5 -s 0 -z 1)
+    "${ZZ[@]}" "${f[@]}" >"$OUT/val_np1.log" 2>&1 &&
+        on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${f[@]}" --comm mpi >"$OUT/val_np2.log" 2>&1 || return 1
+    awk -v a="$(sed -n 's/^val loss //p' "$OUT/val_np1.log")" -v b="$(sed -n 's/^val loss //p' "$OUT/val_np2.log")" '
+        BEGIN { d = a - b; if (d < 0) d = -d; r = a != "" && b != "" && d <= 1e-5
+                print (r ? "PASS" : "FAIL") " val loss " a " at np 1, " b " at np 2"; exit !r }'
+}
+shared_row 2 z_val_ranks val_ranks
 
 # A planted NaN on the last rank (LLMC_TEST_PLANT_NAN: dev/test/seams.c): --check-nan stops
 # every rank with one message.

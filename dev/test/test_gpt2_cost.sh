@@ -3,7 +3,9 @@
 # gpt2_cost (the cost model, dev/cost/cost_model.h) and scripts/gpu_check.sh, without a GPU:
 #   1. dev/test/cost_reference.py: FLOP totals (6N + 6LCT identities, attention's square or
 #      tiles), bytes by hand from the shapes, the roofline and MFU from their definitions,
-#      flash < naive, communication (n-1)/n and its overlap limits;
+#      flash < naive, communication ((n-1)/n of the buffer at the link's bus bandwidth plus
+#      NCCL's steps x latency, ring and tree, --instances, nodes of P GPUs), its overlap
+#      limits, two hand-worked times, and the headline at --dp (--brief) = the table's step;
 #   2. bad input: one `error:` line each, exit 1, nothing on stdout;
 #   3. gpu_check.sh's dry run (GPU_CHECK_DRY_RUN=1): every variant's command, and the
 #      prediction columns equal to gpt2_cost --brief for the GPU the name says;
@@ -41,6 +43,11 @@ bad_cases=(
     "missing profile|--profile /nonexistent/profile.jsonl"
     "profile not JSON|--profile Makefile"
     "occupancy without kernel|--occupancy $TMP/no_kernel.jsonl"
+    "instances not dividing dp|--dp 8 --instances 3"
+    "instances without ZeRO-1|--dp 8 --instances 2 -z 0"
+    "bad allreduce|--allreduce star"
+    "bad latency|--ring-latency-us 3,x"
+    "zero gpus per node|--gpus-per-node 0"
 )
 for c in "${bad_cases[@]}"; do
     IFS='|' read -r name args <<<"$c"

@@ -194,5 +194,24 @@ else
     not_ok "--dry-run" "$TMP/dry.log"
 fi
 
+# The 124M profile's plans (dry runs: nothing built or run): 8 nodes x 8 GPUs are 64 ranks
+# under Slurm with one ZeRO-1 instance per node and -b 8 (524,288 tokens a step: 64 x 8 x
+# 1024), validation 10,485,760 tokens = -m 1280 batches of 8 x 1024; one node passes no
+# --dist-opt-instances and -m 160 (64 x 1024 each); a local mpirun cannot span nodes.
+dry124() { bash $RECIPE --dry-run --out "$TMP/dry124" --shards "$TMP/dry124_shards" "$@" 2>&1; }
+d8=$(dry124 --nodes 8 --gpus 8) d1=$(dry124 --gpus 8) dl=$(dry124 --nodes 2 --launcher local)
+rc_local=$?
+cmd8=$(grep "^+ .*train_gpt2cu\|^+ .*train.sbatch" <<<"$d8")
+if grep -q "^plan: 64 ranks = 8 node(s) x 8 (slurm), 8 ZeRO-1 instance(s), d12, -b 8 -t 1024 x 1 micro-steps" <<<"$d8" &&
+    grep -q "train.sbatch .* -b 8 .* -z 1 --dist-opt-instances 8 .* -m 1280 " <<<"$cmd8" &&
+    grep -q "^+ env OMP_NUM_THREADS=[0-9]* mpirun .*-np 8 ./train_gpt2cu .* -b 64 .* -m 160 " <<<"$d1" &&
+    ! grep -q -- "--dist-opt-instances" <<<"$d1" && [ $rc_local != 0 ] &&
+    grep -q "error: --launcher local runs on this node only" <<<"$dl"; then
+    ok "124M dry runs: 8 nodes x 8 GPUs plan 64 ranks, --dist-opt-instances 8, -b 8, -m 1280; 1 node none, -m 160"
+else
+    printf '%s\n' "$d8" "$d1" "$dl" >"$TMP/dry124.log"
+    not_ok "124M dry runs (--nodes 8 --gpus 8; --gpus 8; --nodes 2 --launcher local)" "$TMP/dry124.log"
+fi
+
 note "test_recipe: first run ${t_first} s, whole test $((SECONDS - t0)) s"
 done_testing
