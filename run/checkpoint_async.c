@@ -109,6 +109,7 @@ void checkpoint_async_begin(CheckpointAsync* a, const char* out_dir, const GPT2C
     a->error[0] = '\0';
     __atomic_store_n(&a->status, ASYNC_WRITING, __ATOMIC_RELEASE);
     async_progress_now(a);
+    crc32c("", 0);  // its tables and CPU check are filled on first use: here, before the writer's
     int rc = pthread_create(&a->thread, NULL, async_writer, a);
     if (rc != 0) fatal("--async-save: cannot start the checkpoint writer thread: %s", strerror(rc));
     a->in_flight = 1;
