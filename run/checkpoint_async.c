@@ -109,6 +109,8 @@ void checkpoint_async_begin(CheckpointAsync* a, const char* out_dir, const GPT2C
     a->error[0] = '\0';
     __atomic_store_n(&a->status, ASYNC_WRITING, __ATOMIC_RELEASE);
     async_progress_now(a);
+    a->seen_progress_s = a->last_look_s = a->progress_s;
+    a->quiet_s = 0;
     crc32c("", 0);  // its tables and CPU check are filled on first use: here, before the writer's
     int rc = pthread_create(&a->thread, NULL, async_writer, a);
     if (rc != 0) fatal("--async-save: cannot start the checkpoint writer thread: %s", strerror(rc));
@@ -116,17 +118,30 @@ void checkpoint_async_begin(CheckpointAsync* a, const char* out_dir, const GPT2C
     a->snapshot_ms = wall_ms() - t0;
 }
 
-// This rank's writer: done, failed, or still writing after up to wait_s seconds; stalled
-// when it has completed no write for --comm-timeout.
+// Whether the writer has gone --comm-timeout without completing a write, counted as
+// run/watchdog.h counts a deadline: only time this process ran (a gap of more than
+// WATCHDOG_STOPPED_GAP_S between two looks, a job stopped and continued, counts nothing).
+static int async_stalled(CheckpointAsync* a) {
+    double now = watchdog_monotonic_s(), progress, gap = now - a->last_look_s;
+    __atomic_load(&a->progress_s, &progress, __ATOMIC_ACQUIRE);
+    a->last_look_s = now;
+    if (progress != a->seen_progress_s) {
+        a->seen_progress_s = progress;
+        a->quiet_s = 0;
+    } else if (gap <= WATCHDOG_STOPPED_GAP_S) {
+        a->quiet_s += gap;
+    }
+    return a->timeout_s > 0 && a->quiet_s > a->timeout_s;
+}
+
+// This rank's writer: done, failed, stalled, or still writing after up to wait_s seconds.
 static int async_local_status(CheckpointAsync* a, double wait_s) {
     double until = watchdog_monotonic_s() + wait_s;
     for (;;) {
         int status = async_status(a);
         if (status != ASYNC_WRITING) return status;
-        double now = watchdog_monotonic_s(), progress;
-        __atomic_load(&a->progress_s, &progress, __ATOMIC_ACQUIRE);
-        if (a->timeout_s > 0 && now - progress > a->timeout_s) return ASYNC_STALLED;
-        if (now >= until) return ASYNC_WRITING;
+        if (async_stalled(a)) return ASYNC_STALLED;
+        if (watchdog_monotonic_s() >= until) return ASYNC_WRITING;
         usleep(1000);
     }
 }

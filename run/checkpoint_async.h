@@ -19,9 +19,12 @@
  *
  * At most one save is in flight: a save due while the previous one is still being
  * written, and the end of the run, wait for it (rank 0 says how long). The deadline is
- * --comm-timeout, counted from the writer's last completed write: a writer that makes no
- * progress for that long (a hung disk) or fails (a full disk) ends the job with one error:
- * line from rank 0 naming the rank, the file and the step; the earlier checkpoints stay.
+ * --comm-timeout, counted from the writer's last completed write in time this process ran
+ * (as run/watchdog.h counts: a job stopped and continued as a whole is not blamed): a
+ * writer that makes no progress for that long (a hung disk) or fails (a full disk) ends
+ * the job with one error: line from rank 0 naming the rank, the file and the step; the
+ * earlier checkpoints stay. While steps run, the main thread looks at each step end (steps
+ * longer than that gap do not count); while it waits, every millisecond.
  *
  * Why not the default: the snapshot costs every rank a host copy of its master, m and v
  * (12 bytes per owned parameter, counted by run/memory_check.h), and POSIX writes of
@@ -60,6 +63,9 @@ typedef struct {
     // Written by the writer, read by the main thread (atomically).
     int status;               // ASYNC_WRITING or ASYNC_DONE / ASYNC_FAILED
     double progress_s;        // watchdog_monotonic_s() at its last completed write
+    // The main thread's deadline: when it last looked, the progress it saw, and for how
+    // long (time this process ran) that has not changed.
+    double last_look_s, seen_progress_s, quiet_s;
     char error[PATH_MAX_LEN + 256];  // ASYNC_FAILED: what failed
 } CheckpointAsync;
 

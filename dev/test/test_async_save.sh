@@ -12,8 +12,9 @@
 #      only a temporary directory, and the same command line with -y 1 resumes from step 2
 #      and ends with the synchronous run's step-6 checkpoint (-nk 1 pruning after commits);
 #   3. a writer that hangs on rank 1 ends the job with one error: line naming rank 1 and
-#      the step within --comm-timeout (2 s) plus the error's 3 s; --async-save without -n
-#      is refused.
+#      the step within --comm-timeout (2 s) plus the error's 3 s; a disk that fills up under
+#      the writer (a 4 MiB tmpfs) ends it with one error: line naming the file; --async-save
+#      without -n is refused.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 make -s train_gpt2 USE_ZERO1=1 >/dev/null || fatal "build"
@@ -106,6 +107,20 @@ if selected stalled_writer/2; then
         ok "the stalled writer's job ended in $took s (deadline 2 s, the error's 3 s, start-up), step 2 not committed"
     else
         not_ok "the stalled writer's job took $took s, or step 2 was committed"
+    fi
+fi
+# A disk that fills up under the writer (a 4 MiB tmpfs, root): the writer's failure, not a hang.
+mnt=""
+at_exit '[ -n "$mnt" ] && umount "$mnt" 2>/dev/null'
+if selected disk_full/2; then
+    mkdir -p "$TMP/full"
+    if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=4m tmpfs "$TMP/full" 2>/dev/null; then
+        mnt=$TMP/full
+        BASE=("${RUN[@]:1}" -o "$mnt/run" --async-save 1)
+        expect_error disk_full 2 "background write failed" ".checkpoint_00000002.tmp/" "is the disk full" --
+        [ -e "$mnt/run/checkpoint_00000002" ] && not_ok "disk full: step 2 was renamed into place"
+    else
+        skip "disk full under the writer" "needs root and a tmpfs mount"
     fi
 fi
 BASE=("${RUN[@]:1}" -n 0 -o "$TMP/no_n")
