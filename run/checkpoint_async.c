@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "run/seams.h"
@@ -47,6 +49,9 @@ static int async_pwrite_all(int fd, const unsigned char* p, uint64_t bytes, uint
 // and closed, the rounds' reports in a->crcs. No MPI here.
 static void* async_writer(void* arg) {
     CheckpointAsync* a = (CheckpointAsync*)arg;
+    // The lowest priority (Linux: per thread): the step's threads keep their cores (the CPU
+    // trainer uses them all), the write only has to end before the next save.
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     const unsigned char* at = a->snapshot;
     CheckpointCrc* report = a->crcs;
     for (int k = 0; k < 2; k++) {

@@ -278,7 +278,7 @@ static void run_save_checkpoint(Run* run, int steps_done) {
     if (cfg->async_save) {  // the last step's save is waited for: the run ends with it in place
         run_async_save_progress(run, steps_done, 1);
         checkpoint_async_begin(&run->async_save, cfg->output_dir, run->model, run->opt, &s, cfg->comm_timeout);
-        run_async_save_progress(run, steps_done, steps_done == run->max_steps);
+        if (steps_done == run->max_steps) run_async_save_progress(run, steps_done, 1);
         return;
     }
     checkpoint_save(cfg->output_dir, run->model, run->opt, &s);

@@ -14,6 +14,8 @@
 #                 start-up, and the last save, at the end of the run, left out)
 #   after-save ms median interval that follows a save step
 #   save cost ms  their difference: what one save adds to the loop
+#   waits         async: saves that found the previous one still being written, and
+#   waited s      how long they waited in all (included in the intervals above)
 #   run s         the whole run, start-up and the last save included
 # The files are the same either way (dev/test/test_async_save.sh).
 set -eu
@@ -48,7 +50,8 @@ for n in range(3, steps + 1):
     gap = (at[n] - at[n - 1]) * 1000
     (after_save if (n - 1) % every == 0 else plain).append(gap)
 p, a = statistics.median(plain), statistics.median(after_save)
-print(f"{mode}\t{p:.1f}\t{a:.1f}\t{a - p:.1f}\t{run_s}")
+waits = [float(w) for w in re.findall(r"save waited ([\d.]+) s for step", open(log).read())]
+print(f"{mode}\t{p:.1f}\t{a:.1f}\t{a - p:.1f}\t{len(waits)}\t{sum(waits):.2f}\t{run_s}")
 PYEOF
 }
 
@@ -59,6 +62,6 @@ for r in $(seq "$REPEATS"); do
 done
 ckpt=$(grep -o "saved in [^ ]* ([0-9.]* MiB" "$work/sync_1.log" | head -1 | sed 's/.*(//')
 echo "checkpoint saves at np $NP, -e $MODEL, B=$B T=$T per rank, -n $EVERY -x $STEPS ($ckpt per checkpoint), runs alternating"
-printf "%-6s %8s %14s %13s %6s\n" mode "step ms" "after-save ms" "save cost ms" "run s"
-awk -F'\t' '{ printf "%-6s %8s %14s %13s %6s\n", $1, $2, $3, $4, $5 }' "$work/rows"
+printf "%-6s %8s %14s %13s %6s %8s %6s\n" mode "step ms" "after-save ms" "save cost ms" waits "waited s" "run s"
+awk -F'\t' '{ printf "%-6s %8s %14s %13s %6s %8s %6s\n", $1, $2, $3, $4, $5, $6, $7 }' "$work/rows"
 echo "async: $(grep -o "the step paused [0-9.]* s for the snapshot" "$work/async_1.log" | head -1), per rank"
