@@ -107,8 +107,8 @@ void checkpoint_io_check(int rc, const char* path, const char* call, int saving)
 
 // Saving: the round's slices from the optimizer (and the header) into the staging buffer.
 // Loading: from the staging buffer into the optimizer (a header is only checksummed).
-static void checkpoint_stage_round(const CheckpointFilePlan* f, const CheckpointRound* r, Optimizer* o,
-                                   unsigned char* staging, int saving) {
+void checkpoint_stage_round(const CheckpointFilePlan* f, const CheckpointRound* r, Optimizer* o,
+                            unsigned char* staging, int saving) {
     uint64_t at = 0;
     for (int i = r->first; i < r->first + r->count; i++) {
         const CheckpointSlice* s = &f->slices[i];
@@ -125,8 +125,8 @@ static void checkpoint_stage_round(const CheckpointFilePlan* f, const Checkpoint
 
 // The file offset of the first NaN or infinity in a round's state slices (a header holds
 // integers), or CHECKPOINT_FINITE.
-static uint64_t checkpoint_round_nonfinite(const CheckpointFilePlan* f, const CheckpointRound* r,
-                                           const unsigned char* staging) {
+uint64_t checkpoint_round_nonfinite(const CheckpointFilePlan* f, const CheckpointRound* r,
+                                    const unsigned char* staging) {
     uint64_t at = 0;
     for (int i = r->first; i < r->first + r->count; i++) {
         const CheckpointSlice* s = &f->slices[i];
@@ -253,13 +253,9 @@ static CheckpointCrc* checkpoint_gather_crcs(const CheckpointCrc* mine, int n, i
     return all;
 }
 
-// Collective: moves this rank's pieces of model.bin and optimizer.bin of checkpoint dir
-// (saving: from the optimizer into the files; loading: the other way) and gives rank 0
-// the files' CRCs.
-static void checkpoint_transfer(CheckpointTransfer* t, const char* dir, const GPT2Config* cfg, Optimizer* o,
-                                int step, int saving) {
+int checkpoint_plan_transfer(CheckpointTransfer* t, const char* dir, const GPT2Config* cfg, Optimizer* o, int step,
+                             size_t staging_bytes) {
     memset(t, 0, sizeof(*t));
-    size_t staging_bytes = checkpoint_staging_bytes();
     int num_pieces = o->ops->checkpoint_pieces(o, NULL, 0);
     OptimizerPiece* pieces = (OptimizerPiece*)mallocCheck((size_t)(num_pieces ? num_pieces : 1) * sizeof(OptimizerPiece));
     o->ops->checkpoint_pieces(o, pieces, num_pieces);
@@ -273,7 +269,30 @@ static void checkpoint_transfer(CheckpointTransfer* t, const char* dir, const GP
     }
     free(file_offsets);
     free(pieces);
-    int num_rounds = t->plans[0].num_rounds + t->plans[1].num_rounds;
+    return t->plans[0].num_rounds + t->plans[1].num_rounds;
+}
+
+void checkpoint_collect_crcs(CheckpointTransfer* t, const CheckpointCrc* crcs, int num_rounds) {
+    int total;
+    CheckpointCrc* all = checkpoint_gather_crcs(crcs, num_rounds, &total);
+    if (utils_rank() == 0) {
+        checkpoint_combine_crcs(all, total, t->plans, t->crc, t->nonfinite_at);
+        t->mib_moved = (double)(t->plans[0].size + t->plans[1].size) / (1 << 20);
+    }
+    free(all);
+}
+
+void checkpoint_free_transfer(CheckpointTransfer* t) {
+    for (int k = 0; k < 2; k++) checkpoint_free_plan(&t->plans[k]);
+}
+
+// Collective: moves this rank's pieces of model.bin and optimizer.bin of checkpoint dir
+// (saving: from the optimizer into the files; loading: the other way) and gives rank 0
+// the files' CRCs.
+static void checkpoint_transfer(CheckpointTransfer* t, const char* dir, const GPT2Config* cfg, Optimizer* o,
+                                int step, int saving) {
+    size_t staging_bytes = checkpoint_staging_bytes();
+    int num_rounds = checkpoint_plan_transfer(t, dir, cfg, o, step, staging_bytes);
     CheckpointCrc* crcs = (CheckpointCrc*)mallocCheck((size_t)(num_rounds ? num_rounds : 1) * sizeof(CheckpointCrc));
     unsigned char* staging = (unsigned char*)mallocCheck(staging_bytes);  // pages are touched only as rounds fill them
     int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -282,15 +301,9 @@ static void checkpoint_transfer(CheckpointTransfer* t, const char* dir, const GP
     checkpoint_move_file(&t->plans[1], dir_fd, o, staging, saving, crcs + t->plans[0].num_rounds);
     close(dir_fd);
     free(staging);
-    int total;
-    CheckpointCrc* all = checkpoint_gather_crcs(crcs, num_rounds, &total);
-    if (rank == 0) {
-        checkpoint_combine_crcs(all, total, t->plans, t->crc, t->nonfinite_at);
-        t->mib_moved = (double)(t->plans[0].size + t->plans[1].size) / (1 << 20);
-    }
-    free(all);
+    checkpoint_collect_crcs(t, crcs, num_rounds);
     free(crcs);
-    for (int k = 0; k < 2; k++) checkpoint_free_plan(&t->plans[k]);
+    checkpoint_free_transfer(t);
 }
 
 static double checkpoint_status_mib(const char* field) {
@@ -354,33 +367,35 @@ static void checkpoint_stop_with_rank0(char* why, int step) {
     if (why[0]) fatal("%s", why);
 }
 
-void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s) {
-    double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
-    int rank = utils_rank();
-    char tmp[PATH_MAX_LEN], final_path[PATH_MAX_LEN], path[PATH_MAX_LEN];
-    checkpoint_path(tmp, sizeof(tmp), out_dir, s->step, 1);
-    checkpoint_path(final_path, sizeof(final_path), out_dir, s->step, 0);
+void checkpoint_save_begin(const char* out_dir, int step, char* tmp, size_t n) {
+    checkpoint_path(tmp, n, out_dir, step, 1);
     char lost[RUN_DIR_WHY_MAX] = "";
-    if (rank == 0 && !run_dir_lost(lost)[0]) {
+    if (utils_rank() == 0 && !run_dir_lost(lost)[0]) {
         run_dir_make(out_dir);
         checkpoint_remove_stale_temporaries(out_dir);
         if (mkdir(tmp, 0755) != 0) fatal("cannot create %s: %s", tmp, strerror(errno));
     }
-    checkpoint_stop_with_rank0(lost, s->step);  // and the directory exists before any rank opens a file in it
-    CheckpointTransfer t;
-    checkpoint_transfer(&t, tmp, cfg, o, s->step, 1);
+    checkpoint_stop_with_rank0(lost, step);  // and the directory exists before any rank opens a file in it
+}
+
+void checkpoint_save_commit(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s,
+                            const CheckpointTransfer* t, double t0, const char* how) {
+    int rank = utils_rank();
+    char tmp[PATH_MAX_LEN], final_path[PATH_MAX_LEN], path[PATH_MAX_LEN], lost[RUN_DIR_WHY_MAX] = "";
+    checkpoint_path(tmp, sizeof(tmp), out_dir, s->step, 1);
+    checkpoint_path(final_path, sizeof(final_path), out_dir, s->step, 0);
     // Every rank has synced and closed both files (their reports reached rank 0 after that).
     char what[128];
     seam_stop_at("save_commit", s->step, "in the checkpoint save, its files written, of step");
-    if (rank == 0 && checkpoint_nonfinite_where(&t, cfg, what, sizeof(what)) >= 0) {
+    if (rank == 0 && checkpoint_nonfinite_where(t, cfg, what, sizeof(what)) >= 0) {
         checkpoint_remove_dir(tmp);
         snprintf(lost, sizeof(lost), "checkpoint of step %d not saved: %s is not finite (the earlier checkpoints "
                  "are kept)", s->step, what);
     } else if (rank == 0 && !run_dir_lost(lost)[0]) {  // lost meanwhile: the checkpoint is not renamed into place
         CheckpointManifest m;
         for (int k = 0; k < 2; k++) {
-            m.bytes[t.plans[k].file] = t.plans[k].size;
-            m.crc[t.plans[k].file] = t.crc[t.plans[k].file];
+            m.bytes[t->plans[k].file] = t->plans[k].size;
+            m.crc[t->plans[k].file] = t->crc[t->plans[k].file];
         }
         path_format(path, sizeof(path), "%s/%s", tmp, CHECKPOINT_FILES[CHECKPOINT_STATE]);
         checkpoint_write_state(path, s);
@@ -394,10 +409,19 @@ void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, c
         if (!checkpoint_remove_dir(final_path)) fatal("cannot replace %s (see the warning above)", final_path);
         if (rename(tmp, final_path) != 0) fatal("cannot rename %s to %s: %s", tmp, final_path, strerror(errno));
         checkpoint_fsync(out_dir);
-        printf("checkpoint: step %d saved in %s (%.1f MiB by %d ranks in %.2f s)\n", s->step, final_path, t.mib_moved,
-               o->world, (wall_ms() - t0) / 1e3);
+        printf("checkpoint: step %d saved in %s (%.1f MiB by %d ranks in %.2f s%s)\n", s->step, final_path,
+               t->mib_moved, o->world, (wall_ms() - t0) / 1e3, how);
     }
     checkpoint_stop_with_rank0(lost, s->step);  // and nobody runs ahead of a checkpoint being renamed into place
+}
+
+void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s) {
+    double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
+    char tmp[PATH_MAX_LEN];
+    checkpoint_save_begin(out_dir, s->step, tmp, sizeof(tmp));
+    CheckpointTransfer t;
+    checkpoint_transfer(&t, tmp, cfg, o, s->step, 1);
+    checkpoint_save_commit(out_dir, cfg, o, s, &t, t0, "");
     checkpoint_memcheck_end(rss_before, "save", &t);
 }
 

@@ -146,6 +146,40 @@ typedef struct {
 // are kept).
 void checkpoint_save(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s);
 
+// ----------------------------------------------------------------------------
+// The steps of a save, which run/checkpoint_async.h shares: checkpoint_save is begin,
+// the collective writes, then commit.
+
+// Collective: rank 0 removes stale temporaries and makes DIR/.checkpoint_<step>.tmp (its
+// path written to tmp), and every rank stops alike when -o is no longer this job's.
+void checkpoint_save_begin(const char* out_dir, int step, char* tmp, size_t n);
+
+// This rank's pieces of both files of checkpoint dir, planned in rounds of at most
+// staging_bytes (t->plans, t->state_bytes); returns the number of rounds.
+int checkpoint_plan_transfer(CheckpointTransfer* t, const char* dir, const GPT2Config* cfg, Optimizer* o, int step,
+                             size_t staging_bytes);
+
+// Saving: round r's slices (and rank 0's header) from the optimizer into staging;
+// loading: from staging into the optimizer.
+void checkpoint_stage_round(const CheckpointFilePlan* f, const CheckpointRound* r, Optimizer* o,
+                            unsigned char* staging, int saving);
+
+// The file offset of the first NaN or infinity in a staged round, or CHECKPOINT_FINITE.
+uint64_t checkpoint_round_nonfinite(const CheckpointFilePlan* f, const CheckpointRound* r,
+                                    const unsigned char* staging);
+
+// Collective: every rank's round reports (crcs[0..num_rounds)) to rank 0, which checks
+// that they tile both files and fills t->crc, t->nonfinite_at and t->mib_moved.
+void checkpoint_collect_crcs(CheckpointTransfer* t, const CheckpointCrc* crcs, int num_rounds);
+
+// Collective, once every rank's files are synced and closed: rank 0 writes state.txt and
+// the manifest and renames the temporary directory into place, or (a non-finite state,
+// -o lost) removes it, and every rank stops alike. The saved line ends with how.
+void checkpoint_save_commit(const char* out_dir, const GPT2Config* cfg, Optimizer* o, const CheckpointState* s,
+                            const CheckpointTransfer* t, double t0, const char* how);
+
+void checkpoint_free_transfer(CheckpointTransfer* t);
+
 // -y 1, before the trainer is built: the newest checkpoint in -o, checked (manifest,
 // sizes, headers, state.txt) against the shape of -e. With one, cfg->model becomes its
 // model.bin, whose shape the trainer is built for; the weights come from

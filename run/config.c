@@ -36,6 +36,9 @@ const OptionSpec TRAIN_OPTIONS[] = {
      "checkpoint every N steps (and at the end) into -o (0: never)"},
     {"-nk", "--checkpoints-keep", OPT_INT, CLI_FIELD(checkpoints_keep), 0, INT_MAX,
      "keep the newest N checkpoints, removing older ones once a newer one is complete (0: keep all)"},
+    {NULL, "--async-save", OPT_INT, CLI_FIELD(async_save), 0, 1,
+     "1: a checkpoint is copied to host memory and written by a background thread while training goes on (one in "
+     "flight; committed the same way)"},
     {"-y", "--resume", OPT_INT, CLI_FIELD(resume), 0, 1,
      "1: resume from the newest checkpoint in -o (any rank count; none yet: start at step 0)"},
     {NULL, "--allow-resume-change", OPT_FLAG, CLI_FIELD(allow_resume_change), 0, 0,
@@ -485,6 +488,9 @@ int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) 
     if (c->output_dir && c->output_dir[0] == '\0') fatal("-o '': give the output directory");
     if (c->checkpoints_keep > 0 && c->checkpoint_every == 0) {
         fatal("-nk %d keeps the newest of the checkpoints that -n saves in -o: give -n and -o too", c->checkpoints_keep);
+    }
+    if (c->async_save && c->checkpoint_every == 0) {
+        fatal("--async-save 1 writes the checkpoints that -n saves in -o in the background: give -n and -o too");
     }
     config_check_gpu_choices(c, build);
     config_check_optimizer(c, build, world);

@@ -50,6 +50,7 @@ typedef struct {
     int sample_every, gen_tokens;  // -s -g
     int checkpoint_every;       // -n
     int checkpoints_keep;       // -nk (0: keep all)
+    int async_save;             // --async-save 1: checkpoints written by a background thread (run/checkpoint_async.h)
     int resume;                 // -y 1, while -o holds a checkpoint to resume from (run/checkpoint_io.h clears it)
     int resume_asked;           // -y 1 as given
     int start_over;             // --start-over: a fresh run removes the checkpoints and main.log of the run in -o

@@ -2,7 +2,8 @@
 #include "run/crc32c.h"
 
 // tables[k][b]: the CRC register after byte b followed by k zero bytes. Filled on first
-// use; the first call must not race with another thread (ours come from one thread).
+// use; the first call must not race with another thread (run/checkpoint_async.c's writer
+// calls it only after the main thread has).
 static uint32_t crc32c_tables_[8][256];
 
 static int crc32c_tables_ready_ = 0;

@@ -54,6 +54,12 @@ static double memory_checkpoint_staging(const TrainConfig* cfg) {
     return cfg->checkpoint_every > 0 || cfg->resume ? (double)checkpoint_staging_bytes() : 0;
 }
 
+// --async-save's host snapshot (run/checkpoint_async.h): master, m and v of this rank's
+// checkpoint pieces, its shard under ZeRO-1 or its 1/world part of the replicated state.
+static double memory_async_snapshot(const TrainConfig* cfg, int zero1, double owned, double numel, int world) {
+    return cfg->async_save ? 12 * (zero1 ? owned : numel / world) : 0;
+}
+
 // The CPU trainer (train_gpt2.c): zero1/ on the host device (zero1/runtime.c
 // allocate_buffers; the model computes in fp32), or the plain replicated optimizer
 // (fp32 params, grads, m, v), and llmc/gpt2_cpu.h's gpt2_init.
@@ -96,6 +102,7 @@ static MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Config* mc, 
     // dpreatt, datt (B,NH,T,T); dlosses (B,T).
     memory_add(&n, "backward scratch", 4 * (BT * C * 13 + 2 * att + BT));
     memory_add(&n, "checkpoint staging", memory_checkpoint_staging(cfg));
+    memory_add(&n, "async checkpoint snapshot", memory_async_snapshot(cfg, zero1, owned, numel, world));
     if (!cfg->resume) memory_add_loading(&n, params + master, 4 * gpt2_num_parameters(mc) + (zero1 ? 4 * numel : 0));
     memory_add_overhead(&n);
     return n;
@@ -166,6 +173,7 @@ static void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const 
     // most the grad or param buffer, whichever is wider) plus the reduce-scatter shards.
     memory_add(host, "staged MPI copies", staged ? numel * (grad_bytes > x ? grad_bytes : x) + owned * grad_bytes : 0);
     memory_add(host, "checkpoint staging", memory_checkpoint_staging(cfg));
+    memory_add(host, "async checkpoint snapshot", memory_async_snapshot(cfg, zero1, owned, numel, world));
     // Pinned: the encoder plan's two sets of 3 ints a token (plus its 2-int sort scratch,
     // pageable) and the two batch slots' inputs and targets.
     memory_add(host, "encoder plan", 4 * 8 * BT);

@@ -257,6 +257,23 @@ static void run_stop_if_diverged(const Run* run, const StepResult* r) {
           r->nonfinite & STEP_NONFINITE_NORM ? " (--check-nan names the first non-finite gradient)" : "");
 }
 
+// A checkpoint is in place: -nk may prune the older ones now, and it is the one to resume from.
+static void run_checkpoint_committed(Run* run, int steps_done) {
+    const TrainConfig* cfg = &run->cfg;
+    if (run->rank == 0 && cfg->checkpoints_keep > 0) {  // -nk
+        run_dir_require();
+        checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, steps_done);
+    }
+    run->last_checkpoint = steps_done;
+}
+
+// --async-save: the save in flight is committed at the first step end where every rank's
+// writer is done (wait 1: now), run/checkpoint_async.h.
+static void run_async_save_progress(Run* run, int steps_done, int wait) {
+    int committed = checkpoint_async_progress(&run->async_save, steps_done, wait);
+    if (committed > 0) run_checkpoint_committed(run, committed);
+}
+
 // The checkpoint of steps_done (collective): the optimizer's state, and in state.txt the
 // run's shape, data position, sampling RNG, windows, skipped ranges and corpus.
 static void run_save_checkpoint(Run* run, int steps_done) {
@@ -283,12 +300,14 @@ static void run_save_checkpoint(Run* run, int steps_done) {
     s.corpus_shards = run->train_identity.shards;
     s.corpus_digest = run->train_identity.digest;
     s.has_corpus = 1;
-    checkpoint_save(cfg->output_dir, run->model, run->opt, &s);
-    if (run->rank == 0 && cfg->checkpoints_keep > 0) {  // -nk
-        run_dir_require();
-        checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, steps_done);
+    if (cfg->async_save) {  // the last step's save is waited for: the run ends with it in place
+        run_async_save_progress(run, steps_done, 1);
+        checkpoint_async_begin(&run->async_save, cfg->output_dir, run->model, run->opt, &s, cfg->comm_timeout);
+        if (steps_done == run->max_steps) run_async_save_progress(run, steps_done, 1);
+        return;
     }
-    run->last_checkpoint = steps_done;
+    checkpoint_save(cfg->output_dir, run->model, run->opt, &s);
+    run_checkpoint_committed(run, steps_done);
 }
 
 void run_step_end(Run* run, const StepResult* r) {
@@ -306,6 +325,8 @@ void run_step_end(Run* run, const StepResult* r) {
     run_stop_if_diverged(run, r);
     if (cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps)) {
         run_save_checkpoint(run, step + 1);
+    } else if (cfg->async_save) {
+        run_async_save_progress(run, step + 1, 0);
     }
     logger_check(&run->logger);  // a failed write ends the job, once this step's checkpoint was tried
     tensorboard_check(&run->tensorboard);
@@ -328,6 +349,7 @@ void run_end(Run* run, int replicas_identical) {
 }
 
 int run_close(Run* run) {
+    checkpoint_async_free(&run->async_save);
     logger_close(&run->logger);
     tensorboard_close(&run->tensorboard);
     run_dir_close();

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "llmc/gpt2_spec.h"
+#include "run/checkpoint_async.h"
 #include "run/checkpoint_io.h"
 #include "run/config.h"
 #include "run/data_identity.h"
@@ -49,6 +50,7 @@ typedef struct {
     int rank, world;
     int micro_steps;              // per optimizer step (config_validate)
     CheckpointResume resume;      // -y 1's checkpoint, while cfg.resume is 1
+    CheckpointAsync async_save;   // --async-save 1: the save being written in the background
     // run_open: the inputs and outputs
     const GPT2Config* model;
     Optimizer* opt;

@@ -15,6 +15,9 @@
  *   load:R:S          in the resume from step S, before MPI_File_open of model.bin
  *   save_open:R:S     in the save of step S, its temporary directory made, before MPI_File_open
  *   save_commit:R:S   in the save of step S, the files written, before rank 0's manifest and rename
+ *   save_write:R:S    --async-save: the background writer of step S's save, before its first
+ *                     write; only that thread stops (it sleeps for good), the rank trains on:
+ *                     a rank whose disk hangs (test_async_save.sh)
  *   step:R:S          before step S (1-based, as the step lines count) runs
  *   wait:R:S          in the first deadline wait of step S (its description's "at step S") that
  *                     found its collective incomplete, right after the deadline read the clock
@@ -102,6 +105,11 @@ static void test_stop_at(const char* point, long n, const char* where) {
     for (int i = 0; i < count; i++) {
         const TestStop* s = &specs[i];
         if (strcmp(s->point, point) != 0 || s->n != n || (s->rank >= 0 && s->rank != utils_rank())) continue;
+        if (strcmp(point, "save_write") == 0) {  // the writer thread only: its rank trains on (never "fired")
+            fprintf(stderr, "test: rank %d stalls its checkpoint writer %s %ld (LLMC_TEST_STOP, thread of pid %ld)\n",
+                    utils_rank(), where, n, (long)getpid());
+            for (;;) pause();
+        }
         char mark[16], fired[16 * TEST_STOP_MAX] = "";
         snprintf(mark, sizeof(mark), ",%d,", i);
         const char* before = getenv("LLMC_TEST_STOP_FIRED");
