@@ -17,6 +17,7 @@
 void run_begin(Run* run, int* argc, char*** argv, const TrainerBuild* build, const OptionTable* extra, int n_extra) {
     memset(run, 0, sizeof(*run));
     run->build = build;
+    files_size_limit_fails_writes();
     mpi_start(argc, argv, &run->rank, &run->world);
     TrainConfig* cfg = &run->cfg;  // parsed before the trainer is built: -h and flag errors need no device
     config_defaults(cfg, build);
