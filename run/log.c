@@ -94,8 +94,8 @@ void logger_log_eval(Logger* lg, int step, float accuracy) {
 void logger_check(const Logger* lg) {
     if (lg->dir_lost) run_dir_require();
     if (lg->write_errno) {
-        fatal("cannot write %s: %s (its last lines are lost; free space and resume with -y 1)", lg->path,
-              strerror(lg->write_errno));
+        fatal("cannot write %s: %s (its last lines are lost; %s and resume with -y 1)", lg->path,
+              strerror(lg->write_errno), lg->write_errno == EFBIG ? "raise the file size limit (ulimit -f)" : "free space");
     }
 }
 
