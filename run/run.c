@@ -53,6 +53,8 @@ static void run_open_io(Run* run) {
     outlier_state_init(&run->outliers, cfg->outlier_window);
     run->has_val = cfg->val_every > 0;
     if (run->has_val) dataloader_init(&run->val, cfg->val_pattern, cfg->B, cfg->T, rank, world, vocab_size);
+    dataloader_check_roles(&run->train, run->has_val ? &run->val : NULL, cfg->train_pattern, cfg->val_pattern,
+                           cfg->allow_train_val_overlap);
     run->has_hellaswag = cfg->hellaswag;
     if (run->has_hellaswag) {  // every rank reads and checks it: a bad file stops every rank here
         hellaswag_read(&run->hellaswag, cfg->hellaswag_path, vocab_size);
