@@ -87,16 +87,16 @@ RUN_OBJ = $(patsubst %.c,build/%.o,$(wildcard run/*.c))
 # communicator: an object of every GPU build.
 RUN_CUDA_OBJ = build/gpu/run/nccl_comm.o
 
-ZERO1_CORE_SRC = zero1/layout.c zero1/shards.c
+ZERO1_CORE_SRC = zero1/layout.c zero1/layout_layerwise.c zero1/shards.c
 ZERO1_RUNTIME_SRC = zero1/runtime.c zero1/checkpoint.c zero1/optimizer.c zero1/comm_mpi.c zero1/comm_single.c \
-  zero1/device_cpu.c zero1/trace.c zero1/split_embedding.c
+  zero1/device_cpu.c zero1/trace.c zero1/trace_clock.c zero1/split_embedding.c
 # The test doubles (the deferred device, the hazard communicator): test binaries only.
 ZERO1_TEST_SRC = zero1/testing/device_deferred.c zero1/testing/comm_hazard.c
-ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c
+ZERO1_CPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cpu.c zero1/device_cpu_muon.c
 # The GPU build's: compiled by nvcc with the trainer's flags, but the CUDA device ops and the
 # NCCL communicator with exact ones (below).
 ZERO1_GPU_SRC = $(ZERO1_CORE_SRC) $(ZERO1_RUNTIME_SRC) zero1/backend_cuda.cu
-ZERO1_CUDA_SRC = zero1/device_cuda.cu zero1/comm_nccl.cu
+ZERO1_CUDA_SRC = zero1/device_cuda.cu zero1/device_cuda_muon.cu zero1/comm_nccl.cu
 ifeq ($(USE_ZERO1),1)
 CPU_PLUGIN_SRC = $(ZERO1_CPU_SRC)
 GPU_PLUGIN_SRC = $(ZERO1_GPU_SRC) $(ZERO1_CUDA_SRC)
@@ -206,7 +206,7 @@ $(eval $(call host_program,prepro_corpus,build/host/tools/prepro_corpus.o,-pthre
 $(eval $(call host_program,hf_convert,build/host/tools/hf_convert.o,-lm))
 # The ZeRO-1 layout planner; the cost model: a FLOP and byte count of the GPU step, its
 # roofline time (dev/cost/cost_model.h).
-$(eval $(call host_program,zero1_plan,$(call host,zero1/zero1_plan.c $(ZERO1_CORE_SRC)),-lm))
+$(eval $(call host_program,zero1_plan,$(call host,zero1/zero1_plan.c zero1/plan_muon.c $(ZERO1_CORE_SRC)),-lm))
 $(eval $(call host_program,gpt2_cost,$(call host,dev/cost/gpt2_cost.c $(ZERO1_CORE_SRC)),-lm))
 
 # The tests (dev/test/testing_options.h: the options only they have, the test doubles).
@@ -347,7 +347,12 @@ $(eval $(call gpu_program,test_kernels_cuda,$(call gpu,dev/test/test_kernels_cud
 $(eval $(call gpu_program,test_gpt2cu,$(call gpu,dev/test/test_gpt2.cu $(GPU_PLUGIN_SRC) $(PLUGIN_TEST_SRC)) $(RUN_CUDA_OBJ),$(SEAMS_OBJ),cudnn))
 # The CUDA device ops against zero1/device_cpu.c (built as the CPU trainer builds it: the
 # reference bits are the CPU trainer's), and the NCCL communicator on one rank.
-$(eval $(call gpu_program,test_zero1_cuda,$(call gpu,dev/test/test_zero1_cuda.cu zero1/trace.c $(ZERO1_CUDA_SRC)) build/cpu/zero1/device_cpu.o $(RUN_CUDA_OBJ),$(SEAMS_OBJ)))
+# Its muon check needs the CPU device's muon op (zero1/device_cpu_muon.c: OpenBLAS): linked in
+# CUDA_ON_CPU=1 builds only (the layer's machines have OpenBLAS; a GPU machine need not, and
+# there the check says SKIP).
+ZERO1_CUDA_TEST_MUON = $(if $(filter 1,$(CUDA_ON_CPU)),build/cpu/zero1/device_cpu_muon.o)
+test_zero1_cuda: NVCC_LIBS += $(if $(filter 1,$(CUDA_ON_CPU)),-lopenblas)
+$(eval $(call gpu_program,test_zero1_cuda,$(call gpu,dev/test/test_zero1_cuda.cu zero1/trace.c $(ZERO1_CUDA_SRC)) build/cpu/zero1/device_cpu.o $(ZERO1_CUDA_TEST_MUON) $(RUN_CUDA_OBJ),$(SEAMS_OBJ)))
 # zero1/watchdog_cuda.h: the deadline of the GPU step's host sync (a stuck stream ends the job,
 # a hazard-wrapped NCCL communicator is aborted through the wrapper).
 $(eval $(call gpu_program,test_watchdog_cuda,$(call gpu,dev/test/test_watchdog_cuda.cu zero1/trace.c zero1/testing/comm_hazard.c $(ZERO1_CUDA_SRC)) $(RUN_CUDA_OBJ),$(SEAMS_OBJ)))

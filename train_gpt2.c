@@ -16,6 +16,7 @@
 
 #include "llmc/adamw.h"
 #include "llmc/gpt2_cpu.h"
+#include "llmc/muon_cpu.h"
 #include "run/blas_cores.h"
 #include "run/memory_check.h"
 #include "run/model_file.h"
@@ -51,7 +52,8 @@ static const TrainerBuild TRAINER_BUILD = {"train_gpt2, CPU fp32, " PLUGIN_BUILT
 
 // ----------------------------------------------------------------------------
 // The plain replicated optimizer: one dense buffer in canonical order, one all-reduce of
-// the whole gradient (under --comm-timeout), the full AdamW on every rank. No zero1/ code
+// the whole gradient (under --comm-timeout), the full AdamW (or, with --optimizer muon, Muon on
+// the hidden matrices, its momentum in adam_m, and AdamW on the rest) on every rank. No zero1/ code
 // at all (only the deadline of run/watchdog.h, which moves no data): tests use it as the
 // independent reference for the plugin.
 
@@ -63,6 +65,12 @@ typedef struct {
     size_t* offsets;           // canonical dense offsets (no padding)
     float *params, *grads, *adam_m, *adam_v;
     float norm;
+    int muon;                  // --optimizer muon
+    MuonConfig muon_config;
+    MuonMatrix* muon_matrices; // the hidden matrices (their shapes set once, their buffers every step)
+    float* muon_work;          // Newton-Schulz's scratch, the largest matrix's per thread
+    double update_ms;          // the updates' wall time (print_end: the optimizer's share of a step)
+    int updates;
 } ReplicatedOptimizer;
 
 static ReplicatedOptimizer* replicated(Optimizer* o) { return (ReplicatedOptimizer*)o; }
@@ -121,11 +129,25 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
     float grad_scale = (clip > 0.0f && r->norm > clip) ? clip / r->norm : 1.0f;
     AdamWStep s = adamw_step_params(lr, r->cfg.beta1, r->cfg.beta2, r->cfg.eps, r->cfg.weight_decay, step + 1,
                                     grad_scale);
+    double t1 = wall_ms();
+    int muon_matrices = 0;
     for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
         size_t off = r->offsets[i];
+        if (r->muon && gpt2_tensor_is_hidden_matrix(&r->config, i)) {
+            MuonMatrix* m = &r->muon_matrices[muon_matrices++];
+            m->param = r->params + off;
+            m->grad = r->grads + off;
+            m->momentum = r->adam_m + off;
+            continue;
+        }
         adamw_update_range(r->params + off, r->grads + off, r->adam_m + off, r->adam_v + off,
                            gpt2_tensor_numel(&r->config, i), &s, gpt2_tensor_decays(&r->config, i));
     }
+    int C = r->config.channels;
+    muon_update_matrices(r->muon_matrices, muon_matrices, lr, r->cfg.weight_decay, grad_scale, &r->muon_config,
+                         r->muon_work, 4 * C, C);
+    r->update_ms += wall_ms() - t1;
+    r->updates++;
 }
 
 static float rep_read_norm(Optimizer* o) { return replicated(o)->norm; }
@@ -158,10 +180,15 @@ static size_t rep_state_bytes(const Optimizer* o) { return 2 * ((const Replicate
 static void rep_print_start(Optimizer* o) {
     if (utils_rank() == 0) checkpoint_print_bound();
 }
-static void rep_print_end(Optimizer* o) {}
+static void rep_print_end(Optimizer* o) {
+    ReplicatedOptimizer* r = replicated(o);
+    if (utils_rank() == 0 && r->updates > 0) {
+        printf("optimizer update (%s): %.1f ms per step on average\n", r->cfg.optimizer, r->update_ms / r->updates);
+    }
+}
 static void rep_destroy(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
-    void* all[] = {r->offsets, r->params, r->grads, r->adam_m, r->adam_v, r};
+    void* all[] = {r->offsets, r->params, r->grads, r->adam_m, r->adam_v, r->muon_work, r->muon_matrices, r};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
 }
 
@@ -181,6 +208,18 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     r->grads = (float*)callocCheck(r->numel, sizeof(float));
     r->adam_m = (float*)callocCheck(r->numel, sizeof(float));
     r->adam_v = (float*)callocCheck(r->numel, sizeof(float));
+    r->muon = config_uses_muon(cfg);
+    if (r->muon) {
+        config_muon(cfg, &r->muon_config);
+        r->muon_work = (float*)mallocCheck(muon_matrices_work_floats(4 * mc->channels, mc->channels) * sizeof(float));
+        r->muon_matrices = (MuonMatrix*)callocCheck((size_t)4 * mc->num_layers, sizeof(MuonMatrix));
+        for (int i = 0, k = 0; i < gpt2_num_tensors(mc); i++) {
+            if (!gpt2_tensor_is_hidden_matrix(mc, i)) continue;
+            MuonMatrix* m = &r->muon_matrices[k++];
+            gpt2_matrix_shape(mc, i, &m->rows, &m->cols);
+            m->qkv = gpt2_matrix_is_qkv(mc, i);
+        }
+    }
     return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel, world);
 }
 

@@ -43,6 +43,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
+#include "llmc/muon.cuh"
 #include "llmc/gpt2_cuda.cuh"
 #include "run/nccl_comm.h"
 
@@ -111,7 +112,8 @@ static const TrainerBuild TRAINER_BUILD = {"train_gpt2cu, GPU " PRECISION_NAME "
 
 // The plain replicated optimizer: dense buffers in canonical order, one NCCL all-reduce of
 // the whole gradient, the full AdamW on every rank (fp32 master, m, v), the clip factor
-// and the norm left on the device.
+// and the norm left on the device. With --optimizer muon, Muon (llmc/muon.cuh) updates the
+// hidden matrices, its momentum in adam_m (v stays zero there), and AdamW the rest.
 typedef struct {
     Optimizer base;
     GPT2Config config;
@@ -126,6 +128,8 @@ typedef struct {
     float* norm;             // device: [norm, clip factor]
     double* norm_partial;    // GLOBAL_NORM_BLOCKS
     float* norm_host;        // pinned
+    int muon;                // --optimizer muon
+    MuonPlan muon_plan;
 } ReplicatedOptimizer;
 
 static ReplicatedOptimizer* replicated(Optimizer* o) { return (ReplicatedOptimizer*)o; }
@@ -183,6 +187,7 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
     }
     AdamWStep s = rep_adamw_step(r, lr, step + 1);
     adamw_update(r->params, r->master, r->grads, r->adam_m, r->adam_v, &r->tensors, &s, r->norm + 1, st);
+    if (r->muon) muon_plan_step(&r->muon_plan, r->params, r->master, r->grads, r->adam_m, &s, r->norm + 1, st);
 }
 
 static float rep_read_norm(Optimizer* o) {
@@ -249,6 +254,7 @@ static void rep_destroy(Optimizer* o) {
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) cudaCheck(cudaFree(all[i]));
     cudaCheck(cudaFreeHost(r->norm_host));
     adamw_tensors_free(&r->tensors);
+    if (r->muon) muon_plan_free(&r->muon_plan);
     nccl_comm_free(&r->nccl);
     free(r->offsets);
     free(r);
@@ -260,12 +266,16 @@ static const OptimizerOps replicated_ops = {
     rep_print_end, rep_destroy,
 };
 
-// The model's tensors for AdamW: dense canonical, one after another from model-space index 0.
-static void rep_adamw_tensors(AdamWTensors* t, const GPT2Config* mc) {
+// The model's tensors for AdamW: dense canonical, one after another from model-space index 0;
+// with muon the hidden matrices are Muon's.
+static void rep_adamw_tensors(AdamWTensors* t, const GPT2Config* mc, int muon) {
     int n = gpt2_num_tensors(mc);
     size_t* sizes = (size_t*)mallocCheck((size_t)n * sizeof(size_t));
     int* decays = (int*)mallocCheck((size_t)n * sizeof(int));
-    for (int i = 0; i < n; i++) sizes[i] = gpt2_tensor_numel(mc, i), decays[i] = gpt2_tensor_decays(mc, i);
+    for (int i = 0; i < n; i++) {
+        sizes[i] = gpt2_tensor_numel(mc, i);
+        decays[i] = muon && gpt2_tensor_is_hidden_matrix(mc, i) ? ADAMW_NOT_MINE : gpt2_tensor_decays(mc, i);
+    }
     adamw_tensors_init(t, sizes, decays, n, 0);
     free(sizes);
     free(decays);
@@ -279,7 +289,8 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     r->gpu = gpu;
     r->offsets = (size_t*)mallocCheck(gpt2_num_tensors(mc) * sizeof(size_t));
     r->numel = gpt2_tensor_offsets_dense(mc, r->offsets);
-    rep_adamw_tensors(&r->tensors, mc);
+    r->muon = config_uses_muon(cfg);
+    rep_adamw_tensors(&r->tensors, mc, r->muon);
     r->params = alloc_x(r->numel);
     r->grads = alloc_f(r->numel);
     r->master = alloc_f(r->numel);
@@ -291,6 +302,11 @@ static Optimizer* replicated_optimizer(const TrainConfig* cfg, const GPT2Config*
     cudaCheck(cudaMemset(r->adam_m, 0, r->numel * sizeof(float)));
     cudaCheck(cudaMemset(r->adam_v, 0, r->numel * sizeof(float)));
     cudaCheck(cudaMallocHost((void**)&r->norm_host, 2 * sizeof(float)));
+    if (r->muon) {
+        MuonConfig muon;
+        config_muon(cfg, &muon);
+        muon_gpt2_plan(&r->muon_plan, mc, r->offsets, &muon, cfg->muon_ns_bf16, gpu->stream);
+    }
     return optimizer_expose(&r->base, "replicated", &replicated_ops, r->params, r->grads, r->offsets, r->numel,
                             gpu->world);
 }
@@ -323,6 +339,13 @@ static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GPT
     memory_check_gpu(cfg, mc, kernels, gpu->world, plugin ? plugin_memory : NULL, (int)sizeof(floatX), &mine);
 }
 
+// Muon keeps to the replicated optimizer (llmc/muon.cuh, batched over the whole model) unless
+// the run asks for what only zero1/ gives: then zero1/'s CUDA device runs it on the owned matrices.
+static int muon_needs_plugin(const TrainConfig* cfg) {
+    return cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective || cfg->dp_invariant ||
+           cfg->split_embedding || cfg->trace_file != NULL;
+}
+
 // use_plugin: through zero1/ (the default when built in), else the plain replicated optimizer.
 static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetup* gpu, int use_plugin) {
     memset(tr, 0, sizeof(*tr));
@@ -334,8 +357,9 @@ static void trainer_init_with(Trainer* tr, const TrainConfig* cfg, const GpuSetu
     model_shape_of(cfg->model, &mc);  // the shape alone: memory is checked before the weights take any
     config_validate_model(cfg, &mc);
     tr->grad_accum_steps = config_micro_steps(cfg, gpu->world);
-    int plugin = plugin_optimizer && (use_plugin || cfg->zero_stage == 1 || cfg->grad_dtype == DTYPE_BF16 ||
-                                      cfg->average_in_collective);
+    int plugin = plugin_optimizer && (config_uses_muon(cfg) ? muon_needs_plugin(cfg)
+                                                            : use_plugin || cfg->zero_stage == 1 ||
+                                                                  cfg->grad_dtype == DTYPE_BF16 || cfg->average_in_collective);
     GPT2Kernels kernels;
     config_gpt2_kernels(cfg, &kernels);
     if (kernels.attention == ATTENTION_FLASH && !flash_attention_supported(mc.channels, mc.num_heads)) {

@@ -24,7 +24,8 @@ __device__ __forceinline__ void store_rounded(__nv_bfloat16* p, float x, const A
 // The tensors of one update, as one launch takes them: runs of consecutive elements
 // [starts[k], starts[k+1]) of the dense buffers, each with its weight decay (neighbours
 // that agree are merged), in one device allocation made once; element i's model-space
-// index is model + i.
+// index is model + i. A decay of ADAMW_NOT_MINE marks a tensor another optimizer updates
+// (--optimizer muon's matrices: llmc/muon.cuh), which the launch leaves alone.
 typedef struct {
     int count;          // runs
     size_t numel;       // starts[count]
@@ -32,6 +33,7 @@ typedef struct {
     size_t* d_starts;   // count + 1, then the ints
     int* d_decays;      // count
 } AdamWTensors;
+#define ADAMW_NOT_MINE (-1)
 
 // n tensors of sizes[i] elements, one after another from model-space index model.
 static void adamw_tensors_init(AdamWTensors* t, const size_t* sizes, const int* decays, int n, size_t model) {
@@ -41,9 +43,10 @@ static void adamw_tensors_init(AdamWTensors* t, const size_t* sizes, const int* 
     size_t at = 0;
     for (int i = 0; i < n; i++) {
         if (sizes[i] == 0) continue;
-        if (count == 0 || runs[count - 1] != (decays[i] != 0)) {
+        int run = decays[i] == ADAMW_NOT_MINE ? ADAMW_NOT_MINE : decays[i] != 0;
+        if (count == 0 || runs[count - 1] != run) {
             starts[count] = at;
-            runs[count++] = decays[i] != 0;
+            runs[count++] = run;
         }
         at += sizes[i];
     }
@@ -64,7 +67,7 @@ static void adamw_tensors_free(AdamWTensors* t) { cudaCheck(cudaFree(t->d_starts
 // Block b updates elements [b CHUNK, (b+1) CHUNK): thread 0 finds the run of the first by
 // a binary search of the starts, then each thread walks on through the runs as its
 // elements go up (reads and writes of consecutive threads are consecutive).
-__global__ void __launch_bounds__(ADAMW_THREADS)
+static __global__ void __launch_bounds__(ADAMW_THREADS)
     adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t numel, size_t model,
                  const size_t* starts, const int* decays, int count, AdamWStep s, const float* grad_scale) {
     __shared__ int first_run;
@@ -83,6 +86,7 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
     int k = first_run;
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         while (i >= starts[k + 1]) k++;
+        if (decays[k] == ADAMW_NOT_MINE) continue;
         float p = adamw_element(master[i], grads[i], &m[i], &v[i], &s, decays[k]);
         master[i] = p;
         store_rounded(&params[i], p, s, model + i);
@@ -101,7 +105,7 @@ static void adamw_update(floatX* params, float* master, const float* grads, floa
 // params = the master as step s's write-back rounds it (params and master dense canonical,
 // from model-space index 0): after loading weights (a step-0 AdamWStep rounds to nearest)
 // or a resume (the checkpoint's step).
-__global__ void copy_master_to_params_kernel(floatX* params, const float* master, size_t n, AdamWStep s) {
+static __global__ void copy_master_to_params_kernel(floatX* params, const float* master, size_t n, AdamWStep s) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) store_rounded(&params[i], master[i], s, i);
 }

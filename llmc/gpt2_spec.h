@@ -87,6 +87,25 @@ static inline int gpt2_tensor_decays(const GPT2Config* c, int idx) {
     return k == LAYER_QKVW || k == LAYER_ATTPROJW || k == LAYER_FCW || k == LAYER_FCPROJW;
 }
 
+// The 2-D hidden matrices of the blocks (qkvw, attprojw, fcw, fcprojw): what --optimizer muon
+// updates with Muon (llmc/muon.h); every other tensor (wte with the tied classifier, wpe, biases,
+// LayerNorms) stays with AdamW. Megatron-core routes wpe to Muon too: docs/training.md says why not here.
+static inline int gpt2_tensor_is_hidden_matrix(const GPT2Config* c, int idx) {
+    return idx >= 2 && idx < gpt2_idx_lnfw(c) && gpt2_tensor_decays(c, idx);
+}
+
+// A hidden matrix's shape as stored (out_features x in_features, row-major, as torch's Linear).
+static inline void gpt2_matrix_shape(const GPT2Config* c, int idx, int* rows, int* cols) {
+    int k = (idx - 2) % LAYER_NUM_TENSORS, C = c->channels;
+    *rows = k == LAYER_QKVW ? 3 * C : k == LAYER_FCW ? 4 * C : C;
+    *cols = k == LAYER_FCPROJW ? 4 * C : C;
+}
+
+// The hidden matrix that holds Q, K and V (--muon-split-qkv orthogonalizes its thirds apart).
+static inline int gpt2_matrix_is_qkv(const GPT2Config* c, int idx) {
+    return gpt2_tensor_is_hidden_matrix(c, idx) && (idx - 2) % LAYER_NUM_TENSORS == LAYER_QKVW;
+}
+
 // Writes a readable name ("wte", "h3.qkvw", "lnfw") into buf.
 static inline const char* gpt2_tensor_name(const GPT2Config* c, int idx, char* buf, size_t n) {
     static const char* kinds[LAYER_NUM_TENSORS] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",

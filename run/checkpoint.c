@@ -179,7 +179,7 @@ void checkpoint_fsync(const char* path) {
     close(fd);
 }
 
-enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32, STATE_WINDOW, STATE_SKIPS, STATE_NAME };
+enum { STATE_INT, STATE_SIZE, STATE_U64, STATE_F32, STATE_WINDOW, STATE_SKIPS, STATE_NAME, STATE_WORD };
 typedef struct {
     const char* key;
     size_t offset;
@@ -190,12 +190,14 @@ typedef struct {
 
 enum {
     STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_GROUP_OUTLIERS, STATE_GROUP_SKIPS,
-    STATE_GROUP_NONFINITE, STATE_GROUP_CORPUS, STATE_NUM_GROUPS
+    STATE_GROUP_NONFINITE, STATE_GROUP_CORPUS, STATE_GROUP_OPTIMIZER, STATE_NUM_GROUPS
 };
 #define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
 #define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 0}
 #define STATE_MEANING(key, member, kind, min, max) \
     {key, offsetof(CheckpointState, member), kind, min, max, STATE_GROUP_STEP_MEANING}
+#define STATE_OPTIMIZER(key, member, kind, min, max) \
+    {key, offsetof(CheckpointState, member), kind, min, max, STATE_GROUP_OPTIMIZER}
 #define STATE_ORDER(key, member, kind, min, max) \
     {key, offsetof(CheckpointState, member), kind, min, max, STATE_GROUP_DATA_ORDER}
 static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
@@ -227,6 +229,14 @@ static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     {"train_corpus", offsetof(CheckpointState, corpus), STATE_NAME, 0, 0, STATE_GROUP_CORPUS},
     {"train_shards", offsetof(CheckpointState, corpus_shards), STATE_SIZE, 1, INT64_MAX, STATE_GROUP_CORPUS},
     {"train_digest", offsetof(CheckpointState, corpus_digest), STATE_U64, 0, UINT64_MAX, STATE_GROUP_CORPUS},
+    STATE_OPTIMIZER("optimizer", optimizer, STATE_WORD, 0, 0),
+    STATE_OPTIMIZER("muon_momentum", muon_momentum, STATE_F32, 0, 0),
+    STATE_OPTIMIZER("muon_nesterov", muon_nesterov, STATE_INT, 0, 1),
+    STATE_OPTIMIZER("muon_ns_steps", muon_ns_steps, STATE_INT, 1, 100),  // the command line's bounds
+    STATE_OPTIMIZER("muon_coefficients", muon_coefficients, STATE_WORD, 0, 0),
+    STATE_OPTIMIZER("muon_scale", muon_scale, STATE_WORD, 0, 0),
+    STATE_OPTIMIZER("muon_extra_scale", muon_extra_scale, STATE_F32, 0, 0),
+    STATE_OPTIMIZER("muon_split_qkv", muon_split_qkv, STATE_INT, 0, 1),
 };
 
 void checkpoint_write_state(const char* path, const CheckpointState* s) {
@@ -250,7 +260,7 @@ void checkpoint_write_state(const char* path, const CheckpointState* s) {
             fputc('\n', f);
             continue;
         }
-        if (fd->kind == STATE_NAME) {
+        if (fd->kind == STATE_NAME || fd->kind == STATE_WORD) {
             fprintf(f, "%s %s\n", fd->key, p);
             continue;
         }
@@ -311,6 +321,13 @@ static void checkpoint_read_state(const char* path, CheckpointState* s) {
             snprintf(p, DATA_CORPUS_NAME_MAX, "%s", value);
             continue;
         }
+        if (fd->kind == STATE_WORD) {  // the choices are checked where they are compared with the flags
+            if (strlen(value) >= CHECKPOINT_WORD_MAX || strspn(value, "abcdefghijklmnopqrstuvwxyz_") != strlen(value)) {
+                fatal("%s: field %s = '%s' is not a word of lower-case letters", path, key, value);
+            }
+            snprintf(p, CHECKPOINT_WORD_MAX, "%s", value);
+            continue;
+        }
         if (fd->kind == STATE_F32) {
             if (!checkpoint_parse_f32(value, (float*)p)) {
                 fatal("%s: field %s = '%s' is not a finite non-negative number", path, key, value);
@@ -333,6 +350,7 @@ static void checkpoint_read_state(const char* path, CheckpointState* s) {
     s->has_outliers = group_seen[STATE_GROUP_OUTLIERS] > 0;
     s->has_nonfinite_count = group_seen[STATE_GROUP_NONFINITE] > 0;
     s->has_corpus = group_seen[STATE_GROUP_CORPUS] > 0;
+    s->has_optimizer = group_seen[STATE_GROUP_OPTIMIZER] > 0;
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
         int group = CHECKPOINT_STATE_FIELDS[i].group;
         if (!seen[i] && (group == STATE_GROUP_ALWAYS || group_seen[group])) {

@@ -57,6 +57,8 @@ extern "C" {
 #define CHECKPOINT_TEXT_MAX 65536  // state.txt and manifest.txt: a few lines (the outlier windows the longest)
 
 // The files the manifest covers.
+#define CHECKPOINT_WORD_MAX 24  // a state.txt word: an option's choice (--optimizer muon)
+
 enum { CHECKPOINT_MODEL, CHECKPOINT_OPTIMIZER, CHECKPOINT_STATE, CHECKPOINT_NUM_FILES };
 extern const char* const CHECKPOINT_FILES[CHECKPOINT_NUM_FILES];
 
@@ -94,6 +96,13 @@ typedef struct {
     // The --skip-batches ranges the run has applied (run/skip_batches.h); none in earlier
     // checkpoints.
     SkipBatches skipped;
+    // The optimizer (--optimizer and Muon's settings, run/config.h): a resume with the other
+    // one is refused; absent from earlier checkpoints (has_optimizer 0), which ran AdamW.
+    char optimizer[CHECKPOINT_WORD_MAX];
+    float muon_momentum, muon_extra_scale;
+    int muon_nesterov, muon_ns_steps, muon_split_qkv;
+    char muon_coefficients[CHECKPOINT_WORD_MAX], muon_scale[CHECKPOINT_WORD_MAX];
+    int has_optimizer;
 } CheckpointState;
 
 // ----------------------------------------------------------------------------

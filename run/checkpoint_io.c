@@ -463,6 +463,15 @@ void checkpoint_step_meaning(const TrainConfig* cfg, int max_steps, CheckpointSt
     s->shuffle = cfg->shuffle;
     s->data_seed = cfg->seed;
     s->has_data_order = 1;
+    snprintf(s->optimizer, sizeof(s->optimizer), "%s", cfg->optimizer);
+    s->muon_momentum = cfg->muon_momentum;
+    s->muon_nesterov = cfg->muon_nesterov;
+    s->muon_ns_steps = cfg->muon_ns_steps;
+    snprintf(s->muon_coefficients, sizeof(s->muon_coefficients), "%s", cfg->muon_coefficients);
+    snprintf(s->muon_scale, sizeof(s->muon_scale), "%s", cfg->muon_scale);
+    s->muon_extra_scale = cfg->muon_extra_scale;
+    s->muon_split_qkv = cfg->muon_split_qkv;
+    s->has_optimizer = 1;
 }
 
 // Appends ", NAME SAVED -> NOW" to the list of differences when the two differ.
@@ -477,6 +486,35 @@ static void checkpoint_note_change(char* list, size_t n, const char* name, doubl
     }
     size_t at = strlen(list);
     snprintf(list + at, n - at, "%s%s %s -> %s", at ? ", " : "", name, a, b);
+}
+
+// Appends ", NAME SAVED -> NOW" when two words differ.
+static void checkpoint_note_word_change(char* list, size_t n, const char* name, const char* saved, const char* now) {
+    if (strcmp(saved, now) == 0) return;
+    size_t at = strlen(list);
+    snprintf(list + at, n - at, "%s%s %s -> %s", at ? ", " : "", name, saved, now);
+}
+
+// -y 1: the checkpoint's optimizer must be this run's. AdamW's two moments and Muon's momentum
+// are different state, and neither converts exactly into the other, so a change is refused even
+// with --allow-resume-change; Muon's settings are changes of what a step means.
+static void checkpoint_optimizer_check(const TrainConfig* cfg, const CheckpointResume* r, char* changes, size_t n) {
+    const CheckpointState* saved = &r->state;
+    const char* was = saved->has_optimizer ? saved->optimizer : "adamw";
+    if (strcmp(was, cfg->optimizer) != 0) {
+        fatal("resume: %s was trained with --optimizer %s, and this run asks for --optimizer %s: their states differ "
+              "(AdamW keeps two moments per element, Muon one momentum per matrix element) and neither converts "
+              "exactly into the other: resume with --optimizer %s, or start the new optimizer in another -o", r->dir,
+              was, cfg->optimizer, was);
+    }
+    if (!config_uses_muon(cfg)) return;
+    checkpoint_note_change(changes, n, "--muon-momentum", saved->muon_momentum, cfg->muon_momentum);
+    checkpoint_note_change(changes, n, "--muon-nesterov", saved->muon_nesterov, cfg->muon_nesterov);
+    checkpoint_note_change(changes, n, "--muon-ns-steps", saved->muon_ns_steps, cfg->muon_ns_steps);
+    checkpoint_note_word_change(changes, n, "--muon-coefficients", saved->muon_coefficients, cfg->muon_coefficients);
+    checkpoint_note_word_change(changes, n, "--muon-scale", saved->muon_scale, cfg->muon_scale);
+    checkpoint_note_change(changes, n, "--muon-extra-scale", saved->muon_extra_scale, cfg->muon_extra_scale);
+    checkpoint_note_change(changes, n, "--muon-split-qkv", saved->muon_split_qkv, cfg->muon_split_qkv);
 }
 
 // -y 1, once the train data is open (every rank alike): the checkpoint's corpus must be the
@@ -532,6 +570,7 @@ int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r, c
         checkpoint_note_change(changes, sizeof(changes), "--eps", saved->eps, now.eps);
         checkpoint_note_change(changes, sizeof(changes), "--grad-clip", saved->grad_clip, now.grad_clip);
     }
+    checkpoint_optimizer_check(cfg, r, changes, sizeof(changes));
     // The data order: a checkpoint from before --shuffle read the data in file order.
     checkpoint_note_change(changes, sizeof(changes), "--shuffle", saved->has_data_order && saved->shuffle, cfg->shuffle);
     if (saved->has_data_order && saved->shuffle && cfg->shuffle) {

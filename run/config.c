@@ -76,6 +76,11 @@ const OptionSpec TRAIN_OPTIONS[] = {
      "a step whose loss or grad norm is not finite is skipped; more than N such steps in a row stop the run (0: stop "
      "at the first)"},
     {NULL, "--trace", OPT_STR, CLI_FIELD(trace_file), 0, 0, "write a Chrome trace per rank to FILE.rankN.json"},
+    {NULL, "--trace-every", OPT_INT, CLI_FIELD(trace_every), 1, INT_MAX,
+     "with --trace: rewrite the trace files every K steps, atomically (a killed run leaves the steps up to the last "
+     "rewrite)"},
+    {NULL, "--trace-steps", OPT_STR, CLI_FIELD(trace_steps), 0, 0,
+     "with --trace: A-B (or A), record only steps A to B (1-based, as the step lines count)"},
     {NULL, "--param-dtype", OPT_DTYPE, CLI_FIELD(param_dtype), 0, 0, "fp32|bf16 storage of the param buffer"},
     {NULL, "--stochastic-rounding", OPT_FLAG, CLI_FIELD(stochastic_rounding), 0, 0,
      "round the fp32 master into the bf16 params stochastically after each AdamW step (unbiased; the bits depend only "
@@ -114,6 +119,22 @@ const OptionSpec TRAIN_OPTIONS[] = {
     {NULL, "--fused-kernels", OPT_INT, CLI_FIELD(fused_kernels), 0, 1,
      "GPU trainer: 0 runs the unfused reference kernels (GELU, bias gradients, classifier, residual add as passes "
      "of their own)"},
+    {NULL, "--optimizer", OPT_STR, CLI_FIELD(optimizer), 0, 0,
+     "adamw, or muon: Muon (llmc/muon.h) on the blocks' 2-D matrices (qkvw, attprojw, fcw, fcprojw), AdamW on the "
+     "rest (wte, wpe, biases, LayerNorms); one -l and schedule for both, -c decays the matrices"},
+    {NULL, "--muon-momentum", OPT_FLOAT, CLI_FIELD(muon_momentum), 0, 0.999999, "Muon: momentum"},
+    {NULL, "--muon-nesterov", OPT_INT, CLI_FIELD(muon_nesterov), 0, 1, "Muon: 1 orthogonalizes the Nesterov look-ahead"},
+    {NULL, "--muon-ns-steps", OPT_INT, CLI_FIELD(muon_ns_steps), 1, 100, "Muon: Newton-Schulz iterations"},
+    {NULL, "--muon-coefficients", OPT_STR, CLI_FIELD(muon_coefficients), 0, 0,
+     "Muon: Newton-Schulz coefficients, simple (one set) or quintic (five sets, cycled)"},
+    {NULL, "--muon-scale", OPT_STR, CLI_FIELD(muon_scale), 0, 0,
+     "Muon: the update's scale from the matrix shape: spectral sqrt(max(rows,cols)), shape_scaling "
+     "sqrt(max(1,rows/cols)), unit_rms_norm sqrt(rows/cols)"},
+    {NULL, "--muon-extra-scale", OPT_FLOAT, CLI_FIELD(muon_extra_scale), 0, 1e6, "Muon: a factor on top of the scale"},
+    {NULL, "--muon-split-qkv", OPT_INT, CLI_FIELD(muon_split_qkv), 0, 1,
+     "Muon: 1 orthogonalizes Q, K and V (qkvw's thirds) separately, as Megatron does"},
+    {NULL, "--muon-ns-bf16", OPT_FLAG, CLI_FIELD(muon_ns_bf16), 0, 0,
+     "GPU trainer, Muon: Newton-Schulz in bf16 with fp32 accumulation (Megatron's default 'medium' precision)"},
 };
 const int NUM_TRAIN_OPTIONS = (int)(sizeof(TRAIN_OPTIONS) / sizeof(TRAIN_OPTIONS[0]));
 
@@ -151,12 +172,20 @@ void config_defaults(TrainConfig* c, const TrainerBuild* build) {
     c->grad_dtype = DTYPE_FP32;
     c->outlier_window = 128;
     c->max_nonfinite_steps = 3;
+    c->trace_every = TRACE_EVERY_DEFAULT;
     c->comm_timeout = 600.0f;
     c->dist_opt_instances = 1;
     c->comm_backend = "auto";
     c->attention = "flash";
     c->recompute = 1;
     c->fused_kernels = 1;
+    c->optimizer = "adamw";
+    c->muon_momentum = 0.95f;
+    c->muon_ns_steps = 5;
+    c->muon_coefficients = "quintic";
+    c->muon_scale = "spectral";
+    c->muon_extra_scale = 1.0f;
+    c->muon_split_qkv = 1;
 }
 
 const char* cli_value_text(const void* fields, const OptionSpec* o, char* buf, size_t n) {
@@ -291,6 +320,9 @@ void config_parse(TrainConfig* c, const OptionTable* extra, int n_extra, int arg
         fatal("--skip-batches expects A-B or A, the 1-based steps whose batches to skip (1 <= A <= B), got '%s'",
               c->skip_batches);
     }
+    if (c->trace_steps && !skip_batches_parse_range(c->trace_steps, &c->trace_from, &c->trace_to)) {
+        fatal("--trace-steps expects A-B or A, the 1-based steps to record (1 <= A <= B), got '%s'", c->trace_steps);
+    }
     c->resume_asked = c->resume;
 }
 
@@ -365,6 +397,45 @@ static void config_check_dp_invariant(const TrainConfig* c, int world, int micro
     }
 }
 
+void config_muon(const TrainConfig* c, MuonConfig* m) {
+    m->momentum = c->muon_momentum;
+    m->nesterov = c->muon_nesterov;
+    m->ns_steps = c->muon_ns_steps;
+    m->coefficients = strcmp(c->muon_coefficients, "simple") == 0 ? MUON_COEFFICIENTS_SIMPLE : MUON_COEFFICIENTS_QUINTIC;
+    m->scale = strcmp(c->muon_scale, "shape_scaling") == 0   ? MUON_SCALE_SHAPE_SCALING
+               : strcmp(c->muon_scale, "unit_rms_norm") == 0 ? MUON_SCALE_UNIT_RMS_NORM
+                                                              : MUON_SCALE_SPECTRAL;
+    m->extra_scale = c->muon_extra_scale;
+    m->split_qkv = c->muon_split_qkv;
+}
+
+// --optimizer and the --muon-* flags. ZeRO-1 with Muon is Megatron's layer-wise distributed
+// optimizer (zero1/layout_layerwise.h), which has no instances.
+static void config_check_optimizer(const TrainConfig* c, const TrainerBuild* build, int world) {
+    cli_choice("--optimizer", c->optimizer, "adamw|muon");
+    cli_choice("--muon-coefficients", c->muon_coefficients, "simple|quintic");
+    cli_choice("--muon-scale", c->muon_scale, "spectral|shape_scaling|unit_rms_norm");
+    TrainConfig d;
+    config_defaults(&d, build);
+    if (!config_uses_muon(c)) {
+        MuonConfig given, defaults;
+        config_muon(c, &given);
+        config_muon(&d, &defaults);
+        if (memcmp(&given, &defaults, sizeof(given)) != 0 || c->muon_ns_bf16) {
+            fatal("--muon-* flags set Muon, and this run's optimizer is --optimizer %s: add --optimizer muon, or leave "
+                  "them out", c->optimizer);
+        }
+        return;
+    }
+    if (c->muon_ns_bf16 && !build->gpu) {
+        fatal("--muon-ns-bf16: the CPU trainer runs Newton-Schulz in fp32 only (the flag is train_gpt2cu's)");
+    }
+    if (c->dist_opt_instances > 1) {
+        fatal("--optimizer muon with --dist-opt-instances %d: Muon's layer-wise distributed optimizer gives each "
+              "matrix one owner among all the ranks (as Megatron's, which refuses instances too)", c->dist_opt_instances);
+    }
+}
+
 int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) {
     // A deadline shorter than a healthy collective can take would blame a network fault
     // that does not exist.
@@ -395,11 +466,19 @@ int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) 
         fatal("--start-over removes the run in -o to start a fresh one, -y 1 resumes it: give one of the two");
     }
     if (c->trace_file && c->trace_file[0] == '\0') fatal("--trace '': give the trace files' path prefix (FILE.rankN.json)");
+    if (!c->trace_file && (c->trace_steps || c->trace_every != TRACE_EVERY_DEFAULT)) {
+        fatal("%s says what --trace FILE records: give --trace too", c->trace_steps ? "--trace-steps" : "--trace-every");
+    }
+    if (c->trace_steps && c->max_steps > 0 && c->trace_from > c->max_steps) {
+        fatal("--trace-steps %s: the run ends at step %d (-x), before step %d: the trace would hold no step",
+              c->trace_steps, c->max_steps, c->trace_from);
+    }
     if (c->output_dir && c->output_dir[0] == '\0') fatal("-o '': give the output directory");
     if (c->checkpoints_keep > 0 && c->checkpoint_every == 0) {
         fatal("-nk %d keeps the newest of the checkpoints that -n saves in -o: give -n and -o too", c->checkpoints_keep);
     }
     config_check_gpu_choices(c, build);
+    config_check_optimizer(c, build, world);
     long long per_micro = (long long)c->B * c->T * world;
     if (c->total_batch_tokens != -1 && (c->total_batch_tokens <= 0 || c->total_batch_tokens % per_micro != 0)) {
         fatal("-d %d is not a positive multiple of B*T*ranks = %d*%d*%d = %lld", c->total_batch_tokens, c->B, c->T,

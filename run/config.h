@@ -18,6 +18,7 @@
 
 #include "llmc/gpt2_kernels.h"
 #include "llmc/gpt2_spec.h"
+#include "llmc/muon.h"
 #include "run/outliers.h"
 #include "run/skip_batches.h"
 #include "run/files.h"
@@ -68,7 +69,10 @@ typedef struct {
     int overlap_grad_reduce, overlap_param_gather;
     int check_nan;
     int max_nonfinite_steps;    // skipped non-finite steps in a row that a run survives (0: stop at the first)
-    const char* trace_file;
+    const char* trace_file;     // --trace: FILE.rankN.json per rank (zero1/trace.h)
+    int trace_every;            // rewritten every K steps
+    const char* trace_steps;    // --trace-steps A-B; parsed into the two below
+    int trace_from, trace_to;   // 1-based steps recorded (0: all)
     int param_dtype, grad_dtype;
     int stochastic_rounding;    // bf16 params: AdamW's write-back rounds stochastically (bits from seed, step, element)
     int fp32_accumulation;      // bf16 on the wire, the shard summed in fp32 (all-to-all instead of reduce-scatter)
@@ -83,6 +87,14 @@ typedef struct {
     const char* attention;      // GPU: --attention flash|naive|cudnn (llmc/gpt2_kernels.h)
     int recompute;              // GPU: -r 1 recomputes GELU in the backward
     int fused_kernels;          // GPU: --fused-kernels 0 runs the unfused reference kernels
+    const char* optimizer;      // --optimizer adamw|muon (muon: the hidden matrices, AdamW the rest)
+    float muon_momentum;        // the --muon-* flags: llmc/muon.h's MuonConfig (config_muon)
+    int muon_nesterov, muon_ns_steps;
+    const char* muon_coefficients;
+    const char* muon_scale;
+    float muon_extra_scale;
+    int muon_split_qkv;
+    int muon_ns_bf16;           // GPU: Newton-Schulz's GEMMs in bf16 with fp32 accumulation
 } TrainConfig;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_DTYPE, OPT_BUCKET } OptionKind;
@@ -101,6 +113,7 @@ typedef struct {
 // and the trainer first looks beside the train shards (run/run.c).
 extern const char* const TRAIN_DEFAULT_TOKENIZER;
 #define CLI_MIN_COMM_TIMEOUT_S 1.0  // --comm-timeout: 0 (none), or at least this
+#define TRACE_EVERY_DEFAULT 10      // --trace-every: steps between rewrites of the trace files
 
 extern const OptionSpec TRAIN_OPTIONS[];
 extern const int NUM_TRAIN_OPTIONS;
@@ -152,6 +165,12 @@ void config_validate_model(const TrainConfig* c, const GPT2Config* mc);
 
 // The GPU model's kernels as the flags chose them (after config_validate).
 void config_gpt2_kernels(const TrainConfig* c, GPT2Kernels* k);
+
+// --optimizer muon (after config_validate).
+static inline int config_uses_muon(const TrainConfig* c) { return strcmp(c->optimizer, "muon") == 0; }
+
+// The --muon-* flags as llmc/muon.h takes them (after config_validate).
+void config_muon(const TrainConfig* c, MuonConfig* m);
 
 // Micro-steps per optimizer step: -d over B*T*ranks, 1 without -d (config_validate checks
 // that it divides).

@@ -151,3 +151,52 @@ int parse_u64_strict(const char* s, uint64_t* out) {
     *out = v;
     return 1;
 }
+
+FILE* file_replace_open(const char* path, char* tmp) {
+    path_format(tmp, PATH_MAX_LEN, "%s.tmp", path);
+    return fopenCheck(tmp, "w");  // a regular file, never written through a link
+}
+
+// The directory that holds path ("dir/", "/" or ".").
+static void directory_of(const char* path, char* dir) {
+    const char* slash = strrchr(path, '/');
+    path_format(dir, PATH_MAX_LEN, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+}
+
+// fsync of an open descriptor; a file system that cannot sync one (EINVAL) is not an error.
+static int fsync_fd(int fd) { return fsync(fd) == 0 || errno == EINVAL ? 0 : -1; }
+
+void file_replace_commit(FILE* f, const char* tmp, const char* path, const char* what) {
+    // A write that failed on the way sets the stream's error flag; the close reports only its
+    // own last flush. Either way no half-written file is left.
+    int failed = ferror(f) || fflush(f) != 0 || fsync_fd(fileno(f)) != 0;
+    int why = errno;
+    if (fclose(f) != 0 || failed) {
+        why = failed && why ? why : errno ? errno : EIO;
+        remove(tmp);
+        fatal("cannot write %s %s: %s", what, path, strerror(why));
+    }
+    if (rename(tmp, path) != 0) fatal("cannot write %s %s: renaming %s: %s", what, path, tmp, strerror(errno));
+    char dir[PATH_MAX_LEN];
+    directory_of(path, dir);
+    int fd = open(dir, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync_fd(fd) != 0) fatal("cannot write %s %s: flushing its directory: %s", what, path, strerror(errno));
+    close(fd);
+}
+
+void file_replace_check(const char* path, const char* option) {
+    char dir[PATH_MAX_LEN];
+    directory_of(path, dir);
+    struct stat st;
+    if (stat(dir, &st) != 0) fatal("%s %s: its directory %s: %s", option, path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) fatal("%s %s: %s is not a directory", option, path, dir);
+    const char* kind = lstat(path, &st) == 0 ? file_kind_of_mode(st.st_mode) : NULL;
+    if (kind) {
+        fatal("%s %s: that path is %s; the job writes a regular file there (replacing it): remove it or choose "
+              "another path", option, path, strncmp(kind, "a pipe", 6) == 0 ? "a FIFO" : kind);
+    }
+    char tmp[PATH_MAX_LEN];
+    FILE* f = file_replace_open(path, tmp);  // the directory takes a new file: try it
+    fclose(f);
+    if (remove(tmp) != 0) fatal("%s %s: cannot remove the trial file %s: %s", option, path, tmp, strerror(errno));
+}

@@ -98,6 +98,20 @@ size_t size_add_check(size_t a, size_t b, const char* path);
 // blanks); returns 0 and leaves *out alone if it is not one or exceeds UINT64_MAX.
 int parse_u64_strict(const char* s, uint64_t* out);
 
+// Files replaced atomically: a reader, or a job killed at any moment (kill -9 included),
+// finds the old file or the new one, never half of one. The new one is written to PATH.tmp
+// in the same directory (a rename is atomic only inside one file system), flushed to disk,
+// renamed over PATH, and the directory flushed so that the rename survives a power loss.
+// file_replace_open: PATH.tmp opened for writing (tmp: PATH_MAX_LEN bytes, receives its name).
+FILE* file_replace_open(const char* path, char* tmp);
+// Flushes, renames over path; a failed write (a full disk) removes the temporary and ends
+// the program with "cannot write WHAT PATH: reason", leaving path as it was.
+void file_replace_commit(FILE* f, const char* tmp, const char* path, const char* what);
+// At start, for a file that file_replace_* writes later in the run: its directory must
+// exist and take a new file, and path must be a regular file if it is there, or the
+// program ends now naming option ("--trace") rather than after hours of work.
+void file_replace_check(const char* path, const char* option);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,8 @@
 // run/memory_check.c: what run/memory_check.h declares.
 #include "run/memory_check.h"
+#include <omp.h>
+
+#include "llmc/muon_gpt2.h"  // muon_matrix_work_floats, muon_gpt2_batched_work
 
 // Adds bytes to the term of that name (a new one if there is none).
 static void memory_add(MemoryNeed* n, const char* name, double bytes) {
@@ -42,7 +45,7 @@ static MemoryBuffers memory_buffers(const TrainConfig* cfg, const GPT2Config* mc
                                     MemoryZero1Sizes zero1) {
     if (zero1) return zero1(cfg, mc, world);
     double P = (double)gpt2_num_parameters(mc);
-    MemoryBuffers b = {P, P, 0};
+    MemoryBuffers b = {P, P, 0, P};  // the plain replicated optimizer keeps v for every element
     return b;
 }
 
@@ -66,7 +69,13 @@ static MemoryNeed memory_need_cpu(const TrainConfig* cfg, const GPT2Config* mc, 
     double params = numel * (bf16_params ? 2 + 4 : 4), master = bf16_params ? 4 * owned : 0;
     memory_add(&n, "params", params);
     memory_add(&n, "grads", numel * (4 + (bf16_grads ? 2 : 0)));  // + the bf16 copy that is reduced
-    memory_add(&n, "AdamW m,v", 8 * owned);
+    if (config_uses_muon(cfg)) {
+        memory_add(&n, "Muon momentum, AdamW m,v", 4 * owned + 4 * buffers.second_moment);
+        double per_thread = 4.0 * muon_matrix_work_floats(4 * mc->channels, mc->channels);  // llmc/muon_cpu.h
+        memory_add(&n, "Newton-Schulz scratch", per_thread * omp_get_max_threads());
+    } else {
+        memory_add(&n, "AdamW m,v", 8 * owned);
+    }
     memory_add(&n, "master weights", master);
     // ZeRO-1 over MPI (zero1/comm_mpi.c): each reduce-scatter's result lands in a scratch
     // shard, and Open MPI's non-blocking reduce-scatter sums along a tree through
@@ -111,7 +120,17 @@ static void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const 
     int zero1 = zero1_sizes != NULL, grad_bytes = zero1 && cfg->grad_dtype == DTYPE_BF16 ? 2 : 4;
     memory_add(device, "params", x * numel);
     memory_add(device, "grads", numel * (4 + (grad_bytes == 2 ? 2 : 0)));
-    memory_add(device, "AdamW m,v", 8 * owned);
+    if (config_uses_muon(cfg)) {  // Newton-Schulz batched by shape (llmc/muon.cuh)
+        size_t ns_x, ns_a;
+        muon_gpt2_batched_work(mc, cfg->muon_split_qkv, &ns_x, &ns_a);
+        memory_add(device, "Muon momentum, AdamW m,v", 4 * owned + 4 * buffers.second_moment);
+        // X, A and B in the GEMMs' dtype and X's next value in fp32 (llmc/muon.cuh), and the 32 MiB
+        // cuBLASLt workspace of zero1/'s device op (zero1/device_cuda_muon.cu; counted either way).
+        double x_bytes = cfg->muon_ns_bf16 ? 2.0 : 4.0;
+        memory_add(device, "Newton-Schulz scratch", x_bytes * (ns_x + 2 * ns_a) + 4.0 * ns_x + 32.0 * (1 << 20));
+    } else {
+        memory_add(device, "AdamW m,v", 8 * owned);
+    }
     memory_add(device, "master weights", !zero1 || x == 2 ? 4 * owned : 0);
     memory_add(device, "zero1 temporaries", buffers.temporaries);
     double L = mc->num_layers, C = mc->channels, NH = mc->num_heads, Vp = mc->padded_vocab_size;

@@ -64,8 +64,10 @@ typedef struct {
 // whose AdamW state this rank keeps, and the bytes of the ZeRO-1 exchange temporaries
 // (fp32 accumulation's receive slots, the split embedding's rows, the DP-invariant mode's
 // partial grads and receive slots).
+// second_moment: the owned elements that also have AdamW's v (with --optimizer muon, not the
+// matrices, whose Muon momentum is their only state besides the master).
 typedef struct {
-    double numel, owned, temporaries;
+    double numel, owned, temporaries, second_moment;
 } MemoryBuffers;
 
 // The zero1/ plugin's sizes (zero1/gpt2.h's zero1_gpt2_memory_buffers, from its own layout

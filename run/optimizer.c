@@ -48,3 +48,22 @@ void checkpoint_print_bound(void) {
     printf("checkpoint: each rank writes/reads only what it owns, through a %zu MiB staging buffer\n",
            checkpoint_staging_bytes() >> 20);
 }
+
+void optimizer_print_routing(const TrainConfig* cfg, const GPT2Config* mc) {
+    size_t matrices = 0, total = gpt2_num_parameters(mc);
+    for (int i = 0; i < gpt2_num_tensors(mc); i++) {
+        if (gpt2_tensor_is_hidden_matrix(mc, i)) matrices += gpt2_tensor_numel(mc, i);
+    }
+    if (!config_uses_muon(cfg)) {
+        printf("optimizer: adamw on every parameter (%zu elements)\n", total);
+        return;
+    }
+    MuonConfig m;
+    config_muon(cfg, &m);
+    printf("optimizer: muon on the %d blocks' qkvw, attprojw, fcw, fcprojw (%d matrices, %zu elements); adamw on wte, "
+           "wpe, biases, LayerNorms (%zu elements)\n", mc->num_layers, 4 * mc->num_layers, matrices, total - matrices);
+    printf("muon: momentum %g, nesterov %d, %d Newton-Schulz steps (%s, %s), scale %s x %g, split qkv %d\n",
+           (double)m.momentum, m.nesterov, m.ns_steps, cfg->muon_coefficients,
+           cfg->muon_ns_bf16 ? "bf16 GEMMs accumulating in fp32" : "fp32", cfg->muon_scale,
+           (double)m.extra_scale, m.split_qkv);
+}

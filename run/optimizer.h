@@ -29,6 +29,7 @@
 #include <stdlib.h>
 
 #include "llmc/model_hooks.h"
+#include "run/config.h"
 #include "run/files.h"
 
 #ifdef __cplusplus
@@ -120,6 +121,10 @@ int optimizer_split_pieces(const size_t* offsets, int num_tensors, size_t total,
 // when the start ledger prints it, so a bad value stops the run before the first step.
 #define CHECKPOINT_STAGING_ENV "LLMC_CHECKPOINT_STAGING_MIB"
 #define CHECKPOINT_STAGING_DEFAULT_MIB 64
+
+// The run header's lines that say which optimizer updates which parameters, and how many
+// elements each (run_start prints them on rank 0, for both trainers and every optimizer).
+void optimizer_print_routing(const TrainConfig* cfg, const GPT2Config* mc);
 
 // The start ledger's checkpoint line, the same for every optimizer (rank 0 prints it).
 void checkpoint_print_bound(void);

@@ -103,6 +103,7 @@ int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
                cfg->B, cfg->T, run->micro_steps, run->tokens_per_step, run->max_steps, cfg->zero_stage,
                trainer_fields);
         if (trainer_line) printf("%s\n", trainer_line);
+        optimizer_print_routing(cfg, mc);
     }
     run->opt->ops->print_start(run->opt);
     run->sample_rng = rng_seed((uint64_t)cfg->seed + 1337);

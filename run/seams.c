@@ -20,3 +20,4 @@ void seam_begin_step(int step, BatchFn* batch, void** batch_ctx) {
 }
 FILE* seam_data_trace(int rank) { return run_seams ? run_seams->data_trace(rank) : NULL; }
 const char* seam_blas_corename(void) { return run_seams ? run_seams->blas_corename() : NULL; }
+double seam_trace_clock_skew_us(int rank) { return run_seams ? run_seams->trace_clock_skew_us(rank) : 0.0; }

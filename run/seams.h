@@ -2,7 +2,7 @@
  * The places where a test build acts on a program: a rank stops itself at a named point (so
  * that a test removes -o, starts a second job or stops a peer at a known moment), a fault
  * is planted in a step (a NaN or a spike in a gradient, a NaN loss, a loss spike), the rows
- * a rank reads are traced, OpenBLAS's kernel report is faked. The product has only these
+ * a rank reads are traced, OpenBLAS's kernel report is faked, a rank's trace clock is skewed. The product has only these
  * calls, each a no-op there; what they do lives in dev/test/seams.c, which test builds link
  * (docs/testing.md lists the environment variables that drive it).
  */
@@ -33,6 +33,7 @@ typedef struct {
     void (*begin_step)(int step, BatchFn* batch, void** batch_ctx);
     FILE* (*data_trace)(int rank);
     const char* (*blas_corename)(void);
+    double (*trace_clock_skew_us)(int rank);
 } RunSeams;
 
 // NULL in the product; a test build's dev/test/seams.c sets it before main runs.
@@ -51,6 +52,9 @@ void seam_begin_step(int step, BatchFn* batch, void** batch_ctx);
 FILE* seam_data_trace(int rank);
 // The OpenBLAS kernels a test build pretends OpenBLAS chose, or NULL (run/blas_cores.h).
 const char* seam_blas_corename(void);
+// Microseconds added to this rank's trace clock (zero1/trace_clock.h), as if its host's
+// clock were that far off rank 0's; 0 in the product.
+double seam_trace_clock_skew_us(int rank);
 
 #ifdef __cplusplus
 }

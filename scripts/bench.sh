@@ -18,6 +18,8 @@
 #     same threads, and its step time against llm.c's CPU trainer (train_gpt2.c of
 #     LLMC_REF_DIR, a clone of https://github.com/karpathy/llm.c; SKIPPED without it) on
 #     the same model file and data, with their losses compared.
+#  6. Muon against AdamW: tokens to a validation loss (each at its best -l), the optimizer
+#     update's share of a step, and gpt2_cost's Newton-Schulz FLOPs for d12 on 8 GPUs.
 # Runs alternate (A B A B ...) so that drift in machine load hits both sides alike;
 # medians over the repeats. Environment: BENCH_REPEATS (default 3), BENCH_STEPS (default 8).
 #
@@ -288,6 +290,23 @@ else
     figure "llm.c - train_gpt2 losses, max abs difference ($((STEPS + 1)) steps + val at step 0)" "${units}e-6" "<= 1e-6" \
         "$verdict"
 fi
+
+# ---- 6. Muon against AdamW ----------------------------------------------------------------
+# dev/bench/muon_vs_adamw.sh: (a) tokens to a validation loss on tinyshakespeare (d4), each at
+# its best -l of a sweep, median of 3 seeds; (b) the optimizer update's share of the step;
+# (c) gpt2_cost's Newton-Schulz FLOPs for d12 on 8 GPUs (the cost model: no GPU measured it).
+section 6 "Muon against AdamW (train_gpt2_plain, d4, tinyshakespeare; gpt2_cost d12 at DP 8)"
+bash dev/bench/muon_vs_adamw.sh >"$work/muon.out" 2>&1 || { cat "$work/muon.out"; exit 1; }
+sed -n 's/^  /  /p' "$work/muon.out"
+while IFS='|' read -r name value; do
+    goal="-"
+    case $name in "Muon / AdamW tokens"*) goal="< 1 (an expectation, not a test)" ;; esac
+    figure "$name" "$value" "$goal"
+done < <(sed -n 's/^figure //p' "$work/muon.out")
+make -s gpt2_cost >/dev/null
+./gpt2_cost --dp 8 --optimizer muon | sed -n '/^Muon/,$p' >"$work/ns.out"
+figure "Newton-Schulz, d12 at DP 8, fp32: busiest rank's GFLOP; H100 ms and share of the step" \
+    "$(sed -n 's/.*owns \([0-9.]*\) GFLOP.*/\1/p' "$work/ns.out") GFLOP; $(sed -n 's/^  H100: \([0-9.]*\) ms.* = \([0-9.]*%\).*/\1 ms, \2/p' "$work/ns.out")" "-"
 
 echo "== the table (medians of $REPEATS alternating repeats)"
 echo "| section | figure | value | goal |"

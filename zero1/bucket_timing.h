@@ -18,7 +18,8 @@
 static inline void zero1_bucket_timing(const GPT2Config* c, int split_embedding, const Zero1Bucket* k,
                                        int* grads_final_after, int* needed_by) {
     *grads_final_after = *needed_by = c->num_layers;
-    for (int p = k->first_param; p <= k->last_param; p++) {
+    for (int i = 0; i < zero1_bucket_num_params(k); i++) {
+        int p = zero1_bucket_param(k, i);
         int layer = gpt2_tensor_layer(c, p);
         int final_after = p == gpt2_idx_wte() && split_embedding ? c->num_layers : layer;
         if (final_after < *grads_final_after) *grads_final_after = final_after;

@@ -45,9 +45,11 @@ static size_t owned_index(const Zero1Runtime* rt, int p, Zero1Range r) {
 }
 
 // The device address of a state's range. fp32 params are their own master (no master
-// array): the range sits in the param buffer at the parameter's place.
+// array): the range sits in the param buffer at the parameter's place. NULL: v of a Muon
+// matrix, which has none (a checkpoint holds zeros there).
 static float* state_at(Zero1Runtime* rt, Zero1State which, int p, Zero1Range r) {
     size_t owned = owned_index(rt, p, r);
+    if (which == ZERO1_STATE_V && zero1_bucket_is_muon(&rt->layout, rt->layout.params[p].bucket)) return NULL;
     if (which == ZERO1_STATE_M) return rt->adam_m + owned;
     if (which == ZERO1_STATE_V) return rt->adam_v + owned;
     if (rt->master) return rt->master + owned;
@@ -57,6 +59,10 @@ static float* state_at(Zero1Runtime* rt, Zero1State which, int p, Zero1Range r) 
 void zero1_read_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range range, float* host) {
     zero1_sync_params(rt);  // the param buffer (the fp32 master) may still be gathering
     const float* src = state_at(rt, which, param, range);
+    if (src == NULL) {
+        memset(host, 0, (range.end - range.start) * sizeof(float));
+        return;
+    }
     rt->dev.ops->to_host(rt->dev.ctx, rt->dev.compute, host, src, (range.end - range.start) * sizeof(float));
     rt_sync(rt);
 }
@@ -64,6 +70,12 @@ void zero1_read_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range 
 void zero1_write_state(Zero1Runtime* rt, Zero1State which, int param, Zero1Range range, const float* host) {
     zero1_sync_params(rt);  // nothing may still be gathering into the param buffer
     float* dst = state_at(rt, which, param, range);
+    if (dst == NULL) {  // what it saved: zeros, or the file is not this run's kind (another optimizer's moments)
+        for (size_t i = 0; i < range.end - range.start; i++) {
+            if (host[i] != 0.0f) fatal("zero1: the checkpoint's v of Muon matrix %d is not zero: not a Muon checkpoint", param);
+        }
+        return;
+    }
     rt->dev.ops->from_host(rt->dev.ctx, rt->dev.compute, dst, host, (range.end - range.start) * sizeof(float));
     rt_sync(rt);  // a device may read host memory only when the copy runs: the caller reuses it
 }
@@ -81,7 +93,7 @@ void zero1_finish_import(Zero1Runtime* rt, int steps_done) {
         // Replicated: the owned arrays are laid out as the buffer, every bucket whole.
         size_t owned = rt->buckets[b].owned_offset;
         gather_bucket(rt, rt->adam_m + owned, b, ZERO1_FP32);
-        gather_bucket(rt, rt->adam_v + owned, b, ZERO1_FP32);
+        if (!zero1_bucket_is_muon(&rt->layout, b)) gather_bucket(rt, rt->adam_v + owned, b, ZERO1_FP32);
         gather_bucket(rt, rt->master ? (void*)(rt->master + owned) : param_at(rt, rt->layout.buckets[b].start), b,
                       ZERO1_FP32);
     }

@@ -189,6 +189,7 @@ const Zero1DeviceOps zero1_device_cpu_ops = {
     cpu_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
     cpu_add, cpu_sum_slices_pairwise, cpu_sum_squares_exact, cpu_norm_and_clip_exact,
+    zero1_device_cpu_muon,  // weak: NULL unless zero1/device_cpu_muon.c is linked in
 };
 
 Zero1Device zero1_device_cpu(void) {

@@ -23,6 +23,7 @@
 #include "llmc/bf16.h"
 #include "llmc/cuda_common.cuh"
 #include "zero1/device_cuda.h"
+#include "zero1/device_cuda_muon.h"
 
 // sum_squares: a fixed grid, whatever the GPU and the input, so that the summation
 // order (and so the bits of the result) depends on the spans alone.
@@ -35,6 +36,7 @@
 
 typedef struct {
     cudaStream_t setup;  // private stream for the synchronous ops (alloc's zero-fill, uploads)
+    Zero1CudaMuon* muon;  // the muon op's cuBLASLt and plans, made on its first call
 } CudaDeviceCtx;
 
 static cudaStream_t stream_of(Zero1Stream s) { return (cudaStream_t)s; }
@@ -552,6 +554,12 @@ static void cuda_add_rows(void* ctx, Zero1Stream st, float* grads, const float* 
     cudaCheckLaunch();
 }
 
+static void cuda_muon(void* ctx, Zero1Stream st, const Zero1SpanList* spans, const Zero1MatrixShape* shapes, float* params,
+                      float* master, const float* grads, float* momentum, const Zero1MuonStep* step,
+                      const float* grad_scale) {
+    zero1_cuda_muon(&ctx_of(ctx)->muon, stream_of(st), spans, shapes, params, master, grads, momentum, step, grad_scale);
+}
+
 const Zero1DeviceOps zero1_device_cuda_ops = {
     "cuda", 0,
     cuda_alloc, cuda_free, cuda_alloc_host, cuda_free_host,
@@ -562,6 +570,7 @@ const Zero1DeviceOps zero1_device_cuda_ops = {
     cuda_add_rows, cuda_norm_and_clip,
     cuda_event_create_timed, cuda_elapsed_ms,
     cuda_add, cuda_sum_slices_pairwise, cuda_sum_squares_exact, cuda_norm_and_clip_exact,
+    cuda_muon,
 };
 
 Zero1Device zero1_device_cuda_create(cudaStream_t compute) {
@@ -574,6 +583,7 @@ Zero1Device zero1_device_cuda_create(cudaStream_t compute) {
 void zero1_device_cuda_destroy(Zero1Device* dev) {
     CudaDeviceCtx* c = ctx_of(dev->ctx);
     if (c == NULL) return;
+    zero1_cuda_muon_free(c->muon);
     cudaCheck(cudaStreamDestroy(c->setup));
     free(c);
     dev->ctx = NULL;

@@ -27,6 +27,7 @@
 
 #include "llmc/adamw.h"
 #include "llmc/bf16.h"
+#include "llmc/muon.h"
 #include "zero1/exact_sum.h"
 
 #ifdef __cplusplus
@@ -59,6 +60,20 @@ LLMC_HOST_DEVICE static inline void zero1_norm_and_clip_of(double sumsq, float m
     out[0] = norm;
     out[1] = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
 }
+
+// A parameter's shape for the muon op (rows 0: not one of Muon's matrices); qkv: a fused
+// [Q; K; V] that --muon-split-qkv orthogonalizes by thirds.
+typedef struct {
+    int rows, cols, qkv;
+} Zero1MatrixShape;
+
+// One Muon step (llmc/muon.h): the step's learning rate, the weight decay and the settings;
+// ns_bf16: Newton-Schulz's GEMMs in bf16 with fp32 accumulation (--muon-ns-bf16, GPU only).
+typedef struct {
+    float lr, weight_decay;
+    MuonConfig config;
+    int ns_bf16;
+} Zero1MuonStep;
 
 typedef struct Zero1StreamImpl* Zero1Stream;  // cudaStream_t on the GPU
 typedef struct Zero1EventImpl* Zero1Event;    // cudaEvent_t on the GPU
@@ -190,6 +205,13 @@ typedef struct {
                               double* words);
     // norm_and_clip of the sum the words hold (zero1_exact_value).
     void (*norm_and_clip_exact)(void* ctx, Zero1Stream s, const double* words, float max_norm, float* out);
+    // Muon over spans that each hold one whole matrix of shape shapes[span.param] (a host array
+    // that outlives the op): master at span.owned, or with master NULL the fp32 params at
+    // span.buffer, updated in place; the momentum at span.owned; the clip factor from
+    // grad_scale[0]. bf16 params get the new master from round_master. NULL: no Muon here.
+    void (*muon)(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const Zero1MatrixShape* shapes, float* params,
+                 float* master, const float* grads, float* momentum, const Zero1MuonStep* step,
+                 const float* grad_scale);
 } Zero1DeviceOps;
 
 // A device as the runtime and the communicators use it: the ops, their context, and the
@@ -201,6 +223,11 @@ typedef struct {
 } Zero1Device;
 
 extern const Zero1DeviceOps zero1_device_cpu_ops;
+// Its muon op, in zero1/device_cpu_muon.c (OpenBLAS): a weak symbol, so the ops table holds NULL
+// in the builds that do not link that file (the GPU trainer's, whose zero1/ device is CUDA's).
+void zero1_device_cpu_muon(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const Zero1MatrixShape* shapes,
+                           float* params, float* master, const float* grads, float* momentum,
+                           const Zero1MuonStep* step, const float* grad_scale) __attribute__((weak));
 
 // The CPU device: host memory, ops run at once (streams and events are trivially complete).
 Zero1Device zero1_device_cpu(void);

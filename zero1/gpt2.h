@@ -13,11 +13,23 @@
 
 #include "llmc/gpt2_spec.h"
 #include "run/memory_check.h"
+#include "zero1/layout_layerwise.h"
 #include "zero1/ledger.h"
 #include "zero1/optimizer.h"
 
 static const char* zero1_gpt2_tensor_name(void* ctx, int p, char* buf, size_t n) {
     return gpt2_tensor_name((const GPT2Config*)ctx, p, buf, n);
+}
+
+// The hidden matrices' shapes (llmc/gpt2_spec.h: what --optimizer muon gives Muon), per tensor.
+static inline Zero1MatrixShape* zero1_gpt2_matrices(const GPT2Config* c) {
+    Zero1MatrixShape* m = (Zero1MatrixShape*)callocCheck(gpt2_num_tensors(c), sizeof(Zero1MatrixShape));
+    for (int i = 0; i < gpt2_num_tensors(c); i++) {
+        if (!gpt2_tensor_is_hidden_matrix(c, i)) continue;
+        gpt2_matrix_shape(c, i, &m[i].rows, &m[i].cols);
+        m[i].qkv = gpt2_matrix_is_qkv(c, i);
+    }
+    return m;
 }
 
 // The optimizer for GPT-2 of shape c (which must outlive it: tensor names are read from it).
@@ -32,9 +44,11 @@ static inline Optimizer* zero1_gpt2_optimizer(const TrainConfig* cfg, const GPT2
         decays[i] = gpt2_tensor_decays(c, i);
         first_block[i] = gpt2_tensor_layer(c, i);
     }
+    Zero1MatrixShape* matrices = zero1_gpt2_matrices(c);
     Zero1ModelSpec spec = {NT, numels, decays, first_block, zero1_gpt2_tensor_name, (void*)c, gpt2_idx_wte(),
-                           (size_t)c->channels};
+                           (size_t)c->channels, matrices};
     Optimizer* o = zero1_optimizer_create(cfg, &spec, backend, compute_dtype);
+    free(matrices);
     free(numels);
     free(decays);
     free(first_block);
@@ -52,17 +66,28 @@ static inline MemoryBuffers zero1_gpt2_memory_buffers(const TrainConfig* cfg, co
     Zero1Layout layout;
     char err[256];
     long long bucket_size = zero1_ddp_bucket_size(cfg->bucket_size, world, cfg->overlap_grad_reduce);  // as the runtime
-    if (zero1_layout_build(&layout, numels, NT, dp, bucket_size, cfg->pad_busbw, split, err, sizeof(err)) != 0) {
+    int* is_muon = NULL;
+    if (config_uses_muon(cfg)) {
+        is_muon = (int*)callocCheck(NT, sizeof(int));
+        for (int i = 0; i < NT; i++) is_muon[i] = gpt2_tensor_is_hidden_matrix(c, i);
+    }
+    if (zero1_run_layout_build(&layout, numels, is_muon, NT, dp, bucket_size, cfg->pad_busbw, split, err,
+                               sizeof(err)) != 0) {
         fatal("zero1: %s", err);
     }
+    free(is_muon);
     free(numels);
     int sharded = cfg->zero_stage == 1 && dp > 1;
     Zero1Ledger g = zero1_ledger_of_layout(&layout, world / dp, cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
                                            cfg->grad_dtype == DTYPE_BF16 ? 2 : 4, sharded && cfg->fp32_accumulation,
                                            split, (uint64_t)cfg->B * cfg->T, (uint64_t)c->channels,
                                            cfg->dp_invariant ? config_micro_steps(cfg, world) : 0);
+    // The AdamW buffer comes first: AdamW's v covers its part of the owned elements.
+    double adamw_numel = layout.num_muon_buckets ? (double)layout.buckets[layout.num_buckets - layout.num_muon_buckets].start
+                                                 : (double)layout.numel;
     MemoryBuffers b = {(double)layout.numel, (double)(sharded ? g.owned_numel : layout.numel),
-                       (double)(g.recv_temporaries + g.split_rows + g.partial_grads)};
+                       (double)(g.recv_temporaries + g.split_rows + g.partial_grads),
+                       sharded ? adamw_numel / dp : adamw_numel};
     zero1_layout_free(&layout);
     return b;
 }

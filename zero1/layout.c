@@ -27,10 +27,9 @@ static size_t gcd_size(size_t a, size_t b) {
     return a;
 }
 
-static size_t lcm_size(size_t a, size_t b) { return a / gcd_size(a, b) * b; }
+size_t zero1_lcm(size_t a, size_t b) { return a / gcd_size(a, b) * b; }
 
-// x rounded up to a multiple of m; 0 on overflow (callers never round 0 and need nonzero).
-static int round_up_checked(size_t x, size_t m, size_t* out) {
+int zero1_round_up(size_t x, size_t m, size_t* out) {
     size_t rem = x % m;
     if (rem == 0) {
         *out = x;
@@ -54,8 +53,8 @@ long long zero1_ddp_bucket_size(long long requested, int data_parallel_size, int
 
 size_t zero1_bucket_divisor(int dp, int pad_busbw) {
     if (dp < 1) return 0;
-    size_t d = lcm_size((size_t)dp, ZERO1_BUCKET_ALIGN);
-    if (pad_busbw) d = lcm_size(d, ZERO1_BUSBW_ALIGN);  // < 2^47 for any int dp
+    size_t d = zero1_lcm((size_t)dp, ZERO1_BUCKET_ALIGN);
+    if (pad_busbw) d = zero1_lcm(d, ZERO1_BUSBW_ALIGN);  // < 2^47 for any int dp
     return d;
 }
 
@@ -73,7 +72,7 @@ typedef struct {
 // at the padded end, which is also where the next parameter may start.
 static int close_bucket(LayoutWalk* w, size_t close_point, size_t* padded_end) {
     size_t end;
-    if (!round_up_checked(close_point, w->divisor, &end)) return 0;
+    if (!zero1_round_up(close_point, w->divisor, &end)) return 0;
     Zero1Bucket* b = &w->layout->buckets[w->layout->num_buckets++];
     b->start = w->bucket_start;
     b->end = end;
@@ -87,11 +86,9 @@ static int close_bucket(LayoutWalk* w, size_t close_point, size_t* padded_end) {
     return 1;
 }
 
-int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, int dp,
-                       long long bucket_size, int pad_busbw, int shared_embedding,
-                       char* err, size_t err_len) {
-    if (out == NULL) return zero1_error(err, err_len, "zero1_layout_build: out is NULL");
-    memset(out, 0, sizeof(*out));
+int zero1_layout_begin(Zero1Layout* L, const size_t* numels, int num_params, int dp, long long bucket_size,
+                       int pad_busbw, int shared_embedding, char* err, size_t err_len) {
+    memset(L, 0, sizeof(*L));
     if (dp < 1) return zero1_error(err, err_len, "data-parallel size must be >= 1 (got %d)", dp);
     if (num_params < 1 || numels == NULL)
         return zero1_error(err, err_len, "the parameter list is empty");
@@ -103,22 +100,29 @@ int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, i
             return zero1_error(err, err_len, "parameter %d has zero elements (every parameter needs >= 1)", i);
     }
     if (bucket_size < 0) bucket_size = zero1_default_bucket_size(dp);
-
-    Zero1Layout L;
-    memset(&L, 0, sizeof(L));
-    L.dp = dp;
-    L.bucket_size = (size_t)bucket_size;
-    L.pad_busbw = pad_busbw ? 1 : 0;
-    L.shared_embedding = shared_embedding;
-    L.num_params = num_params;
-    L.params = (Zero1ParamPlace*)calloc((size_t)num_params, sizeof(Zero1ParamPlace));
+    L->dp = dp;
+    L->bucket_size = (size_t)bucket_size;
+    L->pad_busbw = pad_busbw ? 1 : 0;
+    L->shared_embedding = shared_embedding;
+    L->num_params = num_params;
+    L->params = (Zero1ParamPlace*)calloc((size_t)num_params, sizeof(Zero1ParamPlace));
     // Every bucket holds at least one parameter, so num_params buckets always suffice.
-    L.buckets = (Zero1Bucket*)calloc((size_t)num_params, sizeof(Zero1Bucket));
-    if (L.params == NULL || L.buckets == NULL) {
-        free(L.params);
-        free(L.buckets);
+    L->buckets = (Zero1Bucket*)calloc((size_t)num_params, sizeof(Zero1Bucket));
+    if (L->params == NULL || L->buckets == NULL) {
+        zero1_layout_free(L);
         return zero1_error(err, err_len, "out of memory for a layout of %d parameters", num_params);
     }
+    return 0;
+}
+
+int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, int dp,
+                       long long bucket_size, int pad_busbw, int shared_embedding,
+                       char* err, size_t err_len) {
+    if (out == NULL) return zero1_error(err, err_len, "zero1_layout_build: out is NULL");
+    memset(out, 0, sizeof(*out));
+    Zero1Layout L;
+    if (zero1_layout_begin(&L, numels, num_params, dp, bucket_size, pad_busbw, shared_embedding, err, err_len) != 0)
+        return -1;
 
     LayoutWalk w;
     memset(&w, 0, sizeof(w));
@@ -130,7 +134,7 @@ int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, i
     for (int i = num_params - 1; i >= 0 && !overflow; i--) {
         int needs_own_bucket = (i == shared_embedding);
         size_t start;
-        if (!round_up_checked(next_start, ZERO1_PARAM_START_ALIGN, &start)) { overflow = 1; break; }
+        if (!zero1_round_up(next_start, ZERO1_PARAM_START_ALIGN, &start)) { overflow = 1; break; }
         // The own-bucket parameter must not share a bucket with what came before it.
         if (needs_own_bucket && w.open_params > 0) {
             if (!close_bucket(&w, start, &start)) { overflow = 1; break; }
@@ -168,6 +172,7 @@ void zero1_layout_free(Zero1Layout* layout) {
     if (layout == NULL) return;
     free(layout->params);
     free(layout->buckets);
+    free(layout->members);
     memset(layout, 0, sizeof(*layout));
 }
 

@@ -41,11 +41,24 @@ extern "C" {
 // One bucket, in buffer order. [start, end) includes the end padding.
 // The bucket holds exactly the parameters with definition index first_param..last_param
 // (a contiguous range); inside the bucket they sit in reverse order, last_param at start.
+// A bucket of the two-buffer layout's Muon part (zero1/layout_layerwise.h) lists its
+// parameters instead: members, in buffer order (first_param/last_param: the lowest and
+// highest of them). zero1_bucket_param reads either kind.
 typedef struct {
     size_t start, end;
     size_t numel_unpadded;  // close point - start (includes 64-element start alignment gaps)
     int first_param, last_param;
+    const int* members;     // NULL: the range above; else num_members indices (the layout owns them)
+    int num_members;
 } Zero1Bucket;
+
+static inline int zero1_bucket_num_params(const Zero1Bucket* k) {
+    return k->members ? k->num_members : k->last_param - k->first_param + 1;
+}
+// The i-th parameter of bucket k in buffer order (from its start).
+static inline int zero1_bucket_param(const Zero1Bucket* k, int i) {
+    return k->members ? k->members[i] : k->last_param - i;
+}
 
 // One parameter, indexed by definition order: [start, end) in the buffer, and its bucket.
 typedef struct {
@@ -64,6 +77,8 @@ typedef struct {
     Zero1Bucket* buckets;     // num_buckets entries, buffer order
     size_t numel;             // padded total = buckets[num_buckets-1].end
     size_t numel_unpadded;    // sum of buckets' numel_unpadded
+    int* members;             // the storage of the buckets' member lists (NULL: none has one)
+    int num_muon_buckets;     // the two-buffer layout (layout_layerwise.h): the last ones are Muon's (else 0)
 } Zero1Layout;
 
 // Megatron's default: max(40e6, 1e6 * DP) elements, so each rank's shard of a full
@@ -116,9 +131,23 @@ int zero1_layout_build(Zero1Layout* out, const size_t* numels, int num_params, i
 
 void zero1_layout_free(Zero1Layout* layout);
 
+// Bucket b holds Muon's matrices, whole per shard (the two-buffer layout's second part).
+static inline int zero1_bucket_is_muon(const Zero1Layout* layout, int b) {
+    return b >= layout->num_buckets - layout->num_muon_buckets;
+}
+
+// What the builders (this one, layout_layerwise.h's) share: checks the arguments as above and
+// starts *L (its fields set, params and buckets zeroed, num_params of each). 0 or -1.
+int zero1_layout_begin(Zero1Layout* L, const size_t* numels, int num_params, int dp, long long bucket_size,
+                       int pad_busbw, int shared_embedding, char* err, size_t err_len);
+
 // The error convention of the layout and the shards (shards.h): the message into err (when
 // err is not NULL), and -1 to return.
 int zero1_error(char* err, size_t err_len, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// lcm(a, b) of positive a, b; and x rounded up to a multiple of m into *out: 1, or 0 on overflow.
+size_t zero1_lcm(size_t a, size_t b);
+int zero1_round_up(size_t x, size_t m, size_t* out);
 
 // Elements of the largest bucket (padding included): what one all-to-all receive
 // temporary holds (--fp32-accumulation, --dp-invariant).

@@ -9,7 +9,8 @@
  *                         + optimizer state (state_bytes * numel)
  *   ZeRO-1 per rank     = same param and grad buffers + state_bytes * owned
  *   state_bytes = 12 (fp32 master + m + v) for bf16 params; 8 (m + v) for fp32 params,
- *   where the param buffer itself is the master copy.
+ *   where the param buffer itself is the master copy. Muon's layer-wise buffer: 8 or 4 (one
+ *   momentum), on the whole matrices a rank owns instead of owned (zero1_ledger_set_muon_state).
  * Bytes each rank sends per optimizer step, ring algorithms:
  *   all-reduce of grads (replicated)        2 * (DP-1)/DP * numel * grad_bytes
  *   ZeRO-1 reduce-scatter of grads            (DP-1)/DP * numel * grad_bytes
@@ -73,6 +74,8 @@ typedef struct {
     uint64_t partial_grads;                    // DP-invariant: its partial sums of the grad buffer (bytes)
     uint64_t split_rows;                       // split embedding: compact + received rows (bytes), else 0
     uint64_t split_sent_max;                   // split embedding: bytes sent sparsely, at most
+    int muon_state;                            // 1: Muon's state (zero1_ledger_set_muon_state)
+    uint64_t state_owned_numel;                // ZeRO-1's state elements per rank (owned_numel, or Muon's most)
 
     int overflow;                              // 1 if a byte count exceeded 64 bits (values invalid)
 } Zero1Ledger;
@@ -133,6 +136,8 @@ static inline Zero1Ledger zero1_ledger_compute_instances(uint64_t numel, int dp,
                                      g.sent_cross_all_reduce, &of);
     g.recv_temporaries = g.split_rows = g.split_sent_max = g.partial_grads = 0;
     g.dp_invariant = g.partial_levels = 0;
+    g.muon_state = 0;
+    g.state_owned_numel = g.owned_numel;
     g.overflow = of;
     return g;
 }
@@ -205,6 +210,23 @@ static inline Zero1Ledger zero1_ledger_of_layout(const Zero1Layout* L, int insta
     return g;
 }
 
+// Muon's optimizer state in the layer-wise buffer (zero1/layout_layerwise.h): per element one
+// fp32 momentum, and the fp32 master where params are bf16 (4 or 8 B), held under ZeRO-1 for
+// the whole matrices a rank owns; most_owned: the elements of the rank that owns the most.
+static inline void zero1_ledger_set_muon_state(Zero1Ledger* g, uint64_t most_owned) {
+    int of = g->overflow;
+    g->muon_state = 1;
+    g->state_owned_numel = most_owned;
+    g->total_replicated -= g->state_replicated;
+    g->total_zero1 -= g->state_zero1;
+    g->state_bytes = g->param_bytes >= 4 ? 4 : 8;
+    g->state_replicated = zero1_ledger_mul_(g->numel, (uint64_t)g->state_bytes, &of);
+    g->state_zero1 = zero1_ledger_mul_(most_owned, (uint64_t)g->state_bytes, &of);
+    g->total_replicated = zero1_ledger_add_(g->total_replicated, g->state_replicated, &of);
+    g->total_zero1 = zero1_ledger_add_(g->total_zero1, g->state_zero1, &of);
+    g->overflow = of;
+}
+
 static inline Zero1Ledger zero1_ledger_compute(uint64_t numel, int dp, int param_bytes, int grad_bytes) {
     return zero1_ledger_compute_instances(numel, dp, 1, param_bytes, grad_bytes);
 }
@@ -237,7 +259,11 @@ static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
         fprintf(f, "  (byte counts exceed 64 bits for numel %llu; ledger not shown)\n", (unsigned long long)g->numel);
         return;
     }
-    if (g->instances == 1) {
+    if (g->muon_state) {
+        fprintf(f, "  per rank, DP=%d, numel=%llu (padded); Muon's state on the whole matrices a rank owns: at most "
+                   "%llu elements (shard numel/DP = %llu)\n", g->dp, (unsigned long long)g->numel,
+                (unsigned long long)g->state_owned_numel, (unsigned long long)g->owned_numel);
+    } else if (g->instances == 1) {
         fprintf(f, "  per rank, DP=%d, numel=%llu (padded), owned by each rank under ZeRO-1: %llu = numel/DP\n", g->dp,
                 (unsigned long long)g->numel, (unsigned long long)g->owned_numel);
     } else {
@@ -253,7 +279,9 @@ static inline void zero1_ledger_print(FILE* f, const Zero1Ledger* g) {
     zero1_ledger_row_(f, label, g->param_buffer, g->param_buffer);
     snprintf(label, sizeof(label), "grad buffer (%s, %d B/elem)", gdt, g->grad_bytes);
     zero1_ledger_row_(f, label, g->grad_buffer, g->grad_buffer);
-    snprintf(label, sizeof(label), "%s (%d B/elem)", g->state_bytes == 12 ? "fp32 master+m+v" : "fp32 m+v", g->state_bytes);
+    const char* state = g->muon_state ? (g->state_bytes == 8 ? "fp32 master+momentum" : "fp32 momentum")
+                                      : (g->state_bytes == 12 ? "fp32 master+m+v" : "fp32 m+v");
+    snprintf(label, sizeof(label), "%s (%d B/elem)", state, g->state_bytes);
     zero1_ledger_row_(f, label, g->state_replicated, g->state_zero1);
     if (g->partial_grads) {
         snprintf(label, sizeof(label), "dp-inv. partial grads (log2 k = %d)", g->partial_levels);

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include "run/files.h"
+#include "run/seams.h"
 #include "zero1/ledger.h"
 #include "zero1/trace.h"
 
@@ -104,14 +105,48 @@ static float* hook_embedding_grad_rows(void* ctx, int tensor, const int* tokens,
     return rows;
 }
 
+// ---------------------------------------------------------------------------- the trace
+
+// --trace FILE: this rank's FILE.rankN.json (a FILE ending in .json loses it first); returns
+// the prefix's length.
+static int trace_path(const Zero1Optimizer* z, char* path) {
+    const char* f = z->cfg.trace_file;
+    size_t len = strlen(f);
+    if (len > 5 && strcmp(f + len - 5, ".json") == 0) len -= 5;
+    path_format(path, PATH_MAX_LEN, "%.*s.rank%d.json", (int)len, f, world_rank(z));
+    return (int)len;
+}
+
+static void write_trace(Zero1Optimizer* z, int at_end) {
+    char path[PATH_MAX_LEN];
+    int len = trace_path(z, path);
+    zero1_tracer_write(z->tracer, path);
+    if (at_end && world_rank(z) == 0) printf("zero1: trace written to %.*s.rank*.json\n", len, z->cfg.trace_file);
+}
+
+// The trace's file checked (a bad path stops the job now, not at the first rewrite) and
+// every rank's clock measured against rank 0's.
+static Zero1Tracer* start_trace(Zero1Optimizer* z) {
+    char path[PATH_MAX_LEN];
+    trace_path(z, path);
+    file_replace_check(path, "--trace");
+    Zero1Tracer* t = zero1_tracer_create(world_rank(z));
+    double skew_us = seam_trace_clock_skew_us(world_rank(z));
+    zero1_tracer_set_clock(t, zero1_trace_clock_sync(skew_us), skew_us);
+    if (z->cfg.trace_from) zero1_tracer_set_steps(t, z->cfg.trace_from, z->cfg.trace_to);
+    return t;
+}
+
 // ---------------------------------------------------------------------------- the table
 
 static void op_load_weights(Optimizer* o, const float* dense) {
     zero1_load_weights(impl(o)->rt, dense, impl(o)->dense_offsets);
 }
 static void op_begin_step(Optimizer* o, int step) {
-    impl(o)->step = step;
-    zero1_begin_step(impl(o)->rt, step);
+    Zero1Optimizer* z = impl(o);
+    z->step = step;
+    zero1_tracer_step_begin(z->tracer, step + 1, z->backend->device.compute);
+    zero1_begin_step(z->rt, step);
 }
 static void op_begin_micro_step(Optimizer* o, int is_last) { zero1_begin_micro_step(impl(o)->rt, is_last); }
 static float op_read_norm(Optimizer* o) {
@@ -130,8 +165,12 @@ static int gate_at_norm(void* ctx) {
     return g->gate->skip(g->gate->ctx, op_read_norm(g->o));
 }
 static void op_finish_step(Optimizer* o, int step, float lr, const UpdateGate* gate, double* blocked_ms) {
+    Zero1Optimizer* z = impl(o);
     GateAtNorm g = {o, gate};
-    zero1_finish_step(impl(o)->rt, step, lr, gate ? gate_at_norm : NULL, &g, blocked_ms);
+    zero1_finish_step(z->rt, step, lr, gate ? gate_at_norm : NULL, &g, blocked_ms);
+    zero1_tracer_step_end(z->tracer, z->backend->device.compute);
+    // Every rank rewrites its trace at the same steps; the last step of --trace-steps completes it.
+    if (z->tracer && ((step + 1) % z->cfg.trace_every == 0 || step + 1 == z->cfg.trace_to)) write_trace(z, 0);
 }
 static void op_sync_params(Optimizer* o) {
     zero1_sync_params(impl(o)->rt);
@@ -171,6 +210,26 @@ static void op_finish_import(Optimizer* o, int steps_done) {
 static size_t op_state_bytes(const Optimizer* o) { return zero1_state_bytes(((const Zero1Optimizer*)o)->rt); }
 
 // Rank 0: the bucket table and the per-rank memory ledger of this run.
+// One buffer's ledger of numel elements. muon_owned: Muon's state on that many elements (0:
+// AdamW's); extras: the temporaries and split rows, which the run has once.
+static void print_ledger(Zero1Optimizer* z, Optimizer* o, size_t numel, int instances, size_t muon_owned, int extras) {
+    const TrainConfig* cfg = &z->cfg;
+    Zero1Ledger ledger = zero1_ledger_compute_instances(numel, zero1_layout(z->rt)->dp, instances,
+                                                        cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
+                                                        cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
+    if (muon_owned) zero1_ledger_set_muon_state(&ledger, muon_owned);
+    size_t temporaries = extras ? zero1_recv_temporary_bytes(z->rt) : 0, tokens, width, wte_bucket;
+    if (cfg->dp_invariant && extras) {
+        zero1_ledger_add_dp_invariant(&ledger, config_micro_steps(cfg, o->world), temporaries / 8);
+    } else if (temporaries) {
+        zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
+    }
+    if (extras && zero1_split_shape(z->rt, &tokens, &width, &wte_bucket)) {
+        zero1_ledger_add_split(&ledger, tokens, width, wte_bucket);
+    }
+    zero1_ledger_print(stdout, &ledger);
+}
+
 static void op_print_start(Optimizer* o) {
     Zero1Optimizer* z = impl(o);
     const TrainConfig* cfg = &z->cfg;
@@ -201,20 +260,23 @@ static void op_print_start(Optimizer* o) {
     printf("zero1: bucket      start        end   unpadded   padding  params\n");
     for (int b = 0; b < lay->num_buckets; b++) {
         const Zero1Bucket* bk = &lay->buckets[b];
-        printf("zero1: %6d %10zu %10zu %10zu %9zu  %d..%d\n", b, bk->start, bk->end, bk->numel_unpadded,
-               bk->end - bk->start - bk->numel_unpadded, bk->first_param, bk->last_param);
+        printf("zero1: %6d %10zu %10zu %10zu %9zu  %d..%d%s\n", b, bk->start, bk->end, bk->numel_unpadded,
+               bk->end - bk->start - bk->numel_unpadded, bk->first_param, bk->last_param,
+               zero1_bucket_is_muon(lay, b) ? " Muon's matrices, each whole on one rank" : "");
     }
     printf("zero1: buffer %zu elements for %zu parameters (padding and alignment %.3f%%)\n", lay->numel,
            z->model_numel, 100.0 * (double)(lay->numel - z->model_numel) / (double)lay->numel);
-    Zero1Ledger ledger = zero1_ledger_compute_instances(lay->numel, lay->dp, instances,
-                                                        cfg->param_dtype == DTYPE_BF16 ? 2 : 4,
-                                                        cfg->grad_dtype == DTYPE_BF16 ? 2 : 4);
-    size_t temporaries = zero1_recv_temporary_bytes(z->rt);
-    if (cfg->dp_invariant) zero1_ledger_add_dp_invariant(&ledger, config_micro_steps(cfg, o->world), temporaries / 8);
-    else if (temporaries) zero1_ledger_add_recv_temporaries(&ledger, temporaries / 4);
-    size_t tokens, width, wte_bucket;
-    if (zero1_split_shape(z->rt, &tokens, &width, &wte_bucket)) zero1_ledger_add_split(&ledger, tokens, width, wte_bucket);
-    zero1_ledger_print(stdout, &ledger);
+    Zero1FullLayout full;
+    if (zero1_runtime_full_layout(z->rt, &full) != 0) {
+        print_ledger(z, o, lay->numel, instances, 0, 1);
+    } else {  // Muon: each buffer its own ledger, the layer-wise one with the busiest rank's state
+        printf("zero1: AdamW's buffer (element-wise), %zu elements:\n", full.adamw.numel);
+        print_ledger(z, o, full.adamw.numel, instances, 0, 1);
+        printf("zero1: Muon's layer-wise buffer, %zu elements, each matrix whole on one rank (ZeRO-1's state: the "
+               "rank that owns the most):\n", full.layerwise.numel);
+        print_ledger(z, o, full.layerwise.numel, instances, zero1_layerwise_most_owned(&full.layerwise), 0);
+        zero1_full_layout_free(&full);
+    }
     checkpoint_print_bound();
 }
 
@@ -247,17 +309,6 @@ static double* gather_rows(Zero1Optimizer* z, const double* mine, int width) {
     all_gather_rows(z, comm, group_rows, width);
     if (instances_of(z->backend) > 1) all_gather_rows(z, z->backend->cross, rows, (int)group_width);
     return rows;
-}
-
-static void write_trace(Zero1Optimizer* z) {
-    int rank = world_rank(z);
-    char path[PATH_MAX_LEN];
-    const char* f = z->cfg.trace_file;
-    size_t len = strlen(f);
-    if (len > 5 && strcmp(f + len - 5, ".json") == 0) len -= 5;
-    path_format(path, sizeof(path), "%.*s.rank%d.json", (int)len, f, rank);
-    zero1_tracer_write(z->tracer, path);
-    if (rank == 0) printf("zero1: trace written to %.*s.rank*.json\n", (int)len, f);
 }
 
 static void op_print_end(Optimizer* o) {
@@ -295,10 +346,7 @@ static void op_print_end(Optimizer* o) {
         printf("zero1: split embedding: rank 0 sent %.1f rows per step to other ranks (%.1f KiB per step)\n", per_step,
                per_step * z->embedding_width * sizeof(float) / 1024.0);
     }
-    if (z->tracer) {
-        zero1_tracer_resolve(z->tracer);
-        write_trace(z);
-    }
+    if (z->tracer) write_trace(z, 1);
 }
 
 static void op_destroy(Optimizer* o) {
@@ -355,6 +403,9 @@ static Zero1Options options_from(const TrainConfig* cfg, const Zero1ModelSpec* s
     opt.grad_clip = cfg->grad_clip;
     opt.stochastic_rounding = cfg->stochastic_rounding;
     opt.rounding_seed = (uint64_t)cfg->seed;
+    opt.muon = config_uses_muon(cfg);
+    config_muon(cfg, &opt.muon_config);
+    opt.muon_ns_bf16 = cfg->muon_ns_bf16;
     return opt;
 }
 
@@ -375,7 +426,7 @@ Optimizer* zero1_optimizer_create(const TrainConfig* cfg, const Zero1ModelSpec* 
               cfg->dist_opt_instances, backend->device.ops->name, instances_of(backend),
               instances_of(backend) == 1 ? "" : "s", backend->cross ? "there" : "missing");
     }
-    z->tracer = cfg->trace_file ? zero1_tracer_create(world_rank(z)) : NULL;
+    z->tracer = cfg->trace_file ? start_trace(z) : NULL;
     if (!backend->host_model) zero1_tracer_use_device(z->tracer, &backend->device);
     Zero1Options opt = options_from(cfg, spec, compute_dtype, comm->size * instances_of(backend));
     z->embedding_width = spec->embedding_width;

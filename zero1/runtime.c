@@ -34,6 +34,7 @@
  */
 #include "zero1/runtime.h"
 #include "zero1/runtime_internal.h"
+#include "zero1/layout_layerwise.h"
 #include "zero1/split_embedding.h"
 
 #include <math.h>
@@ -321,7 +322,9 @@ static void learn_counts(Zero1Runtime* rt) {
     for (int b = 0; b < rt->layout.num_buckets; b++) {
         const Zero1Bucket* bk = &rt->layout.buckets[b];
         rt->buckets[b].contributions_total = 0;
-        for (int p = bk->first_param; p <= bk->last_param; p++) rt->buckets[b].contributions_total += rt->learned[p];
+        for (int i = 0; i < zero1_bucket_num_params(bk); i++) {
+            rt->buckets[b].contributions_total += rt->learned[zero1_bucket_param(bk, i)];
+        }
     }
     rt->counts_learned = 1;
 }
@@ -549,9 +552,20 @@ void zero1_finish_step(Zero1Runtime* rt, int step, float lr, int (*skip)(void* c
     // AdamW in the order the next forward reads the buckets, so that the first all-gather
     // can go out while the others are still being updated.
     AdamWStep s = zero1_adamw_step(rt, lr, step + 1);
+    Zero1MuonStep muon = {lr, rt->opt.weight_decay, rt->opt.muon_config, rt->opt.muon_ns_bf16};
     for (int b = nb - 1; b >= 0; b--) {
-        ops->adamw(rt->dev.ctx, rt->dev.compute, &rt->buckets[b].owned, rt->param_buffer, rt->opt.param_dtype,
-                   rt->master, rt->grads, rt->adam_m, rt->adam_v, &s, rt->norm + 1);
+        const Zero1SpanList* owned = &rt->buckets[b].owned;
+        if (zero1_bucket_is_muon(&rt->layout, b)) {  // whole matrices; their m holds Muon's momentum, v stays 0
+            ops->muon(rt->dev.ctx, rt->dev.compute, owned, rt->matrices, (float*)rt->param_buffer, rt->master,
+                      rt->grads, rt->adam_m, &muon, rt->norm + 1);
+            if (rt->master) {
+                ops->round_master(rt->dev.ctx, rt->dev.compute, owned, rt->param_buffer, rt->opt.param_dtype,
+                                  rt->master, &s);
+            }
+        } else {
+            ops->adamw(rt->dev.ctx, rt->dev.compute, owned, rt->param_buffer, rt->opt.param_dtype, rt->master,
+                       rt->grads, rt->adam_m, rt->adam_v, &s, rt->norm + 1);
+        }
         if (state_sharded(rt)) {
             rt->buckets[b].gather_state = GATHER_PENDING;
             if (rt->opt.overlap_param_gather && b == nb - 1) start_param_sync(rt, b);
@@ -604,7 +618,7 @@ void zero1_share_state_across(Zero1Runtime* rt) {
     if (!rt->cross) return;
     zero1_sync_params(rt);  // nothing may still be gathering into the param buffer
     copy_from_group0(rt, rt->adam_m, rt->owned_numel, ZERO1_LABEL_NONE);
-    copy_from_group0(rt, rt->adam_v, rt->owned_numel, ZERO1_LABEL_NONE);
+    copy_from_group0(rt, rt->adam_v, rt->adamw_owned_numel, ZERO1_LABEL_NONE);
     if (rt->master) {
         copy_from_group0(rt, rt->master, rt->owned_numel, ZERO1_LABEL_NONE);
         return;
@@ -696,10 +710,10 @@ static void build_spans(Zero1Runtime* rt) {
         }
         span_list_upload(rt, &s->owned, owned, sh->num_views);
         const Zero1Bucket* bk = &rt->layout.buckets[b];
-        int count = bk->last_param - bk->first_param + 1;
+        int count = zero1_bucket_num_params(bk);
         Zero1Span* whole = (Zero1Span*)callocCheck(count, sizeof(Zero1Span));
         for (int i = 0; i < count; i++) {
-            int p = bk->first_param + i;
+            int p = zero1_bucket_param(bk, i);
             whole[i].buffer = rt->layout.params[p].start;
             whole[i].n = rt->numels[p];
             whole[i].param = p;
@@ -726,7 +740,7 @@ static void allocate_buffers(Zero1Runtime* rt) {
         rt->exchange_counts = (size_t*)mallocCheck(2 * (size_t)rt->comm->size * sizeof(size_t));
     }
     rt->adam_m = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
-    rt->adam_v = (float*)rt_alloc(rt, rt->owned_numel * sizeof(float));
+    rt->adam_v = (float*)rt_alloc(rt, rt->adamw_owned_numel * sizeof(float));  // Muon's matrices have no v
     if (opt->dp_invariant) {
         while ((1 << rt->num_partials) < opt->micro_steps) rt->num_partials++;
         rt->partials = (float**)callocCheck(rt->num_partials + 1, sizeof(float*));
@@ -799,10 +813,19 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
     char err[256];
     int data_parallel_size = comm->size * (cross ? cross->size : 1);
     long long bucket_size = zero1_ddp_bucket_size(opt->bucket_size, data_parallel_size, opt->overlap_grad_reduce);
-    if (zero1_layout_build(&rt->layout, rt->numels, rt->num_params, comm->size, bucket_size, opt->pad_busbw,
-                           opt->shared_embedding, err, sizeof(err)) != 0) {
-        fatal("zero1: %s", err);
+    int* is_muon = NULL;
+    if (opt->muon) {
+        if (model->matrices == NULL) fatal("zero1: Muon needs the model's matrix shapes");
+        if (cross) fatal("zero1: Muon's layer-wise buffer has no distributed-optimizer instances");
+        if (dev->ops->muon == NULL) fatal("zero1: the %s device has no Muon", dev->ops->name);
+        rt->matrices = (Zero1MatrixShape*)dup_array(model->matrices, model->num_params * sizeof(Zero1MatrixShape));
+        is_muon = (int*)callocCheck(model->num_params, sizeof(int));
+        for (int p = 0; p < model->num_params; p++) is_muon[p] = model->matrices[p].rows > 0;
     }
+    int rc = zero1_run_layout_build(&rt->layout, rt->numels, is_muon, rt->num_params, comm->size, bucket_size,
+                                    opt->pad_busbw, opt->shared_embedding, err, sizeof(err));
+    free(is_muon);
+    if (rc != 0) fatal("zero1: %s", err);
     // Replicated: every rank updates every bucket whole, which is the shard map of DP=1.
     Zero1Layout view = rt->layout;
     int shard_rank = comm->rank;
@@ -811,7 +834,11 @@ Zero1Runtime* zero1_runtime_create(const Zero1Options* opt, const Zero1ModelSpec
         shard_rank = 0;
     }
     if (zero1_shards_build(&rt->shards, &view, shard_rank, err, sizeof(err)) != 0) fatal("zero1: %s", err);
-    rt->owned_numel = rt->shards.owned_numel;
+    rt->owned_numel = rt->adamw_owned_numel = rt->shards.owned_numel;
+    for (int b = 0; b < rt->layout.num_buckets; b++) {
+        const Zero1Range* r = &rt->shards.buckets[b].shard;
+        if (zero1_bucket_is_muon(&rt->layout, b)) rt->adamw_owned_numel -= r->end - r->start;
+    }
     if (opt->split_embedding) create_split_embedding(rt, model);
     allocate_buffers(rt);
     rt->buckets = (BucketState*)callocCheck(rt->layout.num_buckets, sizeof(BucketState));
@@ -866,6 +893,7 @@ void zero1_runtime_destroy(Zero1Runtime* rt) {
     zero1_shards_free(&rt->shards);
     zero1_layout_free(&rt->layout);
     free(rt->numels);
+    free(rt->matrices);
     free(rt->decays);
     free(rt->first_block);
     free(rt);
@@ -883,7 +911,7 @@ size_t zero1_partial_grad_bytes(const Zero1Runtime* rt) {
 }
 
 size_t zero1_state_bytes(const Zero1Runtime* rt) {
-    return rt->owned_numel * sizeof(float) * (rt->master ? 3 : 2);
+    return (rt->owned_numel * (rt->master ? 2 : 1) + rt->adamw_owned_numel) * sizeof(float);
 }
 
 size_t zero1_embedding_rows_sent(const Zero1Runtime* rt) {
@@ -897,4 +925,17 @@ int zero1_split_shape(const Zero1Runtime* rt, size_t* tokens, size_t* width, siz
     *width = shape->width;
     *bucket_numel = shape->bucket.end - shape->bucket.start;
     return 1;
+}
+
+int zero1_runtime_full_layout(const Zero1Runtime* rt, Zero1FullLayout* out) {
+    if (rt->matrices == NULL) return -1;
+    int* is_muon = (int*)callocCheck(rt->num_params, sizeof(int));
+    for (int p = 0; p < rt->num_params; p++) is_muon[p] = rt->matrices[p].rows > 0;
+    char err[256];
+    int rc = zero1_full_layout_build(out, rt->numels, is_muon, rt->num_params, rt->layout.dp,
+                                     (long long)rt->layout.bucket_size, rt->layout.pad_busbw,
+                                     rt->layout.shared_embedding, err, sizeof(err));
+    free(is_muon);
+    if (rc != 0) fatal("zero1: %s", err);
+    return 0;
 }

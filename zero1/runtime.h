@@ -39,6 +39,7 @@
 #include "zero1/comm.h"
 #include "zero1/device_ops.h"
 #include "zero1/layout.h"
+#include "zero1/layout_layerwise.h"
 #include "zero1/shards.h"
 #include "zero1/trace.h"
 
@@ -90,6 +91,12 @@ typedef struct {
     // initial zero1_load_weights rounds to nearest even either way.
     int stochastic_rounding;
     uint64_t rounding_seed;
+    // --optimizer muon: the model's matrices (Zero1ModelSpec.matrices) in Megatron's layer-wise
+    // buffer (zero1/layout_layerwise.h), each updated whole by the rank that owns it with Muon;
+    // AdamW on the rest. Not with instances (Megatron's layer-wise optimizer has none).
+    int muon;
+    MuonConfig muon_config;
+    int muon_ns_bf16;  // --muon-ns-bf16 (the CUDA device's muon op; the CPU's refuses it)
 } Zero1Options;
 
 // What the runtime needs to know about the model: sizes, weight decay, which forward block
@@ -107,6 +114,7 @@ typedef struct {
     void* name_ctx;
     int embedding;
     size_t embedding_width;
+    const Zero1MatrixShape* matrices;  // per param (rows 0: not a matrix); NULL: none (Zero1Options.muon needs them)
 } Zero1ModelSpec;
 
 typedef struct Zero1Runtime Zero1Runtime;
@@ -208,6 +216,10 @@ size_t zero1_partial_grad_bytes(const Zero1Runtime* rt);
 // --split-embedding: the tokens per micro-step, the row width and the size of the
 // embedding's bucket (for the ledger); 0 without the split.
 int zero1_split_shape(const Zero1Runtime* rt, size_t* tokens, size_t* width, size_t* bucket_numel);
+
+// With Muon: the two buffers the run's layout merges (zero1/layout_layerwise.h), for the
+// ledger; free with zero1_full_layout_free. 0, or -1 without Muon.
+int zero1_runtime_full_layout(const Zero1Runtime* rt, Zero1FullLayout* out);
 
 // Bytes of optimizer state this rank allocated (master + m + v), and its owned elements.
 size_t zero1_state_bytes(const Zero1Runtime* rt);

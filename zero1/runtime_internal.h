@@ -39,6 +39,7 @@ struct Zero1Runtime {
     int num_params;
     int first_block_number, num_blocks;  // the model's block numbers that read a parameter first
     size_t* numels;
+    Zero1MatrixShape* matrices;  // Muon: per param (rows 0: AdamW's); NULL without Muon
     int* decays;
     int* first_block;
     const char* (*param_name)(void*, int, char*, size_t);
@@ -71,6 +72,7 @@ struct Zero1Runtime {
     float* norm_host;
     float* nan_flags_host;
     size_t owned_numel;
+    size_t adamw_owned_numel;    // the AdamW buckets' part of it (first in owned order): what adam_v covers
 
     BucketState* buckets;
     int* seen;                   // contributions seen per param in the last micro-step

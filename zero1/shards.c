@@ -35,14 +35,14 @@ int zero1_shards_build(Zero1RankShards* out, const Zero1Layout* layout, int rank
         bs->bucket = b;
         bs->shard = zero1_bucket_shard_range(layout, b, rank);
         S.owned_numel += bs->shard.end - bs->shard.start;
-        int capacity = bucket->last_param - bucket->first_param + 1;
+        int capacity = zero1_bucket_num_params(bucket);
         bs->views = (Zero1ParamView*)calloc((size_t)capacity, sizeof(Zero1ParamView));
         if (bs->views == NULL) {
             zero1_shards_free(&S);
             return zero1_error(err, err_len, "out of memory for the views of bucket %d", b);
         }
-        // Buffer order is reverse definition order: the highest index sits at the bucket start.
-        for (int p = bucket->last_param; p >= bucket->first_param; p--) {
+        for (int i = 0; i < capacity; i++) {  // in buffer order
+            int p = zero1_bucket_param(bucket, i);
             const Zero1ParamPlace* place = &layout->params[p];
             size_t lo = place->start > bs->shard.start ? place->start : bs->shard.start;
             size_t hi = place->end < bs->shard.end ? place->end : bs->shard.end;

@@ -1,7 +1,7 @@
 /* zero1/trace.c: see trace.h. Errors end the program (fatal). */
 #include "zero1/trace.h"
 
-#include <errno.h>
+#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,20 @@ double zero1_now_us(void) {
 Zero1Tracer* zero1_tracer_create(int rank) {
     Zero1Tracer* t = (Zero1Tracer*)callocCheck(1, sizeof(Zero1Tracer));
     t->rank = rank;
+    t->recording = 1;
+    t->window_start_us = -DBL_MAX;
     return t;
+}
+
+void zero1_tracer_set_clock(Zero1Tracer* t, Zero1TraceClock clock, double skew_us) {
+    t->clock = clock;
+    t->skew_us = skew_us;
+}
+
+void zero1_tracer_set_steps(Zero1Tracer* t, int from, int to) {
+    t->from = from;
+    t->to = to;
+    t->recording = 0;
 }
 
 // Room for one more element of size bytes in *array.
@@ -41,7 +54,7 @@ static void add_event(Zero1Tracer* t, int lane, double start_us, double end_us, 
 }
 
 void zero1_trace(Zero1Tracer* t, int lane, double start_us, double end_us, const char* fmt, ...) {
-    if (t == NULL) return;
+    if (t == NULL || !t->recording || start_us < t->window_start_us) return;
     char name[40];
     va_list ap;
     va_start(ap, fmt);
@@ -62,7 +75,7 @@ void zero1_tracer_use_device(Zero1Tracer* t, const Zero1Device* dev) {
 int zero1_tracer_has_device_clock(const Zero1Tracer* t) { return t && t->dev; }
 
 Zero1Event zero1_trace_begin(Zero1Tracer* t, Zero1Stream s) {
-    if (!zero1_tracer_has_device_clock(t)) return NULL;
+    if (!zero1_tracer_has_device_clock(t) || !t->recording) return NULL;
     Zero1Event e = t->dev->ops->event_create_timed(t->dev->ctx);
     t->dev->ops->record(t->dev->ctx, e, s);
     return e;
@@ -98,17 +111,37 @@ void zero1_tracer_resolve(Zero1Tracer* t) {
     t->span_count = 0;
 }
 
-static void write_failed(const char* path) { fatal("cannot write trace %s: %s", path, strerror(errno)); }
+void zero1_tracer_step_begin(Zero1Tracer* t, int step, Zero1Stream s) {
+    if (!t) return;
+    if (t->from) {
+        t->recording = step >= t->from && step <= t->to;
+        t->window_start_us = zero1_now_us();
+    }
+    if (!t->recording) return;
+    t->step = step;
+    t->step_start_us = zero1_now_us();
+    t->step_start = zero1_trace_begin(t, s);
+}
 
-void zero1_tracer_write(const Zero1Tracer* t, const char* path) {
-    static const char* lanes[] = {"compute", "grad reduce", "param gather", "blocked in wait"};
+void zero1_tracer_step_end(Zero1Tracer* t, Zero1Stream s) {
+    if (!t || !t->step) return;
+    if (zero1_tracer_has_device_clock(t)) zero1_trace_end(t, TRACE_STEP, t->step_start, s, "step %d", t->step);
+    else zero1_trace(t, TRACE_STEP, t->step_start_us, zero1_now_us(), "step %d", t->step);
+    t->step = 0;
+    if (t->from) t->recording = 0;  // what runs between steps (evaluations) is outside the range
+}
+
+void zero1_tracer_write(Zero1Tracer* t, const char* path) {
+    static const char* lanes[TRACE_LANES] = {"compute", "grad reduce", "param gather", "blocked in wait", "step"};
+    zero1_tracer_resolve(t);
+    if (t->has_file && t->written == t->count) return;
     char tmp[PATH_MAX_LEN];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopenCheck(tmp, "w");  // a regular file of the job's, never written through a link
-    double t0 = t->count ? t->events[0].start_us : 0.0;
-    for (size_t i = 0; i < t->count; i++) t0 = t->events[i].start_us < t0 ? t->events[i].start_us : t0;
-    fprintf(f, "{\"traceEvents\": [\n");
-    for (int lane = 0; lane < 4; lane++) {
+    FILE* f = file_replace_open(path, tmp);
+    // Host clock -> rank 0's clock, 0 at the measurement: each event's ts.
+    double shift = t->skew_us + t->clock.offset_us - t->clock.origin_us;
+    fprintf(f, "{\"otherData\": {\"clock\": \"rank 0's, Cristian's method (docs/zero1.md)\", \"clock_offset_us\": %.3f, "
+            "\"clock_error_bound_us\": %.3f},\n\"traceEvents\": [\n", t->clock.offset_us, t->clock.bound_us);
+    for (int lane = 0; lane < TRACE_LANES; lane++) {
         fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
                 t->rank, lane, lanes[lane]);
     }
@@ -117,19 +150,12 @@ void zero1_tracer_write(const Zero1Tracer* t, const char* path) {
     for (size_t i = 0; i < t->count; i++) {
         const Zero1TraceEvent* e = &t->events[i];
         fprintf(f, ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", e->name,
-                t->rank, e->lane, e->start_us - t0, e->end_us - e->start_us);
+                t->rank, e->lane, e->start_us + shift, e->end_us - e->start_us);
     }
     fprintf(f, "\n], \"displayTimeUnit\": \"ms\"}\n");
-    // A write that failed on the way (a full disk) sets the stream's error flag; the
-    // close reports only the last flush. Either way no half-written trace is left.
-    int failed = ferror(f);
-    if (fclose(f) != 0 || failed) {
-        int why = errno ? errno : EIO;
-        remove(tmp);
-        errno = why;
-        write_failed(path);
-    }
-    if (rename(tmp, path) != 0) write_failed(path);
+    file_replace_commit(f, tmp, path, "trace");
+    t->written = t->count;
+    t->has_file = 1;
 }
 
 void zero1_tracer_destroy(Zero1Tracer* t) {

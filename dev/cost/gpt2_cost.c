@@ -55,7 +55,9 @@
 #include "run/files.h"
 #include "tools/json.h"
 #include "zero1/bucket_timing.h"
+#include "llmc/muon.h"
 #include "zero1/layout.h"
+#include "zero1/layout_layerwise.h"
 #include "zero1/ledger.h"
 
 static const char* USAGE =
@@ -65,7 +67,7 @@ static const char* USAGE =
     "                 [--gemm-efficiency F] [--flash-efficiency F] [--cudnn-efficiency F]\n"
     "                 [--bandwidth-efficiency F] [--launch-us U]\n"
     "                 [--nvlink-gbs G] [--ib-gbs G] [--ring-latency-us U] [--json | --brief]\n"
-    "                 [--profile FILE] [--occupancy FILE]\n"
+    "                 [--profile FILE] [--occupancy FILE] [--optimizer adamw|muon [--muon-ns-bf16]]\n"
     "  --model          GPT-2 of depth N (d12 = 124M, d24 = 350M, d36 = 774M, d48 = 1558M), default d12\n"
     "  -b, -t           micro-batch per GPU and sequence length (default 16, 1024; T <= --max-seq)\n"
     "  --path           naive = --attention naive --fused-kernels 0 -r 0 (the reference kernels);\n"
@@ -82,7 +84,10 @@ static const char* USAGE =
     "                   --ring-latency-us per ring step (default 0)\n"
     "  --profile FILE   the CPU layer's profile (CUDA_CPU_PROFILE=FILE of a BF16 test_kernels_cuda built with\n"
     "                   CUDA_CPU_TOOLS=1): bytes in whole sectors, the flash kernels' shared-memory wavefronts\n"
-    "  --occupancy FILE the compiler report (check_compiler_report.py --json): blocks per SM, waves of blocks\n";
+    "  --occupancy FILE the compiler report (check_compiler_report.py --json): blocks per SM, waves of blocks\n"
+    "  --optimizer muon Newton-Schulz's FLOPs (5 quintic steps, Q, K, V apart) on the matrices the busiest rank\n"
+    "                   owns at --dp (Megatron's layer-wise layout), in fp32 on CUDA cores, or with --muon-ns-bf16\n"
+    "                   on tensor cores, at the GEMM efficiency, and their share of the step\n";
 
 typedef struct {
     const char* model;
@@ -94,6 +99,7 @@ typedef struct {
     CostEfficiency eff;     // the achievable estimate
     double nvlink_gbs, ib_gbs, ring_latency_us;
     int json, brief;
+    int muon, muon_ns_bf16;  // --optimizer muon: Newton-Schulz's cost
     GPT2Config cfg;
     const char *profile, *occupancy;  // the files of the measured inputs (NULL: none)
     CostMeasurements measured;
@@ -224,6 +230,7 @@ static void parse_options(int argc, char** argv, Options* o) {
         }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
         if (strcmp(a, "--brief") == 0) { o->brief = 1; continue; }
+        if (strcmp(a, "--muon-ns-bf16") == 0) { o->muon_ns_bf16 = 1; continue; }
         if (a[0] != '-') fatal("unexpected argument '%s' (gpt2_cost -h lists the options)", a);
         if (i + 1 >= argc) fatal("%s needs a value (gpt2_cost -h lists the options)", a);
         const char* v = argv[++i];
@@ -245,6 +252,10 @@ static void parse_options(int argc, char** argv, Options* o) {
         else if (strcmp(a, "--ib-gbs") == 0) o->ib_gbs = parse_double(a, v, 1e-6, 1e6);
         else if (strcmp(a, "--ring-latency-us") == 0) o->ring_latency_us = parse_double(a, v, 0, 1e6);
         else if (strcmp(a, "--profile") == 0) o->profile = v;
+        else if (strcmp(a, "--optimizer") == 0) {
+            if (strcmp(v, "adamw") != 0 && strcmp(v, "muon") != 0) fatal("--optimizer expects adamw or muon, got '%s'", v);
+            o->muon = strcmp(v, "muon") == 0;
+        }
         else if (strcmp(a, "--occupancy") == 0) o->occupancy = v;
         else if (strcmp(a, "--path") == 0) {
             if (strcmp(v, "naive") == 0) o->kernels = (GPT2Kernels){ATTENTION_NAIVE, 0, 0};
@@ -271,6 +282,7 @@ static void parse_options(int argc, char** argv, Options* o) {
         }
     }
     if (o->json && o->brief) fatal("--json and --brief exclude each other");
+    if (o->muon_ns_bf16 && !o->muon) fatal("--muon-ns-bf16 prices Newton-Schulz in bf16: add --optimizer muon");
     int rc = gpt2_config_from_descriptor(model_descriptor(o->model), o->vocab, o->max_seq, &o->cfg);
     if (rc != 0) {
         fatal("--model %s: expected dN (N in 1..%d), 124M, 350M, 774M or 1558M", o->model, GPT2_MAX_DESCRIPTOR_DEPTH);
@@ -526,6 +538,83 @@ static void print_measured_inputs(const Options* o) {
     printf("assumed: the fractions of peak below, and everything of the rows without a mark\n");
 }
 
+// ---------------------------------------------------------------------------- Muon
+
+// Newton-Schulz per step with --optimizer muon: the FLOPs over all matrices, and those of the
+// rank that owns the most (its layer-wise shards at DP dp, whole matrices), which sets the time.
+typedef struct {
+    double total_flops, busiest_flops;
+    int busiest_rank;
+} MuonCost;
+
+static MuonCost muon_cost(const Options* o, int dp) {
+    const GPT2Config* c = &o->cfg;
+    int n = gpt2_num_tensors(c);
+    size_t* numels = (size_t*)mallocCheck((size_t)n * sizeof(size_t));
+    int* is_muon = (int*)callocCheck(n, sizeof(int));
+    double* rank_flops = (double*)callocCheck(dp, sizeof(double));
+    for (int i = 0; i < n; i++) {
+        numels[i] = gpt2_tensor_numel(c, i);
+        is_muon[i] = gpt2_tensor_is_hidden_matrix(c, i);
+    }
+    Zero1Layout L;
+    char err[256];
+    long long bucket_size = zero1_ddp_bucket_size(o->bucket_size, dp, 1);
+    if (zero1_run_layout_build(&L, numels, is_muon, n, dp, bucket_size, 0, -1, err, sizeof(err)) != 0) {
+        fatal("zero1 layout at DP=%d: %s", dp, err);
+    }
+    MuonCost m = {0, 0, 0};
+    for (int i = 0; i < n; i++) {
+        if (!is_muon[i]) continue;
+        int rows, cols, parts = gpt2_matrix_is_qkv(c, i) ? 3 : 1;  // Q, K, V apart (the default split)
+        gpt2_matrix_shape(c, i, &rows, &cols);
+        double f = parts * muon_ns_flops(rows / parts, cols, 5);
+        const Zero1Bucket* bk = &L.buckets[L.params[i].bucket];
+        size_t shard = (bk->end - bk->start) / (size_t)dp;
+        int owner = o->zero_stage == 1 ? (int)((L.params[i].start - bk->start) / shard) : 0;
+        rank_flops[owner] += f;
+        m.total_flops += f;
+    }
+    for (int r = 0; r < dp; r++) {
+        if (rank_flops[r] > m.busiest_flops) {
+            m.busiest_flops = rank_flops[r];
+            m.busiest_rank = r;
+        }
+    }
+    zero1_layout_free(&L);
+    free(rank_flops);
+    free(is_muon);
+    free(numels);
+    return m;
+}
+
+// Seconds of Newton-Schulz on g: fp32 GEMMs on CUDA cores (no TF32, as llmc/muon.cuh runs
+// them), or bf16 on tensor cores, at the GEMMs' achievable fraction of peak.
+static double muon_seconds(const Options* o, double flops, const CostGPU* g) {
+    double peak = o->muon_ns_bf16 ? g->tensor_core_tflops : g->fp32_tflops;
+    return flops / (peak * 1e12 * o->eff.tensor[COST_EFF_GEMM]);
+}
+
+static void print_muon(const Options* o) {
+    MuonCost m = muon_cost(o, o->dp);
+    printf("\nMuon (--optimizer muon): Newton-Schulz, 5 steps, Q, K, V apart, %s: %.1f GFLOP per step over all "
+           "matrices;\n  the busiest rank (%d of DP=%d, -z %d) owns %.1f GFLOP of them\n",
+           o->muon_ns_bf16 ? "bf16 on tensor cores (--muon-ns-bf16)" : "fp32 on CUDA cores", m.total_flops / 1e9,
+           m.busiest_rank, o->dp, o->zero_stage, m.busiest_flops / 1e9);
+    CostSetup s;
+    CostList list;
+    step_setup(o, &s, &list);
+    for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
+        if (!gpu_selected(o, gi)) continue;
+        CostTotals t;
+        cost_totals(&s, &list, -1, &COST_GPUS[gi], &o->eff, &t);
+        double ns = muon_seconds(o, m.busiest_flops, &COST_GPUS[gi]);
+        printf("  %s: %.2f ms at %.0f%% of peak = %.1f%% of the achievable compute step (%.2f ms) with it added\n",
+               COST_GPUS[gi].name, ns * 1e3, 100 * o->eff.tensor[COST_EFF_GEMM], 100 * ns / (t.achievable_s + ns),
+               (t.achievable_s + ns) * 1e3);
+    }
+}
+
 static void print_text(const Options* o) {
     const GPT2Config* c = &o->cfg;
     CostSetup s;
@@ -672,7 +761,17 @@ static void print_json(const Options* o) {
             first = 0;
         }
     }
-    printf("]}\n");
+    printf("]");
+    if (o->muon) {
+        MuonCost m = muon_cost(o, o->dp);
+        printf(",\"muon\":{\"ns_bf16\":%d,\"total_flops\":%.17g,\"busiest_flops\":%.17g,\"busiest_rank\":%d,\"seconds\":{",
+               o->muon_ns_bf16, m.total_flops, m.busiest_flops, m.busiest_rank);
+        for (int gi = 0; gi < COST_NUM_GPUS; gi++) {
+            printf("%s\"%s\":%.17g", gi ? "," : "", COST_GPUS[gi].name, muon_seconds(o, m.busiest_flops, &COST_GPUS[gi]));
+        }
+        printf("}}");
+    }
+    printf("}\n");
 }
 
 int main(int argc, char** argv) {
@@ -681,5 +780,6 @@ int main(int argc, char** argv) {
     if (o.brief) print_brief(&o);
     else if (o.json) print_json(&o);
     else print_text(&o);
+    if (o.muon && !o.json && !o.brief) print_muon(&o);
     return 0;
 }

@@ -693,6 +693,27 @@ def cmd_selftest(a):
     return 0
 
 
+def add_make_flags(p):
+    """The model, batch and AdamW flags of `make`, which muon_reference.py's `run` takes too."""
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--channels", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=50257)
+    p.add_argument("--max-seq", type=int, default=64)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--tokens", default=None, help="llm.c token shard; default: seeded random token ids")
+    p.add_argument("--threads", type=int, default=1)
+
+
 def build_parser():
     ap = argparse.ArgumentParser(description="PyTorch CPU oracle for the llm.c-style GPT-2 trainers.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -700,26 +721,10 @@ def build_parser():
     m = sub.add_parser("make", help="random-init a model; write the model file and the debug state")
     m.add_argument("--out-model", required=True, help="llm.c model file to write")
     m.add_argument("--out-state", required=True, help="debug state file to write")
-    m.add_argument("--layers", type=int, default=2)
-    m.add_argument("--channels", type=int, default=64)
-    m.add_argument("--heads", type=int, default=4)
-    m.add_argument("--vocab", type=int, default=50257)
-    m.add_argument("--max-seq", type=int, default=64)
-    m.add_argument("--batch", type=int, default=4)
-    m.add_argument("--seq", type=int, default=64)
     m.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     m.add_argument("--train-dtype", choices=["fp32", "bf16"], default=None,
                    help="parameter storage modelled by the AdamW steps (default: --dtype)")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--steps", type=int, default=10)
-    m.add_argument("--lr", type=float, default=1e-3)
-    m.add_argument("--beta1", type=float, default=0.9)
-    m.add_argument("--beta2", type=float, default=0.95)
-    m.add_argument("--eps", type=float, default=1e-8)
-    m.add_argument("--weight-decay", type=float, default=0.1)
-    m.add_argument("--grad-clip", type=float, default=1.0)
-    m.add_argument("--tokens", default=None, help="llm.c token shard; default: seeded random token ids")
-    m.add_argument("--threads", type=int, default=1)
+    add_make_flags(m)
     m.set_defaults(func=cmd_make)
 
     b = sub.add_parser("bench", help="time forward+backward+AdamW steps in eager PyTorch")

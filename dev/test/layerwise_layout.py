@@ -5,6 +5,7 @@ Megatron-core's own layer-wise layout (issue 43's ZeRO-1 Muon buffers), printed 
 Usage: layerwise_layout.py --megatron DIR [--model d2 --dp 2 --bucket-size N|default|none
                            --pad-busbw --wpe muon|adamw --shared-embedding]   one case, JSON + a table
        layerwise_layout.py --megatron DIR --grid [--out FILE] [--compare FILE]  every case, JSON lines
+       layerwise_layout.py --megatron DIR --grid --binary ./zero1_plan [--planted NAME=BINARY ...]
 DIR: dev/test/megatron_core.sh's (megatron-core 0.19.2 unpacked; loaded as megatron_layout.py loads
 it, with its placeholders, none on this path).
 
@@ -33,6 +34,12 @@ elements between it and the previous parameter of its shard (layerwise) or bucke
 the shard's / bucket's start), "ranks": [{"rank", "ranges": [[start, end] of its shard in each
 bucket], "params": [indices it updates (layerwise, Megatron's _shard_params_from_layout) or
 touches (distopt)], "param_numel", "padding"}]}. Offsets are elements, half-open.
+
+--binary: `zero1_plan --optimizer muon --json` (its --batch) over the grid, each case's buffers
+compared with Megatron's (plan_view: the same facts in both): every bucket's bounds, unpadded
+numel and shard size, every parameter's place and bucket, every Muon matrix's owner inside its
+own shard, and each rank's matrices. Each --planted binary (zero1_plan with one rule changed)
+must differ somewhere, or fail, else the comparison proves little.
 
 THE LAYER-WISE ALGORITHM (megatron/core/optimizer/layer_wise_optimizer.py, 0.19.2, = LW;
 param_layout.py = PL):
@@ -82,6 +89,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megatron_layout  # noqa: E402  (loading megatron-core under torch 1.13: one way, shared)
 from layout_oracle import first_difference  # noqa: E402
+from megatron_layout import zero1_plans  # noqa: E402
 
 LAYER_KINDS = ["ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"]
 PADDING_FLOOR = 0.9
@@ -398,6 +406,71 @@ def invariants(case_json):
     return None
 
 
+# ---------------------------------------------------------------- zero1_plan --optimizer muon
+
+def plan_args(c):
+    """zero1_plan's arguments for a case: the Muon matrices are the 2-D untagged parameters."""
+    if c["model"]:
+        args = ["--model", c["model"], "--wpe", c["wpe"]]
+    else:
+        matrices = [i for i, (_, s) in enumerate(c["tensors"]) if len(s) == 2 and i not in c["embedding"]]
+        args = ["--numels", ",".join(str(math.prod(s)) for _, s in c["tensors"]),
+                "--matrices", ",".join(map(str, matrices)) or "none"]
+    args += ["--optimizer", "muon", "--dp", str(c["dp"]), "--json"]
+    if c["bucket"] == "none":
+        args.append("--no-overlap-grad-reduce")
+    elif c["bucket"] != "default":
+        args += ["--bucket-size", str(c["bucket"])]
+    if c["pad_busbw"]:
+        args.append("--pad-busbw")
+    if c["shared"]:
+        args += ["--shared-embedding", "0"]
+    return args
+
+
+def plan_view(buffers, kind_key, owner_key):
+    """What both sides say of each buffer, in the same words. kind_key(buffer) -> "muon" | "adamw";
+    owner_key: the Muon matrix's rank in a param entry ("shard" in Megatron's, "owner" in zero1_plan's)."""
+    out = []
+    for buf in buffers:
+        muon = kind_key(buf) == "muon"
+        dp = buf.get("shards", buf.get("group_size"))
+        view = {"optimizer": kind_key(buf), "numel": buf["numel"], "numel_unpadded": buf["numel_unpadded"],
+                "buckets": [[b["start"], b["end"], b["numel_unpadded"]] + ([(b["end"] - b["start"]) // dp] if muon else [])
+                            for b in buf["buckets"]],
+                "params": {str(e["index"]): [e["start"], e["end"], e["bucket"]] + ([e[owner_key]] if muon else [])
+                           for e in buf["params"]}}
+        if muon:
+            view["ranks"] = [[r["rank"], sorted(r["params"]), r["param_numel"], r["padding"]] for r in buf["ranks"]]
+        out.append(view)
+    return out
+
+
+def plan_difference(want, got):
+    """None, or the first difference between Megatron's case and zero1_plan's JSON for it."""
+    mine = plan_view(got["buffers"], lambda b: b["optimizer"], "owner")
+    for buf, view in zip(got["buffers"], mine):
+        if view["optimizer"] != "muon":
+            continue
+        for e in buf["params"]:  # whole inside the owner's shard (the layout's point)
+            b = buf["buckets"][e["bucket"]]
+            lo = b["start"] + e["owner"] * b["shard_size"]
+            if not lo <= e["start"] < e["end"] <= lo + b["shard_size"]:
+                return "param %d [%d, %d) is not inside its owner %d's shard [%d, %d)" % (
+                    e["index"], e["start"], e["end"], e["owner"], lo, lo + b["shard_size"])
+    theirs = plan_view(want["buffers"], lambda b: "muon" if b["kind"] == "layerwise" else "adamw", "shard")
+    return first_difference(theirs, mine)
+
+
+def compare_plans(binary, all_cases, wants):
+    """[(case index, difference)] of zero1_plan against Megatron; a failed batch: [(-1, why)]."""
+    try:
+        gots = zero1_plans(binary, all_cases, plan_args)
+    except RuntimeError as e:
+        return [(-1, str(e))]
+    return [(k, d) for k, (w, g) in enumerate(zip(wants, gots)) for d in [plan_difference(w, g)] if d]
+
+
 # ---------------------------------------------------------------- printing
 
 def table(case_json):
@@ -431,6 +504,9 @@ def main():
     ap.add_argument("--grid", action="store_true", help="every case, one JSON per line")
     ap.add_argument("--out", default=None, help="with --grid: write the JSON lines here (default: stdout)")
     ap.add_argument("--compare", default=None, help="with --grid: JSON lines of another implementation, same order")
+    ap.add_argument("--binary", default=None, help="with --grid: compare zero1_plan --optimizer muon --json")
+    ap.add_argument("--planted", action="append", default=[], metavar="NAME=BINARY",
+                    help="with --binary: a zero1_plan with one rule changed, which must differ")
     ap.add_argument("--model", default="d2")
     ap.add_argument("--dp", type=int, default=2)
     ap.add_argument("--bucket-size", default="default")
@@ -486,6 +562,23 @@ def main():
                    sum(len(b["buckets"]) for r in results for b in r["buffers"] if b["kind"] == "distopt"),
                    "yes" if failures == 0 else "NO (%d failures)" % failures, time.time() - t0))
     print(summary, file=sys.stderr if not a.out else sys.stdout)
+    if a.binary:
+        differ = compare_plans(a.binary, all_cases, results)
+        for k, d in differ[:5]:
+            print("FAIL case %d (zero1_plan %s): %s" % (k, " ".join(plan_args(all_cases[k])[:8]) if k >= 0 else "", d))
+        print("%s zero1_plan --optimizer muon: %d of %d cases differ from megatron-core %s (both buffers, every "
+              "matrix's owner)" % ("FAIL" if differ else "PASS", len(differ), len(results), m.version))
+        failures += len(differ)
+        for planted in a.planted:
+            name, binary = planted.split("=", 1)
+            caught = compare_plans(binary, all_cases, results)
+            if caught:
+                k, d = caught[0]
+                print("PASS planted %s: %s" % (name, "its batch fails: %s" % d if k < 0 else
+                                                 "%d cases differ, first case %d: %s" % (len(caught), k, d)))
+            else:
+                failures += 1
+                print("FAIL planted %s: no case differs, so the comparison cannot see it" % name)
     if a.compare:
         with open(a.compare) as f:
             theirs = [json.loads(line) for line in f]

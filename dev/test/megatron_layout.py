@@ -304,10 +304,12 @@ def plan_args(c):
     return args
 
 
-def zero1_plans(binary, all_cases):
+def zero1_plans(binary, all_cases, args_of=plan_args):
+    """zero1_plan --batch over the cases (args_of(case): its arguments), one JSON each; raises
+    RuntimeError when the batch fails."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         for c in all_cases:
-            f.write(" ".join(plan_args(c)) + "\n")
+            f.write(" ".join(args_of(c)) + "\n")
         batch = f.name
     try:
         proc = subprocess.run([binary, "--batch", batch], capture_output=True, text=True)

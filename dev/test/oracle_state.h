@@ -176,4 +176,50 @@ static void check_gradients(const GPT2Config* c, const OracleState* s, const flo
     free(dense);
 }
 
+// The worst error so far: a NaN, once seen at any step, stays the worst (a later finite error
+// must not replace it), so that it fails the report.
+static double worst_of(double worst, double e) { return isnan(worst) || e <= worst ? worst : e; }
+
+// --final FILE, right after MODEL STATE: taken out of argv; NULL without it.
+static const char* oracle_take_final(int* argc, char** argv) {
+    if (*argc <= 4 || strcmp(argv[3], "--final") != 0) return NULL;
+    const char* path = argv[4];
+    for (int i = 3; i + 2 <= *argc; i++) argv[i] = argv[i + 2];
+    *argc -= 2;
+    return path;
+}
+
+// The trained weights (mine[i]: tensor i, fp32) against a reference's after its last step
+// (--final): with Muon each Muon matrix within tol_matrix of the largest element of its reference
+// update (final - initial: Newton-Schulz's rounding moves the whole update, so relative to it),
+// every other tensor within tol_other absolute (the largest AdamW error: qkvb's K third, whose
+// gradient is rounding noise that AdamW turns into full steps).
+static void compare_final_weights(const GPT2Config* c, int muon, const float* const* mine, const char* initial_path,
+                                  const char* final_path, double tol_matrix, double tol_other) {
+    GPT2Config a, b;
+    int version;
+    float* initial = gpt2_model_file_read(initial_path, &a, &version);
+    float* final = gpt2_model_file_read(final_path, &b, &version);
+    if (a.padded_vocab_size != b.padded_vocab_size || a.num_layers != b.num_layers || a.channels != b.channels) {
+        fatal("--final %s: not the shape of %s", final_path, initial_path);
+    }
+    double worst_matrix = 0.0, worst_other = 0.0;
+    size_t at = 0;
+    for (int i = 0; i < gpt2_num_tensors(c); i++) {
+        size_t n = gpt2_tensor_numel(c, i);
+        double err = 0.0, update = 0.0;
+        for (size_t j = 0; j < n; j++) {
+            err = worst_of(err, fabs((double)mine[i][j] - final[at + j]));
+            update = fmax(update, fabs((double)final[at + j] - initial[at + j]));
+        }
+        if (muon && gpt2_tensor_is_hidden_matrix(c, i)) worst_matrix = worst_of(worst_matrix, err / fmax(update, 1e-30));
+        else worst_other = worst_of(worst_other, err);
+        at += n;
+    }
+    if (muon) report(worst_matrix <= tol_matrix, "final Muon matrices (error / update)", worst_matrix, tol_matrix);
+    report(worst_other <= tol_other, "final weights of the other tensors", worst_other, tol_other);
+    free(initial);
+    free(final);
+}
+
 #endif

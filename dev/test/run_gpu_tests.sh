@@ -20,6 +20,8 @@
 #      defaults) everywhere, FP32 once more with the reference paths (--attention naive -r 0
 #      --fused-kernels 0)
 #   4. with >= 2 GPUs: the BF16 test on 2 ranks (NCCL all-reduce, replicas identical)
+#  4a. --optimizer muon against emerging-optimizers' Muon (dev/test/gpu_rows_muon.sh: FP32,
+#      BF16, --muon-ns-bf16, np 2, negative controls, a resume)
 #   5. train_gpt2cu twice with identical flags on a random token shard: identical step lines
 #      and main.log (minus timings)
 #   6. test_zero1_cuda (zero1's CUDA device ops bitwise against the CPU device, events, NCCL
@@ -227,6 +229,7 @@ with open('$OUT/random_tokens.bin', 'wb') as f:
     f.write(h.tobytes()); f.write(t.astype('<u2').tobytes())
 "
 row build_train_bf16 build train_gpt2cu BF16
+source dev/test/gpu_rows_muon.sh  # --optimizer muon against emerging-optimizers' Muon, resumed
 if [ $LAYER = 1 ]; then
     STEPS=6
     FLAGS=(-e d2 -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" -b 2 -t 64 -x $STEPS -v 3 -m 2 -s 0 -l 6e-4 -d 256)

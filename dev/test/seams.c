@@ -46,6 +46,9 @@
  * LLMC_TEST_BLAS_CORENAME=NAME: the first process believes OpenBLAS reported NAME (e.g.
  * Prescott), so that the restart on better kernels is tested on a machine OpenBLAS detects
  * right; the restarted process looks at the real name (dev/test/test_blas_cores.sh).
+ * LLMC_TEST_TRACE_CLOCK_SKEW=RANK:US: that rank's trace clock reads US microseconds ahead
+ * (negative: behind), as a host whose clock is off would; --trace's offsets must undo it
+ * (dev/test/test_trace.sh).
  */
 #include <math.h>
 #include <signal.h>
@@ -261,8 +264,18 @@ static const char* seam_blas_corename_fake(void) {
     return fake && *fake ? fake : NULL;
 }
 
+static double seam_trace_clock_skew(int rank) {
+    const char* env = getenv("LLMC_TEST_TRACE_CLOCK_SKEW");
+    int skewed;
+    double us;
+    char end;
+    if (!env) return 0.0;
+    if (sscanf(env, "%d:%lf%c", &skewed, &us, &end) != 2) fatal("LLMC_TEST_TRACE_CLOCK_SKEW=%s: expected RANK:US", env);
+    return skewed == rank ? us : 0.0;
+}
+
 static const RunSeams TEST_SEAMS = {test_stop_at, test_stop_in_wait, test_hooks_install, test_hooks_begin_step,
-                                    seam_data_trace_open, seam_blas_corename_fake};
+                                    seam_data_trace_open, seam_blas_corename_fake, seam_trace_clock_skew};
 
 // Before main: the program is a test build.
 __attribute__((constructor)) static void seams_install(void) { run_seams = &TEST_SEAMS; }

@@ -1,14 +1,16 @@
 /*
  * The CPU trainer against the PyTorch oracle (dev/test/gpt2_oracle.py).
  *
- *   test_gpt2 MODEL.bin STATE.bin [--accum K] [trainer flags, e.g. -z 1 --bucket-size 4096]
+ *   test_gpt2 MODEL.bin STATE.bin [--final FINAL.bin] [--accum K] [trainer flags, e.g. -z 1 --bucket-size 4096]
  *             [--test-device deferred] [--test-hazard]   (dev/test/testing_options.h)
  *
  * One rank, no accumulation: checks the forward logits and loss, every parameter
  * gradient, then the losses of the oracle's AdamW steps on the same batch.
  * Under mpirun (and/or with --accum K micro-steps per step) the oracle's global batch
  * is split over ranks and micro-steps; then the step losses are checked, and that every rank ends
- * with bitwise identical parameters. Prints TAP (dev/test/check.h) from rank 0.
+ * with bitwise identical parameters. With --final (a reference's weights after its last step, e.g.
+ * dev/test/muon_reference.py's --out-final), the trained weights are compared with them too.
+ * Prints TAP (dev/test/check.h) from rank 0.
  *
  * Tolerances (docs/testing.md, "The PyTorch oracle"): logits max abs 1e-4, loss 1e-5, each gradient tensor max
  * abs error <= 1e-3 of that tensor's largest magnitude, each step loss within 1e-4.
@@ -34,10 +36,6 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     check_gradients(&m->config, s, tr->opt->grads, tr->opt->offsets, 1e-3, 1e-3);
 }
 
-// The worst error so far: a NaN, once seen at any step, stays the worst (a later finite error
-// must not replace it), so that it fails the report.
-static double worst_of(double worst, double e) { return isnan(worst) || e <= worst ? worst : e; }
-
 // Bitwise comparison of every rank's parameters with rank 0's.
 static void check_replicas_identical(Trainer* tr) {
     GPT2* m = &tr->model;
@@ -56,8 +54,16 @@ static void check_replicas_identical(Trainer* tr) {
     report(all_same, "parameters bitwise identical on all ranks", all_same ? 0.0 : 1.0, 0.0);
 }
 
+// The trained weights against a reference's (--final), at the tolerances oracle_state.h explains.
+static void check_final_weights(Trainer* tr, const char* initial_path, const char* final_path) {
+    const GPT2Config* c = &tr->model.config;
+    compare_final_weights(c, config_uses_muon(&tr->cfg), (const float* const*)tr->model.param, initial_path, final_path,
+                          1e-4, 1e-4);
+}
+
 int main(int argc, char** argv) {
-    blas_pick_kernels(argv);  // run/blas_cores.h, through train_gpt2.c
+    blas_pick_kernels(argv);
+    const char* final_path = oracle_take_final(&argc, argv);
     int rank, world;
     mpi_start(&argc, &argv, &rank, &world);
     tap_rank = rank;
@@ -105,6 +111,7 @@ int main(int argc, char** argv) {
     double norm_tol = cfg.param_dtype == DTYPE_BF16 ? 2e-3 : 1e-4;
     report(worst_norm <= norm_tol, "step gradient norms (relative)", worst_norm, norm_tol);
     trainer_sync_params(&tr);
+    if (final_path) check_final_weights(&tr, argv[1], final_path);
     if (world > 1) check_replicas_identical(&tr);
     trainer_free(&tr);
     int rc = done_testing();

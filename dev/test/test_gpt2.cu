@@ -1,7 +1,7 @@
 /*
  * The GPU trainer against the PyTorch oracle (dev/test/gpt2_oracle.py).
  *
- *   test_gpt2cu MODEL.bin STATE.bin [--accum K] [trainer flags] [--test-hazard]
+ *   test_gpt2cu MODEL.bin STATE.bin [--final FINAL.bin] [--accum K] [trainer flags] [--test-hazard]
  *   test_gpt2cu --dump-params FILE MODEL.bin STEPS [trainer flags] [--test-hazard]
  * (--test-hazard: dev/test/testing_options.h)
  *
@@ -18,7 +18,9 @@
  * the gradients' relative L2 tolerance, which bounds it). Under mpirun (one GPU per
  * rank) and/or with --accum K the oracle's batch is split over ranks and micro-steps;
  * then the step losses are checked and that every rank ends with bitwise identical
- * parameters. Prints TAP (dev/test/check.h) from rank 0.
+ * parameters. With --final (a reference's weights after its last step, e.g.
+ * dev/test/muon_reference.py's --out-final), the fp32 master is compared with them too.
+ * Prints TAP (dev/test/check.h) from rank 0.
  * Without a usable GPU (none, or a driver too old) it prints the TAP plan "1..0 # SKIP why" and
  * exits 2: not a pass, so that a suite which found a GPU cannot count the run as one.
  *
@@ -51,6 +53,7 @@
 #define TOL_GRAD_L2 1e-3
 #define TOL_STEP_LOSS 1e-4
 #define TOL_STEP_NORM 1e-3  // relative; every step's (the later ones see the updated weights)
+#define TOL_FINAL_MATRIX 1e-4  // --final, fp32 Newton-Schulz: the CPU trainer's (dev/test/test_gpt2.c)
 #else
 #define TOL_LOGITS_ABS 1e-2
 #define TOL_LOGITS_REL 2e-2
@@ -59,7 +62,20 @@
 #define TOL_GRAD_L2 3e-2
 #define TOL_STEP_LOSS 3e-2
 #define TOL_STEP_NORM 1e-1  // relative: bf16 gradients are ~1% noisy, the later steps' weights too
+// --final against an fp32 reference: the gradients differ by up to TOL_GRAD_L2 (relative L2,
+// measured 0.9%), and Muon's orthogonalized update passes a relative change of its input on at
+// about the same size (Newton-Schulz maps X to ~U V^T, smooth away from tiny singular values);
+// an element's error against the largest element of the update is then up to ~3x the L2 figure
+// (measured 2.4e-2 over 4 steps): 1e-1 = 3 x TOL_GRAD_L2 + margin.
+#define TOL_FINAL_MATRIX 1e-1
 #endif
+// --muon-ns-bf16 against the reference's bf16 Newton-Schulz ("medium"): each of the 3 x ns_steps
+// GEMMs rounds its output to bf16 (an ulp is 2^-7 of an element near 1), and another summation
+// order flips some of those roundings; measured 1.5e-2 of the update (MUON_NOTES.md: EO against
+// the same formulas in plain torch, 1.1e-2). 5e-2 is about 6 ulps of that noise. It cannot tell
+// bf16 products from fp32 ones (those differ by ~1e-2 of the update too): that the flag takes
+// effect is a row of its own (dev/test/gpu_rows_muon.sh).
+#define TOL_FINAL_MATRIX_NS_BF16 5e-2
 
 #include "dev/test/oracle_state.h"
 #include "dev/test/testing_options.h"
@@ -123,6 +139,37 @@ static void check_forward_backward(Trainer* tr, const OracleState* s) {
     free(grads);
 }
 
+// The fp32 master (the BF16 build's params are its rounding) against a reference's weights
+// (--final): read whole where every rank holds all of it; under ZeRO-1 at more than one rank
+// (each holds a shard) the FP32 build's all-gathered params, which are the master.
+static void check_final_weights(Trainer* tr, const OracleState* s, const char* initial_path, const char* final_path) {
+    const GPT2Config* c = &tr->model.config;
+    int n = gpt2_num_tensors(c), sharded = tr->cfg.zero_stage == 1 && tr->world > 1;
+    if (sharded && FLOATX_IS_BF16) fatal("--final with -z 1 at more than one rank: the FP32 build's (params = master)");
+    if (sharded) tr->opt->ops->sync_params(tr->opt);
+    float** master = (float**)mallocCheck((size_t)n * sizeof(float*));
+    for (int i = 0; i < n; i++) {
+        OptimizerPiece whole = {i, 0, gpt2_tensor_numel(c, i)};
+        master[i] = (float*)mallocCheck(whole.n * sizeof(float));
+        if (sharded) {
+            cudaCheck(cudaMemcpy(master[i], (const floatX*)tr->opt->params + tr->opt->offsets[i], whole.n * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+        } else {
+            tr->opt->ops->read_piece(tr->opt, OPTIMIZER_MASTER, &whole, master[i]);
+        }
+    }
+    int muon = config_uses_muon(&tr->cfg), ns_bf16 = muon && tr->cfg.muon_ns_bf16;
+    double tol_matrix = ns_bf16 ? fmax(TOL_FINAL_MATRIX_NS_BF16, TOL_FINAL_MATRIX) : TOL_FINAL_MATRIX;
+    // The AdamW tensors: 1e-4 as on the CPU where every number is fp32. With bf16 in the loop
+    // an element whose gradient is rounding noise (qkvb's K third) takes AdamW's normalized step
+    // of up to lr either way, whatever the noise's size: up to 2 lr per step apart (measured
+    // 3.3e-3 for the BF16 build, 7.8e-5 for --muon-ns-bf16, at lr 1e-3 over 4 steps: 8e-3).
+    double tol_other = FLOATX_IS_BF16 || ns_bf16 ? 2.0 * s->lr * s->steps : 1e-4;
+    compare_final_weights(c, muon, (const float* const*)master, initial_path, final_path, tol_matrix, tol_other);
+    for (int i = 0; i < n; i++) free(master[i]);
+    free(master);
+}
+
 // Bitwise comparison of every rank's param buffer with rank 0's.
 static void check_replicas_identical(Trainer* tr) {
     int all_same = trainer_replicas_identical(tr);
@@ -184,6 +231,7 @@ int main(int argc, char** argv) {
         MPI_Finalize();
         return rc;
     }
+    const char* final_path = oracle_take_final(&argc, argv);
     GPT2Config mc;
     int version;
     OracleState s;
@@ -239,6 +287,7 @@ int main(int argc, char** argv) {
     report(losses_ok, "step losses", worst_loss, TOL_STEP_LOSS);
     report(norms_ok, "step gradient norms (relative err)", worst_norm, TOL_STEP_NORM);
     // True whatever NCCL's order: every rank receives the same all-reduce result.
+    if (final_path) check_final_weights(&tr, &s, argv[1], final_path);
     if (world > 1) check_replicas_identical(&tr);
     uint64_t first_fingerprint = params_fingerprint(&tr);
     trainer_free(&tr);

@@ -55,6 +55,20 @@ for c in "${bad_cases[@]}"; do
 done
 ok "${#bad_cases[@]} bad inputs: one error line each, exit 1"
 
+# --optimizer muon: Newton-Schulz's FLOPs, worked by hand for d12 (C = 768), 5 steps. An r x c
+# matrix (r <= c) costs 4r^2c + 2r^3 a step: Q, K, V, attprojw each C x C (6C^3), fcw and fcprojw
+# C x 4C (16C^3 + 2C^3 = 18C^3): 60C^3 a layer and step, x 5 x 12 = 3600 C^3 = 1,630,745,395,200.
+# At DP 8 the busiest rank owns the most (> 1/8 of it); with -z 0 every rank runs all of it.
+muon_json() { ./gpt2_cost --optimizer muon --json "$@" | $PY -c 'import json, sys; m = json.load(sys.stdin)["muon"]; print(m["total_flops"], m["busiest_flops"])'; }
+read -r total busiest < <(muon_json --dp 8)
+read -r total0 busiest0 < <(muon_json --dp 8 -z 0)
+if [ "$total" = 1630745395200 ] && awk -v b="$busiest" -v t="$total" 'BEGIN { exit !(b > t / 8 && b < t / 4) }' &&
+   [ "$busiest0" = "$total0" ] && [ "$total0" = "$total" ]; then
+    ok "--optimizer muon: d12's Newton-Schulz FLOPs 3600 C^3 = $total; DP 8's busiest rank $busiest; -z 0 all of it"
+else
+    not_ok "--optimizer muon: FLOPs $total (want 1630745395200), busiest $busiest at DP 8, -z 0 $busiest0 of $total0"
+fi
+
 # The prediction gpu_check should print for a variant: achievable ms from gpt2_cost --brief.
 predicted_ms() {  # predicted_ms GPU FLAGS...
     local gpu=$1

@@ -14,7 +14,8 @@
 #   3. one training step of the BF16 trainer (test_gpt2cu --dump-params on a random d2 model:
 #      forward, backward, AdamW), replicated at np 1 and ZeRO-1 at np 2 over NCCL and over
 #      staged MPI on a shared GPU (zero1/'s C runtime and MPI communicator, instrumented too,
-#      its CUDA ops and NCCL communicator): no finding
+#      its CUDA ops and NCCL communicator); replicated with --optimizer muon, Newton-Schulz in
+#      fp32 and with --muon-ns-bf16: no finding
 #   4. test_zero1_cuda (every zero1/ CUDA kernel, bitwise against the CPU device, and the NCCL
 #      communicator at one rank): no finding
 #   5. test_gpt2cu BF16 against the PyTorch oracle (4 AdamW steps): its tolerances hold under
@@ -67,6 +68,12 @@ for P in FP32 BF16; do
 done
 T=$OUT/tree_BF16/test_gpt2cu
 logged gpt2cu_bf16_step_checks env "${CHECKS[@]}" "$T" --dump-params "$OUT/params.bin" d2 1
+for ns in fp32 bf16; do  # Muon's kernels and batched Newton-Schulz GEMMs, each precision's
+    flags=(--optimizer muon)
+    [ $ns = bf16 ] && flags+=(--muon-ns-bf16)
+    logged "gpt2cu_bf16_muon_ns_${ns}_step_checks" env "${CHECKS[@]}" "$T" --dump-params "$OUT/params_muon.bin" d2 1 \
+        "${flags[@]}"
+done
 for comm in nccl mpi; do
     shared=()
     [ $comm = mpi ] && shared=(CUDA_CPU_SHARED_GPU=1)  # ranks sharing a GPU: the staged copies

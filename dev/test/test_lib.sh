@@ -160,6 +160,34 @@ missing() {
     fi
 }
 
+# pypi_peer DESC SCRIPT VERSION: a peer fetched from PyPI by dev/test/SCRIPT (megatron_core.sh,
+# emerging_optimizers.sh: exit 2 when PyPI cannot be reached). Sets PEER_DIR to its directory,
+# or '' after `missing PYPI` (a skip; under CI a failure); any other failure is fatal.
+pypi_peer() {
+    local rc
+    PEER_DIR=$(bash "dev/test/$2" "$3")
+    rc=$?
+    if [ $rc = 2 ]; then
+        missing PYPI "$1 $3" "PyPI cannot be reached, so $1 $3 could not be fetched"
+        PEER_DIR=''
+    elif [ $rc != 0 ]; then
+        fatal "$1 $3 could not be had (dev/test/$2 exited $rc)"
+    fi
+}
+
+# replace_once FILE OLD NEW: OLD replaced by NEW in FILE, where it occurs exactly once (a planted
+# change whose text no longer applies fails rather than testing nothing).
+replace_once() {
+    $PY - "$@" <<'PYEOF'
+import sys
+path, old, new = sys.argv[1:4]
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(1)
+open(path, "w").write(text.replace(old, new))
+PYEOF
+}
+
 # ---- selection: the tiers and the rows -----------------------------------------------------
 # LLMC_TEST_TIER: full (the default) or fast (dev/test/run_tests.sh --fast sets it). In the
 # fast tier a script runs the rows it names with fast_rows, or every row if it names none.

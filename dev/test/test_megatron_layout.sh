@@ -5,7 +5,11 @@
 # GPT-2 d2/d4/d12 x DP 1-8 x bucket sizes x bus-bandwidth padding, the shared-embedding rule,
 # overlap off, distributed-optimizer instances and random parameter lists), then the same
 # comparison with zero1_plans built from copies of zero1/ with one rule changed, each of
-# which it must catch. The wheels come from PyPI once (dev/test/megatron_core.sh, cached);
+# which it must catch. With --optimizer muon, zero1_plan's two buffers against megatron-core
+# 0.19.2's LayerWiseDistributedOptimizer.compute_full_param_layout (dev/test/layerwise_layout.py's
+# grid: both buffers, every matrix's owner), and planted changes of zero1/layout_layerwise.c
+# (a matrix split across shards, LPT replaced by first-fit, no padding floor, LPT's ties to the
+# last shard), each of which it must catch. The wheels come from PyPI once (dev/test/megatron_core.sh, cached);
 # without PyPI the step says SKIPPED, except under CI (CI=true), where it fails (test_lib.sh's PYPI).
 # LLMC_MEGATRON_VERSIONS (default: dev/test/megatron_core.sh --pinned, "0.19.2 0.13.1") names
 # the megatron-core releases to run; the first is the reference docs/zero1.md names.
@@ -14,6 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 
 make -s zero1_plan >/dev/null || fatal "make zero1_plan"
 dirs=()
+layerwise_dir=''  # 0.19.2's: the first release with the layer-wise optimizer
 for version in ${LLMC_MEGATRON_VERSIONS:-$(bash dev/test/megatron_core.sh --pinned)}; do
     dir=$(bash dev/test/megatron_core.sh "$version")
     rc=$?
@@ -24,6 +29,7 @@ for version in ${LLMC_MEGATRON_VERSIONS:-$(bash dev/test/megatron_core.sh --pinn
     fi
     [ $rc = 0 ] || fatal "megatron-core $version could not be had (dev/test/megatron_core.sh exited $rc)"
     dirs+=("$dir")
+    [ "$version" = 0.19.2 ] && layerwise_dir=$dir
 done
 [ ${#dirs[@]} -gt 0 ] || { [ $TEST_COUNT = 0 ] && skip_all "no megatron-core release to compare with"; done_testing; }
 
@@ -37,14 +43,7 @@ plant() {
     if [ -f build/run/librun.a ]; then  # run/'s library as built here (mtimes kept): not rebuilt per mutation
         mkdir -p "$dir/build" && cp -a build/run "$dir/build/" && cp -a .build-run.stamp "$dir/"
     fi
-    $PY - "$dir/$2" "$3" "$4" <<'PYEOF' || fatal "mutation $1: its text is not in $2 once"
-import sys
-path, old, new = sys.argv[1:4]
-text = open(path).read()
-if text.count(old) != 1:
-    sys.exit(1)
-open(path, "w").write(text.replace(old, new))
-PYEOF
+    replace_once "$dir/$2" "$3" "$4" || fatal "mutation $1: its text is not in $2 once"
     make -s -C "$dir" zero1_plan TEST_SEAMS=0 >/dev/null 2>&1 || fatal "mutation $1 builds"  # (no dev/ in the copy)
     planted+=(--planted "$1=$dir/zero1_plan")
 }
@@ -68,4 +67,27 @@ for dir in "${dirs[@]}"; do
         not_ok "zero1_plan against megatron-core in $dir"
     fi
 done
+
+# --optimizer muon: the layer-wise buffer's rules, each changed once.
+if [ -z "$layerwise_dir" ]; then
+    skip "zero1_plan --optimizer muon against megatron-core's layer-wise optimizer" \
+        "LLMC_MEGATRON_VERSIONS has no 0.19.2 (the first release with LayerWiseDistributedOptimizer)"
+    done_testing
+fi
+planted=()
+plant matrix_split_across_shards zero1/layout_layerwise.c \
+    "zero1_round_up(largest_load(w->load, dp), w->shard_divisor, &shard_size)" \
+    "zero1_round_up((chunk_numel + (size_t)dp - 1) / (size_t)dp, w->shard_divisor, &shard_size)"
+plant lpt_replaced_by_first_fit zero1/layout_layerwise.c "int s = least_loaded_shard(w->load, dp);" \
+    "int s = 0; while (s + 1 < dp && w->load[s] + w->items[k].numel > (chunk_numel + (size_t)dp - 1) / (size_t)dp) s++;"
+plant no_padding_floor zero1/layout_layerwise.h "#define ZERO1_LAYERWISE_PADDING_FLOOR 0.9" \
+    "#define ZERO1_LAYERWISE_PADDING_FLOOR 0.0"
+plant lpt_ties_to_last_shard zero1/layout_layerwise.c "if (load[s] < load[best]) best = s;" \
+    "if (load[s] <= load[best]) best = s;"
+if indented $PY dev/test/layerwise_layout.py --megatron "$layerwise_dir" --grid --out "$TMP/layerwise.jsonl" \
+    --binary ./zero1_plan "${planted[@]}"; then
+    ok "zero1_plan --optimizer muon == megatron-core's LayerWiseDistributedOptimizer in $layerwise_dir (both buffers, every matrix's owner); the $((${#planted[@]} / 2)) planted rules caught"
+else
+    not_ok "zero1_plan --optimizer muon against megatron-core's layer-wise layout in $layerwise_dir"
+fi
 done_testing

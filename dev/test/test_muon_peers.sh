@@ -13,22 +13,10 @@
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 
-# peer NAME SCRIPT VERSION: sets DIR to SCRIPT's directory, or '' (a skip, a failure under CI).
-peer() {
-    local rc
-    DIR=$(bash "dev/test/$2" "$3")
-    rc=$?
-    if [ $rc = 2 ]; then
-        missing PYPI "$1 $3" "PyPI cannot be reached, so $1 $3 could not be fetched"
-        DIR=''
-    elif [ $rc != 0 ]; then
-        fatal "$1 $3 could not be had (dev/test/$2 exited $rc)"
-    fi
-}
-peer emerging-optimizers emerging_optimizers.sh "$(bash dev/test/emerging_optimizers.sh --pinned)"
-EO=$DIR
-peer megatron-core megatron_core.sh "$(bash dev/test/megatron_core.sh --pinned | cut -d' ' -f1)"
-MC=$DIR
+pypi_peer emerging-optimizers emerging_optimizers.sh "$(bash dev/test/emerging_optimizers.sh --pinned)"
+EO=$PEER_DIR
+pypi_peer megatron-core megatron_core.sh "$(bash dev/test/megatron_core.sh --pinned | cut -d' ' -f1)"
+MC=$PEER_DIR
 [ -n "$EO$MC" ] || { [ $TEST_COUNT = 0 ] && skip_all "no peer could be fetched"; done_testing; }
 
 if [ -n "$EO" ]; then

@@ -29,6 +29,10 @@
  *     sum_squares_exact's limbs (the span sets above with the smallest denormal and FLT_MAX
  *     planted, two launches) and norm_and_clip_exact on them, add, sum_slices_pairwise of
  *     1 to 64 slices
+ * 10. muon (CUDA_ON_CPU=1 builds, which link the CPU device's: OpenBLAS) on whole matrices of
+ *     four shapes (transposed, a split qkvw, square, wide), 3 steps, fp32 master and fp32
+ *     params, default and moved settings, --muon-ns-bf16: the momentum bitwise, the weights
+ *     within MUON_FP32_TOL (bf16: MUON_BF16_TOL) of lr*scale of the CPU device's
  * Without a GPU it prints the plan "1..0 # SKIP why" (and exits 0).
  */
 #include <math.h>
@@ -44,6 +48,12 @@
 #include "run/nccl_comm.h"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
+
+// The muon op's tolerances, of lr * scale (one step's size; Newton-Schulz's result has entries
+// of at most about 1): fp32 against the CPU's fp32 sgemm, bf16 GEMMs against the same.
+#define MUON_FP32_TOL 1e-4
+#define MUON_BF16_TOL 1e-1
+extern "C" void openblas_set_num_threads(int n) __attribute__((weak));
 
 static uint64_t next_u64(uint64_t* s) {
     *s ^= *s << 13;
@@ -748,6 +758,117 @@ static void test_nccl_multirank(Zero1Comm* c) {
     check_all_ranks(ok, "nccl: reduce-scatter + all-gather + all-reduce in one group");
 }
 
+// ----------------------------------------------------------------------------
+// 10. muon
+
+// Uniform in [-1, 1): Muon's inputs need no extreme magnitudes (sums of squares, not rounding).
+static float* uniform_array(size_t n, uint64_t* rng) {
+    float* x = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((next_u64(rng) >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+    return x;
+}
+
+// Largest |a - b| over the spans' elements, each divided by that matrix's step bound
+// lr * scale (the update's size before Newton-Schulz's error); outside the spans a and b must
+// be equal (gaps: -1 when not).
+static double muon_max_error(const float* a, const float* b, const SpanSet* set, const Zero1MatrixShape* shapes,
+                             int at_buffer, size_t total, float lr, const MuonConfig* cfg) {
+    double worst = 0.0;
+    char* in_span = (char*)callocCheck(total, 1);
+    for (int i = 0; i < set->count; i++) {
+        const Zero1Span* sp = &set->spans[i];
+        Zero1MatrixShape sh = shapes[sp->param];
+        int parts = sh.qkv && cfg->split_qkv ? 3 : 1;
+        double bound = (double)lr * muon_scale_factor(cfg->scale, sh.rows / parts, sh.cols) * cfg->extra_scale;
+        size_t start = at_buffer ? sp->buffer : sp->owned;
+        for (size_t j = 0; j < sp->n; j++) {
+            double e = fabs((double)a[start + j] - (double)b[start + j]) / bound;
+            worst = e > worst ? e : worst;
+            in_span[start + j] = 1;
+        }
+    }
+    for (size_t k = 0; k < total; k++) {
+        if (!in_span[k] && memcmp(&a[k], &b[k], sizeof(float)) != 0) worst = -1.0;
+    }
+    free(in_span);
+    return worst;
+}
+
+// The CUDA muon op against the CPU device's over 3 steps: the momentum bitwise (elementwise
+// arithmetic), the weights within tol of the step bound (Newton-Schulz's sums run in another
+// order: fp32 GEMMs of cuBLASLt against OpenBLAS's sgemm), and moved by far more than tol.
+static void test_muon(const SpanSet* set, const Zero1MatrixShape* shapes, const MuonConfig* cfg, int with_master,
+                      int ns_bf16, double tol, const char* name) {
+    char setting[160];
+    snprintf(setting, sizeof(setting), "muon %s, %s%s", name, with_master ? "fp32 master" : "params are the master",
+             ns_bf16 ? ", --muon-ns-bf16" : "");
+    uint64_t rng = 99 + (uint64_t)with_master;
+    size_t nb = set->buffer_numel, no = set->owned_numel, nw = with_master ? no : nb;
+    float* grads = uniform_array(nb, &rng);
+    float* m = uniform_array(no, &rng);
+    float* w = uniform_array(nw, &rng);  // the master, or the params
+    float* w0 = (float*)mallocCheck(nw * sizeof(float));
+    memcpy(w0, w, nw * sizeof(float));
+    float *d_grads = (float*)to_gpu(grads, nb * 4), *d_m = (float*)to_gpu(m, no * 4), *d_w = (float*)to_gpu(w, nw * 4);
+    float* d_scale = (float*)gpu.ops->alloc(gpu.ctx, sizeof(float));
+    Zero1SpanList cpu_list = span_list(&cpu, set), gpu_list = span_list(&gpu, set);
+    static const float scales[3] = {1.0f, 0.37f, 2.5f};
+    const float lr = 0.02f;
+    // The CPU's steps first: its OpenBLAS calls do not overlap the layer's GEMMs (CUDA_ON_CPU).
+    for (int t = 0; t < 3; t++) {
+        Zero1MuonStep cpu_step = {lr, 0.1f, *cfg, 0};
+        cpu.ops->muon(cpu.ctx, cpu.compute, &cpu_list, shapes, with_master ? NULL : w, with_master ? w : NULL, grads, m,
+                      &cpu_step, &scales[t]);
+    }
+    for (int t = 0; t < 3; t++) {
+        Zero1MuonStep gpu_step = {lr, 0.1f, *cfg, ns_bf16};
+        gpu.ops->from_host(gpu.ctx, gpu.compute, d_scale, &scales[t], sizeof(float));
+        gpu.ops->muon(gpu.ctx, gpu.compute, &gpu_list, shapes, with_master ? NULL : d_w, with_master ? d_w : NULL,
+                      d_grads, d_m, &gpu_step, d_scale);
+    }
+    check_same_bits("momentum", setting, m, d_m, no, 4);
+    float* got = (float*)from_gpu(d_w, nw * 4);
+    double err = muon_max_error(w, got, set, shapes, !with_master, nw, lr, cfg);
+    double moved = muon_max_error(w, w0, set, shapes, !with_master, nw, lr, cfg);
+    tap_ok(err >= 0.0 && err <= tol, "%s: weights within %g of lr*scale of the CPU device's (max %.3g; gaps untouched)",
+           setting, tol, err);
+    tap_ok(moved > 10.0 * tol, "%s: 3 steps moved the weights (max %.3g of lr*scale)", setting, moved);
+    free(got);
+    free(grads);
+    free(m);
+    free(w);
+    free(w0);
+    span_lists_free(&cpu_list, &gpu_list);
+    gpu.ops->free(gpu.ctx, d_grads);
+    gpu.ops->free(gpu.ctx, d_m);
+    gpu.ops->free(gpu.ctx, d_w);
+    gpu.ops->free(gpu.ctx, d_scale);
+}
+
+static void test_muon_all(void) {
+    if (zero1_device_cpu_muon == NULL) {
+        tap_skip("this build has no CPU muon op (OpenBLAS: CUDA_ON_CPU=1 builds link it)", "muon against the CPU device");
+        return;
+    }
+    // The CPU op calls sgemm from several OpenMP threads at once, which OpenBLAS's threaded build
+    // survives only single-threaded (as the trainer runs it: run/threads.h); else it scribbles.
+    if (openblas_set_num_threads) openblas_set_num_threads(1);
+    // Transposed (24 x 8), a split qkvw, a square that shares the thirds' shape, two of one wide shape.
+    static const Zero1MatrixShape shapes[] = {{24, 8, 0}, {24, 8, 1}, {8, 8, 0}, {8, 32, 0}, {24, 8, 0}, {8, 32, 0}};
+    int count = (int)(sizeof(shapes) / sizeof(shapes[0]));
+    size_t sizes[8];
+    for (int i = 0; i < count; i++) sizes[i] = (size_t)shapes[i].rows * shapes[i].cols;
+    uint64_t rng = 5;
+    SpanSet set = make_spans("6 matrices", sizes, count, &rng);
+    MuonConfig cfg = {0.95f, 0, 5, MUON_COEFFICIENTS_QUINTIC, MUON_SCALE_SPECTRAL, 1.0f, 1};
+    MuonConfig other = {0.9f, 1, 3, MUON_COEFFICIENTS_SIMPLE, MUON_SCALE_SHAPE_SCALING, 2.0f, 0};
+    test_muon(&set, shapes, &cfg, 1, 0, MUON_FP32_TOL, "defaults");
+    test_muon(&set, shapes, &cfg, 0, 0, MUON_FP32_TOL, "defaults");
+    test_muon(&set, shapes, &other, 1, 0, MUON_FP32_TOL, "every setting moved");
+    test_muon(&set, shapes, &cfg, 1, 1, MUON_BF16_TOL, "defaults");
+    free(set.spans);
+}
+
 int main(int argc, char** argv) {
     const char* why_none = NULL;
     int count = cuda_device_count(&why_none);
@@ -804,6 +925,7 @@ int main(int argc, char** argv) {
     test_norm_and_clip();
     test_events();
     test_nccl();
+    test_muon_all();
 
     free(edge.spans);
     free(many.spans);

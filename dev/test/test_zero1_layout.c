@@ -1,5 +1,5 @@
 /*
- * Unit tests of the zero1 core: layout, shards, ledger.
+ * Unit tests of the zero1 core: layout, layer-wise layout (--optimizer muon), shards, ledger.
  *   make test_zero1_layout && ./test_zero1_layout
  * Hand-worked layouts (numbers derived on paper from the rules in zero1/layout.h, written
  * out in the comments), invalid arguments, and invariants + element coverage on many
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "zero1/layout.h"
+#include "zero1/layout_layerwise.h"
 #include "zero1/ledger.h"
 #include "zero1/shards.h"
 
@@ -416,6 +417,152 @@ static void test_random_coverage(int configs) {
     }
 }
 
+// ------------------------------------------------------------------ the layer-wise layout (Muon)
+
+static Zero1Layout layerwise_ok(const size_t* numels, int n, int dp, long long bucket_size) {
+    Zero1Layout L;
+    char err[256] = {0};
+    CHECK(zero1_layerwise_layout_build(&L, numels, n, dp, bucket_size, 0, err, sizeof(err)) == 0, "%s", err);
+    return L;
+}
+
+static void check_owned(const Zero1Layout* L, int rank, const int* want, int n) {
+    int got[8];
+    int count = zero1_layerwise_owned(L, rank, got);
+    CHECK(count == n, "rank %d owns %d matrices, want %d", rank, count, n);
+    for (int k = 0; k < n && k < count; k++) CHECK(got[k] == want[k], "rank %d's matrix %d is %d, want %d", rank, k, got[k], want[k]);
+}
+
+// One chunk (no bucket size), DP=2, numels {100, 200, 100, 300}; shards padded to
+// lcm(64, lcm(2,128)/2) = 64. LPT order: 300 (p3), 200 (p1), then the two 100s in backprop
+// order, p2 before p0. Loads [0,0]: p3 -> shard 0 at 0, load 300; p1 -> shard 1 at 0, load 200;
+// p2 -> shard 1 (200 < 300) at 256 (200 up to 64), load 356; p0 -> shard 0 (300 < 356) at 320,
+// load 420. Shard size 420 -> 448, bucket [0, 896): p3 [0,300), p0 [320,420) in shard 0,
+// p1 [448,648), p2 [704,804) in shard 1; unpadded 700.
+static void test_layerwise_lpt(void) {
+    size_t numels[] = {100, 200, 100, 300};
+    Zero1Layout L = layerwise_ok(numels, 4, 2, 0);
+    CHECK(L.num_buckets == 1, "num_buckets %d", L.num_buckets);
+    check_bucket(&L, 0, 0, 896, 700, 0, 3);
+    check_param(&L, 3, 0, 300, 0);
+    check_param(&L, 0, 320, 420, 0);
+    check_param(&L, 1, 448, 648, 0);
+    check_param(&L, 2, 704, 804, 0);
+    const int rank0[] = {0, 3}, rank1[] = {1, 2};
+    check_owned(&L, 0, rank0, 2);
+    check_owned(&L, 1, rank1, 2);
+    CHECK(L.numel == 896 && L.numel_unpadded == 700, "numel %zu unpadded %zu", L.numel, L.numel_unpadded);
+    zero1_layout_free(&L);
+}
+
+// The chunk rule, DP=2, bucket_size 120, numels {300, 50, 50, 50}. Backprop: p3 50 (threshold
+// max(120, int(2*50*0.9)=90) = 120), p2 100, p1 150 >= 120 closes {p3, p2, p1}: all 50, so
+// backprop order: p3 -> shard 0 at 0, p2 -> shard 1 at 0, p1 -> shard 0 (tie: lowest) at 64,
+// load 114 -> shard 128, bucket 0 [0,256). p0 300: threshold int(2*300*0.9) = 540, the walk
+// ends: bucket 1 = p0 in shard 0, [256,556), shard 300 -> 320, [256,896); shard 1 all padding.
+// The floor: {64, 64, 640} at bucket 100 stays one chunk (640 + 64 + 64 < int(2*640*0.9) = 1152):
+// p2 [0,640) in shard 0, p1 [640,704) and p0 [704,768) in shard 1, bucket [0,1280).
+static void test_layerwise_chunks(void) {
+    size_t numels[] = {300, 50, 50, 50};
+    Zero1Layout L = layerwise_ok(numels, 4, 2, 120);
+    CHECK(L.num_buckets == 2, "num_buckets %d", L.num_buckets);
+    check_bucket(&L, 0, 0, 256, 150, 1, 3);
+    check_bucket(&L, 1, 256, 896, 300, 0, 0);
+    check_param(&L, 3, 0, 50, 0);
+    check_param(&L, 1, 64, 114, 0);
+    check_param(&L, 2, 128, 178, 0);
+    check_param(&L, 0, 256, 556, 1);
+    const int rank0[] = {0, 1, 3}, rank1[] = {2};
+    check_owned(&L, 0, rank0, 3);
+    check_owned(&L, 1, rank1, 1);
+    zero1_layout_free(&L);
+
+    size_t dominated[] = {64, 64, 640};
+    L = layerwise_ok(dominated, 3, 2, 100);
+    CHECK(L.num_buckets == 1, "the floor keeps one chunk: num_buckets %d", L.num_buckets);
+    check_bucket(&L, 0, 0, 1280, 768, 0, 2);
+    check_param(&L, 2, 0, 640, 0);
+    check_param(&L, 1, 640, 704, 0);
+    check_param(&L, 0, 704, 768, 0);
+    zero1_layout_free(&L);
+}
+
+// Both buffers, DP=1, no bucket size: numels {10, 192, 5, 128}, Muon's p1 and p3. AdamW's
+// {10, 5} element-wise: 5 at [0,5), 10 at [64,74), end 128. Layer-wise: 192 at [0,192), 128
+// at [192,320), shard lcm(64, 128/1) = 128: 320 -> 384. The shared embedding may not be Muon's.
+static void test_full_layout(void) {
+    size_t numels[] = {10, 192, 5, 128};
+    int is_muon[] = {0, 1, 0, 1};
+    Zero1FullLayout F;
+    char err[256] = {0};
+    CHECK(zero1_full_layout_build(&F, numels, is_muon, 4, 1, 0, 0, -1, err, sizeof(err)) == 0, "%s", err);
+    CHECK(F.adamw.num_params == 2 && F.adamw_param[0] == 0 && F.adamw_param[1] == 2, "AdamW's params");
+    CHECK(F.layerwise.num_params == 2 && F.layerwise_param[0] == 1 && F.layerwise_param[1] == 3, "Muon's params");
+    check_param(&F.adamw, 1, 0, 5, 0);
+    check_param(&F.adamw, 0, 64, 74, 0);
+    CHECK(F.adamw.numel == 128, "AdamW numel %zu", F.adamw.numel);
+    check_param(&F.layerwise, 0, 0, 192, 0);
+    check_param(&F.layerwise, 1, 192, 320, 0);
+    CHECK(F.layerwise.numel == 384, "layer-wise numel %zu", F.layerwise.numel);
+    zero1_full_layout_free(&F);
+    is_muon[0] = 1;
+    CHECK(zero1_full_layout_build(&F, numels, is_muon, 4, 2, 0, 0, 0, err, sizeof(err)) == -1 && strstr(err, "AdamW"),
+          "a Muon shared embedding must be refused: %s", err);
+    CHECK(zero1_layerwise_layout_build(&F.layerwise, numels, 0, 2, 0, 0, err, sizeof(err)) == -1, "no matrices");
+}
+
+// Random lists: every matrix once, whole in its owner's shard, starts on 64, shards on the
+// divisor, buckets back to back; the shards' views (shards.h) are whole matrices.
+static void test_layerwise_random(int configs) {
+    for (int c = 0; c < configs; c++) {
+        int dp = rng_int(1, 9), n = rng_int(1, 12), pad_busbw = rng_int(0, 4) == 0;
+        long long bucket_size = rng_int(0, 2) == 0 ? 0 : rng_int(1, 4000);
+        size_t numels[12];
+        for (int i = 0; i < n; i++) numels[i] = (size_t)rng_int(1, 1500);
+        Zero1Layout L;
+        char err[256];
+        if (zero1_layerwise_layout_build(&L, numels, n, dp, bucket_size, pad_busbw, err, sizeof(err)) != 0) {
+            CHECK(0, "%s", err);
+            continue;
+        }
+        size_t divisor = zero1_layerwise_shard_divisor(dp, pad_busbw), next = 0, unpadded = 0;
+        for (int b = 0; b < L.num_buckets; b++) {
+            const Zero1Bucket* k = &L.buckets[b];
+            CHECK(k->start == next && (k->end - k->start) % ((size_t)dp * divisor) == 0, "bucket %d bounds", b);
+            next = k->end;
+            unpadded += k->numel_unpadded;
+        }
+        CHECK(L.numel == next && L.numel_unpadded == unpadded, "numel %zu unpadded %zu", L.numel, L.numel_unpadded);
+        int seen = 0;
+        for (int r = 0; r < dp; r++) seen += zero1_layerwise_owned(&L, r, NULL);
+        CHECK(seen == n, "%d matrices owned, want %d", seen, n);
+        for (int p = 0; p < n; p++) {
+            const Zero1ParamPlace* q = &L.params[p];
+            const Zero1Bucket* k = &L.buckets[q->bucket];
+            size_t shard = (k->end - k->start) / (size_t)dp, lo = k->start + (size_t)zero1_layerwise_owner(&L, p) * shard;
+            CHECK(q->start % 64 == 0 && q->end - q->start == numels[p], "matrix %d place", p);
+            CHECK(q->start >= lo && q->end <= lo + shard, "matrix %d [%zu,%zu) crosses its shard [%zu,%zu)", p,
+                  q->start, q->end, lo, lo + shard);
+            CHECK(p == 0 || q->bucket <= L.params[p - 1].bucket, "buckets follow backprop order");
+            for (int o = 0; o < p; o++) CHECK(L.params[o].end <= q->start || q->end <= L.params[o].start, "overlap");
+        }
+        for (int r = 0; r < dp; r++) {
+            Zero1RankShards S;
+            CHECK(zero1_shards_build(&S, &L, r, err, sizeof(err)) == 0, "%s", err);
+            for (int b = 0; b < S.num_buckets; b++) {
+                for (int v = 0; v < S.buckets[b].num_views; v++) {
+                    const Zero1ParamView* pv = &S.buckets[b].views[v];
+                    CHECK(pv->param_range.start == 0 && pv->param_range.end == numels[pv->param] &&
+                          zero1_layerwise_owner(&L, pv->param) == r, "rank %d's view of matrix %d is not whole", r,
+                          pv->param);
+                }
+            }
+            zero1_shards_free(&S);
+        }
+        zero1_layout_free(&L);
+    }
+}
+
 int main(void) {
     CHECK_GROUP(test_param_larger_than_bucket());
     CHECK_GROUP(test_dp1());
@@ -424,5 +571,9 @@ int main(void) {
     CHECK_GROUP(test_invalid_arguments());
     CHECK_GROUP(test_ledger());
     CHECK_GROUP(test_random_coverage(3000));
+    CHECK_GROUP(test_layerwise_lpt());
+    CHECK_GROUP(test_layerwise_chunks());
+    CHECK_GROUP(test_full_layout());
+    CHECK_GROUP(test_layerwise_random(1000));
     return done_testing();
 }

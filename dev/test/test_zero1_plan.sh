@@ -5,6 +5,7 @@
 #   2. the GPT-2 124M layout, ledger and bucket timing at DP=8 vs arithmetic and reasoning done
 #      by hand below, also as 2 distributed-optimizer instances of 4 ranks; the bucket size
 #      as Megatron's DDP picks it (64 ranks as 2 instances, overlap off, 0 refused);
+#   2d. --optimizer muon on d12 at DP=8: both buffers vs the layer-wise rules worked by hand;
 #   3. bad arguments -> usage and exit code 2;
 #   4. the zero1 headers compile as C++ (nvcc includes them).
 # Run from anywhere; builds zero1_plan with make. Prints TAP (dev/test/test_lib.sh); stops at
@@ -185,6 +186,15 @@ bad_cases=(
     "--model d12 --split-embedding --tokens 0"
     "--model d2 --dp 3 --dp-invariant"
     "--model d2 --dp-invariant --accumulation 3"
+    "--model d12 --optimizer sgd"
+    "--model d12 --dp 8 --instances 2 --optimizer muon"
+    "--numels 1,2 --optimizer muon"
+    "--numels 1,2 --matrices 0"
+    "--numels 1,2 --optimizer muon --matrices 2"
+    "--numels 1,2 --optimizer muon --matrices 0 --shared-embedding 0"
+    "--numels 1,2 --optimizer muon --matrices 0 --wpe muon"
+    "--model d12 --optimizer muon --matrices 1"
+    "--model d12 --optimizer muon --wpe sgd"
 )
 for args in "${bad_cases[@]}"; do
     # shellcheck disable=SC2086
@@ -193,6 +203,8 @@ for args in "${bad_cases[@]}"; do
     echo "$err" | grep -q "usage:" || fatal "'zero1_plan $args' printed no usage"
     [ "$(grep -c '^error: ' <<<"$err")" = 1 ] || fatal "'zero1_plan $args' printed no single 'error:' line naming the problem"
 done
+grep -q "^error: --optimizer muon refuses --instances > 1: Megatron's layer-wise optimizer" <<<"$(./zero1_plan --model d2 --dp 4 --instances 2 --optimizer muon 2>&1)" ||
+    fatal "--optimizer muon --instances 2: the error does not say why"
 grep -q "^error: --dp-invariant needs a power-of-two --dp" <<<"$(./zero1_plan --model d2 --dp 3 --dp-invariant 2>&1)" ||
     fatal "--dp 3 --dp-invariant: the error does not name the power of two"
 grep -q "^error: bad --accumulation '3' (a power of two)" <<<"$(./zero1_plan --model d2 --dp-invariant --accumulation 3 2>&1)" ||
@@ -204,9 +216,48 @@ printf -- '--numels 1,2 --dp 2\n--numels 0\n' | ./zero1_plan --batch - >/dev/nul
 ./zero1_plan --help | grep -q "usage:" || fatal "--help"
 ok "${#bad_cases[@]} bad-argument cases, --batch and --help: exit 2, usage, one error line naming the problem"
 
+# 2d. --optimizer muon, d12 at DP=8, default bucket size 40e6 (Muon's matrices: qkvw 3C^2 =
+# 1769472, attprojw C^2 = 589824, fcw = fcprojw 4C^2 = 2359296; a layer's 12C^2 = 7077888). The
+# floor int(8 x 2359296 x 0.9) = 16986931 is below 40e6, so chunks close at 40e6 in backprop
+# order: layers 11..7 (35389440) + h6.fcprojw + h6.fcw = 40108032 (22 matrices); h6.attprojw,
+# h6.qkvw, layers 5..1, h0.fcprojw = 40108032 (23); the tail h0.fcw, h0.attprojw, h0.qkvw =
+# 4718592. LPT, bucket 0: the 12 of 2359296 one to each shard, then shards 0-3 a second
+# (4718592); the 5 qkvw to shards 4-7 (4128768) and 4 (5898240); the 5 attprojw to 5, 6, 7
+# (4718592), 0 and 1 (5308416): shard size 5898240 (a multiple of 64). Bucket 1 the same with
+# 11 big ones (shards 0-2 a second), 6 qkvw (3-7, then 3: 5898240), 6 attprojw (4-7, 0, 1):
+# 5898240. Bucket 2: one matrix in each of shards 0-2, shard 2359296. Layer-wise numel
+# 2 x 8 x 5898240 + 8 x 2359296 = 113246208. Rank 0 owns two big ones and an attprojw in
+# buckets 0 and 1 and h0.fcw: 2 x 5308416 + 2359296 = 12976128 elements, the most: Muon's state
+# (fp32 master + momentum with bf16 params) 8 x 12976128 B. AdamW's buffer: the other 100
+# tensors, 124475904 - 12 x 7077888 = 39541248 elements, one bucket, no padding (multiples of 256).
+MUON=$((12 * 7077888)); ADAMW=$((NUMEL - MUON)); MOST=$((2 * 5308416 + 2359296))
+json=$(./zero1_plan --model d12 --dp $DP --optimizer muon --json --shards) || fatal "zero1_plan --optimizer muon --json exited $?"
+got=$(echo "$json" | $PY -c '
+import json, sys
+j = json.load(sys.stdin)
+a, m = j["buffers"]
+plain = set(json.loads(sys.argv[1]))
+lb = m["ledger"]["bf16_params"]
+print(j["optimizer"], a["optimizer"], m["optimizer"], sorted(plain - set(a)), sorted(plain - set(m)),
+      a["numel"], len(a["buckets"]), m["numel"], m["numel_unpadded"],
+      " ".join("%d/%d" % (b["numel_unpadded"], b["shard_size"]) for b in m["buckets"]),
+      max(r["param_numel"] for r in m["ranks"]), lb["state_bytes"], lb["state_zero1"],
+      sorted(len([s for s in x["shards"] if s["rank"] == 0]) for x in (a, m)),
+      all(p["param"] == [0, p["gbuf_world"][1] - p["gbuf_world"][0]] for s in m["shards"] for p in s["params"]))
+' "$(./zero1_plan --model d12 --dp $DP --json --shards | $PY -c 'import json, sys; print(json.dumps(list(json.load(sys.stdin))))')") ||
+    fatal "cannot parse the --optimizer muon JSON"
+want="muon adamw muon [] [] $ADAMW 1 113246208 $MUON 40108032/5898240 40108032/5898240 4718592/2359296 $MOST 8 $((8 * MOST)) [1, 3] True"
+[ "$got" == "$want" ] || fatal "d12 DP=8 --optimizer muon: got '$got', want '$want'"
+text=$(./zero1_plan --model d12 --dp $DP --optimizer muon) || fatal "zero1_plan --optimizer muon exited $?"
+for line in "rank 0     7 matrices     $MOST elements: h0.fcw h1.fcprojw h2.attprojw h5.fcprojw h7.fcprojw h8.attprojw h11.fcprojw" \
+            "padding 28311552 elements = 25.0000%" "fp32 master+momentum (8 B/elem)" "megatron-core routes wpe"; do
+    grep -qF "$line" <<<"$text" || fatal "the --optimizer muon text lacks '$line'"
+done
+ok "d12 DP=8 --optimizer muon: AdamW buffer $ADAMW, layer-wise $MUON in 3 buckets of shards 5898240, 5898240, 2359296 (25% padding); rank 0 owns the most, $MOST elements"
+
 # 4. headers as C++
 if command -v g++ >/dev/null; then
-    printf '#include "zero1/layout.h"\n#include "zero1/shards.h"\n#include "zero1/ledger.h"\nint main(){Zero1Layout l; (void)l; return 0;}\n' |
+    printf '#include "zero1/layout.h"\n#include "zero1/layout_layerwise.h"\n#include "zero1/shards.h"\n#include "zero1/ledger.h"\nint main(){Zero1Layout l; (void)l; return 0;}\n' |
         g++ -x c++ -std=c++17 -Wall -Wextra -Werror -I. -fsyntax-only - || fatal "zero1 headers do not compile as C++"
     ok "the zero1 headers compile as C++"
 else

@@ -55,7 +55,7 @@ static Zero1Runtime* make_runtime(long long bucket_size, Zero1Dtype param_dtype,
     opt.eps = 1e-8f;
     opt.weight_decay = 0.1f;
     opt.grad_clip = 1.0f;
-    Zero1ModelSpec spec = {NP, NUMELS, DECAYS, FIRST_BLOCK, name_param, NULL, -1, 0};
+    Zero1ModelSpec spec = {NP, NUMELS, DECAYS, FIRST_BLOCK, name_param, NULL, -1, 0, NULL};
     return zero1_runtime_create(&opt, &spec, comm, NULL, dev, NULL);
 }
 

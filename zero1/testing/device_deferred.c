@@ -51,6 +51,13 @@ struct DeferredOp {
             const float *grads, *grad_scale;
             AdamWStep step;
         } adamw;
+        struct {
+            Zero1SpanList spans;
+            const Zero1MatrixShape* shapes;
+            float *params, *master, *momentum;
+            const float *grads, *grad_scale;
+            Zero1MuonStep step;
+        } muon;
         struct { Zero1SpanList spans; const float* grads; void* out; } span_reduce;  // sum_squares, nonfinite_flags
         struct { const double* sumsq; float max_norm; float* out; } norm;
         struct { float* grads; const float* rows; Zero1RowPlan plan; } add_rows;
@@ -438,6 +445,30 @@ static void deferred_adamw(void* ctx, Zero1Stream s, const Zero1SpanList* spans,
     enqueue(s, &op);
 }
 
+static void run_muon(Deferred* d, const DeferredOp* op) {
+    zero1_device_cpu_ops.muon(NULL, NULL, &op->a.muon.spans, op->a.muon.shapes, op->a.muon.params, op->a.muon.master,
+                              op->a.muon.grads, op->a.muon.momentum, &op->a.muon.step, op->a.muon.grad_scale);
+}
+
+static void deferred_muon(void* ctx, Zero1Stream s, const Zero1SpanList* spans, const Zero1MatrixShape* shapes,
+                          float* params, float* master, const float* grads, float* momentum, const Zero1MuonStep* step,
+                          const float* grad_scale) {
+    Deferred* d = (Deferred*)ctx;
+    if (zero1_device_cpu_ops.muon == NULL) fatal("deferred device: no Muon in this build (zero1/device_cpu_muon.c)");
+    SpanReach r;
+    DeferredOp op;
+    op.run = run_muon;
+    op.a.muon.spans = launch_spans(d, spans, &r, "muon spans");
+    op.a.muon.shapes = shapes;  // host memory, by the op's contract
+    op.a.muon.params = master ? NULL : (float*)device_range(d, params, r.buffer_end * 4, "muon params");
+    op.a.muon.master = master ? (float*)device_range(d, master, r.owned_end * 4, "muon master") : NULL;
+    op.a.muon.grads = (const float*)device_range(d, grads, r.buffer_end * 4, "muon grads");
+    op.a.muon.momentum = (float*)device_range(d, momentum, r.owned_end * 4, "muon momentum");
+    op.a.muon.step = *step;
+    op.a.muon.grad_scale = (const float*)device_range(d, grad_scale, sizeof(float), "muon grad_scale");
+    enqueue(s, &op);
+}
+
 // The adamw record without grads, m, v and grad_scale.
 static void run_round_master(Deferred* d, const DeferredOp* op) {
     zero1_device_cpu_ops.round_master(NULL, NULL, &op->a.adamw.spans, op->a.adamw.params, op->a.adamw.param_type,
@@ -608,6 +639,7 @@ const Zero1DeviceOps zero1_device_deferred_ops = {
     deferred_nonfinite_flags, deferred_add_rows, deferred_norm_and_clip,
     NULL, NULL,  // no clock of its own: traces use the host's
     deferred_add, deferred_sum_slices_pairwise, deferred_sum_squares_exact, deferred_norm_and_clip_exact,
+    deferred_muon,
 };
 
 // For a model that computes on the host (the CPU trainer) and so stands for the compute
