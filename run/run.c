@@ -310,6 +310,6 @@ int run_close(Run* run) {
     dataloader_free(&run->train);
     if (run->has_val) dataloader_free(&run->val);
     if (run->has_hellaswag) hellaswag_free(&run->hellaswag);
-    MPI_Finalize();
+    mpiDeadline("MPI_Finalize", MPI_Finalize());
     return run->status;
 }

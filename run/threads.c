@@ -67,7 +67,8 @@ static CoreSet threads_allowed_cores(void) {
 // one communicator per host), this rank included.
 static int threads_ranks_sharing(const CoreSet* mine) {
     MPI_Comm host;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+    mpiDeadline("the thread set-up's MPI_Comm_split_type",
+                MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
     int n;
     mpiCheck(MPI_Comm_size(host, &n));
     CoreSet* all = (CoreSet*)mallocCheck((size_t)n * sizeof(CoreSet));
@@ -81,7 +82,7 @@ static int threads_ranks_sharing(const CoreSet* mine) {
         sharing += overlap != 0;
     }
     free(all);
-    mpiCheck(MPI_Comm_free(&host));
+    mpiDeadline("the thread set-up's MPI_Comm_free", MPI_Comm_free(&host));
     return sharing > 0 ? sharing : 1;
 }
 
