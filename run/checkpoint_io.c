@@ -102,7 +102,7 @@ void checkpoint_io_check(int rc, const char* path, const char* call, int saving)
     int error_class = MPI_ERR_OTHER;
     MPI_Error_class(rc, &error_class);
     int missing = error_class == MPI_ERR_NO_SUCH_FILE;  // its directory is gone: run/run_dir.h explains
-    fatal("%s: %s failed: %s%s", path, call, text, saving && !missing ? " (is the disk full?)" : "");
+    fatal("%s: %s failed: %s%s", path, call, text, saving && !missing ? " (is the disk full, or the file past ulimit -f?)" : "");
 }
 
 // Saving: the round's slices from the optimizer (and the header) into the staging buffer.
@@ -177,7 +177,7 @@ static void checkpoint_move_file(const CheckpointFilePlan* f, int dir_fd, Optimi
         mpiCheck(MPI_Get_count(&status, MPI_BYTE, &moved));
         if (moved != bytes) {
             fatal("%s: %s moved %d of %d bytes at offset %lld (%s)", f->path, call, moved, bytes, (long long)at,
-                  saving ? "is the disk full?" : "was the file cut short?");
+                  saving ? "is the disk full, or the file past ulimit -f?" : "was the file cut short?");
         }
         if (!r) continue;
         CheckpointCrc c = {r->offset, r->bytes, crc32c(staging, r->bytes), f->file,

@@ -6,6 +6,8 @@ const char* const TRAIN_DEFAULT_TOKENIZER = "data/gpt2_tokenizer.bin";
 const OptionSpec TRAIN_OPTIONS[] = {
     {"-i", "--train-data", OPT_STR, CLI_FIELD(train_pattern), 0, 0, "train token shards (glob pattern)"},
     {"-j", "--val-data", OPT_STR, CLI_FIELD(val_pattern), 0, 0, "validation token shards (glob pattern)"},
+    {NULL, "--allow-train-val-overlap", OPT_FLAG, CLI_FIELD(allow_train_val_overlap), 0, 0,
+     "let -i and -j read the same shard (validation on training data, on purpose)"},
     {"-e", "--model", OPT_STR, CLI_FIELD(model), 0, 0, "llm.c model file, or dN for a random GPT-2 of depth N"},
     {"-o", "--output-dir", OPT_STR, CLI_FIELD(output_dir), 0, 0, "directory for main.log and checkpoints"},
     {NULL, "--tokenizer", OPT_STR, CLI_FIELD(tokenizer_path), 0, 0,

@@ -55,6 +55,7 @@ typedef struct {
     int resume_asked;           // -y 1 as given
     int start_over;             // --start-over: a fresh run removes the checkpoints and main.log of the run in -o
     int allow_resume_change;    // resume even where what a step means differs from the checkpoint's
+    int allow_train_val_overlap;  // -i and -j may read the same shard
     int allow_corpus_change;    // resume even on train data other than the checkpoint's
     int zero_stage;             // -z
     int master_weights;         // -w: llm.c's flag, only 1 (fp32 master weights are always kept)

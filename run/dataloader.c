@@ -160,6 +160,30 @@ void dataloader_init(DataLoader* d, const char* pattern, int B, int T, int rank,
     dataloader_open_shard(d, 0);
 }
 
+static void dataloader_require_split(const DataLoader* d, const char* split, const char* option, const char* pattern) {
+    for (size_t k = 0; k < d->num_shards; k++) {
+        const ShardCheck* c = &d->checks[k];
+        if (!c->manifest || strcmp(c->split, split) == 0) continue;
+        fatal("%s '%s' matches %s, which %s lists as a %s shard: %s takes %s shards (-i train, -j val); narrow the "
+              "pattern", option, pattern, d->files.gl_pathv[k], c->manifest, c->split, option, split);
+    }
+}
+
+void dataloader_check_roles(const DataLoader* train, const DataLoader* val, const char* train_pattern,
+                            const char* val_pattern, int allow_overlap) {
+    dataloader_require_split(train, "train", "-i", train_pattern);
+    if (!val) return;
+    dataloader_require_split(val, "val", "-j", val_pattern);
+    for (size_t i = 0; i < train->num_shards && !allow_overlap; i++) {
+        for (size_t j = 0; j < val->num_shards; j++) {
+            if (train->checks[i].dev != val->checks[j].dev || train->checks[i].ino != val->checks[j].ino) continue;
+            fatal("-i '%s' and -j '%s' both read %s: a validation loss on training data says nothing of how the model "
+                  "generalizes; give -j other shards, or --allow-train-val-overlap if it is meant", train_pattern,
+                  val_pattern, train->files.gl_pathv[i]);
+        }
+    }
+}
+
 void dataloader_identity(const DataLoader* d, DataIdentity* id) {
     memset(id, 0, sizeof(*id));
     snprintf(id->corpus, sizeof(id->corpus), "-");

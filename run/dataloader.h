@@ -72,6 +72,11 @@ typedef struct {
 
 void dataloader_init(DataLoader* d, const char* pattern, int B, int T, int rank, int world,
                      int vocab_size);
+// Train and val shards keep their roles: -i reads no shard its manifest marks val, -j none it
+// marks train, and the two read no shard in common (the same file) unless allow_overlap
+// (--allow-train-val-overlap). val: NULL without validation.
+void dataloader_check_roles(const DataLoader* train, const DataLoader* val, const char* train_pattern,
+                            const char* val_pattern, int allow_overlap);
 
 // The corpus the loader reads (run/data_identity.h), as its start found it: the first shard
 // has been read whole, so its CRC32C is known even without a manifest.

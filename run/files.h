@@ -33,6 +33,10 @@
 extern "C" {
 #endif
 
+// ulimit -f: a write past it then fails with EFBIG, an error naming the file (and the
+// program's clean-up runs), instead of SIGXFSZ killing the process without a word.
+void files_size_limit_fails_writes(void);
+
 // snprintf for file paths: a path that does not fit is an error, never a silent truncation.
 #define PATH_MAX_LEN 4096
 void path_format(char* buf, size_t n, const char* fmt, ...) LLMC_PRINTF(3, 4);

@@ -22,7 +22,12 @@ static void logger_drop_repeated(const char* path, int step) {
         if (fputs(line, out) < 0) break;  // reported by the close
     }
     fclose(in);
-    fcloseCheck(out, tmp);
+    int failed = ferror(out), err = errno;
+    if (fclose(out) != 0 || failed) {  // a full disk: the old log stays, and no .tmp holds the space
+        if (!failed) err = errno;
+        unlink(tmp);
+        fatal("cannot write %s: %s (main.log is unchanged; free space and resume again)", tmp, strerror(err ? err : EIO));
+    }
     if (rename(tmp, path) != 0) fatal("cannot replace %s with %s: %s", path, tmp, strerror(errno));
     if (dropped) printf("main.log: dropped %d entries after step %d, which this resumed run repeats\n", dropped, step);
 }
@@ -59,11 +64,19 @@ void logger_line(Logger* lg, const char* fmt, ...) {
         lg->dir_lost = 1;
         return;
     }
+    // A line is written whole or not at all: one cut by a full disk or ulimit -f is cut back off.
+    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    int rc = vfprintf(lg->file, fmt, ap);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    if (rc < 0 || fflush(lg->file) != 0) lg->write_errno = errno ? errno : EIO;
+    struct stat st;
+    off_t before = fstat(fileno(lg->file), &st) == 0 ? st.st_size : -1;
+    if (n < 0 || (size_t)n >= sizeof(line)) fatal("main.log: a line longer than %zu bytes (%s)", sizeof(line), fmt);
+    if (fwrite(line, 1, (size_t)n, lg->file) != (size_t)n || fflush(lg->file) != 0) {
+        lg->write_errno = errno ? errno : EIO;
+        if (before >= 0 && ftruncate(fileno(lg->file), before) != 0) lg->write_errno = errno;
+    }
 }
 
 void logger_log_train(Logger* lg, int step, float loss, float norm, float lr, double ms, const char* more) {
@@ -81,8 +94,8 @@ void logger_log_eval(Logger* lg, int step, float accuracy) {
 void logger_check(const Logger* lg) {
     if (lg->dir_lost) run_dir_require();
     if (lg->write_errno) {
-        fatal("cannot write %s: %s (its last lines are lost; free space and resume with -y 1)", lg->path,
-              strerror(lg->write_errno));
+        fatal("cannot write %s: %s (its last lines are lost; %s and resume with -y 1)", lg->path,
+              strerror(lg->write_errno), lg->write_errno == EFBIG ? "raise the file size limit (ulimit -f)" : "free space");
     }
 }
 

@@ -64,8 +64,19 @@ void mpi_barrier_deadline(const char* what, int step) {
     mpi_wait_deadline(&request, what, step);
 }
 
+// --comm-timeout as the command line gives it, before the flags are parsed (they are checked
+// later): MPI_Init waits for every rank's start, under the job's deadline too.
+static void mpi_wait_timeout_from_args(int argc, char** argv) {
+    for (int i = 1; i + 1 < argc; i++) {
+        char* end;
+        double s = strcmp(argv[i], "--comm-timeout") == 0 ? strtod(argv[i + 1], &end) : -1;
+        if (s >= 0 && *end == '\0') mpi_wait_timeout_s_ = s;
+    }
+}
+
 void mpi_start(int* argc, char*** argv, int* rank, int* world) {
-    MPI_Init(argc, argv);
+    mpi_wait_timeout_from_args(*argc, *argv);
+    mpiDeadline("MPI_Init (the launcher's start-up exchange)", MPI_Init(argc, argv));
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, world);
     utils_set_rank(*rank, *world);

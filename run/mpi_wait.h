@@ -33,6 +33,15 @@ void mpi_abort_world(void);
 // watchdog thread of run/watchdog.h; `what` names the call, the file and the phase.
 void mpi_blocking_begin(const char* what);
 void mpi_blocking_end(void);
+// Every other MPI call that waits for the other ranks (MPI_Init, communicator splits, dups and
+// frees, a broadcast or gather at set-up, MPI_Finalize) runs under the same deadline this way:
+// a rank stopped inside one ends the job naming `what`, never a hang.
+#define mpiDeadline(what, call)        \
+    do {                               \
+        mpi_blocking_begin(what);      \
+        mpiCheck(call);                \
+        mpi_blocking_end();            \
+    } while (0)
 
 typedef struct {
     MPI_Request* requests;

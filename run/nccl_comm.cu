@@ -13,24 +13,27 @@ void nccl_check(ncclResult_t r, ncclComm_t comm, const char* what, const char* f
 int mpi_local_rank(int* local_world) {
     MPI_Comm node;
     int local_rank;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiDeadline("the local rank's MPI_Comm_split_type",
+                MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     mpiCheck(MPI_Comm_rank(node, &local_rank));
     mpiCheck(MPI_Comm_size(node, local_world));
-    mpiCheck(MPI_Comm_free(&node));
+    mpiDeadline("the local rank's MPI_Comm_free", MPI_Comm_free(&node));
     return local_rank;
 }
 
 int gpus_distinct_on_node(void) {
     MPI_Comm node;
     int n;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiDeadline("the GPU check's MPI_Comm_split_type",
+                MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     mpiCheck(MPI_Comm_size(node, &n));
     int device;
     cudaDeviceProp prop;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaGetDeviceProperties(&prop, device));
     char* all = (char*)mallocCheck((size_t)n * sizeof(prop.uuid));
-    mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof(prop.uuid), MPI_BYTE, all, (int)sizeof(prop.uuid), MPI_BYTE, node));
+    mpiDeadline("the GPU check's MPI_Allgather of GPU UUIDs",
+                MPI_Allgather(&prop.uuid, (int)sizeof(prop.uuid), MPI_BYTE, all, (int)sizeof(prop.uuid), MPI_BYTE, node));
     int distinct = 1;
     for (int i = 0; i < n && distinct; i++) {
         for (int j = i + 1; j < n; j++) {
@@ -38,7 +41,7 @@ int gpus_distinct_on_node(void) {
         }
     }
     free(all);
-    mpiCheck(MPI_Comm_free(&node));
+    mpiDeadline("the GPU check's MPI_Comm_free", MPI_Comm_free(&node));
     return distinct;
 }
 
@@ -56,7 +59,7 @@ void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_
     }
     ncclUniqueId id;
     if (rank == 0) ncclCheck(ncclGetUniqueId(&id));
-    mpiCheck(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+    mpiDeadline("the NCCL bootstrap's MPI_Bcast of its unique id", MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
     ncclCheck(ncclCommInitRank(&c->comm, world, id, rank));
 }
 

@@ -15,6 +15,7 @@
 
 #include "llmc/cuda_common.cuh"
 #include "run/error.h"
+#include "run/mpi_wait.h"
 
 // A failed NCCL result ends the program, naming where, what (NULL: the call at that line)
 // and NCCL's own account (ncclGetLastError; comm may be NULL).

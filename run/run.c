@@ -17,6 +17,7 @@
 void run_begin(Run* run, int* argc, char*** argv, const TrainerBuild* build, const OptionTable* extra, int n_extra) {
     memset(run, 0, sizeof(*run));
     run->build = build;
+    files_size_limit_fails_writes();
     mpi_start(argc, argv, &run->rank, &run->world);
     TrainConfig* cfg = &run->cfg;  // parsed before the trainer is built: -h and flag errors need no device
     config_defaults(cfg, build);
@@ -56,6 +57,8 @@ static void run_open_io(Run* run) {
         run->val.rank = 0;
         run->val_batches = validation_batches(&run->val, cfg->val_steps, rank);
     }
+    dataloader_check_roles(&run->train, run->has_val ? &run->val : NULL, cfg->train_pattern, cfg->val_pattern,
+                           cfg->allow_train_val_overlap);
     run->has_hellaswag = cfg->hellaswag;
     if (run->has_hellaswag) {  // every rank reads and checks it: a bad file stops every rank here
         hellaswag_read(&run->hellaswag, cfg->hellaswag_path, vocab_size);
@@ -357,6 +360,6 @@ int run_close(Run* run) {
     dataloader_free(&run->train);
     if (run->has_val) dataloader_free(&run->val);
     if (run->has_hellaswag) hellaswag_free(&run->hellaswag);
-    MPI_Finalize();
+    mpiDeadline("MPI_Finalize", MPI_Finalize());
     return run->status;
 }

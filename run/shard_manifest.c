@@ -1,6 +1,8 @@
 // run/shard_manifest.c: what run/shard_manifest.h declares.
 #include "run/shard_manifest.h"
 
+#include "run/dataloader.h"  // the shard format
+
 static char* manifest_copy(const char* s) {
     char* p = strdup(s);
     if (p == NULL) fatal("out of memory copying a path");
@@ -46,14 +48,23 @@ static void manifest_read(ManifestSet* set, const char* dir, const char* path) {
                   (int)strcspn(line + 12, " "), line + 12);
         }
         if (strncmp(line, "shard ", 6) != 0) continue;
-        char split[8];
-        unsigned long long tokens, bytes;
+        char split[8], tokens_text[24], bytes_text[24];
+        uint64_t tokens = 0, bytes = 0;
         unsigned crc;
         int name_at = -1;
-        if (sscanf(line, "shard %7s %llu %llu %8x %n", split, &tokens, &bytes, &crc, &name_at) != 4 || name_at < 0 ||
-            line[name_at] == '\0' || strchr(line + name_at, '/') != NULL) {
+        if (sscanf(line, "shard %7s %23s %23s %8x %n", split, tokens_text, bytes_text, &crc, &name_at) != 4 ||
+            name_at < 0 || line[name_at] == '\0' || strchr(line + name_at, '/') != NULL ||
+            (strcmp(split, "train") != 0 && strcmp(split, "val") != 0) || !parse_u64_strict(tokens_text, &tokens) ||
+            !parse_u64_strict(bytes_text, &bytes)) {
             fclose(f);
             fatal("%s: malformed line %d '%s' (want: shard val|train TOKENS BYTES CRC32C FILE)", path, number, line);
+        }
+        const uint64_t header = SHARD_HEADER_INTS * sizeof(int32_t);
+        if (tokens > (UINT64_MAX - header) / 2 || bytes != header + 2 * tokens) {
+            fclose(f);
+            fatal("%s: line %d lists %s tokens in %s bytes, where a shard holds a %llu-byte header and 2 bytes a token: "
+                  "the manifest was edited or damaged, prepare the corpus again", path, number, tokens_text, bytes_text,
+                  (unsigned long long)header);
         }
         if (set->n == set->cap) {
             set->cap = set->cap ? 2 * set->cap : 64;
@@ -75,6 +86,7 @@ static void manifest_read(ManifestSet* set, const char* dir, const char* path) {
         e->name = manifest_copy(line + name_at);
         e->bytes = bytes;
         e->crc = crc;
+        snprintf(e->split, sizeof(e->split), "%s", split);
         e->line = number;
         e->matched = 0;
     }
@@ -159,6 +171,7 @@ ShardCheck* shard_manifest_check(const glob_t* files, const char* pattern, int r
             checks[k].manifest = manifest_copy(e->manifest);
             checks[k].bytes = e->bytes;
             checks[k].crc = e->crc;
+            memcpy(checks[k].split, e->split, sizeof(e->split));
             e->matched = 1;
             listed++;
         }

@@ -12,7 +12,9 @@
  *   - the shards must be of one corpus: a pattern that matches shards of two manifests
  *     (NAME_train_*.bin of two names, a glob over two directories) is refused, and so is a
  *     shard that two manifests list;
- *   - a manifest lists each shard once, and is of a version this reader knows;
+ *   - a manifest lists each shard once, and is of a version this reader knows; each line's
+ *     role is train or val and its size is the header and 2 bytes a token (the counts are
+ *     digits: "-5" is no count);
  *   - each shard, at every open, must have the listed size and CRC32C, computed during the
  *     full read the loader makes anyway to check the token ids (shard_check_content).
  * A shard that no manifest lists is refused when its own name's manifest exists (for
@@ -50,6 +52,7 @@ typedef struct {
     char* manifest;   // the manifest that lists it (allocated), or NULL: unverified
     uint64_t bytes;   // its size and CRC32C there
     uint32_t crc;
+    char split[8];    // and its role there: "train" or "val"
     dev_t dev;        // the file's identity when the job started
     ino_t ino;
     off_t size;
@@ -64,6 +67,7 @@ typedef struct {
     char* name;      // the shard it lists (a base name)
     uint64_t bytes;
     uint32_t crc;
+    char split[8];   // "train" or "val"
     int line;        // where the manifest lists it
     int matched;     // the pattern matched it
 } ManifestEntry;

@@ -1,9 +1,50 @@
 // run/threads.c: what run/threads.h declares.
 #include "run/threads.h"
 
-static int threads_env_set(const char* name) {
+#include <pthread.h>
+
+// A thread count from the environment, checked as libgomp and OpenBLAS do not: libgomp
+// ignores "abc" or "0" with a warning and crashes starting 100,000 threads. Digits only, from 1
+// to THREADS_MAX; 0 when the variable is unset or empty.
+static int threads_env_count(const char* name) {
     const char* v = getenv(name);
-    return v && *v;
+    uint64_t n = 0;
+    if (!v || !*v) return 0;
+    if (!parse_u64_strict(v, &n) || n < 1 || n > THREADS_MAX)
+        fatal("%s='%s': give a whole number of threads per rank from 1 to %d, or unset it (then one thread per core)",
+              name, v, THREADS_MAX);
+    return (int)n;
+}
+
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t probe_go = PTHREAD_COND_INITIALIZER;
+static int probe_done;
+static void* threads_probe_wait(void* arg) {
+    (void)arg;
+    pthread_mutex_lock(&probe_lock);
+    while (!probe_done) pthread_cond_wait(&probe_go, &probe_lock);
+    pthread_mutex_unlock(&probe_lock);
+    return NULL;
+}
+
+// Starts n - 1 threads that all live at once, as OpenMP's pool will: a limit on threads
+// (cgroup pids.max, ulimit -u, memory for their stacks) is then this one error, not libgomp's
+// exit without one at the first parallel region.
+static void threads_probe(int n) {
+    pthread_t* ids = (pthread_t*)mallocCheck((size_t)n * sizeof(pthread_t));
+    int started = 0, err = 0;
+    probe_done = 0;
+    while (started < n - 1 && (err = pthread_create(&ids[started], NULL, threads_probe_wait, NULL)) == 0) started++;
+    pthread_mutex_lock(&probe_lock);
+    probe_done = 1;
+    pthread_cond_broadcast(&probe_go);
+    pthread_mutex_unlock(&probe_lock);
+    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+    free(ids);
+    if (err)
+        fatal("could not start %d threads per rank (thread %d: %s): the limit on threads (ulimit -u, cgroup "
+              "pids.max) or on memory (ulimit -v) is too small; set OMP_NUM_THREADS lower",
+              n, started + 1, strerror(err));
 }
 
 static int core_set_count(const CoreSet* s) {
@@ -26,7 +67,8 @@ static CoreSet threads_allowed_cores(void) {
 // one communicator per host), this rank included.
 static int threads_ranks_sharing(const CoreSet* mine) {
     MPI_Comm host;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+    mpiDeadline("the thread set-up's MPI_Comm_split_type",
+                MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
     int n;
     mpiCheck(MPI_Comm_size(host, &n));
     CoreSet* all = (CoreSet*)mallocCheck((size_t)n * sizeof(CoreSet));
@@ -40,7 +82,7 @@ static int threads_ranks_sharing(const CoreSet* mine) {
         sharing += overlap != 0;
     }
     free(all);
-    mpiCheck(MPI_Comm_free(&host));
+    mpiDeadline("the thread set-up's MPI_Comm_free", MPI_Comm_free(&host));
     return sharing > 0 ? sharing : 1;
 }
 
@@ -50,13 +92,15 @@ CpuThreads cpu_threads_setup(void) {
     CoreSet mine = threads_allowed_cores();
     t.cores = core_set_count(&mine);
     t.sharing = threads_ranks_sharing(&mine);
-    t.user_omp = threads_env_set("OMP_NUM_THREADS");
-    t.user_blas = threads_env_set("OPENBLAS_NUM_THREADS");
+    int omp_env = threads_env_count("OMP_NUM_THREADS");
+    t.user_omp = omp_env > 0;
+    t.user_blas = threads_env_count("OPENBLAS_NUM_THREADS") > 0;
     t.blas_openmp = openblas_get_parallel && openblas_get_parallel() == 2;
-    t.threads = t.user_omp ? omp_get_max_threads() : (t.cores / t.sharing > 0 ? t.cores / t.sharing : 1);
+    t.threads = t.user_omp ? omp_env : (t.cores / t.sharing > 0 ? t.cores / t.sharing : 1);
+    threads_probe(t.threads);
     // OpenBLAS's OpenMP build sets OpenMP's thread count along with its own: it goes first.
     if (!t.user_blas && openblas_set_num_threads) openblas_set_num_threads(t.blas_openmp ? t.threads : 1);
-    if (!t.user_omp) omp_set_num_threads(t.threads);
+    omp_set_num_threads(t.threads);
     t.blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 1;
     return t;
 }

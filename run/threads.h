@@ -11,7 +11,9 @@
  * How many: the cores this rank may run on (sched_getaffinity: mpirun's or taskset's
  * binding) divided among the ranks of its host whose cores overlap them, at least 1, so
  * that N ranks on a host never run more threads than it has cores. A user's
- * OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is kept as given; the line after the start line
+ * OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is kept as given, once checked (a whole number
+ * from 1 to THREADS_MAX, else one error naming the variable), and the threads are started
+ * once as a probe, so that a limit on threads is an error here; the line after the start line
  * says which numbers were chosen and which were the user's (docs/training.md#threads).
  */
 #ifndef RUN_THREADS_H
@@ -32,6 +34,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// The most threads per rank a user may ask for: beyond it a rank only oversubscribes its cores.
+#define THREADS_MAX 1024
 
 // Weak, as those of llmc/matmul.h.
 void openblas_set_num_threads(int n) __attribute__((weak));

@@ -502,6 +502,7 @@ static void hf_usage(FILE* f) {
 
 int main(int argc, char** argv) {
     atexit(hf_remove_temporaries);
+    files_size_limit_fails_writes();
     if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
         hf_usage(stdout);
         return 0;

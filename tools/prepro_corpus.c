@@ -971,7 +971,7 @@ int main(int argc, char** argv) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
-    signal(SIGXFSZ, SIG_IGN);  // a file size limit (ulimit -f) fails the write, as a full disk does, instead of killing
+    files_size_limit_fails_writes();
 
     json_object_seed(0);  // before the threads: jansson seeds its hash tables once
     Pool pool;

@@ -256,6 +256,7 @@ static void usage(void) {
 }
 
 int main(int argc, char** argv) {
+    files_size_limit_fails_writes();
     const char* encoder_path = "dev/data/gpt2/encoder.json";
     const char* merges_path = "dev/data/gpt2/vocab.bpe";
     const char* input_path = "dev/data/tinyshakespeare/input.txt";

@@ -32,6 +32,7 @@
 #include "llmc/bf16.h"
 #include "run/files.h"
 #include "zero1/comm.h"
+#include "run/mpi_wait.h"
 #include "run/watchdog.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_DONE };
@@ -367,7 +368,7 @@ static void mpi_destroy(Zero1Comm* c) {
     }
     free(m->slots);
     MPI_Op_free(&m->bf16_sum);
-    if (m->comm != MPI_COMM_WORLD) MPI_Comm_free(&m->comm);
+    if (m->comm != MPI_COMM_WORLD) mpiDeadline("zero1 mpi: MPI_Comm_free of the instance communicator", MPI_Comm_free(&m->comm));
     free(m);
 }
 
@@ -383,7 +384,7 @@ Zero1Comm* zero1_comm_mpi_create(const Zero1Device* dev, int color) {
     if (color >= 0) {
         int world_rank;
         mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-        mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, world_rank, &m->comm));
+        mpiDeadline("zero1 mpi: the instances' MPI_Comm_split", MPI_Comm_split(MPI_COMM_WORLD, color, world_rank, &m->comm));
     }
     int rank, size;
     mpiCheck(MPI_Comm_rank(m->comm, &rank));

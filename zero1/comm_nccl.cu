@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "llmc/cuda_common.cuh"
+#include "run/mpi_wait.h"
 #include "run/nccl_comm.h"
 #include "zero1/comm_nccl.h"
 #include "zero1/device_cuda.h"
@@ -254,7 +255,8 @@ static Zero1Handle nccl_all_to_all_v(Zero1Comm* c, const void* send, const size_
 
 static void nccl_host_all_gather(Zero1Comm* c, const void* mine, void* all, size_t bytes) {
     if (bytes > INT_MAX) fatal("zero1 nccl: a host all-gather of %zu bytes", bytes);
-    mpiCheck(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, impl_of(c)->host_comm));
+    mpiDeadline("zero1 nccl: the host all-gather (MPI_Allgather)",
+                MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, impl_of(c)->host_comm));
 }
 
 static void nccl_group_begin(Zero1Comm* c) {
@@ -298,7 +300,7 @@ static void nccl_destroy(Zero1Comm* c) {
         if (im->slots[i].done) cudaCheck(cudaEventDestroy(im->slots[i].done));
     }
     free(im->slots);
-    mpiCheck(MPI_Comm_free(&im->host_comm));
+    mpiDeadline("zero1 nccl: MPI_Comm_free of the host communicator", MPI_Comm_free(&im->host_comm));
     cudaCheck(cudaEventDestroy(im->compute_ready));
     comm_stream_release(im->stream);
     free(im);
@@ -325,14 +327,15 @@ static void bootstrap_mpi(int color, ncclUniqueId* id, int* rank, int* size, MPI
     if (color >= 0) {
         int world_rank;
         mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-        mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, world_rank, &group));
+        mpiDeadline("zero1 nccl: the bootstrap's MPI_Comm_split", MPI_Comm_split(MPI_COMM_WORLD, color, world_rank, &group));
     }
     mpiCheck(MPI_Comm_rank(group, rank));
     mpiCheck(MPI_Comm_size(group, size));
     if (*rank == 0) ncclCheck(ncclGetUniqueId(id));
-    mpiCheck(MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, group));
-    mpiCheck(MPI_Comm_dup(group, host_comm));  // the same ranks in the same order, for host metadata
-    if (group != MPI_COMM_WORLD) mpiCheck(MPI_Comm_free(&group));
+    mpiDeadline("zero1 nccl: the bootstrap's MPI_Bcast of the unique id", MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, group));
+    // the same ranks in the same order, for host metadata
+    mpiDeadline("zero1 nccl: the bootstrap's MPI_Comm_dup", MPI_Comm_dup(group, host_comm));
+    if (group != MPI_COMM_WORLD) mpiDeadline("zero1 nccl: the bootstrap's MPI_Comm_free", MPI_Comm_free(&group));
 }
 
 // Shared by every NCCL communicator; no op is NULL.

@@ -37,7 +37,9 @@
 #      (replicated, np 2 ZeRO-1), then resumed; a NaN loss skipped; a NaN model file refused;
 #      a trace whose gradient collectives start before their own step's backward ends
 #      (np 2 reduce-scatters; with one GPU np 1 all-reduces); a stopped rank ends the job
-#      within --comm-timeout + a few s; one model's val loss at np 1 and 2 (-m global batches)
+#      within --comm-timeout + a few s, and so does one stopped inside an MPI call of the
+#      set-up, the NCCL bootstrap or the split embedding's host all-gather; one model's val loss
+#      at np 1 and 2 (-m global batches)
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact,
 #      and the HellaSwag-style eval (-H 1) of both trainers on one model: the same losses
 #      and accuracy; --stochastic-rounding at -l 0: the BF16 GPU trainer's params (zero1/
@@ -232,10 +234,10 @@ row build_train_bf16 build train_gpt2cu BF16
 source dev/test/gpu_rows_muon.sh  # --optimizer muon against emerging-optimizers' Muon, resumed
 if [ $LAYER = 1 ]; then
     STEPS=6
-    FLAGS=(-e d2 -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" -b 2 -t 64 -x $STEPS -v 3 -m 2 -s 0 -l 6e-4 -d 256)
+    FLAGS=(-e d2 -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" --allow-train-val-overlap -b 2 -t 64 -x $STEPS -v 3 -m 2 -s 0 -l 6e-4 -d 256)
 else
     STEPS=10
-    FLAGS=(-e d4 -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" -b 4 -t 256 -x $STEPS -v 5 -m 2 -s 0 -l 6e-4 -d 2048)
+    FLAGS=(-e d4 -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" --allow-train-val-overlap -b 4 -t 256 -x $STEPS -v 5 -m 2 -s 0 -l 6e-4 -d 2048)
 fi
 row train_run1 "$OUT/train_gpt2cu_BF16" "${FLAGS[@]}" -o "$OUT/run1"
 row train_run2 on_layer CUDA_CPU_EXEC=lazy "$OUT/train_gpt2cu_BF16" "${FLAGS[@]}" -o "$OUT/run2"
@@ -549,6 +551,23 @@ stopped_rank() {
         echo "PASS the job ended (exit $rc) $secs s after rank 1 stopped (timeout $timeout_s s)"
 }
 if [ "$NUM_GPUS" -ge 2 ]; then row zero1_stopped_rank stopped_rank; else skip zero1_stopped_rank "fewer than 2 GPUs"; fi
+
+# Stopped in an MPI call (dev/test/mpi_stop.sh: an LD_PRELOAD shim stops rank 1 in it): the
+# set-up's MPI_Comm_split_type and GPU check (MPI_Allgather of the GPUs' UUIDs), the NCCL
+# bootstrap's MPI_Bcast (rank 0, its root, then waits in the MPI_Comm_dup) and MPI_Comm_dup, the
+# split embedding's host all-gather in the steps (its third MPI_Allgather): each ends the job
+# within --comm-timeout + 8 s naming the call.
+STOP_JOB=("${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -x 3 --comm nccl)
+if [ "$NUM_GPUS" -ge 2 ]; then
+    row stopped_in_split_type bash dev/test/mpi_stop.sh "$OUT" MPI_Comm_split_type 3 "MPI_Comm_split_type" -- "${STOP_JOB[@]}"
+    row stopped_in_gpu_check bash dev/test/mpi_stop.sh "$OUT" MPI_Allgather 3 "MPI_Allgather of GPU UUIDs" -- "${STOP_JOB[@]}"
+    row stopped_in_bcast bash dev/test/mpi_stop.sh "$OUT" MPI_Bcast 3 "bootstrap's MPI_Comm_dup" -- "${STOP_JOB[@]}"
+    row stopped_in_comm_dup bash dev/test/mpi_stop.sh "$OUT" MPI_Comm_dup 3 "bootstrap's MPI_Comm_dup" -- "${STOP_JOB[@]}"
+    row stopped_in_host_all_gather bash dev/test/mpi_stop.sh "$OUT" MPI_Allgather:1:3 3 "host all-gather" -- \
+        "${STOP_JOB[@]}" --split-embedding
+else
+    skip stopped_in_mpi_calls "fewer than 2 GPUs"
+fi
 
 # ---- --dp-invariant: 1, 2 and 4 ranks (a GPU each over NCCL; ranks that share a GPU over
 # staged MPI), 4 steps with clipping: byte-identical checkpoints and step lines

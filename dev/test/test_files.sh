@@ -11,7 +11,10 @@
 #     pattern matches, a listed one missing, a pattern mixing a corpus with other files; a
 #     shard replaced under a running job; shards without a manifest said to be unverified;
 #     a manifest listing a shard twice (the same line, or another size), of version 2, a
-#     FIFO as a manifest; a pattern over two corpora, a shard two manifests list;
+#     FIFO as a manifest; a pattern over two corpora, a shard two manifests list; a token
+#     count of -5, one the size contradicts, a role other than train|val; train and val
+#     shards in each other's place (-i or its glob taking a val shard, -j a train one, both
+#     the same file without --allow-train-val-overlap);
 #   - tokenizer files: a vocabulary size out of range, or beyond the file;
 #   - checkpoints: truncated file, flipped byte (CRC32C; in model.bin, at the end of
 #     optimizer.bin read by the last of 3 ranks, in state.txt), missing file, a FIFO (as
@@ -66,7 +69,7 @@ write_shard "$TMP/corpus/c_train_000001.bin" 4096 && write_shard "$TMP/corpus/c_
 } >"$TMP/corpus/c_manifest.txt"
 corpus_copy() { cp -r "$TMP/corpus" "$TMP/$1" && echo "$TMP/$1"; }
 d=$(corpus_copy shards_crc_flipped) && printf '\x01' | dd of="$d/c_train_000001.bin" bs=1 seek=3001 conv=notrunc status=none
-d=$(corpus_copy shards_size_listed) && sed -i 's/^\(shard train 4096\) 9216 /\1 9218 /' "$d/c_manifest.txt"
+d=$(corpus_copy shards_size_listed) && sed -i 's/^shard train 4096 9216 /shard train 4097 9218 /' "$d/c_manifest.txt"
 d=$(corpus_copy shards_stray) && cp "$d/c_train_000002.bin" "$d/c_train_000099.bin"
 d=$(corpus_copy shards_missing) && rm "$d/c_train_000002.bin"
 d=$(corpus_copy shards_mixed) && cp "$TMP/good.bin" "$d/extra.bin"
@@ -74,12 +77,20 @@ d=$(corpus_copy shards_mixed) && cp "$TMP/good.bin" "$d/extra.bin"
 # version; a second corpus beside the first (its own manifest), a shard two manifests claim;
 # a FIFO where a manifest is looked for.
 d=$(corpus_copy shards_dup) && sed -i '3p' "$d/c_manifest.txt"
-d=$(corpus_copy shards_contradict) && sed -i '3{p;s/^\(shard train 3000\) 7024 /\1 7026 /}' "$d/c_manifest.txt"
+d=$(corpus_copy shards_contradict) && sed -i '3{p;s/^shard train 3000 7024 /shard train 3001 7026 /}' "$d/c_manifest.txt"
 d=$(corpus_copy shards_version) && sed -i '1s/^llmc-shards 1 /llmc-shards 2 /' "$d/c_manifest.txt"
 d=$(corpus_copy shards_two_corpora) && for f in c_train_000001.bin c_train_000002.bin; do cp "$d/$f" "$d/o${f#c}"; done &&
     sed 's/ c_train_/ o_train_/' "$d/c_manifest.txt" >"$d/o_manifest.txt"
 d=$(corpus_copy shards_two_claims) && cp "$d/c_manifest.txt" "$d/copy_manifest.txt"
 d=$(corpus_copy shards_manifest_fifo) && mkfifo "$d/x_manifest.txt"
+# A manifest's fields: a token count that is no count, one that disagrees with the size, a role
+# that is neither train nor val.
+d=$(corpus_copy manifest_negative) && sed -i 's/^shard train 4096 /shard train -5 /' "$d/c_manifest.txt"
+d=$(corpus_copy manifest_count_size) && sed -i 's/^shard train 4096 /shard train 4000 /' "$d/c_manifest.txt"
+d=$(corpus_copy manifest_role) && sed -i 's/^shard train 4096 /shard test 4096 /' "$d/c_manifest.txt"
+# Train and val keep their roles: the corpus with a val shard listed as val.
+d=$(corpus_copy shards_roles) && mv "$d/c_train_000002.bin" "$d/c_val_000001.bin" &&
+    sed -i 's/^shard train 3000 \(.*\) c_train_000002.bin/shard val 3000 \1 c_val_000001.bin/' "$d/c_manifest.txt"
 
 cp "$TMP/good.bin" "$TMP/count_beyond.bin" && set_int32 "$TMP/count_beyond.bin" 2 1000000000
 cp "$TMP/good.bin" "$TMP/count_negative.bin" && set_int32 "$TMP/count_negative.bin" 2 -1
@@ -199,6 +210,20 @@ expect_error two_corpora 1 "'$TMP/shards_two_corpora/*_train_*.bin' matches shar
     -i "$TMP/shards_two_corpora/*_train_*.bin"
 expect_error two_corpora 2 "matches shards of two corpora" -- -i "$TMP/shards_two_corpora/*_train_*.bin"
 expect_error shard_two_claims 1 "c_train_000001.bin is listed in both" "copy_manifest.txt" -- -i "$TMP/shards_two_claims/$C_GLOB"
+expect_error manifest_negative 1 "manifest_negative/c_manifest.txt: malformed line 2" -- -i "$TMP/manifest_negative/$C_GLOB"
+expect_error manifest_count_size 1 "line 2 lists 4000 tokens in 9216 bytes" -- -i "$TMP/manifest_count_size/$C_GLOB"
+expect_error manifest_role 1 "manifest_role/c_manifest.txt: malformed line 2" "val|train" -- -i "$TMP/manifest_role/$C_GLOB"
+R=$TMP/shards_roles
+expect_error train_glob_takes_val 1 "-i '$R/c_*.bin' matches $R/c_val_000001.bin" "as a val shard" -- -i "$R/c_*.bin"
+expect_error train_glob_takes_val 2 "as a val shard" -- -i "$R/c_*.bin"
+expect_error train_is_val 1 "-i '$R/c_val_000001.bin'" "as a val shard" -- -i "$R/c_val_000001.bin"
+expect_error val_glob_takes_train 1 "-j '$R/c_*.bin' matches $R/c_train_000001.bin" "as a train shard" -- \
+    -i "$R/c_train_*.bin" -j "$R/c_*.bin" -v 1
+expect_error train_val_same 1 "both read $TMP/good.bin" "--allow-train-val-overlap" -- -j "$TMP/good.bin" -v 1
+check "train_val_same with --allow-train-val-overlap: trains" timeout 60 $BIN "${BASE[@]}" -j "$TMP/good.bin" -v 1 \
+    --allow-train-val-overlap
+check "train and val of one corpus, each in its role: trains" timeout 60 $BIN "${BASE[@]}" -i "$R/c_train_*.bin" \
+    -j "$R/c_val_*.bin" -v 1
 expect_error manifest_fifo 1 "shards_manifest_fifo/x_manifest.txt' is a pipe or FIFO" -- -i "$TMP/shards_manifest_fifo/$C_GLOB"
 
 # A shard replaced (a new file under its name) while the job runs: the loader reopens it at

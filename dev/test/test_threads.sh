@@ -10,7 +10,11 @@
 #      serial builds), or its OpenMP build threads them;
 #   4. 1 and 2 threads train to the same bits: step lines and the checkpoint's model.bin and
 #      optimizer.bin, with the zero1/ build (-z 1 and -z 0) and the plain one (-z 0); the
-#      clip at 0.01 makes every update depend on the grad norm's last bits too.
+#      clip at 0.01 makes every update depend on the grad norm's last bits too;
+#   5. thread counts from the environment are checked: a value libgomp ignores ("abc", "1.5",
+#      "0", "-1", a list), one beyond the cap (1025, 100000: libgomp crashed starting them)
+#      or an OPENBLAS_NUM_THREADS of "x" is one error naming the variable (np 1 and 2); threads
+#      that cannot be started (ulimit -v too small for their stacks) are one error too.
 # Every run here unsets the runner's OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 first.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
@@ -89,4 +93,16 @@ else
     skip "1 and 2 threads bitwise" "OpenBLAS's OpenMP build threads the matmuls (its sums follow its threads)"
 fi
 
+# ---- 5. the environment's thread counts checked --------------------------------------------
+source dev/test/expect_error.sh
+BASE=("${ARGS[@]}" -x 1)
+for v in abc 1.5 0 -1 4,2 1025 100000; do
+    BIN="env OMP_NUM_THREADS=$v ./train_gpt2" expect_error "omp_$v" 1 "OMP_NUM_THREADS='$v'" "from 1 to 1024" --
+done
+BIN="env OMP_NUM_THREADS=100000 ./train_gpt2" expect_error omp_100000 2 "OMP_NUM_THREADS='100000'" --
+BIN="env OPENBLAS_NUM_THREADS=x ./train_gpt2" expect_error openblas_x 1 "OPENBLAS_NUM_THREADS='x'" --
+# 1000 threads' stacks and arenas do not fit in 3 GB of address space (libgomp: exit 1, no error
+# line); the subshell keeps the ulimit to this row
+(ulimit -v 3000000 && BIN="env OMP_NUM_THREADS=1000 ./train_gpt2" expect_error omp_threads_not_started 1 \
+    "could not start 1000 threads" "ulimit" --)
 done_testing
