@@ -190,7 +190,7 @@ typedef struct {
 
 enum {
     STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_GROUP_OUTLIERS, STATE_GROUP_SKIPS,
-    STATE_GROUP_NONFINITE, STATE_GROUP_CORPUS, STATE_GROUP_OPTIMIZER, STATE_NUM_GROUPS
+    STATE_GROUP_NONFINITE, STATE_GROUP_CORPUS, STATE_GROUP_OPTIMIZER, STATE_GROUP_MOMENTS, STATE_NUM_GROUPS
 };
 #define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
 #define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 0}
@@ -237,6 +237,7 @@ static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_OPTIMIZER("muon_scale", muon_scale, STATE_WORD, 0, 0),
     STATE_OPTIMIZER("muon_extra_scale", muon_extra_scale, STATE_F32, 0, 0),
     STATE_OPTIMIZER("muon_split_qkv", muon_split_qkv, STATE_INT, 0, 1),
+    {"moments_bound", offsetof(CheckpointState, moments_bound), STATE_F32, 0, 0, STATE_GROUP_MOMENTS},
 };
 
 void checkpoint_write_state(const char* path, const CheckpointState* s) {
@@ -351,11 +352,20 @@ static void checkpoint_read_state(const char* path, CheckpointState* s) {
     s->has_nonfinite_count = group_seen[STATE_GROUP_NONFINITE] > 0;
     s->has_corpus = group_seen[STATE_GROUP_CORPUS] > 0;
     s->has_optimizer = group_seen[STATE_GROUP_OPTIMIZER] > 0;
+    s->has_moments_bound = group_seen[STATE_GROUP_MOMENTS] > 0;
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
         int group = CHECKPOINT_STATE_FIELDS[i].group;
         if (!seen[i] && (group == STATE_GROUP_ALWAYS || group_seen[group])) {
             fatal("%s: field %s is missing", path, CHECKPOINT_STATE_FIELDS[i].key);
         }
+    }
+    // The saving run's tokens per step, in 64 bits without a wrap (each field alone is in range).
+    uint64_t tokens = 0;
+    if (__builtin_mul_overflow((uint64_t)s->world, (uint64_t)s->B, &tokens) ||
+        __builtin_mul_overflow(tokens, (uint64_t)s->T, &tokens) ||
+        __builtin_mul_overflow(tokens, (uint64_t)s->grad_accum_steps, &tokens) || tokens > INT64_MAX) {
+        fatal("%s: ranks %d x B %d x T %d x grad_accum_steps %d tokens per step do not fit in 63 bits: the file was "
+              "edited or damaged", path, s->world, s->B, s->T, s->grad_accum_steps);
     }
 }
 

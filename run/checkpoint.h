@@ -103,6 +103,11 @@ typedef struct {
     int muon_nesterov, muon_ns_steps, muon_split_qkv;
     char muon_coefficients[CHECKPOINT_WORD_MAX], muon_scale[CHECKPOINT_WORD_MAX];
     int has_optimizer;
+    // The bound on AdamW's m^2 / v over the run's history, which the load checks
+    // (checkpoint_moments_bound, summed over each change of the betas); 0: none; absent from
+    // earlier checkpoints (has_moments_bound 0: the check is left out).
+    float moments_bound;
+    int has_moments_bound;
 } CheckpointState;
 
 // ----------------------------------------------------------------------------

@@ -124,14 +124,20 @@ void checkpoint_stage_round(const CheckpointFilePlan* f, const CheckpointRound* 
 }
 
 // The file offset of the first NaN or infinity in a round's state slices (a header holds
-// integers), or CHECKPOINT_FINITE.
+// integers), or of a negative AdamW v (a sum of squares), or CHECKPOINT_FINITE.
 uint64_t checkpoint_round_nonfinite(const CheckpointFilePlan* f, const CheckpointRound* r,
                                     const unsigned char* staging) {
     uint64_t at = 0;
     for (int i = r->first; i < r->first + r->count; i++) {
         const CheckpointSlice* s = &f->slices[i];
         if (s->which != CHECKPOINT_HEADER_SLICE) {
-            size_t n = s->bytes / sizeof(float), j = floats_first_nonfinite((const float*)(staging + at), n);
+            const float* x = (const float*)(staging + at);
+            size_t n = s->bytes / sizeof(float), j = floats_first_nonfinite(x, n);
+            if (s->which == OPTIMIZER_V) {
+                for (size_t k = 0; k < j; k++) {
+                    if (x[k] < 0) j = k;
+                }
+            }
             if (j < n) return s->offset + j * sizeof(float);
         }
         at += s->bytes;
@@ -340,7 +346,9 @@ static int checkpoint_nonfinite_where(const CheckpointTransfer* t, const GPT2Con
         int file = t->plans[k].file;
         if (t->nonfinite_at[file] == CHECKPOINT_FINITE) continue;
         size_t n = gpt2_num_parameters(cfg), element = (t->nonfinite_at[file] - CHECKPOINT_HEADER_BYTES) / sizeof(float);
-        const char* state = file == CHECKPOINT_MODEL ? "the master weights" : element < n ? "AdamW's m" : "AdamW's v";
+        const char* state = file == CHECKPOINT_MODEL ? "the master weights"
+                            : element < n                ? "AdamW's m"
+                                                         : "AdamW's v (or is negative)";
         element %= n;
         size_t* offsets = (size_t*)callocCheck((size_t)gpt2_num_tensors(cfg), sizeof(size_t));
         checkpoint_file_offsets(cfg, offsets);
@@ -627,11 +635,64 @@ int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r, c
     return 1;
 }
 
+float checkpoint_moments_bound(float b1, float b2) {
+    double r = (double)b1 * b1 / b2;
+    return r < 1 ? (float)((1.0 - b1) * (1.0 - b1) / ((1.0 - b2) * (1.0 - r))) : 0.0f;
+}
+
+// The first model-space element, over all ranks (collective), whose m and v break
+// m^2 <= bound v (checkpoint_moments_bound), or SIZE_MAX; Muon's matrices (a momentum, v
+// zeros) are left out.
+static size_t checkpoint_moments_first_broken(const CheckpointTransfer* t, const GPT2Config* mc, Optimizer* o,
+                                              double c, int muon, int step) {
+    uint64_t first = UINT64_MAX;
+    size_t* offsets = (size_t*)callocCheck((size_t)gpt2_num_tensors(mc), sizeof(size_t));
+    checkpoint_file_offsets(mc, offsets);
+    const CheckpointFilePlan* f = &t->plans[1];
+    for (int i = 0; i < f->num_slices; i++) {
+        const CheckpointSlice* s = &f->slices[i];
+        if (s->which != OPTIMIZER_M || (muon && gpt2_tensor_is_hidden_matrix(mc, s->range.param))) continue;
+        float* m = (float*)mallocCheck(s->range.n * sizeof(float));
+        float* v = (float*)mallocCheck(s->range.n * sizeof(float));
+        o->ops->read_piece(o, OPTIMIZER_M, &s->range, m);
+        o->ops->read_piece(o, OPTIMIZER_V, &s->range, v);
+        for (size_t k = 0; k < s->range.n; k++) {  // fp32 rounding and underflow: 1% and 1e-30 of slack
+            if ((double)m[k] * m[k] > c * v[k] * 1.01 + 1e-30) {
+                uint64_t at = offsets[s->range.param] + s->range.start + k;
+                if (at < first) first = at;
+                break;
+            }
+        }
+        free(m);
+        free(v);
+    }
+    free(offsets);
+    MPI_Request request;
+    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, &first, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD, &request));
+    mpi_wait_deadline(&request, "checkpoint moments check", step);
+    return first == UINT64_MAX ? SIZE_MAX : (size_t)first;
+}
+
 void checkpoint_restore(const CheckpointResume* r, const GPT2Config* mc, Optimizer* o, DataLoader* train,
-                        uint64_t* sample_rng) {
+                        uint64_t* sample_rng, int muon, float moments_bound) {
     double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
     CheckpointTransfer t;
     checkpoint_load(r->dir, mc, o, &r->manifest, r->state.step, &t);
+    size_t broken = moments_bound > 0 ? checkpoint_moments_first_broken(&t, mc, o, moments_bound, muon, r->state.step)
+                                      : SIZE_MAX;
+    if (broken != SIZE_MAX) {
+        size_t* offsets = (size_t*)callocCheck((size_t)gpt2_num_tensors(mc), sizeof(size_t));
+        checkpoint_file_offsets(mc, offsets);
+        int tensor = 0;
+        for (int i = 0; i < gpt2_num_tensors(mc); i++) {
+            if (offsets[i] <= broken) tensor = i;
+        }
+        char name[64];
+        fatal("resume: %s/optimizer.bin: AdamW's m and v cannot be averages of the same gradients at element %zu of %s "
+              "(m^2 above %.4g v, the most the run's betas allow): m and v swapped, or ranks' parts moved, though "
+              "the checksums match; resume from another checkpoint", r->dir, broken - offsets[tensor],
+              gpt2_tensor_name(mc, tensor, name, sizeof(name)), moments_bound);
+    }
     DataPosition at = {r->state.epoch, r->state.shard, r->state.shard_tokens_done};
     dataloader_seek(train, at);
     *sample_rng = r->state.sample_rng;

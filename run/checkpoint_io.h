@@ -206,8 +206,16 @@ int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r, c
 
 // After the trainer is built for the checkpoint's shape (collective): weights and AdamW
 // state from the files, then the data position and the sampling RNG.
+// AdamW's m and v, averages of the same gradients m = sum a_i g_i and v = sum b_i g_i^2,
+// obey m^2 <= (sum a_i^2 / b_i) v (Cauchy-Schwarz), at most C v with
+// C = (1 - b1)^2 / ((1 - b2) (1 - b1^2 / b2)) for any number of steps (1.36 at 0.9, 0.95); a
+// change of the betas mid-run adds the new C (the old terms only shrink). m and v swapped, or
+// ranks' parts moved, break it nearly everywhere though every CRC and value passes.
+// checkpoint_moments_bound: C, or 0 when b1^2 >= b2 (no bound).
+float checkpoint_moments_bound(float b1, float b2);
+// moments_bound > 0: AdamW's m and v checked against it (muon: its matrices left out).
 void checkpoint_restore(const CheckpointResume* r, const GPT2Config* mc, Optimizer* o, DataLoader* train,
-                        uint64_t* sample_rng);
+                        uint64_t* sample_rng, int muon, float moments_bound);
 
 // Collective, for a replicated optimizer's finish_import: rank r holds its part of buf
 // (optimizer_split_range of total elements); afterwards every rank holds all of it. One

@@ -118,9 +118,15 @@ int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
     // hold the space that the log's rewrite and the next save need.
     if (cfg->output_dir && run->rank == 0) checkpoint_remove_stale_temporaries(cfg->output_dir);
     int step = 0;
+    run->moments_bound = checkpoint_moments_bound(cfg->beta1, cfg->beta2);
     if (cfg->resume) {  // the checkpoint's weights, AdamW state, data position, sampling RNG and windows
         const CheckpointState* saved = &run->resume.state;
-        checkpoint_restore(&run->resume, mc, run->opt, &run->train, &run->sample_rng);
+        // the saved bound (0 from an earlier version: not checked); new betas add theirs
+        float bound = saved->has_moments_bound ? saved->moments_bound : 0.0f;
+        checkpoint_restore(&run->resume, mc, run->opt, &run->train, &run->sample_rng, config_uses_muon(cfg), bound);
+        int same_betas = saved->beta1 == cfg->beta1 && saved->beta2 == cfg->beta2;
+        run->moments_bound = same_betas || bound == 0 || run->moments_bound == 0 ? (same_betas ? bound : 0.0f)
+                                                                                 : bound + run->moments_bound;
         if (saved->has_outliers) {  // -sl/-sg go on from the saved windows (at this run's --outlier-window)
             run->outliers.loss = outlier_window_resized(&saved->outliers.loss, cfg->outlier_window);
             run->outliers.norm = outlier_window_resized(&saved->outliers.norm, cfg->outlier_window);
@@ -299,6 +305,8 @@ static void run_save_checkpoint(Run* run, int steps_done) {
     s.skipped = run->skipped;
     s.nonfinite_in_a_row = run->nonfinite_in_a_row;
     s.has_nonfinite_count = 1;
+    s.moments_bound = run->moments_bound;
+    s.has_moments_bound = 1;
     snprintf(s.corpus, sizeof(s.corpus), "%s", run->train_identity.corpus);
     s.corpus_shards = run->train_identity.shards;
     s.corpus_digest = run->train_identity.digest;

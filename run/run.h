@@ -70,6 +70,7 @@ typedef struct {
     OutlierState outliers;        // -sl/-sg's windows
     SkipBatches skipped;          // the --skip-batches ranges applied so far
     int nonfinite_in_a_row;       // non-finite steps in a row so far, a resumed run's included
+    float moments_bound;          // AdamW's m^2 / v bound over the run's betas (checkpoint_moments_bound)
     DataIdentity train_identity;  // the corpus of -i
     // The steps
     double step_start_ms, total_ms;

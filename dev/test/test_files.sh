@@ -22,7 +22,9 @@
 #     missing or malformed manifest, and with a manifest that matches the damage
 #     (so the file's own checks must catch it): wrong magic, an optimizer of another
 #     model, state.txt fields out of range or inconsistent, a data position beyond the
-#     shard; a checkpoint of another model than -e.
+#     shard; a checkpoint of another model than -e; ranks x B x T x accumulation that wraps
+#     64 bits to this run's tokens per step; AdamW's state that no run writes: a negative v,
+#     m and v swapped, the halves of m swapped (m^2 <= C v: run/checkpoint_io.c).
 # Controls: a good run and a good resume with the same fixtures succeed.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
@@ -144,6 +146,30 @@ d=$(damaged state_negative) && set_state "$d" step -2
 d=$(damaged state_overflow) && set_state "$d" B 99999999999999999999999
 d=$(damaged state_step) && set_state "$d" step 1
 d=$(damaged state_position) && set_state "$d" shard_tokens_done 4000000
+# ranks x B x T x accumulation = 64 (2^58 + 1) = 2^64 + 64, which wraps to this run's 64.
+d=$(damaged state_tokens_wrap) && sed -i 's/^ranks .*/ranks 536838145/; s/^grad_accum_steps .*/grad_accum_steps 536903681/' \
+    "$d/state.txt" && refresh_manifest "$d"
+# AdamW's state with finite values and matching checksums that no run writes: a negative v,
+# m and v swapped, the two halves of m swapped (as two ranks' parts moved).
+edit_moments() {  # edit_moments DIR HOW: optimizer.bin's m and v (after its 1024-byte header) edited
+    $PY - "$1/optimizer.bin" "$2" <<'PYEOF'
+import struct, sys
+path, how = sys.argv[1], sys.argv[2]
+data = bytearray(open(path, "rb").read())
+p = (len(data) - 1024) // 8
+m, v = data[1024:1024 + 4 * p], data[1024 + 4 * p:]
+h = (p // 2) * 4
+if how == "v_negative":
+    v[40:44] = struct.pack("<f", -1.0)
+elif how == "swap_m_v":
+    m, v = v, m
+elif how == "swap_m_halves":
+    m = m[len(m) - h:] + m[h:len(m) - h] + m[:h]
+open(path, "wb").write(bytes(data[:1024] + m + v))
+PYEOF
+    refresh_manifest "$1"
+}
+for how in v_negative swap_m_v swap_m_halves; do d=$(damaged "opt_$how") && edit_moments "$d" $how; done
 damaged other_model >/dev/null  # undamaged: resumed with another -e
 # A FIFO: named as one, not as a truncated file, and never opened (a read would wait for a
 # writer forever); the manifest itself too. A symbolic link (here to a FIFO): the job's own
@@ -273,6 +299,12 @@ check_resume ckpt_state_negative   1 state_negative  "$CK/state.txt: field step 
 check_resume ckpt_state_overflow   1 state_overflow  "$CK/state.txt: field B = '99999999999999999999999'"
 check_resume ckpt_state_step       1 state_step      "$CK/state.txt: field step = 1" "for step 2"
 check_resume ckpt_data_position    1 state_position  "data position: token 4000000 of shard 0" "good.bin"
+check_resume ckpt_state_tokens_wrap 1 state_tokens_wrap "$CK/state.txt: ranks 536838145 x B 2 x T 32" "do not fit in 63 bits"
+check_resume ckpt_v_negative     1 opt_v_negative  "element 10 of wte in AdamW's v (or is negative)"
+check_resume ckpt_v_negative     2 opt_v_negative  "in AdamW's v (or is negative)"
+check_resume ckpt_m_v_swapped    1 opt_swap_m_v    "in AdamW's v (or is negative)"
+check_resume ckpt_m_halves_swapped 1 opt_swap_m_halves "AdamW's m and v cannot be averages of the same gradients"
+check_resume ckpt_m_halves_swapped 2 opt_swap_m_halves "AdamW's m and v cannot be averages of the same gradients"
 expect_error ckpt_other_model 1 "$CK/model.bin is a model with L=2" "-e d1" "belongs to another run" -- -x 3 -y 1 -o "$TMP/other_model" -e d1
 
 note "test_files: $((SECONDS - t0)) s"
