@@ -193,8 +193,8 @@ static void run_report_spike(Run* run, const StepResult* r) {
     const TrainConfig* cfg = &run->cfg;
     if (run->rank == 0) {
         printf("step %d: update skipped: %s spike: loss %.6g = %.3gx, grad norm %.6g = %.3gx the medians of the last "
-               "%d good steps (--spike-loss-factor %g, --spike-norm-factor %g); %d spikes in the %d steps of this "
-               "streak (--max-spike-steps %d)\n", r->step + 1, NONFINITE_WHAT[r->spike], r->loss, r->loss_ratio,
+               "%d good steps (--spike-loss-factor %g, --spike-norm-factor %g); %d of the %d steps of this streak "
+               "spiked (--max-spike-steps %d)\n", r->step + 1, NONFINITE_WHAT[r->spike], r->loss, r->loss_ratio,
                r->grad_norm, r->norm_ratio, run->outliers.good_loss.count, cfg->spike_loss_factor,
                cfg->spike_norm_factor, run->spikes.spikes, run->spikes.steps, cfg->max_spike_steps);
         fflush(stdout);
