@@ -7,6 +7,7 @@
 #                 every rank (exit 1), saying no checkpoint predates the spikes
 #   named         -l 10 -u 100 -n 1 -nk 1: steps 3-6 spike; the error names checkpoint 1, the
 #                 last one a good step measured; -nk 1 has kept it beside the newest (5);
+#                 resumed from 5 (in mid-streak), step 6 stops it again at once;
 #                 the documented recovery (move 5 out, -y 1 --allow-resume-change with a
 #                 lower -l) resumes from 1 and trains on without a spike
 #   one_spike     a grad-norm spike planted at step 5 (LLMC_TEST_GRAD_SPIKE=4:1e3): that
@@ -56,6 +57,15 @@ if selected named; then
         ok "named: stops after step 6 naming checkpoint 1, which -nk 1 kept beside 5 (exit 1)"
     else not_ok "named: the stop (exit $rc; left $(checkpoints named))" "$TMP/named.log"; fi
     replayed named
+    # Resumed from 5, saved in mid-streak (3 spikes), step 6 spikes again: the 4th stops at
+    # once, as in the straight run (the streak and the history come from state.txt).
+    run named_again named 1 -l 10 -u 100 -x 40 -n 1 -nk 1 -y 1
+    rc=$?
+    if [ $rc = 1 ] && grep -q "^resumed from $TMP/named/checkpoint_00000005: step 5" "$TMP/named_again.log" &&
+       grep 'error:' "$TMP/named_again.log" | grep -qF "in 4 steps in a row, 3 to 6, more than --max-spike-steps 3" &&
+       grep -qF "checkpoint_00000001" <(grep 'error:' "$TMP/named_again.log") && ! grep -qE '^step +7/' "$TMP/named_again.log"; then
+        ok "named: resumed in mid-streak from 5, step 6 stops it again (the streak and history were saved)"
+    else not_ok "named: the resume in mid-streak (exit $rc)" "$TMP/named_again.log"; fi
     mkdir -p "$TMP/moved" && mv "$TMP/named/checkpoint_00000005" "$TMP/moved/"
     if run named_resumed named 1 -l 1e-3 -u 100 -x 6 -n 3 -y 1 --allow-resume-change &&
        grep -q "^resumed from $TMP/named/checkpoint_00000001: step 1" "$TMP/named_resumed.log" &&
