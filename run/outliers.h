@@ -12,7 +12,8 @@
  * Every finite step's value joins its window afterwards, a skipped one too, so that a
  * lasting change of level stops being an outlier after W steps instead of stopping
  * training. A NaN or infinity never joins (a step with one is skipped before it is compared:
- * run/step.h): it would make every later z-score NaN. A window an older build saved
+ * run/step.h): it would make every later z-score NaN; nor does a loss spike's (run/spikes.h),
+ * skipped there too. A window an older build saved
  * with them loads without them.
  * The sums run over the window in a fixed order, in double, so every rank (all see the
  * same all-reduced loss and norm) reaches the same decision, and a resumed run (the
