@@ -279,7 +279,7 @@ static void trainer_free(Trainer* tr) {
 static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx,
                                OutlierState* outliers) {
     Trainer* tr = (Trainer*)t;
-    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, 0, NAN, NAN};
+    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, 0, NAN, NAN, 0, NAN, NAN};
     GPT2* m = &tr->model;
     Optimizer* opt = tr->opt;
     int B = tr->cfg.B, T = tr->cfg.T, k = tr->grad_accum_steps;

@@ -438,7 +438,7 @@ static void upload_micro_batch(Trainer* tr, int micro, BatchFn next_batch, void*
 static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, void* batch_ctx,
                                OutlierState* outliers) {
     Trainer* tr = (Trainer*)t;
-    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, 0, NAN, NAN};
+    StepResult r = {step, 0.0f, 0.0f, lr, 0.0, 0, 0, NAN, NAN, 0, NAN, NAN};
     GPT2* m = &tr->model;
     cudaStream_t st = tr->gpu->stream;
     Optimizer* opt = tr->opt;

@@ -124,13 +124,13 @@ void checkpoint_remove_stale_temporaries(const char* dir) {
     free(steps);
 }
 
-void checkpoint_prune(const char* dir, int keep, int newest) {
+void checkpoint_prune(const char* dir, int keep, int newest, int vouched) {
     if (keep <= 0) return;
     int* steps;
     int n = checkpoint_list(dir, 0, &steps);
     int kept = 0;
     for (int i = 0; i < n; i++) {
-        if (steps[i] > newest || kept++ < keep) continue;
+        if (steps[i] > newest || kept++ < keep || steps[i] == vouched) continue;
         char path[PATH_MAX_LEN];
         checkpoint_path(path, sizeof(path), dir, steps[i], 0);
         if (checkpoint_remove_dir(path)) printf("checkpoint: removed %s (-nk %d)\n", path, keep);
@@ -190,7 +190,8 @@ typedef struct {
 
 enum {
     STATE_GROUP_ALWAYS, STATE_GROUP_STEP_MEANING, STATE_GROUP_DATA_ORDER, STATE_GROUP_OUTLIERS, STATE_GROUP_SKIPS,
-    STATE_GROUP_NONFINITE, STATE_GROUP_CORPUS, STATE_GROUP_OPTIMIZER, STATE_GROUP_MOMENTS, STATE_NUM_GROUPS
+    STATE_GROUP_NONFINITE, STATE_GROUP_CORPUS, STATE_GROUP_OPTIMIZER, STATE_GROUP_MOMENTS, STATE_GROUP_SPIKES,
+    STATE_NUM_GROUPS
 };
 #define CHECKPOINT_NUM_STATE_FIELDS ((int)(sizeof(CHECKPOINT_STATE_FIELDS) / sizeof(CHECKPOINT_STATE_FIELDS[0])))
 #define STATE_FIELD(key, member, kind, min, max) {key, offsetof(CheckpointState, member), kind, min, max, 0}
@@ -238,6 +239,12 @@ static const CheckpointStateField CHECKPOINT_STATE_FIELDS[] = {
     STATE_OPTIMIZER("muon_extra_scale", muon_extra_scale, STATE_F32, 0, 0),
     STATE_OPTIMIZER("muon_split_qkv", muon_split_qkv, STATE_INT, 0, 1),
     {"moments_bound", offsetof(CheckpointState, moments_bound), STATE_F32, 0, 0, STATE_GROUP_MOMENTS},
+    {"spike_loss_history", offsetof(CheckpointState, outliers.good_loss), STATE_WINDOW, 0, 0, STATE_GROUP_SPIKES},
+    {"spike_norm_history", offsetof(CheckpointState, outliers.good_norm), STATE_WINDOW, 0, 0, STATE_GROUP_SPIKES},
+    {"spike_streak_steps", offsetof(CheckpointState, spikes.steps), STATE_INT, 0, INT_MAX, STATE_GROUP_SPIKES},
+    {"spike_streak_spikes", offsetof(CheckpointState, spikes.spikes), STATE_INT, 0, INT_MAX, STATE_GROUP_SPIKES},
+    {"spike_streak_first", offsetof(CheckpointState, spikes.first), STATE_INT, 0, INT_MAX, STATE_GROUP_SPIKES},
+    {"spike_vouched_checkpoint", offsetof(CheckpointState, spikes.vouched), STATE_INT, 0, INT_MAX, STATE_GROUP_SPIKES},
 };
 
 void checkpoint_write_state(const char* path, const CheckpointState* s) {
@@ -353,6 +360,7 @@ static void checkpoint_read_state(const char* path, CheckpointState* s) {
     s->has_corpus = group_seen[STATE_GROUP_CORPUS] > 0;
     s->has_optimizer = group_seen[STATE_GROUP_OPTIMIZER] > 0;
     s->has_moments_bound = group_seen[STATE_GROUP_MOMENTS] > 0;
+    s->has_spikes = group_seen[STATE_GROUP_SPIKES] > 0;
     for (int i = 0; i < CHECKPOINT_NUM_STATE_FIELDS; i++) {
         int group = CHECKPOINT_STATE_FIELDS[i].group;
         if (!seen[i] && (group == STATE_GROUP_ALWAYS || group_seen[group])) {

@@ -45,6 +45,7 @@
 #include "run/model_file.h"
 #include "run/outliers.h"
 #include "run/skip_batches.h"
+#include "run/spikes.h"
 #include "run/files.h"
 
 #ifdef __cplusplus
@@ -108,6 +109,10 @@ typedef struct {
     // earlier checkpoints (has_moments_bound 0: the check is left out).
     float moments_bound;
     int has_moments_bound;
+    // The spike detector's open streak and vouched checkpoint (run/spikes.h; its history is
+    // in outliers.good_loss, good_norm); absent from earlier checkpoints (has_spikes 0).
+    SpikeStreak spikes;
+    int has_spikes;
 } CheckpointState;
 
 // ----------------------------------------------------------------------------
@@ -125,10 +130,12 @@ int checkpoint_remove_dir(const char* path);
 void checkpoint_remove_stale_temporaries(const char* dir);
 
 // -nk keep: removes the checkpoints beyond the newest `keep` of those up to step `newest`
-// (the one just saved, complete and in place). Checkpoints of later steps, which an
-// earlier run may have left in the same directory, are not this run's to count or remove.
-// The caller checks that -o is still its own first (run/run_dir.h).
-void checkpoint_prune(const char* dir, int keep, int newest);
+// (the one just saved, complete and in place), except `vouched` (run/spikes.h: the newest
+// one a good step's loss measured; 0: none), the one to go back to after a spike.
+// Checkpoints of later steps, which an earlier run may have left in the same directory,
+// are not this run's to count or remove. The caller checks that -o is still its own first
+// (run/run_dir.h).
+void checkpoint_prune(const char* dir, int keep, int newest, int vouched);
 
 // ----------------------------------------------------------------------------
 // Small text files (state.txt, manifest.txt)

@@ -108,6 +108,17 @@ const OptionSpec TRAIN_OPTIONS[] = {
      "skip the update when the grad norm's z-score over the last --outlier-window steps exceeds this (0: off)"},
     {NULL, "--outlier-window", OPT_INT, CLI_FIELD(outlier_window), 2, OUTLIER_MAX_WINDOW,
      "steps whose losses and grad norms -sl/-sg compare with"},
+    {NULL, "--spike-loss-factor", OPT_FLOAT, CLI_FIELD(spike_loss_factor), 0, 1e6,
+     "a loss spike: a loss above this times the median of the last --spike-window good steps' losses; the step is "
+     "skipped (0: off, else > 1)"},
+    {NULL, "--spike-norm-factor", OPT_FLOAT, CLI_FIELD(spike_norm_factor), 0, 1e6,
+     "a grad norm spike: a grad norm above this times the median of the last --spike-window good steps' norms; the "
+     "step is skipped (0: off, else > 1)"},
+    {NULL, "--spike-window", OPT_INT, CLI_FIELD(spike_window), 1, SPIKE_MAX_WINDOW,
+     "good steps (neither a spike nor non-finite) whose median loss and grad norm a step is compared with"},
+    {NULL, "--max-spike-steps", OPT_INT, CLI_FIELD(max_spike_steps), 0, INT_MAX,
+     "more spike steps than this in one streak of skipped steps stop the run, naming the last checkpoint before it "
+     "(0: stop at the first)"},
     {NULL, "--comm-timeout", OPT_FLOAT, CLI_FIELD(comm_timeout), 0, 1e9,
      "seconds a rank waits on any collective before it names it and aborts the job (0: forever, else >= 1)"},
     {NULL, "--dist-opt-instances", OPT_INT, CLI_FIELD(dist_opt_instances), 1, 1 << 20,
@@ -185,6 +196,10 @@ void config_defaults(TrainConfig* c, const TrainerBuild* build) {
     c->outlier_window = 128;
     c->max_nonfinite_steps = 3;
     c->trace_every = TRACE_EVERY_DEFAULT;
+    c->spike_loss_factor = 2.0f;  // the defaults' margins: docs/training.md, "Loss spikes"
+    c->spike_norm_factor = 10.0f;
+    c->spike_window = 16;
+    c->max_spike_steps = 3;
     c->comm_timeout = 600.0f;
     c->dist_opt_instances = 1;
     c->comm_backend = "auto";
@@ -450,6 +465,11 @@ static void config_check_optimizer(const TrainConfig* c, const TrainerBuild* bui
     }
 }
 
+// A factor of 1 or less would call every step that does not improve a spike.
+static void config_check_spike_factor(const char* flag, float factor) {
+    if (factor != 0.0f && factor <= 1.0f) fatal("%s %g: use 0 (off) or a factor above 1", flag, factor);
+}
+
 int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) {
     // A deadline shorter than a healthy collective can take would blame a network fault
     // that does not exist.
@@ -494,6 +514,8 @@ int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) 
     if (c->async_save && c->checkpoint_every == 0) {
         fatal("--async-save 1 writes the checkpoints that -n saves in -o in the background: give -n and -o too");
     }
+    config_check_spike_factor("--spike-loss-factor", c->spike_loss_factor);
+    config_check_spike_factor("--spike-norm-factor", c->spike_norm_factor);
     config_check_gpu_choices(c, build);
     config_check_optimizer(c, build, world);
     long long per_micro = (long long)c->B * c->T * world;

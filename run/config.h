@@ -20,6 +20,7 @@
 #include "llmc/gpt2_spec.h"
 #include "llmc/muon.h"
 #include "run/outliers.h"
+#include "run/spikes.h"
 #include "run/skip_batches.h"
 #include "run/files.h"
 #include "zero1/layout.h"  // zero1_parse_bucket_size (header only)
@@ -80,6 +81,9 @@ typedef struct {
     int average_in_collective;  // the gradient reductions average; the loss scale drops its 1/world
     float skip_loss_z, skip_norm_z;  // -sl / -sg: skip an update whose z-score exceeds this (0: off)
     int outlier_window;         // steps in -sl/-sg's windows
+    float spike_loss_factor, spike_norm_factor;  // a spike: above this times its recent median (0: off; run/spikes.h)
+    int spike_window;           // good steps whose median the spike detector compares with
+    int max_spike_steps;        // spike steps in one streak of skipped steps that a run survives
     float comm_timeout;         // seconds a rank waits on a collective before aborting the job (0: forever)
     int split_embedding;        // ZeRO-1: reduce wte's classifier part at once, its encoder part as sparse rows
     int dist_opt_instances;     // ZeRO-1 shards within W/K consecutive ranks, all-reduced across the K groups

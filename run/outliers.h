@@ -12,7 +12,8 @@
  * Every finite step's value joins its window afterwards, a skipped one too, so that a
  * lasting change of level stops being an outlier after W steps instead of stopping
  * training. A NaN or infinity never joins (a step with one is skipped before it is compared:
- * run/step.h): it would make every later z-score NaN. A window an older build saved
+ * run/step.h): it would make every later z-score NaN; nor does a loss spike's (run/spikes.h),
+ * skipped there too. A window an older build saved
  * with them loads without them.
  * The sums run over the window in a fixed order, in double, so every rank (all see the
  * same all-reduced loss and norm) reaches the same decision, and a resumed run (the
@@ -41,10 +42,17 @@ typedef struct {
 } OutlierWindow;
 
 typedef struct {
-    OutlierWindow loss, norm;
+    OutlierWindow loss, norm;            // -sl/-sg's windows
+    OutlierWindow good_loss, good_norm;  // the spike detector's history of good steps (run/spikes.h)
 } OutlierState;
 
 void outlier_state_init(OutlierState* s, int size);
+
+// One window: empty with W = size (clamped to 1..OUTLIER_MAX_WINDOW); the i-th oldest value
+// (0 <= i < count); a finite x joins (the oldest leaves once full), a non-finite one never.
+void outlier_window_init(OutlierWindow* w, int size);
+double outlier_window_value(const OutlierWindow* w, int i);
+void outlier_window_push(OutlierWindow* w, double x);
 
 // The step's decision (thresholds <= 0 are off); both windows then take the step's values.
 int outlier_step(OutlierState* s, double loss, double norm, float loss_z_max, float norm_z_max,

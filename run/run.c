@@ -51,6 +51,7 @@ static void run_open_io(Run* run) {
     dataloader_trace(&run->train);
     dataloader_identity(&run->train, &run->train_identity);
     outlier_state_init(&run->outliers, cfg->outlier_window);
+    spike_history_init(&run->outliers, cfg->spike_window);
     run->has_val = cfg->val_every > 0;
     if (run->has_val) {  // one order at every rank count: each rank walks a lone rank's (run/eval.h)
         dataloader_init(&run->val, cfg->val_pattern, cfg->B, cfg->T, rank, 1, vocab_size);
@@ -133,6 +134,11 @@ int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
         }
         run->skipped = saved->skipped;
         run->nonfinite_in_a_row = saved->nonfinite_in_a_row;  // 0 from a checkpoint that predates the count
+        if (saved->has_spikes) {  // the spike detector goes on from the saved history and streak
+            run->outliers.good_loss = outlier_window_resized(&saved->outliers.good_loss, cfg->spike_window);
+            run->outliers.good_norm = outlier_window_resized(&saved->outliers.good_norm, cfg->spike_window);
+            run->spikes = saved->spikes;
+        }
         logger_resume_at(&run->logger, saved->step);
         step = saved->step;
     }
@@ -201,9 +207,24 @@ RunBatch run_step_begin(Run* run, int step) {
     return b;
 }
 
-// What a step's STEP_NONFINITE_* bits name, in messages and as main.log's nf: value.
+// What a step's STEP_NONFINITE_* (or SPIKE_*) bits name, in messages and as main.log's nf: (spk:) value.
 static const char* const NONFINITE_WHAT[4] = {"", "loss", "grad norm", "loss and grad norm"};
 static const char* const NONFINITE_LOG_KEY[4] = {"", "loss", "norm", "loss+norm"};
+
+// A spike's step line and main.log fields (run/spikes.h).
+static void run_report_spike(Run* run, const StepResult* r) {
+    const TrainConfig* cfg = &run->cfg;
+    if (run->rank == 0) {
+        printf("step %d: update skipped: %s spike: loss %.6g = %.3gx, grad norm %.6g = %.3gx the medians of the last "
+               "%d good steps (--spike-loss-factor %g, --spike-norm-factor %g); %d of the %d steps of this streak "
+               "spiked (--max-spike-steps %d)\n", r->step + 1, NONFINITE_WHAT[r->spike], r->loss, r->loss_ratio,
+               r->grad_norm, r->norm_ratio, run->outliers.good_loss.count, cfg->spike_loss_factor,
+               cfg->spike_norm_factor, run->spikes.spikes, run->spikes.steps, cfg->max_spike_steps);
+        fflush(stdout);
+    }
+    logger_line(&run->logger, "s:%d skp:1 zl:nan zn:nan spk:%s rl:%.6g rn:%.6g\n", r->step + 1,
+                NONFINITE_LOG_KEY[r->spike], r->loss_ratio, r->norm_ratio);
+}
 
 // The step line on rank 0 and main.log, and the epoch line when this step's batch began a pass.
 static void run_report_step(Run* run, const StepResult* r, double ms, const StepMetrics* m) {
@@ -213,15 +234,16 @@ static void run_report_step(Run* run, const StepResult* r, double ms, const Step
     metrics_format_log(m, log_more, sizeof(log_more));
     if (run->rank == 0) {
         char why[64] = "";
-        if (r->skipped) snprintf(why, sizeof(why), " | update skipped (%s%s)", r->nonfinite ? "non-finite " : "outlier",
-                                 NONFINITE_WHAT[r->nonfinite]);
+        if (r->spike) snprintf(why, sizeof(why), " | update skipped (%s spike)", NONFINITE_WHAT[r->spike]);
+        else if (r->skipped) snprintf(why, sizeof(why), " | update skipped (%s%s)", r->nonfinite ? "non-finite " : "outlier",
+                                      NONFINITE_WHAT[r->nonfinite]);
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | comm wait %.1f ms%s%s\n",
                step + 1, run->max_steps, r->loss, r->grad_norm, r->lr, ms, m->tokens_per_s, r->comm_blocked_ms,
                line_more, why);
         if (r->nonfinite) {
             printf("step %d: update skipped: non-finite %s (%d in a row; --max-nonfinite-steps %d)\n", step + 1,
                    NONFINITE_WHAT[r->nonfinite], run->nonfinite_in_a_row, run->cfg.max_nonfinite_steps);
-        } else if (r->skipped) {
+        } else if (r->skipped && !r->spike) {
             printf("step %d: update skipped: loss z-score %.2f, grad norm z-score %.2f\n", step + 1, r->z_loss,
                    r->z_norm);
         }
@@ -236,7 +258,9 @@ static void run_report_step(Run* run, const StepResult* r, double ms, const Step
     TbScalar scalars[METRICS_MAX_SCALARS];
     int n = metrics_scalars(m, r->loss, r->grad_norm, r->lr, ms, r->skipped, scalars);
     tensorboard_write(&run->tensorboard, step + 1, scalars, n);
-    if (r->skipped) {
+    if (r->spike) {
+        run_report_spike(run, r);
+    } else if (r->skipped) {
         logger_line(&run->logger, "s:%d skp:1 zl:%.6g zn:%.6g%s%s\n", step + 1, r->z_loss, r->z_norm,
                     r->nonfinite ? " nf:" : "", NONFINITE_LOG_KEY[r->nonfinite]);
     }
@@ -271,7 +295,7 @@ static void run_checkpoint_committed(Run* run, int steps_done) {
     const TrainConfig* cfg = &run->cfg;
     if (run->rank == 0 && cfg->checkpoints_keep > 0) {  // -nk
         run_dir_require();
-        checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, steps_done);
+        checkpoint_prune(cfg->output_dir, cfg->checkpoints_keep, steps_done, run->spikes.vouched);
     }
     run->last_checkpoint = steps_done;
 }
@@ -307,6 +331,8 @@ static void run_save_checkpoint(Run* run, int steps_done) {
     s.has_nonfinite_count = 1;
     s.moments_bound = run->moments_bound;
     s.has_moments_bound = 1;
+    s.spikes = run->spikes;
+    s.has_spikes = 1;
     snprintf(s.corpus, sizeof(s.corpus), "%s", run->train_identity.corpus);
     s.corpus_shards = run->train_identity.shards;
     s.corpus_digest = run->train_identity.digest;
@@ -332,8 +358,11 @@ void run_step_end(Run* run, const StepResult* r) {
     run->nonfinite_in_a_row = r->nonfinite ? run->nonfinite_in_a_row + 1 : 0;
     StepMetrics m;
     metrics_step(&run->metrics, &m, step + 1, ms, r->comm_blocked_ms, run->tokens_per_step, run->rank, run->world);
+    spike_streak_step(&run->spikes, step + 1, r->nonfinite || r->spike, r->spike, run->last_checkpoint);
     run_report_step(run, r, ms, &m);
     run_stop_if_diverged(run, r);
+    spike_stop_if_diverged(&run->spikes, cfg->max_spike_steps, step + 1, r->loss, r->grad_norm, r->loss_ratio,
+                           r->norm_ratio, cfg->output_dir);
     if (cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps)) {
         run_save_checkpoint(run, step + 1);
     } else if (cfg->async_save) {

@@ -12,7 +12,8 @@
  *   run_step_begin  the step's learning rate and batches (--skip-batches, -a 1, a test
  *                   build's planted faults: run/seams.h)
  *   run_step_end    the figures over the ranks (run/metrics.h), the step line, main.log and
- *                   TensorBoard (run/tensorboard.h), divergence, the checkpoint every -n steps
+ *                   TensorBoard (run/tensorboard.h), divergence (non-finite steps, spikes), the
+ *                   checkpoint every -n steps
  *   run_end         the average step, the replica check, the optimizer's report
  *   run_close       the files closed, MPI finalized: the exit status
  *
@@ -36,6 +37,7 @@
 #include "run/optimizer.h"
 #include "run/outliers.h"
 #include "run/skip_batches.h"
+#include "run/spikes.h"
 #include "run/step.h"
 #include "run/tensorboard.h"
 #include "run/tokenizer.h"
@@ -71,6 +73,7 @@ typedef struct {
     SkipBatches skipped;          // the --skip-batches ranges applied so far
     int nonfinite_in_a_row;       // non-finite steps in a row so far, a resumed run's included
     float moments_bound;          // AdamW's m^2 / v bound over the run's betas (checkpoint_moments_bound)
+    SpikeStreak spikes;           // the open streak of spikes and the checkpoint before it (run/spikes.h)
     DataIdentity train_identity;  // the corpus of -i
     // The steps
     double step_start_ms, total_ms;
@@ -116,9 +119,9 @@ typedef struct {
 RunBatch run_step_begin(Run* run, int step);
 
 // After the step: the figures over the ranks (collective: run/metrics.h), the step line,
-// main.log and TensorBoard, the divergence check (more non-finite steps
-// in a row than --max-nonfinite-steps end the run), the checkpoint every -n steps and at
-// the end, a failed main.log write ending the job.
+// main.log and TensorBoard, the divergence checks (more non-finite steps in a row than
+// --max-nonfinite-steps, or more spikes in one streak than --max-spike-steps, end the run),
+// the checkpoint every -n steps and at the end, a failed main.log write ending the job.
 void run_step_end(Run* run, const StepResult* r);
 
 // After the last step: the average step time, the optimizer's state size, the replica

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "run/mpi_wait.h"
+#include "run/spikes.h"
 
 double wall_ms(void) {
     struct timespec ts;
@@ -21,15 +22,20 @@ static int step_gate_skip(void* ctx, float grad_norm) {
     if (r->nonfinite) {
         r->skipped = 1;
     } else if (g->state) {
-        r->skipped = outlier_step(g->state, r->loss, grad_norm, g->loss_z_max, g->norm_z_max, &r->z_loss, &r->z_norm);
+        r->spike = spike_check(g->state, r->loss, grad_norm, g->spike_loss_factor, g->spike_norm_factor,
+                               &r->loss_ratio, &r->norm_ratio);
+        r->skipped = r->spike ? 1 : outlier_step(g->state, r->loss, grad_norm, g->loss_z_max, g->norm_z_max,
+                                                 &r->z_loss, &r->z_norm);
     }
     return r->skipped;
 }
 
 const UpdateGate* step_gate_begin(StepGate* g, UpdateGate* gate, OutlierState* state, const TrainConfig* cfg,
                                   StepResult* r, float (*loss_now)(void*), void* loss_ctx) {
-    *g = (StepGate){state, cfg->skip_loss_z, cfg->skip_norm_z, loss_now, loss_ctx, r};
-    r->z_loss = r->z_norm = NAN;
+    *g = (StepGate){state, cfg->skip_loss_z, cfg->skip_norm_z, cfg->spike_loss_factor, cfg->spike_norm_factor,
+                    loss_now, loss_ctx, r};
+    r->z_loss = r->z_norm = r->loss_ratio = r->norm_ratio = NAN;
+    r->spike = 0;
     *gate = (UpdateGate){step_gate_skip, g};
     return gate;
 }

@@ -1,6 +1,6 @@
 /*
  * One optimizer step as both trainers run it: what it reports (StepResult), the gate its
- * update passes (non-finite steps, -sl/-sg), the loss scale, the batches, and the few
+ * update passes (non-finite steps, spikes, -sl/-sg), the loss scale, the batches, and the few
  * collectives around it (--dp-invariant's loss, the replica check). The trainers' own
  * trainer_step does the forward, backward and optimizer; run/run.h drives the steps.
  */
@@ -29,20 +29,24 @@ typedef struct {
     float grad_norm;           // global L2 norm before clipping
     float lr;
     double comm_blocked_ms;    // host time spent waiting on communication
-    int skipped;               // the update was skipped: a non-finite step, or (-sl/-sg) an outlier
+    int skipped;               // the update was skipped: a non-finite step, a spike, or (-sl/-sg) an outlier
     int nonfinite;             // STEP_NONFINITE_* bits: which of the two was not finite (0: both were)
-    double z_loss, z_norm;     // -sl/-sg's z-scores (NaN while the windows fill, and in a non-finite step)
+    double z_loss, z_norm;     // -sl/-sg's z-scores (NaN while the windows fill, and in a non-finite step or spike)
+    int spike;                 // run/spikes.h's SPIKE_* bits: which of the two spiked (0: neither)
+    double loss_ratio, norm_ratio;  // each over the median of the recent good steps' (NaN: none yet)
 } StepResult;
 
 // Every step's last word before its update (run/optimizer.h's UpdateGate), given the
-// all-reduced grad norm once the host has it. A step whose loss or norm is not finite is
-// never applied and stays out of -sl/-sg's windows (run/outliers.h); a finite one joins
-// them, and -sl/-sg may skip it as an outlier. Every rank sees the same loss and norm, so
+// all-reduced grad norm once the host has it. A step whose loss or norm is not finite, or
+// that spikes (run/spikes.h), is never applied and stays out of -sl/-sg's windows
+// (run/outliers.h) and the spike history; any other joins them, and -sl/-sg may skip it
+// as an outlier. Every rank sees the same loss and norm, so
 // all decide alike. loss_now, when set, reads the step's loss at the gate (the GPU
 // trainer's, which the wait for the norm has brought to the host); else result->loss is it.
 typedef struct {
     OutlierState* state;       // NULL: no windows (tests that drive trainer_step)
     float loss_z_max, norm_z_max;
+    float spike_loss_factor, spike_norm_factor;
     float (*loss_now)(void* ctx);
     void* loss_ctx;
     StepResult* result;

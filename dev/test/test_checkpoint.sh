@@ -218,7 +218,7 @@ if selected corpus_unrecorded; then
     dir=$TMP/corpus_unrecorded
     resume_from "$TMP/straight_fp32" "$dir"
     ck=$dir/checkpoint_00000003
-    sed -i '/^train_corpus \|^train_shards \|^train_digest \|^nonfinite_in_a_row /d' "$ck/state.txt"
+    sed -i '/^train_corpus \|^train_shards \|^train_digest \|^nonfinite_in_a_row \|^spike_/d' "$ck/state.txt"
     make -s test_crc32c >/dev/null && ./test_crc32c "$ck/model.bin" "$ck/optimizer.bin" "$ck/state.txt" |
         awk '{ n = split($3, part, "/"); print part[n], $2, $1 }' >"$ck/manifest.txt"
     if train ./train_gpt2 2 2 "$dir" -z 1 -y 1 -i "$TMP/data_other/shard.bin" &&

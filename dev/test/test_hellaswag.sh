@@ -57,8 +57,11 @@ if grep -qx "$want_log" "$TMP/out_np1/main.log"; then ok "main.log: '$want_log'"
 # ---- 3. the planted set: the label and argmin logic; a resume logs each eval once ----
 # 5 steps with a checkpoint, then a resume to step 10 (-y 1): main.log must hold the evals
 # of steps 0, 5 (dropped and logged again by the resumed run) and 10, once each.
+# (At -l 1e-2 on one batch, step 3's grad norm is 19.5x the median before it: a spike that
+# the detector would skip at every later step, the batch being the same; its norm check is
+# off here, run/spikes.h.)
 PLANTED=(-e "$TMP/model.bin" -i "$TMP/planted_train.bin" -j "$TMP/planted_train.bin" --allow-train-val-overlap -m 1 -b 1 -t 64 -a 1 -l 1e-2
-         -v 5 -s 0 -n 5 -H 1 --hellaswag-file "$TMP/planted.bin" -o "$TMP/planted")
+         -v 5 -s 0 -n 5 -H 1 --hellaswag-file "$TMP/planted.bin" -o "$TMP/planted" --spike-norm-factor 0)
 timeout 120 $BIN "${PLANTED[@]}" -x 5 >"$TMP/planted.log" 2>&1 &&
     timeout 120 $BIN "${PLANTED[@]}" -x 10 -y 1 >>"$TMP/planted.log" 2>&1
 rc=$?

@@ -9,7 +9,8 @@
 #                line and main.log), the job stops after step 9 with one error naming the
 #                steps and the grad norm, exit 1 on every rank; left on disk: checkpoints 6
 #                and 8, both finite and holding the same state (a skipped update changes
-#                nothing); -y 1 resumes from 8, its step 9 has the diverged run's loss (the
+#                nothing), and 4, the newest that a good step (5) measured, which -nk keeps
+#                besides its newest 2 (run/spikes.h); -y 1 resumes from 8, its step 9 has the diverged run's loss (the
 #                same weights and batch), and finishes; resumed with the NaN still planted, it stops
 #                after step 9 (the count of non-finite steps goes on from the checkpoint's 3). At
 #                np 1 and 2, ZeRO-1 and replicated
@@ -18,8 +19,8 @@
 #                names the loss; one such step skips its update exactly as a NaN gradient
 #                does (the same final weights), unlike a clean run
 #   stop_at_once --max-nonfinite-steps 0 stops at the first non-finite step
-#   v_overflow   --grad-clip 0 and a gradient of 1e20 (LLMC_TEST_GRAD_SPIKE=2:1e20): AdamW's v
-#                overflows; the next checkpoint is refused naming it, the earlier one stays
+#   v_overflow   --grad-clip 0 and a gradient of 1e20 (LLMC_TEST_GRAD_SPIKE=2:1e20) that the
+#                spike detector lets through (--spike-norm-factor 0): AdamW's v overflows; the next checkpoint is refused naming it, the earlier one stays
 #                (-nk 1 removes nothing), no temporary is left
 #   old_window   a checkpoint whose outlier windows hold NaN and inf (as an older build saved
 #                them): -y 1 warns once per window and resumes
@@ -78,9 +79,9 @@ diverged() {
        [ "$(grep -cE '^s:[6-9] skp:1 zl:nan zn:nan nf:norm$' "$TMP/$out/main.log")" = 4 ]; then
         ok "$name: steps 6-9 skipped, then one error naming them and the grad norm (exit 1)"
     else not_ok "$name: the stop (exit $rc)" "$log"; return; fi
-    if [ "$(checkpoints "$out")" = "checkpoint_00000006 checkpoint_00000008 " ] &&
+    if [ "$(checkpoints "$out")" = "checkpoint_00000004 checkpoint_00000006 checkpoint_00000008 " ] &&
        finite "$(ckpt "$out" 6)"/{model,optimizer}.bin "$(ckpt "$out" 8)"/{model,optimizer}.bin && same_state "$out" 6 8; then
-        ok "$name: -nk 2 kept checkpoints 6 and 8, finite, the same state"
+        ok "$name: -nk 2 kept checkpoints 6 and 8, finite, the same state, and 4, the last one a good step measured"
     else not_ok "$name: the checkpoints left: $(checkpoints "$out")"; fi
     # Diverging again after the resume: checkpoint 8 came after 3 non-finite steps (6-8), so
     # step 9 non-finite is the 4th in a row and stops at once, as the straight run did
@@ -90,7 +91,7 @@ diverged() {
     if [ $rc = 1 ] && grep -q "^resumed from $(ckpt "$out" 8): step 8" "$TMP/log_${name}_again" &&
        one_error "$TMP/log_${name}_again" "in 4 steps in a row, 6 to 9, more than --max-nonfinite-steps 3" \
            "the weights are those after step 5" && ! grep -qE '^step +10/' "$TMP/log_${name}_again" &&
-       [ "$(checkpoints "$out")" = "checkpoint_00000006 checkpoint_00000008 " ]; then
+       [ "$(checkpoints "$out")" = "checkpoint_00000004 checkpoint_00000006 checkpoint_00000008 " ]; then
         ok "$name: resumed from 8 and diverging again, it stops after step 9 (4 in a row across the resume)"
     else not_ok "$name: the resume that diverges again (exit $rc)" "$TMP/log_${name}_again"; fi
     if run "log_${name}_resumed" "$out" "$np" "$bin" -x 12 -n 2 -nk 2 -y 1 "$@" &&
@@ -138,9 +139,10 @@ if selected stop_at_once; then
 fi
 
 # AdamW's v overflows on a gradient of 1e20 that --grad-clip 0 lets through (its norm and the
-# loss are finite, so the step is applied): the save of step 4 refuses it.
+# loss are finite, and with --spike-norm-factor 0 not a spike, so the step is applied): the
+# save of step 4 refuses it.
 if selected v_overflow; then
-    LLMC_TEST_GRAD_SPIKE=2:1e20 run log_v out_v 2 ./train_gpt2 -z 1 -x 6 -n 2 -nk 1 --grad-clip 0
+    LLMC_TEST_GRAD_SPIKE=2:1e20 run log_v out_v 2 ./train_gpt2 -z 1 -x 6 -n 2 -nk 1 --grad-clip 0 --spike-norm-factor 0
     if [ $? = 1 ] && one_error "$TMP/log_v" "checkpoint of step 4 not saved: element 0 of h0.qkvb in AdamW's v is not finite" \
            "the earlier checkpoints are kept" && [ "$(checkpoints out_v)" = "checkpoint_00000002 " ] &&
        finite "$(ckpt out_v 2)"/{model,optimizer}.bin; then
