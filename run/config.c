@@ -76,6 +76,12 @@ const OptionSpec TRAIN_OPTIONS[] = {
      "all-gather synchronously after the update instead of during the next forward"},
     {NULL, "--check-nan", OPT_FLAG, CLI_FIELD(check_nan), 0, 0,
      "stop at the first non-finite gradient, naming its parameter (costs a scan per step)"},
+    {NULL, "--exit-signal-handler", OPT_INT, CLI_FIELD(exit_signal_handler), 0, 1,
+     "1: on SIGTERM or SIGINT every rank finishes its step, saves a checkpoint in -o and exits 128 + the signal (a "
+     "second signal ends at once); 0: the signals end the job at once"},
+    {NULL, "--exit-duration-in-mins", OPT_FLOAT, CLI_FIELD(exit_duration_mins), 0, 1e9,
+     "end the run with a checkpoint in -o after the first step that ends this many minutes after the start "
+     "(0: never)"},
     {NULL, "--max-nonfinite-steps", OPT_INT, CLI_FIELD(max_nonfinite_steps), 0, INT_MAX,
      "a step whose loss or grad norm is not finite is skipped; more than N such steps in a row stop the run (0: stop "
      "at the first)"},
@@ -195,6 +201,7 @@ void config_defaults(TrainConfig* c, const TrainerBuild* build) {
     c->grad_dtype = DTYPE_FP32;
     c->outlier_window = 128;
     c->max_nonfinite_steps = 3;
+    c->exit_signal_handler = 1;
     c->trace_every = TRACE_EVERY_DEFAULT;
     c->spike_loss_factor = 2.0f;  // the defaults' margins: docs/training.md, "Loss spikes"
     c->spike_norm_factor = 10.0f;

@@ -71,6 +71,8 @@ typedef struct {
     int overlap_grad_reduce, overlap_param_gather;
     int check_nan;
     int max_nonfinite_steps;    // skipped non-finite steps in a row that a run survives (0: stop at the first)
+    int exit_signal_handler;    // SIGTERM/SIGINT: finish the step, save, exit (run/preempt.h)
+    float exit_duration_mins;   // end with a checkpoint after this many minutes (0: never)
     const char* trace_file;     // --trace: FILE.rankN.json per rank (zero1/trace.h)
     int trace_every;            // rewritten every K steps
     const char* trace_steps;    // --trace-steps A-B; parsed into the two below

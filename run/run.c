@@ -2,6 +2,7 @@
 #include "run/run.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -153,6 +154,8 @@ int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
     tensorboard_open(&run->tensorboard, cfg->tensorboard && run->rank == 0 ? tb_dir : NULL, step);
     run->first_step = run->last_checkpoint = step;
     run->epoch = run->train.epoch;
+    run->started_ms = wall_ms();
+    if (cfg->exit_signal_handler) preempt_install();
     return step;
 }
 
@@ -160,6 +163,7 @@ int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
 
 int run_evaluate(Run* run, int step, const RunEvals* evals) {
     const TrainConfig* cfg = &run->cfg;
+    if (run->preempted) return 0;  // stopped with its checkpoint: no evals in the grace it has
     int last = step == run->max_steps;
     if (run->has_val && (step % cfg->val_every == 0 || last)) {
         float vl = evals->validation_loss(evals->ctx, &run->val, run->val_batches);
@@ -347,6 +351,27 @@ static void run_save_checkpoint(Run* run, int steps_done) {
     run_checkpoint_committed(run, steps_done);
 }
 
+// A signal or --exit-duration-in-mins (run/preempt.h): this step's checkpoint in -o unless it
+// has one, written before the run goes, then one line; run_evaluate ends the steps.
+static void run_stop_preempted(Run* run, int steps_done, int why, int saved_now) {
+    const TrainConfig* cfg = &run->cfg;
+    if (cfg->output_dir && !saved_now) run_save_checkpoint(run, steps_done);
+    if (cfg->async_save) run_async_save_progress(run, steps_done, 1);
+    run->preempted = why;
+    if (run->rank != 0) return;
+    char cause[64], saved[PATH_MAX_LEN + 64] = "no -o, so nothing was saved";
+    if (why == PREEMPT_DURATION) snprintf(cause, sizeof(cause), "--exit-duration-in-mins %g", cfg->exit_duration_mins);
+    else snprintf(cause, sizeof(cause), "%s", why == SIGINT ? "SIGINT" : why == SIGTERM ? "SIGTERM" : "a signal");
+    if (cfg->output_dir) {
+        snprintf(saved, sizeof(saved), "checkpoint of step %d in %s/checkpoint_%08d: -y 1 resumes from it",
+                 steps_done, cfg->output_dir, steps_done);
+    }
+    // main.log too: under mpirun, which stops passing on the ranks' output once it is signalled
+    logger_line(&run->logger, "s:%d stop:%s\n", steps_done, why == PREEMPT_DURATION ? "duration" : cause);
+    fprintf(stderr, "stopped by %s after step %d; %s\n", cause, steps_done, saved);
+    fflush(stderr);
+}
+
 void run_step_end(Run* run, const StepResult* r) {
     const TrainConfig* cfg = &run->cfg;
     int step = r->step;
@@ -363,13 +388,18 @@ void run_step_end(Run* run, const StepResult* r) {
     run_stop_if_diverged(run, r);
     spike_stop_if_diverged(&run->spikes, cfg->max_spike_steps, step + 1, r->loss, r->grad_norm, r->loss_ratio,
                            r->norm_ratio, cfg->output_dir);
-    if (cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps)) {
+    int save_now = cfg->checkpoint_every > 0 && ((step + 1) % cfg->checkpoint_every == 0 || step + 1 == run->max_steps);
+    if (save_now) {
         run_save_checkpoint(run, step + 1);
     } else if (cfg->async_save) {
         run_async_save_progress(run, step + 1, 0);
     }
     logger_check(&run->logger);  // a failed write ends the job, once this step's checkpoint was tried
     tensorboard_check(&run->tensorboard);
+    if (cfg->exit_signal_handler || cfg->exit_duration_mins > 0) {
+        int why = preempt_agree(wall_ms() - run->started_ms, cfg->exit_duration_mins, step + 1);
+        if (why) run_stop_preempted(run, step + 1, why, save_now);
+    }
 }
 
 // ---------------------------------------------------------------------------- the end
@@ -398,5 +428,5 @@ int run_close(Run* run) {
     if (run->has_val) dataloader_free(&run->val);
     if (run->has_hellaswag) hellaswag_free(&run->hellaswag);
     mpiDeadline("MPI_Finalize", MPI_Finalize());
-    return run->status;
+    return run->preempted > 0 ? 128 + run->preempted : run->status;
 }

@@ -36,6 +36,7 @@
 #include "run/metrics.h"
 #include "run/optimizer.h"
 #include "run/outliers.h"
+#include "run/preempt.h"
 #include "run/skip_batches.h"
 #include "run/spikes.h"
 #include "run/step.h"
@@ -80,6 +81,8 @@ typedef struct {
     int timed_steps, first_step, last_checkpoint;
     size_t epoch;                 // the train data's, as the last step line reported it
     int status;                   // the exit status: 1 when the replicas differ
+    double started_ms;            // run_start's time, for --exit-duration-in-mins
+    int preempted;                // run/preempt.h: the signal that stopped the run, PREEMPT_DURATION, or 0
 } Run;
 
 // The forwards the evaluations need, all of one trainer (ctx).

@@ -57,6 +57,7 @@
 #SBATCH --gpus-per-task=1
 #SBATCH --cpus-per-task=8
 #SBATCH --time=24:00:00
+#SBATCH --signal=TERM@120
 #SBATCH --requeue
 #SBATCH --output=%x-%j.out
 set -euo pipefail

@@ -17,6 +17,7 @@
 #   MPI_IF           interface (eth0) or subnet (10.1.0.0/16) for Open MPI's own TCP traffic
 #   OMP_NUM_THREADS  host threads per rank (default: this node's cores / GPUS_PER_NODE)
 #   MPIRUN_ARGS      more mpirun arguments, split on blanks (e.g. --bind-to numa)
+#   SIGKILL_TIMEOUT  seconds a signalled job has to save its checkpoint (default 30)
 #   DRY_RUN=1        print the mpirun command instead of running it
 # Every NCCL_*, UCX_* and CUDA_* variable set here is passed to every rank.
 set -euo pipefail
@@ -40,6 +41,10 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / GPUS_PER_NODE > 0 ? $(n
 cmd=(mpirun -np $((nodes * GPUS_PER_NODE)) --hostfile "$HOSTFILE" --map-by "ppr:$GPUS_PER_NODE:node" --bind-to none)
 [ "$(id -u)" = 0 ] && cmd+=(--allow-run-as-root)
 [ -n "${MPI_IF:-}" ] && cmd+=(--mca btl_tcp_if_include "$MPI_IF" --mca oob_tcp_if_include "$MPI_IF")
+# SIGTERM or Ctrl-C to mpirun: Open MPI 4 sends the ranks SIGCONT, waits this many seconds,
+# SIGTERM, waits as long, then SIGKILL (default 1). The trainer saves a checkpoint on SIGTERM
+# (--exit-signal-handler): SIGKILL_TIMEOUT seconds (default 30) are its time to do so.
+cmd+=(--mca odls_base_sigkill_timeout "${SIGKILL_TIMEOUT:-30}")
 # mpirun -x refuses a variable that is not set, so only what is.
 for var in OMP_NUM_THREADS PATH LD_LIBRARY_PATH $(compgen -e | grep -E '^(NCCL|UCX|CUDA)_' || true); do
     [ -n "${!var+set}" ] && cmd+=(-x "$var")
