@@ -643,29 +643,34 @@ float checkpoint_moments_bound(float b1, float b2) {
 // The first model-space element, over all ranks (collective), whose m and v break
 // m^2 <= bound v (checkpoint_moments_bound), or SIZE_MAX; Muon's matrices (a momentum, v
 // zeros) are left out.
-static size_t checkpoint_moments_first_broken(const CheckpointTransfer* t, const GPT2Config* mc, Optimizer* o,
-                                              double c, int muon, int step) {
+static size_t checkpoint_moments_first_broken(const GPT2Config* mc, Optimizer* o, double c, int muon, int step) {
     uint64_t first = UINT64_MAX;
     size_t* offsets = (size_t*)callocCheck((size_t)gpt2_num_tensors(mc), sizeof(size_t));
     checkpoint_file_offsets(mc, offsets);
-    const CheckpointFilePlan* f = &t->plans[1];
-    for (int i = 0; i < f->num_slices; i++) {
-        const CheckpointSlice* s = &f->slices[i];
-        if (s->which != OPTIMIZER_M || (muon && gpt2_tensor_is_hidden_matrix(mc, s->range.param))) continue;
-        float* m = (float*)mallocCheck(s->range.n * sizeof(float));
-        float* v = (float*)mallocCheck(s->range.n * sizeof(float));
-        o->ops->read_piece(o, OPTIMIZER_M, &s->range, m);
-        o->ops->read_piece(o, OPTIMIZER_V, &s->range, v);
-        for (size_t k = 0; k < s->range.n; k++) {  // fp32 rounding and underflow: 1% and 1e-30 of slack
-            if ((double)m[k] * m[k] > c * v[k] * 1.01 + 1e-30) {
-                uint64_t at = offsets[s->range.param] + s->range.start + k;
-                if (at < first) first = at;
-                break;
+    int n = o->ops->checkpoint_pieces(o, NULL, 0);
+    OptimizerPiece* pieces = (OptimizerPiece*)mallocCheck((size_t)(n > 0 ? n : 1) * sizeof(OptimizerPiece));
+    o->ops->checkpoint_pieces(o, pieces, n);
+    const size_t chunk = (size_t)1 << 20;  // 8 MiB of m and v at a time, whatever the model
+    float* m = (float*)mallocCheck(chunk * sizeof(float));
+    float* v = (float*)mallocCheck(chunk * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        if (muon && gpt2_tensor_is_hidden_matrix(mc, pieces[i].param)) continue;
+        for (size_t at = 0; at < pieces[i].n; at += chunk) {
+            OptimizerPiece r = {pieces[i].param, pieces[i].start + at, pieces[i].n - at < chunk ? pieces[i].n - at : chunk};
+            o->ops->read_piece(o, OPTIMIZER_M, &r, m);
+            o->ops->read_piece(o, OPTIMIZER_V, &r, v);
+            for (size_t k = 0; k < r.n; k++) {  // fp32 rounding and underflow: 1% and 1e-30 of slack
+                if ((double)m[k] * m[k] > c * v[k] * 1.01 + 1e-30) {
+                    uint64_t e = offsets[r.param] + r.start + k;
+                    if (e < first) first = e;
+                    break;
+                }
             }
         }
-        free(m);
-        free(v);
     }
+    free(m);
+    free(v);
+    free(pieces);
     free(offsets);
     MPI_Request request;
     mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, &first, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD, &request));
@@ -678,7 +683,7 @@ void checkpoint_restore(const CheckpointResume* r, const GPT2Config* mc, Optimiz
     double rss_before = checkpoint_memcheck_begin(), t0 = wall_ms();
     CheckpointTransfer t;
     checkpoint_load(r->dir, mc, o, &r->manifest, r->state.step, &t);
-    size_t broken = moments_bound > 0 ? checkpoint_moments_first_broken(&t, mc, o, moments_bound, muon, r->state.step)
+    size_t broken = moments_bound > 0 ? checkpoint_moments_first_broken(mc, o, moments_bound, muon, r->state.step)
                                       : SIZE_MAX;
     if (broken != SIZE_MAX) {
         size_t* offsets = (size_t*)callocCheck((size_t)gpt2_num_tensors(mc), sizeof(size_t));

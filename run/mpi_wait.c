@@ -1,6 +1,8 @@
 // run/mpi_wait.c: what run/mpi_wait.h declares.
 #include "run/mpi_wait.h"
 
+#include "run/config.h"  // CLI_MIN_COMM_TIMEOUT_S
+
 static double mpi_wait_timeout_s_ = WATCHDOG_DEFAULT_TIMEOUT_S;
 
 void mpi_wait_set_timeout(double seconds) { mpi_wait_timeout_s_ = seconds; }
@@ -70,7 +72,8 @@ static void mpi_wait_timeout_from_args(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i++) {
         char* end;
         double s = strcmp(argv[i], "--comm-timeout") == 0 ? strtod(argv[i + 1], &end) : -1;
-        if (s >= 0 && *end == '\0') mpi_wait_timeout_s_ = s;
+        // below CLI_MIN_COMM_TIMEOUT_S (the flags' check refuses it) MPI_Init keeps the default
+        if ((s == 0 || s >= CLI_MIN_COMM_TIMEOUT_S) && *end == '\0') mpi_wait_timeout_s_ = s;
     }
 }
 
