@@ -433,7 +433,7 @@ shared_row 2 zero1_vs_plain_np2_batch same_within "$OUT/z_np1_plain.log" "$OUT/z
 # -m counts global batches (run/eval.h): one model's val loss at np 1 and np 2 (-m 5: rank 1
 # gets one batch fewer) within 1e-5, a few float ulps of the summed losses (about 54).
 val_ranks() {
-    local f=(-e "$OUT/model_fp32.bin" -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" -b 2 -t 64 -x 0 -v 1
+    local f=(-e "$OUT/model_fp32.bin" -i "$OUT/random_tokens.bin" -j "$OUT/random_tokens.bin" --allow-train-val-overlap -b 2 -t 64 -x 0 -v 1
         -m 5 -s 0 -z 1)
     "${ZZ[@]}" "${f[@]}" >"$OUT/val_np1.log" 2>&1 &&
         on_layer "${SHARED[@]}" "${MPIRUN[@]}" -np 2 "${ZZ[@]}" "${f[@]}" --comm mpi >"$OUT/val_np2.log" 2>&1 || return 1

@@ -28,7 +28,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 small_model "$TMP" || fatal "the small model (build, oracle)"
 pattern_shard "$TMP/pattern.bin" || fatal "the pattern shard"
 BIN=./train_gpt2
-COMMON=(-e "$TMP/m.bin" -i "$TMP/pattern.bin" -j "$TMP/pattern.bin" -b 2 -t 32 -m 1 -s 0 -l 1e-3)
+COMMON=(-e "$TMP/m.bin" -i "$TMP/pattern.bin" -j "$TMP/pattern.bin" --allow-train-val-overlap -b 2 -t 32 -m 1 -s 0 -l 1e-3)
 
 # ---- straggler
 if selected straggler || selected tensorboard; then
