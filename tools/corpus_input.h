@@ -21,6 +21,12 @@
  * and tokenized once the whole member verified). It stays at most one input ahead of the reader, so
  * that the page cache still holds an input when the reader reads it again.
  *
+ * The reader tokenizes exactly what the verifier verified: the verifier keeps the CRC32C of
+ * the verified text and the identity of the file it read (device, inode, size, modification
+ * time), and an input whose reader saw another file at its path, or other text, ends the run
+ * before anything is committed ("changed after it was verified"): a .gz renamed over or
+ * rewritten in place while the reader was still on an earlier input.
+ *
  * A zstd frame may be written without a checksum (zstd's --no-check; some libraries'
  * default): corruption inside it can decode without an error. Such frames are counted
  * (in->unchecked_frames) for a warning.
@@ -40,6 +46,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "run/crc32c.h"
 #include "run/files.h"
 #include "tools/shard_writer.h"
 
@@ -68,6 +75,8 @@ typedef struct {
     z_stream z;
     int unchecked_frames;    // zstd frames without a content checksum
     char why[256];           // STEP_DAMAGED: what is wrong, with the offsets
+    struct stat st;          // the file as opened (not for stdin)
+    uint32_t text_crc;       // CRC32C of the text decoded so far
 } Decoder;
 
 static void decoder_open(Decoder* d, const char* path, const char* label, int codec) {
@@ -76,6 +85,7 @@ static void decoder_open(Decoder* d, const char* path, const char* label, int co
     d->codec = codec;
     d->f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     if (d->f == NULL) fatal("cannot read input '%s': %s", path, strerror(errno));
+    if (d->f != stdin && fstat(fileno(d->f), &d->st) != 0) fatal("cannot stat input '%s': %s", path, strerror(errno));
     d->in = (unsigned char*)mallocCheck(CHUNK_BYTES);
     if (codec == CODEC_ZSTD) {
         d->zs = ZSTD_createDStream();
@@ -219,6 +229,8 @@ typedef struct {
     long long documents, bad;
     // the verifier's findings, under Verifier.mu until verify_done
     long long verified;      // text bytes in members that verified
+    uint32_t verified_crc;   // their CRC32C
+    struct stat verified_st; // the file the verifier read
     int verify_done;
     char* damage;            // why the rest cannot be used (allocated), or NULL
     long long damage_at;     // where that rest begins (a file offset)
@@ -250,6 +262,12 @@ static void input_probe(Input* in, const char* path) {
     memset(in, 0, sizeof(*in));
     in->path = path;
     in->label = strcmp(path, "-") == 0 ? "<stdin>" : path;
+    for (const char* c = path; *c; c++) {  // the manifest names each input on a line of its own
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+            fatal("input name '%s' holds a control character (byte %d at %d): a newline in it would start a line of "
+                  "the corpus's manifest; rename the file", path, (unsigned char)*c, (int)(c - path));
+        }
+    }
     const char* kind = strcmp(path, "-") == 0 ? NULL : not_regular_file_kind(path);
     if (kind) fatal("input '%s' is %s, not a regular file (pipe a stream in as -)", path, kind);
     if (!input_classify(in)) {
@@ -283,9 +301,11 @@ typedef struct {
     pthread_t thread;
 } Verifier;
 
-static void verifier_publish(Verifier* v, Input* in, long long verified, int done, const Decoder* d) {
+static void verifier_publish(Verifier* v, Input* in, long long verified, uint32_t crc, int done, const Decoder* d) {
     pthread_mutex_lock(&v->mu);
     in->verified = verified;
+    in->verified_crc = crc;
+    if (d) in->verified_st = d->st;
     if (done) {
         in->verify_done = 1;
         if (d) {
@@ -304,13 +324,15 @@ static void verify_input(Verifier* v, Input* in, unsigned char* scratch) {
     Decoder d;
     decoder_open(&d, in->path, in->label, in->codec);
     long long text = 0, verified = 0;
+    uint32_t crc = 0, verified_crc = 0;
     while (1) {
         size_t n;
         int s = decoder_step(&d, scratch, CHUNK_BYTES, &n);
         text += (long long)n;
+        crc = crc32c_update(crc, scratch, n);
         if (s == STEP_MORE) continue;
-        if (s == STEP_MEMBER_END) verified = text;
-        verifier_publish(v, in, verified, s != STEP_MEMBER_END, &d);
+        if (s == STEP_MEMBER_END) verified = text, verified_crc = crc;
+        verifier_publish(v, in, verified, verified_crc, s != STEP_MEMBER_END, &d);
         if (s != STEP_MEMBER_END) break;
     }
     decoder_close(&d);
@@ -324,7 +346,7 @@ static void* verifier_main(void* arg) {
         while (k > v->reading + 1) pthread_cond_wait(&v->changed, &v->mu);
         pthread_mutex_unlock(&v->mu);
         Input* in = &v->inputs[k];
-        if (in->codec == CODEC_PLAIN) verifier_publish(v, in, LLONG_MAX, 1, NULL);  // no checksum to wait for
+        if (in->codec == CODEC_PLAIN) verifier_publish(v, in, LLONG_MAX, 0, 1, NULL);  // no checksum to wait for
         else verify_input(v, in, scratch);
     }
     free(scratch);
@@ -360,6 +382,17 @@ static size_t input_read(Verifier* v, Input* in, unsigned char* out, size_t cap)
     long long limit = in->verified;
     pthread_mutex_unlock(&v->mu);
     if (limit <= in->text_read) {  // the verifier is done with this input, and so is the reader
+        const struct stat *was = &in->verified_st, *now = &in->dec.st;
+        const char* changed = was->st_dev != now->st_dev || was->st_ino != now->st_ino ? "another file is at its path now"
+                              : was->st_size != now->st_size || was->st_mtim.tv_sec != now->st_mtim.tv_sec ||
+                                      was->st_mtim.tv_nsec != now->st_mtim.tv_nsec
+                                  ? "it was rewritten"
+                              : in->dec.text_crc != in->verified_crc ? "its text differs from what verified"
+                                                                     : NULL;
+        if (in->codec != CODEC_PLAIN && changed) {
+            fatal("input '%s' changed after it was verified (%s): nothing of this run is committed; keep the inputs "
+                  "in place while prepro_corpus runs", in->label, changed);
+        }
         in->damaged = in->damage;
         return 0;
     }
@@ -373,6 +406,7 @@ static size_t input_read(Verifier* v, Input* in, unsigned char* out, size_t cap)
               limit, s == STEP_DAMAGED ? in->dec.why : "it ends earlier");
     }
     in->text_read += (long long)n;
+    in->dec.text_crc = crc32c_update(in->dec.text_crc, out, n);
     return n;
 }
 

@@ -166,6 +166,7 @@ static void reader_open_record(Reader* r, Batch* b) {
 
 static void reader_start_input(Reader* r) {
     verifier_reading(r->verifier, r->cur);
+    seam_stop_at("corpus_input", r->cur, "before the reader opens input");  // tests: the input swapped here
     input_start(&r->inputs[r->cur]);
     r->line = 1;
     r->pos = r->len = 0;

@@ -422,4 +422,48 @@ else
     fi
 fi
 
+# A .gz input swapped after the verifier passed it, while the reader was still on the input
+# before it (stopped as it is about to open this one: LLMC_TEST_STOP=corpus_input:0:1, a
+# 300 KB first input gives the verifier the time): renamed over, or rewritten in place. Exit 1
+# naming the input, and no corpus committed.
+mkdir -p "$TMP/swap"
+$PY - "$TMP/swap" <<'PYEOF'
+import gzip, json, sys
+out = sys.argv[1]
+with open(out + "/big.jsonl", "w") as f:
+    for k in range(1500):
+        f.write(json.dumps({"text": "the first input, long enough to keep the reader busy, line %d. " % k * 3}) + "\n")
+for name, word in (("a", "verified"), ("b", "swapped in")):
+    with open("%s/%s.jsonl.gz" % (out, name), "wb") as f:
+        f.write(gzip.compress("".join(json.dumps({"text": "%s %d" % (word, k)}) + "\n" for k in range(50)).encode()))
+PYEOF
+for how in renamed rewritten; do
+    cp "$TMP/swap/a.jsonl.gz" "$TMP/swap/in_$how.jsonl.gz"
+    LLMC_TEST_STOP=corpus_input:0:1 "${TOOL[@]}" --shard-tokens 100000 --val-tokens 0 --out-dir "$TMP/swap/out_$how" \
+        "$TMP/swap/big.jsonl" "$TMP/swap/in_$how.jsonl.gz" >/dev/null 2>"$TMP/swap/$how.err" &
+    pid=$!
+    if wait_stopped "$TMP/swap/$how.err" 1 >/dev/null; then
+        if [ $how = renamed ]; then cp "$TMP/swap/b.jsonl.gz" "$TMP/swap/b_copy.gz" && mv "$TMP/swap/b_copy.gz" "$TMP/swap/in_$how.jsonl.gz"
+        else cat "$TMP/swap/b.jsonl.gz" >"$TMP/swap/in_$how.jsonl.gz"; fi
+        kill -CONT $pid
+    fi
+    wait $pid
+    rc=$?
+    if [ $rc = 1 ] && grep -q "^error: input '.*in_$how.jsonl.gz' changed after it was verified" "$TMP/swap/$how.err" &&
+        [ -z "$(ls "$TMP/swap/out_$how" 2>/dev/null | grep -v '^\.lock$')" ]; then
+        ok "input $how after its verification: exit 1, $(grep '^error:' "$TMP/swap/$how.err" | sed "s|$TMP/||g" | cut -c1-120), nothing committed"
+    else
+        not_ok "input $how after its verification: exit $rc, left: $(ls "$TMP/swap/out_$how" 2>/dev/null | tr '\n' ' ')" "$TMP/swap/$how.err"
+    fi
+done
+# An input name holding a newline would start a line of the manifest: refused.
+mkdir -p "$TMP/nl" && nl_name="$TMP/nl/x"$'\n'"shard train 1 1026 0 y.bin .jsonl" && cp "$TMP/swap/big.jsonl" "$nl_name"
+"${TOOL[@]}" --out-dir "$TMP/nl/out" "$nl_name" >/dev/null 2>"$TMP/nl.err"
+rc=$?
+if [ $rc = 1 ] && grep -q "holds a control character (byte 10" "$TMP/nl.err" && [ ! -e "$TMP/nl/out/corpus_manifest.txt" ]; then
+    ok "an input name with a newline: refused ($(cut -c1-60 "$TMP/nl.err" | head -1)...)"
+else
+    not_ok "an input name with a newline: exit $rc" "$TMP/nl.err"
+fi
+
 done_testing
