@@ -1,6 +1,8 @@
 // run/config.c: what run/config.h declares.
 #include "run/config.h"
 
+#include <ctype.h>
+
 const char* const TRAIN_DEFAULT_TOKENIZER = "data/gpt2_tokenizer.bin";
 
 const OptionSpec TRAIN_OPTIONS[] = {
@@ -281,7 +283,8 @@ static double cli_number(const char* flag, const char* value, int integer, doubl
     char* end = NULL;
     errno = 0;
     double x = integer ? (double)strtoll(value, &end, 10) : strtod(value, &end);
-    if (end == value || *end != '\0' || errno != 0) {
+    // strtod and strtoll pass over leading blanks: ' 5' is refused as '5 ' is
+    if (end == value || *end != '\0' || errno != 0 || isspace((unsigned char)value[0])) {
         fatal("%s expects %s, got '%s'", flag, integer ? "an integer" : "a number", value);
     }
     if (!(x >= min && x <= max)) {  // NaN too
@@ -505,6 +508,10 @@ int config_validate(const TrainConfig* c, const TrainerBuild* build, int world) 
     }
     if (c->start_over && c->resume_asked) {
         fatal("--start-over removes the run in -o to start a fresh one, -y 1 resumes it: give one of the two");
+    }
+    if ((c->allow_resume_change || c->allow_corpus_change) && !c->resume_asked) {
+        fatal("%s allows a change against the checkpoint a resume continues: add -y 1, or leave it out",
+              c->allow_resume_change ? "--allow-resume-change" : "--allow-corpus-change");
     }
     if (c->trace_file && c->trace_file[0] == '\0') fatal("--trace '': give the trace files' path prefix (FILE.rankN.json)");
     if (!c->trace_file && (c->trace_steps || c->trace_every != TRACE_EVERY_DEFAULT)) {

@@ -105,7 +105,7 @@ static inline int zero1_parse_bucket_size(const char* flag, const char* value, l
     }
     errno = 0;
     v = strtoull(value, &end, 10);
-    if (end == value || *end != '\0' || errno != 0 || value[0] == '-' || v > (1ULL << 62)) {
+    if (end == value || *end != '\0' || errno != 0 || value[0] < '0' || value[0] > '9' || v > (1ULL << 62)) {
         snprintf(err, err_len, "%s expects a number of elements (1 to 2^62) or none, got '%s'", flag, value);
         return -1;
     }

@@ -113,6 +113,10 @@ expect_error timeout_negative     1 "--comm-timeout -1 is out of range"     -- -
 expect_error timeout_tiny         1 "--comm-timeout 1e-09: use 0 (wait forever) or at least 1 s" -- --comm-timeout 1e-9
 expect_error bucket_size_0        2 "--bucket-size 0: for one bucket use --bucket-size none" -- --bucket-size 0
 expect_error bucket_size_word     1 "--bucket-size expects a number of elements" -- --bucket-size lots
+expect_error bucket_size_blank    1 "--bucket-size expects a number of elements" -- --bucket-size ' 5'
+expect_error int_leading_blank    1 "-b expects an integer, got ' 2'" -- -b ' 2'
+expect_error allow_change_no_resume 1 "--allow-resume-change allows a change" "add -y 1" -- --allow-resume-change -o "$TMP/x"
+expect_error allow_corpus_no_resume 1 "--allow-corpus-change allows a change" "add -y 1" -- --allow-corpus-change -o "$TMP/x"
 expect_error int_range_printed    1 "-b 0 is out of range [1, 1048576]"     -- -b 0
 expect_error descriptor_depth_0   1 "-e d0: a descriptor dN"  -- -e d0
 expect_error descriptor_too_deep  1 "takes N from 1 to 1024"   -- -e d5000
