@@ -299,6 +299,9 @@ static void checkpoint_read_state(const char* path, CheckpointState* s) {
         char key[64], value[64], extra;
         int at = 0;
         if (sscanf(line, "%63s %n", key, &at) != 1) fatal("%s: malformed line '%.80s'", path, line);
+        if (at != (int)strlen(key) + 1 || line[0] != key[0]) {  // as written: no number is read past a stray blank
+            fatal("%s: line '%.80s' is not 'KEY VALUE' with one blank between, as the trainer writes it", path, line);
+        }
         int i = 0;
         while (i < CHECKPOINT_NUM_STATE_FIELDS && strcmp(CHECKPOINT_STATE_FIELDS[i].key, key) != 0) i++;
         if (i == CHECKPOINT_NUM_STATE_FIELDS) fatal("%s: unknown field '%s'", path, key);
