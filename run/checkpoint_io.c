@@ -339,7 +339,8 @@ static void checkpoint_memcheck_end(double rss_before, const char* what, const C
 }
 
 // Rank 0: -1 when both files of a transfer are finite; else the file that holds the first
-// NaN or infinity, and in what which value it is ("element 3 of h0.qkvb in AdamW's v").
+// NaN or infinity (or negative v), and in what which value it is ("element 3 of h0.qkvb in
+// AdamW's v is not finite or is negative").
 static int checkpoint_nonfinite_where(const CheckpointTransfer* t, const GPT2Config* cfg, char* what,
                                       size_t cap) {
     for (int k = 0; k < 2; k++) {
@@ -348,7 +349,8 @@ static int checkpoint_nonfinite_where(const CheckpointTransfer* t, const GPT2Con
         size_t n = gpt2_num_parameters(cfg), element = (t->nonfinite_at[file] - CHECKPOINT_HEADER_BYTES) / sizeof(float);
         const char* state = file == CHECKPOINT_MODEL ? "the master weights"
                             : element < n                ? "AdamW's m"
-                                                         : "AdamW's v (or is negative)";
+                                                         : "AdamW's v";
+        int is_v = file != CHECKPOINT_MODEL && element >= n;  // a sum of squares: negative is no value either
         element %= n;
         size_t* offsets = (size_t*)callocCheck((size_t)gpt2_num_tensors(cfg), sizeof(size_t));
         checkpoint_file_offsets(cfg, offsets);
@@ -357,8 +359,9 @@ static int checkpoint_nonfinite_where(const CheckpointTransfer* t, const GPT2Con
             if (offsets[i] <= element && element - offsets[i] < gpt2_tensor_numel(cfg, i)) tensor = i;
         }
         char name[64];
-        snprintf(what, cap, "element %zu of %s in %s", element - offsets[tensor],
-                 gpt2_tensor_name(cfg, tensor, name, sizeof(name)), state);
+        snprintf(what, cap, "element %zu of %s in %s is not finite%s", element - offsets[tensor],
+                 gpt2_tensor_name(cfg, tensor, name, sizeof(name)), state,
+                 is_v ? " or is negative" : "");
         free(offsets);
         return file;
     }
@@ -397,7 +400,7 @@ void checkpoint_save_commit(const char* out_dir, const GPT2Config* cfg, Optimize
     seam_stop_at("save_commit", s->step, "in the checkpoint save, its files written, of step");
     if (rank == 0 && checkpoint_nonfinite_where(t, cfg, what, sizeof(what)) >= 0) {
         checkpoint_remove_dir(tmp);
-        snprintf(lost, sizeof(lost), "checkpoint of step %d not saved: %s is not finite (the earlier checkpoints "
+        snprintf(lost, sizeof(lost), "checkpoint of step %d not saved: %s (the earlier checkpoints "
                  "are kept)", s->step, what);
     } else if (rank == 0 && !run_dir_lost(lost)[0]) {  // lost meanwhile: the checkpoint is not renamed into place
         CheckpointManifest m;
@@ -460,7 +463,7 @@ static void checkpoint_load(const char* dir, const GPT2Config* cfg, Optimizer* o
     int file = utils_rank() == 0 ? checkpoint_nonfinite_where(t, cfg, what, sizeof(what)) : -1;
     if (file >= 0) {
         // The directory twice: each at most half the room (-o's length is checked at start).
-        snprintf(why, sizeof(why), "resume: %.2000s/%s: %s is not finite (an older build saved its run's state after "
+        snprintf(why, sizeof(why), "resume: %.2000s/%s: %s (an older build saved its run's state after "
                  "it had diverged): move %.2000s away to resume from the checkpoint before it", dir,
                  CHECKPOINT_FILES[file], what, dir);
     }

@@ -302,9 +302,9 @@ check_resume ckpt_state_two_blanks 1 state_two_blanks "$CK/state.txt: line 'step
 check_resume ckpt_state_step       1 state_step      "$CK/state.txt: field step = 1" "for step 2"
 check_resume ckpt_data_position    1 state_position  "data position: token 4000000 of shard 0" "good.bin"
 check_resume ckpt_state_tokens_wrap 1 state_tokens_wrap "$CK/state.txt: ranks 536838145 x B 2 x T 32" "do not fit in 63 bits"
-check_resume ckpt_v_negative     1 opt_v_negative  "element 10 of wte in AdamW's v (or is negative)"
-check_resume ckpt_v_negative     2 opt_v_negative  "in AdamW's v (or is negative)"
-check_resume ckpt_m_v_swapped    1 opt_swap_m_v    "in AdamW's v (or is negative)"
+check_resume ckpt_v_negative     1 opt_v_negative  "element 10 of wte in AdamW's v is not finite or is negative"
+check_resume ckpt_v_negative     2 opt_v_negative  "in AdamW's v is not finite or is negative"
+check_resume ckpt_m_v_swapped    1 opt_swap_m_v    "in AdamW's v is not finite or is negative"
 check_resume ckpt_m_halves_swapped 1 opt_swap_m_halves "AdamW's m and v cannot be averages of the same gradients"
 check_resume ckpt_m_halves_swapped 2 opt_swap_m_halves "AdamW's m and v cannot be averages of the same gradients"
 expect_error ckpt_other_model 1 "$CK/model.bin is a model with L=2" "-e d1" "belongs to another run" -- -x 3 -y 1 -o "$TMP/other_model" -e d1
