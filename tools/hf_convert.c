@@ -338,6 +338,7 @@ static void hf_read_config(const char* path, GPT2Config* c) {
         fatal("%s: \"layer_norm_epsilon\" must be 1e-05, as llm.c's LayerNorm uses", path);
     }
     hf_config_bool_is(&cfg, "scale_attn_weights", 1, path);
+    hf_config_bool_is(&cfg, "tie_word_embeddings", 1, path);  // llm.c's classifier is wte
     hf_config_bool_is(&cfg, "scale_attn_by_inverse_layer_idx", 0, path);
     json_free(&cfg);
 }

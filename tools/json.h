@@ -255,9 +255,32 @@ static inline void json_parse_value(JsonParser* p, JsonValue* v, int depth) {
     json_parse_number(p, v);
 }
 
-// Parses text[0..n) (one JSON value, blanks around it allowed) into *out.
+// The offset of the first byte of text[0..n) that is not well-formed UTF-8 (RFC 3629: no
+// overlong forms, surrogates or code points past U+10FFFF), or n.
+static inline size_t json_utf8_invalid_at(const unsigned char* s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (len == 0 || i + len > n) return i;
+        uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < least[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += len;
+    }
+    return n;
+}
+
+// Parses text[0..n) (one JSON value, blanks around it allowed) into *out. JSON text is
+// UTF-8 (RFC 8259): other bytes are refused before anything reads a name from them.
 static inline void json_parse(const char* text, size_t n, const char* what, JsonValue* out) {
     JsonParser p = {text, n, 0, what};
+    p.i = json_utf8_invalid_at((const unsigned char*)text, n);
+    if (p.i != n) json_fail(&p, "a byte that is not UTF-8 (JSON text is UTF-8)");
+    p.i = 0;
     json_parse_value(&p, out, 0);
     json_skip_ws(&p);
     if (p.i != n) json_fail(&p, "text after the value");

@@ -183,7 +183,13 @@ static inline void safetensors_open(const char* path, SafetensorsFile* sf) {
     sf->data_bytes = (uint64_t)size - sf->data_start;
     sf->tensors = (SafetensorsTensor*)callocCheck((size_t)header.count, sizeof(SafetensorsTensor));
     for (int k = 0; k < header.count; k++) {
-        if (strcmp(header.keys[k], "__metadata__") == 0) continue;
+        if (strcmp(header.keys[k], "__metadata__") == 0) {  // the format's: a map of strings to strings
+            const JsonValue* m = &header.items[k];
+            int strings = m->type == JSON_OBJECT;
+            for (int j = 0; strings && j < m->count; j++) strings = m->items[j].type == JSON_STRING;
+            if (!strings) fatal("%s: __metadata__ is not a map of strings to strings", path);
+            continue;
+        }
         for (int j = 0; j < k; j++) {
             if (strcmp(header.keys[j], header.keys[k]) == 0) fatal("%s: tensor '%s' appears twice", path, header.keys[k]);
         }

@@ -187,6 +187,29 @@ if [ "$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["n_layer"])
 else
     not_ok "import_duplicate_key: the fixture is not n_layer 2, then 3 (the last, as Python reads it)"
 fi
+# The header is UTF-8 JSON whose __metadata__ maps strings to strings (the format's rules), and
+# an untied lm_head cannot become llm.c's model: each refused, not imported.
+sthead() {  # sthead SRC DST PYEXPR: DST/model.safetensors with SRC's header text h rewritten as PYEXPR
+    mkdir -p "$2" && cp "$1/config.json" "$2/" && $PY - "$1/model.safetensors" "$2/model.safetensors" "$3" <<'PYEOF'
+import struct, sys
+src, dst, expr = sys.argv[1:4]
+data = open(src, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+h = data[8:8 + n]
+h = eval(expr)
+open(dst, "wb").write(struct.pack("<Q", len(h)) + h + data[8 + n:])
+PYEOF
+}
+sthead "$F/canonical" "$B/not_utf8" 'h.replace(b"\"pt\"", b"\"p\xff\"", 1)'
+sthead "$F/canonical" "$B/meta_list" 'h.replace(b"{\"format\":\"pt\"}", b"[\"pt\"]", 1)'
+sthead "$F/canonical" "$B/meta_number" 'h.replace(b"\"pt\"", b"1", 1)'
+mkdir -p "$B/untied_cfg" && cp "$F/canonical/model.safetensors" "$B/untied_cfg/" &&
+    $PY -c 'import json, sys; c = json.load(open(sys.argv[1])); c["tie_word_embeddings"] = False; json.dump(c, open(sys.argv[2], "w"))' \
+        "$F/canonical/config.json" "$B/untied_cfg/config.json"
+refuse import_header_not_utf8 "$B/i7.bin" "a byte that is not UTF-8" -- import "$B/not_utf8" "$B/i7.bin"
+refuse import_metadata_list "$B/i8.bin" "__metadata__ is not a map of strings to strings" -- import "$B/meta_list" "$B/i8.bin"
+refuse import_metadata_number "$B/i9.bin" "__metadata__ is not a map of strings to strings" -- import "$B/meta_number" "$B/i9.bin"
+refuse import_untied "$B/i10.bin" '"tie_word_embeddings" must be true' -- import "$B/untied_cfg" "$B/i10.bin"
 refuse import_out_under_file "$B/afile/x.bin" "cannot open" -- import "$F/canonical" "$B/afile/x.bin"
 expect_error import_out_is_dir 1 "exists and is not a regular file" -- import "$F/canonical" "$B/emptydir"
 BIN="bash $B/limited.sh" refuse import_disk_full "$B/i5.bin" "write failed" -- import "$F/canonical" "$B/i5.bin"
