@@ -107,6 +107,12 @@ void run_dir_close(void) {
 
 void run_dir_check_length(const char* dir) {
     size_t len = strlen(dir), max = PATH_MAX_LEN - 1 - RUN_DIR_SUFFIX_MAX;
+    for (size_t i = 0; i < len; i++) {  // every message and main.log line that names -o stays one line
+        if ((unsigned char)dir[i] < 0x20 || dir[i] == 0x7f) {
+            fatal("-o holds a control character (byte %d at %zu): a newline in it would split every line that names "
+                  "it; choose another name", (unsigned char)dir[i], i);
+        }
+    }
     if (len > max) {
         fatal("-o '%s' is %zu characters long; at most %zu fit (the paths of the checkpoint files in it must stay "
               "under the system's limit of %d bytes)", dir, len, max, PATH_MAX_LEN);

@@ -312,5 +312,5 @@ FINAL=$OUT_DIR/$(printf 'checkpoint_%08d' "$STEPS")
 if [ "$DRY_RUN" = 0 ] && [ ! -f "$FINAL/manifest.txt" ]; then
     die "the run ended without its final checkpoint $FINAL (rerun this command to resume)"
 fi
-run ./hf_convert export "$FINAL" "$HF_DIR"
+run ./hf_convert export "$FINAL" "$HF_DIR" --overwrite  # a rerun of a finished run exports again
 phase "done: $OUT_DIR/main.log, $FINAL, $HF_DIR"

@@ -220,7 +220,7 @@ static void hf_make_output_dir(const char* dir) {
 
 #define HF_NONFINITE_HINT "refused: a model that diverged (--allow-nonfinite converts it anyway)"
 
-static void hf_export(const char* in, const char* out_dir, int bf16, int allow_nonfinite) {
+static void hf_export(const char* in, const char* out_dir, int bf16, int allow_nonfinite, int overwrite) {
     char model[PATH_MAX_LEN], st_path[PATH_MAX_LEN], config_path[PATH_MAX_LEN];
     hf_resolve_model(in, model, sizeof(model));
     GPT2Config c;
@@ -244,6 +244,8 @@ static void hf_export(const char* in, const char* out_dir, int bf16, int allow_n
     hf_make_output_dir(out_dir);
     path_format(st_path, sizeof(st_path), "%s/model.safetensors", out_dir);
     path_format(config_path, sizeof(config_path), "%s/config.json", out_dir);
+    const char* there = access(st_path, F_OK) == 0 ? st_path : access(config_path, F_OK) == 0 ? config_path : NULL;
+    if (there && !overwrite) fatal("%s exists (an earlier export?): --overwrite replaces it", there);
     FILE* f = hf_open_temporary(0, st_path);
     safetensors_write_header(f, header, header_len, hf_temporaries[0]);
     float* scratch = (float*)mallocCheck(gpt2_tensor_numel(&c, gpt2_idx_wte()) * sizeof(float));
@@ -492,13 +494,14 @@ static void hf_import(const char* in, const char* out, int bf16, int allow_nonfi
 
 static void hf_usage(FILE* f) {
     fprintf(f,
-            "usage: hf_convert export IN OUT_DIR [--dtype fp32|bf16] [--allow-nonfinite]\n"
+            "usage: hf_convert export IN OUT_DIR [--dtype fp32|bf16] [--allow-nonfinite] [--overwrite]\n"
             "         IN: llm.c model file, checkpoint directory, or run directory (newest checkpoint)\n"
             "         writes OUT_DIR/model.safetensors and OUT_DIR/config.json (transformers' GPT2LMHeadModel)\n"
             "       hf_convert import IN OUT.bin [--dtype fp32|bf16] [--allow-nonfinite]\n"
             "         IN: directory with model.safetensors and config.json, or a .safetensors file beside config.json\n"
             "         writes an llm.c model file (version 3 fp32, or 5 bf16) for the trainers' -e\n"
-            "       --allow-nonfinite: convert weights that hold NaN or infinity (refused by default)\n");
+            "       --allow-nonfinite: convert weights that hold NaN or infinity (refused by default)\n"
+            "       --overwrite: replace an export already in OUT_DIR (refused by default)\n");
 }
 
 int main(int argc, char** argv) {
@@ -509,10 +512,12 @@ int main(int argc, char** argv) {
         return 0;
     }
     const char* positional[3];
-    int npos = 0, bf16 = 0, allow_nonfinite = 0;
+    int npos = 0, bf16 = 0, allow_nonfinite = 0, overwrite = 0;
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "--allow-nonfinite") == 0) {
             allow_nonfinite = 1;
+        } else if (strcmp(argv[a], "--overwrite") == 0) {
+            overwrite = 1;
         } else if (strcmp(argv[a], "--dtype") == 0) {
             if (a + 1 >= argc) fatal("--dtype needs a value (fp32|bf16)");
             cli_choice("--dtype", argv[++a], "fp32|bf16");
@@ -529,7 +534,7 @@ int main(int argc, char** argv) {
         hf_usage(stderr);
         fatal("expected 'export IN OUT_DIR' or 'import IN OUT.bin'");
     }
-    if (strcmp(positional[0], "export") == 0) hf_export(positional[1], positional[2], bf16, allow_nonfinite);
+    if (strcmp(positional[0], "export") == 0) hf_export(positional[1], positional[2], bf16, allow_nonfinite, overwrite);
     else hf_import(positional[1], positional[2], bf16, allow_nonfinite);
     return 0;
 }

@@ -115,6 +115,7 @@ expect_error bucket_size_0        2 "--bucket-size 0: for one bucket use --bucke
 expect_error bucket_size_word     1 "--bucket-size expects a number of elements" -- --bucket-size lots
 expect_error bucket_size_blank    1 "--bucket-size expects a number of elements" -- --bucket-size ' 5'
 expect_error int_leading_blank    1 "-b expects an integer, got ' 2'" -- -b ' 2'
+expect_error o_newline            1 "-o holds a control character (byte 10" -- -o "$TMP/a"$'\n'"b" -n 1
 expect_error allow_change_no_resume 1 "--allow-resume-change allows a change" "add -y 1" -- --allow-resume-change -o "$TMP/x"
 expect_error allow_corpus_no_resume 1 "--allow-corpus-change allows a change" "add -y 1" -- --allow-corpus-change -o "$TMP/x"
 expect_error int_range_printed    1 "-b 0 is out of range [1, 1048576]"     -- -b 0

@@ -153,6 +153,9 @@ refuse export_plain_dir "$B/o6" "neither a checkpoint" -- export "$B/emptydir" "
 refuse export_corrupt_checkpoint "$B/o7" "checksum mismatch" -- export "$B/run" "$B/o7"
 refuse export_out_under_file "$B/afile/out" "cannot create output directory" -- export "$M" "$B/afile/out"
 expect_error export_out_is_file 1 "exists and is not a directory" -- export "$M" "$B/afile"
+mkdir -p "$B/o_exists" && cp "$F/canonical/config.json" "$B/o_exists/"
+expect_error export_existing 1 "o_exists/config.json exists (an earlier export?): --overwrite replaces it" -- export "$M" "$B/o_exists"
+check "export_existing --overwrite: replaced" $HC export "$M" "$B/o_exists" --overwrite
 refuse export_bad_dtype "$B/o8" "--dtype expects one of fp32|bf16" -- export "$M" "$B/o8" --dtype fp16
 refuse usage "$B/o9" "expected 'export IN OUT_DIR' or 'import IN OUT.bin'" -- convert "$M" "$B/o9"
 # A full disk: writes past 64 KiB fail (SIGXFSZ ignored, so write() returns EFBIG).

@@ -186,7 +186,7 @@ else
 fi
 if bash $RECIPE "${ARGS[@]}" --out "$TMP/dry" --shards "$TMP/dry_shards" --dry-run >"$TMP/dry.log" 2>&1 &&
     grep -q "^+ env OMP_NUM_THREADS=1 mpirun .*-np 2 ./train_gpt2 .* -z 1 --shuffle .* -H 1 .* -y 1" "$TMP/dry.log" &&
-    grep -q "^+ ./prepro_corpus " "$TMP/dry.log" && grep -q "^+ ./hf_convert export .* $TMP/dry/hf$" "$TMP/dry.log" &&
+    grep -q "^+ ./prepro_corpus " "$TMP/dry.log" && grep -q "^+ ./hf_convert export .* $TMP/dry/hf --overwrite$" "$TMP/dry.log" &&
     grep -q "^plan: .*; shards $TMP/dry_shards/corpus_\*; run $TMP/dry; export $TMP/dry/hf$" "$TMP/dry.log" &&
     [ ! -e "$TMP/dry" ] && [ ! -e "$TMP/dry_shards" ]; then
     ok "--dry-run prints prepro_corpus, the trainer and hf_convert, and runs none of them"
