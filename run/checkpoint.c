@@ -69,9 +69,26 @@ static int checkpoint_owns_file(const char* name) {
     for (int i = 0; i < CHECKPOINT_NUM_FILES; i++) {
         if (strcmp(name, CHECKPOINT_FILES[i]) == 0) return 1;
         size_t len = strlen(CHECKPOINT_FILES[i]);
-        if (i != CHECKPOINT_STATE && strncmp(name, CHECKPOINT_FILES[i], len) == 0 && name[len] == '.') return 1;
+        if (i == CHECKPOINT_STATE || strncmp(name, CHECKPOINT_FILES[i], len) != 0) continue;
+        const char* side = name + len;  // exactly ".tmp" or ".locktest.DIGITS": a user's model.bin.notes stays
+        if (strcmp(side, ".tmp") == 0) return 1;
+        if (strncmp(side, ".locktest.", 10) == 0 && side[10] && strspn(side + 10, "0123456789") == strlen(side + 10)) return 1;
     }
     return strcmp(name, CHECKPOINT_MANIFEST) == 0;
+}
+
+int checkpoint_dir_foreign(const char* path, char* name, size_t n) {
+    DIR* d = opendir(path);
+    if (!d) return 0;  // checkpoint_remove_dir says why
+    struct dirent* e;
+    int foreign = 0;
+    while (!foreign && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || checkpoint_owns_file(e->d_name)) continue;
+        snprintf(name, n, "%s", e->d_name);
+        foreign = 1;
+    }
+    closedir(d);
+    return foreign;
 }
 
 int checkpoint_remove_dir(const char* path) {

@@ -124,6 +124,9 @@ void checkpoint_path(char* out, size_t n, const char* dir, int step, int tempora
 // directory itself. A symlink is removed, never followed, wherever it points. A directory
 // holding anything else is left whole, with a warning: what is not ours is not deleted.
 // Returns 1 when the path is gone.
+// 1 when checkpoint directory path holds a file no checkpoint writes (its name in name): a
+// user's file, which no removal touches.
+int checkpoint_dir_foreign(const char* path, char* name, size_t n);
 int checkpoint_remove_dir(const char* path);
 
 // Temporaries are what interrupted saves leave behind (kill, crash, full disk).

@@ -1,6 +1,8 @@
 // run/error.c: the error policy run/error.h describes.
 #include "run/error.h"
 
+#include <signal.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,8 @@ void fatal_set_cause(FatalCause cause) { fatal_cause_ = cause; }
 FatalCause fatal_cause(void) { return fatal_cause_; }
 
 void fatal(const char* fmt, ...) {
+    signal(SIGTERM, SIG_DFL);  // a job ending on an error ends at the launcher's first SIGTERM (run/preempt.h saves none)
+    signal(SIGINT, SIG_DFL);
     fflush(stdout);
     if (utils_rank() != 0) usleep(3000 * 1000);  // let rank 0 speak for a shared error
     // One write for the whole line: stderr is unbuffered, and under mpirun another stream's

@@ -161,7 +161,17 @@ void run_dir_claim(const char* dir, int resume_asked, int start_over) {
               has_log ? "main.log" : "", has_log && n ? " and " : "", n ? "checkpoints (" : "", names,
               n > 3 ? ", ...)" : n ? ")" : "");
     }
+    // Every one checked before any goes, so a refusal leaves the run whole; then oldest first,
+    // so a removal cut short leaves the newest checkpoints.
     for (int i = 0; i < n; i++) {
+        char path[PATH_MAX_LEN], name[256];
+        checkpoint_path(path, sizeof(path), dir, steps[i], 0);
+        if (checkpoint_dir_foreign(path, name, sizeof(name))) {
+            fatal("--start-over: %s holds '%s', which is no checkpoint file: nothing was removed; move it away and "
+                  "start again", path, name);
+        }
+    }
+    for (int i = n - 1; i >= 0; i--) {
         char path[PATH_MAX_LEN];
         checkpoint_path(path, sizeof(path), dir, steps[i], 0);
         if (!checkpoint_remove_dir(path)) fatal("--start-over: cannot remove %s (see the warning above)", path);

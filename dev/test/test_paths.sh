@@ -196,6 +196,20 @@ part_own() {
         not_ok "--start-over"; show "$TMP/start_over.log"
     fi
     expect_error start_over_resume 1 "--start-over removes the run in -o to start a fresh one, -y 1 resumes it" -- -x 1 -y 1 --start-over -o "$out"
+    # A user's file in the older checkpoint (named like a side file of model.bin): --start-over
+    # removes nothing and says so; -nk keeps that checkpoint's directory and the file.
+    echo notes >"$out/checkpoint_00000002/model.bin.notes"
+    before=$(cd "$out" && find . -type f ! -name .lock | sort | xargs md5sum)
+    expect_error start_over_foreign 1 "checkpoint_00000002 holds 'model.bin.notes', which is no checkpoint file: nothing was removed" \
+        -- -x 4 -n 2 --start-over -o "$out"
+    [ "$(cd "$out" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$before" ] ||
+        not_ok "start_over_foreign: files changed in $out"
+    if train 2 "$TMP/nk_foreign.log" -x 8 -n 2 -nk 1 -l 1e-3 -y 1 -o "$out" && [ "$(cat "$out/checkpoint_00000002/model.bin.notes")" = notes ] &&
+       grep -q "not removing $out/checkpoint_00000002: it holds 'model.bin.notes'" "$TMP/nk_foreign.log"; then
+        ok "-nk keeps a checkpoint directory holding a user's model.bin.notes, saying so"
+    else
+        not_ok "-nk with a user's file in an old checkpoint"; show "$TMP/nk_foreign.log"
+    fi
     # Symbolic links: main.log to a file outside, .lock to one; the outside files untouched.
     mkdir -p "$TMP/links_log" "$TMP/links_lock"
     echo outside >"$TMP/outside.txt"
