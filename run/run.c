@@ -152,7 +152,7 @@ int run_start(Run* run, const char* trainer_fields, const char* trainer_line) {
     const char* tb_dir = cfg->tensorboard_dir ? cfg->tensorboard_dir : cfg->output_dir;
     if (cfg->tensorboard && run->rank == 0 && tb_dir) run_dir_require();
     tensorboard_open(&run->tensorboard, cfg->tensorboard && run->rank == 0 ? tb_dir : NULL, step);
-    run->first_step = run->last_checkpoint = step;
+    run->first_step = run->last_checkpoint = run->last_saved = step;
     run->epoch = run->train.epoch;
     run->started_ms = wall_ms();
     if (cfg->exit_signal_handler) preempt_install();
@@ -314,6 +314,7 @@ static void run_async_save_progress(Run* run, int steps_done, int wait) {
 // The checkpoint of steps_done (collective): the optimizer's state, and in state.txt the
 // run's shape, data position, sampling RNG, windows, skipped ranges and corpus.
 static void run_save_checkpoint(Run* run, int steps_done) {
+    run->last_saved = steps_done;
     const TrainConfig* cfg = &run->cfg;
     CheckpointState s;
     memset(&s, 0, sizeof(s));
@@ -383,7 +384,8 @@ void run_step_end(Run* run, const StepResult* r) {
     run->nonfinite_in_a_row = r->nonfinite ? run->nonfinite_in_a_row + 1 : 0;
     StepMetrics m;
     metrics_step(&run->metrics, &m, step + 1, ms, r->comm_blocked_ms, run->tokens_per_step, run->rank, run->world);
-    spike_streak_step(&run->spikes, step + 1, r->nonfinite || r->spike, r->spike, run->last_checkpoint);
+    // the newest save begun, so that state.txt is the same with --async-save as without
+    spike_streak_step(&run->spikes, step + 1, r->nonfinite || r->spike, r->spike, run->last_saved);
     run_report_step(run, r, ms, &m);
     run_stop_if_diverged(run, r);
     spike_stop_if_diverged(&run->spikes, cfg->max_spike_steps, step + 1, r->loss, r->grad_norm, r->loss_ratio,

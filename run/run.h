@@ -79,6 +79,7 @@ typedef struct {
     // The steps
     double step_start_ms, total_ms;
     int timed_steps, first_step, last_checkpoint;
+    int last_saved;               // the step of the newest save begun (--async-save: before its commit)
     size_t epoch;                 // the train data's, as the last step line reported it
     int status;                   // the exit status: 1 when the replicas differ
     double started_ms;            // run_start's time, for --exit-duration-in-mins
