@@ -33,12 +33,21 @@ void run_begin(Run* run, int* argc, char*** argv, const TrainerBuild* build, con
 
 // The tokenizer for samples: --tokenizer's file, or where the flag was not given the
 // corpus's own gpt2_tokenizer.bin beside the first train shard (prepro_corpus writes one
-// there), else the default in data/.
+// there), else the default in data/. A file named by the flag must be there, and one beside
+// the shards that is a dangling link is an error, not a silent fall-back to data/'s.
 static const char* run_tokenizer_path(const TrainConfig* cfg, const DataLoader* train, char* buf, size_t n) {
-    if (cfg->tokenizer_path != TRAIN_DEFAULT_TOKENIZER) return cfg->tokenizer_path;
+    if (cfg->tokenizer_path != TRAIN_DEFAULT_TOKENIZER) {
+        if (access(cfg->tokenizer_path, R_OK) != 0) fatal("--tokenizer '%s': %s", cfg->tokenizer_path, strerror(errno));
+        return cfg->tokenizer_path;
+    }
     const char* shard = train->files.gl_pathv[0];
     const char* slash = strrchr(shard, '/');
     path_format(buf, n, "%.*s/gpt2_tokenizer.bin", slash ? (int)(slash - shard) : 1, slash ? shard : ".");
+    struct stat st;
+    if (lstat(buf, &st) == 0 && access(buf, R_OK) != 0) {
+        fatal("%s, the corpus's tokenizer beside its shards, cannot be read (%s%s): fix it, or name one with "
+              "--tokenizer", buf, S_ISLNK(st.st_mode) ? "a link to a missing file: " : "", strerror(errno));
+    }
     return access(buf, F_OK) == 0 ? buf : cfg->tokenizer_path;
 }
 

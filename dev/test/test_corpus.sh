@@ -318,6 +318,14 @@ PYEOF
     else
         not_ok "the tokenizer beside the shards: beside '$beside', --tokenizer '$explicit', none there '$fallback'"
     fi
+    # A dangling link there, or a --tokenizer that is not there: one error each, no silent fall-back.
+    ln -s "$TMP/nowhere.bin" "$TMP/marked/gpt2_tokenizer.bin"
+    check_match "a dangling gpt2_tokenizer.bin link beside the shards: an error" \
+        "^error: .*marked/gpt2_tokenizer.bin, the corpus's tokenizer beside its shards, cannot be read \(a link to a missing file" \
+        <(./train_gpt2 -i "$TMP/marked/corpus_train_*.bin" -j "$TMP/marked/corpus_val_*.bin" -e d2 -b 2 -t 64 -x 1 -v 0 -s 1 2>&1)
+    rm "$TMP/marked/gpt2_tokenizer.bin"
+    check_match "a --tokenizer that is not there: an error" "^error: --tokenizer '$TMP/nowhere.bin': No such file" \
+        <(./train_gpt2 -e d2 -b 2 -t 64 -x 1 -v 0 -s 1 --tokenizer "$TMP/nowhere.bin" 2>&1)
     # A pattern that matches nothing: the message says what the folder holds (here a val
     # shard alone), not the tinyshakespeare advice, which is for the default paths only.
     mkdir -p "$TMP/val_only" && cp "$TMP/t1/corpus_val_000000.bin" "$TMP/val_only/"
