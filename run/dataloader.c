@@ -150,6 +150,19 @@ void dataloader_init(DataLoader* d, const char* pattern, int B, int T, int rank,
     d->rank = rank;
     d->world = world;
     d->vocab_size = vocab_size;
+    // A pattern that names an existing file is that file, glob characters and all: 'g[1]/x.bin'
+    // is not g1/x.bin when g[1]/x.bin exists. Its metacharacters are escaped for glob and fnmatch.
+    char literal[2 * PATH_MAX_LEN];
+    struct stat st;
+    if (strpbrk(pattern, "*?[\\") && stat(pattern, &st) == 0 && strlen(pattern) < PATH_MAX_LEN) {
+        size_t k = 0;
+        for (const char* c = pattern; *c; c++) {
+            if (strchr("*?[\\", *c)) literal[k++] = '\\';
+            literal[k++] = *c;
+        }
+        literal[k] = '\0';
+        pattern = literal;
+    }
     int rc = glob(pattern, 0, NULL, &d->files);
     if (rc != 0 || d->files.gl_pathc == 0) dataloader_no_shard(pattern);
     d->num_shards = d->files.gl_pathc;
