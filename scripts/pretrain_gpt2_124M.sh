@@ -137,8 +137,9 @@ else
     HELLASWAG_FILE=${HELLASWAG_FILE:-dev/data/hellaswag/hellaswag_val.bin}
     SHARDS_DIR=${SHARDS_DIR:-data/pretrain_124M} OUT_DIR=${OUT_DIR:-out/gpt2_124M}
     if [ -z "${GPUS_PER_NODE:-}" ] && [ "${LAUNCHER:-}" = hostfile ] && [ -r "${HOSTFILE:-}" ]; then
-        # as scripts/multi_node/launch.sh: the first node's slots
-        GPUS_PER_NODE=$(grep -vE '^[[:space:]]*(#|$)' "$HOSTFILE" | head -n 1 | sed -n 's/.*slots=\([0-9]*\).*/\1/p')
+        # as scripts/multi_node/launch.sh: the nodes' slots (scripts/multi_node/hostfile.sh checks the file)
+        source "$REPO/scripts/multi_node/hostfile.sh"
+        read -r _ GPUS_PER_NODE < <(hostfile_nodes "$HOSTFILE") && [ -n "${GPUS_PER_NODE:-}" ] || exit 1
     fi
     GPUS_PER_NODE=${GPUS_PER_NODE:-8}
     if [ -z "${LAUNCHER:-}" ]; then
@@ -179,9 +180,8 @@ case $LAUNCHER in
         NODES=1 RANKS=$GPUS_PER_NODE ;;
     hostfile)
         [ -n "${HOSTFILE:-}" ] || die "--launcher hostfile needs --hostfile FILE (scripts/multi_node/hostfile.example)"
-        [ -r "$HOSTFILE" ] || die "cannot read the hostfile '$HOSTFILE'"
-        NODES=$(grep -cvE '^[[:space:]]*(#|$)' "$HOSTFILE" || true)
-        [ "$NODES" -ge 1 ] || die "no node in $HOSTFILE"
+        source "$REPO/scripts/multi_node/hostfile.sh"
+        read -r NODES _ < <(hostfile_nodes "$HOSTFILE") && [ -n "${NODES:-}" ] || exit 1
         RANKS=$((NODES * GPUS_PER_NODE)) ;;
     slurm)
         NODES=${SLURM_JOB_NUM_NODES:-${NODES:-1}}
@@ -265,10 +265,16 @@ else
     INPUTS=()
     for pattern in "${CORPUS_LIST[@]}"; do
         if [ "$pattern" = - ]; then INPUTS+=(-); continue; fi  # JSON Lines on stdin
-        shopt -s nullglob
-        # shellcheck disable=SC2206  # the pattern is meant to expand
-        matched=($pattern)
-        shopt -u nullglob
+        if [ -e "$pattern" ]; then  # a file of that name is that file, blanks and glob characters too
+            matched=("$pattern")
+        else  # a glob: expanded, never split on blanks
+            shopt -s nullglob
+            saved_ifs=$IFS IFS=
+            # shellcheck disable=SC2206  # the pattern is meant to expand
+            matched=($pattern)
+            IFS=$saved_ifs
+            shopt -u nullglob
+        fi
         [ ${#matched[@]} -gt 0 ] || { [ "$DRY_RUN" = 1 ] && matched=("$pattern"); } || die "corpus '$pattern': no such file"
         for f in "${matched[@]}"; do
             [ "$DRY_RUN" = 1 ] || [ -r "$f" ] || die "corpus '$f' is not a readable file"

@@ -251,6 +251,11 @@ check "train_val_same with --allow-train-val-overlap: trains" timeout 60 $BIN "$
     --allow-train-val-overlap
 check "train and val of one corpus, each in its role: trains" timeout 60 $BIN "${BASE[@]}" -i "$R/c_train_*.bin" \
     -j "$R/c_val_*.bin" -v 1
+# A literal path with glob characters is that file, even where the glob matches another
+# (g1/x.bin, not a shard): the literal one trains.
+mkdir -p "$TMP/g[1]" "$TMP/g1" && cp "$TMP/good.bin" "$TMP/g[1]/x.bin" && head -c 2000 /dev/urandom >"$TMP/g1/x.bin"
+check "-i 'g[1]/x.bin' (and g1/x.bin there too) trains on the literal file" timeout 60 $BIN "${BASE[@]}" -i "$TMP/g[1]/x.bin"
+expect_error glob_matches_other 1 "$TMP/g1/x.bin: not a token shard" -- -i "$TMP/g[0-9]/x.bin"
 expect_error manifest_fifo 1 "shards_manifest_fifo/x_manifest.txt' is a pipe or FIFO" -- -i "$TMP/shards_manifest_fifo/$C_GLOB"
 
 # A shard replaced (a new file under its name) while the job runs: the loader reopens it at

@@ -213,5 +213,44 @@ else
     not_ok "124M dry runs (--nodes 8 --gpus 8; --gpus 8; --nodes 2 --launcher local)" "$TMP/dry124.log"
 fi
 
+# --corpus names a file with a blank (and a glob character) in its name: one input, that file.
+cp "$CORPUS" "$TMP/my corpus[1].jsonl.zst"
+if bash $RECIPE --cpu-smoke --no-build --corpus "$TMP/my corpus[1].jsonl.zst" --out "$TMP/dry2" --shards "$TMP/dry2_shards" \
+    --dry-run >"$TMP/dry2.log" 2>&1 && grep -qF "corpus: 1 input(s): $TMP/my corpus[1].jsonl.zst" "$TMP/dry2.log"; then
+    ok "--corpus 'my corpus[1].jsonl.zst': one input, the file of that name"
+else
+    not_ok "--corpus with a blank in its name" "$TMP/dry2.log"
+fi
+
+# The hostfile (scripts/multi_node/hostfile.sh, for launch.sh and the recipe): mixed slots,
+# a node twice, a BOM before the first name, a slot count past any machine are one error each;
+# slots= in a comment count for nothing; MPIRUN_ARGS are split on blanks and never expand.
+H=$TMP/hosts
+mkdir -p "$H"
+printf 'a slots=8\nb slots=4\n' >"$H/mixed"
+printf 'a slots=8\na slots=8\n' >"$H/twice"
+printf '\xef\xbb\xbfa slots=8\n' >"$H/bom"
+printf 'a slots=99999999999999999999\n' >"$H/huge"
+printf '# a slots=16\na slots=2 # slots=16\nb slots=2\n' >"$H/comments"
+launch() { DRY_RUN=1 TRAIN_BIN=./train_gpt2 bash scripts/multi_node/launch.sh "$@" 2>&1; }
+for bad in mixed:"has slots=4, the nodes before it 8" twice:"node 'a' is listed twice" bom:"is not 'NAME slots=N'" \
+           huge:"slots=99999999999999999999: give 1 to 1024"; do
+    out=$(launch "$H/${bad%%:*}" -x 1); rc=$?
+    if [ $rc != 0 ] && [ "$(grep -c 'error:' <<<"$out")" = 1 ] && grep -qF -- "${bad#*:}" <<<"$out"; then
+        ok "hostfile ${bad%%:*}: refused: $(grep error: <<<"$out" | sed "s|$TMP/||")"
+    else
+        not_ok "hostfile ${bad%%:*}: exit $rc: $out"
+    fi
+done
+mkdir -p "$H/star" && touch "$H/star/a_file"
+repo=$PWD
+out=$(cd "$H/star" && MPIRUN_ARGS='--mca x * --bind-to none' DRY_RUN=1 TRAIN_BIN=$repo/train_gpt2 \
+    bash "$repo/scripts/multi_node/launch.sh" "$H/comments" -x 1 2>&1)
+if grep -q -- "-np 4 .*ppr:2:node" <<<"$out" && grep -qF -- '--mca x \* --bind-to none' <<<"$out" && ! grep -q a_file <<<"$out"; then
+    ok "hostfile comments: 2 nodes x slots=2 (slots= in comments ignored); MPIRUN_ARGS' '*' passed as '*'"
+else
+    not_ok "hostfile comments and MPIRUN_ARGS: $out"
+fi
+
 note "test_recipe: first run ${t_first} s, whole test $((SECONDS - t0)) s"
 done_testing

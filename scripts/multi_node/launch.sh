@@ -4,7 +4,8 @@
 #   scripts/multi_node/launch.sh HOSTFILE [trainer flags...]
 #   NCCL_SOCKET_IFNAME=eth0 MPI_IF=eth0 scripts/multi_node/launch.sh hosts.txt -e d12 -b 16 -t 1024
 #
-# HOSTFILE: one node per line, "NAME slots=GPUS" (see hostfile.example). mpirun runs on this
+# HOSTFILE: one node per line, "NAME slots=GPUS", the same slots on every node (see
+# hostfile.example; the rules: scripts/multi_node/hostfile.sh). mpirun runs on this
 # node and starts the others' ranks over ssh: passwordless ssh between the nodes, and the
 # repository, Open MPI, CUDA and NCCL at the same paths on every node. Ranks run in the
 # current directory (on every node), so relative paths in the flags mean the same everywhere.
@@ -16,7 +17,7 @@
 #   GPUS_PER_NODE    ranks per node (default: the first node's slots)
 #   MPI_IF           interface (eth0) or subnet (10.1.0.0/16) for Open MPI's own TCP traffic
 #   OMP_NUM_THREADS  host threads per rank (default: this node's cores / GPUS_PER_NODE)
-#   MPIRUN_ARGS      more mpirun arguments, split on blanks (e.g. --bind-to numa)
+#   MPIRUN_ARGS      more mpirun arguments, split on blanks, never glob-expanded (e.g. --bind-to numa)
 #   SIGKILL_TIMEOUT  seconds a signalled job has to save its checkpoint (default 30)
 #   DRY_RUN=1        print the mpirun command instead of running it
 # Every NCCL_*, UCX_* and CUDA_* variable set here is passed to every rank.
@@ -30,12 +31,12 @@ HOSTFILE=$1; shift
 TRAIN_BIN=${TRAIN_BIN:-$REPO/train_gpt2cu}
 [ -x "$TRAIN_BIN" ] || die "$TRAIN_BIN is not built (make train_gpt2cu)"
 
-# The nodes: lines that are not blank or comments.
-nodes=$(grep -cvE '^[[:space:]]*(#|$)' "$HOSTFILE" || true)
-[ "$nodes" -ge 1 ] || die "no node in $HOSTFILE"
-first_slots=$(grep -vE '^[[:space:]]*(#|$)' "$HOSTFILE" | head -n 1 | sed -n 's/.*slots=\([0-9]*\).*/\1/p')
-GPUS_PER_NODE=${GPUS_PER_NODE:-$first_slots}
-[[ $GPUS_PER_NODE =~ ^[1-9][0-9]*$ ]] || die "GPUS_PER_NODE='$GPUS_PER_NODE': set it, or give the first node slots=N"
+# The nodes and their slots, checked (scripts/multi_node/hostfile.sh).
+source "$REPO/scripts/multi_node/hostfile.sh"
+read -r nodes slots < <(hostfile_nodes "$HOSTFILE") && [ -n "${slots:-}" ] || exit 1
+GPUS_PER_NODE=${GPUS_PER_NODE:-$slots}
+[[ $GPUS_PER_NODE =~ ^[1-9][0-9]*$ ]] && [ "$GPUS_PER_NODE" -le "$slots" ] ||
+    die "GPUS_PER_NODE='$GPUS_PER_NODE': give 1 to the nodes' slots=$slots"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / GPUS_PER_NODE > 0 ? $(nproc) / GPUS_PER_NODE : 1 ))}
 
 cmd=(mpirun -np $((nodes * GPUS_PER_NODE)) --hostfile "$HOSTFILE" --map-by "ppr:$GPUS_PER_NODE:node" --bind-to none)
@@ -49,8 +50,11 @@ cmd+=(--mca odls_base_sigkill_timeout "${SIGKILL_TIMEOUT:-30}")
 for var in OMP_NUM_THREADS PATH LD_LIBRARY_PATH $(compgen -e | grep -E '^(NCCL|UCX|CUDA)_' || true); do
     [ -n "${!var+set}" ] && cmd+=(-x "$var")
 done
-# shellcheck disable=SC2206
-[ -n "${MPIRUN_ARGS:-}" ] && cmd+=($MPIRUN_ARGS)
+# split on blanks, and nothing else: a '*' in them stays a '*' (no file names)
+if [ -n "${MPIRUN_ARGS:-}" ]; then
+    read -r -a extra <<<"$MPIRUN_ARGS"
+    cmd+=("${extra[@]}")
+fi
 cmd+=("$TRAIN_BIN" "$@")
 
 if [ "${DRY_RUN:-0}" = 1 ]; then
