@@ -431,9 +431,10 @@ else
 fi
 
 # A .gz input swapped after the verifier passed it, while the reader was still on the input
-# before it (stopped as it is about to open this one: LLMC_TEST_STOP=corpus_input:0:1, a
-# 300 KB first input gives the verifier the time): renamed over, or rewritten in place. Exit 1
-# naming the input, and no corpus committed.
+# before it (stopped as it is about to open this one: LLMC_TEST_STOP=corpus_input:0:1; a
+# 300 KB first input read 4 KB a batch, each tokenized before the next is read, gives the
+# verifier, which reads ahead on its own thread, the time): renamed over, or rewritten in
+# place. Exit 1 naming the input, and no corpus committed.
 mkdir -p "$TMP/swap"
 $PY - "$TMP/swap" <<'PYEOF'
 import gzip, json, sys
@@ -447,7 +448,8 @@ for name, word in (("a", "verified"), ("b", "swapped in")):
 PYEOF
 for how in renamed rewritten; do
     cp "$TMP/swap/a.jsonl.gz" "$TMP/swap/in_$how.jsonl.gz"
-    LLMC_TEST_STOP=corpus_input:0:1 "${TOOL[@]}" --shard-tokens 100000 --val-tokens 0 --out-dir "$TMP/swap/out_$how" \
+    LLMC_TEST_STOP=corpus_input:0:1 "${TOOL[@]}" --threads 1 --batch-bytes 4096 --shard-tokens 100000 --val-tokens 0 \
+        --out-dir "$TMP/swap/out_$how" \
         "$TMP/swap/big.jsonl" "$TMP/swap/in_$how.jsonl.gz" >/dev/null 2>"$TMP/swap/$how.err" &
     pid=$!
     if wait_stopped "$TMP/swap/$how.err" 1 >/dev/null; then
