@@ -48,7 +48,8 @@ RankSpread rank_spread(const double* v, int n) {
     return s;
 }
 
-enum { FIG_BUSY, FIG_COMM, FIG_HOST, FIG_DEVICE, NUM_FIGS };
+// FIG_STOP: run/preempt.h's request, agreed in the same collective (no other one per step).
+enum { FIG_BUSY, FIG_COMM, FIG_HOST, FIG_DEVICE, FIG_STOP, NUM_FIGS };
 
 // MPI_DOUBLE_INT's layout: a value and the rank that has it.
 typedef struct {
@@ -58,13 +59,14 @@ typedef struct {
 
 // The max over the ranks of busy time, host and device memory, with the rank of each.
 static void metrics_maxloc(const double* mine, int rank, int step, double* max, int* busy_rank) {
-    ValueRank v[3] = {{mine[FIG_BUSY], rank}, {mine[FIG_HOST], rank}, {mine[FIG_DEVICE], rank}};
+    ValueRank v[4] = {{mine[FIG_BUSY], rank}, {mine[FIG_HOST], rank}, {mine[FIG_DEVICE], rank}, {mine[FIG_STOP], rank}};
     MPI_Request request;
-    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD, &request));
+    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD, &request));
     mpi_wait_deadline(&request, "step metrics all-reduce", step);
     max[FIG_BUSY] = v[0].value;
     max[FIG_HOST] = v[1].value;
     max[FIG_DEVICE] = v[2].value;
+    max[FIG_STOP] = v[3].value;
     *busy_rank = v[0].rank;
 }
 
@@ -86,7 +88,7 @@ static void metrics_gather(StepMetrics* out, const double* mine, int step, int w
 }
 
 void metrics_step(Metrics* m, StepMetrics* out, int step, double step_ms, double comm_ms, long long tokens,
-                  int rank, int world) {
+                  int rank, int world, int stop) {
     memset(out, 0, sizeof(*out));
     if (m->device_bytes) {
         double now = (double)m->device_bytes(m->device_ctx);
@@ -94,7 +96,7 @@ void metrics_step(Metrics* m, StepMetrics* out, int step, double step_ms, double
     }
     double busy = step_ms > comm_ms ? step_ms - comm_ms : 0.0;
     double mine[NUM_FIGS] = {busy, comm_ms, metrics_host_peak_mib(),
-                             m->device_bytes ? m->device_peak_bytes / (1 << 20) : -1.0};
+                             m->device_bytes ? m->device_peak_bytes / (1 << 20) : -1.0, (double)stop};
     double max[NUM_FIGS];
     int gather = m->straggler_every > 0 && step % m->straggler_every == 0;
     if (gather) {
@@ -103,6 +105,7 @@ void metrics_step(Metrics* m, StepMetrics* out, int step, double step_ms, double
     } else {
         metrics_maxloc(mine, rank, step, max, &out->slow_rank);
     }
+    out->stop = (int)max[FIG_STOP];
     out->slow_ms = max[FIG_BUSY];
     out->host_mib = max[FIG_HOST];
     out->device_mib = max[FIG_DEVICE];

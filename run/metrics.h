@@ -38,6 +38,7 @@ typedef struct {
     double device_mib;     // peak device memory in use, the max over the ranks; < 0: no device
     double slow_ms;        // the largest busy time over the ranks...
     int slow_rank;         // ...and its rank
+    int stop;              // the largest of the ranks' stop requests (run/preempt.h), 0: none
     int has_spread;        // a --straggler-every step: the two below are set
     RankSpread busy, comm;
 } StepMetrics;
@@ -63,7 +64,7 @@ double metrics_host_peak_mib(void);
 // Every rank after step (1-based) took step_ms, comm_ms of it waiting on communication,
 // for tokens tokens over all ranks (collective). Rank 0's figures in out.
 void metrics_step(Metrics* m, StepMetrics* out, int step, double step_ms, double comm_ms, long long tokens,
-                  int rank, int world);
+                  int rank, int world, int stop);
 
 // The min, median, max and the rank of the max of n values (rank order).
 RankSpread rank_spread(const double* v, int n);

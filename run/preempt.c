@@ -1,11 +1,8 @@
 // run/preempt.c: what run/preempt.h declares.
 #include "run/preempt.h"
 
-#include <mpi.h>
 #include <signal.h>
 #include <string.h>
-
-#include "run/mpi_wait.h"
 
 static volatile sig_atomic_t preempt_signal;
 
@@ -28,10 +25,7 @@ void preempt_install(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-int preempt_agree(double running_ms, double exit_minutes, int step) {
-    int mine[2] = {preempt_signal, exit_minutes > 0 && running_ms >= exit_minutes * 60e3}, all[2];
-    MPI_Request request;
-    mpiCheck(MPI_Iallreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &request));
-    mpi_wait_deadline(&request, "the preemption check", step);
-    return all[0] ? all[0] : all[1] ? PREEMPT_DURATION : 0;
+int preempt_request(double running_ms, double exit_minutes) {
+    if (preempt_signal) return preempt_signal;
+    return exit_minutes > 0 && running_ms >= exit_minutes * 60e3 ? PREEMPT_DURATION : 0;
 }

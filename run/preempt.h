@@ -4,8 +4,9 @@
  *
  * SIGTERM (Slurm's preemption and time limit, `scancel`, mpirun passing on its own) and SIGINT
  * only set a flag here. At the end of each step the ranks agree whether any rank saw one, or
- * whether the run has passed --exit-duration-in-mins (one small all-reduce, under the job's
- * deadline), so that all stop after the same step, a rank the signal missed too. The run then
+ * whether the run has passed --exit-duration-in-mins (in the step's metrics all-reduce,
+ * run/metrics.h: no collective of its own), so that all stop after the same step, a rank the
+ * signal missed too. The run then
  * saves a checkpoint through the usual path (atomic rename, manifest, lock) and ends: exit
  * 128 + the signal's number after a signal (the scheduler sees the job cut short: a requeued
  * job resumes with -y 1), 0 after the duration. The first signal puts the default action back,
@@ -22,11 +23,11 @@ extern "C" {
 // Handlers for SIGTERM and SIGINT (with SA_RESTART: the run's reads and writes go on).
 void preempt_install(void);
 
-// Collective, at a step's end (step: 1-based, for the deadline's message): 0 to go on; else
-// the signal that stopped the run (any rank's), or PREEMPT_DURATION when running_ms (rank 0's
-// clock since the start) has passed exit_minutes (0: no limit).
-#define PREEMPT_DURATION (-1)
-int preempt_agree(double running_ms, double exit_minutes, int step);
+// This rank's request at a step's end: 0 to go on; else the signal it saw, or
+// PREEMPT_DURATION when running_ms (its clock since the start) has passed exit_minutes
+// (0: no limit). The ranks' largest request is the run's (a signal outranks the duration).
+#define PREEMPT_DURATION 1
+int preempt_request(double running_ms, double exit_minutes);
 
 #ifdef __cplusplus
 }

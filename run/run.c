@@ -392,7 +392,8 @@ void run_step_end(Run* run, const StepResult* r) {
     }
     run->nonfinite_in_a_row = r->nonfinite ? run->nonfinite_in_a_row + 1 : 0;
     StepMetrics m;
-    metrics_step(&run->metrics, &m, step + 1, ms, r->comm_blocked_ms, run->tokens_per_step, run->rank, run->world);
+    metrics_step(&run->metrics, &m, step + 1, ms, r->comm_blocked_ms, run->tokens_per_step, run->rank, run->world,
+                 preempt_request(wall_ms() - run->started_ms, cfg->exit_duration_mins));
     // the newest save begun, so that state.txt is the same with --async-save as without
     spike_streak_step(&run->spikes, step + 1, r->nonfinite || r->spike, r->spike, run->last_saved);
     run_report_step(run, r, ms, &m);
@@ -407,10 +408,7 @@ void run_step_end(Run* run, const StepResult* r) {
     }
     logger_check(&run->logger);  // a failed write ends the job, once this step's checkpoint was tried
     tensorboard_check(&run->tensorboard);
-    if (cfg->exit_signal_handler || cfg->exit_duration_mins > 0) {
-        int why = preempt_agree(wall_ms() - run->started_ms, cfg->exit_duration_mins, step + 1);
-        if (why) run_stop_preempted(run, step + 1, why, save_now);
-    }
+    if (m.stop) run_stop_preempted(run, step + 1, m.stop, save_now);
 }
 
 // ---------------------------------------------------------------------------- the end
@@ -439,5 +437,5 @@ int run_close(Run* run) {
     if (run->has_val) dataloader_free(&run->val);
     if (run->has_hellaswag) hellaswag_free(&run->hellaswag);
     mpiDeadline("MPI_Finalize", MPI_Finalize());
-    return run->preempted > 0 ? 128 + run->preempted : run->status;
+    return run->preempted > PREEMPT_DURATION ? 128 + run->preempted : run->status;  // a signal's exit
 }

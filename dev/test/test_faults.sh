@@ -83,7 +83,8 @@ check_abort() {
     lines=$(grep -c "did not complete within" "$log")
     local msg re all_ok=1
     re="^error: \[rank ([0-9]+)\] (zero1: (reduce-scatter|all-gather|all-reduce)( across instances)? of (bucket [0-9]+|the grad norm)"
-    re+="|loss all-reduce|gradient all-reduce) at step [0-9]+ did not complete within $TIMEOUT s \(a rank stopped or its "
+    re+="|loss all-reduce|gradient all-reduce|step metrics all-reduce|straggler all-gather) at step [0-9]+ did not complete"
+    re+=" within $TIMEOUT s \(a rank stopped or its "
     re+="network is gone\); aborting the job$"
     while read -r msg; do
         [[ $msg =~ $re ]] && [ "${BASH_REMATCH[1]}" != "$STOPPED_RANK" ] || all_ok=0
