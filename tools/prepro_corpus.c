@@ -672,7 +672,9 @@ static void usage(void) {
             "                         or drop it and the rest of its input (the members before it are kept)\n"
             "  --progress SECONDS     progress line interval on stderr (default 1; 0: none)\n"
             "  --batch-bytes N        text bytes read ahead per batch (default max(4 MiB, threads x 512 KiB))\n"
-            "  --encoder PATH --merges PATH   GPT-2 BPE (default dev/data/gpt2/encoder.json, vocab.bpe)\n");
+            "  --encoder PATH --merges PATH   GPT-2 BPE (default dev/data/gpt2/encoder.json, vocab.bpe,\n"
+            "                         relative to the working directory: run it from the repository root)\n"
+            "  --                     the arguments after it are inputs (a file named -x too)\n");
 }
 
 static long long parse_count(const char* flag, const char* v, long long lo, long long hi) {
@@ -899,10 +901,12 @@ int main(int argc, char** argv) {
     const char** paths = (const char**)mallocCheck((size_t)argc * sizeof(char*));
     int n_inputs = 0;
 
+    int options_end = 0;  // after "--" every argument is an input, one named "-x" too
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(); return 0; }
-        if (a[0] != '-' || strcmp(a, "-") == 0) { paths[n_inputs++] = a; continue; }
+        if (!options_end && strcmp(a, "--") == 0) { options_end = 1; continue; }
+        if (!options_end && (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)) { usage(); return 0; }
+        if (options_end || a[0] != '-' || strcmp(a, "-") == 0) { paths[n_inputs++] = a; continue; }
         if (i + 1 >= argc) { usage(); fatal("option '%s' is unknown or needs a value", a); }
         const char* v = argv[++i];
         if (strcmp(a, "--out-dir") == 0) out_dir = v;

@@ -466,6 +466,10 @@ for how in renamed rewritten; do
         not_ok "input $how after its verification: exit $rc, left: $(ls "$TMP/swap/out_$how" 2>/dev/null | tr '\n' ' ')" "$TMP/swap/$how.err"
     fi
 done
+# "--" ends the options: an input named -x.jsonl after it is an input.
+cp "$TMP/swap/big.jsonl" "$TMP/swap/-x.jsonl"
+check "-- then an input named -x.jsonl: read as an input" bash -c 'cd "$1" && shift && "$@" --out-dir out_dash -- -x.jsonl' \
+    _ "$TMP/swap" "$PWD/prepro_corpus" --encoder "$ENCODER" --merges "$MERGES" --progress 0
 # An input name holding a newline would start a line of the manifest: refused.
 mkdir -p "$TMP/nl" && nl_name="$TMP/nl/x"$'\n'"shard train 1 1026 0 y.bin .jsonl" && cp "$TMP/swap/big.jsonl" "$nl_name"
 "${TOOL[@]}" --out-dir "$TMP/nl/out" "$nl_name" >/dev/null 2>"$TMP/nl.err"
