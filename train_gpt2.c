@@ -424,7 +424,7 @@ static int train(Run* run) {
 #ifndef TESTING
 int main(int argc, char** argv) {
     blas_pick_kernels(argv);  // may restart the program on better OpenBLAS kernels: first, before MPI
-    Run run;
+    static Run run;  // 130 KB: off the stack, so that run_begin can check a small stack limit first
     run_begin(&run, &argc, &argv, &TRAINER_BUILD, NULL, 0);  // MPI, flags, -y 1's checkpoint, ranks agree
     return train(&run);
 }

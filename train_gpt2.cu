@@ -633,7 +633,7 @@ int main(int argc, char** argv) {
 #ifdef __CUDA_CPU__
     blas_pick_kernels(argv);  // the CPU layer's cuBLAS is OpenBLAS: restart on better kernels, as train_gpt2 does
 #endif
-    Run run;
+    static Run run;  // 130 KB: off the stack, so that run_begin can check a small stack limit first
     run_begin(&run, &argc, &argv, &TRAINER_BUILD, NULL, 0);  // MPI, flags, -y 1's checkpoint, ranks agree
     return train(&run);
 }

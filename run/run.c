@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,10 +16,28 @@
 
 // ---------------------------------------------------------------------------- begin, open
 
+// A small stack limit (ulimit -s) crashes MPI_Init itself (Open MPI's output buffers, about
+// 200 KiB): the soft limit is raised to RUN_STACK_MIN where the hard one allows (the main
+// thread's stack grows up to the limit in force when it grows), else one error.
+#define RUN_STACK_MIN (8u << 20)
+static void run_check_stack(void) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_STACK, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= RUN_STACK_MIN) return;
+    rlim_t want = lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= RUN_STACK_MIN ? RUN_STACK_MIN : lim.rlim_max;
+    struct rlimit raised = {want, lim.rlim_max};
+    if (want >= (1u << 20) && setrlimit(RLIMIT_STACK, &raised) == 0) return;
+    // not fatal(): its 26 KB of buffers may not fit in what is left of such a stack
+    fprintf(stderr, "error: the stack limit (ulimit -s) is %llu KiB and cannot be raised to 1 MiB or more (hard "
+            "limit %llu KiB): MPI_Init needs more; raise it (ulimit -s 8192)\n", (unsigned long long)lim.rlim_cur >> 10,
+            (unsigned long long)lim.rlim_max >> 10);
+    exit(1);
+}
+
 void run_begin(Run* run, int* argc, char*** argv, const TrainerBuild* build, const OptionTable* extra, int n_extra) {
     memset(run, 0, sizeof(*run));
     run->build = build;
     files_size_limit_fails_writes();
+    run_check_stack();
     mpi_start(argc, argv, &run->rank, &run->world);
     TrainConfig* cfg = &run->cfg;  // parsed before the trainer is built: -h and flag errors need no device
     config_defaults(cfg, build);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test: timeout=120 lane=cpu tier=full
-# Resource limits end with one error naming the file, and leave nothing half-written
-# (docs/testing.md, "limits"). ulimit -f: SIGXFSZ would kill the process without a word, so
+# Resource limits end with one error, and leave nothing half-written (docs/testing.md,
+# "limits"). ulimit -f: SIGXFSZ would kill the process without a word, so
 # the programs ignore it and the write fails with EFBIG: a checkpoint past the limit, a
 # main.log line past it (the log keeps whole lines), hf_convert export past it.
 set -u
@@ -47,4 +47,10 @@ check "no main.log.tmp" test ! -e "$TMP/run/main.log.tmp"
 limited 5000 "$TMP/hf.log" ./hf_convert export "$TMP/run/checkpoint_00000002/model.bin" "$TMP/hf"
 one_error "hf_convert export past ulimit -f" "$TMP/hf.log" $? "model.safetensors" "File too large"
 check "no model.safetensors(.tmp) left" test -z "$(ls -A "$TMP/hf" 2>/dev/null | grep safetensors)"
+# ulimit -s: below about 200 KiB MPI_Init crashed. A soft limit the hard one lets rise is
+# raised (the run trains); a hard limit below 1 MiB is one error before MPI starts.
+(ulimit -s 150 && timeout 60 ./train_gpt2 "${ARGS[@]}" -x 1 >"$TMP/stack_hard.log" 2>&1)
+one_error "ulimit -s 150 (hard)" "$TMP/stack_hard.log" $? "the stack limit (ulimit -s) is 150 KiB" "ulimit -s 8192"
+check "ulimit -S -s 100 under a hard limit of 8 MiB: raised, the run trains" \
+    bash -c 'ulimit -S -s 100 && ulimit -H -s 8192 && exec "$@"' _ timeout 60 ./train_gpt2 "${ARGS[@]}" -x 1
 done_testing
