@@ -616,6 +616,12 @@ int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r, c
     // requeued job repeats its command line) may name them; else other batches would go.
     if (cfg->skip_from && cfg->skip_from <= saved->step && !skip_batches_has(&saved->skipped, cfg->skip_from,
                                                                               cfg->skip_to)) {
+        for (int i = 0; i < saved->skipped.count; i++) {  // a part of a range it skipped: say which
+            if (saved->skipped.from[i] > cfg->skip_from || saved->skipped.to[i] < cfg->skip_to) continue;
+            fatal("--skip-batches %d-%d lies inside %d-%d, which the run that saved %s skipped already: repeat "
+                  "that range (a requeued job's command line), or leave the flag out", cfg->skip_from, cfg->skip_to,
+                  saved->skipped.from[i], saved->skipped.to[i], r->dir);
+        }
         fatal("--skip-batches %d-%d: %s is at step %d, past step %d, and the run that saved it did not skip those "
               "batches: resume from a checkpoint of step %d or earlier (move the newer ones out of %s), or name steps "
               "after %d", cfg->skip_from, cfg->skip_to, r->dir, saved->step, cfg->skip_from, cfg->skip_from - 1,

@@ -106,6 +106,21 @@ static void run_open_io(Run* run) {
     logger_open(&run->logger, rank == 0 ? cfg->output_dir : NULL, cfg->resume);
 }
 
+// A skip of more steps than one epoch of the train data holds would wrap into the next epoch
+// and skip other batches than the ones named (and 1-2147483647 would spin for minutes).
+static void run_check_skip_fits(const Run* run) {
+    const TrainConfig* cfg = &run->cfg;
+    if (!cfg->skip_from) return;
+    size_t per_step = (size_t)run->world * (size_t)run->micro_steps;
+    size_t epoch_steps = dataloader_batches_per_epoch(&run->train) / per_step;
+    size_t steps = (size_t)cfg->skip_to - (size_t)cfg->skip_from + 1;
+    if (steps > epoch_steps) {
+        fatal("--skip-batches %d-%d moves past %zu steps' batches, more than one epoch of -i holds (%zu steps of %lld "
+              "tokens): it would wrap into the next epoch and skip other data; name fewer steps", cfg->skip_from,
+              cfg->skip_to, steps, epoch_steps, run->tokens_per_step);
+    }
+}
+
 int run_open(Run* run, const GPT2Config* model, Optimizer* opt) {
     const TrainConfig* cfg = &run->cfg;
     run->model = model;
@@ -121,6 +136,7 @@ int run_open(Run* run, const GPT2Config* model, Optimizer* opt) {
         fatal("--skip-batches %d-%d: the run ends at step %d (-x), before step %d", cfg->skip_from, cfg->skip_to,
               run->max_steps, cfg->skip_from);
     }
+    run_check_skip_fits(run);
     return !(cfg->resume && checkpoint_resume_check(cfg, &run->resume, &run->train_identity, run->tokens_per_step,
                                                     run->max_steps));
 }

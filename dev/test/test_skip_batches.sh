@@ -14,7 +14,8 @@
 #   R   np 1 for 3 steps, then resumed at np 2 with K's flags: K's rows and losses (2e-5), the
 #       range in checkpoints 6 on; the same command again with -x 16: no second skip, steps
 #       15-16 = S's 21-22
-# and refusals: a resume from S's checkpoint 6 (no skip) naming steps 5-10; bad values.
+# and refusals: a resume from S's checkpoint 6 (no skip) naming steps 5-10; one from R's
+# checkpoint 12 naming 6-8, inside its 5-10; a range past one epoch of the data; bad values.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 [ -x ./test_crc32c ] || fatal "./test_crc32c is built"
@@ -125,5 +126,10 @@ refused range_reversed "got '6-5'" -x 8 --skip-batches 6-5
 refused range_text "got '3-x'" -x 8 --skip-batches 3-x
 refused with_overfit "-a 1 trains on one batch only" -x 8 -a 1 --skip-batches 2
 refused beyond_the_run "the run ends at step 8 (-x), before step 9" -x 8 --skip-batches 9-12
+refused past_the_data "more than one epoch of -i holds" -x 8 --skip-batches 1-2147483647
+# A part of the range that R's checkpoints record: named as inside it, not as "did not skip".
+mkdir -p "$TMP/out_P" && cp -r "$TMP/out_R/checkpoint_00000012" "$TMP/out_P/" 2>/dev/null
+refused subrange_of_skipped "--skip-batches 6-8 lies inside 5-10, which the run that saved" \
+    -x 16 -y 1 --shuffle --skip-batches 6-8 -o "$TMP/out_P"
 
 done_testing
