@@ -566,6 +566,13 @@ static void checkpoint_corpus_check(const TrainConfig* cfg, const CheckpointResu
     if (saved->corpus_shards == now->shards && saved->corpus_digest == now->digest) return;  // names do not count
     data_identity_text(saved->corpus, saved->corpus_shards, saved->corpus_digest, was, sizeof(was));
     data_identity_text(now->corpus, now->shards, now->digest, is, sizeof(is));
+    if (!cfg->allow_corpus_change && strcmp(saved->corpus, "-") != 0 && strcmp(now->corpus, "-") == 0 &&
+        saved->corpus_shards == now->shards) {  // the same shards, perhaps, but their manifest is gone
+        fatal("resume: %s was trained on corpus '%s' (%zu shards, listed in its manifest), and -i '%s' matches %zu "
+              "shards without a manifest: put %s_manifest.txt back beside them, so that they can be checked, or pass "
+              "--allow-corpus-change", r->dir, saved->corpus, saved->corpus_shards, cfg->train_pattern, now->shards,
+              saved->corpus);
+    }
     if (!cfg->allow_corpus_change) {
         fatal("resume: %s was trained on other data (%s) than -i '%s' holds now (%s): resume on the saved corpus, or "
               "pass --allow-corpus-change to continue on this one", r->dir, was, cfg->train_pattern, is);

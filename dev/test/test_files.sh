@@ -312,6 +312,15 @@ check_resume ckpt_v_negative     2 opt_v_negative  "in AdamW's v is not finite o
 check_resume ckpt_m_v_swapped    1 opt_swap_m_v    "in AdamW's v is not finite or is negative"
 check_resume ckpt_m_halves_swapped 1 opt_swap_m_halves "AdamW's m and v cannot be averages of the same gradients"
 check_resume ckpt_m_halves_swapped 2 opt_swap_m_halves "AdamW's m and v cannot be averages of the same gradients"
+# The same two-shard corpus, its manifest gone since the checkpoint: said so, not "other data".
+d=$(corpus_copy manifest_gone)
+if timeout 60 $BIN "${BASE[@]}" -i "$d/$C_GLOB" -x 2 -n 2 -o "$TMP/manifest_gone_run" >"$TMP/manifest_gone_run.log" 2>&1; then
+    rm "$d/c_manifest.txt"
+    expect_error ckpt_manifest_gone 1 "was trained on corpus 'c' (2 shards, listed in its manifest)" "put c_manifest.txt back" \
+        -- -i "$d/$C_GLOB" -x 3 -y 1 -o "$TMP/manifest_gone_run"
+else
+    not_ok "ckpt_manifest_gone: the first run failed" "$TMP/manifest_gone_run.log"
+fi
 expect_error ckpt_other_model 1 "$CK/model.bin is a model with L=2" "-e d1" "belongs to another run" -- -x 3 -y 1 -o "$TMP/other_model" -e d1
 
 note "test_files: $((SECONDS - t0)) s"
