@@ -1,6 +1,10 @@
 // run/memory_check.c: what run/memory_check.h declares.
 #include "run/memory_check.h"
+
 #include <omp.h>
+#include <sys/resource.h>
+
+#include "llmc/matmul.h"  // openblas_get_num_threads: weak, set where OpenBLAS is linked
 
 #include "llmc/muon_gpt2.h"  // muon_matrix_work_floats, muon_gpt2_batched_work
 
@@ -265,8 +269,23 @@ static void memory_cgroup(MemoryLimit* m) {
     fclose(f);
 }
 
+// ulimit -v bounds each process's address space, which holds more than its resident memory:
+// what is mapped and not resident at the check (libraries, thread stacks, MPI's shared
+// memory) is taken off the limit, and so are OpenBLAS's buffers (below).
+static void memory_address_space(MemoryLimit* m) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
+    double size = memory_read_key("/proc/self/status", "VmSize"), rss = memory_read_key("/proc/self/status", "VmRSS");
+    m->as_limit = (double)lim.rlim_cur;
+    if (size >= 0 && rss >= 0) m->as_room = m->as_limit - (size - rss) * 1024;
+    // OpenBLAS (Debian's build) takes a 128 MiB buffer in each thread that calls it, and spins
+    // forever when malloc refuses one: counted here, so that the run is refused instead.
+    if (m->as_room >= 0 && openblas_get_num_threads) m->as_room -= omp_get_max_threads() * 128.0 * MEMORY_MIB;
+}
+
 static MemoryLimit memory_host_limit(void) {
-    MemoryLimit m = {-1, -1, -1, -1, 0};
+    MemoryLimit m = {-1, -1, -1, -1, 0, -1, -1};
+    memory_address_space(&m);
     const char* text = getenv(MEMORY_LIMIT_ENV);
     if (text && *text) {
         char* end;
@@ -274,6 +293,7 @@ static MemoryLimit memory_host_limit(void) {
         if (*end != '\0' || !(mib > 0)) fatal("%s = '%s': expected a positive number of MiB", MEMORY_LIMIT_ENV, text);
         m.bytes = mib * MEMORY_MIB;
         m.overridden = 1;
+        m.as_room = -1;  // the override stands for every limit
         return m;
     }
     double kib = memory_read_key("/proc/meminfo", "MemAvailable");
@@ -383,6 +403,15 @@ static void memory_judge(const TrainConfig* cfg, const MemoryRow* rows, int worl
     int single_node = 1;
     for (int i = 1; i < world; i++) single_node &= strcmp(rows[i].node, rows[0].node) == 0;
     for (int r = 0; r < world; r++) {
+        if (!of_gpu && rows[r].host.as_room >= 0 && per_rank > rows[r].host.as_room) {
+            char job[PATH_MAX_LEN + 64], p[32], l[32], room[32], terms[512];
+            memory_describe_job(cfg, job, sizeof(job));
+            memory_terms(need, per_rank, terms, sizeof(terms));
+            fatal("%s needs about %s of host memory per rank (%s) but rank %d's ulimit -v of %s leaves room for %s "
+                  "(the rest is mapped already: libraries, stacks, MPI); raise ulimit -v or make the job smaller",
+                  job, memory_size(per_rank, p, sizeof(p)), terms, r, memory_size(rows[r].host.as_limit, l, sizeof(l)),
+                  memory_size(rows[r].host.as_room > 0 ? rows[r].host.as_room : 0, room, sizeof(room)));
+        }
         int first, ranks = memory_peers(rows, world, r, of_gpu, &first);
         if (of_gpu && gpu_per_process) ranks = 1, first = 1;
         double limit = of_gpu ? rows[r].gpu_free : rows[r].host.bytes, total = ranks * per_rank;

@@ -82,6 +82,9 @@ typedef struct {
     double cgroup_limit;   // the tightest cgroup limit, -1 none
     double cgroup_room;    // its headroom
     int overridden;        // LLMC_MEMORY_LIMIT_MIB set it
+    double as_limit;       // ulimit -v (RLIMIT_AS) in bytes, -1 none: a limit per rank, not per node
+    double as_room;        // what a rank's estimate may reach under it: the limit less the address
+                           // space mapped but not resident at the check (libraries, stacks, MPI)
 } MemoryLimit;
 
 // ---------------------------------------------------------------------------- the verdict
