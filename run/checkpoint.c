@@ -505,6 +505,11 @@ int checkpoint_open_for_resume(const char* out_dir, const GPT2Config* run_shape,
         if (utils_rank() == 0) printf("resume: no checkpoint in %s yet; starting from step 0\n", out_dir);
         return 0;
     }
+    struct stat st;  // the job's own files are never read through a link (run/files.h): its checkpoints neither
+    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        fatal("resume: %s is a symbolic link, not a directory of -o's own: a checkpoint is read only where the run "
+              "saved it; copy it into -o instead", dir);
+    }
     checkpoint_read_manifest(dir, manifest);
     char path[PATH_MAX_LEN], saved_text[128], run_text[128];
     path_format(path, sizeof(path), "%s/%s", dir, CHECKPOINT_FILES[CHECKPOINT_STATE]);

@@ -8,7 +8,8 @@
 #   timeout  past it the script is stopped, and fails
 #   lane     alone: the build and data scripts, which run first, one after another; then, where
 #            nproc says two cores or more (LLMC_TEST_JOBS=1: one), two lanes at once: layer,
-#            the scripts that run CUDA code on the CPU execution layer, one after another,
+#            the scripts that run CUDA code on the CPU execution layer (docs among them, for
+#            docs/cuda_cpu.md's blocks: it evens the two lanes out), one after another,
 #            beside cpu, all the others, one after another. In a lane, file-name order.
 #   tier     the tiers that run it: full (make test), fast (make test-fast: LLMC_TEST_TIER=fast,
 #            under which a script runs its fast rows, dev/test/test_lib.sh)

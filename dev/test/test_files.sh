@@ -179,6 +179,7 @@ d=$(damaged fifo) && rm "$d/optimizer.bin" && mkfifo "$d/optimizer.bin"
 d=$(damaged fifo_manifest) && rm "$d/manifest.txt" && mkfifo "$d/manifest.txt"
 d=$(damaged link) && mkfifo "$TMP/a_fifo" && ln -sf "$TMP/a_fifo" "$d/optimizer.bin"
 d=$(damaged link_state) && mv "$d/state.txt" "$TMP/outside_state.txt" && ln -s "$TMP/outside_state.txt" "$d/state.txt"
+d=$(damaged link_dir) && mv "$d" "$TMP/outside_checkpoint" && ln -s "$TMP/outside_checkpoint" "$d"
 
 # ---- controls ---------------------------------------------------------------------------
 if timeout 60 $BIN "${BASE[@]}" -o "$TMP/control" >"$TMP/control.log" 2>&1; then
@@ -296,6 +297,7 @@ check_resume ckpt_fifo             1 fifo            "$CK/optimizer.bin is a pip
 check_resume ckpt_fifo_manifest    1 fifo_manifest   "$CK/manifest.txt' is a FIFO: the job writes, and reads back from its own directory, regular files only"
 check_resume ckpt_fifo_manifest    2 fifo_manifest   "$CK/manifest.txt' is a FIFO"
 check_resume ckpt_link             1 link            "$CK/optimizer.bin is a symbolic link, not a regular file"
+check_resume ckpt_link_dir         1 link_dir        "$CK is a symbolic link, not a directory of -o's own"
 check_resume ckpt_link_state       1 link_state      "$CK/state.txt is a symbolic link, not a regular file"
 check_resume ckpt_no_manifest      1 no_manifest     "$CK/manifest.txt is missing"
 check_resume ckpt_bad_manifest     1 bad_manifest    "$CK/manifest.txt: malformed line 'model.bin 12 zz'"

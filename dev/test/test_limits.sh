@@ -43,6 +43,13 @@ check "main.log ends with a whole line ($(stat -c %s "$TMP/run/main.log") bytes)
     $PY -c "import sys; d = open(sys.argv[1], 'rb').read(); sys.exit(0 if d.endswith(b'\n') and b's:2 trl' not in d.split(b'\n')[-2] else 1)" "$TMP/run/main.log"
 check "no main.log.tmp" test ! -e "$TMP/run/main.log.tmp"
 
+# -y 1 rewrites main.log (dropping what it repeats) through main.log.tmp: past the limit, one
+# error, main.log as it was, and no main.log.tmp holding the space.
+before=$(md5sum <"$TMP/run/main.log")
+limited 20000 "$TMP/rewrite.log" ./train_gpt2 "${ARGS[@]}" -x 4 -n 0 -o "$TMP/run" -y 1
+one_error "-y 1's main.log rewrite past ulimit -f" "$TMP/rewrite.log" $? "main.log.tmp" "main.log is unchanged"
+check "main.log unchanged, no main.log.tmp" test "$(md5sum <"$TMP/run/main.log")" = "$before" -a ! -e "$TMP/run/main.log.tmp"
+
 # hf_convert export past the limit (model.safetensors is 13 MB): no .tmp left.
 limited 5000 "$TMP/hf.log" ./hf_convert export "$TMP/run/checkpoint_00000002/model.bin" "$TMP/hf"
 one_error "hf_convert export past ulimit -f" "$TMP/hf.log" $? "model.safetensors" "File too large"
