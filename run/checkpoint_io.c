@@ -629,10 +629,14 @@ int checkpoint_resume_check(const TrainConfig* cfg, const CheckpointResume* r, c
                   "that range (a requeued job's command line), or leave the flag out", cfg->skip_from, cfg->skip_to,
                   saved->skipped.from[i], saved->skipped.to[i], r->dir);
         }
-        fatal("--skip-batches %d-%d: %s is at step %d, past step %d, and the run that saved it did not skip those "
-              "batches: resume from a checkpoint of step %d or earlier (move the newer ones out of %s), or name steps "
-              "after %d", cfg->skip_from, cfg->skip_to, r->dir, saved->step, cfg->skip_from, cfg->skip_from - 1,
-              cfg->output_dir, saved->step);
+        fatal("--skip-batches %d-%d: %s is at step %d, past step %d, and %s: resume from a checkpoint of step %d or "
+              "earlier (move the newer ones out of %s), or name steps after %d", cfg->skip_from, cfg->skip_to, r->dir,
+              saved->step, cfg->skip_from,
+              saved->skipped.count == SKIP_BATCHES_KEPT
+                  ? "its record of skipped ranges, full (the newest 16), does not hold this one: an older one dropped "
+                    "out, or it was never skipped"
+                  : "the run that saved it did not skip those batches",
+              cfg->skip_from - 1, cfg->output_dir, saved->step);
     }
     if (changes[0] && !cfg->allow_resume_change) {
         fatal("resume: this run's steps would not mean what %s's did (saved -> now: %s): resume with the saved "
