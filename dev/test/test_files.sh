@@ -146,6 +146,7 @@ d=$(damaged state_negative) && set_state "$d" step -2
 d=$(damaged state_overflow) && set_state "$d" B 99999999999999999999999
 d=$(damaged state_step) && set_state "$d" step 1
 d=$(damaged state_two_blanks) && set_state "$d" step " 2"
+d=$(damaged skips_full) && set_state "$d" skipped_batches "$(seq -s, 3 18 | sed 's/\([0-9]*\)/\1-\1/g')"
 d=$(damaged state_position) && set_state "$d" shard_tokens_done 4000000
 # ranks x B x T x accumulation = 64 (2^58 + 1) = 2^64 + 64, which wraps to this run's 64.
 d=$(damaged state_tokens_wrap) && sed -i 's/^ranks .*/ranks 536838145/; s/^grad_accum_steps .*/grad_accum_steps 536903681/' \
@@ -306,6 +307,8 @@ check_resume ckpt_opt_other_model  1 opt_other_model "$CK/optimizer.bin:" "of an
 check_resume ckpt_state_negative   1 state_negative  "$CK/state.txt: field step = '-2' is not an integer in 1..2147483647"
 check_resume ckpt_state_overflow   1 state_overflow  "$CK/state.txt: field B = '99999999999999999999999'"
 check_resume ckpt_state_two_blanks 1 state_two_blanks "$CK/state.txt: line 'step  2' is not 'KEY VALUE' with one blank"
+expect_error ckpt_skips_full 1 "its record of skipped ranges, full (the newest 16), does not hold this one" \
+    -- -x 3 -y 1 -o "$TMP/skips_full" --skip-batches 1-1
 check_resume ckpt_state_step       1 state_step      "$CK/state.txt: field step = 1" "for step 2"
 check_resume ckpt_data_position    1 state_position  "data position: token 4000000 of shard 0" "good.bin"
 check_resume ckpt_state_tokens_wrap 1 state_tokens_wrap "$CK/state.txt: ranks 536838145 x B 2 x T 32" "do not fit in 63 bits"
