@@ -566,8 +566,10 @@ static void checkpoint_corpus_check(const TrainConfig* cfg, const CheckpointResu
     if (saved->corpus_shards == now->shards && saved->corpus_digest == now->digest) return;  // names do not count
     data_identity_text(saved->corpus, saved->corpus_shards, saved->corpus_digest, was, sizeof(was));
     data_identity_text(now->corpus, now->shards, now->digest, is, sizeof(is));
+    // The same shards, perhaps, but their manifest is gone: without it only the first shard's
+    // checksum is known, so from two shards on the digests cannot agree.
     if (!cfg->allow_corpus_change && strcmp(saved->corpus, "-") != 0 && strcmp(now->corpus, "-") == 0 &&
-        saved->corpus_shards == now->shards) {  // the same shards, perhaps, but their manifest is gone
+        saved->corpus_shards == now->shards && now->shards > 1) {
         fatal("resume: %s was trained on corpus '%s' (%zu shards, listed in its manifest), and -i '%s' matches %zu "
               "shards without a manifest: put %s_manifest.txt back beside them, so that they can be checked, or pass "
               "--allow-corpus-change", r->dir, saved->corpus, saved->corpus_shards, cfg->train_pattern, now->shards,
