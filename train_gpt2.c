@@ -379,7 +379,7 @@ static void set_cpu_peak(Metrics* m, const GPT2Config* mc) {
     for (size_t i = 0; i < (size_t)BT * C; i++) inp[i] = (float)(i % 13) * 0.01f;
     for (size_t i = 0; i < (size_t)OC * C; i++) weight[i] = (float)(i % 7) * 0.01f;
     double best_ms = 1e30;
-    for (int i = 0; i < 11; i++) {  // the first call pages the buffers in; the best of 10 (a loaded host delays some)
+    for (int i = 0; i < 6; i++) {  // the first call pages the buffers in; the best of 5 (a loaded host delays some)
         double t0 = wall_ms();
         matmul_forward(out, inp, weight, NULL, BT, C, OC);
         double ms = wall_ms() - t0;
