@@ -104,14 +104,13 @@ int checkpoint_remove_dir(const char* path) {
         fprintf(stderr, "warning: not removing %s: not a directory I can read\n", path);
         return 0;
     }
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {  // first, make sure everything in it is ours
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || checkpoint_owns_file(e->d_name)) continue;
-        fprintf(stderr, "warning: not removing %s: it holds '%s', which is not a checkpoint file\n", path, e->d_name);
+    char foreign[256];
+    if (checkpoint_dir_foreign(path, foreign, sizeof(foreign))) {  // first, make sure everything in it is ours
+        fprintf(stderr, "warning: not removing %s: it holds '%s', which is not a checkpoint file\n", path, foreign);
         closedir(d);
         return 0;
     }
-    rewinddir(d);
+    struct dirent* e;
     int ok = 1;
     while ((e = readdir(d)) != NULL) {
         if (!checkpoint_owns_file(e->d_name)) continue;
