@@ -11,7 +11,8 @@
 #                           the frontend headers and libcudnn are there (`make cudnn_check
 #                           USE_CUDNN=1`); else one SKIPPED line, and the last line says so.
 #                           About 1.5 to 3 minutes more on 2 cores (the frontend's headers).
-# Each binary is removed first and the Makefile's stamp (PRECISION, USE_ZERO1) rebuilds
+# The builds run in two scratch copies of the tree, one per precision, never in this one. In
+# each, each binary is removed first and the Makefile's stamp (PRECISION, USE_ZERO1) rebuilds
 # whatever depends on the switch, so no stale binary or object of the other precision can
 # hide a compile error, and no object is compiled twice for the same settings. Each binary
 # is moved to a scratch directory. Then, on what those builds left (no build of its own):
@@ -62,12 +63,17 @@ precision_builds() {
     build test_zero1_cuda BF16 && build test_watchdog_cuda BF16 && build gpu_compute_mode BF16
 }
 # The two precisions build at once (nvcc is mostly one core; this halves CI's wait on two
-# cores): FP32 in a copy of the working tree (what git tracks or would track), so the two
-# never share an object or a stamp, BF16 here. Each log is printed whole, FP32's first.
-mkdir -p "$OUT/fp32_tree" "$OUT/bin"
+# cores), each in its own copy of the working tree (what git tracks or would track), so the
+# two never share an object or a stamp, and this tree's binaries are left alone (scripts/test.sh
+# runs this beside make test). Each log is printed whole, FP32's first.
+ROOT=$PWD
+export CUDNN_FRONTEND_PATH=${CUDNN_FRONTEND_PATH:-$ROOT/build/cudnn_frontend/include}  # build/ is not copied
+mkdir -p "$OUT/fp32_tree" "$OUT/bf16_tree" "$OUT/bin"
 bash scripts/copy_sources.sh "$OUT/fp32_tree"
+bash scripts/copy_sources.sh "$OUT/bf16_tree"
 (cd "$OUT/fp32_tree" && REPORT=$OUT/report OUT=$OUT/bin precision_builds FP32) >"$OUT/fp32.log" 2>&1 &
 fp32=$!
+cd "$OUT/bf16_tree"
 bf16_status=0
 REPORT=$OUT/report OUT=$OUT/bin precision_builds BF16 >"$OUT/bf16.log" 2>&1 || bf16_status=$?
 fp32_status=0
@@ -77,6 +83,7 @@ if [ $fp32_status -ne 0 ] || [ $bf16_status -ne 0 ]; then
     echo "check_cuda_build: FAILED (FP32 builds exit $fp32_status, BF16 builds exit $bf16_status)" >&2
     exit 1
 fi
+cd "$ROOT"
 # The real compiler's report on every kernel of those builds, against the repository's budgets.
 echo "== the compiler's report (dev/test/check_compiler_report.py, budgets dev/test/compiler_budgets.txt)"
 cuobjdump=$(bash dev/test/cuda_cuobjdump.sh) || cuobjdump=""
@@ -105,6 +112,7 @@ for bin in "$OUT"/bin/*; do
 done
 echo "check_cuda_build: every binary finds libcublasLt, libcublas, libnccl through its RUNPATH ($runpath)"
 # Last, so the switch of USE_CUDNN rebuilds nothing the loop above still needs.
+cd "$OUT/bf16_tree"
 if reason=$(make -s cudnn_check USE_CUDNN=1 2>&1); then
     start=$SECONDS
     OUT=$OUT/bin build train_gpt2cu BF16 USE_CUDNN=1 || exit 1

@@ -2,7 +2,8 @@
 # All tests on a fresh machine (the README's second command; CI runs it through .ci/run):
 #   1. scripts/install_deps.sh   what the build and the PyTorch oracle need
 #   2. make test                 every CPU test (dev/test/run_tests.sh: prove), ends "N passed, M failed, K skipped"
-#   3. scripts/check_cuda_build.sh  every CUDA target compiles in FP32 and BF16 (no GPU needed)
+#   3. scripts/check_cuda_build.sh  every CUDA target compiles in FP32 and BF16 (no GPU needed);
+#                                3 and 4 run beside 2 at nice 19, in scratch copies of the tree
 #   4. scripts/check_openmpi5_build.sh  the trainers build (and the CPU one runs) against the
 #                                Open MPI 5 wheel from PyPI; SKIPPED without a network
 #   5. make test_gpu             the GPU tests (TAP), ending "# N passed, M failed, K skipped"; SKIPPED
@@ -25,18 +26,30 @@ counts() {
 phase "dependencies"
 bash scripts/install_deps.sh || { echo "test: error: scripts/install_deps.sh failed"; exit 1; }
 
-phase "make test"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# Steps 3 and 4 build in scratch copies of the tree, so they run beside make test, at the
+# lowest priority: they take the cores make test's waits leave idle (its deadlines, its
+# sleeping ranks) and barely slow its timed checks.
+export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
+side=$(mktemp -d)
+log=$side/log
+trap 'rm -rf "$side"' EXIT
+if command -v nvcc >/dev/null 2>&1; then
+    nice -n 19 bash scripts/check_cuda_build.sh >"$side/cuda.log" 2>&1 &
+    cuda_pid=$!
+fi
+nice -n 19 bash scripts/check_openmpi5_build.sh >"$side/mpi5.log" 2>&1 &
+mpi5_pid=$!
+
+phase "make test (steps 3 and 4 beside it, at nice 19)"
 make test 2>&1 | tee "$log"
 tests=${PIPESTATUS[0]}
 read -r passed failed skipped < <(counts "$log")
 
 phase "CUDA compile check"
-export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
-if command -v nvcc >/dev/null 2>&1; then
-    bash scripts/check_cuda_build.sh
+if [ -n "${cuda_pid:-}" ]; then
+    wait $cuda_pid
     cuda=$?
+    cat "$side/cuda.log"
     if [ $cuda -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 else
     echo "test: CUDA compile check SKIPPED: no nvcc (install the CUDA toolkit to compile train_gpt2cu)"
@@ -45,8 +58,9 @@ else
 fi
 
 phase "build against Open MPI 5 (PyPI wheel)"
-bash scripts/check_openmpi5_build.sh 2>&1 | tee "$log"
-mpi5=${PIPESTATUS[0]}
+wait $mpi5_pid
+mpi5=$?
+tee "$log" <"$side/mpi5.log"
 if [ $mpi5 -ne 0 ]; then
     failed=$((failed + 1))
 elif grep -q "^SKIPPED" "$log"; then
