@@ -36,8 +36,9 @@ mem_run() {
     local data=$dir/mem_tokens.bin
     [ "${MEM_DATA:-}" = none ] && data=$dir/no_such_shard.bin  # the run ends after the check
     rm -f "$log".*
-    env CUDA_CPU_MEMORY_MIB="$mib" "$@" timeout 120 "${MPIRUN[@]}" --mca orte_abort_on_non_zero_status 0 \
-        -x CUDA_CPU_MEMORY_MIB -x CUDA_CPU_SHARED_GPU -np 2 bash -c \
+    # cuBLAS's workspace as MEM_CHARGES counts it (:4096:8, 32 MiB: the suite's, whatever the caller's)
+    env CUDA_CPU_MEMORY_MIB="$mib" CUBLAS_WORKSPACE_CONFIG=:4096:8 "$@" timeout 120 "${MPIRUN[@]}" \
+        --mca orte_abort_on_non_zero_status 0 -x CUDA_CPU_MEMORY_MIB -x CUBLAS_WORKSPACE_CONFIG -x CUDA_CPU_SHARED_GPU -np 2 bash -c \
         "\"\$0\" \"\$@\" >$log.\$OMPI_COMM_WORLD_RANK 2>&1; rc=\$?; echo \$rc >$log.rc.\$OMPI_COMM_WORLD_RANK; exit \$rc" \
         "$bin" "${MEM_FLAGS[@]}" -i "$data" -j "$data" >"$log" 2>&1
     cat "$log.0" "$log.1" >>"$log" 2>/dev/null
