@@ -330,6 +330,8 @@ typedef struct {
 // the GPU's free bytes, and its UUID to tell which ranks share it.
 static void check_memory(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Kernels* kernels, const GpuSetup* gpu,
                          int plugin) {
+    // Every rank has its context and libraries by now: ranks sharing the GPU read the same free bytes.
+    mpi_barrier_deadline("the memory check", -1);
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     int device;

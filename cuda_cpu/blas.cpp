@@ -52,6 +52,8 @@ struct cublasContext {
     cublasMath_t math;
     void* workspace;  // accepted and unused: these gemms need none
     size_t workspace_size;
+    int device;             // where its default workspace is charged (device_memory.cpp)
+    size_t default_workspace;
 };
 struct cublasLtContext {
     int unused;
@@ -539,7 +541,13 @@ extern "C" {
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
     if (!handle) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasCreate", "handle is NULL");
-    *handle = new (std::nothrow) cublasContext{nullptr, CUBLAS_DEFAULT_MATH, nullptr, 0};
+    int device = cudacpu::current_device();
+    size_t workspace = cudacpu::cublas_workspace_bytes();  // the handle's default workspace, on the device
+    if (!cudacpu::device_memory_charge(device, workspace)) {
+        return fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasCreate", "no device memory for the default workspace");
+    }
+    *handle = new (std::nothrow) cublasContext{nullptr, CUBLAS_DEFAULT_MATH, nullptr, 0, device, workspace};
+    if (!*handle) cudacpu::device_memory_uncharge(device, workspace);
     return *handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
 }
 
@@ -552,6 +560,7 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
                     "the handle is bound to a stream that was destroyed (cublasSetStream): destroy the handle first");
     }
     cudaDeviceSynchronize();  // documented: destroying a handle synchronizes the device
+    cudacpu::device_memory_uncharge(handle->device, handle->default_workspace);
     delete handle;
     return CUBLAS_STATUS_SUCCESS;
 }

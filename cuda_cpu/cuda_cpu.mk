@@ -30,7 +30,8 @@ $(CUDA_CPU_A): $(CUDA_CPU_OBJ)
 # nothing here.
 CUDA_CPU_T = $(CUDA_CPU_DIR)/tests
 CUDA_CPU_TB = $(CUDA_CPU_BUILD)/tests
-CUDA_CPU_TESTS = $(addprefix $(CUDA_CPU_TB)/,test_layer test_blas test_nccl test_tools test_memcheck test_numerics)
+CUDA_CPU_TESTS = $(addprefix $(CUDA_CPU_TB)/,test_layer test_blas test_nccl test_tools test_memcheck test_numerics \
+  test_device_memory)
 CUDA_CPU_TEST_DEPS = $(CUDA_CPU_A) $(CUDA_CPU_NVCC) $(CUDA_CPU_DIR)/rewrite.py $(CUDA_CPU_T)/layer_test.h
 CUDA_CPU_INCLUDES = $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
 CUDA_CPU_TEST_FLAGS = -O3 -std=c++17 $(CUDA_CPU_INCLUDES)
@@ -41,6 +42,9 @@ CUDA_CPU_TOOLS_FLAGS = $(CUDA_CPU_TEST_FLAGS) --cuda-cpu-tools
 CUDA_CPU_NUMERICS_FLAGS = $(CUDA_CPU_TEST_FLAGS) --cuda-cpu-numerics=gpu
 
 $(CUDA_CPU_TB)/test_layer: $(CUDA_CPU_T)/test_layer.cu $(CUDA_CPU_T)/two_workers.h $(CUDA_CPU_TEST_DEPS)
+	@mkdir -p $(@D)
+	$(CUDA_CPU_NVCC) $(CUDA_CPU_TEST_FLAGS) $< -o $@
+$(CUDA_CPU_TB)/test_device_memory: $(CUDA_CPU_T)/test_device_memory.cu $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_TEST_FLAGS) $< -o $@
 $(CUDA_CPU_TB)/test_blas: $(CUDA_CPU_T)/test_blas.cpp $(CUDA_CPU_TEST_DEPS)

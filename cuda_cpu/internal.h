@@ -103,6 +103,26 @@ int current_device();
 // the same in every process with CUDA_CPU_SHARED_GPU=1 (ranks sharing one GPU).
 void device_uuid(int device, unsigned char out[16]);
 
+// ---- device memory as the driver counts it (device_memory.cpp) ---------------------------
+// CUDA_CPU_GPU=H100: the emulated GPU is an H100 (else an H200).
+bool gpu_is_h100();
+// totalGlobalMem: CUDA_CPU_MEMORY_MIB, else the GPU's.
+size_t device_memory_total();
+// What the device's GPU holds, over every process that shares it (the context included).
+size_t device_memory_used(int device);
+// false when the GPU has no room: for the context (charged on first use), an allocation of
+// size bytes (the 2 MiB granularity applied), or bytes a library takes (cuBLAS, NCCL).
+bool device_context(int device);
+bool device_memory_alloc(int device, size_t size);
+void device_memory_free(int device, size_t size);
+bool device_memory_charge(int device, size_t bytes);
+void device_memory_uncharge(int device, size_t bytes);
+// The charges' sizes: the context, cuBLAS's default workspace per handle, NCCL's buffers
+// per communicator of nranks.
+size_t context_bytes();
+size_t cublas_workspace_bytes();
+size_t nccl_buffer_bytes(int nranks);
+
 // ---- seeded choices ---------------------------------------------------------------------
 // One step of splitmix64 (the golden-ratio increment, then its finalizer): the layer's
 // random orders and answers hash their inputs and CUDA_CPU_SEED through it.

@@ -393,6 +393,7 @@ std::shared_ptr<CommState> find_live(uint64_t id) {
 void retire(ncclComm_t comm, HandleState state) {
     std::lock_guard<std::mutex> l(g_mu);
     g_live.erase(std::remove(g_live.begin(), g_live.end(), comm->st), g_live.end());
+    cudacpu::device_memory_uncharge(comm->st->device, cudacpu::nccl_buffer_bytes(comm->st->nranks));
     comm->state = state;
     comm->st.reset();  // queued units keep the state (and the mapping) alive until they end
 }
@@ -1432,6 +1433,10 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& uid, int
     c->nranks = nranks;
     c->rank = rank;
     c->device = cudacpu::current_device();
+    if (!cudacpu::device_memory_charge(c->device, cudacpu::nccl_buffer_bytes(nranks))) {  // released by retire
+        return fail(ncclUnhandledCudaError, "%s: no device memory for its buffers (%zu MiB, CUDA_CPU_NCCL_MEMORY_MIB)",
+                    call, cudacpu::nccl_buffer_bytes(nranks) >> 20);
+    }
     // Send/Recv slots of 64 bytes at least: the same on every rank, computed from the id.
     c->stage_bytes = std::max<size_t>(id.stage_bytes, ((size_t)64 * nranks + 4095) & ~size_t(4095));
     snprintf(c->name, sizeof(c->name), "%08x", (unsigned)(id.comm_id >> 32));
@@ -1444,6 +1449,7 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& uid, int
     }
     if (r != ncclSuccess) {
         shm_unlink(id.shm_name);  // a late rank then fails too, instead of joining a dead one
+        cudacpu::device_memory_uncharge(c->device, cudacpu::nccl_buffer_bytes(nranks));
         return r;
     }
     ncclComm* h = new ncclComm{H_LIVE, c};

@@ -9,7 +9,8 @@
  * its own pages, ends exactly at a PROT_NONE guard page (the size rounded up to 256
  * bytes, the rest a canary checked at cudaFree), is filled with 0xff bytes (a NaN in
  * every float format, -1 as an integer), and is unmapped at cudaFree, so an access past
- * its end or after its free faults where it happens. Pinned host memory
+ * its end or after its free faults where it happens. What the GPU counts as taken (the
+ * 2 MiB granularity, the context, libraries' buffers) is device_memory.cpp's. Pinned host memory
  * (cudaMallocHost) is ordinary memory that the layer knows. CUDA_CPU_PROTECT=1 tags the
  * arena with a memory protection key that only the layer's worker threads may use: host
  * code that dereferences device memory faults, as it would on a GPU.
@@ -141,7 +142,6 @@ struct Memory {
     std::map<uintptr_t, Allocation> allocs;  // by base
     char* arena = nullptr;
     size_t cursor = 0;
-    size_t in_use = 0;
     int pkey = -1;
 };
 static Memory* mem;
@@ -236,13 +236,15 @@ static cudaError_t device_alloc(void** out, size_t size, int device, const void*
     size_t rounded = round_up(size ? size : 1, 256);
     size_t pages = round_up(rounded, kPage);
     std::lock_guard<std::mutex> g(mem->mu);
-    size_t total_limit = (size_t)env_long("MEMORY_MIB", 143771) << 20;
-    if (mem->in_use + rounded > total_limit || mem->cursor + pages + kPage > kArenaBytes) return cudaErrorMemoryAllocation;
+    if (mem->cursor + pages + kPage > kArenaBytes || !device_memory_alloc(device, size)) return cudaErrorMemoryAllocation;
     char* region = mem->arena + mem->cursor;
     mem->cursor += pages + kPage;  // the page after stays PROT_NONE: the guard
     int rc = mem->pkey >= 0 ? pkey_mprotect(region, pages, PROT_READ | PROT_WRITE, mem->pkey)
                             : mprotect(region, pages, PROT_READ | PROT_WRITE);
-    if (rc != 0) return cudaErrorMemoryAllocation;
+    if (rc != 0) {
+        device_memory_free(device, size);
+        return cudaErrorMemoryAllocation;
+    }
     char* base = region + (pages - rounded);  // ends where the guard page starts
     {
         DeviceAccess access;
@@ -250,7 +252,6 @@ static cudaError_t device_alloc(void** out, size_t size, int device, const void*
         memset(base + size, 0xa5, rounded - size);
     }
     mem->allocs[(uintptr_t)base] = Allocation{base, size, rounded, MEM_DEVICE, device, false, made_at};
-    mem->in_use += rounded;
     *out = base;
     return cudaSuccess;
 }
@@ -283,7 +284,7 @@ static cudaError_t device_free(void* p) {
     mprotect(region, pages, PROT_NONE);
     race_forget_range(region, pages);
     a.freed = true;
-    mem->in_use -= a.rounded;
+    device_memory_free(a.device, a.size);
     return cudaSuccess;
 }
 
@@ -626,11 +627,6 @@ void device_uuid(int device, unsigned char out[16]) {
     memcpy(out + 8, &b, 8);
 }
 
-static bool gpu_is_h100() {
-    const char* g = getenv("CUDA_CPU_GPU");
-    return g && strcmp(g, "H100") == 0;
-}
-
 }  // namespace cudacpu
 
 using namespace cudacpu;
@@ -714,7 +710,8 @@ cudaError_t cudaSetDevice(int device) {
     init_once();
     if (device < 0 || device >= device_count()) return result(cudaErrorInvalidDevice);
     selected_device = device;
-    return cudaSuccess;
+    // CUDA 12 creates the device's primary context here.
+    return device_context(device) ? cudaSuccess : result(cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaGetDevice(int* device) {
@@ -737,7 +734,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device) {
     bool h100 = gpu_is_h100();
     snprintf(p->name, sizeof(p->name), "%s", h100 ? "NVIDIA H100 80GB HBM3" : "NVIDIA H200");
     device_uuid(device, (unsigned char*)p->uuid.bytes);
-    p->totalGlobalMem = (size_t)env_long("MEMORY_MIB", h100 ? 81559 : 143771) << 20;
+    p->totalGlobalMem = device_memory_total();
     p->sharedMemPerBlock = 49152;
     p->sharedMemPerBlockOptin = 232448;
     p->sharedMemPerMultiprocessor = 233472;
@@ -788,10 +785,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     init_once();
-    size_t t = (size_t)env_long("MEMORY_MIB", gpu_is_h100() ? 81559 : 143771) << 20;
-    std::lock_guard<std::mutex> g(mem->mu);
+    size_t t = device_memory_total(), used = device_memory_used(current_device());
     *total = t;
-    *free_bytes = t > mem->in_use ? t - mem->in_use : 0;
+    *free_bytes = t > used ? t - used : 0;
     return cudaSuccess;
 }
 

@@ -23,6 +23,10 @@ static void memory_add(MemoryNeed* n, const char* name, double bytes) {
     n->count++;
 }
 
+// NCCL's device buffers per communicator of two ranks or more: 1 GiB, measured on 8 H100s
+// (docs/cuda_cpu.md's "Device memory" says where); the CPU layer charges the same.
+#define MEMORY_NCCL_COMM_BYTES (1024 * MEMORY_MIB)
+
 static double memory_total(const MemoryNeed* n) {
     double sum = 0;
     for (int i = 0; i < n->count; i++) sum += n->term[i].bytes;
@@ -49,7 +53,8 @@ static MemoryBuffers memory_buffers(const TrainConfig* cfg, const GPT2Config* mc
                                     MemoryZero1Sizes zero1) {
     if (zero1) return zero1(cfg, mc, world);
     double P = (double)gpt2_num_parameters(mc);
-    MemoryBuffers b = {P, P, 0, P};  // the plain replicated optimizer keeps v for every element
+    MemoryBuffers b = {P, P, 0, P, world > 1};  // the plain replicated optimizer keeps v for every element;
+                                                // one NCCL all-reduce over all ranks
     return b;
 }
 
@@ -171,6 +176,9 @@ static void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const 
     memory_add(device, "scratch", x * (BT * C * 9) + 4 * chunks * 4 * C + 8 * 512 + 4 * 7 * BT);
     if (!cfg->resume && zero1) memory_add_loading(device, memory_total(device), 4 * numel);
     memory_add_overhead(device);
+    // NCCL's buffers, an estimate of their own (no margin on it): communicators are made after
+    // the check (staged MPI makes none).
+    memory_add(device, "NCCL buffers", staged ? 0 : buffers.communicators * MEMORY_NCCL_COMM_BYTES);
 
     // The host keeps the dense fp32 weights of -e while they load, the checkpoint staging
     // buffer, and with staged collectives a page-locked copy of each bucket in flight (at
@@ -185,9 +193,12 @@ static void memory_need_gpu(const TrainConfig* cfg, const GPT2Config* mc, const 
     if (!cfg->resume) memory_add_loading(host, 0, 4 * gpt2_num_parameters(mc));
     // The CPU execution layer's device memory is this process's memory, written (so
     // resident) by cudaMalloc: the device's need is the host's too (its margin aside: the
-    // host's covers the process).
+    // host's covers the process; NCCL's buffers are only counted there, not made).
     for (int i = 0; device_on_host && i < device->count; i++) {
-        if (strcmp(device->term[i].name, "overhead") != 0) memory_add(host, device->term[i].name, device->term[i].bytes);
+        const char* name = device->term[i].name;
+        if (strcmp(name, "overhead") != 0 && strcmp(name, "NCCL buffers") != 0) {
+            memory_add(host, name, device->term[i].bytes);
+        }
     }
     memory_add_overhead(host);
 }
@@ -396,9 +407,8 @@ static void memory_describe_job(const TrainConfig* cfg, char* buf, size_t n) {
 
 // Ends the job if a node (of_gpu: a GPU) cannot hold what its ranks need, each judged on
 // its first rank's row; rank 0 prints its own node's (GPU's) estimate when it fits.
-// gpu_per_process: each rank's GPU row counts only its own allocations (the CPU layer).
 static void memory_judge(const TrainConfig* cfg, const MemoryRow* rows, int world, const MemoryNeed* need,
-                         int of_gpu, int gpu_per_process) {
+                         int of_gpu) {
     double per_rank = memory_total(need);
     int single_node = 1;
     for (int i = 1; i < world; i++) single_node &= strcmp(rows[i].node, rows[0].node) == 0;
@@ -413,7 +423,6 @@ static void memory_judge(const TrainConfig* cfg, const MemoryRow* rows, int worl
                   memory_size(rows[r].host.as_room > 0 ? rows[r].host.as_room : 0, room, sizeof(room)));
         }
         int first, ranks = memory_peers(rows, world, r, of_gpu, &first);
-        if (of_gpu && gpu_per_process) ranks = 1, first = 1;
         double limit = of_gpu ? rows[r].gpu_free : rows[r].host.bytes, total = ranks * per_rank;
         if (!first || limit < 0) continue;
         char job[PATH_MAX_LEN + 64], where[MPI_MAX_PROCESSOR_NAME + 16], t[32], p[32], l[32], terms[512], source[160];
@@ -487,7 +496,7 @@ void memory_check_cpu(const TrainConfig* cfg, const GPT2Config* mc, int world,
     MemoryNeed need = memory_need_cpu(cfg, mc, world, zero1_sizes);
     MemoryRow* rows = memory_gather(world, 0, -1);
     memory_report_arm(&need);
-    memory_judge(cfg, rows, world, &need, 0, 0);
+    memory_judge(cfg, rows, world, &need, 0);
     free(rows);
 }
 
@@ -503,7 +512,7 @@ void memory_check_gpu(const TrainConfig* cfg, const GPT2Config* mc, const GPT2Ke
     MemoryNeed device, host;
     memory_need_gpu(cfg, mc, kernels, world, zero1_sizes, x, staged, gpu->is_host_memory, &device, &host);
     memory_report_arm(&host);
-    memory_judge(cfg, rows, world, &device, 1, gpu->is_host_memory);
-    memory_judge(cfg, rows, world, &host, 0, 0);
+    memory_judge(cfg, rows, world, &device, 1);
+    memory_judge(cfg, rows, world, &host, 0);
     free(rows);
 }

@@ -8,7 +8,10 @@
  *   host  the smaller of /proc/meminfo's MemAvailable and the cgroup's headroom (limit
  *         minus usage, at every level of its hierarchy, v2 or v1). Ranks on one node share
  *         it, so the node's ranks' needs add up;
- *   GPU   cudaMemGetInfo's free bytes, which ranks sharing one GPU split.
+ *   GPU   cudaMemGetInfo's free bytes, which ranks sharing one GPU split. They are read once
+ *         every rank has its context and libraries (the CUDA context, cuBLAS's workspace,
+ *         the cuBLASLt workspace: the trainer waits for all ranks first), so those are
+ *         counted there; what comes after the check is counted here (NCCL's buffers too).
  * One all-gather (under --comm-timeout, run/mpi_wait.h) brings every rank's row (its
  * node's name, its GPU, what is free there); every rank then reaches the same verdict
  * from the same rows, each node judged on its own numbers, so a job that cannot fit ends
@@ -66,8 +69,10 @@ typedef struct {
 // partial grads and receive slots).
 // second_moment: the owned elements that also have AdamW's v (with --optimizer muon, not the
 // matrices, whose Muon momentum is their only state besides the master).
+// communicators: those of two ranks or more that the rank joins (NCCL's buffers on a GPU).
 typedef struct {
     double numel, owned, temporaries, second_moment;
+    int communicators;
 } MemoryBuffers;
 
 // The zero1/ plugin's sizes (zero1/gpt2.h's zero1_gpt2_memory_buffers, from its own layout
@@ -114,7 +119,7 @@ typedef struct {
     uint64_t id;          // a digest of its UUID: ranks with the same id share the GPU
     double free_bytes;    // what cudaMemGetInfo reports free on it
     // 1 on the CPU execution layer (__CUDA_CPU__): device memory is this process's host
-    // memory, and cudaMemGetInfo counts this process's allocations only.
+    // memory (its count is the GPU's, shared by the ranks that share it, as on a GPU).
     int is_host_memory;
 } MemoryGpu;
 

@@ -87,7 +87,8 @@ static inline MemoryBuffers zero1_gpt2_memory_buffers(const TrainConfig* cfg, co
                                                  : (double)layout.numel;
     MemoryBuffers b = {(double)layout.numel, (double)(sharded ? g.owned_numel : layout.numel),
                        (double)(g.recv_temporaries + g.split_rows + g.partial_grads),
-                       sharded ? adamw_numel / dp : adamw_numel};
+                       sharded ? adamw_numel / dp : adamw_numel,
+                       (dp > 1) + (world / dp > 1)};  // zero1/backend_cuda.cu: its group's, and across groups
     zero1_layout_free(&layout);
     return b;
 }

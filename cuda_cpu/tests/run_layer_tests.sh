@@ -13,6 +13,8 @@
 #               misaligned, host code (C++ and C) touching device memory
 #   test_numerics  GPU numerics (a CUDA_CPU_NUMERICS=gpu build) on hand-worked values; and a
 #               run asking for the numerics its program was not built with refused
+#   test_device_memory  the GPU's memory as its driver counts it (the cap, the 2 MiB
+#               granularity, the context, cuBLAS's workspace, a GPU shared by processes)
 # and checks the layer's version line, and that the layer builds and runs from a copy of its
 # folder alone. Prints TAP (tap.sh).
 set -uo pipefail
@@ -95,6 +97,7 @@ run test_nccl bash tests/test_nccl.sh "$TB/test_nccl"
 run test_tools "$TB/test_tools"
 run test_memcheck "$TB/test_memcheck"
 run test_numerics "$TB/test_numerics"
+run test_device_memory "$TB/test_device_memory"
 numerics_refused() {  # CUDA_CPU_NUMERICS naming what the program was not built with: one error with the fix
     local v bin out
     for v in gpu:"$TB/test_layer" ieee:"$TB/test_numerics"; do

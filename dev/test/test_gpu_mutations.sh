@@ -32,6 +32,10 @@
 #      the misaligned 16-byte load
 #  14. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
 #      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
+# and this, which only the layer's count of device memory (docs/cuda_cpu.md, "Device memory")
+# catches:
+#  17. the memory check not counting NCCL's buffers: on a GPU 2 MiB over its need the layer
+#      refuses ncclCommInitRank (the former layer charged no buffers: the run trained)
 # A mutation whose text is not found in the source is a failure too (the test would have
 # rotted). Two mutations run at a time. Prints TAP (dev/test/test_lib.sh).
 set -uo pipefail
@@ -90,6 +94,7 @@ caught_one() {
 # its own copy: their builds and runs share nothing); the results are read in order below.
 NAMES=()
 expect_caught() {
+    selected "$1" || return 0  # LLMC_TEST_ROWS=REGEX: the mutations whose names match
     while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
     NAMES+=("$1")
     caught_one "$@" >"$TMP/$1.result" 2>&1 &
@@ -216,6 +221,13 @@ expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
     test_gpt2cu 1 "^not ok [0-9]+ - rerun bitwise identical" \
     mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
     "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin" -z 1 --bucket-size 65536 --comm nccl
+
+# 17: the FP32 trainer without zero1/ (the smaller build): its all-reduce communicator at np 2.
+expect_caught nccl_not_counted run/memory_check.c \
+    "    memory_add(device, \"NCCL buffers\", staged ? 0 : buffers.communicators * MEMORY_NCCL_COMM_BYTES);" \
+    "" \
+    train_gpt2cu 0 "ncclCommInitRank: no device memory for its buffers" \
+    bash dev/test/gpu_rows_memory.sh nccl_just_fits ./train_gpt2cu
 
 wait
 for name in "${NAMES[@]}"; do
