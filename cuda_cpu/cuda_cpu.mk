@@ -40,7 +40,7 @@ CUDA_CPU_TEST_FLAGS = -O3 -std=c++17 $(CUDA_CPU_INCLUDES)
 CUDA_CPU_TOOLS_FLAGS = $(CUDA_CPU_TEST_FLAGS) --cuda-cpu-tools
 CUDA_CPU_NUMERICS_FLAGS = $(CUDA_CPU_TEST_FLAGS) --cuda-cpu-numerics=gpu
 
-$(CUDA_CPU_TB)/test_layer: $(CUDA_CPU_T)/test_layer.cu $(CUDA_CPU_T)/two_workers.h $(CUDA_CPU_TEST_DEPS)
+$(CUDA_CPU_TB)/test_layer: $(CUDA_CPU_T)/test_layer.cu $(CUDA_CPU_T)/two_workers.cuh $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_TEST_FLAGS) $< -o $@
 $(CUDA_CPU_TB)/test_blas: $(CUDA_CPU_T)/test_blas.cpp $(CUDA_CPU_TEST_DEPS)
@@ -56,7 +56,7 @@ $(CUDA_CPU_TB)/test_tools: $(CUDA_CPU_T)/test_tools.cu $(CUDA_CPU_TEST_DEPS)
 $(CUDA_CPU_TB)/test_memcheck: $(CUDA_CPU_T)/test_memcheck.cu $(CUDA_CPU_T)/memcheck_host.c $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_TOOLS_FLAGS) $< $(CUDA_CPU_T)/memcheck_host.c -o $@
-$(CUDA_CPU_TB)/test_numerics: $(CUDA_CPU_T)/test_numerics.cu $(CUDA_CPU_T)/numerics_precise.cu $(CUDA_CPU_T)/two_workers.h \
+$(CUDA_CPU_TB)/test_numerics: $(CUDA_CPU_T)/test_numerics.cu $(CUDA_CPU_T)/numerics_precise.cu $(CUDA_CPU_T)/two_workers.cuh \
   $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_NUMERICS_FLAGS) -fmad=false -c $(CUDA_CPU_T)/numerics_precise.cu -o $(@D)/numerics_precise.o

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "cuda_cpu/tests/layer_test.h"
-#include "cuda_cpu/tests/two_workers.h"
+#include "cuda_cpu/tests/two_workers.cuh"
 
 // ---- kernels under test ---------------------------------------------------------------------
 // Each lane gets the value of lane (lane ^ 1), (lane + 3) if < 32 else its own, (lane - 2) if
@@ -154,7 +154,7 @@ __global__ void wmma_misuse(float* d, const __nv_bfloat16* a, int bad) {
     wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
 }
 
-// Parallel blocks (CUDA_CPU_BLOCK_WORKERS; meet_all: two_workers.h). Each block of one thread fills its __shared__ array and meets the others: out[b] = 1 if
+// Parallel blocks (CUDA_CPU_BLOCK_WORKERS; meet_all: two_workers.cuh). Each block of one thread fills its __shared__ array and meets the others: out[b] = 1 if
 // they met + 2 if its shared array and blockIdx are still its own after (each worker has its
 // own). Then it adds 1, `adds` times, to an integer and a float counter (exact below 2^24).
 __global__ void blocks_meet(int* arrived, int* out, long long cycles, int adds, unsigned long long* count,
