@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda_cpu/tests/launch_resources.cuh"
 #include "cuda_cpu/tests/layer_test.h"
 #include "cuda_cpu/tests/two_workers.cuh"
 
@@ -667,11 +668,13 @@ int main(int argc, char** argv) {
         copy_kernel<<<1, 1>>>(NULL, NULL, 0);
         return 0;
     }
+    if (argc > 1 && strncmp(argv[1], "launch_", 7) == 0) return launch_resources_case(argv[1]);
     if (argc > 1) return fault_case(argv[1]);
     test_shuffles();
     test_barriers();
     test_coordinates();
     test_launch_checks();
+    test_launch_resources(argv[0]);
     test_memory();
     test_streams();
     test_wmma();
