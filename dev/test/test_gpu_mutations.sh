@@ -32,8 +32,12 @@
 #      the misaligned 16-byte load
 #  14. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
 #      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
+# and this, which the layer caught only once it kept each kernel's launch resources (issue 46):
+#  16. adamw_kernel's __launch_bounds__ halved (to buy registers) while its launch keeps 256
+#      threads: an H100 refuses the launch ("too many resources requested for launch")
 # A mutation whose text is not found in the source is a failure too (the test would have
-# rotted). Two mutations run at a time. Prints TAP (dev/test/test_lib.sh).
+# rotted). Two mutations run at a time; GPU_MUTATIONS=NAME,... runs only those named. Prints
+# TAP (dev/test/test_lib.sh).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 require LAYER
@@ -90,6 +94,7 @@ caught_one() {
 # its own copy: their builds and runs share nothing); the results are read in order below.
 NAMES=()
 expect_caught() {
+    [ -n "${GPU_MUTATIONS:-}" ] && [[ ",$GPU_MUTATIONS," != *",$1,"* ]] && return
     while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
     NAMES+=("$1")
     caught_one "$@" >"$TMP/$1.result" 2>&1 &
@@ -216,6 +221,13 @@ expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
     test_gpt2cu 1 "^not ok [0-9]+ - rerun bitwise identical" \
     mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
     "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin" -z 1 --bucket-size 65536 --comm nccl
+
+# The launch's resources (cuda_cpu/kernel_attributes.cpp): before, __launch_bounds__ was erased.
+expect_caught launch_bounds_halved llmc/adamw.cuh \
+    "static __global__ void __launch_bounds__(ADAMW_THREADS)" \
+    "static __global__ void __launch_bounds__(ADAMW_THREADS / 2)" \
+    test_kernels_cuda 0 "kernel adamw_kernel \(llmc/adamw.cuh:[0-9]+\): a block of 256 threads, over its __launch_bounds__ of 128" \
+    "${KERNELS[@]}"
 
 wait
 for name in "${NAMES[@]}"; do
