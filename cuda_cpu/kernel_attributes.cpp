@@ -23,8 +23,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kernel_attributes.h"  // first: cuda_cpu.h precedes the toolkit's headers
 #include "internal.h"
-#include "kernel_attributes.h"
 
 namespace cudacpu {
 
