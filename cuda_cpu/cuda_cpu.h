@@ -23,7 +23,7 @@
 #define __shared__ static thread_local
 #define __constant__ static
 #define __managed__
-#define __launch_bounds__(...)
+#define __launch_bounds__(...)  // rewrite.py registers them (KernelBounds below)
 // The layer's documented macro (README.md): how a program asks whether it runs here.
 #define __CUDA_CPU__ 1
 // Kernels of a translation unit built with GPU numerics and --use_fast_math run with
@@ -192,7 +192,37 @@ struct KernelRef {
     }
 };
 
+// What each kernel registers before main (rewrite.py odr-uses these static members in its
+// body, so every instantiation's initializer runs at start-up; kernel_attributes.cpp): its
+// __launch_bounds__ (0: none) and each static __shared__ variable of its own body (id: where
+// it is declared, so that each counts once).
+bool kernel_bounds(const void* func, int max_threads, int min_blocks);
+bool kernel_static_shared(const void* func, unsigned id, size_t bytes);
+template <auto F, int MaxThreads, int MinBlocks>
+struct KernelBounds {
+    static const bool registered;
+};
+template <auto F, int MaxThreads, int MinBlocks>
+const bool KernelBounds<F, MaxThreads, MinBlocks>::registered = kernel_bounds((const void*)F, MaxThreads, MinBlocks);
+template <auto F, unsigned Id, size_t Bytes>
+struct KernelStaticShared {
+    static const bool registered;
+};
+template <auto F, unsigned Id, size_t Bytes>
+const bool KernelStaticShared<F, Id, Bytes>::registered = kernel_static_shared((const void*)F, Id, Bytes);
+
 }  // namespace cudacpu
+
+// The C++ overloads that take a kernel itself, as cuda_runtime.h declares them for nvcc only
+// (under __CUDACC__, which the layer does not define).
+template <class T>
+static inline cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, T* entry) {
+    return ::cudaFuncGetAttributes(attr, (const void*)entry);
+}
+template <class T>
+static inline cudaError_t cudaFuncSetAttribute(T* func, enum cudaFuncAttribute attr, int value) {
+    return ::cudaFuncSetAttribute((const void*)func, attr, value);
+}
 
 template <typename... P>
 static inline cudacpu::KernelRef<P...> cudacpu_kernel(void (*func)(P...), const char* name, const char* file,

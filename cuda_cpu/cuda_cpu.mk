@@ -10,7 +10,7 @@ CUDA_CPU_NVCC = $(CUDA_CPU_DIR)/nvcc
 CUDA_CPU_A = $(CUDA_CPU_BUILD)/libcuda_cpu.a
 CUDA_CPU_SRC = $(wildcard $(CUDA_CPU_DIR)/*.cpp)
 CUDA_CPU_OBJ = $(patsubst $(CUDA_CPU_DIR)/%.cpp,$(CUDA_CPU_BUILD)/%.o,$(CUDA_CPU_SRC))
-CUDA_CPU_H = $(addprefix $(CUDA_CPU_DIR)/,internal.h tools.h cuda_cpu.h include/mma.h)
+CUDA_CPU_H = $(addprefix $(CUDA_CPU_DIR)/,internal.h tools.h kernel_attributes.h cuda_cpu.h include/mma.h)
 # Its sources are plain C++ against the toolkit's headers (their types and prototypes);
 # NCCL_HOME's nccl.h first, as for the GPU build.
 CUDA_CPU_CXXFLAGS = -std=c++17 -O2 -g -pthread -Wall -Wno-unused-function $(if $(BLAS_INC),-I$(BLAS_INC)) \
@@ -41,7 +41,8 @@ CUDA_CPU_TEST_FLAGS = -O3 -std=c++17 $(CUDA_CPU_INCLUDES)
 CUDA_CPU_TOOLS_FLAGS = $(CUDA_CPU_TEST_FLAGS) --cuda-cpu-tools
 CUDA_CPU_NUMERICS_FLAGS = $(CUDA_CPU_TEST_FLAGS) --cuda-cpu-numerics=gpu
 
-$(CUDA_CPU_TB)/test_layer: $(CUDA_CPU_T)/test_layer.cu $(CUDA_CPU_T)/two_workers.h $(CUDA_CPU_TEST_DEPS)
+$(CUDA_CPU_TB)/test_layer: $(CUDA_CPU_T)/test_layer.cu $(CUDA_CPU_T)/two_workers.cuh $(CUDA_CPU_T)/launch_resources.cuh \
+  $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_TEST_FLAGS) $< -o $@
 $(CUDA_CPU_TB)/test_device_memory: $(CUDA_CPU_T)/test_device_memory.cu $(CUDA_CPU_TEST_DEPS)
@@ -60,7 +61,7 @@ $(CUDA_CPU_TB)/test_tools: $(CUDA_CPU_T)/test_tools.cu $(CUDA_CPU_TEST_DEPS)
 $(CUDA_CPU_TB)/test_memcheck: $(CUDA_CPU_T)/test_memcheck.cu $(CUDA_CPU_T)/memcheck_host.c $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_TOOLS_FLAGS) $< $(CUDA_CPU_T)/memcheck_host.c -o $@
-$(CUDA_CPU_TB)/test_numerics: $(CUDA_CPU_T)/test_numerics.cu $(CUDA_CPU_T)/numerics_precise.cu $(CUDA_CPU_T)/two_workers.h \
+$(CUDA_CPU_TB)/test_numerics: $(CUDA_CPU_T)/test_numerics.cu $(CUDA_CPU_T)/numerics_precise.cu $(CUDA_CPU_T)/two_workers.cuh \
   $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_NUMERICS_FLAGS) -fmad=false -c $(CUDA_CPU_T)/numerics_precise.cu -o $(@D)/numerics_precise.o

@@ -2,9 +2,9 @@
  * cuda_cpu/kernel.cpp: kernel launches on the CPU execution layer.
  *
  * A launch is checked as an H100/H200 checks it (block <= 1024 threads and 1024 x 1024 x
- * 64; grid x < 2^31, y and z <= 65535; dynamic shared memory above 48 KiB only after
- * cudaFuncSetAttribute, never above 227 KiB; every pointer argument NULL, device or pinned
- * memory), then queued on its stream. When it runs, its blocks are dealt to workers: the
+ * 64; grid x < 2^31, y and z <= 65535; the kernel's __launch_bounds__ and shared memory:
+ * kernel_attributes.cpp; every pointer argument NULL, device or pinned memory), then
+ * queued on its stream. When it runs, its blocks are dealt to workers: the
  * stream's worker thread and, in forward order, helper threads on the cores the process
  * leaves idle (CUDA_CPU_BLOCK_WORKERS). A worker runs one block at a time, and a block's
  * threads are fibers on that worker: each runs until it finishes or reaches __syncthreads
@@ -50,6 +50,7 @@
 
 #include "cuda_cpu.h"
 #include "internal.h"
+#include "kernel_attributes.h"
 #include "tools.h"
 
 namespace cudacpu {
@@ -123,6 +124,7 @@ struct Launch {
     size_t shmem;
     void (*run)(void*);
     std::shared_ptr<void> payload;
+    KernelAttributes* attributes;  // its registration (kernel_attributes.cpp)
 };
 
 // A launch's blocks as the workers running it take them, `chunk` positions at a time (one
@@ -969,9 +971,6 @@ unsigned active_mask() {
     return m;
 }
 
-static const size_t kStaticSharedLimit = 48 << 10;
-static const size_t kSharedOptinLimit = 232448;  // 227 KiB, cudaDevAttrMaxSharedMemoryPerBlockOptin
-
 void shared_declared(void* address, size_t bytes, const char* name) {
     BlockRun* b = running_block("__shared__");
     for (auto& s : b->shared) {
@@ -981,13 +980,9 @@ void shared_declared(void* address, size_t bytes, const char* name) {
     b->shared_bytes += bytes;
     if (with_tools) tools_shared_declared(address, bytes, name);
     memset(address, 0xff, bytes);
-    if (b->shared_bytes > kStaticSharedLimit) {
-        block_fault(b, "static __shared__ memory of %zu bytes (with '%s') exceeds the 48 KiB a kernel may declare "
-                    "(nvcc refuses it)", b->shared_bytes, name);
-    } else if (b->shared_bytes + b->launch->shmem > kSharedOptinLimit) {
-        block_fault(b, "%zu bytes of static and %zu of dynamic shared memory exceed the 227 KiB of a block",
-                    b->shared_bytes, b->launch->shmem);
-    }
+    char why[320];
+    if (!block_shared_fits(b->launch->attributes, b->shared_bytes, b->launch->shmem, why, sizeof(why)))
+        block_fault(b, "%s (with '%s')", why, name);
 }
 
 void* dynamic_shared() {
@@ -1002,19 +997,7 @@ long long clock_cycles() {
     return (long long)((ts.tv_sec * 1000000000.0 + ts.tv_nsec) * 1.98);
 }
 
-// ---- attributes and launches -----------------------------------------------------------------
-static std::mutex attr_mu;
-static std::unordered_map<const void*, int>* max_dynamic_shared;
-
-int kernel_max_dynamic_shared(const void* func) {
-    std::lock_guard<std::mutex> g(attr_mu);
-    if (max_dynamic_shared) {
-        auto it = max_dynamic_shared->find(func);
-        if (it != max_dynamic_shared->end()) return it->second;
-    }
-    return (int)kStaticSharedLimit;
-}
-
+// ---- launches ------------------------------------------------------------------------------
 void launch(const LaunchSite& site, const void* func, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
             void (*run)(void*), std::shared_ptr<void> payload, const PointerArg* pointers, int num_pointers) {
     const char* k = site.kernel;
@@ -1036,12 +1019,9 @@ void launch(const LaunchSite& site, const void* func, dim3 grid, dim3 block, siz
         result(cudaErrorInvalidConfiguration);
         return;
     }
-    int max_dyn = kernel_max_dynamic_shared(func);
-    if (shmem > (size_t)max_dyn) {
-        diag("kernel %s (%s:%d): %zu bytes of dynamic shared memory; above %d bytes it needs "
-             "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) first", k, site.file, site.line, shmem,
-             max_dyn);
-        result(cudaErrorInvalidValue);
+    KernelAttributes* attributes = kernel_attributes(func);
+    if (cudaError_t e = launch_resources(site, attributes, threads, shmem)) {
+        result(e);
         return;
     }
     for (int i = 0; i < num_pointers; i++) {
@@ -1057,27 +1037,9 @@ void launch(const LaunchSite& site, const void* func, dim3 grid, dim3 block, siz
             return;
         }
     }
-    Launch* L = new Launch{site, grid, block, shmem, run, std::move(payload)};
+    Launch* L = new Launch{site, grid, block, shmem, run, std::move(payload), attributes};
     std::shared_ptr<Launch> owned(L);
     result(enqueue(stream, site.kernel, [owned]() { run_kernel(owned.get()); }));
 }
 
 }  // namespace cudacpu
-
-using namespace cudacpu;
-
-extern "C" cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
-    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || (size_t)value > kSharedOptinLimit) {
-            diag("cudaFuncSetAttribute: %d bytes of dynamic shared memory (at most %zu on this GPU)", value,
-                 kSharedOptinLimit);
-            return result(cudaErrorInvalidValue);
-        }
-        std::lock_guard<std::mutex> g(attr_mu);
-        if (!max_dynamic_shared) max_dynamic_shared = new std::unordered_map<const void*, int>();
-        (*max_dynamic_shared)[func] = value;
-        return cudaSuccess;
-    }
-    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;
-    return result(cudaErrorInvalidValue);
-}

@@ -5,7 +5,7 @@
  */
 #include <cuda_runtime.h>
 
-#include "cuda_cpu/tests/two_workers.h"
+#include "cuda_cpu/tests/two_workers.cuh"
 
 // out[0] = a*b + c, out[1] = x*y, out[2] = expf(in[0]), out[3] = logf(in[1]),
 // out[4] = tanhf(in[2]), out[5] = sqrtf(in[3]), out[6] = rsqrtf(in[4]).

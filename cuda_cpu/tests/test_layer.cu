@@ -26,8 +26,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda_cpu/tests/launch_resources.cuh"
 #include "cuda_cpu/tests/layer_test.h"
-#include "cuda_cpu/tests/two_workers.h"
+#include "cuda_cpu/tests/two_workers.cuh"
 
 // ---- kernels under test ---------------------------------------------------------------------
 // Each lane gets the value of lane (lane ^ 1), (lane + 3) if < 32 else its own, (lane - 2) if
@@ -154,7 +155,7 @@ __global__ void wmma_misuse(float* d, const __nv_bfloat16* a, int bad) {
     wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
 }
 
-// Parallel blocks (CUDA_CPU_BLOCK_WORKERS; meet_all: two_workers.h). Each block of one thread fills its __shared__ array and meets the others: out[b] = 1 if
+// Parallel blocks (CUDA_CPU_BLOCK_WORKERS; meet_all: two_workers.cuh). Each block of one thread fills its __shared__ array and meets the others: out[b] = 1 if
 // they met + 2 if its shared array and blockIdx are still its own after (each worker has its
 // own). Then it adds 1, `adds` times, to an integer and a float counter (exact below 2^24).
 __global__ void blocks_meet(int* arrived, int* out, long long cycles, int adds, unsigned long long* count,
@@ -667,11 +668,13 @@ int main(int argc, char** argv) {
         copy_kernel<<<1, 1>>>(NULL, NULL, 0);
         return 0;
     }
+    if (argc > 1 && strncmp(argv[1], "launch_", 7) == 0) return launch_resources_case(argv[1]);
     if (argc > 1) return fault_case(argv[1]);
     test_shuffles();
     test_barriers();
     test_coordinates();
     test_launch_checks();
+    test_launch_resources(argv[0]);
     test_memory();
     test_streams();
     test_wmma();

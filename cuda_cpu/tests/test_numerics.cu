@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "cuda_cpu/tests/layer_test.h"
-#include "cuda_cpu/tests/two_workers.h"
+#include "cuda_cpu/tests/two_workers.cuh"
 
 void run_precise_math(float* out, const float* in, float a, float b, float c, float x, float y);  // numerics_precise.cu
 void run_precise_denormal_on_two_workers(float* out, const float* in, int* arrived);              // numerics_precise.cu

@@ -32,12 +32,16 @@
 #      the misaligned 16-byte load
 #  14. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
 #      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
+# and this, which the layer caught only once it kept each kernel's launch resources (issue 46):
+#  16. adamw_kernel's __launch_bounds__ halved (to buy registers) while its launch keeps 256
+#      threads: an H100 refuses the launch ("too many resources requested for launch")
 # and this, which only the layer's count of device memory (docs/cuda_cpu.md, "Device memory")
 # catches:
 #  17. the memory check not counting NCCL's buffers: on a GPU 2 MiB over its need the layer
 #      refuses ncclCommInitRank (the former layer charged no buffers: the run trained)
 # A mutation whose text is not found in the source is a failure too (the test would have
-# rotted). Two mutations run at a time. Prints TAP (dev/test/test_lib.sh).
+# rotted). Two mutations run at a time; LLMC_TEST_ROWS=REGEX runs only those whose names match. Prints
+# TAP (dev/test/test_lib.sh).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 require LAYER
@@ -222,6 +226,12 @@ expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
     mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
     "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin" -z 1 --bucket-size 65536 --comm nccl
 
+# The launch's resources (cuda_cpu/kernel_attributes.cpp): before, __launch_bounds__ was erased.
+expect_caught launch_bounds_halved llmc/adamw.cuh \
+    "static __global__ void __launch_bounds__(ADAMW_THREADS)" \
+    "static __global__ void __launch_bounds__(ADAMW_THREADS / 2)" \
+    test_kernels_cuda 0 "kernel adamw_kernel \(llmc/adamw.cuh:[0-9]+\): a block of 256 threads, over its __launch_bounds__ of 128" \
+    "${KERNELS[@]}"
 # 17: the FP32 trainer without zero1/ (the smaller build): its all-reduce communicator at np 2.
 expect_caught nccl_not_counted run/memory_check.c \
     "    memory_add(device, \"NCCL buffers\", staged ? 0 : buffers.communicators * MEMORY_NCCL_COMM_BYTES);" \

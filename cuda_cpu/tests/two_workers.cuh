@@ -1,5 +1,5 @@
 /*
- * cuda_cpu/tests/two_workers.h: kernels that run their blocks at once on block workers of
+ * cuda_cpu/tests/two_workers.cuh: kernels that run their blocks at once on block workers of
  * their own (CUDA_CPU_BLOCK_WORKERS), for the layer's tests (test_layer.cu, test_numerics.cu
  * and its second translation unit).
  */
