@@ -30,7 +30,8 @@ $(CUDA_CPU_A): $(CUDA_CPU_OBJ)
 # nothing here.
 CUDA_CPU_T = $(CUDA_CPU_DIR)/tests
 CUDA_CPU_TB = $(CUDA_CPU_BUILD)/tests
-CUDA_CPU_TESTS = $(addprefix $(CUDA_CPU_TB)/,test_layer test_blas test_nccl test_tools test_memcheck test_numerics)
+CUDA_CPU_TESTS = $(addprefix $(CUDA_CPU_TB)/,test_layer test_blas test_nccl test_tools test_memcheck test_numerics \
+  test_boundary)
 CUDA_CPU_TEST_DEPS = $(CUDA_CPU_A) $(CUDA_CPU_NVCC) $(CUDA_CPU_DIR)/rewrite.py $(CUDA_CPU_T)/layer_test.h
 CUDA_CPU_INCLUDES = $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
 CUDA_CPU_TEST_FLAGS = -O3 -std=c++17 $(CUDA_CPU_INCLUDES)
@@ -56,6 +57,12 @@ $(CUDA_CPU_TB)/test_tools: $(CUDA_CPU_T)/test_tools.cu $(CUDA_CPU_TEST_DEPS)
 $(CUDA_CPU_TB)/test_memcheck: $(CUDA_CPU_T)/test_memcheck.cu $(CUDA_CPU_T)/memcheck_host.c $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_TOOLS_FLAGS) $< $(CUDA_CPU_T)/memcheck_host.c -o $@
+# The host/library boundary: memcheck at MPI (mpi_check.c, against MPI's own mpi.h) and the
+# pageable copies' switches.
+$(CUDA_CPU_TB)/test_boundary: $(CUDA_CPU_T)/test_boundary.cu $(CUDA_CPU_DIR)/mpi_check.c $(CUDA_CPU_TEST_DEPS)
+	$(if $(strip $(CUDA_CPU_MPI_FLAGS)),,$(error no MPI flags for the boundary test: is MPI installed (mpicc)?))
+	@mkdir -p $(@D)
+	$(CUDA_CPU_NVCC) $(CUDA_CPU_TOOLS_FLAGS) $< $(CUDA_CPU_DIR)/mpi_check.c -o $@ $(CUDA_CPU_MPI_FLAGS)
 $(CUDA_CPU_TB)/test_numerics: $(CUDA_CPU_T)/test_numerics.cu $(CUDA_CPU_T)/numerics_precise.cu $(CUDA_CPU_T)/two_workers.h \
   $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
