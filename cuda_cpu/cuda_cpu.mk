@@ -25,7 +25,8 @@ $(CUDA_CPU_A): $(CUDA_CPU_OBJ)
 # ---- the layer's own tests (tests/run_layer_tests.sh runs them) ----
 # Kernels, launches, memory and streams (test_layer), cuBLAS/cuBLASLt (test_blas), NCCL
 # (test_nccl, under mpirun), the sanitizer and profiler (test_tools), memcheck
-# (test_memcheck), GPU numerics (test_numerics), and the layer's speed (bench_layer, the
+# (test_memcheck), the host/library boundary (test_boundary: memcheck at MPI, pageable
+# copies), GPU numerics (test_numerics), and the layer's speed (bench_layer, the
 # project's make bench). Flags of their own: a build's CUDA_CPU_TOOLS or PRECISION changes
 # nothing here.
 CUDA_CPU_T = $(CUDA_CPU_DIR)/tests
