@@ -100,7 +100,7 @@ layer_only() { [ $LAYER = 1 ]; }
 on_layer() {
     local envs=()
     while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
-    if [ $LAYER = 1 ]; then (export "${envs[@]}"; "$@"); else "$@"; fi
+    if [ $LAYER = 1 ]; then (for e in ${envs[@]+"${envs[@]}"}; do export "$e"; done; "$@"); else "$@"; fi
 }
 # The driver's freedoms with pageable memory (docs/cuda_cpu.md#the-hardwares-freedoms), for the
 # rows that copy to or from it: a cudaMemcpyAsync to pageable memory returning before it lands
