@@ -51,6 +51,8 @@ ifeq ($(CUDA_CPU_TOOLS),1)
 ifneq ($(CUDA_ON_CPU),1)
 $(error CUDA_CPU_TOOLS=1 needs CUDA_ON_CPU=1: the sanitizer and profiler are the CPU execution layer's)
 endif
+# memcheck at the MPI boundary (cuda_cpu/mpi_check.c: compiled against MPI's own mpi.h, so here).
+CUDA_CPU_MPI_CHECK := build/gpu/cuda_cpu/mpi_check.o
 endif
 # CUDA_CPU_NUMERICS=gpu (with CUDA_ON_CPU=1): kernels built with the freedoms nvcc takes with
 # float math (fused multiply-adds; --use_fast_math's approximations and flushed denormals), each
@@ -336,9 +338,9 @@ gpu = $(patsubst %,build/gpu/%.o,$(basename $(1)))
 # cudnn: with cuDNN's attention in a USE_CUDNN=1 build.
 define gpu_program
 PROGRAMS += $(1)
-$(1): $(2) $(if $(4),$$(CUDNN_OBJ)) $$(RUN_LIB) $$(CUDA_CPU_LIB) $(or $(3),$$(PRODUCT_SEAMS) $$(SEAMS_STAMP))
+$(1): $(2) $(if $(4),$$(CUDNN_OBJ)) $$(RUN_LIB) $$(CUDA_CPU_LIB) $$(CUDA_CPU_MPI_CHECK) $(or $(3),$$(PRODUCT_SEAMS) $$(SEAMS_STAMP))
 	$$(check_mpi_flags)
-	$$(NVCC) $$(NVCC_FLAGS) $(2) $(or $(3),$$(PRODUCT_SEAMS)) -o $$@ $(if $(4),$$(CUDNN_LIBS)) $$(RUN_LIB) $$(NVCC_LIBS)
+	$$(NVCC) $$(NVCC_FLAGS) $(2) $$(CUDA_CPU_MPI_CHECK) $(or $(3),$$(PRODUCT_SEAMS)) -o $$@ $(if $(4),$$(CUDNN_LIBS)) $$(RUN_LIB) $$(NVCC_LIBS)
 endef
 
 $(eval $(call gpu_program,train_gpt2cu,$(call gpu,train_gpt2.cu $(GPU_PLUGIN_SRC)) $(RUN_CUDA_OBJ),,cudnn))
@@ -368,7 +370,7 @@ CUDA_CPU_BUILD := build/cuda_cpu
 CUDA_CPU_MPI_FLAGS = $(MPI_NVCC_CFLAGS) $(MPI_NVCC_LDFLAGS)
 -include cuda_cpu/cuda_cpu.mk
 CUDA_CPU_TEST_TARGETS = test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl test_cuda_cpu_tools \
-  test_cuda_cpu_memcheck test_cuda_cpu_numerics
+  test_cuda_cpu_memcheck test_cuda_cpu_numerics test_cuda_cpu_boundary
 .PHONY: $(CUDA_CPU_TEST_TARGETS) bench_cuda_cpu
 cuda_cpu: $(CUDA_CPU_A)
 $(CUDA_CPU_TEST_TARGETS): test_cuda_cpu_%: $(CUDA_CPU_TB)/test_%

@@ -25,13 +25,14 @@ $(CUDA_CPU_A): $(CUDA_CPU_OBJ)
 # ---- the layer's own tests (tests/run_layer_tests.sh runs them) ----
 # Kernels, launches, memory and streams (test_layer), cuBLAS/cuBLASLt (test_blas), NCCL
 # (test_nccl, under mpirun), the sanitizer and profiler (test_tools), memcheck
-# (test_memcheck), GPU numerics (test_numerics), and the layer's speed (bench_layer, the
+# (test_memcheck), the host/library boundary (test_boundary: memcheck at MPI, pageable
+# copies), GPU numerics (test_numerics), and the layer's speed (bench_layer, the
 # project's make bench). Flags of their own: a build's CUDA_CPU_TOOLS or PRECISION changes
 # nothing here.
 CUDA_CPU_T = $(CUDA_CPU_DIR)/tests
 CUDA_CPU_TB = $(CUDA_CPU_BUILD)/tests
 CUDA_CPU_TESTS = $(addprefix $(CUDA_CPU_TB)/,test_layer test_blas test_nccl test_tools test_memcheck test_numerics \
-  test_device_memory)
+  test_device_memory test_boundary)
 CUDA_CPU_TEST_DEPS = $(CUDA_CPU_A) $(CUDA_CPU_NVCC) $(CUDA_CPU_DIR)/rewrite.py $(CUDA_CPU_T)/layer_test.h
 CUDA_CPU_INCLUDES = $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
 CUDA_CPU_TEST_FLAGS = -O3 -std=c++17 $(CUDA_CPU_INCLUDES)
@@ -61,6 +62,12 @@ $(CUDA_CPU_TB)/test_tools: $(CUDA_CPU_T)/test_tools.cu $(CUDA_CPU_TEST_DEPS)
 $(CUDA_CPU_TB)/test_memcheck: $(CUDA_CPU_T)/test_memcheck.cu $(CUDA_CPU_T)/memcheck_host.c $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_TOOLS_FLAGS) $< $(CUDA_CPU_T)/memcheck_host.c -o $@
+# The host/library boundary: memcheck at MPI (mpi_check.c, against MPI's own mpi.h) and the
+# pageable copies' switches.
+$(CUDA_CPU_TB)/test_boundary: $(CUDA_CPU_T)/test_boundary.cu $(CUDA_CPU_DIR)/mpi_check.c $(CUDA_CPU_TEST_DEPS)
+	$(if $(strip $(CUDA_CPU_MPI_FLAGS)),,$(error no MPI flags for the boundary test: is MPI installed (mpicc)?))
+	@mkdir -p $(@D)
+	$(CUDA_CPU_NVCC) $(CUDA_CPU_TOOLS_FLAGS) $< $(CUDA_CPU_DIR)/mpi_check.c -o $@ $(CUDA_CPU_MPI_FLAGS)
 $(CUDA_CPU_TB)/test_numerics: $(CUDA_CPU_T)/test_numerics.cu $(CUDA_CPU_T)/numerics_precise.cu $(CUDA_CPU_T)/two_workers.cuh \
   $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)

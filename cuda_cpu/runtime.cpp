@@ -26,7 +26,10 @@
  * staged when the call is made; to pageable memory the call returns when the copy is
  * done; to pinned memory it does not (the destination keeps what it held until the copy
  * runs, which in lazy mode is when something waits for it). Every copy checks its
- * direction and that both ranges lie in one allocation.
+ * direction and that both ranges lie in one allocation. The driver's two freedoms with
+ * pageable memory are switches: CUDA_CPU_PAGEABLE_D2H=async (cudaMemcpyAsync to pageable
+ * memory returns at once, as to pinned memory) and CUDA_CPU_PAGEABLE_H2D=stream (a copy
+ * from pageable memory first waits for its stream's earlier work).
  */
 #include <atomic>
 #include <chrono>
@@ -1035,6 +1038,20 @@ static cudaError_t wait_for_stream(cudaStream_t h) {
     return sticky_error();
 }
 
+// The driver's freedoms with pageable memory ("API synchronization behavior": a copy between
+// device and pageable memory "might be synchronous"; staging "may synchronize with the
+// stream"): CUDA_CPU_PAGEABLE_D2H=async, CUDA_CPU_PAGEABLE_H2D=stream (docs/cuda_cpu.md).
+static bool pageable_d2h_async() {
+    static const char* const names[] = {"sync", "async"};
+    static const bool on = env_choice("PAGEABLE_D2H", names, 2) == 1;
+    return on;
+}
+static bool pageable_h2d_waits() {
+    static const char* const names[] = {"staged", "stream"};
+    static const bool on = env_choice("PAGEABLE_H2D", names, 2) == 1;
+    return on;
+}
+
 // sync: the blocking cudaMemcpy (on the legacy stream) rather than cudaMemcpyAsync.
 static cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t h, bool sync) {
     init_once();
@@ -1057,6 +1074,7 @@ static cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind
         if (e == cudaSuccess) e = wait_for_stream(h);
         return result(e);
     }
+    if (src_pageable && pageable_h2d_waits() && (e = wait_for_stream(h)) != cudaSuccess) return result(e);
     if (src_pageable) {  // staged now: the caller may reuse its buffer at once
         auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
         e = enqueue(h, call, [dst, staged, bytes] { memcpy(dst, staged->data(), bytes); });
@@ -1064,9 +1082,11 @@ static cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind
         e = enqueue(h, call, [dst, src, bytes] { memmove(dst, src, bytes); });
     }
     if (e != cudaSuccess) return result(e);
-    // Returns only when done: to pageable memory always; the blocking call also from pinned
-    // memory and to pinned memory (documented); device to device never waits.
-    bool wait = dst_pageable || (sync && kind != cudaMemcpyDeviceToDevice && !src_pageable);
+    // Returns only when done: to pageable memory always (cudaMemcpyAsync's only by default);
+    // the blocking call also from pinned memory and to pinned memory (documented); device
+    // to device never waits.
+    bool wait = (dst_pageable && (sync || !pageable_d2h_async())) ||
+                (sync && kind != cudaMemcpyDeviceToDevice && !src_pageable);
     if (wait) e = wait_for_stream(h);
     return result(e);
 }

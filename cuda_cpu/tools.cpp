@@ -103,6 +103,7 @@ static void write_profile_at_exit() { profile_write(settings().file.c_str()); }
 
 bool tools_race() { return settings().race; }
 bool tools_profile() { return settings().profile; }
+bool tools_memcheck() { return settings().memcheck; }
 bool tools_on() { return settings().race || settings().memcheck || settings().profile; }
 
 // ---- what an address is ------------------------------------------------------------------

@@ -36,6 +36,7 @@ namespace cudacpu {
 // to build it.
 bool tools_race();
 bool tools_profile();
+bool tools_memcheck();
 bool tools_on();
 
 // ---- events from kernel.cpp (only while tools_on()) --------------------------------------

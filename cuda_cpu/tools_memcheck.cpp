@@ -12,7 +12,9 @@
  *   in host code (no kernel running on the thread): any access to device memory, i.e.
  *     cudaMalloc'd memory (pinned host memory is host memory; the layer has no managed
  *     memory): one error line naming the instruction and the allocation, then abort(),
- *     where a GPU's process takes a segmentation fault.
+ *     where a GPU's process takes a segmentation fault;
+ *   at the MPI boundary (mpi_check.c's wrappers, linked into a tools build with MPI): a
+ *     device buffer handed to an MPI call, reported and ended the same way.
  *
  * Host code is seen where it is instrumented: every .cu file and, in a CUDA_CPU_TOOLS=1
  * build, the .c files cuda_cpu/nvcc compiles (zero1/'s, and llmc/'s headers in them).
@@ -99,4 +101,24 @@ void memcheck_host_access(uintptr_t pc, uintptr_t a, unsigned size, int kind) {
 }
 
 }  // namespace tools
+void device_arena(uintptr_t* lo, size_t* len);  // runtime.cpp
 }  // namespace cudacpu
+
+// mpi_check.c's wrappers: a device buffer handed to MPI, which reads and writes it on the host.
+extern "C" void cudacpu_memcheck_mpi_buffer(const char* call, const char* arg, const void* buf, long long bytes,
+                                            const void* caller) {
+    using namespace cudacpu;
+    uintptr_t lo;
+    size_t len;
+    if (!tools_memcheck()) return;
+    device_arena(&lo, &len);
+    if ((uintptr_t)buf - lo >= len) return;
+    unsigned span = bytes <= 0 ? 1 : bytes > (long long)UINT32_MAX ? UINT32_MAX : (unsigned)bytes;
+    std::string where = tools::device_address((uintptr_t)buf, span);
+    std::string code = tools::source_of((uintptr_t)caller);
+    fprintf(stderr, "error: cuda_cpu: memcheck: %s's %s (%lld bytes) is device memory, %s, passed at %s (MPI reads "
+            "and writes its buffers on the host: on a GPU, unless the MPI is CUDA-aware, this crashes the process)\n",
+            call, arg, bytes, where.c_str(), code.c_str());
+    fflush(stderr);
+    abort();
+}

@@ -11,6 +11,8 @@
 #               cases; and a build without CUDA_CPU_TOOLS=1 refusing them with the fix
 #   test_memcheck  memcheck (CUDA_CPU_CHECK=memcheck) on hand-worked faults: out of bounds,
 #               misaligned, host code (C++ and C) touching device memory
+#   test_boundary  memcheck at the MPI boundary (a device buffer handed to MPI) and the
+#               pageable copies' switches (CUDA_CPU_PAGEABLE_D2H, CUDA_CPU_PAGEABLE_H2D)
 #   test_numerics  GPU numerics (a CUDA_CPU_NUMERICS=gpu build) on hand-worked values; and a
 #               run asking for the numerics its program was not built with refused
 #   test_device_memory  the GPU's memory as its driver counts it (the cap, the 2 MiB
@@ -96,6 +98,7 @@ pkeys_available && run "test_blas protect" env CUDA_CPU_PROTECT=1 CUDA_CPU_EXEC=
 run test_nccl bash tests/test_nccl.sh "$TB/test_nccl"
 run test_tools "$TB/test_tools"
 run test_memcheck "$TB/test_memcheck"
+run test_boundary "$TB/test_boundary"
 run test_numerics "$TB/test_numerics"
 run test_device_memory "$TB/test_device_memory"
 numerics_refused() {  # CUDA_CPU_NUMERICS naming what the program was not built with: one error with the fix

@@ -42,7 +42,7 @@
 #      at np 1 and 2 (-m global batches)
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact,
 #      and the HellaSwag-style eval (-H 1) of both trainers on one model: the same losses
-#      and accuracy; --stochastic-rounding at -l 0: the BF16 GPU trainer's params (zero1/
+#      and accuracy (on the layer under the pageable-copy switches, PAGEABLE_D2H/H2D below); --stochastic-rounding at -l 0: the BF16 GPU trainer's params (zero1/
 #      and replicated) are the CPU trainer's bitwise (needs OpenBLAS for the CPU trainer:
 #      SKIPPED without it)
 #   9. the demo's job on the GPU trainer: -e d2, ZeRO-1 on 4 GPUs, the loss falls
@@ -97,12 +97,18 @@ row() {  # row NAME COMMAND...: one check, its output in $OUT/NAME.log (later ro
     fi
 }
 layer_only() { [ $LAYER = 1 ]; }
-# on_layer VAR=value... COMMAND: the environment settings apply on the layer only.
+# on_layer VAR=value... COMMAND: the environment settings apply on the layer only (COMMAND
+# may be a function of this script).
 on_layer() {
     local envs=()
     while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
-    if [ $LAYER = 1 ]; then env "${envs[@]}" "$@"; else "$@"; fi
+    if [ $LAYER = 1 ]; then (for e in ${envs[@]+"${envs[@]}"}; do export "$e"; done; "$@"); else "$@"; fi
 }
+# The driver's freedoms with pageable memory (docs/cuda_cpu.md#the-hardwares-freedoms), for the
+# rows that copy to or from it: a cudaMemcpyAsync to pageable memory returning before it lands
+# (lazy: it lands only when something waits), and a copy from it waiting for its stream first.
+PAGEABLE_D2H=(CUDA_CPU_PAGEABLE_D2H=async CUDA_CPU_EXEC=lazy)
+PAGEABLE_H2D=(CUDA_CPU_PAGEABLE_H2D=stream)
 SHARED=(CUDA_CPU_SHARED_GPU=1)   # ranks that share one GPU (staged MPI); a no-op on a real GPU
 
 note "GPU tests on $WHERE; work dir $OUT"
@@ -595,7 +601,8 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
     CKPT_FLAGS=(-e "$OUT/model_fp32.bin" -i "$OUT/random_tokens.bin" -t 64 -v 0 -s 0)
     # resumes_exactly NAME "NP WRITER FLAGS..." "NP READER FLAGS...": the writer saves step 2, the
     # reader resumes it for one step at learning rate 0 (a deliberate change of the schedule:
-    # --allow-resume-change); model.bin of step 3 == that of step 2.
+    # --allow-resume-change); model.bin of step 3 == that of step 2. On the layer a GPU writer's
+    # saves (pageable D2H copies) run under PAGEABLE_D2H, a GPU reader's loads under PAGEABLE_H2D.
     resumes_exactly() {
         local a=$OUT/ckpt_$1_a b=$OUT/ckpt_$1_b np bin flags
         read -r np bin flags <<<"$2"
@@ -608,16 +615,17 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
         cmp "$a/checkpoint_00000002/model.bin" "$b/checkpoint_00000003/model.bin" && echo "PASS $1: master exact"
     }
     GPU=$OUT/train_gpt2cu_FP32 GPU_Z1=$OUT/train_gpt2cu_z_FP32
-    row ckpt_gpu_to_cpu resumes_exactly gpu_to_cpu "1 $GPU -z 0" "1 ./train_gpt2 -z 1"
-    row ckpt_cpu_to_gpu resumes_exactly cpu_to_gpu "1 ./train_gpt2 -z 1" "1 $GPU -z 0"
-    row ckpt_gpu_zero1_to_cpu resumes_exactly gpu_zero1_to_cpu "1 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 0"
-    row ckpt_cpu_to_gpu_zero1 resumes_exactly cpu_to_gpu_zero1 "1 ./train_gpt2 -z 0" "1 $GPU_Z1 -z 1"
+    row ckpt_gpu_to_cpu on_layer "${PAGEABLE_D2H[@]}" resumes_exactly gpu_to_cpu "1 $GPU -z 0" "1 ./train_gpt2 -z 1"
+    row ckpt_cpu_to_gpu on_layer "${PAGEABLE_H2D[@]}" resumes_exactly cpu_to_gpu "1 ./train_gpt2 -z 1" "1 $GPU -z 0"
+    row ckpt_gpu_zero1_to_cpu on_layer "${PAGEABLE_D2H[@]}" resumes_exactly gpu_zero1_to_cpu "1 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 0"
+    row ckpt_cpu_to_gpu_zero1 on_layer "${PAGEABLE_H2D[@]}" resumes_exactly cpu_to_gpu_zero1 "1 ./train_gpt2 -z 0" "1 $GPU_Z1 -z 1"
     if [ "$NUM_GPUS" -ge 2 ]; then
-        row ckpt_gpu_zero1_np2_to_cpu resumes_exactly gpu_zero1_np2_to_cpu "2 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 1"
-        row ckpt_cpu_np2_to_gpu_np2 resumes_exactly cpu_np2_to_gpu_np2 "2 ./train_gpt2 -z 1" "2 $GPU -z 0"
+        row ckpt_gpu_zero1_np2_to_cpu on_layer "${PAGEABLE_D2H[@]}" resumes_exactly gpu_zero1_np2_to_cpu "2 $GPU_Z1 -z 1" "1 ./train_gpt2 -z 1"
+        row ckpt_cpu_np2_to_gpu_np2 on_layer "${PAGEABLE_H2D[@]}" resumes_exactly cpu_np2_to_gpu_np2 "2 ./train_gpt2 -z 1" "2 $GPU -z 0"
     fi
     # The HellaSwag-style eval (-H 1, run/eval.h): on the same model and file the
-    # GPU trainer's completion losses, predictions and accuracy are the CPU trainer's. On the
+    # GPU trainer's completion losses (read back into pageable memory: PAGEABLE_D2H), predictions
+    # and accuracy are the CPU trainer's. On the
     # layer 8 items of the small set (each forward costs seconds there), on a GPU all 40.
     hellaswag_same() {
         local d=$OUT/hellaswag items=40
@@ -633,7 +641,7 @@ if [ -n "$(find /usr/include -name cblas.h -path '*openblas*' 2>/dev/null | head
         [ -n "$cpu" ] && [ "$cpu" = "$gpu" ] && dev/test/hellaswag_compare.sh "$d/gpu.txt" "$d/cpu.txt" 1e-4 $items &&
             echo "PASS the GPU trainer's HellaSwag-style eval is the CPU trainer's"
     }
-    row hellaswag_gpu_vs_cpu hellaswag_same
+    row hellaswag_gpu_vs_cpu on_layer "${PAGEABLE_D2H[@]}" hellaswag_same
     # --stochastic-rounding at -l 0 (the master stays the fp32 model's weights): after 2
     # steps the BF16 GPU trainer's params, through zero1/'s CUDA AdamW and through its own
     # replicated one (llmc/adamw.cuh), are the CPU trainer's bf16 zero1/ params bit for bit

@@ -39,6 +39,14 @@
 # catches:
 #  17. the memory check not counting NCCL's buffers: on a GPU 2 MiB over its need the layer
 #      refuses ncclCommInitRank (the former layer charged no buffers: the run trained)
+# and these, at the host/library boundary, which only the layer's MPI check and its
+# pageable-copy switch catch (docs/cuda_cpu.md, "The hardware's freedoms"):
+#  19. zero1's staged MPI reduce-scatter handed the device buffer instead of its host copy
+#      (an MPI that is not CUDA-aware reads it on the host: a GPU's process crashes):
+#      CUDA_CPU_CHECK=memcheck names the call, the argument and the line
+#  20. test_gpt2cu reading the GPU trainer's loss after a cudaMemcpyAsync into pageable memory,
+#      without the stream sync: fails under CUDA_CPU_PAGEABLE_D2H=async, where the copy may
+#      return before it lands, as on a GPU
 # A mutation whose text is not found in the source is a failure too (the test would have
 # rotted). Two mutations run at a time; LLMC_TEST_ROWS=REGEX runs only those whose names match. Prints
 # TAP (dev/test/test_lib.sh).
@@ -225,6 +233,21 @@ expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
     test_gpt2cu 1 "^not ok [0-9]+ - rerun bitwise identical" \
     mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
     "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin" -z 1 --bucket-size 65536 --comm nccl
+PREC=BF16 TOOLS=1 expect_caught mpi_device_buffer zero1/comm_mpi.c \
+    "        mpi_fail(MPI_Ireduce_scatter_block(host, s->scratch," \
+    "        mpi_fail(MPI_Ireduce_scatter_block(buf, s->scratch," \
+    test_gpt2cu 1 "memcheck: MPI_Ireduce_scatter_block's sendbuf \([0-9]+ bytes\) is device memory, .* passed at zero1/comm_mpi.c:[0-9]+" \
+    tools_only CUDA_CPU_CHECK=memcheck -- env CUDA_CPU_SHARED_GPU=1 "${MPIRUN[@]}" -np 2 ./test_gpt2cu --dump-params \
+    params.bin d2 1 -z 1 --bucket-size 65536 --comm mpi
+# Lazy both times: the copy lands only when something waits for it (0 is read, not a race).
+expect_caught loss_read_unsynced dev/test/test_gpt2.cu \
+    "    float loss;
+    cudaCheck(cudaMemcpy(&loss, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost));" \
+    "    float loss = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&loss, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, m->stream));" \
+    test_gpt2cu 0 "^not ok [0-9]+ - loss  " \
+    mode_only CUDA_CPU_EXEC=lazy -- CUDA_CPU_EXEC=lazy CUDA_CPU_PAGEABLE_D2H=async -- \
+    ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin"
 
 # The launch's resources (cuda_cpu/kernel_attributes.cpp): before, __launch_bounds__ was erased.
 expect_caught launch_bounds_halved llmc/adamw.cuh \

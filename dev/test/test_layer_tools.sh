@@ -14,7 +14,8 @@
 #   3. one training step of the BF16 trainer (test_gpt2cu --dump-params on a random d2 model:
 #      forward, backward, AdamW), replicated at np 1 and ZeRO-1 at np 2 over NCCL and over
 #      staged MPI on a shared GPU (zero1/'s C runtime and MPI communicator, instrumented too,
-#      its CUDA ops and NCCL communicator); replicated with --optimizer muon, Newton-Schulz in
+#      every MPI call's buffers checked by cuda_cpu/mpi_check.c, its CUDA ops and NCCL
+#      communicator); replicated with --optimizer muon, Newton-Schulz in
 #      fp32 and with --muon-ns-bf16: no finding
 #   4. test_zero1_cuda (every zero1/ CUDA kernel, bitwise against the CPU device, and the NCCL
 #      communicator at one rank): no finding
