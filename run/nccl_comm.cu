@@ -63,8 +63,14 @@ void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_
     ncclCheck(ncclCommInitRank(&c->comm, world, id, rank));
 }
 
+void nccl_comm_destroy_deadline(ncclComm_t comm, const char* what) {
+    mpi_blocking_begin(what);
+    ncclCheck(ncclCommDestroy(comm));
+    mpi_blocking_end();
+}
+
 void nccl_comm_free(NcclComm* c) {
-    if (c->comm) ncclCheck(ncclCommDestroy(c->comm));
+    if (c->comm) nccl_comm_destroy_deadline(c->comm, "ncclCommDestroy of the gradient all-reduce's communicator");
     c->comm = NULL;
 }
 
