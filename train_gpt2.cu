@@ -623,7 +623,6 @@ static int train(Run* run) {
         run_end(run, trainer_replicas_identical(&tr));
         print_gpu_memory(&tr);
     }
-    seam_stop_at("teardown", 1, "before its optimizer and communicators are freed, run");
     trainer_free(&tr);
     gpu_teardown(&gpu);
     return run_close(run);

@@ -1,6 +1,8 @@
 // run/nccl_comm.cu: what run/nccl_comm.h declares.
 #include "run/nccl_comm.h"
 
+#include "run/seams.h"
+
 #include <string.h>
 
 void nccl_check(ncclResult_t r, ncclComm_t comm, const char* what, const char* file, int line) {
@@ -64,6 +66,7 @@ void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_
 }
 
 void nccl_comm_destroy_deadline(ncclComm_t comm, const char* what) {
+    seam_stop_at("teardown", 1, "before its first ncclCommDestroy, call");
     mpi_blocking_begin(what);
     ncclCheck(ncclCommDestroy(comm));
     mpi_blocking_end();

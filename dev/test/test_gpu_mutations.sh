@@ -32,8 +32,14 @@
 #      the misaligned 16-byte load
 #  14. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
 #      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
+# and this one, which passes under the layer's former NCCL peers (a peer's exit ends the others'
+# waits; ncclCommDestroy waits for local work only) and only CUDA_CPU_NCCL_PEERS=local catches:
+#  18. ncclCommDestroy outside the job's deadline (run/nccl_comm.cu): with a peer killed in its
+#      teardown (dev/test/peer_killed.sh, test_zero1_cuda at np 2) rank 0 stays in the destroy
+#      past --comm-timeout + 5 s
 # A mutation whose text is not found in the source is a failure too (the test would have
-# rotted). Two mutations run at a time. Prints TAP (dev/test/test_lib.sh).
+# rotted). Two mutations run at a time; GPU_MUTATIONS=NAME[,NAME...] runs only those. Prints TAP
+# (dev/test/test_lib.sh).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 require LAYER
@@ -90,6 +96,7 @@ caught_one() {
 # its own copy: their builds and runs share nothing); the results are read in order below.
 NAMES=()
 expect_caught() {
+    [ -n "${GPU_MUTATIONS:-}" ] && [[ ,$GPU_MUTATIONS, != *,$1,* ]] && return
     while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
     NAMES+=("$1")
     caught_one "$@" >"$TMP/$1.result" 2>&1 &
@@ -216,6 +223,16 @@ expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
     test_gpt2cu 1 "^not ok [0-9]+ - rerun bitwise identical" \
     mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
     "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin" -z 1 --bucket-size 65536 --comm nccl
+expect_caught destroy_outside_deadline run/nccl_comm.cu \
+    "    mpi_blocking_begin(what);
+    ncclCheck(ncclCommDestroy(comm));
+    mpi_blocking_end();" \
+    "    (void)what;
+    ncclCheck(ncclCommDestroy(comm));" \
+    test_zero1_cuda 1 "FAIL rank 0 did not end within 7 s of rank 1's death in its teardown" \
+    mode_only CUDA_CPU_NCCL_PEERS=notify -- CUDA_CPU_NCCL_PEERS=local -- \
+    bash dev/test/peer_killed.sh "$TMP/peer_killed.log" 2 "ncclCommDestroy did not complete" -- "${MPIRUN[@]}" -np 2 \
+    ./test_zero1_cuda
 
 wait
 for name in "${NAMES[@]}"; do
