@@ -577,8 +577,9 @@ if [ "$NUM_GPUS" -ge 2 ]; then
     row stopped_in_gpu_check bash dev/test/mpi_stop.sh "$OUT" MPI_Allgather 3 "MPI_Allgather of GPU UUIDs" -- "${STOP_JOB[@]}"
     row stopped_in_bcast bash dev/test/mpi_stop.sh "$OUT" MPI_Bcast 3 "bootstrap's MPI_Comm_dup" -- "${STOP_JOB[@]}"
     row stopped_in_comm_dup bash dev/test/mpi_stop.sh "$OUT" MPI_Comm_dup 3 "bootstrap's MPI_Comm_dup" -- "${STOP_JOB[@]}"
-    row stopped_in_host_all_gather bash dev/test/mpi_stop.sh "$OUT" MPI_Allgather:1:3 3 "host all-gather" -- \
-        "${STOP_JOB[@]}" --split-embedding
+    # In the steps, its NCCL communicator live: on the layer with NCCL's own peers.
+    row stopped_in_host_all_gather on_layer CUDA_CPU_NCCL_PEERS=local bash dev/test/mpi_stop.sh "$OUT" MPI_Allgather:1:3 3 \
+        "host all-gather" -- "${STOP_JOB[@]}" --split-embedding
 else
     skip stopped_in_mpi_calls "fewer than 2 GPUs"
 fi
