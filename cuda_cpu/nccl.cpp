@@ -549,8 +549,7 @@ Verdict look_for_trouble(Run& x, const std::vector<int>* peers, double waited, n
             if (q != c.rank) all.push_back(q);
         peers = &all;
     }
-    for (int q : *peers) {
-        if (peers_local()) break;
+    for (int q : peers_local() ? std::vector<int>() : *peers) {  // local: a peer's exit is not seen
         int pid = c.slot(q).pid.load();
         if (q != c.rank && !process_alive(pid)) {
             *why = format("%s on communicator %s cannot complete: rank %d (pid %d) has exited", what, c.name, q, pid);

@@ -66,7 +66,7 @@ void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_
 }
 
 void nccl_comm_destroy_deadline(ncclComm_t comm, const char* what) {
-    seam_stop_at("teardown", 1, "before its first ncclCommDestroy, call");
+    seam_stop_at("teardown", 1, "before its ncclCommDestroy number");
     mpi_blocking_begin(what);
     ncclCheck(ncclCommDestroy(comm));
     mpi_blocking_end();
