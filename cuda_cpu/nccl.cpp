@@ -45,6 +45,8 @@
  * abort or error, or a peer that exited (ncclRemoteError); a rank whose device faulted
  * (the runtime then refuses its launches) tells its peers the same way. Device faults
  * raised here use cudaErrorLaunchFailure; the message says what went wrong.
+ * CUDA_CPU_NCCL_PEERS=local (peers_local): as on a GPU, none of that reaches the peers: only
+ * a rank's own ncclCommAbort ends its waits, and ncclCommGetAsyncError reports its own errors.
  * CUDA_CPU_NCCL_CONCURRENT=1: no tickets; the operations of one device's communicators
  * run as their streams allow, as a GPU may run them, at once. NCCL does not support that
  * (each may hold SMs the other's peers wait for), so an operation launched while another
@@ -56,7 +58,8 @@
  * outermost ncclGroupEnd, in call order, one queued operation per (communicator, stream).
  * A group in which a call failed launches nothing and ncclGroupEnd returns that error.
  * Collectives of count 0 are skipped on the host, as NCCL does; Send/Recv of 0 still pair.
- * ncclCommDestroy waits for the communicator's queued operations, then frees local state;
+ * ncclCommDestroy waits for the communicator's queued operations (with CUDA_CPU_NCCL_PEERS=local
+ * also for every rank to reach its destroy or abort), then frees local state;
  * ncclCommAbort returns at once (waiting operations give up within ~20 ms), or with
  * CUDA_CPU_NCCL_ABORT=block once the device's queued work has run (see there). Handles are
  * kept as tombstones so that a call on a destroyed communicator is reported, not a crash.
@@ -412,6 +415,15 @@ bool concurrent_mode() {
     static const bool on = cudacpu::env_long("NCCL_CONCURRENT", 0) != 0;
     return on;
 }
+// CUDA_CPU_NCCL_PEERS=local, as NCCL has them: no rank learns of a peer's abort, error, exit or
+// destroy (its waits end by its own ncclCommAbort only; on a GPU the kernels spin on), and
+// ncclCommDestroy returns once every rank has reached its own destroy or abort (NCCL 2.14+
+// finalizes inside destroy, "an intra-node collective call"). notify: the layer before.
+bool peers_local() {
+    static const char* const names[] = {"notify", "local"};
+    static const bool on = cudacpu::env_choice("NCCL_PEERS", names, 2) == 1;
+    return on;
+}
 
 void end_ticket(int device, uint64_t t) {
     std::lock_guard<std::mutex> l(g_tmu);
@@ -519,7 +531,7 @@ Verdict look_for_trouble(Run& x, const std::vector<int>* peers, double waited, n
         *why = format("%s on communicator %s abandoned: ncclCommAbort was called", what, c.name);
         return V_GIVE_UP;
     }
-    int32_t ab = c.hdr->aborted_by.load(), ew = c.hdr->error_word.load();
+    int32_t ab = peers_local() ? 0 : c.hdr->aborted_by.load(), ew = peers_local() ? 0 : c.hdr->error_word.load();
     if (ab && ab - 1 != c.rank) {
         *why = format("%s on communicator %s cannot complete: rank %d aborted the communicator", what, c.name, ab - 1);
         return V_GIVE_UP;
@@ -538,7 +550,7 @@ Verdict look_for_trouble(Run& x, const std::vector<int>* peers, double waited, n
             if (q != c.rank) all.push_back(q);
         peers = &all;
     }
-    for (int q : *peers) {
+    for (int q : peers_local() ? std::vector<int>() : *peers) {  // local: a peer's exit is not seen
         int pid = c.slot(q).pid.load();
         if (q != c.rank && !process_alive(pid)) {
             *why = format("%s on communicator %s cannot complete: rank %d (pid %d) has exited", what, c.name, q, pid);
@@ -1460,6 +1472,34 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& uid, int
     return ncclSuccess;
 }
 
+// CUDA_CPU_NCCL_PEERS=local's destroy: until every rank has departed (destroyed or aborted),
+// however long; past kInversionAfterS one note names those it waits for, a dead one too.
+void wait_all_departed(CommState& c) {
+    double start = now_s();
+    bool noted = false;
+    for (;;) {
+        uint32_t seen = c.hdr->doorbell.load();
+        std::string missing;
+        for (int q = 0; q < c.nranks; q++) {
+            if (c.slot(q).departed.load()) continue;
+            int pid = c.slot(q).pid.load();
+            missing += format("%s%d (pid %d%s)", missing.empty() ? "" : ", ", q, pid,
+                              process_alive(pid) ? "" : ", exited");
+        }
+        if (missing.empty()) return;
+        if (!noted && now_s() - start >= kInversionAfterS) {
+            noted = true;
+            cudacpu::diag("ncclCommDestroy: rank %d of communicator %s waits for rank %s to reach ncclCommDestroy or "
+                          "ncclCommAbort (CUDA_CPU_NCCL_PEERS=local: NCCL finalizes in destroy, which every rank "
+                          "must call; after an error or a timeout, ncclCommAbort)",
+                          c.rank, c.name, missing.c_str());
+        }
+        c.hdr->sleepers.fetch_add(1);
+        futex_wait(&c.hdr->doorbell, seen, 0.05);
+        c.hdr->sleepers.fetch_sub(1);
+    }
+}
+
 ncclResult_t query(ncclComm_t comm, const char* call, int* out, int CommState::*field) {
     std::shared_ptr<CommState> c;
     if (ncclResult_t r = resolve(comm, call, &c, true)) return r;
@@ -1529,7 +1569,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId c
     return init_rank(comm, nranks, commId, rank, "ncclCommInitRankConfig");
 }
 
-// Like ncclCommFinalize + destroy: waits until the communicator's queued work has run.
+// Like ncclCommFinalize + destroy: waits until the communicator's queued work has run; with
+// CUDA_CPU_NCCL_PEERS=local also until every rank has reached its destroy or abort.
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
     std::shared_ptr<CommState> c;
@@ -1548,6 +1589,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     }
     c->slot(c->rank).departed.store(1);
     ring(*c);
+    if (peers_local()) wait_all_departed(*c);
     retire(comm, H_DESTROYED);
     return ncclSuccess;
 }
@@ -1564,6 +1606,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
     c->abort_local.store(true);
     int32_t zero = 0;
     c->hdr->aborted_by.compare_exchange_strong(zero, c->rank + 1);
+    c->slot(c->rank).departed.store(1);  // a peer's destroy (CUDA_CPU_NCCL_PEERS=local) need not wait for it
     ring(*c);
     {
         std::lock_guard<std::mutex> l(g_tmu);
@@ -1586,6 +1629,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
     std::shared_ptr<CommState> c;
     if (ncclResult_t r = resolve(comm, "ncclCommGetAsyncError", &c, true)) return r;
     if (!asyncError) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    if (peers_local()) {  // this rank's own errors only
+        *asyncError = (ncclResult_t)c->async.load();
+        return ncclSuccess;
+    }
     int32_t ab = c->hdr->aborted_by.load(), ew = c->hdr->error_word.load();
     if (c->async.load() == ncclSuccess && ab && ab - 1 != c->rank) {
         set_async(*c, ncclRemoteError, false, format("rank %d aborted communicator %s", ab - 1, c->name));

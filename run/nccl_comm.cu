@@ -1,6 +1,8 @@
 // run/nccl_comm.cu: what run/nccl_comm.h declares.
 #include "run/nccl_comm.h"
 
+#include "run/seams.h"
+
 #include <string.h>
 
 void nccl_check(ncclResult_t r, ncclComm_t comm, const char* what, const char* file, int line) {
@@ -63,8 +65,15 @@ void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_
     ncclCheck(ncclCommInitRank(&c->comm, world, id, rank));
 }
 
+void nccl_comm_destroy_deadline(ncclComm_t comm, const char* what) {
+    seam_stop_at("teardown", 1, "before its ncclCommDestroy number");
+    mpi_blocking_begin(what);
+    ncclCheck(ncclCommDestroy(comm));
+    mpi_blocking_end();
+}
+
 void nccl_comm_free(NcclComm* c) {
-    if (c->comm) ncclCheck(ncclCommDestroy(c->comm));
+    if (c->comm) nccl_comm_destroy_deadline(c->comm, "ncclCommDestroy of the gradient all-reduce's communicator");
     c->comm = NULL;
 }
 

@@ -42,6 +42,11 @@ void nccl_comm_init(NcclComm* c, int rank, int world, int local_rank, int local_
 
 void nccl_comm_free(NcclComm* c);
 
+// ncclCommDestroy under the job's deadline (--comm-timeout; `what` names it in the error): since
+// NCCL 2.14 destroy finalizes, an intra-node collective that returns only once every rank of
+// the communicator has reached its own destroy, so a peer that died first would hold it forever.
+void nccl_comm_destroy_deadline(ncclComm_t comm, const char* what);
+
 // In-place SUM over all ranks of n floats, queued on stream.
 void nccl_all_reduce_sum(float* buf, size_t n, const NcclComm* c, cudaStream_t stream);
 

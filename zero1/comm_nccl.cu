@@ -295,7 +295,7 @@ static void nccl_destroy(Zero1Comm* c) {
     NcclImpl* im = impl_of(c);
     if (im->in_group) fatal("zero1 nccl: destroy inside an open group");
     cudaCheck(cudaStreamSynchronize(im->stream));  // every collective has finished (the other communicators' too)
-    if (im->comm) ncclCheck(ncclCommDestroy(im->comm));
+    if (im->comm) nccl_comm_destroy_deadline(im->comm, "zero1 nccl: ncclCommDestroy");
     for (int i = 0; i < im->num_slots; i++) {
         if (im->slots[i].done) cudaCheck(cudaEventDestroy(im->slots[i].done));
     }

@@ -13,6 +13,8 @@
  *                                     stream pass; on two streams, one launched while the
  *                                     other's waits for its peer: a fault, exits 2
  *   test_nccl dead | stopped          without mpirun: a forked peer exits / is stopped
+ *   CUDA_CPU_NCCL_PEERS=local test_nccl peers_local   without mpirun: a forked peer's exit
+ *                                     unseen, destroy waits for every rank
  * Prints TAP (tests/tap.h) from rank 0, the other ranks' failed checks on stderr; exit 1 on a
  * failed check.
  */
@@ -28,12 +30,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdarg>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 static int g_rank = 0, g_size = 1, g_failed = 0;
@@ -824,6 +828,69 @@ static int test_forked(bool stop) {
     return g_failed ? 1 : 0;
 }
 
+// Under CUDA_CPU_NCCL_PEERS=local (NCCL's own behaviour, docs/cuda_cpu.md): rank 1, forked,
+// destroys communicator d after 0.5 s, aborts e after 0.5 s more, then exits, leaving c and f
+// alone. Rank 0's destroys of d and e wait for those (NCCL 2.14+: destroy is an intra-node
+// collective); its all-reduce on c is still waiting, without an async error, 1.2 s after the
+// peer is gone, and only its own abort ends it; its destroy of f is still blocked after 2.3 s.
+static int test_peers_local() {
+    signal(SIGCHLD, SIG_IGN);
+    ncclUniqueId ids[4];
+    for (ncclUniqueId& id : ids) ncclGetUniqueId(&id);
+    g_size = 2;
+    pid_t child = fork();
+    g_rank = child == 0 ? 1 : 0;
+    ncclComm_t c, d, e, f;
+    if (ncclCommInitRank(&c, 2, ids[0], g_rank) || ncclCommInitRank(&d, 2, ids[1], g_rank) ||
+        ncclCommInitRank(&e, 2, ids[2], g_rank) || ncclCommInitRank(&f, 2, ids[3], g_rank)) {
+        _exit(1);
+    }
+    if (child == 0) {
+        usleep(500 * 1000);
+        ncclCommDestroy(d);
+        usleep(500 * 1000);
+        ncclCommAbort(e);
+        _exit(0);  // c and f never destroyed
+    }
+    double t0 = now_s();
+    ncclResult_t r = ncclCommDestroy(d);
+    double took = now_s() - t0;
+    check_mine(r == ncclSuccess && took > 0.4 && took < 5,
+               fmt("destroy returns once the peer destroys too (%.2f s; it does after 0.5 s)", took));
+    t0 = now_s();
+    r = ncclCommDestroy(e);
+    took = now_s() - t0;
+    check_mine(r == ncclSuccess && took > 0.3 && took < 5,
+               fmt("destroy returns once the peer aborts (%.2f s; it does after 0.5 s more)", took));
+    while (kill(child, 0) == 0 && now_s() - t0 < 10) usleep(10 * 1000);
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    float* x = to_dev(values<float>(0, 500));
+    r = ncclAllReduce(x, x, 500, ncclFloat, ncclSum, c, s);
+    usleep(1200 * 1000);
+    ncclResult_t async = ncclInternalError;
+    ncclCommGetAsyncError(c, &async);
+    check_mine(r == ncclSuccess && cudaStreamQuery(s) == cudaErrorNotReady && async == ncclSuccess,
+               fmt("the peer exited: the all-reduce still waits after 1.2 s, async error %s", ncclGetErrorString(async)));
+    t0 = now_s();
+    r = ncclCommAbort(c);
+    double aborted = now_s() - t0;
+    cudaStreamSynchronize(s);
+    took = now_s() - t0;
+    check_mine(r == ncclSuccess && aborted < 0.5 && took < 2,
+               fmt("its own abort returns (%.3f s) and ends the wait (%.3f s)", aborted, took));
+    static std::atomic<bool> destroyed{false};
+    std::thread([f] {
+        ncclCommDestroy(f);
+        destroyed = true;
+    }).detach();
+    usleep(2300 * 1000);
+    check_mine(!destroyed, "destroy of a communicator the dead peer never destroyed: still blocked after 2.3 s");
+    done_testing();
+    fflush(stdout);
+    _exit(g_failed ? 1 : 0);  // the blocked destroy's thread goes with the process
+}
+
 int main(int argc, char** argv) {
     std::string mode = argc > 1 ? argv[1] : "basic";
     if (mode == "dead" || mode == "stopped") {
@@ -831,6 +898,7 @@ int main(int argc, char** argv) {
         done_testing();
         return rc;
     }
+    if (mode == "peers_local") return test_peers_local();
     MPI_Init(&argc, &argv);
     g_mpi = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);

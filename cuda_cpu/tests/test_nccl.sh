@@ -5,7 +5,7 @@
 #   cuda_cpu/tests/test_nccl.sh [path/to/test_nccl]     (default: build/cuda_cpu/tests/test_nccl)
 #
 # Prints TAP (tap.sh), a check per run; exits 1 when any failed. Each run is
-# under a 60 s timeout: a hang fails, it does not block CI. About 30 s on 2 cores.
+# under a 60 s timeout: a hang fails, it does not block CI. About 35 s on 2 cores.
 set -uo pipefail
 BIN=${1:-$(dirname "${BASH_SOURCE[0]}")/../../build/cuda_cpu/tests/test_nccl}
 [ -x "$BIN" ] || { echo "test_nccl.sh: $BIN is not an executable (build test_nccl first)" >&2; exit 2; }
@@ -92,5 +92,11 @@ expect "two ranks on one GPU: ncclInvalidUsage" 0 +"use the same GPU" \
     -- env CUDA_CPU_SHARED_GPU=1 "${MPIRUN[@]}" -x CUDA_CPU_SHARED_GPU -np 2 "$BIN" shared_gpu
 expect "a peer that exits: ncclRemoteError" 0 +"has exited" -- "$BIN" dead
 expect "a stopped peer (SIGSTOP) is waited for" 0 -"$INVERSION" -- "$BIN" stopped
+# NCCL's own peers (CUDA_CPU_NCCL_PEERS=local): a peer's exit unseen, destroy waits for every rank.
+expect "CUDA_CPU_NCCL_PEERS=local: a dead peer unseen until the rank's own abort; destroy waits for every rank" 0 \
+    +"waits for rank 1 (pid" +"exited) to reach ncclCommDestroy or ncclCommAbort" -"cannot complete" \
+    -- env CUDA_CPU_NCCL_PEERS=local "$BIN" peers_local
+expect "CUDA_CPU_NCCL_PEERS=bogus refused" 1 +"error: cuda_cpu: CUDA_CPU_NCCL_PEERS=bogus: use one of notify local" \
+    -- env CUDA_CPU_NCCL_PEERS=bogus "$BIN" dead
 
 done_testing

@@ -27,7 +27,7 @@
 #   6. test_zero1_cuda (zero1's CUDA device ops bitwise against the CPU device, events, NCCL
 #      at one rank; with >= 2 GPUs also at 2-4 ranks) and test_watchdog_cuda (a stream that
 #      never finishes ends the process past --comm-timeout's deadline; on the layer also with
-#      an ncclCommAbort that blocks, CUDA_CPU_NCCL_ABORT=block)
+#      an ncclCommAbort that blocks, CUDA_CPU_NCCL_ABORT=block, and NCCL's own peers)
 #   7. ZeRO-1 on the GPU trainer (USE_ZERO1=1 builds) against the oracle: np 1 (NCCL), np 2
 #      and 4 through NCCL (a GPU per rank) and through staged MPI (one shared GPU); np 4 with
 #      --dist-opt-instances 2 over NCCL (on the layer with CUDA_CPU_NCCL_CONCURRENT=1: no two
@@ -38,7 +38,8 @@
 #      a trace whose gradient collectives start before their own step's backward ends
 #      (np 2 reduce-scatters; with one GPU np 1 all-reduces); a stopped rank ends the job
 #      within --comm-timeout + a few s, and so does one stopped inside an MPI call of the
-#      set-up, the NCCL bootstrap or the split embedding's host all-gather; one model's val loss
+#      set-up, the NCCL bootstrap or the split embedding's host all-gather, and one killed in its
+#      teardown (on the layer with NCCL's own peers: CUDA_CPU_NCCL_PEERS=local); one model's val loss
 #      at np 1 and 2 (-m global batches)
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact,
 #      and the HellaSwag-style eval (-H 1) of both trainers on one model: the same losses
@@ -312,10 +313,11 @@ row watchdog_cuda "$OUT/test_watchdog_cuda_BF16"
 # Lazy execution runs nothing until it is waited for: an initialisation on a stream the
 # kernel is not ordered with shows (the kernel would read poison).
 layer_only && row watchdog_cuda_lazy on_layer CUDA_CPU_EXEC=lazy "$OUT/test_watchdog_cuda_BF16"
-# An ncclCommAbort that blocks behind the kernel that never ends, as a GPU's may: the job
-# still ends past the deadline, without it.
+# An ncclCommAbort that blocks behind the kernel that never ends, as a GPU's may, and NCCL's
+# own peers (CUDA_CPU_NCCL_PEERS=local): the job still ends past the deadline, without it.
 abort_blocks() {
-    CUDA_CPU_NCCL_ABORT=block "$OUT/test_watchdog_cuda_BF16" && grep -q "the abort blocked" "$OUT/watchdog_cuda_abort_block.log"
+    CUDA_CPU_NCCL_ABORT=block CUDA_CPU_NCCL_PEERS=local "$OUT/test_watchdog_cuda_BF16" &&
+        grep -q "the abort blocked" "$OUT/watchdog_cuda_abort_block.log"
 }
 layer_only && row watchdog_cuda_abort_block abort_blocks
 
@@ -540,7 +542,8 @@ fi
 # one error line that names what it waited for.
 stopped_rank() {
     local np=2 timeout_s=5 log=$OUT/stopped.out pid victim t_fault secs
-    timeout 300 "${MPIRUN[@]}" -np $np "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -x 100000 -z 1 --bucket-size 100000 --comm nccl \
+    on_layer CUDA_CPU_NCCL_PEERS=local timeout 300 "${MPIRUN[@]}" -np $np "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -x 100000 -z 1 \
+        --bucket-size 100000 --comm nccl \
         --comm-timeout $timeout_s -o "$OUT/stopped_run" >"$log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do grep -qE '^step +2/' "$log" && break; sleep 0.1; done
@@ -561,6 +564,16 @@ stopped_rank() {
         echo "PASS the job ended (exit $rc) $secs s after rank 1 stopped (timeout $timeout_s s)"
 }
 if [ "$NUM_GPUS" -ge 2 ]; then row zero1_stopped_rank stopped_rank; else skip zero1_stopped_rank "fewer than 2 GPUs"; fi
+# A peer that dies in its teardown, before its ncclCommDestroy (dev/test/peer_killed.sh): the
+# survivor's destroy, which NCCL 2.14+ completes only once every rank has reached its own, ends by
+# the deadline. On the layer with NCCL's own peers (CUDA_CPU_NCCL_PEERS=local).
+if [ "$NUM_GPUS" -ge 2 ]; then
+    row zero1_peer_killed_at_teardown on_layer CUDA_CPU_NCCL_PEERS=local bash dev/test/peer_killed.sh \
+        "$OUT/peer_killed.out" 3 "zero1 nccl: ncclCommDestroy did not complete within 3 s" -- "${MPIRUN[@]}" -np 2 \
+        "${ZZ[@]}" "${ZFLAGS[@]}" -b 2 -x 1 -z 1 --bucket-size 100000 --comm nccl
+else
+    skip zero1_peer_killed_at_teardown "fewer than 2 GPUs"
+fi
 
 # Stopped in an MPI call (dev/test/mpi_stop.sh: an LD_PRELOAD shim stops rank 1 in it): the
 # set-up's MPI_Comm_split_type and GPU check (MPI_Allgather of the GPUs' UUIDs), the NCCL
@@ -573,8 +586,9 @@ if [ "$NUM_GPUS" -ge 2 ]; then
     row stopped_in_gpu_check bash dev/test/mpi_stop.sh "$OUT" MPI_Allgather 3 "MPI_Allgather of GPU UUIDs" -- "${STOP_JOB[@]}"
     row stopped_in_bcast bash dev/test/mpi_stop.sh "$OUT" MPI_Bcast 3 "bootstrap's MPI_Comm_dup" -- "${STOP_JOB[@]}"
     row stopped_in_comm_dup bash dev/test/mpi_stop.sh "$OUT" MPI_Comm_dup 3 "bootstrap's MPI_Comm_dup" -- "${STOP_JOB[@]}"
-    row stopped_in_host_all_gather bash dev/test/mpi_stop.sh "$OUT" MPI_Allgather:1:3 3 "host all-gather" -- \
-        "${STOP_JOB[@]}" --split-embedding
+    # In the steps, its NCCL communicator live: on the layer with NCCL's own peers.
+    row stopped_in_host_all_gather on_layer CUDA_CPU_NCCL_PEERS=local bash dev/test/mpi_stop.sh "$OUT" MPI_Allgather:1:3 3 \
+        "host all-gather" -- "${STOP_JOB[@]}" --split-embedding
 else
     skip stopped_in_mpi_calls "fewer than 2 GPUs"
 fi

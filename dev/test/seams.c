@@ -19,6 +19,8 @@
  *                     write; only that thread stops (it sleeps for good), the rank trains on:
  *                     a rank whose disk hangs (test_async_save.sh)
  *   step:R:S          before step S (1-based, as the step lines count) runs
+ *   teardown:R:1      in the first ncclCommDestroy (run/nccl_comm.h's nccl_comm_destroy_deadline),
+ *                     before it is called (a peer that dies there: dev/test/peer_killed.sh)
  *   wait:R:S          in the first deadline wait of step S (its description's "at step S") that
  *                     found its collective incomplete, right after the deadline read the clock
  *                     (run/watchdog.h): with step:0:S, rank R stops inside the wait for rank 0

@@ -39,6 +39,11 @@
 # catches:
 #  17. the memory check not counting NCCL's buffers: on a GPU 2 MiB over its need the layer
 #      refuses ncclCommInitRank (the former layer charged no buffers: the run trained)
+# and this one, which passes under the layer's former NCCL peers (a peer's exit ends the others'
+# waits; ncclCommDestroy waits for local work only) and only CUDA_CPU_NCCL_PEERS=local catches:
+#  18. ncclCommDestroy outside the job's deadline (run/nccl_comm.cu): with a peer killed in its
+#      teardown (dev/test/peer_killed.sh, test_zero1_cuda at np 2) rank 0 stays in the destroy
+#      past --comm-timeout + 5 s
 # and these, at the host/library boundary, which only the layer's MPI check and its
 # pageable-copy switch catch (docs/cuda_cpu.md, "The hardware's freedoms"):
 #  19. zero1's staged MPI reduce-scatter handed the device buffer instead of its host copy
@@ -261,6 +266,16 @@ expect_caught nccl_not_counted run/memory_check.c \
     "" \
     train_gpt2cu 0 "ncclCommInitRank: no device memory for its buffers" \
     bash dev/test/gpu_rows_memory.sh nccl_just_fits ./train_gpt2cu
+expect_caught destroy_outside_deadline run/nccl_comm.cu \
+    "    mpi_blocking_begin(what);
+    ncclCheck(ncclCommDestroy(comm));
+    mpi_blocking_end();" \
+    "    (void)what;
+    ncclCheck(ncclCommDestroy(comm));" \
+    test_zero1_cuda 1 "FAIL rank 0 did not end within 7 s of rank 1's death in its teardown" \
+    mode_only CUDA_CPU_NCCL_PEERS=notify -- CUDA_CPU_NCCL_PEERS=local -- \
+    bash dev/test/peer_killed.sh "$TMP/peer_killed.log" 2 "ncclCommDestroy did not complete" -- "${MPIRUN[@]}" -np 2 \
+    ./test_zero1_cuda
 
 wait
 for name in "${NAMES[@]}"; do

@@ -4,6 +4,7 @@
  *
  *   test_zero1_cuda                  one process, one GPU: parts 1-7 below
  *   mpirun -np N test_zero1_cuda     N ranks with a GPU each: part 8
+ *   ... [--comm-timeout S]           the deadline of its waits (run/mpi_wait.h), 600 s by default
  * Prints TAP (dev/test/check.h) from rank 0; exits 1 on any failure.
  *
  *  1. convert: fp32 -> bf16 on every sign/exponent/high-mantissa pattern with the
@@ -38,6 +39,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -877,6 +879,11 @@ int main(int argc, char** argv) {
         return 0;
     }
     MPI_Init(&argc, &argv);
+    // --comm-timeout S: the deadline of the job's waits, the communicators' destroy's too
+    // (dev/test/peer_killed.sh kills a rank there).
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--comm-timeout") == 0) mpi_wait_set_timeout(atof(argv[i + 1]));
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     utils_set_rank(world_rank, world_size);
