@@ -471,6 +471,7 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
 }
 
 static void trainer_sync_params(Trainer* tr) {
+    seam_stop_at("sync_params", 1, "before its parameters' sync number");  // a peer that dies before its all-gathers
     tr->opt->ops->sync_params(tr->opt);
     cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
 }

@@ -21,6 +21,8 @@
  *   step:R:S          before step S (1-based, as the step lines count) runs
  *   teardown:R:1      in the first ncclCommDestroy (run/nccl_comm.h's nccl_comm_destroy_deadline),
  *                     before it is called (a peer that dies there: dev/test/peer_killed.sh)
+ *   sync_params:R:1   in the first trainer_sync_params of train_gpt2.cu (the run-end replica check
+ *                     or an evaluation), before zero1/ queues its parameters' all-gathers
  *   wait:R:S          in the first deadline wait of step S (its description's "at step S") that
  *                     found its collective incomplete, right after the deadline read the clock
  *                     (run/watchdog.h): with step:0:S, rank R stops inside the wait for rank 0
