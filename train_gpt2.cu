@@ -129,6 +129,7 @@ typedef struct {
     float* norm;             // device: [norm, clip factor]
     double* norm_partial;    // GLOBAL_NORM_BLOCKS
     float* norm_host;        // pinned
+    int step;                // the step begun (0-based), for the deadline's message
     int muon;                // --optimizer muon
     MuonPlan muon_plan;
 } ReplicatedOptimizer;
@@ -152,11 +153,19 @@ static void rep_load_weights(Optimizer* o, const float* dense) {
 
 static void rep_begin_step(Optimizer* o, int step) {
     ReplicatedOptimizer* r = replicated(o);
+    r->step = step;
     cudaCheck(cudaMemsetAsync(r->grads, 0, r->numel * sizeof(float), r->gpu->stream));
 }
 static void rep_begin_micro_step(Optimizer* o, int is_last) {}
 
 // Only on the --check-nan failure path: names the first tensor with a non-finite gradient.
+// The host's wait for the step's device work, which includes the gradients' NCCL all-reduce.
+static void rep_sync_step(ReplicatedOptimizer* r) {
+    char what[96];
+    snprintf(what, sizeof(what), "the GPU step (its NCCL all-reduce) at step %d", r->step + 1);
+    cudaDeadline(what, cudaStreamSynchronize(r->gpu->stream));
+}
+
 static void report_non_finite_grad(ReplicatedOptimizer* r, int step) {
     for (int i = 0; i < gpt2_num_tensors(&r->config); i++) {
         size_t n = gpt2_tensor_numel(&r->config, i);
@@ -181,7 +190,7 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
     global_norm(r->norm, r->norm + 1, r->norm_partial, r->grads, r->numel, r->cfg.grad_clip, st);
     if (r->cfg.check_nan || gate) {  // the host decides from the norm: the step's one wait comes here
         cudaCheck(cudaMemcpyAsync(r->norm_host, r->norm, sizeof(float), cudaMemcpyDeviceToHost, st));
-        cudaCheck(cudaStreamSynchronize(st));
+        rep_sync_step(r);
         // step + 1: the 1-based step of the step line, as train_gpt2.c's message says
         if (r->cfg.check_nan && !isfinite(r->norm_host[0])) report_non_finite_grad(r, step + 1);
         if (gate && gate->skip(gate->ctx, r->norm_host[0])) return;
@@ -194,7 +203,7 @@ static void rep_finish_step(Optimizer* o, int step, float lr, const UpdateGate* 
 static float rep_read_norm(Optimizer* o) {
     ReplicatedOptimizer* r = replicated(o);
     cudaCheck(cudaMemcpyAsync(r->norm_host, r->norm, sizeof(float), cudaMemcpyDeviceToHost, r->gpu->stream));
-    cudaCheck(cudaStreamSynchronize(r->gpu->stream));
+    rep_sync_step(r);
     return r->norm_host[0];
 }
 static void rep_sync_params(Optimizer* o) {}
@@ -242,7 +251,7 @@ static void rep_finish_import(Optimizer* o, int steps_done) {
     }
     AdamWStep last = rep_adamw_step(r, 0.0f, steps_done);  // as the checkpoint's step wrote them back
     copy_master_to_params(r->params, r->master, r->numel, &last, st);
-    cudaCheck(cudaStreamSynchronize(st));
+    cudaDeadline("the resume's NCCL broadcasts of the optimizer state", cudaStreamSynchronize(st));
 }
 static size_t rep_state_bytes(const Optimizer* o) { return 3 * ((const ReplicatedOptimizer*)o)->numel * sizeof(float); }
 static void rep_print_start(Optimizer* o) {
@@ -473,7 +482,8 @@ static StepResult trainer_step(void* t, int step, float lr, BatchFn next_batch, 
 static void trainer_sync_params(Trainer* tr) {
     seam_stop_at("sync_params", 1, "before its parameters' sync number");  // a peer that dies before its all-gathers
     tr->opt->ops->sync_params(tr->opt);
-    cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
+    cudaDeadline("the parameters' all-gathers before the replica check or an evaluation",
+                 cudaStreamSynchronize(tr->gpu->stream));
 }
 
 // A fingerprint of every parameter's bytes, to compare replicas.
@@ -517,7 +527,8 @@ static void hellaswag_rows(void* ctx, const int* inputs, const int* targets, int
     gpt2_forward(&tr->model, inputs, targets, rows, T);
     cudaCheck(cudaMemcpyAsync(losses, tr->model.acts.losses, (size_t)rows * T * sizeof(float), cudaMemcpyDeviceToHost,
                               tr->gpu->stream));
-    cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
+    cudaDeadline("the HellaSwag eval's forward (after the parameters' all-gathers)",
+                 cudaStreamSynchronize(tr->gpu->stream));
 }
 
 // The logits of the last position of tokens[0..n) (the sampler's forward), as fp32 on the host.
@@ -528,7 +539,8 @@ static void next_token_logits(void* ctx, const int* tokens, int n, float* logits
     floatX* row = (floatX*)mallocCheck((size_t)Vp * sizeof(floatX));
     cudaCheck(cudaMemcpyAsync(row, tr->model.acts.logits + (size_t)(window - 1) * Vp, (size_t)Vp * sizeof(floatX),
                               cudaMemcpyDeviceToHost, tr->gpu->stream));
-    cudaCheck(cudaStreamSynchronize(tr->gpu->stream));
+    cudaDeadline("the sampler's forward (after the parameters' all-gathers)",
+                 cudaStreamSynchronize(tr->gpu->stream));
     for (int v = 0; v < Vp; v++) logits[v] = (float)row[v];
     free(row);
 }

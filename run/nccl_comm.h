@@ -47,6 +47,16 @@ void nccl_comm_free(NcclComm* c);
 // the communicator has reached its own destroy, so a peer that died first would hold it forever.
 void nccl_comm_destroy_deadline(ncclComm_t comm, const char* what);
 
+// A host wait on the GPU (cudaStreamSynchronize, cudaEventSynchronize) under the same deadline,
+// where NCCL work is queued before it: a peer that died before queueing its part of a collective
+// leaves that collective, and so the wait, unfinished for good (NCCL's kernels spin).
+#define cudaDeadline(what, call)   \
+    do {                           \
+        mpi_blocking_begin(what);  \
+        cudaCheck(call);           \
+        mpi_blocking_end();        \
+    } while (0)
+
 // In-place SUM over all ranks of n floats, queued on stream.
 void nccl_all_reduce_sum(float* buf, size_t n, const NcclComm* c, cudaStream_t stream);
 

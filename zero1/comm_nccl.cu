@@ -294,7 +294,8 @@ static void nccl_progress(Zero1Comm* c) {
 static void nccl_destroy(Zero1Comm* c) {
     NcclImpl* im = impl_of(c);
     if (im->in_group) fatal("zero1 nccl: destroy inside an open group");
-    cudaCheck(cudaStreamSynchronize(im->stream));  // every collective has finished (the other communicators' too)
+    // every collective has finished (the other communicators' too)
+    cudaDeadline("zero1 nccl: the collectives before ncclCommDestroy", cudaStreamSynchronize(im->stream));
     if (im->comm) nccl_comm_destroy_deadline(im->comm, "zero1 nccl: ncclCommDestroy");
     for (int i = 0; i < im->num_slots; i++) {
         if (im->slots[i].done) cudaCheck(cudaEventDestroy(im->slots[i].done));

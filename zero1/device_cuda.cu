@@ -22,6 +22,7 @@
 #include "llmc/adamw.h"
 #include "llmc/bf16.h"
 #include "llmc/cuda_common.cuh"
+#include "run/nccl_comm.h"
 #include "zero1/device_cuda.h"
 #include "zero1/device_cuda_muon.h"
 
@@ -353,8 +354,15 @@ static void cuda_record(void* ctx, Zero1Event e, Zero1Stream s) { cudaCheck(cuda
 static void cuda_wait_event(void* ctx, Zero1Stream s, Zero1Event e) {
     cudaCheck(cudaStreamWaitEvent(stream_of(s), event_of(e), 0));
 }
-static void cuda_sync_event(void* ctx, Zero1Event e) { cudaCheck(cudaEventSynchronize(event_of(e))); }
-static void cuda_sync_stream(void* ctx, Zero1Stream s) { cudaCheck(cudaStreamSynchronize(stream_of(s))); }
+// The runtime's host waits (a checkpoint's reads after the parameters' all-gathers, the NaN
+// flags' all-reduce, a resume's gathers, a trace's collective spans) include NCCL work.
+static void cuda_sync_event(void* ctx, Zero1Event e) {
+    cudaDeadline("zero1: a host wait for a GPU event (NCCL collectives before it)", cudaEventSynchronize(event_of(e)));
+}
+static void cuda_sync_stream(void* ctx, Zero1Stream s) {
+    cudaDeadline("zero1: a host wait for the GPU stream (NCCL collectives before it)",
+                 cudaStreamSynchronize(stream_of(s)));
+}
 
 cudaError_t zero1_cuda_event_status(cudaEvent_t e) {
     cudaError_t status = cudaEventQuery(e);

@@ -574,6 +574,23 @@ if [ "$NUM_GPUS" -ge 2 ]; then
 else
     skip zero1_peer_killed_at_teardown "fewer than 2 GPUs"
 fi
+# A peer that dies with its part of a collective never queued: the survivor's host wait on the
+# GPU (cudaStreamSynchronize, with NCCL kernels spinning) ends by the deadline too. At the run's
+# end before the parameters' all-gathers (ZeRO-1: the replica check's sync), and before step 2
+# (the plain trainer's NCCL all-reduce, its step's one sync).
+PEER_JOB=("${MPIRUN[@]}" -np 2)
+PEER_SMALL=(-b 1 -t 16 -v 0 -s 0 -l 1e-3 -c 0.1)
+if [ "$NUM_GPUS" -ge 2 ]; then
+    row zero1_peer_killed_before_param_sync on_layer CUDA_CPU_NCCL_PEERS=local env PEER_KILLED_AT=sync_params:1:1 \
+        bash dev/test/peer_killed.sh "$OUT/peer_killed_sync.out" 3 "the parameters' all-gathers before the replica check" \
+        -- "${PEER_JOB[@]}" "${ZZ[@]}" "${ZFLAGS[@]}" "${PEER_SMALL[@]}" -x 1 -z 1 --bucket-size 100000 --comm nccl
+    row plain_peer_killed_in_step on_layer CUDA_CPU_NCCL_PEERS=local env PEER_KILLED_AT=step:1:2 \
+        bash dev/test/peer_killed.sh "$OUT/peer_killed_step.out" 3 "the GPU step (its NCCL all-reduce) at step 2" \
+        -- "${PEER_JOB[@]}" "$OUT/train_gpt2cu_FP32" "${ZFLAGS[@]}" "${PEER_SMALL[@]}" -x 2
+else
+    skip zero1_peer_killed_before_param_sync "fewer than 2 GPUs"
+    skip plain_peer_killed_in_step "fewer than 2 GPUs"
+fi
 
 # Stopped in an MPI call (dev/test/mpi_stop.sh: an LD_PRELOAD shim stops rank 1 in it): the
 # set-up's MPI_Comm_split_type and GPU check (MPI_Allgather of the GPUs' UUIDs), the NCCL
