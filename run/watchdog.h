@@ -6,7 +6,9 @@
  * SIGSTOP, a host whose network went away): MPI_Wait and cudaStreamSynchronize then block
  * forever and the job hangs until a person notices. Every host wait on communication
  * (zero1/comm_mpi.c's wait, the trainers' own collectives through run/mpi_wait.h, the GPU
- * step's one sync through zero1/watchdog_cuda.h) polls instead, with this file's deadline:
+ * step's one sync through zero1/watchdog_cuda.h) polls instead, with this file's deadline
+ * (the GPU trainers' other waits on NCCL work block under the watchdog thread below:
+ * run/nccl_comm.h's cudaDeadline):
  *
  *   watchdog_poll_until(done, ctx, timeout_s, describe, end_job)
  *

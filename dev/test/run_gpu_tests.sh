@@ -39,7 +39,8 @@
 #      (np 2 reduce-scatters; with one GPU np 1 all-reduces); a stopped rank ends the job
 #      within --comm-timeout + a few s, and so does one stopped inside an MPI call of the
 #      set-up, the NCCL bootstrap or the split embedding's host all-gather, and one killed in its
-#      teardown (on the layer with NCCL's own peers: CUDA_CPU_NCCL_PEERS=local); one model's val loss
+#      teardown, before its parameters' all-gathers or before a step of the plain trainer (on the
+#      layer with NCCL's own peers: CUDA_CPU_NCCL_PEERS=local); one model's val loss
 #      at np 1 and 2 (-m global batches)
 #   8. checkpoints moved between train_gpt2cu and train_gpt2 in both directions, master exact,
 #      and the HellaSwag-style eval (-H 1) of both trainers on one model: the same losses
