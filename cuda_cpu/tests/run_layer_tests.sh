@@ -13,6 +13,8 @@
 #               misaligned, host code (C++ and C) touching device memory
 #   test_numerics  GPU numerics (a CUDA_CPU_NUMERICS=gpu build) on hand-worked values; and a
 #               run asking for the numerics its program was not built with refused
+#   test_tensorcore  GPU numerics' tensor-core model (WMMA, cuBLAS BF16, split-K) on
+#               hand-worked values and a reference of its rule, under three settings
 # and checks the layer's version line, and that the layer builds and runs from a copy of its
 # folder alone. Prints TAP (tap.sh).
 set -uo pipefail
@@ -95,6 +97,10 @@ run test_nccl bash tests/test_nccl.sh "$TB/test_nccl"
 run test_tools "$TB/test_tools"
 run test_memcheck "$TB/test_memcheck"
 run test_numerics "$TB/test_numerics"
+# The tensor-core model: the H100's settings (the default), the A100's, and off (the layer before).
+run "test_tensorcore h100" "$TB/test_tensorcore" h100
+run "test_tensorcore a100" env CUDA_CPU_TC_GROUP=8 CUDA_CPU_TC_EXTRA_BITS=1 "$TB/test_tensorcore" a100
+run "test_tensorcore exact" env CUDA_CPU_TC_GROUP=0 "$TB/test_tensorcore" exact
 numerics_refused() {  # CUDA_CPU_NUMERICS naming what the program was not built with: one error with the fix
     local v bin out
     for v in gpu:"$TB/test_layer" ieee:"$TB/test_numerics"; do

@@ -1,0 +1,216 @@
+/*
+ * cuda_cpu/tensorcore.cpp: how tensor cores add (a build with CUDA_CPU_NUMERICS=gpu): the
+ * products and sums of wmma::mma_sync (include/mma.h) and of the BF16 cuBLAS/cuBLASLt
+ * matmuls (blas.cpp). docs/cuda_cpu.md, "GPU numerics", is the manual.
+ *
+ * The rule, as measured on the hardware:
+ *   Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ
+ *   Comput. Sci. 7:e330 (2021): products exact; a group of products and the accumulator
+ *   added at once, each significand aligned to the largest exponent and truncated; the
+ *   sum normalized with truncation (round toward zero); groups of 4 (V100, T4), 8 (A100).
+ *   Xie, Wang, Yang, Yang, "MMA-Sim: Bit-Accurate Reference Model of Tensor Cores and
+ *   Matrix Cores", arXiv:2511.10909 (2025), bitwise against the hardware: for fp16/bf16
+ *   with fp32 accumulation, Hopper (H100) fuses all 16 products of an m16n8k16 (and of
+ *   wgmma's k16) with the accumulator and keeps 25 bits below the largest exponent (fp32's
+ *   23 + 2 extra); Ampere (A100) two groups of 8 with 24 (1 extra); Volta 23 (0).
+ * So, for a group: the exponent of a product a b is ea + eb (each operand's exponent, at
+ * least its format's smallest: -126 bf16, -14 fp16), of the accumulator c its own; emax is
+ * the largest among the nonzero terms; every term is truncated toward zero to a multiple
+ * of 2^(emax - 23 - CUDA_CPU_TC_EXTRA_BITS); their sum (exact) is rounded toward zero to
+ * fp32, a zero sum is +0, and a NaN or infinite operand gives the IEEE double sum's result
+ * (NaN as 0x7fffffff), as MMA-Sim's model. CUDA_CPU_TC_GROUP products per group (default
+ * 16 and 2 extra bits: the H100's; 8 and 1: the A100's); 0 is the layer before: exact
+ * products added one by one in fp32, round to nearest, in k order.
+ * Integer arithmetic throughout: the kernel thread may run with the CPU's flush-to-zero
+ * and denormals-are-zero modes (--use_fast_math), which a tensor core does not apply.
+ */
+#include "tensorcore.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "internal.h"
+
+namespace cudacpu {
+
+namespace {
+struct TcSettings {
+    int group;  // products per fused group; 0: the model is off
+    int frac;   // bits kept below the largest exponent: 23 + extra
+};
+const TcSettings& settings() {
+    static const TcSettings s = [] {
+        long g = env_long("TC_GROUP", 16), x = env_long("TC_EXTRA_BITS", 2);
+        if (g < 0 || g > 64) {
+            fprintf(stderr, "error: cuda_cpu: CUDA_CPU_TC_GROUP=%ld: use 1 to 64 products per group, or 0 (no "
+                    "tensor-core model: exact products added in fp32)\n", g);
+            exit(1);
+        }
+        if (x < 0 || x > 16) {
+            fprintf(stderr, "error: cuda_cpu: CUDA_CPU_TC_EXTRA_BITS=%ld: use 0 to 16\n", x);
+            exit(1);
+        }
+        return TcSettings{(int)g, 23 + (int)x};
+    }();
+    return s;
+}
+
+const int kZeroExp = -30000;  // a zero term's exponent: below every other, even summed
+
+// A float's parts: |x| = mant 2^low, exponent (for emax) at least min_exp; special: Inf/NaN.
+struct Term {
+    uint32_t mant;
+    int low, exp;
+    bool neg, special;
+};
+Term decode(float x, int min_exp) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    Term t;
+    t.neg = u >> 31;
+    int e = (int)(u >> 23 & 0xff);
+    uint32_t f = u & 0x7fffff;
+    t.special = e == 255;
+    if (e == 0) t.mant = f, t.low = -149;
+    else t.mant = f | 0x800000u, t.low = e - 150;
+    t.exp = t.mant == 0 ? kZeroExp : (e == 0 ? -126 : e - 127);
+    if (t.mant && t.exp < min_exp) t.exp = min_exp;
+    return t;
+}
+
+// m 2^sh truncated toward zero (sh < 0 shifts right).
+int64_t shifted(uint64_t m, int sh) {
+    if (sh >= 0) return (int64_t)(m << sh);
+    return -sh >= 64 ? 0 : (int64_t)(m >> -sh);
+}
+
+// sum 2^q rounded toward zero to fp32 (+0 for 0); past fp32's range: infinity.
+float rz_float(int64_t sum, int q) {
+    if (sum == 0) return 0.0f;
+    uint64_t a = sum < 0 ? (uint64_t)-sum : (uint64_t)sum;
+    int top = 63 - __builtin_clzll(a) + q;  // the leading bit's exponent
+    int lsb = top - 23 < -149 ? -149 : top - 23;
+    uint64_t m = lsb >= q ? (lsb - q >= 64 ? 0 : a >> (lsb - q)) : a << (q - lsb);
+    uint32_t bits;
+    if (m >= 0x800000u) {
+        int field = lsb + 23 + 127;
+        bits = field >= 255 ? 0x7f800000u : (uint32_t)field << 23 | (uint32_t)(m - 0x800000u);
+    } else {
+        bits = (uint32_t)m;  // subnormal (lsb = -149)
+    }
+    if (sum < 0) bits |= 0x80000000u;
+    float r;
+    memcpy(&r, &bits, 4);
+    return r;
+}
+
+// One group: c + sum a[i] b[i], i < n (the file's rule).
+float fused_group(const Term& c, const Term* a, const Term* b, int n, int frac) {
+    int emax = c.exp;
+    bool special = c.special;
+    for (int i = 0; i < n; i++) {
+        special |= a[i].special | b[i].special;
+        if (a[i].mant && b[i].mant && a[i].exp + b[i].exp > emax) emax = a[i].exp + b[i].exp;
+    }
+    if (special) return NAN;  // the caller takes the IEEE path
+    if (emax == kZeroExp) return 0.0f;
+    int q = emax - frac;  // the grid: multiples of 2^q
+    int64_t s = shifted(c.mant, c.low - q) * (c.neg ? -1 : 1);
+    for (int i = 0; i < n; i++) {
+        if (!a[i].mant || !b[i].mant) continue;
+        int64_t t = shifted((uint64_t)a[i].mant * b[i].mant, a[i].low + b[i].low - q);
+        s += a[i].neg != b[i].neg ? -t : t;
+    }
+    return rz_float(s, q);
+}
+
+// A group with an Inf or NaN operand: the IEEE double sum (MMA-Sim's model), NaN canonical.
+float special_group(float c, const float* a, const float* b, int n) {
+    double s = c;
+    for (int i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+    if (std::isnan(s)) {
+        uint32_t u = 0x7fffffffu;
+        float r;
+        memcpy(&r, &u, 4);
+        return r;
+    }
+    return (float)s;
+}
+
+// c + a . b over k, in groups (the model) or one product at a time (group 0).
+float chain(float c, const float* a, const float* b, int64_t k, int min_exp, const Term* ta, const Term* tb) {
+    const TcSettings& st = settings();
+    if (st.group == 0) {
+        for (int64_t i = 0; i < k; i++) c = c + a[i] * b[i];
+        return c;
+    }
+    Term buf_a[64], buf_b[64];
+    for (int64_t g = 0; g < k; g += st.group) {
+        int n = (int)(k - g < st.group ? k - g : st.group);
+        const Term *xa = ta ? ta + g : buf_a, *xb = tb ? tb + g : buf_b;
+        if (!ta)
+            for (int i = 0; i < n; i++) buf_a[i] = decode(a[g + i], min_exp), buf_b[i] = decode(b[g + i], min_exp);
+        float r = fused_group(decode(c, -126), xa, xb, n, st.frac);
+        c = std::isnan(r) ? special_group(c, a + g, b + g, n) : r;
+    }
+    return c;
+}
+
+uint64_t mix(uint64_t z) {  // splitmix64's finalizer
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+}  // namespace
+
+float tc_dot(float c, const float* a, const float* b, int k, int min_exp) {
+    return chain(c, a, b, k, min_exp, nullptr, nullptr);
+}
+
+bool tc_gemm_modelled() { return numerics_gpu() && settings().group > 0; }
+
+int tc_splits(int64_t m, int64_t n, int64_t k, int batch, size_t workspace_bytes) {
+    int64_t groups = (k + settings().group - 1) / settings().group;
+    uint64_t h = mix(mix(mix((uint64_t)m) ^ (uint64_t)n) ^ (uint64_t)k) ^ (uint64_t)env_long("SEED", 1);
+    int64_t s = 1 + (int64_t)(mix(h) % 8), per = m * n * (int64_t)batch * 4;
+    if (s > groups) s = groups;
+    while (s > 1 && (size_t)(s * per) > workspace_bytes) s--;
+    return s < 1 ? 1 : (int)s;
+}
+
+void tc_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_i, int64_t a_k, const float* b,
+             int64_t b_j, int64_t b_k, int splits, float* out) {
+    // Rows of op(A) and columns of op(B), packed along k, with their decoded terms.
+    std::vector<float> ar((size_t)(m * k)), bc((size_t)(n * k));
+    std::vector<Term> ta((size_t)(m * k)), tb((size_t)(n * k));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t kk = 0; kk < k; kk++) {
+            ar[(size_t)(i * k + kk)] = a[i * a_i + kk * a_k];
+            ta[(size_t)(i * k + kk)] = decode(ar[(size_t)(i * k + kk)], -126);
+        }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t kk = 0; kk < k; kk++) {
+            bc[(size_t)(j * k + kk)] = b[j * b_j + kk * b_k];
+            tb[(size_t)(j * k + kk)] = decode(bc[(size_t)(j * k + kk)], -126);
+        }
+    // Slice s: groups [s G / S, (s + 1) G / S) of the G groups along k.
+    int64_t group = settings().group, groups = (k + group - 1) / group;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < m; i++) {
+            const float *x = &ar[(size_t)(i * k)], *y = &bc[(size_t)(j * k)];
+            const Term *tx = &ta[(size_t)(i * k)], *ty = &tb[(size_t)(j * k)];
+            float sum = 0.0f;
+            for (int s = 0; s < splits; s++) {
+                int64_t k0 = groups * s / splits * group, k1 = groups * (s + 1) / splits * group;
+                if (k1 > k) k1 = k;
+                float part = chain(0.0f, x + k0, y + k0, k1 - k0, -126, tx + k0, ty + k0);
+                sum = s == 0 ? part : sum + part;  // the partial sums in fp32, slice order
+            }
+            out[i + j * m] = alpha * sum;
+        }
+}
+
+}  // namespace cudacpu
