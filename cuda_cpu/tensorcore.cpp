@@ -173,6 +173,7 @@ float tc_dot(float c, const float* a, const float* b, int k, int min_exp) {
 bool tc_gemm_modelled() { return numerics_gpu() && settings().group > 0; }
 
 int tc_splits(int64_t m, int64_t n, int64_t k, int batch, size_t workspace_bytes) {
+    if (settings().group == 0) return 1;
     int64_t groups = (k + settings().group - 1) / settings().group;
     uint64_t h = mix(mix(mix((uint64_t)m) ^ (uint64_t)n) ^ (uint64_t)k) ^ (uint64_t)env_long("SEED", 1);
     int64_t s = 1 + (int64_t)(mix(h) % 8), per = m * n * (int64_t)batch * 4;

@@ -2,7 +2,8 @@
  * dev/test/test_kernels_cuda.cu: every CUDA kernel of llmc/*.cuh, forward and backward,
  * through its host wrapper, against double-precision references written here from the
  * math (never llmc/*.h's CPU code), in the precision the build chose:
- *   make test_kernels_cuda PRECISION=FP32|BF16 [CUDA_ON_CPU=1] && ./test_kernels_cuda
+ *   make test_kernels_cuda PRECISION=FP32|BF16 [CUDA_ON_CPU=1] && ./test_kernels_cuda [long-sum]
+ * (long-sum: only test_matmul_long_sum).
  * TAP (dev/test/check.h): one "ok|not ok N - name [shape] (max err X, tol Y)" line per checked
  * buffer, then the plan; exit 1 on any failure.
  *
@@ -722,6 +723,10 @@ static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, in
                path_name(dgelu), allowed ? "" : ": aux ld % 8 != 0");
     }
 }
+
+// One-sided sums 32768 long, where the tensor cores' truncation adds up (tc_err); under the
+// layer's CUDA_CPU_SEED=1 this shape's dweight chain is not split along k: the longest chain.
+static void test_matmul_long_sum(cudaStream_t st) { test_matmul(32768, 8, 40, true, 0, st, 0.0); }
 
 // Plans are cached per key: a shape seen before runs no heuristic, a new shape or a new
 // alignment of a view does. (Shapes no other case uses: this runs first.)
@@ -1551,7 +1556,7 @@ static void test_batch_upload(int BT, int batches, cudaStream_t st) {
     }
 }
 
-int main(void) {
+int main(int argc, char** argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cuda_select_device(0);
@@ -1559,6 +1564,10 @@ int main(void) {
     cudaStream_t st;
     cudaCheck(cudaStreamCreate(&st));
     printf("test_kernels_cuda: floatX = %s, device %s\n", PRECISION_NAME, cuda_libs.device_name);
+    if (argc > 1 && strcmp(argv[1], "long-sum") == 0) {  // that case alone (test_gpu_mutations.sh's 15)
+        test_matmul_long_sum(st);
+        goto finish;
+    }
 
     // Shapes: sizes that are not multiples of the warps per block (8), the 32-column
     // tiles, the 256-thread blocks or the 64-row chunks; the last LayerNorm / matmul case
@@ -1582,9 +1591,7 @@ int main(void) {
     test_matmul(1, 1, 1, true, 0, st);
     test_matmul(16, 768, 50, false, 0, st);
     test_matmul(16415, 8, 40, true, 0, st);
-    // one-sided sums 32768 long: the tensor cores' truncation adds up (tc_err); under the layer's
-    // CUDA_CPU_SEED=1 this shape's dweight chain is not split along k, the longest chain
-    test_matmul(32768, 8, 40, true, 0, st, 0.0);
+    test_matmul_long_sum(st);
     // the fused epilogues: OC (forward) and C (DGELU) multiples of 8 or not (the aux rule)
     test_matmul_gelu(37, 72, 200, 0, st);
     test_matmul_gelu(130, 64, 96, 8, st);
@@ -1654,6 +1661,7 @@ int main(void) {
     test_copy_master(1000, st);
     test_batch_upload(37, 6, st);
 
+finish:
     cuda_libs_free();  // first: the cuBLAS handle is bound to the stream
     test_plans_freed();
     cudaCheck(cudaStreamDestroy(st));
