@@ -26,6 +26,7 @@
  */
 #include "tensorcore.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,10 @@
 #include <vector>
 
 #include "internal.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace cudacpu {
 
@@ -88,7 +93,7 @@ int64_t shifted(uint64_t m, int sh) {
 }
 
 // sum 2^q rounded toward zero to fp32 (+0 for 0); past fp32's range: infinity.
-float rz_float(int64_t sum, int q) {
+__attribute__((always_inline)) inline float rz_float(int64_t sum, int q) {
     if (sum == 0) return 0.0f;
     uint64_t a = sum < 0 ? (uint64_t)-sum : (uint64_t)sum;
     int top = 63 - __builtin_clzll(a) + q;  // the leading bit's exponent
@@ -141,22 +146,133 @@ float special_group(float c, const float* a, const float* b, int n) {
 }
 
 // c + a . b over k, in groups (the model) or one product at a time (group 0).
-float chain(float c, const float* a, const float* b, int64_t k, int min_exp, const Term* ta, const Term* tb) {
+float chain(float c, const float* a, const float* b, int64_t k, int min_exp) {
     const TcSettings& st = settings();
     if (st.group == 0) {
         for (int64_t i = 0; i < k; i++) c = c + a[i] * b[i];
         return c;
     }
-    Term buf_a[64], buf_b[64];
+    Term ta[64], tb[64];
     for (int64_t g = 0; g < k; g += st.group) {
         int n = (int)(k - g < st.group ? k - g : st.group);
-        const Term *xa = ta ? ta + g : buf_a, *xb = tb ? tb + g : buf_b;
-        if (!ta)
-            for (int i = 0; i < n; i++) buf_a[i] = decode(a[g + i], min_exp), buf_b[i] = decode(b[g + i], min_exp);
-        float r = fused_group(decode(c, -126), xa, xb, n, st.frac);
+        for (int i = 0; i < n; i++) ta[i] = decode(a[g + i], min_exp), tb[i] = decode(b[g + i], min_exp);
+        float r = fused_group(decode(c, -126), ta, tb, n, st.frac);
         c = std::isnan(r) ? special_group(c, a + g, b + g, n) : r;
     }
     return c;
+}
+
+// ---- the matmuls' fast path: the same rule on packed operands ------------------------------------
+// Operands of bf16 values as floats with their exponents (int16, at least -126; kZero16 for
+// 0), along k. Off the thread of a kernel: the CPU's denormal modes are IEEE here, and a
+// product of two bf16 values, and its scaling by a power of two, are exact in double.
+const int16_t kZero16 = -16000;  // a zero operand's exponent: sums stay below every other
+__attribute__((always_inline)) inline int16_t exp16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    int e = (int)(u >> 23 & 0xff);
+    return (u & 0x7fffffffu) == 0 ? kZero16 : (int16_t)(e == 0 ? -126 : e - 127);
+}
+__attribute__((always_inline)) inline double pow2(int e) {  // 2^e, |e| < 1023
+    uint64_t u = (uint64_t)(e + 1023) << 52;
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+// One group of n products with the accumulator c (the file's rule; operands finite).
+inline float packed_group_scalar(float c, const float* a, const float* b, const int16_t* ea, const int16_t* eb, int n,
+                          int frac) {
+    int emax = c == 0.0f ? kZero16 : exp16(c);
+    for (int i = 0; i < n; i++) emax = ea[i] + eb[i] > emax ? ea[i] + eb[i] : emax;
+    if (emax < -1000) return 0.0f;  // every term zero
+    double scale = pow2(frac - emax);
+    int64_t s = (int64_t)((double)c * scale);  // the conversion truncates toward zero
+    for (int i = 0; i < n; i++) s += (int64_t)((double)a[i] * (double)b[i] * scale);
+    return rz_float(s, emax - frac);
+}
+#if defined(__x86_64__)
+// The same for n = 16 with AVX2: exponents 16 at a time, products 4 at a time (each truncated
+// value an integer below 2^(frac + 2): their sum in double is exact).
+__attribute__((target("avx2"))) inline float packed_group16_avx2(float c, const float* a, const float* b, const int16_t* ea,
+                                                          const int16_t* eb, int frac) {
+    __m256i e = _mm256_add_epi16(_mm256_loadu_si256((const __m256i*)ea), _mm256_loadu_si256((const __m256i*)eb));
+    __m128i m = _mm_max_epi16(_mm256_castsi256_si128(e), _mm256_extracti128_si256(e, 1));
+    m = _mm_max_epi16(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_max_epi16(m, _mm_shuffle_epi32(m, 0xb1));
+    m = _mm_max_epi16(m, _mm_shufflelo_epi16(m, 0xb1));
+    int emax = (int16_t)_mm_extract_epi16(m, 0), ec = c == 0.0f ? kZero16 : exp16(c);
+    emax = ec > emax ? ec : emax;
+    if (emax < -1000) return 0.0f;
+    double scale = pow2(frac - emax);
+    __m256d sc = _mm256_set1_pd(scale), acc = _mm256_setzero_pd();
+    for (int i = 0; i < 16; i += 4) {
+        __m256d p = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + i)), _mm256_cvtps_pd(_mm_loadu_ps(b + i)));
+        acc = _mm256_add_pd(acc, _mm256_round_pd(_mm256_mul_pd(p, sc), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+    }
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    return rz_float((int64_t)sum + (int64_t)((double)c * scale), emax - frac);
+}
+#endif
+
+// The packed operands of a matmul and the slice's running sums (cur, m x n).
+struct Packed {
+    const float *ar, *bc;
+    const int16_t *ea, *eb;
+    const char *a_special, *b_special;
+    int64_t m, n, k, group;
+    int frac;
+    float* cur;
+};
+// Adds k in [k0, k1) (whole groups) to every running sum. Cache blocks: a chunk of k for a
+// block of rows, against every column; each (i, j) still takes its groups in k order, and the
+// block's 16 chains advance a group at a time together (each group waits for its chain's last
+// one: 16 chains at once keep the CPU busy). Inlined into one function per instruction set.
+template <bool Avx2>
+__attribute__((always_inline)) inline void add_range(const Packed& p, int64_t k0, int64_t k1) {
+    const int64_t kc = p.group * (256 / p.group > 0 ? 256 / p.group : 1), rows = 16;
+    for (int64_t c0 = k0; c0 < k1; c0 += kc) {
+        int64_t c1 = c0 + kc < k1 ? c0 + kc : k1;
+        for (int64_t i0 = 0; i0 < p.m; i0 += rows) {
+            int64_t i1 = i0 + rows < p.m ? i0 + rows : p.m;
+            for (int64_t j = 0; j < p.n; j++) {
+                float acc[rows];
+                bool special = p.b_special[j];
+                for (int64_t i = i0; i < i1; i++) acc[i - i0] = p.cur[i + j * p.m], special |= p.a_special[i];
+                for (int64_t g = c0; g < c1 && !special; g += p.group) {
+                    int len = (int)(c1 - g < p.group ? c1 - g : p.group);
+                    int64_t y = j * p.k + g;
+                    for (int64_t i = i0; i < i1; i++) {
+                        int64_t x = i * p.k + g;
+#if defined(__x86_64__)
+                        if constexpr (Avx2) {
+                            if (len == 16) {
+                                acc[i - i0] = packed_group16_avx2(acc[i - i0], p.ar + x, p.bc + y, p.ea + x, p.eb + y, p.frac);
+                                continue;
+                            }
+                        }
+#endif
+                        acc[i - i0] = packed_group_scalar(acc[i - i0], p.ar + x, p.bc + y, p.ea + x, p.eb + y, len, p.frac);
+                    }
+                }
+                for (int64_t i = i0; i < i1 && special; i++)  // an Inf or NaN: the general chain
+                    acc[i - i0] = chain(acc[i - i0], p.ar + i * p.k + c0, p.bc + j * p.k + c0, c1 - c0, -126);
+                for (int64_t i = i0; i < i1; i++) p.cur[i + j * p.m] = acc[i - i0];
+            }
+        }
+    }
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void add_range_avx2(const Packed& p, int64_t k0, int64_t k1) {
+    add_range<true>(p, k0, k1);
+}
+#endif
+void add_range_any(const Packed& p, int64_t k0, int64_t k1) {
+#if defined(__x86_64__)
+    static const bool avx2 = (__builtin_cpu_init(), __builtin_cpu_supports("avx2"));
+    if (avx2) return add_range_avx2(p, k0, k1);
+#endif
+    add_range<false>(p, k0, k1);
 }
 
 uint64_t mix(uint64_t z) {  // splitmix64's finalizer
@@ -167,7 +283,7 @@ uint64_t mix(uint64_t z) {  // splitmix64's finalizer
 }  // namespace
 
 float tc_dot(float c, const float* a, const float* b, int k, int min_exp) {
-    return chain(c, a, b, k, min_exp, nullptr, nullptr);
+    return chain(c, a, b, k, min_exp);
 }
 
 bool tc_gemm_modelled() { return numerics_gpu() && settings().group > 0; }
@@ -184,34 +300,32 @@ int tc_splits(int64_t m, int64_t n, int64_t k, int batch, size_t workspace_bytes
 
 void tc_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_i, int64_t a_k, const float* b,
              int64_t b_j, int64_t b_k, int splits, float* out) {
-    // Rows of op(A) and columns of op(B), packed along k, with their decoded terms.
+    // Rows of op(A) and columns of op(B) packed along k, with their exponents; a row or
+    // column holding an Inf or NaN takes the general chain (chain()).
     std::vector<float> ar((size_t)(m * k)), bc((size_t)(n * k));
-    std::vector<Term> ta((size_t)(m * k)), tb((size_t)(n * k));
+    std::vector<int16_t> ea((size_t)(m * k)), eb((size_t)(n * k));
+    std::vector<char> a_special((size_t)m), b_special((size_t)n);
     for (int64_t i = 0; i < m; i++)
         for (int64_t kk = 0; kk < k; kk++) {
-            ar[(size_t)(i * k + kk)] = a[i * a_i + kk * a_k];
-            ta[(size_t)(i * k + kk)] = decode(ar[(size_t)(i * k + kk)], -126);
+            float x = a[i * a_i + kk * a_k];
+            ar[(size_t)(i * k + kk)] = x, ea[(size_t)(i * k + kk)] = exp16(x), a_special[(size_t)i] |= !std::isfinite(x);
         }
     for (int64_t j = 0; j < n; j++)
         for (int64_t kk = 0; kk < k; kk++) {
-            bc[(size_t)(j * k + kk)] = b[j * b_j + kk * b_k];
-            tb[(size_t)(j * k + kk)] = decode(bc[(size_t)(j * k + kk)], -126);
+            float x = b[j * b_j + kk * b_k];
+            bc[(size_t)(j * k + kk)] = x, eb[(size_t)(j * k + kk)] = exp16(x), b_special[(size_t)j] |= !std::isfinite(x);
         }
-    // Slice s: groups [s G / S, (s + 1) G / S) of the G groups along k.
-    int64_t group = settings().group, groups = (k + group - 1) / group;
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t i = 0; i < m; i++) {
-            const float *x = &ar[(size_t)(i * k)], *y = &bc[(size_t)(j * k)];
-            const Term *tx = &ta[(size_t)(i * k)], *ty = &tb[(size_t)(j * k)];
-            float sum = 0.0f;
-            for (int s = 0; s < splits; s++) {
-                int64_t k0 = groups * s / splits * group, k1 = groups * (s + 1) / splits * group;
-                if (k1 > k) k1 = k;
-                float part = chain(0.0f, x + k0, y + k0, k1 - k0, -126, tx + k0, ty + k0);
-                sum = s == 0 ? part : sum + part;  // the partial sums in fp32, slice order
-            }
-            out[i + j * m] = alpha * sum;
-        }
+    const int64_t group = settings().group, groups = (k + group - 1) / group;
+    std::vector<float> cur((size_t)(m * n));
+    Packed p{ar.data(), bc.data(), ea.data(), eb.data(), a_special.data(), b_special.data(), m, n, k, group,
+             settings().frac, cur.data()};
+    for (int s = 0; s < splits; s++) {
+        int64_t k0 = groups * s / splits * group, k1 = groups * (s + 1) / splits * group;
+        std::fill(cur.begin(), cur.end(), 0.0f);
+        add_range_any(p, k0, k1 < k ? k1 : k);
+        for (int64_t x = 0; x < m * n; x++) out[x] = s == 0 ? cur[(size_t)x] : out[x] + cur[(size_t)x];  // fp32, slice order
+    }
+    for (int64_t x = 0; x < m * n; x++) out[x] = alpha * out[x];
 }
 
 }  // namespace cudacpu

@@ -221,7 +221,7 @@ static void random_tiles() {
 static void gemm_splits() {
     cublasHandle_t h;
     cublasCreate(&h);
-    const int m = 5, n = 3, shapes[4] = {200, 333, 64, 1000};
+    const int m = 20, n = 3, shapes[4] = {200, 333, 64, 1000};  // m: two blocks of rows, k: chunks of 256
     int saw_split = 0;
     void* ws;
     cudaMalloc(&ws, 1 << 20);
@@ -231,6 +231,7 @@ static void gemm_splits() {
         std::vector<__nv_bfloat16> ha(a.size()), hb(b.size());
         for (size_t i = 0; i < a.size(); i++) a[i] = rand_bf16(-4, 2), ha[i] = bf(a[i]);
         for (size_t i = 0; i < b.size(); i++) b[i] = rand_bf16(-4, 2), hb[i] = bf(b[i]);
+        if (k == 333) a[0] = INFINITY, ha[0] = bf(a[0]);  // row 0: Inf (or NaN) in the IEEE way
         __nv_bfloat16 *da, *db;
         float* dc;
         cudaMalloc(&da, ha.size() * 2), cudaMalloc(&db, hb.size() * 2), cudaMalloc(&dc, out.size() * 4);
