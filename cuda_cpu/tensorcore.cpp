@@ -179,6 +179,17 @@ __attribute__((always_inline)) inline double pow2(int e) {  // 2^e, |e| < 1023
     memcpy(&d, &u, 8);
     return d;
 }
+// The group's sum, total 2^q (total an integer below 2^53), rounded toward zero to fp32: in
+// double (exact), then its last 29 bits cleared where the result is a normal float.
+__attribute__((always_inline)) inline float rz_total(double total, int q) {
+    double v = total * pow2(q), a = fabs(v);
+    if ((a < 0x1p-126 && a != 0) || a >= 0x1p128) return rz_float((int64_t)total, q);
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    u &= ~((1ull << 29) - 1);
+    memcpy(&v, &u, 8);
+    return (float)v;  // exact
+}
 // One group of n products with the accumulator c (the file's rule; operands finite).
 inline float packed_group_scalar(float c, const float* a, const float* b, const int16_t* ea, const int16_t* eb, int n,
                           int frac) {
@@ -188,7 +199,7 @@ inline float packed_group_scalar(float c, const float* a, const float* b, const 
     double scale = pow2(frac - emax);
     int64_t s = (int64_t)((double)c * scale);  // the conversion truncates toward zero
     for (int i = 0; i < n; i++) s += (int64_t)((double)a[i] * (double)b[i] * scale);
-    return rz_float(s, emax - frac);
+    return rz_total((double)s, emax - frac);
 }
 #if defined(__x86_64__)
 // The same for n = 16 with AVX2: exponents 16 at a time, products 4 at a time (each truncated
@@ -211,7 +222,7 @@ __attribute__((target("avx2"))) inline float packed_group16_avx2(float c, const 
     }
     __m128d h = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
     double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-    return rz_float((int64_t)sum + (int64_t)((double)c * scale), emax - frac);
+    return rz_total(sum + trunc((double)c * scale), emax - frac);
 }
 #endif
 
@@ -282,8 +293,25 @@ uint64_t mix(uint64_t z) {  // splitmix64's finalizer
 }
 }  // namespace
 
+// mma_sync runs in a kernel, where the CPU may flush denormals (--use_fast_math): a group with
+// a subnormal (or Inf, NaN) term takes the integer path, the others the double one.
 float tc_dot(float c, const float* a, const float* b, int k, int min_exp) {
-    return chain(c, a, b, k, min_exp);
+    const TcSettings& st = settings();
+    if (st.group == 0 || min_exp != -126) return chain(c, a, b, k, min_exp);
+    auto plain = [](float x) {  // zero or normal
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        uint32_t e = u >> 23 & 0xff;
+        return e != 255 && (e != 0 || (u & 0x7fffff) == 0);
+    };
+    int16_t ea[64], eb[64];
+    for (int g = 0; g < k; g += st.group) {
+        int n = k - g < st.group ? k - g : st.group;
+        bool ok = plain(c);
+        for (int i = 0; i < n; i++) ok &= plain(a[g + i]) & plain(b[g + i]), ea[i] = exp16(a[g + i]), eb[i] = exp16(b[g + i]);
+        c = ok ? packed_group_scalar(c, a + g, b + g, ea, eb, n, st.frac) : chain(c, a + g, b + g, n, min_exp);
+    }
+    return c;
 }
 
 bool tc_gemm_modelled() { return numerics_gpu() && settings().group > 0; }
