@@ -25,9 +25,9 @@ $(CUDA_CPU_A): $(CUDA_CPU_OBJ)
 # ---- the layer's own tests (tests/run_layer_tests.sh runs them) ----
 # Kernels, launches, memory and streams (test_layer), cuBLAS/cuBLASLt (test_blas), NCCL
 # (test_nccl, under mpirun), the sanitizer and profiler (test_tools), memcheck
-# (test_memcheck), GPU numerics (test_numerics), and the layer's speed (bench_layer, the
-# project's make bench). Flags of their own: a build's CUDA_CPU_TOOLS or PRECISION changes
-# nothing here.
+# (test_memcheck), GPU numerics (test_numerics, test_tensorcore), and the layer's speed
+# (bench_layer, the project's make bench). Flags of their own: a build's CUDA_CPU_TOOLS or
+# PRECISION changes nothing here.
 CUDA_CPU_T = $(CUDA_CPU_DIR)/tests
 CUDA_CPU_TB = $(CUDA_CPU_BUILD)/tests
 CUDA_CPU_TESTS = $(addprefix $(CUDA_CPU_TB)/,test_layer test_blas test_nccl test_tools test_memcheck test_numerics \

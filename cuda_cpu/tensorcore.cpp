@@ -50,8 +50,10 @@ const TcSettings& settings() {
     static const TcSettings s = [] {
         long g = env_long("TC_GROUP", 16), x = env_long("TC_EXTRA_BITS", 2);
         if (g < 0 || g > 64) {
-            fprintf(stderr, "error: cuda_cpu: CUDA_CPU_TC_GROUP=%ld: use 1 to 64 products per group, or 0 (no "
-                    "tensor-core model: exact products added in fp32)\n", g);
+            fprintf(stderr,
+                    "error: cuda_cpu: CUDA_CPU_TC_GROUP=%ld: use 1 to 64 products per group, or 0 (no "
+                    "tensor-core model: exact products added in fp32)\n",
+                    g);
             exit(1);
         }
         if (x < 0 || x > 16) {
@@ -79,8 +81,10 @@ Term decode(float x, int min_exp) {
     int e = (int)(u >> 23 & 0xff);
     uint32_t f = u & 0x7fffff;
     t.special = e == 255;
-    if (e == 0) t.mant = f, t.low = -149;
-    else t.mant = f | 0x800000u, t.low = e - 150;
+    if (e == 0)
+        t.mant = f, t.low = -149;
+    else
+        t.mant = f | 0x800000u, t.low = e - 150;
     t.exp = t.mant == 0 ? kZeroExp : (e == 0 ? -126 : e - 127);
     if (t.mant && t.exp < min_exp) t.exp = min_exp;
     return t;
@@ -192,7 +196,7 @@ __attribute__((always_inline)) inline float rz_total(double total, int q) {
 }
 // One group of n products with the accumulator c (the file's rule; operands finite).
 inline float packed_group_scalar(float c, const float* a, const float* b, const int16_t* ea, const int16_t* eb, int n,
-                          int frac) {
+                                 int frac) {
     int emax = c == 0.0f ? kZero16 : exp16(c);
     for (int i = 0; i < n; i++) emax = ea[i] + eb[i] > emax ? ea[i] + eb[i] : emax;
     if (emax < -1000) return 0.0f;  // every term zero
@@ -204,8 +208,8 @@ inline float packed_group_scalar(float c, const float* a, const float* b, const 
 #if defined(__x86_64__)
 // The same for n = 16 with AVX2: exponents 16 at a time, products 4 at a time (each truncated
 // value an integer below 2^(frac + 2): their sum in double is exact).
-__attribute__((target("avx2"))) inline float packed_group16_avx2(float c, const float* a, const float* b, const int16_t* ea,
-                                                          const int16_t* eb, int frac) {
+__attribute__((target("avx2"))) inline float packed_group16_avx2(float c, const float* a, const float* b,
+                                                                 const int16_t* ea, const int16_t* eb, int frac) {
     __m256i e = _mm256_add_epi16(_mm256_loadu_si256((const __m256i*)ea), _mm256_loadu_si256((const __m256i*)eb));
     __m128i m = _mm_max_epi16(_mm256_castsi256_si128(e), _mm256_extracti128_si256(e, 1));
     m = _mm_max_epi16(m, _mm_shuffle_epi32(m, 0x4e));
@@ -258,12 +262,14 @@ __attribute__((always_inline)) inline void add_range(const Packed& p, int64_t k0
 #if defined(__x86_64__)
                         if constexpr (Avx2) {
                             if (len == 16) {
-                                acc[i - i0] = packed_group16_avx2(acc[i - i0], p.ar + x, p.bc + y, p.ea + x, p.eb + y, p.frac);
+                                acc[i - i0] =
+                                    packed_group16_avx2(acc[i - i0], p.ar + x, p.bc + y, p.ea + x, p.eb + y, p.frac);
                                 continue;
                             }
                         }
 #endif
-                        acc[i - i0] = packed_group_scalar(acc[i - i0], p.ar + x, p.bc + y, p.ea + x, p.eb + y, len, p.frac);
+                        acc[i - i0] =
+                            packed_group_scalar(acc[i - i0], p.ar + x, p.bc + y, p.ea + x, p.eb + y, len, p.frac);
                     }
                 }
                 for (int64_t i = i0; i < i1 && special; i++)  // an Inf or NaN: the general chain
@@ -308,7 +314,8 @@ float tc_dot(float c, const float* a, const float* b, int k, int min_exp) {
     for (int g = 0; g < k; g += st.group) {
         int n = k - g < st.group ? k - g : st.group;
         bool ok = plain(c);
-        for (int i = 0; i < n; i++) ok &= plain(a[g + i]) & plain(b[g + i]), ea[i] = exp16(a[g + i]), eb[i] = exp16(b[g + i]);
+        for (int i = 0; i < n; i++)
+            ok &= plain(a[g + i]) & plain(b[g + i]), ea[i] = exp16(a[g + i]), eb[i] = exp16(b[g + i]);
         c = ok ? packed_group_scalar(c, a + g, b + g, ea, eb, n, st.frac) : chain(c, a + g, b + g, n, min_exp);
     }
     return c;
@@ -336,22 +343,25 @@ void tc_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64
     for (int64_t i = 0; i < m; i++)
         for (int64_t kk = 0; kk < k; kk++) {
             float x = a[i * a_i + kk * a_k];
-            ar[(size_t)(i * k + kk)] = x, ea[(size_t)(i * k + kk)] = exp16(x), a_special[(size_t)i] |= !std::isfinite(x);
+            ar[(size_t)(i * k + kk)] = x, ea[(size_t)(i * k + kk)] = exp16(x),
+                                a_special[(size_t)i] |= !std::isfinite(x);
         }
     for (int64_t j = 0; j < n; j++)
         for (int64_t kk = 0; kk < k; kk++) {
             float x = b[j * b_j + kk * b_k];
-            bc[(size_t)(j * k + kk)] = x, eb[(size_t)(j * k + kk)] = exp16(x), b_special[(size_t)j] |= !std::isfinite(x);
+            bc[(size_t)(j * k + kk)] = x, eb[(size_t)(j * k + kk)] = exp16(x),
+                                b_special[(size_t)j] |= !std::isfinite(x);
         }
     const int64_t group = settings().group, groups = (k + group - 1) / group;
     std::vector<float> cur((size_t)(m * n));
-    Packed p{ar.data(), bc.data(), ea.data(), eb.data(), a_special.data(), b_special.data(), m, n, k, group,
-             settings().frac, cur.data()};
+    Packed p{ar.data(), bc.data(), ea.data(), eb.data(), a_special.data(), b_special.data(),
+             m,         n,         k,         group,     settings().frac,  cur.data()};
     for (int s = 0; s < splits; s++) {
         int64_t k0 = groups * s / splits * group, k1 = groups * (s + 1) / splits * group;
         std::fill(cur.begin(), cur.end(), 0.0f);
         add_range_any(p, k0, k1 < k ? k1 : k);
-        for (int64_t x = 0; x < m * n; x++) out[x] = s == 0 ? cur[(size_t)x] : out[x] + cur[(size_t)x];  // fp32, slice order
+        for (int64_t x = 0; x < m * n; x++)
+            out[x] = s == 0 ? cur[(size_t)x] : out[x] + cur[(size_t)x];  // fp32, slice order
     }
     for (int64_t x = 0; x < m * n; x++) out[x] = alpha * out[x];
 }

@@ -168,12 +168,14 @@ static void hand_cases(const char* mode) {
         {"-0 + (-1) + 1: +0", 0.0f, 0.0f, 0.0f},
     };
     for (int r = 0; r < 7; r++) {
-        float want = strcmp(mode, "h100") == 0 ? cases[r].h100 : strcmp(mode, "a100") == 0 ? cases[r].a100 : cases[r].exact;
+        float want = strcmp(mode, "h100") == 0   ? cases[r].h100
+                     : strcmp(mode, "a100") == 0 ? cases[r].a100
+                                                 : cases[r].exact;
         float col[16];
         for (int k = 0; k < 16; k++) col[k] = t.b[k * 16 + r];
         float rd = ref_dot(t.c[r * 17], &t.a[r * 16], col, 16);
-        tap_ok(bits(t.d[r * 17]) == bits(want) && bits(rd) == bits(want), "%s: mma_sync %a, the reference %a, by hand %a",
-               cases[r].what, t.d[r * 17], rd, want);
+        tap_ok(bits(t.d[r * 17]) == bits(want) && bits(rd) == bits(want),
+               "%s: mma_sync %a, the reference %a, by hand %a", cases[r].what, t.d[r * 17], rd, want);
     }
     // 7: Inf x 0 in a group: NaN, 0x7fffffff in the model (MMA-Sim's); IEEE's default NaN in k order.
     memset(&t, 0, sizeof(t));
@@ -280,7 +282,8 @@ static void gemm_splits() {
             for (int s = 1; s <= 8 && !found; s++)
                 if (matches(s)) found = s;
             if (!with_ws) {
-                tap_ok(found == 1, "cublasGemmStridedBatchedEx bf16 k = %d, no workspace: the unsplit chain (%d)", k, found);
+                tap_ok(found == 1, "cublasGemmStridedBatchedEx bf16 k = %d, no workspace: the unsplit chain (%d)", k,
+                       found);
             } else {
                 tap_ok(found > 0, "k = %d with a 1 MiB workspace: %d slices, each a chain, summed in fp32", k, found);
                 saw_split |= found > 1;
@@ -288,7 +291,8 @@ static void gemm_splits() {
         }
         cudaFree(da), cudaFree(db), cudaFree(dc);
     }
-    if (!exact_mode) tap_ok(saw_split, "some shape was split (the hash of the shape and CUDA_CPU_SEED chose more than one slice)");
+    if (!exact_mode)
+        tap_ok(saw_split, "some shape was split (the hash of the shape and CUDA_CPU_SEED chose more than one slice)");
     cudaFree(ws);
     cublasDestroy(h);
 }

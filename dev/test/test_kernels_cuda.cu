@@ -502,7 +502,8 @@ static void ref_linear_dinp(const Vec& dy, const Vec& W, int BT, int C, int OC, 
         for (int c = 0; c < C; c++) {
             Partial p;
             for (int o = 0; o < OC; o++) p.add(dy[(size_t)r * OC + o] * W[(size_t)o * C + c]);
-            (*out)[(size_t)r * C + c] = p.sum, (*mass)[(size_t)r * C + c] = p.mass, (*part)[(size_t)r * C + c] = p.bound();
+            size_t i = (size_t)r * C + c;
+            (*out)[i] = p.sum, (*mass)[i] = p.mass, (*part)[i] = p.bound();
         }
     }
 }
@@ -905,7 +906,8 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
                         v += p * g, vm += fabs(p * g);
                     }
                     rd[at_qkv(b, t, 0, h, d)] = q, td[at_qkv(b, t, 0, h, d)] = qe + dot_rel(T + 2) * qm + XR * fabs(q);
-                    rd[at_qkv(b, t, 1, h, d)] = kk, td[at_qkv(b, t, 1, h, d)] = ke + dot_rel(T + 2) * km + XR * fabs(kk);
+                    rd[at_qkv(b, t, 1, h, d)] = kk;
+                    td[at_qkv(b, t, 1, h, d)] = ke + dot_rel(T + 2) * km + XR * fabs(kk);
                     rd[at_qkv(b, t, 2, h, d)] = v, td[at_qkv(b, t, 2, h, d)] = dot_rel(T + 2) * vm + XR * fabs(v);
                 }
             }
@@ -958,7 +960,8 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                 double sum = 0, E = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
                     sum += exp(pre[t2] - mx);
-                    E = fmax(E, 3 * U * fabs(pre[t2]) + scale * dot_rel(hs) * S[t2] + U * fabs(pre[t2] - mx) + F2 + FAST);
+                    E = fmax(E,
+                             3 * U * fabs(pre[t2]) + scale * dot_rel(hs) * S[t2] + U * fabs(pre[t2] - mx) + F2 + FAST);
                 }
                 int bc = flash_forward_key_tile(hs), nt = t / bc + 1;
                 double eps = nt * (F2 + 2 * U + FAST + 2 * U * amax), chain = sum_err(t + 1 + nt);
@@ -1036,7 +1039,8 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                     Ep[k] = 3 * U * scale * fabs(s) + scale * dot_rel(hs) * a +
                             fabs(lrow - rl[at_row(b, h, t)]) + U * fabs(scale * s - lrow) + F2 + FAST;
                     ds[k] = p * (dp - Dv);
-                    Ed[k] = Ep[k] * fabs(ds[k]) + p * (dot_rel(hs) * (adp + SD) + U * fabs(dp - Dv)) + (U + XR) * fabs(ds[k]);
+                    Ed[k] = Ep[k] * fabs(ds[k]) + p * (dot_rel(hs) * (adp + SD) + U * fabs(dp - Dv)) +
+                            (U + XR) * fabs(ds[k]);
                 }
             }
             // dq[t] = sum_o ds[t,o] k[o], dk[o] = sum_t ds[t,o] q[t], dv[o] = sum_t p[t,o] dout[t]
@@ -1064,9 +1068,11 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                 for (int d = 0; d < hs; d++) {
                     size_t i = (size_t)t * hs + d;
                     rd[at_qkv(b, t, 0, h, d)] = scale * q[i];
-                    td[at_qkv(b, t, 0, h, d)] = sq * (qe[i] + dot_err(T + 1, qm[i], qp[i].bound())) + (2 * U + XR) * fabs(scale * q[i]);
+                    td[at_qkv(b, t, 0, h, d)] =
+                        sq * (qe[i] + dot_err(T + 1, qm[i], qp[i].bound())) + (2 * U + XR) * fabs(scale * q[i]);
                     rd[at_qkv(b, t, 1, h, d)] = scale * kk[i];
-                    td[at_qkv(b, t, 1, h, d)] = sq * (ke[i] + dot_err(T + 1, km[i], kp[i].bound())) + (2 * U + XR) * fabs(scale * kk[i]);
+                    td[at_qkv(b, t, 1, h, d)] =
+                        sq * (ke[i] + dot_err(T + 1, km[i], kp[i].bound())) + (2 * U + XR) * fabs(scale * kk[i]);
                     rd[at_qkv(b, t, 2, h, d)] = v[i];
                     td[at_qkv(b, t, 2, h, d)] = ve[i] + dot_err(T + 1, vm[i], vp[i].bound()) + XR * fabs(v[i]);
                 }
