@@ -21,8 +21,10 @@
  * (NaN as 0x7fffffff), as MMA-Sim's model. CUDA_CPU_TC_GROUP products per group (default
  * 16 and 2 extra bits: the H100's; 8 and 1: the A100's); 0 is the layer before: exact
  * products added one by one in fp32, round to nearest, in k order.
- * Integer arithmetic throughout: the kernel thread may run with the CPU's flush-to-zero
- * and denormals-are-zero modes (--use_fast_math), which a tensor core does not apply.
+ * Two exact ways to the same bits: integers (fused_group), which no CPU denormal mode
+ * touches, and doubles (a bf16 product and its scaling by a power of two are exact), used
+ * for groups of normal values only where a kernel may run with the CPU's flush-to-zero and
+ * denormals-are-zero modes (--use_fast_math), which a tensor core does not apply.
  */
 #include "tensorcore.h"
 
