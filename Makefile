@@ -370,7 +370,7 @@ CUDA_CPU_BUILD := build/cuda_cpu
 CUDA_CPU_MPI_FLAGS = $(MPI_NVCC_CFLAGS) $(MPI_NVCC_LDFLAGS)
 -include cuda_cpu/cuda_cpu.mk
 CUDA_CPU_TEST_TARGETS = test_cuda_cpu_layer test_cuda_cpu_blas test_cuda_cpu_nccl test_cuda_cpu_tools \
-  test_cuda_cpu_memcheck test_cuda_cpu_numerics test_cuda_cpu_boundary
+  test_cuda_cpu_memcheck test_cuda_cpu_numerics test_cuda_cpu_boundary test_cuda_cpu_tensorcore
 .PHONY: $(CUDA_CPU_TEST_TARGETS) bench_cuda_cpu
 cuda_cpu: $(CUDA_CPU_A)
 $(CUDA_CPU_TEST_TARGETS): test_cuda_cpu_%: $(CUDA_CPU_TB)/test_%

@@ -24,8 +24,10 @@
  *
  * Arithmetic: operands converted exactly to fp32, op(A) op(B) by one cblas_sgemm (fp32, in
  * OpenBLAS's order), then beta*C, bias and epilogue in fp32 and one rounding to the output
- * type (nearest even). Not modelled: cuBLAS's algorithms, split-K, tensor-core accumulation
- * order, workspace use; results equal an fp32 gemm with one final rounding, not GPU bits.
+ * type (nearest even). In a GPU-numerics build BF16 products accumulate as tensor cores add
+ * (tensorcore.cpp: groups along k, truncated), split along k where the workspace (cuBLASLt's
+ * argument, cublasSetWorkspace's) holds the slices' fp32 partial sums. Not modelled:
+ * cuBLAS's algorithms; results are not GPU bits.
  *
  * Execution: validation and pointer checks on the calling thread, then one closure (plain
  * values: pointers, dims, scalars) queued with cudacpu::enqueue on the stream: the
@@ -45,12 +47,13 @@
 #include <vector>
 
 #include "internal.h"
+#include "tensorcore.h"
 
 // The opaque handle structs the headers forward-declare.
 struct cublasContext {
     cudaStream_t stream;
     cublasMath_t math;
-    void* workspace;  // accepted and unused: these gemms need none
+    void* workspace;  // never written; its size allows split-K (tensorcore.h)
     size_t workspace_size;
     int device;             // where its default workspace is charged (device_memory.cpp)
     size_t default_workspace;
@@ -202,6 +205,7 @@ struct Plan {
     int batch;
     uint32_t epilogue;
     float alpha, beta;
+    int splits;  // split-K slices of the tensor-core model (tensorcore.h); 0 or 1: none
 };
 
 size_t elem_size(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
@@ -379,7 +383,11 @@ void run_entry(const Plan& p, int b) {
     int64_t lda = 1, ldb = 1;
     const float* A = as_fp32(p.a, entry(p.a, b), abuf, &lda);
     const float* B = as_fp32(p.b, entry(p.b, b), bbuf, &ldb);
-    if (p.m && p.n && p.k)  // acc = alpha * op(A) op(B), fp32
+    // acc = alpha * op(A) op(B), fp32; BF16 under GPU numerics as tensor cores add (tensorcore.cpp)
+    if (p.m && p.n && p.k && p.a.type == CUDA_R_16BF && cudacpu::tc_gemm_modelled())
+        cudacpu::tc_gemm(p.m, p.n, p.k, p.alpha, A, p.ta ? lda : 1, p.ta ? 1 : lda, B, p.tb ? 1 : ldb, p.tb ? ldb : 1,
+                         p.splits, acc.data());
+    else if (p.m && p.n && p.k)
         cblas_sgemm(CblasColMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans, (int)p.m,
                     (int)p.n, (int)p.k, p.alpha, A, (int)lda, B, (int)ldb, 0.0f, acc.data(), (int)p.m);
     uint32_t e = p.epilogue;
@@ -652,6 +660,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     uint32_t need[6] = {(uint32_t)elem_size(Atype), (uint32_t)elem_size(Btype), (uint32_t)elem_size(Ctype),
                         (uint32_t)elem_size(Ctype), 1, 1};
     cublasStatus_t st = check_operands(fn, p, need, CUBLAS_STATUS_INVALID_VALUE);
+    p.splits = cudacpu::tc_splits(p.m, p.n, p.k, p.batch, handle->workspace_size);  // cublasSetWorkspace's
     return st ? st : submit(fn, handle->stream, p);
 }
 
@@ -871,6 +880,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "epilogue %u needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER",
                     p.epilogue);
     st = check_operands(fn, p, need, CUBLAS_STATUS_NOT_SUPPORTED);
+    p.splits = cudacpu::tc_splits(p.m, p.n, p.k, p.batch, workspaceSizeInBytes);  // split-K where it fits
     return st ? st : submit(fn, stream, p);
 }
 

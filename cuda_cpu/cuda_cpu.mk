@@ -10,7 +10,7 @@ CUDA_CPU_NVCC = $(CUDA_CPU_DIR)/nvcc
 CUDA_CPU_A = $(CUDA_CPU_BUILD)/libcuda_cpu.a
 CUDA_CPU_SRC = $(wildcard $(CUDA_CPU_DIR)/*.cpp)
 CUDA_CPU_OBJ = $(patsubst $(CUDA_CPU_DIR)/%.cpp,$(CUDA_CPU_BUILD)/%.o,$(CUDA_CPU_SRC))
-CUDA_CPU_H = $(addprefix $(CUDA_CPU_DIR)/,internal.h tools.h kernel_attributes.h cuda_cpu.h include/mma.h)
+CUDA_CPU_H = $(addprefix $(CUDA_CPU_DIR)/,internal.h tools.h kernel_attributes.h tensorcore.h cuda_cpu.h include/mma.h)
 # Its sources are plain C++ against the toolkit's headers (their types and prototypes);
 # NCCL_HOME's nccl.h first, as for the GPU build.
 CUDA_CPU_CXXFLAGS = -std=c++17 -O2 -g -pthread -Wall -Wno-unused-function $(if $(BLAS_INC),-I$(BLAS_INC)) \
@@ -26,13 +26,13 @@ $(CUDA_CPU_A): $(CUDA_CPU_OBJ)
 # Kernels, launches, memory and streams (test_layer), cuBLAS/cuBLASLt (test_blas), NCCL
 # (test_nccl, under mpirun), the sanitizer and profiler (test_tools), memcheck
 # (test_memcheck), the host/library boundary (test_boundary: memcheck at MPI, pageable
-# copies), GPU numerics (test_numerics), and the layer's speed (bench_layer, the
-# project's make bench). Flags of their own: a build's CUDA_CPU_TOOLS or PRECISION changes
+# copies), GPU numerics (test_numerics, test_tensorcore), and the layer's speed (bench_layer,
+# the project's make bench). Flags of their own: a build's CUDA_CPU_TOOLS or PRECISION changes
 # nothing here.
 CUDA_CPU_T = $(CUDA_CPU_DIR)/tests
 CUDA_CPU_TB = $(CUDA_CPU_BUILD)/tests
 CUDA_CPU_TESTS = $(addprefix $(CUDA_CPU_TB)/,test_layer test_blas test_nccl test_tools test_memcheck test_numerics \
-  test_device_memory test_boundary)
+  test_device_memory test_boundary test_tensorcore)
 CUDA_CPU_TEST_DEPS = $(CUDA_CPU_A) $(CUDA_CPU_NVCC) $(CUDA_CPU_DIR)/rewrite.py $(CUDA_CPU_T)/layer_test.h
 CUDA_CPU_INCLUDES = $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
 CUDA_CPU_TEST_FLAGS = -O3 -std=c++17 $(CUDA_CPU_INCLUDES)
@@ -73,6 +73,10 @@ $(CUDA_CPU_TB)/test_numerics: $(CUDA_CPU_T)/test_numerics.cu $(CUDA_CPU_T)/numer
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_NUMERICS_FLAGS) -fmad=false -c $(CUDA_CPU_T)/numerics_precise.cu -o $(@D)/numerics_precise.o
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_NUMERICS_FLAGS) --use_fast_math $< $(@D)/numerics_precise.o -o $@
+# The tensor-core model (tensorcore.cpp): a GPU-numerics build.
+$(CUDA_CPU_TB)/test_tensorcore: $(CUDA_CPU_T)/test_tensorcore.cu $(CUDA_CPU_TEST_DEPS)
+	@mkdir -p $(@D)
+	$(CUDA_CPU_NVCC) $(CUDA_CPU_NUMERICS_FLAGS) $< -o $@ -lcublas
 $(CUDA_CPU_TB)/bench_layer: $(CUDA_CPU_T)/bench_layer.cu $(CUDA_CPU_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CUDA_CPU_NVCC) $(CUDA_CPU_TEST_FLAGS) $< -o $@

@@ -386,6 +386,7 @@ static void init_memory() {
 // them before main; CUDA_CPU_NUMERICS in the environment, where set, must match the build.
 static bool numerics_gpu_seen = false;
 void numerics_built(bool gpu) { numerics_gpu_seen |= gpu; }
+bool numerics_gpu() { return numerics_gpu_seen; }  // tensorcore.cpp
 
 static void check_numerics() {
     const char* v = getenv("CUDA_CPU_NUMERICS");

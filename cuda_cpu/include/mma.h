@@ -39,13 +39,15 @@
  * request.
  *
  * Precision contract. mma_sync computes each element of d as c[i][j] plus the 16
- * products a[i][k] * b[k][j], added one after another in k order (k = 0..15), each sum
- * rounded to fp32 (round to nearest even). A product of two bf16 or two half values is
- * exact in fp32 (8 x 8 and 11 x 11 significand bits), so the only roundings are the 16
- * additions, unless a bf16 product leaves fp32's range (overflow to inf, underflow below
- * 2^-126 with gradual loss). A GPU's tensor cores add in an order, and with internal
- * precision, that CUDA does not specify; code must not rely on this order, and tests
- * should allow any order's error (k additions: gam(k) of the terms' magnitudes).
+ * products a[i][k] * b[k][j]. By default (IEEE numerics) they are added one after another
+ * in k order (k = 0..15), each sum rounded to fp32 (round to nearest even). A product of
+ * two bf16 or two half values is exact in fp32 (8 x 8 and 11 x 11 significand bits), so
+ * the only roundings are the 16 additions, unless a bf16 product leaves fp32's range
+ * (overflow to inf, underflow below 2^-126 with gradual loss). A build with GPU numerics
+ * (CUDA_CPU_NUMERICS=gpu) adds as the tensor cores do by the published measurements
+ * (cudacpu::tc_dot, tensorcore.cpp): groups of products fused with the accumulator,
+ * aligned to the largest exponent, truncated, and the sum rounded toward zero. CUDA
+ * specifies neither order nor internal precision: tests must allow both models' errors.
  */
 #ifndef CUDA_CPU_MMA_H
 #define CUDA_CPU_MMA_H
@@ -56,6 +58,12 @@
 #include <stdio.h>
 
 #include <type_traits>
+
+#ifdef __CUDA_CPU_GPU_NUMERICS__
+namespace cudacpu {  // tensorcore.h
+float tc_dot(float c, const float* a, const float* b, int k, int min_exp);
+}
+#endif
 
 namespace nvcuda {
 namespace wmma {
@@ -254,18 +262,24 @@ CUDA_CPU_NOT_TRACED const char* complete_mma(void* const lanes[32]) {
             B[t / kTile][t % kTile] = to_f32(g->b->x[i]);
         }
     }
-    // Each element: c, then the products added in k order, every sum rounded to fp32 (the
-    // file's precision contract). Each output element reads only its own element of c, so
-    // d may be c.
+    // Each element: c plus the products, by the file's precision contract. Each output
+    // element reads only its own element of c, so d may be c.
     for (int l = 0; l < kLanes; l++) {
         const Args* g = (const Args*)lanes[l];
         for (int i = 0; i < kPerLane; i++) {
             int t = tile_index(i, l), r = t / kTile, col = t % kTile;
             float acc = g->c->x[i];
+#ifdef __CUDA_CPU_GPU_NUMERICS__
+            float column[kTile];
+            for (int k = 0; k < kTile; k++) column[k] = B[k][col];
+            const int min_exp = std::is_same<typename FragA::element_type, __half>::value ? -14 : -126;
+            acc = cudacpu::tc_dot(acc, A[r], column, kTile, min_exp);
+#else
             for (int k = 0; k < kTile; k++) {
                 float prod = A[r][k] * B[k][col];  // exact: see the header
                 acc = acc + prod;
             }
+#endif
             g->d->x[i] = acc;
         }
     }

@@ -17,6 +17,8 @@
 #               run asking for the numerics its program was not built with refused
 #   test_device_memory  the GPU's memory as its driver counts it (the cap, the 2 MiB
 #               granularity, the context, cuBLAS's workspace, a GPU shared by processes)
+#   test_tensorcore  GPU numerics' tensor-core model (WMMA, cuBLAS BF16, split-K) on
+#               hand-worked values and a reference of its rule, under three settings
 # and checks the layer's version line, and that the layer builds and runs from a copy of its
 # folder alone. Prints TAP (tap.sh).
 set -uo pipefail
@@ -100,6 +102,10 @@ run test_tools "$TB/test_tools"
 run test_memcheck "$TB/test_memcheck"
 run test_boundary "$TB/test_boundary"
 run test_numerics "$TB/test_numerics"
+# The tensor-core model: the H100's settings (the default), the A100's, and off (the layer before).
+run "test_tensorcore h100" "$TB/test_tensorcore" h100
+run "test_tensorcore a100" env CUDA_CPU_TC_GROUP=8 CUDA_CPU_TC_EXTRA_BITS=1 "$TB/test_tensorcore" a100
+run "test_tensorcore exact" env CUDA_CPU_TC_GROUP=0 "$TB/test_tensorcore" exact
 run test_device_memory "$TB/test_device_memory"
 numerics_refused() {  # CUDA_CPU_NUMERICS naming what the program was not built with: one error with the fix
     local v bin out

@@ -32,6 +32,10 @@
 #      the misaligned 16-byte load
 #  14. zero1/'s C runtime reading a gradient on the host to check it for NaN (the device's
 #      buffer: a GPU's process would crash): CUDA_CPU_CHECK=memcheck names the line
+# and this, which only GPU numerics' tensor-core model (CUDA_CPU_NUMERICS=gpu) catches:
+#  15. test_kernels_cuda's 32778-long one-sided dweight sum held to the round-to-nearest bound
+#      (10 sqrt(k) U of its mass, which needs mean-zero errors): passes with
+#      CUDA_CPU_TC_GROUP=0 (exact products, fp32 sums), fails as tensor cores truncate
 # and this, which the layer caught only once it kept each kernel's launch resources (issue 46):
 #  16. adamw_kernel's __launch_bounds__ halved (to buy registers) while its launch keeps 256
 #      threads: an H100 refuses the launch ("too many resources requested for launch")
@@ -92,9 +96,9 @@ caught_one() {
         echo "FAIL $name: the mutation could not be applied: $(tail -n 1 "$log")"
         return
     fi
-    # PREC and TOOLS (set by the caller): the build's precision, and CUDA_CPU_TOOLS.
+    # PREC, TOOLS, NUMERICS (set by the caller): the build's precision, CUDA_CPU_TOOLS, CUDA_CPU_NUMERICS.
     if ! (cd "$dir" && make -j2 "$target" CUDA_ON_CPU=1 PRECISION="${PREC:-FP32}" CUDA_CPU_TOOLS="${TOOLS:-0}" \
-            USE_ZERO1="$z") >>"$log" 2>&1; then
+            CUDA_CPU_NUMERICS="${NUMERICS:-ieee}" USE_ZERO1="$z") >>"$log" 2>&1; then
         echo "FAIL $name: the mutated tree does not build (see $log)"
         return
     fi
@@ -238,6 +242,11 @@ expect_caught rerun_bits_unpinned dev/test/test_gpt2.cu \
     test_gpt2cu 1 "^not ok [0-9]+ - rerun bitwise identical" \
     mode_only CUDA_CPU_NCCL_ORDER=rank NCCL_ALGO= -- CUDA_CPU_NCCL_ORDER=random NCCL_ALGO= -- \
     "${MPIRUN[@]}" -np 4 ./test_gpt2cu "$TMP/model.bin" "$TMP/state.bin" -z 1 --bucket-size 65536 --comm nccl
+PREC=BF16 NUMERICS=gpu expect_caught tc_unbiased_bound dev/test/test_kernels_cuda.cu \
+    "            (*tol)[(size_t)o * C + c] = dot_err(BT + 2, fabs(pre_oc) + p.mass, p.bound());" \
+    "            (*tol)[(size_t)o * C + c] = sum_err(BT + 2) * (fabs(pre_oc) + p.mass);" \
+    test_kernels_cuda 0 "^not ok [0-9]+ - matmul_backward dweight \(\+=\) \[BT=32778 C=8 OC=8 .* positive\]" \
+    mode_only CUDA_CPU_TC_GROUP=0 -- CUDA_CPU_TC_GROUP=16 -- "${KERNELS[@]}" long-sum
 PREC=BF16 TOOLS=1 expect_caught mpi_device_buffer zero1/comm_mpi.c \
     "        mpi_fail(MPI_Ireduce_scatter_block(host, s->scratch," \
     "        mpi_fail(MPI_Ireduce_scatter_block(buf, s->scratch," \

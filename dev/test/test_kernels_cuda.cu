@@ -2,7 +2,8 @@
  * dev/test/test_kernels_cuda.cu: every CUDA kernel of llmc/*.cuh, forward and backward,
  * through its host wrapper, against double-precision references written here from the
  * math (never llmc/*.h's CPU code), in the precision the build chose:
- *   make test_kernels_cuda PRECISION=FP32|BF16 [CUDA_ON_CPU=1] && ./test_kernels_cuda
+ *   make test_kernels_cuda PRECISION=FP32|BF16 [CUDA_ON_CPU=1] && ./test_kernels_cuda [long-sum]
+ * (long-sum: only test_matmul_long_sum).
  * TAP (dev/test/check.h): one "ok|not ok N - name [shape] (max err X, tol Y)" line per checked
  * buffer, then the plan; exit 1 on any failure.
  *
@@ -86,6 +87,42 @@ static double gam(double k) { return k * U / (1.0 - k * U); }
 // random inputs. Without it a 16415-row column sum's bound, gam(16415) = 1e-3 of the mass,
 // would be larger than one row's contribution: a dropped row would pass.
 static double sum_err(double k) { return k <= 100 ? gam(k) : 10.0 * sqrt(k) * U; }
+// Tensor cores (the BF16 build: cuBLAS/cuBLASLt's matmuls, the flash kernels' WMMA) add
+// otherwise: a group of TC_G products and the running sum at once, each term truncated toward
+// zero to 2^-TC_F of the largest term's exponent, the exact sum rounded toward zero to fp32
+// (Fasi et al., PeerJ Comput. Sci. 7:e330, 2021; MMA-Sim, arXiv:2511.10909, 2025: an H100's,
+// and an H200's (the same Hopper tensor cores) TC_G 16, TC_F 25; the layer plays them under
+// CUDA_CPU_NUMERICS=gpu, docs/cuda_cpu.md). A group's error is then below (its terms + 1)
+// 2^-TC_F times its largest term (2^emax is at most that term's magnitude) plus 2U of its
+// result (rounding toward zero: an ulp, not half); with U more for an fp32 addition of a
+// split-K slice's partial sum. These errors are one-sided (truncation is biased toward zero),
+// so they do not cancel like round-to-nearest's (the sqrt(k) bound above needs mean-zero
+// errors): over a chain of ceil(k/TC_G) groups they add up, each bounded by B, the largest
+// magnitude the chain holds (running sums and products). B <= the mass; for a chain over a
+// contiguous range of k (the k loop in order, a split-K slice) every running sum is a
+// difference of two prefix sums, so B <= 2 max|prefix sum| + max|product| (Partial).
+// In an all-positive sum B is the mass and the bias grows like k, not sqrt(k): a 32778-long
+// one's error measured 1.5x 10 sqrt(k) U of it (test_matmul's positive case).
+static const int TC_G = 16;
+static const int TC_F = 25;
+static double tc_err(double k, double B) {
+    if (!FLOATX_IS_BF16 || k <= 0) return 0.0;
+    double groups = ceil(k / TC_G);
+    return ((k + groups) * ldexp(1.0, -TC_F) + groups * 3 * U) * B;
+}
+// A dot product of length k (mass M, chain bound B <= M) in either model: the fp32 sum (the
+// FP32 build, and the CPU layer's IEEE builds) or the tensor cores (a GPU's BF16 build, the
+// layer's GPU numerics), 3U of M for the epilogue's alpha, beta C and bias beside the latter.
+static double dot_err(double k, double M, double B) { return fmax(sum_err(k) * M, tc_err(k, B) + 3 * U * M); }
+static double dot_rel(double k) { return dot_err(k, 1.0, 1.0); }  // of the mass, where B is not tracked
+// B for a chain in k order: 2 max|prefix sum| + max|term|, at most the mass.
+struct Partial {
+    double sum = 0, mass = 0, top = 0, term = 0;
+    void add(double t) {
+        sum += t, mass += fabs(t), top = fmax(top, fabs(sum)), term = fmax(term, fabs(t));
+    }
+    double bound() const { return fmin(mass, 2 * top + term); }
+};
 
 // ---- host conversions ----------------------------------------------------------------------
 // bf16 by its bits (round to nearest even, as __float2bfloat16_rn): the test's own, so
@@ -444,30 +481,29 @@ static void test_layernorm_fused_residual(int B, int T, int C, cudaStream_t st, 
 // ============================================================================================
 // The references, each with the magnitude ("mass") of its sum next to its value.
 // out (BT,OC) = x (BT,C) @ W (OC,C)^T (+ b)
-static void ref_linear(const Vec& x, const Vec& W, const Vec* b, int BT, int C, int OC, Vec* out, Vec* mass) {
-    out->assign((size_t)BT * OC, 0.0), mass->assign((size_t)BT * OC, 0.0);
+// part: each chain's bound B (Partial; the bias is the epilogue's, not the chain's).
+static void ref_linear(const Vec& x, const Vec& W, const Vec* b, int BT, int C, int OC, Vec* out, Vec* mass,
+                       Vec* part) {
+    out->assign((size_t)BT * OC, 0.0), mass->assign((size_t)BT * OC, 0.0), part->assign((size_t)BT * OC, 0.0);
     for (int r = 0; r < BT; r++) {
         for (int o = 0; o < OC; o++) {
-            double s = b ? (*b)[o] : 0.0, m = fabs(s);
-            for (int c = 0; c < C; c++) {
-                double t = x[(size_t)r * C + c] * W[(size_t)o * C + c];
-                s += t, m += fabs(t);
-            }
-            (*out)[(size_t)r * OC + o] = s, (*mass)[(size_t)r * OC + o] = m;
+            Partial p;
+            for (int c = 0; c < C; c++) p.add(x[(size_t)r * C + c] * W[(size_t)o * C + c]);
+            double bias = b ? (*b)[o] : 0.0;
+            (*out)[(size_t)r * OC + o] = bias + p.sum, (*mass)[(size_t)r * OC + o] = fabs(bias) + p.mass;
+            (*part)[(size_t)r * OC + o] = p.bound();
         }
     }
 }
 // dinp (BT,C) = dy (BT,OC) @ W (OC,C)
-static void ref_linear_dinp(const Vec& dy, const Vec& W, int BT, int C, int OC, Vec* out, Vec* mass) {
-    out->assign((size_t)BT * C, 0.0), mass->assign((size_t)BT * C, 0.0);
+static void ref_linear_dinp(const Vec& dy, const Vec& W, int BT, int C, int OC, Vec* out, Vec* mass, Vec* part) {
+    out->assign((size_t)BT * C, 0.0), mass->assign((size_t)BT * C, 0.0), part->assign((size_t)BT * C, 0.0);
     for (int r = 0; r < BT; r++) {
         for (int c = 0; c < C; c++) {
-            double s = 0, m = 0;
-            for (int o = 0; o < OC; o++) {
-                double t = dy[(size_t)r * OC + o] * W[(size_t)o * C + c];
-                s += t, m += fabs(t);
-            }
-            (*out)[(size_t)r * C + c] = s, (*mass)[(size_t)r * C + c] = m;
+            Partial p;
+            for (int o = 0; o < OC; o++) p.add(dy[(size_t)r * OC + o] * W[(size_t)o * C + c]);
+            size_t i = (size_t)r * C + c;
+            (*out)[i] = p.sum, (*mass)[i] = p.mass, (*part)[i] = p.bound();
         }
     }
 }
@@ -476,12 +512,11 @@ static void ref_linear_dweight(const Vec& dy, const Vec& x, const Vec& pre, int 
     out->assign((size_t)OC * C, 0.0), tol->assign((size_t)OC * C, 0.0);
     for (int o = 0; o < OC; o++) {
         for (int c = 0; c < C; c++) {
-            double s = pre[(size_t)o * C + c], m = fabs(s);
-            for (int r = 0; r < BT; r++) {
-                double t = dy[(size_t)r * OC + o] * x[(size_t)r * C + c];
-                s += t, m += fabs(t);
-            }
-            (*out)[(size_t)o * C + c] = s, (*tol)[(size_t)o * C + c] = sum_err(BT + 2) * m;
+            Partial p;
+            for (int r = 0; r < BT; r++) p.add(dy[(size_t)r * OC + o] * x[(size_t)r * C + c]);
+            double pre_oc = pre[(size_t)o * C + c];
+            (*out)[(size_t)o * C + c] = pre_oc + p.sum;
+            (*tol)[(size_t)o * C + c] = dot_err(BT + 2, fabs(pre_oc) + p.mass, p.bound());
         }
     }
 }
@@ -494,10 +529,10 @@ static void ref_colsum(const Vec& dy, const Vec& pre, int BT, int OC, Vec* out, 
         (*out)[o] = s, (*tol)[o] = sum_err(BT + 2) * m;
     }
 }
-// The bound of an fp32 dot product of length k (its mass given) stored as floatX.
-static Vec dot_tol(const Vec& ref, const Vec& mass, int k) {
+// The bound of a dot product of length k (its mass and chain bound given) stored as floatX.
+static Vec dot_tol(const Vec& ref, const Vec& mass, const Vec& part, int k) {
     Vec t(ref.size());
-    for (size_t i = 0; i < ref.size(); i++) t[i] = sum_err(k) * mass[i] + XR * fabs(ref[i]);
+    for (size_t i = 0; i < ref.size(); i++) t[i] = dot_err(k, mass[i], part[i]) + XR * fabs(ref[i]);
     return t;
 }
 
@@ -523,22 +558,24 @@ static EpiloguePath epilogue_path(cublasLtEpilogue_t e, int m, int n, int k, con
     return NOT_ASKED;
 }
 
-static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStream_t st) {
-    set_case("BT=%d C=%d OC=%d bias=%d skew=%d", BT, C, OC, (int)with_bias, skew);
+// lo: the inputs' lower end (-1; 0 makes every sum one-sided, where tensor cores' truncation
+// does not cancel: tc_err).
+static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStream_t st, double lo = -1) {
+    set_case("BT=%d C=%d OC=%d bias=%d skew=%d%s", BT, C, OC, (int)with_bias, skew, lo < 0 ? "" : " positive");
     Buf<floatX> inp((size_t)BT * C), weight((size_t)OC * C, skew), bias(OC, skew), out((size_t)BT * OC, skew);
-    Vec x = upload(inp, rand_vec((size_t)BT * C, -1, 1));
-    Vec W = upload(weight, rand_vec((size_t)OC * C, -1, 1));
-    Vec bv = upload(bias, rand_vec(OC, -1, 1));
+    Vec x = upload(inp, rand_vec((size_t)BT * C, lo, 1));
+    Vec W = upload(weight, rand_vec((size_t)OC * C, lo, 1));
+    Vec bv = upload(bias, rand_vec(OC, lo, 1));
     matmul_forward(out.p, inp.p, weight.p, with_bias ? bias.p : NULL, BT, C, OC, st);
     sync(st, "matmul_forward");
-    Vec ro, mo;
-    ref_linear(x, W, with_bias ? &bv : NULL, BT, C, OC, &ro, &mo);
+    Vec ro, mo, po;
+    ref_linear(x, W, with_bias ? &bv : NULL, BT, C, OC, &ro, &mo, &po);
     // fp32 dot + bias, one floatX store; without the BIAS epilogue the dot is stored first
     // (one more floatX rounding of |out - bias|), then add_bias_kernel adds it
     EpiloguePath path = with_bias ? epilogue_path(CUBLASLT_EPILOGUE_BIAS, OC, BT, C, weight.p, inp.p, out.p, bias.p,
                                                   NULL)
                                   : NOT_ASKED;
-    Vec to = dot_tol(ro, mo, C + 2);
+    Vec to = dot_tol(ro, mo, po, C + 2);
     for (size_t i = 0; path == SEPARATE && i < to.size(); i++) to[i] += XR * (fabs(ro[i]) + fabs(bv[i % OC]));
     check(with_bias ? "matmul_forward out (bias)" : "matmul_forward out (no bias)", out, ro, to);
     if (with_bias) report(path != NOT_ASKED, "matmul_forward bias path", "(BIAS epilogue %s)", path_name(path));
@@ -547,15 +584,15 @@ static void test_matmul(int BT, int C, int OC, bool with_bias, int skew, cudaStr
     Buf<float> dW((size_t)OC * C, skew), db(OC, skew);
     const int chunks = colreduce_num_chunks(BT);
     Buf<float> partials((size_t)chunks * OC);  // exactly what matmul_backward documents
-    Vec dy = upload(dout, rand_vec((size_t)BT * OC, -1, 1));
-    Vec pre_dW = upload(dW, rand_vec((size_t)OC * C, -1, 1)), pre_db = upload(db, rand_vec(OC, -1, 1));
+    Vec dy = upload(dout, rand_vec((size_t)BT * OC, lo, 1));
+    Vec pre_dW = upload(dW, rand_vec((size_t)OC * C, lo, 1)), pre_db = upload(db, rand_vec(OC, lo, 1));
     matmul_backward(dinp.p, dW.p, with_bias ? db.p : NULL, partials.p, dout.p, inp.p, weight.p, BT, C, OC, st);
     sync(st, "matmul_backward");
 
-    Vec rdx, mdx, rdW, tdW;
-    ref_linear_dinp(dy, W, BT, C, OC, &rdx, &mdx);
+    Vec rdx, mdx, pdx, rdW, tdW;
+    ref_linear_dinp(dy, W, BT, C, OC, &rdx, &mdx, &pdx);
     ref_linear_dweight(dy, x, pre_dW, BT, C, OC, &rdW, &tdW);
-    check("matmul_backward dinp", dinp, rdx, dot_tol(rdx, mdx, OC + 1));
+    check("matmul_backward dinp", dinp, rdx, dot_tol(rdx, mdx, pdx, OC + 1));
     check("matmul_backward dweight (+=)", dW, rdW, tdW);
     if (with_bias) {
         Vec rdb, tdb;
@@ -616,9 +653,9 @@ static void test_matmul_gelu(int BT, int C, int OC, int skew, cudaStream_t st) {
     bool fused = gelu == FUSED;  // else matmul_forward ran, with or without its BIAS epilogue
     EpiloguePath bias_path =
         fused ? NOT_ASKED : epilogue_path(CUBLASLT_EPILOGUE_BIAS, OC, BT, C, weight.p, inp.p, pre.p, bias.p, NULL);
-    Vec rp, mp;
-    ref_linear(x, W, &bv, BT, C, OC, &rp, &mp);
-    Vec tp = dot_tol(rp, mp, C + 2), ry(rp.size()), ty(rp.size());
+    Vec rp, mp, pp;
+    ref_linear(x, W, &bv, BT, C, OC, &rp, &mp, &pp);
+    Vec tp = dot_tol(rp, mp, pp, C + 2), ry(rp.size()), ty(rp.size());
     for (size_t i = 0; i < rp.size(); i++) {
         if (bias_path == SEPARATE) tp[i] += XR * (fabs(rp[i]) + fabs(bv[i % OC]));  // the dot stored, then + bias
         // GELU of an input off by at most tp (the fp32 sum, and the floatX pre in the
@@ -661,16 +698,16 @@ static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, in
     EpiloguePath dgelu = epilogue_path(CUBLASLT_EPILOGUE_DGELU, C, BT, OC, weight.p, dout.p, dinp.p, NULL, gelu_pre.p);
     EpiloguePath bgrad = epilogue_path(CUBLASLT_EPILOGUE_BGRADB, C, OC, BT, inp.p, dout.p, dW.p, partials.p, NULL);
 
-    Vec rd, md, rdW, tdW, rdb, tdb;
-    ref_linear_dinp(dy, W, BT, C, OC, &rd, &md);
-    Vec rdx = rd, tdx = dot_tol(rd, md, OC + 1);
+    Vec rd, md, pd, rdW, tdW, rdb, tdb;
+    ref_linear_dinp(dy, W, BT, C, OC, &rd, &md, &pd);
+    Vec rdx = rd, tdx = dot_tol(rd, md, pd, OC + 1);
     if (with_gelu) {
         for (size_t i = 0; i < rd.size(); i++) {
             // the fp32 dot times the fp32 gelu' (one rounding), stored as floatX; the separate
             // path stores the dot as floatX first (a second XR)
             GeluRef g = gelu_ref(gp[i], dgelu == FUSED ? LT_TANH : FAST_TANH);
             rdx[i] = rd[i] * g.g;
-            tdx[i] = fabs(g.g) * sum_err(OC + 1) * md[i] + fabs(rd[i]) * g.tg + (U + 2 * XR) * fabs(rdx[i]);
+            tdx[i] = fabs(g.g) * dot_err(OC + 1, md[i], pd[i]) + fabs(rd[i]) * g.tg + (U + 2 * XR) * fabs(rdx[i]);
         }
     }
     ref_linear_dweight(dy, x, pre_dW, BT, C, OC, &rdW, &tdW);
@@ -687,6 +724,10 @@ static void test_matmul_backward_fused(int BT, int C, int OC, bool with_gelu, in
                path_name(dgelu), allowed ? "" : ": aux ld % 8 != 0");
     }
 }
+
+// One-sided sums 32778 long, where the tensor cores' truncation adds up (tc_err); under the
+// layer's CUDA_CPU_SEED=1 this shape's dweight chain is not split along k: the longest chain.
+static void test_matmul_long_sum(cudaStream_t st) { test_matmul(32778, 8, 8, true, 0, st, 0.0); }
 
 // Plans are cached per key: a shape seen before runs no heuristic, a new shape or a new
 // alignment of a view does. (Shapes no other case uses: this runs first.)
@@ -772,7 +813,7 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
                 double mx = causal_scores(X, T, C, hs, b, h, t, scale, pre.data(), S.data());
-                // Each exponent's argument: the gemm (sum_err(hs) * mass, times the scale), the
+                // Each exponent's argument: the gemm (dot_rel(hs) * mass, times the scale), the
                 // float scale (1.0f/sqrtf: 2U) and its product (U), the max subtracted (U of
                 // the difference), expf (F2). A probability's relative error is at
                 // most its own argument's plus the weighted mean of all (the normaliser),
@@ -780,7 +821,7 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
                 double sum = 0, E = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
                     sum += exp(pre[t2] - mx);
-                    double e = 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + F2 + FAST;
+                    double e = 3 * U * fabs(pre[t2]) + scale * dot_rel(hs) * S[t2] + U * fabs(pre[t2] - mx) + F2 + FAST;
                     E = fmax(E, e);
                 }
                 double relp = 2 * E + sum_err(t + 5) + 2 * FAST;
@@ -799,7 +840,7 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
                     ro[at_out(b, t, h, d)] = s;
                     // the probabilities' errors (float and, in BF16, the floatX att the gemm
                     // reads: XR * sum p|v|, i.e. up to 2^-8 max|v|), the gemm over T, the store
-                    to[at_out(b, t, h, d)] = (relp + XR + sum_err(T + 3)) * M + XR * fabs(s);
+                    to[at_out(b, t, h, d)] = (relp + XR + dot_rel(T + 3)) * M + XR * fabs(s);
                 }
             }
         }
@@ -834,7 +875,7 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
                     }
                     da[t2] = s, Sdv[t2] = a;
                     double p = A[at_att(b, h, t1, t2)];
-                    dot += p * s, Adot += p * fabs(s), Edot += p * sum_err(hs) * a;
+                    dot += p * s, Adot += p * fabs(s), Edot += p * dot_rel(hs) * a;
                 }
                 Edot += sum_err(t1 + 2) * Adot;  // datt's gemm errors through the dot, and its sum
                 for (int t2 = 0; t2 < T; t2++) {
@@ -847,7 +888,7 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
                     dpre[k] = scale * p * (da[t2] - dot);
                     // datt's gemm, the dot, the subtraction; the float scale, 3 products; the
                     // floatX store of dpreatt (an intermediate the next gemms read)
-                    Ed[k] = scale * p * (sum_err(hs) * Sdv[t2] + Edot + U * fabs(da[t2] - dot)) +
+                    Ed[k] = scale * p * (dot_rel(hs) * Sdv[t2] + Edot + U * fabs(da[t2] - dot)) +
                             (gam(5) + FAST + XR) * fabs(dpre[k]);
                 }
             }
@@ -864,9 +905,10 @@ static void test_attention(int B, int T, int C, int NH, cudaStream_t st) {
                         double p = A[at_att(b, h, o, t)], g = dy[at_out(b, o, h, d)];
                         v += p * g, vm += fabs(p * g);
                     }
-                    rd[at_qkv(b, t, 0, h, d)] = q, td[at_qkv(b, t, 0, h, d)] = qe + sum_err(T + 2) * qm + XR * fabs(q);
-                    rd[at_qkv(b, t, 1, h, d)] = kk, td[at_qkv(b, t, 1, h, d)] = ke + sum_err(T + 2) * km + XR * fabs(kk);
-                    rd[at_qkv(b, t, 2, h, d)] = v, td[at_qkv(b, t, 2, h, d)] = sum_err(T + 2) * vm + XR * fabs(v);
+                    rd[at_qkv(b, t, 0, h, d)] = q, td[at_qkv(b, t, 0, h, d)] = qe + dot_rel(T + 2) * qm + XR * fabs(q);
+                    rd[at_qkv(b, t, 1, h, d)] = kk;
+                    td[at_qkv(b, t, 1, h, d)] = ke + dot_rel(T + 2) * km + XR * fabs(kk);
+                    rd[at_qkv(b, t, 2, h, d)] = v, td[at_qkv(b, t, 2, h, d)] = dot_rel(T + 2) * vm + XR * fabs(v);
                 }
             }
         }
@@ -918,10 +960,14 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                 double sum = 0, E = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
                     sum += exp(pre[t2] - mx);
-                    E = fmax(E, 3 * U * fabs(pre[t2]) + scale * sum_err(hs) * S[t2] + U * fabs(pre[t2] - mx) + F2 + FAST);
+                    E = fmax(E,
+                             3 * U * fabs(pre[t2]) + scale * dot_rel(hs) * S[t2] + U * fabs(pre[t2] - mx) + F2 + FAST);
                 }
-                int nt = t / flash_forward_key_tile(hs) + 1;
+                int bc = flash_forward_key_tile(hs), nt = t / bc + 1;
                 double eps = nt * (F2 + 2 * U + FAST + 2 * U * amax), chain = sum_err(t + 1 + nt);
+                // P v: in BF16 each key tile's product on tensor cores from zero (its chain
+                // bounded by its own mass), the tiles added into O in fp32: nt roundings.
+                double pv_chain = fmax(chain, tc_err(bc, 1.0) + gam(nt));
                 double relw = 2 * (E + eps) + 2 * XR + 2 * chain + 2 * U;  // a normalised weight's error
                 for (int t2 = 0; t2 <= t; t2++) P[t2] = exp(pre[t2] - mx) / sum;
                 rl[at_row(b, h, t)] = mx + log(sum);
@@ -933,7 +979,7 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                         o += P[t2] * v, M += P[t2] * fabs(v);
                     }
                     ro[at_out(b, t, h, d)] = o;
-                    to[at_out(b, t, h, d)] = (relw + chain) * M + XR * fabs(o);
+                    to[at_out(b, t, h, d)] = (relw + pv_chain) * M + XR * fabs(o);
                 }
             }
         }
@@ -990,15 +1036,19 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                     }
                     double p = exp(scale * s - rl[at_row(b, h, t)]);  // the exact softmax
                     pp[k] = p;
-                    Ep[k] = 3 * U * scale * fabs(s) + scale * sum_err(hs) * a +
+                    Ep[k] = 3 * U * scale * fabs(s) + scale * dot_rel(hs) * a +
                             fabs(lrow - rl[at_row(b, h, t)]) + U * fabs(scale * s - lrow) + F2 + FAST;
                     ds[k] = p * (dp - Dv);
-                    Ed[k] = Ep[k] * fabs(ds[k]) + p * (sum_err(hs) * (adp + SD) + U * fabs(dp - Dv)) + (U + XR) * fabs(ds[k]);
+                    Ed[k] = Ep[k] * fabs(ds[k]) + p * (dot_rel(hs) * (adp + SD) + U * fabs(dp - Dv)) +
+                            (U + XR) * fabs(ds[k]);
                 }
             }
             // dq[t] = sum_o ds[t,o] k[o], dk[o] = sum_t ds[t,o] q[t], dv[o] = sum_t p[t,o] dout[t]
-            // over o <= t, with their magnitudes ("m") and propagated errors ("e").
+            // over o <= t, with their magnitudes ("m"), propagated errors ("e") and chain bounds
+            // ("p": in BF16 each is one WMMA chain along T, o up from 0 for dq, t up from the
+            // diagonal for dk and dv, the orders of these loops).
             Vec q((size_t)T * hs, 0.0), qm(q), qe(q), kk(q), km(q), ke(q), v(q), vm(q), ve(q);
+            std::vector<Partial> qp((size_t)T * hs), kp(qp), vp(qp);
             for (int t = 0; t < T; t++) {
                 for (int o = 0; o <= t; o++) {
                     size_t k = (size_t)t * T + o;
@@ -1009,6 +1059,7 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                         q[td_] += dso * kv, qm[td_] += fabs(dso * kv), qe[td_] += edo * fabs(kv);
                         kk[od] += dso * qv, km[od] += fabs(dso * qv), ke[od] += edo * fabs(qv);
                         v[od] += p * g, vm[od] += fabs(p * g), ve[od] += ep * fabs(p * g);
+                        qp[td_].add(dso * kv), kp[od].add(dso * qv), vp[od].add(p * g);
                     }
                 }
             }
@@ -1017,11 +1068,13 @@ static void test_flash_attention(int B, int T, int NH, int hs, cudaStream_t st) 
                 for (int d = 0; d < hs; d++) {
                     size_t i = (size_t)t * hs + d;
                     rd[at_qkv(b, t, 0, h, d)] = scale * q[i];
-                    td[at_qkv(b, t, 0, h, d)] = sq * (qe[i] + sum_err(T + 1) * qm[i]) + (2 * U + XR) * fabs(scale * q[i]);
+                    td[at_qkv(b, t, 0, h, d)] =
+                        sq * (qe[i] + dot_err(T + 1, qm[i], qp[i].bound())) + (2 * U + XR) * fabs(scale * q[i]);
                     rd[at_qkv(b, t, 1, h, d)] = scale * kk[i];
-                    td[at_qkv(b, t, 1, h, d)] = sq * (ke[i] + sum_err(T + 1) * km[i]) + (2 * U + XR) * fabs(scale * kk[i]);
+                    td[at_qkv(b, t, 1, h, d)] =
+                        sq * (ke[i] + dot_err(T + 1, km[i], kp[i].bound())) + (2 * U + XR) * fabs(scale * kk[i]);
                     rd[at_qkv(b, t, 2, h, d)] = v[i];
-                    td[at_qkv(b, t, 2, h, d)] = ve[i] + sum_err(T + 1) * vm[i] + XR * fabs(v[i]);
+                    td[at_qkv(b, t, 2, h, d)] = ve[i] + dot_err(T + 1, vm[i], vp[i].bound()) + XR * fabs(v[i]);
                 }
             }
         }
@@ -1509,7 +1562,7 @@ static void test_batch_upload(int BT, int batches, cudaStream_t st) {
     }
 }
 
-int main(void) {
+int main(int argc, char** argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cuda_select_device(0);
@@ -1517,6 +1570,10 @@ int main(void) {
     cudaStream_t st;
     cudaCheck(cudaStreamCreate(&st));
     printf("test_kernels_cuda: floatX = %s, device %s\n", PRECISION_NAME, cuda_libs.device_name);
+    if (argc > 1 && strcmp(argv[1], "long-sum") == 0) {  // that case alone (test_gpu_mutations.sh's 15)
+        test_matmul_long_sum(st);
+        goto finish;
+    }
 
     // Shapes: sizes that are not multiples of the warps per block (8), the 32-column
     // tiles, the 256-thread blocks or the 64-row chunks; the last LayerNorm / matmul case
@@ -1540,6 +1597,7 @@ int main(void) {
     test_matmul(1, 1, 1, true, 0, st);
     test_matmul(16, 768, 50, false, 0, st);
     test_matmul(16415, 8, 40, true, 0, st);
+    test_matmul_long_sum(st);
     // the fused epilogues: OC (forward) and C (DGELU) multiples of 8 or not (the aux rule)
     test_matmul_gelu(37, 72, 200, 0, st);
     test_matmul_gelu(130, 64, 96, 8, st);
@@ -1609,6 +1667,7 @@ int main(void) {
     test_copy_master(1000, st);
     test_batch_upload(37, 6, st);
 
+finish:
     cuda_libs_free();  // first: the cuBLAS handle is bound to the stream
     test_plans_freed();
     cudaCheck(cudaStreamDestroy(st));
