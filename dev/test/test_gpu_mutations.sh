@@ -56,6 +56,10 @@
 #  20. test_gpt2cu reading the GPU trainer's loss after a cudaMemcpyAsync into pageable memory,
 #      without the stream sync: fails under CUDA_CPU_PAGEABLE_D2H=async, where the copy may
 #      return before it lands, as on a GPU
+#  21. the plain trainer queueing a pageable upload behind its step's NCCL all-reduce: where the
+#      driver waits for the stream before staging it (CUDA_CPU_PAGEABLE_H2D=stream), that is a
+#      host wait outside the deadline, and with a peer killed (CUDA_CPU_NCCL_PEERS=local) rank 0
+#      does not end within --comm-timeout + 5 s
 # A mutation whose text is not found in the source is a failure too (the test would have
 # rotted). Two mutations run at a time; LLMC_TEST_ROWS=REGEX runs only those whose names match. Prints
 # TAP (dev/test/test_lib.sh).
@@ -285,6 +289,23 @@ expect_caught destroy_outside_deadline run/nccl_comm.cu \
     mode_only CUDA_CPU_NCCL_PEERS=notify -- CUDA_CPU_NCCL_PEERS=local -- \
     bash dev/test/peer_killed.sh "$TMP/peer_killed.log" 2 "ncclCommDestroy did not complete" -- "${MPIRUN[@]}" -np 2 \
     ./test_zero1_cuda
+# 21: the plain trainer's step (d2, 2 steps; rank 1 killed before step 2's collectives).
+$PY -c "
+import struct, sys
+with open(sys.argv[1], 'wb') as f:
+    f.write(struct.pack('<256i', 20240520, 1, 4096, *([0] * 253)))
+    f.write(struct.pack('<4096H', *((i * 7919) % 50257 for i in range(4096))))
+" "$TMP/tokens.bin"
+expect_caught upload_behind_all_reduce train_gpt2.cu \
+    "    nccl_all_reduce_sum(r->grads, r->numel, &r->nccl, st);" \
+    "    nccl_all_reduce_sum(r->grads, r->numel, &r->nccl, st);
+    float lr_host = lr;  // planted: a pageable upload queued behind the all-reduce
+    cudaCheck(cudaMemcpyAsync(r->norm, &lr_host, sizeof(float), cudaMemcpyHostToDevice, st));" \
+    train_gpt2cu 0 "FAIL rank 0 did not end within" \
+    mode_only CUDA_CPU_NCCL_PEERS=local CUDA_CPU_PAGEABLE_H2D=staged PEER_KILLED_AT=step:1:2 -- \
+    CUDA_CPU_NCCL_PEERS=local CUDA_CPU_PAGEABLE_H2D=stream PEER_KILLED_AT=step:1:2 -- \
+    bash dev/test/peer_killed.sh "$TMP/upload_behind.log" 3 "the GPU step (its NCCL all-reduce) at step 2" -- \
+    "${MPIRUN[@]}" -np 2 ./train_gpt2cu -e d2 -i "$TMP/tokens.bin" -b 1 -t 16 -x 2 -v 0 -s 0 -l 1e-3 -c 0.1
 
 wait
 for name in "${NAMES[@]}"; do
