@@ -285,7 +285,7 @@ expect_caught destroy_outside_deadline run/nccl_comm.cu \
     mpi_blocking_end();" \
     "    (void)what;
     ncclCheck(ncclCommDestroy(comm));" \
-    test_zero1_cuda 1 "FAIL rank 0 did not end within 7 s of rank 1's death in its teardown" \
+    test_zero1_cuda 1 "FAIL rank 0 did not end within 7 s of rank 1's death at teardown" \
     mode_only CUDA_CPU_NCCL_PEERS=notify -- CUDA_CPU_NCCL_PEERS=local -- \
     bash dev/test/peer_killed.sh "$TMP/peer_killed.log" 2 "ncclCommDestroy did not complete" -- "${MPIRUN[@]}" -np 2 \
     ./test_zero1_cuda
