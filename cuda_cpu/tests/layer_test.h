@@ -1,8 +1,8 @@
 /*
  * cuda_cpu/tests/layer_test.h: what the layer's CUDA tests share (test_layer.cu,
- * test_tools.cu): TAP lines (tap.h), and child processes: a case that must
- * end in a fault (a fault is sticky, as on a GPU) or needs its own environment runs as this
- * same program with the case's name as its argument.
+ * test_tools.cu, test_memcheck.cu, test_boundary.cu): TAP lines (tap.h), and child
+ * processes: a case that must end in a fault (a fault is sticky, as on a GPU) or needs its
+ * own environment runs as this same program with the case's name as its argument.
  */
 #ifndef CUDA_CPU_TESTS_LAYER_TEST_H
 #define CUDA_CPU_TESTS_LAYER_TEST_H
@@ -10,6 +10,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +44,18 @@ static int run_case(const char* self, const char* name, const char* env, char* e
     close(fd);
     unlink(path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A case run as above must exit with want_exit and print each of needles (NULL-ended, or NULL)
+// on stderr; one TAP line, and the case's stderr when it fails.
+static inline void expect(const char* self, const char* name, const char* env, int want_exit,
+                          const char* const* needles, const char* what) {
+    char err[16384];
+    int code = run_case(self, name, env, err, sizeof(err));
+    int ok = code == want_exit;
+    for (int i = 0; needles && needles[i]; i++) ok &= strstr(err, needles[i]) != NULL;
+    check(ok, what);
+    if (!ok) printf("    exit %d (want %d), stderr:\n%s\n", code, want_exit, err);
 }
 
 #endif

@@ -125,16 +125,6 @@ static int copy_case(const char* name) {
 }
 
 // ---- the checks ---------------------------------------------------------------------------------
-static void expect(const char* self, const char* name, const char* env, int want_exit,
-                   const char* const* needles, const char* what) {
-    char err[16384];
-    int code = run_case(self, name, env, err, sizeof(err));
-    int ok = code == want_exit;
-    for (int i = 0; needles && needles[i]; i++) ok &= strstr(err, needles[i]) != NULL;
-    check(ok, what);
-    if (!ok) printf("    exit %d (want %d), stderr:\n%s\n", code, want_exit, err);
-}
-
 static const char* at_line(int line) {
     static char buf[4][64];
     static int next;

@@ -22,7 +22,7 @@ static const size_t MiB = (size_t)1 << 20;
 static int failures = 0;
 
 // In a case's process: one PASS or FAIL line on stderr, which the parent turns into TAP.
-static void expect(int pass, const char* what) {
+static void report(int pass, const char* what) {
     fprintf(stderr, "%s %s\n", pass ? "PASS" : "FAIL", what);
     failures += !pass;
 }
@@ -39,31 +39,31 @@ static void case_counts(void) {
     cudaGetDeviceProperties(&p, 0);
     size_t free_b = 0, total = 0;
     cudaMemGetInfo(&free_b, &total);
-    expect(p.totalGlobalMem == 143771 * MiB && total == 143771 * MiB, "H200: totalGlobalMem = cudaMemGetInfo's total = 143771 MiB");
-    expect(free_b == total - 400 * MiB, "the context takes 400 MiB");
+    report(p.totalGlobalMem == 143771 * MiB && total == 143771 * MiB, "H200: totalGlobalMem = cudaMemGetInfo's total = 143771 MiB");
+    report(free_b == total - 400 * MiB, "the context takes 400 MiB");
     void *a, *b, *c, *d, *e;
     cudaMalloc(&a, 1);
-    expect(free_now() == free_b - 2 * MiB, "cudaMalloc(1): one 2 MiB chunk for small allocations");
+    report(free_now() == free_b - 2 * MiB, "cudaMalloc(1): one 2 MiB chunk for small allocations");
     cudaMalloc(&b, 1);
     cudaMalloc(&c, 2 * MiB - 512);
-    expect(free_now() == free_b - 2 * MiB, "cudaMalloc(1) and (2 MiB - 512) more: packed in the same chunk (256 + 256 + 2 MiB - 512)");
+    report(free_now() == free_b - 2 * MiB, "cudaMalloc(1) and (2 MiB - 512) more: packed in the same chunk (256 + 256 + 2 MiB - 512)");
     cudaMalloc(&d, 1);
-    expect(free_now() == free_b - 4 * MiB, "one more byte: a second chunk");
+    report(free_now() == free_b - 4 * MiB, "one more byte: a second chunk");
     cudaFree(c);
-    expect(free_now() == free_b - 2 * MiB, "cudaFree(2 MiB - 512): 768 bytes left, one chunk");
+    report(free_now() == free_b - 2 * MiB, "cudaFree(2 MiB - 512): 768 bytes left, one chunk");
     cudaMalloc(&e, 2 * MiB + 1);
-    expect(free_now() == free_b - 6 * MiB, "cudaMalloc(2 MiB + 1) takes 4 MiB");
+    report(free_now() == free_b - 6 * MiB, "cudaMalloc(2 MiB + 1) takes 4 MiB");
     cudaFree(e);
-    expect(free_now() == free_b - 2 * MiB, "... and cudaFree gives them back");
+    report(free_now() == free_b - 2 * MiB, "... and cudaFree gives them back");
     cublasHandle_t h;
     cublasCreate(&h);
-    expect(free_now() == free_b - 34 * MiB, "cublasCreate: its 32 MiB default workspace");
+    report(free_now() == free_b - 34 * MiB, "cublasCreate: its 32 MiB default workspace");
     cublasDestroy(h);
-    expect(free_now() == free_b - 2 * MiB, "cublasDestroy gives it back");
+    report(free_now() == free_b - 2 * MiB, "cublasDestroy gives it back");
     cudaFree(a);
     cudaFree(b);
     cudaFree(d);
-    expect(free_now() == free_b, "all freed: the context alone");
+    report(free_now() == free_b, "all freed: the context alone");
 }
 
 // CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8: 2 x 4 MiB + 8 x 16 KiB = 8.125 MiB, 10 MiB in 2 MiB units.
@@ -71,7 +71,7 @@ static void case_workspace_config(void) {
     size_t before = free_now();
     cublasHandle_t h;
     cublasCreate(&h);
-    expect(before - free_now() == 10 * MiB, "CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8: the handle takes 10 MiB");
+    report(before - free_now() == 10 * MiB, "CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8: the handle takes 10 MiB");
     cublasDestroy(h);
 }
 
@@ -81,22 +81,22 @@ static void case_h100(void) {
     cudaGetDeviceProperties(&p, 0);
     size_t free_b = 0, total = 0;
     cudaMemGetInfo(&free_b, &total);
-    expect(p.totalGlobalMem == 81559 * MiB && total == 81559 * MiB, "H100: totalGlobalMem = cudaMemGetInfo's total = 81559 MiB");
+    report(p.totalGlobalMem == 81559 * MiB && total == 81559 * MiB, "H100: totalGlobalMem = cudaMemGetInfo's total = 81559 MiB");
     void* p_big = NULL;
     cudaError_t err = cudaMalloc(&p_big, free_b + 1);
-    expect(err == cudaErrorMemoryAllocation && p_big == NULL, "H100: cudaMalloc of one byte more than is free: cudaErrorMemoryAllocation");
+    report(err == cudaErrorMemoryAllocation && p_big == NULL, "H100: cudaMalloc of one byte more than is free: cudaErrorMemoryAllocation");
     (void)cudaGetLastError();
 }
 
 // CUDA_CPU_MEMORY_MIB=404: 4 MiB beside the context; full, a byte more is refused.
 static void case_full(void) {
-    expect(free_now() == 4 * MiB, "CUDA_CPU_MEMORY_MIB=404: 4 MiB free beside the context");
+    report(free_now() == 4 * MiB, "CUDA_CPU_MEMORY_MIB=404: 4 MiB free beside the context");
     void *a, *b;
-    expect(cudaMalloc(&a, 4 * MiB) == cudaSuccess && free_now() == 0, "cudaMalloc(4 MiB) takes them all");
-    expect(cudaMalloc(&b, 1) == cudaErrorMemoryAllocation, "then cudaMalloc(1) needs a chunk: cudaErrorMemoryAllocation");
+    report(cudaMalloc(&a, 4 * MiB) == cudaSuccess && free_now() == 0, "cudaMalloc(4 MiB) takes them all");
+    report(cudaMalloc(&b, 1) == cudaErrorMemoryAllocation, "then cudaMalloc(1) needs a chunk: cudaErrorMemoryAllocation");
     (void)cudaGetLastError();
     cudaFree(a);
-    expect(cudaMalloc(&b, 1) == cudaSuccess, "after cudaFree it fits");
+    report(cudaMalloc(&b, 1) == cudaSuccess, "after cudaFree it fits");
 }
 
 // CUDA_CPU_SHARED_GPU=1: a peer of this job sees this process's 400 + 100 MiB, then ends
@@ -106,16 +106,16 @@ static void case_shared(const char* self) {
     void* mine;
     cudaMalloc(&mine, 100 * MiB);
     size_t total = 143771 * MiB;
-    expect(free_now() == total - 500 * MiB, "shared: this process holds 400 + 100 MiB");
+    report(free_now() == total - 500 * MiB, "shared: this process holds 400 + 100 MiB");
     char err[4096];
     int rc = run_case(self, "shared_peer", NULL, err, sizeof(err));
     fputs(err, stderr);
-    expect(rc == 0, "shared: the peer ran");
-    expect(free_now() == total - 500 * MiB, "shared: the peer ended; what it held is free again");
+    report(rc == 0, "shared: the peer ran");
+    report(free_now() == total - 500 * MiB, "shared: the peer ended; what it held is free again");
     setenv("PMIX_NAMESPACE", "another-job", 1);  // for the child: this process's GPU is open already
     rc = run_case(self, "shared_peer", NULL, err, sizeof(err));
     fputs(err, stderr);
-    expect(rc == 0, "another job's process ran");
+    report(rc == 0, "another job's process ran");
     cudaFree(mine);
 }
 
@@ -123,13 +123,13 @@ static int case_shared_peer(void) {
     size_t total = 143771 * MiB;
     const char* ns = getenv("PMIX_NAMESPACE");
     if (ns && strcmp(ns, "another-job") == 0) {
-        expect(free_now() == total - 400 * MiB, "another job: a GPU of its own (its context alone)");
+        report(free_now() == total - 400 * MiB, "another job: a GPU of its own (its context alone)");
         return 0;
     }
-    expect(free_now() == total - 900 * MiB, "shared peer: 400 MiB of its own and the other process's 500 MiB taken");
+    report(free_now() == total - 900 * MiB, "shared peer: 400 MiB of its own and the other process's 500 MiB taken");
     void* p;
     cudaMalloc(&p, 50 * MiB);
-    expect(free_now() == total - 950 * MiB, "shared peer: its 50 MiB counted");
+    report(free_now() == total - 950 * MiB, "shared peer: its 50 MiB counted");
     fflush(stderr);
     _exit(0);  // no exit handlers: its slot is freed by the others, who find it gone
 }
