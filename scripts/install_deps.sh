@@ -15,13 +15,14 @@
 #   plots: gnuplot-nox (scripts/plot_loss.sh, the demo's loss.png)
 # and then, with pip, the megatron-core wheels that dev/test/test_megatron_layout.sh compares
 # zero1/'s layout with (dev/test/megatron_core.sh: unpacked into a cache, not installed), and
-# the emerging-optimizers wheel of the Muon peer (dev/test/emerging_optimizers.sh, the same way).
+# the emerging-optimizers wheel of the Muon peer (dev/test/emerging_optimizers.sh, the same way)
+# and MMA-Sim, the tensor-core model's peer (dev/test/mmasim.sh).
 set -euo pipefail
 
 # Not fatal here: without PyPI the test steps say SKIPPED (and fail under CI).
 fetch_megatron_core() {
     local name script v
-    for name in megatron_core emerging_optimizers; do
+    for name in megatron_core emerging_optimizers mmasim; do
         script="$(dirname "${BASH_SOURCE[0]}")/../dev/test/$name.sh"
         for v in $(bash "$script" --pinned); do
             if d=$(bash "$script" "$v"); then echo "install_deps: ${name//_/-} $v in $d"; else

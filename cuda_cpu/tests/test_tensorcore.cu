@@ -11,6 +11,8 @@
  *   test_tensorcore a100    under CUDA_CPU_TC_GROUP=8 CUDA_CPU_TC_EXTRA_BITS=1 (the A100's)
  *   test_tensorcore exact   under CUDA_CPU_TC_GROUP=0: the layer before (k order, fp32 sums;
  *                           cuBLAS's BF16 matmul one sgemm, with or without a workspace)
+ *   test_tensorcore peer IN OUT   the model's dot products of IN's cases, for the peer
+ *                           (MMA-Sim: dev/test/tensorcore_peer.py)
  * Prints TAP (tests/tap.h).
  */
 #include <cublas_v2.h>
@@ -297,8 +299,26 @@ static void gemm_splits() {
     cublasDestroy(h);
 }
 
+// `test_tensorcore peer IN OUT`: tc_dot over the cases of IN, for a peer to compare with
+// (dev/test/tensorcore_peer.py). IN: int32 n, k, min_exp, then n records of float c, a[k],
+// b[k]; OUT: the n results, float. Under the environment's CUDA_CPU_TC_* settings.
+static int peer_cases(const char* in_path, const char* out_path) {
+    FILE* in = fopen(in_path, "rb");
+    FILE* out = fopen(out_path, "wb");
+    int32_t head[3];
+    if (!in || !out || fread(head, 4, 3, in) != 3 || head[0] < 0 || head[1] < 1) return 2;
+    std::vector<float> rec(1 + 2 * (size_t)head[1]);
+    for (int32_t i = 0; i < head[0]; i++) {
+        if (fread(rec.data(), 4, rec.size(), in) != rec.size()) return 2;
+        float d = cudacpu::tc_dot(rec[0], &rec[1], &rec[1 + head[1]], head[1], head[2]);
+        if (fwrite(&d, 4, 1, out) != 1) return 2;
+    }
+    return fclose(out) == 0 && fclose(in) == 0 ? 0 : 2;
+}
+
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "h100";
+    if (strcmp(mode, "peer") == 0 && argc == 4) return peer_cases(argv[2], argv[3]);
     if (strcmp(mode, "a100") == 0) G = 8, F = 24;
     exact_mode = strcmp(mode, "exact") == 0;
     if (strcmp(mode, "bad-group") == 0) {  // a setting out of range ends the run at its first use
