@@ -80,9 +80,7 @@ if selected "kill -9 during a background write"; then
         sleep 0.1
     done
     during=$(cd "$dir" && echo checkpoint_* .checkpoint_*)
-    pids=$(ps -o pid= -s $sid | tr -d ' ')
-    # shellcheck disable=SC2086  # one pid per word
-    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    kill_session $sid
     wait $sid 2>/dev/null
     if [ "$during" != "checkpoint_00000002 .checkpoint_00000004.tmp" ]; then
         not_ok "kill -9 during a background write: -o held '$during' (want checkpoint 2 and step 4's temporary)" "$dir.log"

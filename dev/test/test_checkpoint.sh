@@ -364,13 +364,6 @@ EOF
     KILL_STEPS=120
     KILL_RUN=(-np 2 ./train_gpt2 -e "$TMP/small.bin" -i "$TMP/small_tokens.bin" -t 64 -b 2 -x $KILL_STEPS -v 0 -s 0 -l 1e-3
               -u 2 -q 0.1 -c 0.1 -z 1 --bucket-size 20000 -n 1 -nk 3 -y 1)
-    kill_session() {  # kill -9 every process of session $1 (a job started with setsid), then wait for them
-        local pids
-        pids=$(ps -o pid= -s "$1" 2>/dev/null | tr -d ' ')
-        # shellcheck disable=SC2086  # one pid per word
-        [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
-        while [ -n "$(ps -o pid= -s "$1" 2>/dev/null)" ]; do sleep 0.05; done
-    }
     last_losses() { awk '/^s:[0-9]+ trl:/ { split($1, a, ":"); split($2, b, ":"); loss[a[2]] = b[2] }
                          END { for (s in loss) print s, loss[s] }' "$1/main.log" | sort -n; }
     straight=$TMP/kills_straight

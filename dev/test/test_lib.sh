@@ -283,6 +283,19 @@ hf_client() {
     return 1
 }
 
+# kill_session SID: kill -9 every process of session SID (a job started with setsid) and wait
+# until only single-threaded zombies are left: a job's wait returns on mpirun alone while its ranks
+# may still be exiting, and a rank's files (its -o lock) go with its last thread ("Zl": not yet).
+kill_session() {
+    local pids deadline=$((SECONDS + 60))
+    while pids=$(ps -o pid=,stat= -s "$1" 2>/dev/null | awk '$2 !~ /^Z/ || $2 ~ /l/ { print $1 }'); [ -n "$pids" ]; do
+        # shellcheck disable=SC2086  # one pid per word
+        kill -KILL $pids 2>/dev/null
+        [ $SECONDS -lt $deadline ] || { diag "kill_session $1: still running after 60 s: $pids"; return 1; }
+        sleep 0.05
+    done
+}
+
 # A C test's TAP (dev/test/check.h) in its log: under mpirun rank 0 prints it and another
 # rank's failed check is a line "# rank R: not ok - what".
 # tap_not_ok FILE...: the failed checks' lines, from any rank.

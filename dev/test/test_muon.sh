@@ -210,9 +210,7 @@ deadline=$((SECONDS + 120))
 until grep -q '^s:4 ' "$killed/main.log" 2>/dev/null || [ $SECONDS -ge $deadline ] || ! kill -0 $sid 2>/dev/null; do
     sleep 0.05
 done
-pids=$(ps -o pid= -s $sid 2>/dev/null | tr -d ' ')
-# shellcheck disable=SC2086  # one pid per word
-[ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+kill_session $sid
 wait $sid 2>/dev/null
 if train ./train_gpt2 2 6 "$killed" "${Z1[@]}" -n 1 -y 1 && grep -q "resumed from" "$killed.log" &&
    same_step6 "$TMP/z1_np2" "$killed"; then

@@ -58,9 +58,7 @@ until grep -q "stops itself in the checkpoint save of step 8" "$LOG1" || ! kill 
 done
 stopped=0
 grep -q "stops itself in the checkpoint save of step 8" "$LOG1" && stopped=1
-pids=$(ps -s $sid -o pid= 2>/dev/null | tr '\n' ' ')
-# shellcheck disable=SC2086  # the session's pids, one word each
-[ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+kill_session $sid
 wait $sid 2>/dev/null
 rc1=$?
 gone=$((SECONDS + 10))  # SIGKILLed processes take a moment to go
