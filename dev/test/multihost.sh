@@ -26,9 +26,10 @@
 # A host that loses its link: Linux gives up on a TCP connection whose packets go
 # unanswered only after net.ipv4.tcp_retries2 retransmissions (15: about 15 minutes), and
 # until then mpirun waits for the lost host's daemon even after the job aborted. Every host
-# here sets tcp_retries2=3 (a few seconds), as a cluster's failure detection (Slurm's node
-# health checks, a shorter TCP timeout) would end such a job; the ranks themselves end on
-# their own (--comm-timeout), whatever the launcher does.
+# here sets tcp_retries2=5, which Linux turns into 0.2 s x (2^6 - 1) = 12.6 s (MH_TCP_GIVE_UP_S),
+# as a cluster's failure detection would end such a job; the ranks themselves end on their own
+# (--comm-timeout), whatever the launcher does. Not 3 (3 s): the ranks' own sockets then gave up
+# before a 5 s --comm-timeout, and Open MPI's TCP error ended the job first (2 of 6 runs).
 #
 # Hostnames: every process on a host runs under `ip netns exec NS unshare --uts` with the
 # hostname set to the host's name (the namespace's, dashes for underscores). Needed: Open
@@ -58,6 +59,8 @@
 #   -x OMP_NUM_THREADS ...       what remote ranks need of mpirun's environment
 
 MH_SUBNET=10.213.0.0/24
+MH_TCP_RETRIES2=5
+MH_TCP_GIVE_UP_S=12.6  # Linux's model for MH_TCP_RETRIES2: TCP_RTO_MIN 0.2 s x (2^(5+1) - 1)
 MH_RATE=${MULTIHOST_RATE:-1gbit}
 MH_DELAY=${MULTIHOST_DELAY:-1ms}
 MH_SHAPING=none   # what mh_shape applied, for the test's log
@@ -134,7 +137,7 @@ mh_setup() {
         ip -n "$MH_SW" link set "h$i" master br0 up &&
         ip -n "$ns" addr add "$(mh_host_ip $i)/24" dev eth0 &&
         ip -n "$ns" link set eth0 up || { echo "multihost: cannot wire host $i" >&2; return 1; }
-        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=3 || { echo "multihost: cannot set tcp_retries2" >&2; return 1; }
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=$MH_TCP_RETRIES2 || { echo "multihost: cannot set tcp_retries2" >&2; return 1; }
         mh_shape "$ns" || return 1
     done
     # The rsh agent: `agent HOST CMD...` runs CMD on HOST, as ssh would.
