@@ -23,6 +23,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static int failures = 0;  // CHECKs that failed, in all
 static int checks = 0;    // CHECKs made, in all
@@ -47,10 +48,16 @@ static inline void tap_vline(int pass, const char* directive, const char* fmt, v
     if (!pass) tap_failed++;
     if (tap_rank != 0 && pass) return;
     FILE* out = tap_rank == 0 ? stdout : stderr;
-    if (tap_rank == 0) fprintf(out, "%s %d - ", pass ? "ok" : "not ok", tap_count);
-    else fprintf(out, "# rank %d: not ok - ", tap_rank);
-    vfprintf(out, fmt, ap);
-    fprintf(out, "%s\n", directive ? directive : "");
+    // One write per line: stderr is unbuffered, and mpirun merges the ranks' output, so a line
+    // written in pieces can have another rank's line land inside it.
+    char line[2048];
+    int n = tap_rank == 0 ? snprintf(line, sizeof(line), "%s %d - ", pass ? "ok" : "not ok", tap_count)
+                          : snprintf(line, sizeof(line), "# rank %d: not ok - ", tap_rank);
+    n += vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    if (n < (int)sizeof(line)) snprintf(line + n, sizeof(line) - (size_t)n, "%s\n", directive ? directive : "");
+    size_t len = strlen(line);
+    if (len == 0 || line[len - 1] != '\n') strcpy(line + sizeof(line) - 5, "...\n");  // cut to its start
+    fputs(line, out);
     fflush(out);
 }
 
